@@ -1,0 +1,5 @@
+"""``python -m hailstorm``: the same as the ``hailstorm`` command."""
+
+from hailstorm.cli import main
+
+main()

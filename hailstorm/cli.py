@@ -1,0 +1,206 @@
+"""The ``hailstorm`` command line."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from hailstorm import config
+from hailstorm.devstack import DevStack, DevStackError
+
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def fail(message: str) -> NoReturn:
+    """Print one clear error line (never wrapped) and exit 1."""
+    click.echo(click.style("error:", fg="red", bold=True) + f" {message}", err=True)
+    sys.exit(1)
+
+
+def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the project's expected errors into one-line messages instead of tracebacks."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (DevStackError, config.ConfigError) as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            fail("interrupted")
+
+    return wrapper
+
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(config.DEFAULT_STATE_DIR),
+    show_default=True,
+    help="Directory holding the dev stack's data, logs and pids.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hailstorm")
+def main() -> None:
+    """Exactly-once stateful stream processing over Kafka, on Spark."""
+
+
+# --------------------------------------------------------------------------- dev stack
+
+
+@main.group()
+def dev() -> None:
+    """The embedded dev stack: ZooKeeper, a Kafka broker and PostgreSQL on 127.0.0.1."""
+
+
+@dev.command("up")
+@state_dir_option
+@click.option("--zk-port", type=int, default=0, show_default=True, help="0 picks a free port.")
+@click.option("--kafka-port", type=int, default=0, show_default=True, help="0 picks a free port.")
+@click.option(
+    "--postgres-port", type=int, default=0, show_default=True, help="0 picks a free port."
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds each service may take to become ready.",
+)
+@_handle_errors
+def dev_up(
+    state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, timeout: float
+) -> None:
+    """Start the stack (idempotent: running services are left alone)."""
+    stack = DevStack(
+        state_dir,
+        zk_port=zk_port,
+        kafka_port=kafka_port,
+        postgres_port=postgres_port,
+        startup_timeout=timeout,
+        progress=lambda message: console.print(f"[dim]·[/] {message}"),
+    )
+    state = stack.up()
+    console.print(f"[green]dev stack up[/] under {stack.state_dir}")
+    console.print(f'  load its addresses with: eval "$(hailstorm dev env --state-dir {state_dir})"')
+    _ = state
+
+
+@dev.command("down")
+@state_dir_option
+@_handle_errors
+def dev_down(state_dir: Path) -> None:
+    """Stop exactly the processes 'dev up' started, by pid, and remove their data."""
+    stack = DevStack(state_dir, progress=lambda message: console.print(f"[dim]·[/] {message}"))
+    stopped = stack.down()
+    console.print("[green]dev stack down[/]" if stopped else "nothing was running")
+
+
+@dev.command("status")
+@state_dir_option
+@_handle_errors
+def dev_status(state_dir: Path) -> None:
+    """Show each service's port, pid and whether it runs (exit 1 if any is down)."""
+    rows = DevStack(state_dir).status()
+    table = Table("service", "port", "pid", "state", "log")
+    for row in rows:
+        table.add_row(
+            row.name,
+            str(row.port or "-"),
+            str(row.pid or "-"),
+            "[green]running[/]" if row.running else "[red]stopped[/]",
+            row.log or "-",
+        )
+    out.print(table)
+    if not all(row.running for row in rows):
+        sys.exit(1)
+
+
+@dev.command("env")
+@state_dir_option
+@_handle_errors
+def dev_env(state_dir: Path) -> None:
+    """Print 'export' lines for HAILSTORM_ZK, _KAFKA, _DATABASE_URL and _SNAPSHOTS."""
+    for name, value in DevStack(state_dir).env().items():
+        click.echo(f"export {name}={_shell_quote(value)}")
+
+
+def _shell_quote(value: str) -> str:
+    import shlex
+
+    return shlex.quote(value)
+
+
+# --------------------------------------------------------------------------- demo
+
+
+@main.command()
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(config.DEFAULT_STATE_DIR) / "demo",
+    show_default=True,
+    help="Where the demo's own stack keeps its data (it is brought down afterwards).",
+)
+@click.option(
+    "--lines", type=int, default=20000, show_default=True, help="Lines of text to produce."
+)
+@click.option("--keep-running", is_flag=True, help="Leave the stack up afterwards.")
+@_handle_errors
+def demo(state_dir: Path, lines: int, keep_running: bool) -> None:
+    """Run the demo end to end on an embedded stack of its own."""
+    from hailstorm.demo import run_demo
+
+    ok = run_demo(state_dir, lines=lines, keep_running=keep_running, console=out)
+    sys.exit(0 if ok else 1)
+
+
+# --------------------------------------------------------------------------- topologies
+
+
+@main.command()
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.option(
+    "--dot", is_flag=True, help="Write Graphviz DOT instead of text (pipe to 'dot -Tpng')."
+)
+@_handle_errors
+def show(topology_ref: str, dot: bool) -> None:
+    """Print a topology's DAG: nodes, parallelism, inputs and monoids.
+
+    TOPOLOGY is a module path (topologies/wordcount.py) or a dotted name (topologies.wordcount).
+    """
+    from hailstorm.topology import TopologyError, load_topology, render_dot, render_text
+
+    try:
+        topology = load_topology(topology_ref)
+    except TopologyError as exc:
+        fail(str(exc))
+    click.echo(render_dot(topology) if dot else render_text(topology), nl=not dot)
+
+
+def _register_optional_commands() -> None:
+    """Attach commands that live in other packages."""
+    from negotiator.daemon import negotiator_command
+
+    main.add_command(negotiator_command, "negotiator")
+
+
+if os.environ.get("HAILSTORM_CLI_MINIMAL") != "1":
+    with contextlib.suppress(ImportError):  # until the negotiator package lands
+        _register_optional_commands()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Where the services are: the ``HAILSTORM_*`` environment variables, overridable by flags.
+
+``hailstorm dev env`` prints these for the embedded stack; on a real cluster set them to the
+cluster's addresses and every command works unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ZK_VAR = "HAILSTORM_ZK"
+KAFKA_VAR = "HAILSTORM_KAFKA"
+DATABASE_VAR = "HAILSTORM_DATABASE_URL"
+SNAPSHOTS_VAR = "HAILSTORM_SNAPSHOTS"
+
+DEFAULT_STATE_DIR = ".hailstorm"
+DEFAULT_DATABASE_URL = "sqlite:///hailstorm.db"
+
+
+class ConfigError(RuntimeError):
+    """A required address is not configured."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Addresses of the services a command talks to (None where not configured)."""
+
+    zk: str | None = None
+    kafka: str | None = None
+    database_url: str | None = None
+    snapshots: str | None = None
+
+    @classmethod
+    def from_env(cls, **overrides: str | None) -> Settings:
+        """Read the environment; non-None ``overrides`` (from flags) win."""
+        values = {
+            "zk": os.environ.get(ZK_VAR),
+            "kafka": os.environ.get(KAFKA_VAR),
+            "database_url": os.environ.get(DATABASE_VAR),
+            "snapshots": os.environ.get(SNAPSHOTS_VAR),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def require_zk(self) -> str:
+        return _require(self.zk, ZK_VAR, "--zk")
+
+    def require_kafka(self) -> str:
+        return _require(self.kafka, KAFKA_VAR, "--kafka")
+
+    def database(self) -> str:
+        """The sink database URL; SQLite in the working directory when unset."""
+        return self.database_url or DEFAULT_DATABASE_URL
+
+    def snapshot_dir(self) -> Path:
+        """Where snapshots live; under the dev state directory when unset."""
+        return Path(self.snapshots or Path(DEFAULT_STATE_DIR) / "snapshots")
+
+
+def _require(value: str | None, var: str, flag: str) -> str:
+    if not value:
+        raise ConfigError(
+            f"{var} is not set: pass {flag}, or run 'eval \"$(hailstorm dev env)\"' "
+            "after 'hailstorm dev up'"
+        )
+    return value

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install what hailstorm needs on a fresh Debian machine: Java (ZooKeeper), PostgreSQL's
+# server binaries, and a repo-local virtualenv with the package and its test extras.
+# Safe to run again: it only does what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  need_apt+=(postgresql)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "bootstrap: installing Debian packages: ${need_apt[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.hailstorm-installed
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "bootstrap: installing hailstorm and its dependencies into .venv (first run takes a few minutes)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
+    | grep -v -E "^WARNING: Location .* is ignored" || true
+  .venv/bin/python -c "import hailstorm, pyspark, confluent_kafka, kazoo, fastavro, psycopg" \
+    || { echo "bootstrap: the install failed" >&2; exit 1; }
+  echo "$want" > "$stamp"
+fi

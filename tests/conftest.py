@@ -1,0 +1,78 @@
+"""Session fixtures: one real embedded stack (ZooKeeper, Kafka broker, PostgreSQL) per run.
+
+Services listen on 127.0.0.1 on free ports, keep their data in a temporary directory, and
+are stopped by pid when the session ends, whether the tests passed or not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hailstorm.devstack import DevStack, StackState
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--docker",
+        action="store_true",
+        default=False,
+        help="run tests that need a Docker engine (docker-compose deployment stack)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--docker"):
+        return
+    skip = pytest.mark.skip(reason="needs a Docker engine: run with --docker")
+    for item in items:
+        if "docker" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class ZooKeeper:
+    """Connection string of the session's ZooKeeper."""
+
+    hosts: str
+
+
+@pytest.fixture(scope="session")
+def dev_stack() -> Iterator[StackState]:
+    """The whole embedded stack, up once for the test session."""
+    # mkdtemp under /tmp (world-traversable) so the 'postgres' user can reach its data dir.
+    state_dir = Path(tempfile.mkdtemp(prefix="hailstorm-test-"))
+    os.chmod(state_dir, 0o755)
+    stack = DevStack(state_dir, startup_timeout=90)
+    try:
+        yield stack.up()
+    finally:
+        stack.down()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def stack_env(dev_stack: StackState) -> dict[str, str]:
+    """The ``HAILSTORM_*`` variables of the session stack."""
+    return dev_stack.env()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(stack_env: dict[str, str]) -> ZooKeeper:
+    return ZooKeeper(hosts=stack_env["HAILSTORM_ZK"])
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(stack_env: dict[str, str]) -> str:
+    return stack_env["HAILSTORM_KAFKA"]
+
+
+@pytest.fixture(scope="session")
+def postgres_url(stack_env: dict[str, str]) -> str:
+    return stack_env["HAILSTORM_DATABASE_URL"]
