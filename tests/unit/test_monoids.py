@@ -1,0 +1,603 @@
+"""Laws, accuracy and Avro snapshots of the monoid library."""
+
+from __future__ import annotations
+
+import doctest
+import io
+import itertools
+import math
+import pickle
+import random
+from collections import Counter
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import strategies as st
+
+import hailstorm.monoids as monoids_module
+import hailstorm.testing as testing_module
+from hailstorm.monoids import (
+    Count,
+    CountMinSketch,
+    HyperLogLog,
+    KeyedMap,
+    Last,
+    Max,
+    Mean,
+    Min,
+    Monoid,
+    Record,
+    SetUnion,
+    SlidingWindow,
+    Sum,
+    TopK,
+    TumblingWindow,
+    per_key,
+)
+from hailstorm.testing import approx_equal, avro_round_trip, check_monoid_laws, states_of
+
+EXAMPLES = 40
+
+nat = st.integers(0, 10**6)
+ints = st.integers(-(10**6), 10**6)
+integral_floats = st.integers(-(2**40), 2**40).map(float)
+keys = st.sampled_from(["a", "b", "c", "", "é", "k" * 20])
+items = st.text(max_size=3)
+times = st.integers(0, 400)
+finite_floats = st.floats(allow_nan=False)
+
+
+class AnyTrue(Monoid[bool]):
+    """A user-defined monoid (as in the module docstring)."""
+
+    name = "AnyTrue"
+    immutable_state = True
+
+    def empty(self) -> bool:
+        return False
+
+    def combine(self, a: bool, b: bool) -> bool:
+        return a or b
+
+    def avro_schema(self) -> Any:
+        return "boolean"
+
+    def to_avro(self, state: bool) -> Any:
+        return state
+
+    def from_avro(self, data: Any) -> bool:
+        return bool(data)
+
+
+def mean_states() -> st.SearchStrategy[Any]:
+    return states_of(Mean(), st.integers(-1000, 1000).map(Mean.lift))
+
+
+def topk_states(m: TopK, item: st.SearchStrategy[Any] = keys) -> st.SearchStrategy[Any]:
+    return st.dictionaries(item, st.integers(-50, 50), max_size=m.k)
+
+
+def hll_states(m: HyperLogLog) -> st.SearchStrategy[Any]:
+    return states_of(m, items.map(m.lift))
+
+
+def window_states(w: Any, inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return states_of(w, st.tuples(times, inner).map(lambda tv: w.lift(*tv)))
+
+
+def _cases() -> list[tuple[Monoid[Any], st.SearchStrategy[Any]]]:
+    cms = CountMinSketch(width=16, depth=3)
+    hll4 = HyperLogLog(4)
+    hll12 = HyperLogLog(12)
+    top3 = TopK(3)
+    top2 = TopK(2, score_type="long")
+    top_tuple = TopK(2, item_type=("string", "long"))
+    point = {
+        "type": "record",
+        "name": "test.Point",
+        "fields": [{"name": "x", "type": "long"}, {"name": "y", "type": "long"}],
+    }
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner),
+        max_leaves=6,
+    )
+    orders = st.tuples(st.integers(0, 3), st.integers(0, 3))
+    json_keys = st.one_of(st.integers(-5, 5), keys, st.tuples(keys, st.integers(0, 3)))
+    tumbling_topk = TumblingWindow(60, top2)
+    sliding_hll = SlidingWindow(60, 20, hll4)
+    tumbling_sum = TumblingWindow(10, Sum())
+    tumbling_mean = TumblingWindow(60, Mean())
+    tumbling_now = TumblingWindow(10, Count(), retention=0)
+    tumbling_float = TumblingWindow(2.5, Count(), time_type="double")
+    sliding_keyed = SlidingWindow(30, 10, per_key(Count()))
+    sliding_sets = SlidingWindow(20, 5, SetUnion(), retention=40)
+    return [
+        (Count(), nat),
+        (Sum(), ints),
+        (Sum("double"), integral_floats),
+        (Min(), st.none() | ints),
+        (Max(), st.none() | ints),
+        (Min("double"), st.none() | finite_floats),
+        (Max("string"), st.none() | st.text(max_size=3)),
+        (Min(("long", "string")), st.none() | st.tuples(ints, st.text(max_size=2))),
+        (Mean(), mean_states()),
+        (Last(), st.none() | st.tuples(orders, st.text(max_size=2))),
+        (Last("double"), st.none() | st.tuples(orders, finite_floats)),
+        (Last("json", order_type="long"), st.none() | st.tuples(st.integers(0, 3), json_values)),
+        (
+            Last(point, order_type=("long", "string")),
+            st.none()
+            | st.tuples(
+                st.tuples(st.integers(0, 2), st.sampled_from(["p", "q"])),
+                st.fixed_dictionaries({"x": st.integers(0, 2), "y": st.integers(0, 2)}),
+            ),
+        ),
+        (SetUnion(), st.sets(items)),
+        (SetUnion("long"), st.sets(ints)),
+        (SetUnion(("string", "long")), st.sets(st.tuples(keys, st.integers(0, 3)))),
+        (top3, topk_states(top3)),
+        (top2, topk_states(top2)),
+        (top_tuple, topk_states(top_tuple, st.tuples(keys, st.integers(0, 2)))),
+        (hll4, hll_states(hll4)),
+        (hll12, hll_states(hll12)),
+        (cms, states_of(cms, st.tuples(items, st.integers(-3, 5)).map(lambda t: cms.lift(*t)))),
+        (per_key(Count()), st.dictionaries(keys, nat)),
+        (per_key(Sum(), key_type="long"), st.dictionaries(ints, ints)),
+        (per_key(Count(), key_type="double"), st.dictionaries(finite_floats, nat)),
+        (
+            per_key(Count(), key_type=("string", "long")),
+            st.dictionaries(st.tuples(keys, ints), nat),
+        ),
+        (per_key(Count(), key_type="json"), st.dictionaries(json_keys, nat)),
+        (per_key(Mean()), st.dictionaries(keys, mean_states())),
+        (per_key(per_key(Count())), st.dictionaries(keys, st.dictionaries(keys, nat))),
+        (per_key(SetUnion()), st.dictionaries(keys, st.sets(items))),
+        (per_key(top2), st.dictionaries(keys, topk_states(top2))),
+        (per_key(hll4), st.dictionaries(keys, hll_states(hll4))),
+        (per_key(AnyTrue()), st.dictionaries(keys, st.booleans())),
+        (
+            tumbling_topk,
+            window_states(tumbling_topk, st.tuples(keys, ints).map(lambda t: top2.lift(*t))),
+        ),
+        (sliding_hll, window_states(sliding_hll, items.map(hll4.lift))),
+        (tumbling_mean, window_states(tumbling_mean, st.integers(0, 9).map(Mean.lift))),
+        (tumbling_now, window_states(tumbling_now, st.just(Count.one))),
+        (
+            tumbling_float,
+            states_of(
+                tumbling_float,
+                st.integers(0, 200).map(lambda t: tumbling_float.lift(t / 2, 1)),
+            ),
+        ),
+        (
+            sliding_keyed,
+            window_states(sliding_keyed, keys.map(lambda k: KeyedMap.lift(k, Count.one))),
+        ),
+        (sliding_sets, window_states(sliding_sets, items.map(SetUnion.lift))),
+        (
+            per_key(tumbling_sum),
+            st.dictionaries(keys, window_states(tumbling_sum, st.integers(-5, 5))),
+        ),
+        (
+            page_stats,
+            st.fixed_dictionaries(
+                {"views": nat, "users": hll_states(hll4), "latency": mean_states()}
+            ),
+        ),
+        (
+            per_key(TumblingWindow(300, page_stats)),
+            st.dictionaries(
+                keys,
+                window_states(
+                    TumblingWindow(300, page_stats),
+                    st.tuples(items, st.integers(0, 50)).map(
+                        lambda t: page_stats.lift(
+                            views=1, users=hll4.lift(t[0]), latency=Mean.lift(t[1])
+                        )
+                    ),
+                ),
+            ),
+        ),
+    ]
+
+
+page_stats = Record({"views": Count(), "users": HyperLogLog(4), "latency": Mean()})
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize(("monoid", "values"), CASES, ids=[m.describe() for m, _ in CASES])
+def test_laws(monoid: Monoid[Any], values: st.SearchStrategy[Any]) -> None:
+    check_monoid_laws(monoid, values, max_examples=EXAMPLES)
+
+
+def test_laws_with_approximate_floats() -> None:
+    # Arbitrary float sums are only approximately associative: approx_equal accepts that.
+    check_monoid_laws(
+        per_key(Mean()),
+        st.dictionaries(keys, states_of(Mean(), st.floats(-1e6, 1e6).map(Mean.lift))),
+        max_examples=EXAMPLES,
+        equal=approx_equal(rel_tol=1e-9, abs_tol=1e-6),
+    )
+
+
+# --------------------------------------------------------------------------- broken monoids
+
+
+class Subtraction(Sum):
+    name = "Subtraction"
+
+    def combine(self, a: Any, b: Any) -> Any:
+        return a - b
+
+    def absorb(self, acc: Any, value: Any) -> Any:
+        return acc - value
+
+
+class FirstWins(Last):
+    name = "FirstWins"
+
+    def combine(self, a: Any, b: Any) -> Any:
+        return b if a is None else a
+
+
+class MutatingUnion(SetUnion):
+    name = "MutatingUnion"
+
+    def combine(self, a: set[Any], b: set[Any]) -> set[Any]:
+        a |= b
+        return a
+
+
+class SharingMap(KeyedMap):
+    """Forgets to copy inner states: the result aliases a's sets."""
+
+    def copy(self, state: dict[Any, Any]) -> dict[Any, Any]:
+        return dict(state)
+
+
+class LossyAvro(Sum):
+    name = "LossyAvro"
+
+    def to_avro(self, state: Any) -> Any:
+        return abs(state)
+
+
+@pytest.mark.parametrize(
+    ("monoid", "values", "law"),
+    [
+        (Subtraction(), ints, "identity|associativity|commutativity"),
+        (FirstWins(), st.none() | st.tuples(st.tuples(nat, nat), items), "commutativity"),
+        (MutatingUnion(), st.sets(items), "immutability of combine inputs|independence"),
+        (SharingMap(SetUnion()), st.dictionaries(keys, st.sets(items)), "mutat|changed"),
+        (LossyAvro(), ints, "Avro round trip"),
+    ],
+    ids=["subtraction", "first-wins", "mutating", "sharing", "lossy-avro"],
+)
+def test_broken_monoids_are_caught(
+    monoid: Monoid[Any], values: st.SearchStrategy[Any], law: str
+) -> None:
+    with pytest.raises(AssertionError, match=law) as info:
+        check_monoid_laws(monoid, values, max_examples=200)
+    assert monoid.describe() in str(info.value)
+
+
+def test_exceptions_become_assertion_errors() -> None:
+    class Exploding(Count):
+        name = "Exploding"
+
+        def combine(self, a: int, b: int) -> int:
+            if a and b:
+                raise RuntimeError("boom")
+            return a + b
+
+        def absorb(self, acc: int, value: int) -> int:
+            return self.combine(acc, value)
+
+    with pytest.raises(AssertionError, match=r"Exploding: .* raised RuntimeError\('boom'\)"):
+        check_monoid_laws(Exploding(), nat, max_examples=50)
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def test_hyperloglog_accuracy_100k() -> None:
+    hll = HyperLogLog(12)
+    state = hll.empty()
+    for i in range(100_000):
+        hll.add(state, f"user-{i}")
+    assert abs(hll.estimate(state) - 100_000) / 100_000 < 0.03
+    # Duplicates do not count.
+    for i in range(0, 100_000, 7):
+        hll.add(state, f"user-{i}")
+    assert abs(hll.estimate(state) - 100_000) / 100_000 < 0.03
+
+
+def test_hyperloglog_small_range_and_paths_agree() -> None:
+    hll = HyperLogLog(12)
+    names = [f"x{i}" for i in range(300)]
+    lifted = hll.combine_all(hll.lift(n) for n in names)
+    added = hll.empty()
+    for n in names:
+        hll.add(added, n)
+    assert lifted == added
+    assert abs(hll.estimate(lifted) - 300) <= 6
+    halves = hll.combine(
+        hll.combine_all(hll.lift(n) for n in names[::2]),
+        hll.combine_all(hll.lift(n) for n in names[1::2]),
+    )
+    assert halves == lifted
+    assert hll.estimate(hll.empty()) == 0.0
+
+
+def test_stable_hash_is_not_pythons_salted_hash() -> None:
+    # Register positions are fixed across processes: pin one.
+    hll = HyperLogLog(12)
+    assert hll.lift("hailstorm") == hll.lift("hailstorm")
+    assert monoids_module.stable_hash("hailstorm").hex() == "7181827ddc1c55af"
+
+
+def test_count_min_sketch_never_underestimates() -> None:
+    rng = random.Random(7)
+    cms = CountMinSketch(width=256, depth=4)
+    truth: Counter[str] = Counter()
+    state = cms.empty()
+    for _ in range(20_000):
+        item = f"i{int(rng.paretovariate(1.2))}"
+        truth[item] += 1
+        cms.add(state, item)
+    total = sum(truth.values())
+    for item, n in truth.items():
+        est = cms.estimate(state, item)
+        assert est >= n
+        assert est - n <= math.e / 256 * total * 3  # loose bound, deterministic here
+    for row in range(cms.depth):
+        assert sum(state.get(row * 256 + c, 0) for c in range(256)) == total
+    assert cms.estimate(state, "never-seen") >= 0
+    assert cms.combine(state, cms.lift("i1", -truth["i1"])) != state
+
+
+def test_topk_exact_on_running_totals() -> None:
+    rng = random.Random(3)
+    topk = TopK(5)
+    totals: Counter[str] = Counter()
+    lifted = []
+    for _ in range(3000):
+        item = f"w{min(int(rng.expovariate(0.15)), 60)}"
+        totals[item] += 1
+        lifted.append(topk.lift(item, totals[item]))
+    expected = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+    rng.shuffle(lifted)  # any order: the monoid is commutative
+    chunks = [topk.combine_all(lifted[i : i + 97]) for i in range(0, len(lifted), 97)]
+    rng.shuffle(chunks)
+    state = topk.combine_all(chunks)
+    assert TopK.top(state) == expected
+    assert topk.combine_all(lifted) == state
+
+
+def test_topk_ties_break_on_item() -> None:
+    topk = TopK(2)
+    state = topk.combine_all(topk.lift(i, 1) for i in ["d", "b", "c", "a"])
+    assert TopK.top(state) == [("a", 1), ("b", 1)]
+    assert topk.absorb(state, {"z": 2, "a": 0}) == {"z": 2, "a": 1}
+
+
+def test_mean_and_last_values() -> None:
+    mean = Mean()
+    assert Mean.value(mean.empty()) is None
+    assert Mean.value(mean.combine_all(map(Mean.lift, [1, 2, 3, 4]))) == 2.5
+    last = Last()
+    a, b, c = last.lift((5, 0), "old"), last.lift((9, 1), "new"), last.lift((9, 1), "tie")
+    assert Last.value(last.combine_all([b, a])) == "new"
+    assert last.combine(b, c) == last.combine(c, b) == c  # repr("tie") > repr("new")
+    assert Last.value(last.empty()) is None
+
+
+def test_tumbling_window_expiry() -> None:
+    w = TumblingWindow(60, Count())
+    state = w.combine_all([w.lift(10, 1), w.lift(20, 1), w.lift(70, 1)])
+    assert state == (70, {0: 2, 60: 1})
+    state = w.absorb(state, w.lift(130, 1))  # [0, 60) ends at 60 <= 130 - 60
+    assert state == (130, {60: 1, 120: 1})
+    assert w.absorb(w.copy(state), w.lift(5, 1)) == state  # too late: dropped
+    assert w.windows(state) == [(60, 120, 1), (120, 180, 1)]
+    events = [w.lift(t, 1) for t in (10, 20, 70, 130, 5, 179, 119)]
+    for p in itertools.permutations(events):
+        assert w.combine_all(p) == (179, {60: 2, 120: 2})
+
+
+def test_retention_zero_keeps_only_the_current_window() -> None:
+    w = TumblingWindow(60, Count(), retention=0)
+    assert w.combine(w.lift(59, 1), w.lift(60, 1)) == (60, {60: 1})
+
+
+def test_sliding_window_covers_every_window() -> None:
+    w = SlidingWindow(30, 10, Count())
+    assert w.lift(25, 1) == (25, {20: 1, 10: 1, 0: 1})
+    assert sorted(w.window_starts(30)) == [10, 20, 30]
+    state = w.combine_all(w.lift(t, 1) for t in (25, 31, 95))
+    # horizon: start <= 95 - 30 - 30 = 35 expired
+    assert state == (95, {90: 1, 80: 1, 70: 1})
+    hll = HyperLogLog(8)
+    sw = SlidingWindow(60, 30, hll)
+    lifted = sw.lift(45, hll.lift("x"))
+    assert lifted[1][0] == lifted[1][30] and lifted[1][0] is not lifted[1][30]
+
+
+# --------------------------------------------------------------------------- copies
+
+
+def test_copy_is_independent_for_containers() -> None:
+    keyed = per_key(SetUnion())
+    state = {"a": {"x"}}
+    dup = keyed.copy(state)
+    keyed.absorb(dup, {"a": {"y"}, "b": {"z"}})
+    assert state == {"a": {"x"}}
+
+    value = {"k": {"v"}}
+    acc = keyed.absorb(keyed.empty(), value)
+    keyed.absorb(acc, {"k": {"w"}})
+    assert value == {"k": {"v"}}  # a new key stores a copy of the value
+
+    hll = HyperLogLog(6)
+    w = TumblingWindow(60, hll)
+    state2 = w.lift(5, hll.lift("a"))
+    before = pickle.loads(pickle.dumps(state2))
+    dup2 = w.copy(state2)
+    w.absorb(dup2, w.lift(6, hll.lift("b")))
+    assert state2 == before and dup2 != state2
+
+    nested = per_key(TumblingWindow(60, per_key(SetUnion())))
+    state3 = {"k": (1, {0: {"a": {"x"}}})}
+    dup3 = nested.copy(state3)
+    nested.absorb(dup3, {"k": (2, {0: {"a": {"y"}}})})
+    assert state3 == {"k": (1, {0: {"a": {"x"}}})}
+
+
+def test_keyed_map_keeps_identity_entries_and_get() -> None:
+    m = per_key(Sum())
+    assert m.combine({"a": 0}, {}) == {"a": 0}
+    assert m.get({"a": 3}, "b") == 0
+    assert m.absorb({"a": 1}, {"a": 2, "b": 5}) == {"a": 3, "b": 5}
+
+
+# --------------------------------------------------------------------------- Avro
+
+
+def _sample_states() -> list[tuple[Monoid[Any], Any]]:
+    hll = HyperLogLog(10)
+    cms = CountMinSketch(64, 3)
+    top = TopK(3)
+    tw = TumblingWindow(60, top)
+    sw = SlidingWindow(60, 20, hll)
+    tsum = TumblingWindow(60, Sum())
+    pkw = per_key(tsum)
+    samples: list[tuple[Monoid[Any], Any]] = [
+        (Count(), 42),
+        (Sum(), -7),
+        (Sum("double"), 2.5),
+        (Min(), 3),
+        (Max("double"), None),
+        (Mean(), (10.0, 4)),
+        (Last(), ((17, 2), "latest")),
+        (Last("json"), ((1, 1), {"a": [1, 2, None]})),
+        (SetUnion(), {"x", "y"}),
+        (top, top.combine_all(top.lift(w, s) for w, s in [("a", 3), ("b", 9), ("c", 1)])),
+        (hll, hll.combine_all(hll.lift(i) for i in range(500))),
+        (cms, cms.combine_all(cms.lift(i, 2) for i in "abcdef")),
+        (per_key(Count()), {"a": 1, "b": 2}),
+        (per_key(Mean(), key_type=("string", "long")), {("fr", 3): (4.0, 2), ("de", 1): (1.0, 1)}),
+        (per_key(per_key(Count())), {"a": {"x": 1}, "b": {}}),
+        (tw, tw.combine_all([tw.lift(5, top.lift("a", 1)), tw.lift(65, top.lift("b", 2))])),
+        (sw, sw.combine_all(sw.lift(t, hll.lift(t)) for t in range(0, 200, 7))),
+        (pkw, {"a": tsum.lift(61, 3), "b": tsum.empty()}),
+        (per_key(AnyTrue()), {"a": True}),
+    ]
+    return samples
+
+
+SAMPLES = _sample_states()
+
+
+@pytest.mark.parametrize(("monoid", "state"), SAMPLES, ids=[m.describe() for m, _ in SAMPLES])
+def test_avro_container_round_trip(monoid: Monoid[Any], state: Any) -> None:
+    schema = fastavro.parse_schema(monoid.avro_schema())
+    buf = io.BytesIO()
+    fastavro.writer(buf, schema, [monoid.to_avro(state)], metadata={"monoid": monoid.describe()})
+    buf.seek(0)
+    reader = fastavro.reader(buf)  # an offline reader needs nothing but the file
+    assert reader.metadata["monoid"] == monoid.describe()
+    (record,) = list(reader)
+    assert monoid.from_avro(record) == state
+    assert avro_round_trip(monoid, state) == state
+
+
+def test_nested_schemas_have_unique_names() -> None:
+    nested: list[Monoid[Any]] = [
+        per_key(TumblingWindow(60, Mean())),
+        per_key(per_key(per_key(Mean()))),
+        per_key(
+            TumblingWindow(60, per_key(Last(order_type=("long", "string")))),
+            key_type=("string", "long"),
+        ),
+        SlidingWindow(60, 10, per_key(TopK(3, item_type=("string", "long")), key_type=("long",))),
+        TumblingWindow(60, SlidingWindow(30, 10, per_key(Min(("long", "long"))))),
+    ]
+    for m in nested:
+        fastavro.parse_schema(m.avro_schema())
+        fastavro.parse_schema(m.avro_schema_in("bolt.counts"))
+    names = _record_names(nested[0].avro_schema())
+    assert names == [
+        "hailstorm.state.PerKeyEntry",
+        "hailstorm.state.per_key.Tumbling",
+        "hailstorm.state.per_key.TumblingBucket",
+        "hailstorm.state.per_key.tumbling.Mean",
+    ]
+
+
+def _record_names(schema: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(schema, dict):
+        if schema.get("type") == "record":
+            out.append(schema["name"])
+            for f in schema["fields"]:
+                out += _record_names(f["type"])
+        elif schema.get("type") == "array":
+            out += _record_names(schema["items"])
+    elif isinstance(schema, list):
+        for s in schema:
+            out += _record_names(s)
+    return out
+
+
+def test_tuple_keys_read_offline_as_records() -> None:
+    m = per_key(Count(), key_type=("string", "long"))
+    assert m.to_avro({("fr", 3): 2}) == [{"key": {"k0": "fr", "k1": 3}, "value": 2}]
+
+
+# --------------------------------------------------------------------------- misc
+
+
+def test_describe() -> None:
+    assert per_key(Count()).describe() == "per_key(Count)"
+    assert TumblingWindow(60, TopK(10)).describe() == "tumbling(60s, TopK(10))"
+    assert (
+        SlidingWindow(60, 10, HyperLogLog()).describe()
+        == "sliding(60s every 10s, HyperLogLog(p=12))"
+    )
+    assert per_key(Sum("double"), key_type="long").describe() == "per_key(Sum(double), key=long)"
+    assert TumblingWindow(60, Mean(), retention=120).describe() == (
+        "tumbling(60s, Mean, retention=120s)"
+    )
+    assert repr(Count()) == "<Count Count>"
+
+
+@pytest.mark.parametrize(("monoid", "state"), SAMPLES, ids=[m.describe() for m, _ in SAMPLES])
+def test_monoids_pickle(monoid: Monoid[Any], state: Any) -> None:
+    clone = pickle.loads(pickle.dumps(monoid))
+    assert clone.describe() == monoid.describe()
+    assert clone.combine(state, clone.empty()) == state
+
+
+def test_bad_configuration_is_rejected() -> None:
+    for make in (
+        lambda: Sum("int"),
+        lambda: TopK(0),
+        lambda: HyperLogLog(2),
+        lambda: per_key(Count(), key_type={"type": "map", "values": "long"}),
+        lambda: TumblingWindow(0, Count()),
+        lambda: SlidingWindow(10, 0, Count()),
+        lambda: Min("float"),
+    ):
+        with pytest.raises(ValueError):
+            make()
+    with pytest.raises(ValueError):
+        HyperLogLog(8).from_avro(HyperLogLog(10).to_avro(HyperLogLog(10).empty()))
+
+
+def test_docstring_examples() -> None:
+    for module in (monoids_module, testing_module):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0
