@@ -1287,8 +1287,7 @@ class Record(Monoid[dict[str, Any]]):
         if unknown:
             raise KeyError(f"Record has no field(s) {sorted(unknown)}")
         return {
-            name: values[name] if name in values else m.empty()
-            for name, m in self.fields.items()
+            name: values[name] if name in values else m.empty() for name, m in self.fields.items()
         }
 
     def avro_schema(self) -> Any:

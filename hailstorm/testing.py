@@ -1,4 +1,7 @@
-"""Test helpers for hailstorm users: property checks of monoid laws.
+"""Test helpers for hailstorm users: the sequential reference model and monoid law checks.
+
+:func:`run_model` runs a topology in one process over a finite list of messages; it is the
+oracle distributed runs are compared with.
 
 >>> from hypothesis import strategies as st
 >>> from hailstorm.monoids import Count, per_key
@@ -21,9 +24,19 @@ import fastavro
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hailstorm.model import Message, ModelResult, messages, run_model
 from hailstorm.monoids import Monoid
 
-__all__ = ["approx_equal", "avro_round_trip", "check_monoid_laws", "states_of"]
+__all__ = [
+    "Message",
+    "ModelResult",
+    "approx_equal",
+    "avro_round_trip",
+    "check_monoid_laws",
+    "messages",
+    "run_model",
+    "states_of",
+]
 
 Equal = Callable[[Any, Any], bool]
 

@@ -1,0 +1,89 @@
+"""Hailstorm: exactly-once stateful stream processing over Apache Kafka.
+
+Define a topology in a plain Python module::
+
+    from hailstorm import Count, Table, Topology, per_key
+
+    topology = Topology("wordcount")
+    lines = topology.spout("lines", topic="words", decoder="text", explode=str.split)
+    counts = topology.bolt("counts", inputs=[lines], key=lambda w: w, state=per_key(Count()),
+                           lift=lambda w: 1, emit=lambda w, n: [(w, n)])
+    topology.sink("word_counts", inputs=[counts],
+                  target=Table("word_counts", columns={"word": "text", "count": "bigint"},
+                               key=["word"], mode="upsert"))
+
+See ``docs/writing-topologies.md``.
+"""
+
+from hailstorm.decoders import Avro, DecodeError
+from hailstorm.model import DeadLetter, Message, ModelResult, messages, run_model
+from hailstorm.monoids import (
+    Count,
+    CountMinSketch,
+    HyperLogLog,
+    KeyedMap,
+    Last,
+    Max,
+    Mean,
+    Min,
+    Monoid,
+    Record,
+    SetUnion,
+    SlidingWindow,
+    Sum,
+    TopK,
+    TumblingWindow,
+    per_key,
+)
+from hailstorm.routing import route
+from hailstorm.topology import (
+    BoltSpec,
+    Collect,
+    SinkSpec,
+    SinkTarget,
+    SpoutSpec,
+    Table,
+    Topology,
+    TopologyError,
+    load_topology,
+    render_dot,
+    render_text,
+)
+
+__all__ = [
+    "Avro",
+    "BoltSpec",
+    "Collect",
+    "Count",
+    "CountMinSketch",
+    "DeadLetter",
+    "DecodeError",
+    "HyperLogLog",
+    "KeyedMap",
+    "Last",
+    "Max",
+    "Mean",
+    "Message",
+    "Min",
+    "ModelResult",
+    "Monoid",
+    "Record",
+    "SetUnion",
+    "SinkSpec",
+    "SinkTarget",
+    "SlidingWindow",
+    "SpoutSpec",
+    "Sum",
+    "Table",
+    "TopK",
+    "Topology",
+    "TopologyError",
+    "TumblingWindow",
+    "load_topology",
+    "messages",
+    "per_key",
+    "render_dot",
+    "render_text",
+    "route",
+    "run_model",
+]

@@ -1,0 +1,238 @@
+"""The sequential reference model: what a topology computes, with no concurrency.
+
+:func:`run_model` feeds Kafka-like messages through a topology in the order given, in one
+process: decode (failures become dead letters, counted, never fatal), explode, then push
+each tuple depth-first through the DAG. Bolts keep one state per instance, split by the
+same routing function the distributed runtime uses, and use the same lift/emit code
+(:class:`~hailstorm.topology.BoltSpec`). The exactly-once runtime must end in the states
+and tables this model computes.
+
+Every tuple carries its *origin* ``((topic, partition), offset)``: the Kafka message it
+came from. Tuples a bolt emits inherit the origin of the tuple that caused them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hailstorm.clock import Partition
+from hailstorm.decoders import DecodeError
+from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology
+
+__all__ = ["DeadLetter", "Message", "ModelResult", "Origin", "messages", "run_model"]
+
+Origin = tuple[Partition, int]
+"""Where a tuple came from: ``((topic, partition), offset)``."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One Kafka message (``value`` is the raw bytes; ``None`` is a tombstone)."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes | None
+    key: bytes | None = None
+    timestamp: int | None = None
+
+    @property
+    def source(self) -> Partition:
+        """``(topic, partition)``."""
+        return (self.topic, self.partition)
+
+    @property
+    def origin(self) -> Origin:
+        """``((topic, partition), offset)``."""
+        return ((self.topic, self.partition), self.offset)
+
+
+def messages(
+    topic: str, values: Iterable[Any], *, partition: int = 0, first_offset: int = 0
+) -> list[Message]:
+    """Consecutive messages of one partition, for tests.
+
+    Each value may be ``bytes`` (used as is), ``str`` (UTF-8) or anything else (JSON).
+    """
+    result = []
+    for offset, value in enumerate(values, start=first_offset):
+        if isinstance(value, str):
+            raw: bytes | None = value.encode("utf-8")
+        elif isinstance(value, bytes | None):
+            raw = value
+        else:
+            raw = json.dumps(value).encode("utf-8")
+        result.append(Message(topic, partition, offset, raw))
+    return result
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message a spout could not decode or explode."""
+
+    spout: str
+    topic: str
+    """The dead-letter topic it would be written to."""
+    message: Message
+    error: str
+    stage: str
+    """``"decode"`` or ``"explode"``."""
+
+
+class ModelResult:
+    """The outcome of :func:`run_model`."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.messages_processed = 0
+        """Messages consumed, including those that became dead letters."""
+        self.dead_letters: list[DeadLetter] = []
+        self._states: dict[str, list[Any]] = {
+            b.name: [b.state.empty() for _ in range(b.parallelism)] for b in topology.bolts
+        }
+        self._outputs: dict[str, list[tuple[Origin, Any]]] = {
+            n.name: [] for n in topology.nodes if not isinstance(n, SinkSpec)
+        }
+        self._sink_rows: dict[str, list[tuple[Origin, Any]]] = {s.name: [] for s in topology.sinks}
+        self._tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {
+            s.name: {} for s in topology.sinks if isinstance(s.target, Table)
+        }
+        self._append_counts: dict[tuple[str, Origin], int] = {}
+
+    def _bolt(self, name: str) -> BoltSpec:
+        node = self.topology.node(name)
+        if not isinstance(node, BoltSpec):
+            raise KeyError(f"{name!r} is a {node.kind}, not a bolt")
+        return node
+
+    def instance_states(self, name: str) -> list[Any]:
+        """Bolt ``name``'s state per instance (index = instance number)."""
+        self._bolt(name)
+        return self._states[name]
+
+    def bolt_state(self, name: str) -> Any:
+        """Bolt ``name``'s whole state: its instance states merged."""
+        bolt = self._bolt(name)
+        states = self._states[name]
+        return states[0] if len(states) == 1 else bolt.state.combine_all(states)
+
+    def outputs(self, name: str) -> list[tuple[Origin, Any]]:
+        """``(origin, tuple)`` emitted by spout or bolt ``name``, in order."""
+        if name not in self._outputs:
+            self.topology.node(name)
+            raise KeyError(f"{name!r} is a sink; use sink_rows({name!r})")
+        return self._outputs[name]
+
+    def sink_rows(self, name: str) -> list[tuple[Origin, Any]]:
+        """``(origin, tuple)`` received by sink ``name``, in order."""
+        if name not in self._sink_rows:
+            node = self.topology.node(name)
+            raise KeyError(f"{name!r} is a {node.kind}, not a sink")
+        return self._sink_rows[name]
+
+    def table(self, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """Final content of sink ``name``'s table: key tuple -> row.
+
+        ``upsert``: the last row per key; ``merge``: rows per key with non-key columns
+        added up; ``append``: every row, keyed by ``(topic, partition, offset, n)`` where
+        ``n`` numbers the rows caused by the same message.
+        """
+        if name not in self._tables:
+            node = self.topology.node(name)
+            if isinstance(node, SinkSpec):
+                raise KeyError(
+                    f"sink {name!r} writes to {node.target.describe()}, not a Table; "
+                    f"use sink_rows({name!r})"
+                )
+            raise KeyError(f"{name!r} is a {node.kind}, not a sink")
+        return self._tables[name]
+
+    # -- feeding ----------------------------------------------------------------------
+
+    def _write(self, sink: SinkSpec, origin: Origin, t: Any) -> None:
+        self._sink_rows[sink.name].append((origin, t))
+        target = sink.target
+        if not isinstance(target, Table):
+            return
+        row = target.to_row(t)
+        table = self._tables[sink.name]
+        if target.mode == "append":
+            counter = (sink.name, origin)
+            n = self._append_counts.get(counter, 0)
+            self._append_counts[counter] = n + 1
+            (topic, partition), offset = origin
+            table[(topic, partition, offset, n)] = row
+            return
+        key = target.key_of(row)
+        old = table.get(key)
+        if target.mode == "merge" and old is not None:
+            for column in target.value_columns:
+                row[column] = old[column] + row[column]
+        table[key] = row
+
+
+def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
+    """Run ``topology`` over ``messages`` sequentially and return the result.
+
+    Messages are processed in the order given. Each goes to every spout reading its
+    topic; a decode/explode failure is recorded in ``dead_letters`` and processing goes
+    on. Tuples travel depth-first: a bolt absorbs a tuple and its emitted tuples reach the
+    downstream nodes before the next tuple is processed. Exceptions raised by bolt
+    functions (key, lift, emit) or by a sink's ``row`` propagate, annotated with the node
+    and the tuple.
+    """
+    topology.validate()
+    result = ModelResult(topology)
+    spouts_by_topic: dict[str, list[SpoutSpec]] = {}
+    for spout in topology.spouts:
+        spouts_by_topic.setdefault(spout.topic, []).append(spout)
+    downstream: dict[str, Sequence[BoltSpec | SinkSpec]] = {
+        n.name: topology.downstream_of(n.name) for n in topology.nodes
+    }
+    states = result._states
+    outputs = result._outputs
+
+    def deliver(source: str, origin: Origin, t: Any) -> None:
+        outputs[source].append((origin, t))
+        for node in downstream[source]:
+            if isinstance(node, SinkSpec):
+                try:
+                    result._write(node, origin, t)
+                except Exception as exc:
+                    exc.add_note(f"in sink {node.name!r}, writing tuple {t!r} from {origin}")
+                    raise
+                continue
+            instance_states = states[node.name]
+            try:
+                instance = node.instance_for(t)
+                state, produced = node.process(instance_states[instance], t)
+            except Exception as exc:
+                exc.add_note(f"in bolt {node.name!r}, processing tuple {t!r} from {origin}")
+                raise
+            instance_states[instance] = state
+            for out in produced:
+                deliver(node.name, origin, out)
+
+    for message in messages:
+        readers = spouts_by_topic.get(message.topic)
+        if readers is None:
+            raise ValueError(
+                f"message on topic {message.topic!r}, but no spout of topology "
+                f"{topology.name!r} reads it (spouts read: {', '.join(spouts_by_topic)})"
+            )
+        result.messages_processed += 1
+        origin = message.origin
+        for spout in readers:
+            try:
+                tuples = spout.tuples_of(message.value)
+            except DecodeError as exc:
+                result.dead_letters.append(
+                    DeadLetter(spout.name, spout.dead_letter, message, str(exc), exc.stage)
+                )
+                continue
+            for t in tuples:
+                deliver(spout.name, origin, t)
+    return result

@@ -1,0 +1,1231 @@
+"""Declaring topologies: spouts, bolts and sinks wired into a DAG.
+
+A topology lives in a plain Python module that defines a module-level ``topology``::
+
+    topology = Topology("wordcount")
+    lines = topology.spout("lines", topic="words", decoder="text",
+                           explode=lambda line: re.findall(r"[a-z]+", line.lower()))
+    counts = topology.bolt("counts", inputs=[lines], key=lambda word: word,
+                           state=per_key(Count()), lift=lambda word: 1,
+                           emit=lambda word, count: [(word, count)], parallelism=2)
+    topology.sink("word_counts", inputs=[counts], target=Table(...))
+
+Everything here is a pure description plus the pure per-tuple functions the distributed
+runtime and the sequential reference model (:mod:`hailstorm.model`) share:
+:meth:`SpoutSpec.tuples_of`, :meth:`BoltSpec.contribution`, :meth:`BoltSpec.absorb`,
+:meth:`BoltSpec.value_for_emit`, :meth:`BoltSpec.outputs` (plus the batch helpers built on
+them) and :meth:`Table.to_row`. Mistakes raise :class:`TopologyError` naming the module,
+the node and the fix.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import importlib.util
+import linecache
+import os
+import re
+import sys
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from hailstorm.decoders import DecodeError, Decoder, DecoderSpec, resolve_decoder
+from hailstorm.monoids import Monoid
+from hailstorm.routing import partition_by_instance, route
+
+__all__ = [
+    "BoltSpec",
+    "Collect",
+    "Edge",
+    "Node",
+    "RowError",
+    "SinkSpec",
+    "SinkTarget",
+    "SpoutSpec",
+    "Table",
+    "Topology",
+    "TopologyError",
+    "load_topology",
+    "render_dot",
+    "render_text",
+]
+
+NAME_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+"""Topology, node, table and column names: safe as ZooKeeper path segments, Kafka topic
+names and unquoted SQL identifiers."""
+
+TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+"""Kafka's rule for topic names (``.`` and ``..`` are also refused)."""
+
+Routing = Literal["key", "all"]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class TopologyError(Exception):
+    """A topology (or its module) is invalid.
+
+    The message reads ``<module>: topology 'x', bolt 'y': <problem>. Fix: <fix>``; the
+    parts are also available as attributes (``module`` is filled in by
+    :func:`load_topology`).
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        fix: str = "",
+        node: str | None = None,
+        topology: str | None = None,
+        module: str | None = None,
+    ) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+        self.node = node
+        self.topology = topology
+        self.module = module
+
+    def __str__(self) -> str:
+        where = []
+        if self.topology:
+            where.append(f"topology {self.topology!r}")
+        if self.node:
+            where.append(self.node)
+        text = self.problem.rstrip(".")
+        if where:
+            text = f"{', '.join(where)}: {text}"
+        if self.module:
+            text = f"{self.module}: {text}"
+        if self.fix:
+            text = f"{text}. Fix: {self.fix.rstrip('.')}."
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_error, (self.problem, self.fix, self.node, self.topology, self.module))
+
+
+def _rebuild_error(
+    problem: str, fix: str, node: str | None, topology: str | None, module: str | None
+) -> TopologyError:
+    return TopologyError(problem, fix=fix, node=node, topology=topology, module=module)
+
+
+class RowError(ValueError):
+    """A sink tuple cannot be turned into a row of its table."""
+
+
+def _check_name(name: object, what: str, node: str | None, topology: str | None) -> None:
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise TopologyError(
+            f"{what} {name!r} is not a valid name (it must match {NAME_PATTERN.pattern}: "
+            "lowercase letters, digits and '_', not starting with a digit, at most 63 "
+            "characters) because it becomes a ZooKeeper path segment, part of Kafka topic "
+            "names and an SQL identifier",
+            fix=f"rename it, e.g. {_suggest_name(name)!r}",
+            node=node,
+            topology=topology,
+        )
+
+
+def _suggest_name(name: object) -> str:
+    text = re.sub(r"[^a-z0-9_]+", "_", str(name).lower()).strip("_") or "name"
+    if text[0].isdigit():
+        text = f"_{text}"
+    return text[:63]
+
+
+def _check_topic(topic: object, what: str, node: str | None, topology: str | None) -> None:
+    if not isinstance(topic, str) or not TOPIC_PATTERN.match(topic) or topic in {".", ".."}:
+        raise TopologyError(
+            f"{what} {topic!r} is not a valid Kafka topic name (1-249 characters from "
+            "a-z A-Z 0-9 . _ -, and not '.' or '..')",
+            fix="use a name such as 'page-views' or 'words'",
+            node=node,
+            topology=topology,
+        )
+
+
+def _function_name(function: Callable[..., Any] | None) -> str:
+    """A short readable name: the qualified name, or a lambda's own source text."""
+    if function is None:
+        return "-"
+    name = getattr(function, "__qualname__", None) or type(function).__name__
+    if getattr(function, "__name__", None) == "<lambda>":
+        return _lambda_source(function) or name
+    return name
+
+
+def _lambda_source(function: Callable[..., Any]) -> str | None:
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None
+    try:
+        source = "".join(linecache.getlines(code.co_filename))
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    arguments = list(code.co_varnames[: code.co_argcount])
+    candidates = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Lambda)
+        and node.lineno == code.co_firstlineno
+        and [a.arg for a in node.args.args] == arguments
+    ]
+    if len(candidates) != 1:
+        return None
+    segment = ast.get_source_segment(source, candidates[0])
+    if segment is None:
+        return None
+    text = " ".join(segment.split())
+    return text if len(text) <= 72 else text[:69] + "..."
+
+
+# --------------------------------------------------------------------------- sinks
+
+
+class SinkTarget(ABC):
+    """Where a sink writes. Executing targets against databases is the sink runtime's job;
+    a target here is a validated description."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line for ``hailstorm show``."""
+
+
+@dataclass(frozen=True, eq=False)
+class Collect(SinkTarget):
+    """Keep the rows in memory: for tests and :func:`hailstorm.model.run_model`."""
+
+    def describe(self) -> str:
+        return "collect (in memory)"
+
+
+TableMode = Literal["upsert", "merge", "append"]
+_MODES: tuple[str, ...] = ("upsert", "merge", "append")
+_NUMERIC_TYPES = {
+    "smallint",
+    "integer",
+    "int",
+    "bigint",
+    "real",
+    "double precision",
+    "float",
+    "numeric",
+    "decimal",
+}
+_OTHER_TYPES = {
+    "text",
+    "varchar",
+    "boolean",
+    "bytea",
+    "date",
+    "timestamp",
+    "timestamptz",
+    "json",
+    "jsonb",
+}
+_TYPE_PATTERN = re.compile(r"^([a-z ]+?)\s*(\(\s*\d+\s*(,\s*\d+\s*)?\))?$")
+
+
+def _base_type(sql_type: str) -> str | None:
+    match = _TYPE_PATTERN.match(sql_type.strip().lower())
+    if not match:
+        return None
+    base = " ".join(match.group(1).split())
+    return base if base in _NUMERIC_TYPES or base in _OTHER_TYPES else None
+
+
+@dataclass(frozen=True, eq=False)
+class Table(SinkTarget):
+    """A database table a sink keeps up to date (validated description, no I/O).
+
+    ``columns`` maps column name -> SQL type, in row order. ``mode``:
+
+    * ``"upsert"``: one row per ``key``; a new row for a key replaces the old one
+      (use with bolts that emit running totals);
+    * ``"merge"``: one row per ``key``; non-key columns (all numeric) are added to the
+      stored ones (use with bolts that emit increments);
+    * ``"append"``: every tuple adds a row (no ``key``).
+
+    ``row`` turns a tuple into ``{column: value}``; by default tuples/lists map
+    positionally onto ``columns`` and dicts pass through. ``url`` names the database
+    (``None``: the sink job's default, SQLite).
+    """
+
+    name: str
+    columns: Mapping[str, str]
+    key: Sequence[str] = ()
+    mode: TableMode = "upsert"
+    url: str | None = None
+    row: Callable[[Any], Mapping[str, Any]] | None = None
+    column_names: tuple[str, ...] = field(init=False, repr=False)
+    value_columns: tuple[str, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        node = f"table {self.name!r}"
+        _check_name(self.name, "table name", node, None)
+        if not isinstance(self.columns, Mapping) or not self.columns:
+            raise TopologyError(
+                "columns must be a non-empty dict of column name -> SQL type",
+                fix='pass columns={"word": "text", "count": "bigint"}',
+                node=node,
+            )
+        for column, sql_type in self.columns.items():
+            _check_name(column, "column", node, None)
+            if not isinstance(sql_type, str) or _base_type(sql_type) is None:
+                raise TopologyError(
+                    f"column {column!r} has unsupported type {sql_type!r}",
+                    fix="use one of " + ", ".join(sorted(_NUMERIC_TYPES | _OTHER_TYPES)),
+                    node=node,
+                )
+        key = (self.key,) if isinstance(self.key, str) else tuple(self.key)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "columns", dict(self.columns))
+        object.__setattr__(self, "column_names", tuple(self.columns))
+        if self.mode not in _MODES:
+            raise TopologyError(
+                f"mode {self.mode!r} is not one of {', '.join(_MODES)}",
+                fix='use mode="upsert" for running totals, "merge" for increments, '
+                '"append" for one row per tuple',
+                node=node,
+            )
+        for column in key:
+            if column not in self.columns:
+                raise TopologyError(
+                    f"key column {column!r} is not among the columns ({', '.join(self.columns)})",
+                    fix=f"add {column!r} to columns or remove it from key",
+                    node=node,
+                )
+        if len(set(key)) != len(key):
+            raise TopologyError(
+                f"key {list(key)} lists a column twice", fix="list each column once", node=node
+            )
+        if self.mode in ("upsert", "merge") and not key:
+            raise TopologyError(
+                f"{self.mode} mode needs key columns to find the row to update",
+                fix='pass key=["..."] naming the identifying columns, or use mode="append"',
+                node=node,
+            )
+        if self.mode == "append" and key:
+            raise TopologyError(
+                "append mode writes every tuple as a new row, so key is not used",
+                fix='drop key=..., or use mode="upsert"/"merge" for one row per key',
+                node=node,
+            )
+        values = tuple(c for c in self.columns if c not in key)
+        object.__setattr__(self, "value_columns", values)
+        if self.mode == "merge":
+            for column in values:
+                if _base_type(self.columns[column]) not in _NUMERIC_TYPES:
+                    raise TopologyError(
+                        f"merge mode adds non-key columns together, but {column!r} has "
+                        f"type {self.columns[column]!r}",
+                        fix="make every non-key column numeric (bigint, double precision, "
+                        '...), add it to key, or use mode="upsert"',
+                        node=node,
+                    )
+        if self.url is not None and not isinstance(self.url, str):
+            raise TopologyError(
+                f"url must be a string, got {self.url!r}", fix="pass a URL string", node=node
+            )
+        if self.row is not None and not callable(self.row):
+            raise TopologyError(
+                f"row must be a function tuple -> dict of column values, got {self.row!r}",
+                fix="pass row=lambda t: {...} or leave it out for positional tuples",
+                node=node,
+            )
+
+    def to_row(self, t: Any) -> dict[str, Any]:
+        """The ``{column: value}`` row for sink tuple ``t`` (raises :class:`RowError`)."""
+        value = self.row(t) if self.row is not None else t
+        if isinstance(value, Mapping):
+            row = dict(value)
+            if row.keys() != self.columns.keys():
+                missing = [c for c in self.column_names if c not in row]
+                extra = [c for c in row if c not in self.columns]
+                raise RowError(
+                    f"table {self.name!r}: row {row!r} does not match the columns "
+                    f"({', '.join(self.column_names)}): missing {missing}, unexpected {extra}"
+                )
+            return row
+        if isinstance(value, tuple | list):
+            if len(value) != len(self.column_names):
+                raise RowError(
+                    f"table {self.name!r}: tuple {value!r} has {len(value)} values but the "
+                    f"table has {len(self.column_names)} columns "
+                    f"({', '.join(self.column_names)})"
+                )
+            return dict(zip(self.column_names, value, strict=True))
+        raise RowError(
+            f"table {self.name!r}: cannot make a row out of {value!r}; emit tuples or dicts, "
+            "or give the Table a row= function"
+        )
+
+    def key_of(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The key tuple of ``row`` (in ``key`` order)."""
+        return tuple(row[c] for c in self.key)
+
+    def describe(self) -> str:
+        columns = ", ".join(f"{c} {t}" for c, t in self.columns.items())
+        text = f"table {self.name}({columns}) {self.mode}"
+        if self.key:
+            text += f" on ({', '.join(self.key)})"
+        if self.url:
+            text += f" at {_redact_url(self.url)}"
+        return text
+
+
+def _redact_url(url: str) -> str:
+    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True, eq=False)
+class SpoutSpec:
+    """Reads one Kafka topic; one instance per partition at run time."""
+
+    name: str
+    topic: str
+    decoder: Decoder
+    explode: Callable[[Any], Iterable[Any] | None] | None
+    dead_letter: str
+    kind: ClassVar[str] = "spout"
+
+    def tuples_of(self, raw: bytes | None) -> list[Any]:
+        """Decode a message value and explode it into tuples.
+
+        Raises :class:`~hailstorm.decoders.DecodeError` when the decoder or the explode
+        function fails (the message belongs in the dead-letter topic). An explode
+        function returning something that is not a collection of tuples is a bug in the
+        topology and raises ``TypeError``.
+        """
+        value = self.decoder.decode(raw)
+        if self.explode is None:
+            return [value]
+        try:
+            exploded = self.explode(value)
+        except Exception as exc:
+            raise DecodeError(
+                f"spout {self.name!r}: explode failed: {type(exc).__name__}: {exc}",
+                exc,
+                stage="explode",
+            ) from exc
+        return _as_output_list(exploded, f"spout {self.name!r}: explode")
+
+    def tuples_of_many(self, raws: Iterable[bytes | None]) -> list[list[Any] | DecodeError]:
+        """:meth:`tuples_of` for a batch: each failed message yields its DecodeError."""
+        results: list[list[Any] | DecodeError] = []
+        for raw in raws:
+            try:
+                results.append(self.tuples_of(raw))
+            except DecodeError as exc:
+                results.append(exc)
+        return results
+
+
+def _as_output_list(produced: Any, what: str) -> list[Any]:
+    kind = type(produced)
+    if kind is list:
+        return produced
+    if produced is None:
+        return []
+    if kind is tuple or isinstance(produced, str | bytes | bytearray | Mapping):
+        raise TypeError(
+            f"{what} returned {produced!r}; it must return a list of tuples, e.g. "
+            f"[{produced!r}] for a single tuple (or None/[] for none)"
+        )
+    try:
+        return list(produced)
+    except TypeError:
+        raise TypeError(
+            f"{what} returned {produced!r}; it must return a list of tuples (or None/[] for none)"
+        ) from None
+
+
+@dataclass(frozen=True, eq=False)
+class BoltSpec:
+    """Keeps commutative-monoid state and emits tuples.
+
+    Per tuple ``t`` the runtime:
+
+    1. computes the state contribution (:meth:`contribution`): for keyed state (a
+       ``KeyedMap``) the pair ``(key(t), v)``, otherwise ``(None, v)``, where
+       ``v = lift(t)``, or ``window.lift(event_time(t), lift(t))`` for window state;
+    2. absorbs it into the state it belongs to (:meth:`absorb`);
+    3. reads the value to emit from the state(s) (:meth:`value_for_emit`: the merged
+       value for that key, or the whole state) and calls ``emit(t, value)``
+       (:meth:`outputs`).
+
+    With ``parallelism > 1`` each instance holds the part of the state for the keys it
+    owns (see :mod:`hailstorm.routing`); emit sees that instance's state.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    state: Monoid[Any]
+    lift: Callable[[Any], Any]
+    emit: Callable[[Any, Any], Iterable[Any] | None] | None
+    key: Callable[[Any], Any] | None
+    parallelism: int
+    event_time: Callable[[Any], Any] | None
+    keyed: bool = field(init=False)
+    """True when the state is a ``KeyedMap`` (state = dict key -> value)."""
+    value_monoid: Monoid[Any] = field(init=False, repr=False)
+    """The monoid of one contribution: the ``KeyedMap``'s inner monoid, or the state."""
+    window: Monoid[Any] | None = field(init=False, repr=False)
+    """The window monoid when contributions are windowed (lift takes the event time)."""
+    kind: ClassVar[str] = "bolt"
+
+    def __post_init__(self) -> None:
+        keyed_map = _keyed_map_class()
+        keyed = keyed_map is not None and isinstance(self.state, keyed_map)
+        value_monoid = _inner_monoid(self.state) if keyed else self.state
+        object.__setattr__(self, "keyed", keyed)
+        object.__setattr__(self, "value_monoid", value_monoid)
+        object.__setattr__(self, "window", value_monoid if _is_window(value_monoid) else None)
+
+    @property
+    def routing(self) -> Routing:
+        """``"key"`` when tuples are routed by the key function, else ``"all"``."""
+        return "key" if self.key is not None else "all"
+
+    # -- the shared per-tuple functions -------------------------------------------------
+
+    def instance_for(self, t: Any) -> int:
+        """The instance (``0 <= i < parallelism``) that receives tuple ``t``."""
+        if self.parallelism == 1 or self.key is None:
+            return 0
+        return route(self.key(t), self.parallelism)
+
+    def split_by_instance(self, tuples: Sequence[Any]) -> list[list[Any]]:
+        """Tuples grouped per receiving instance (order kept within each group)."""
+        return partition_by_instance(tuples, self.key, self.parallelism)
+
+    def contribution(self, t: Any) -> tuple[Any, Any]:
+        """``(state key or None, value)``: what tuple ``t`` adds to the state."""
+        value = self.lift(t)
+        if self.window is not None:
+            value = self.window.lift(self.event_time(t), value)  # type: ignore[attr-defined,misc]
+        if self.keyed:
+            return self.key(t), value  # type: ignore[misc]
+        return None, value
+
+    def absorb(self, state: Any, key: Any, value: Any) -> Any:
+        """Merge a contribution into ``state`` (owned by the caller; may be mutated)."""
+        if self.keyed:
+            return self.state.absorb(state, {key: value})
+        return self.state.absorb(state, value)
+
+    def value_for_emit(self, key: Any, states: Sequence[Any]) -> Any:
+        """What ``emit`` receives: the merged value of ``key`` (keyed state) or the
+        merged whole state, across ``states`` (e.g. ``(A, B)`` while a snapshot is
+        pending). Do not mutate the result."""
+        if self.keyed:
+            present = [s[key] for s in states if key in s]
+            if len(present) == 1:
+                return present[0]
+            if not present:
+                return self.value_monoid.empty()
+            return self.value_monoid.combine_all(present)
+        if len(states) == 1:
+            return states[0]
+        return self.state.combine_all(states)
+
+    def outputs(self, t: Any, value: Any) -> list[Any]:
+        """``emit(t, value)`` as a list of output tuples (empty without emit)."""
+        if self.emit is None:
+            return []
+        return _as_output_list(self.emit(t, value), f"bolt {self.name!r}: emit")
+
+    # -- single-state conveniences (the model; a runtime with no snapshot pending) -------
+
+    def process(self, state: Any, t: Any) -> tuple[Any, list[Any]]:
+        """Absorb ``t`` into ``state`` and return ``(state, output tuples)``."""
+        key, value = self.contribution(t)
+        state = self.absorb(state, key, value)
+        if self.emit is None:
+            return state, []
+        return state, self.outputs(t, self.value_for_emit(key, (state,)))
+
+    def process_batch(self, state: Any, tuples: Sequence[Any]) -> tuple[Any, list[tuple[int, Any]]]:
+        """Absorb ``tuples`` in order; return ``(state, [(tuple index, output), ...])``.
+
+        Without ``emit`` the batch is pre-aggregated and absorbed once.
+        """
+        if self.emit is None:
+            return self.absorb_all(state, tuples), []
+        emitted: list[tuple[int, Any]] = []
+        single: list[Any] = [state]
+        for index, t in enumerate(tuples):
+            key, value = self.contribution(t)
+            single[0] = self.absorb(single[0], key, value)
+            for out in self.outputs(t, self.value_for_emit(key, single)):
+                emitted.append((index, out))
+        return single[0], emitted
+
+    def absorb_all(self, state: Any, tuples: Iterable[Any]) -> Any:
+        """Absorb many tuples without emitting (pre-aggregates per key)."""
+        if self.keyed:
+            inner = self.value_monoid
+            update: dict[Any, Any] = {}
+            for t in tuples:
+                key, value = self.contribution(t)
+                if key in update:
+                    update[key] = inner.absorb(update[key], value)
+                else:  # lift may return a shared value: never mutate it in place
+                    update[key] = value if inner.immutable_state else inner.copy(value)
+            return self.state.absorb(state, update) if update else state
+        for t in tuples:
+            state = self.state.absorb(state, self.contribution(t)[1])
+        return state
+
+
+@dataclass(frozen=True, eq=False)
+class SinkSpec:
+    """Writes the tuples of its inputs to a :class:`SinkTarget`."""
+
+    name: str
+    inputs: tuple[str, ...]
+    target: SinkTarget
+    kind: ClassVar[str] = "sink"
+    routing: ClassVar[Routing] = "all"
+
+
+Node = SpoutSpec | BoltSpec | SinkSpec
+NodeRef = SpoutSpec | BoltSpec | SinkSpec | str
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A connection ``source -> target``; ``routing`` is ``"key"`` or ``"all"``."""
+
+    source: str
+    target: str
+    routing: Routing
+
+
+def _keyed_map_class() -> type | None:
+    from hailstorm import monoids
+
+    cls = getattr(monoids, "KeyedMap", None)
+    return cls if isinstance(cls, type) else None
+
+
+def _inner_monoid(keyed_map: Monoid[Any]) -> Monoid[Any]:
+    for attribute in ("inner", "value_monoid", "monoid"):
+        inner = getattr(keyed_map, attribute, None)
+        if isinstance(inner, Monoid):
+            return inner
+    raise TypeError(f"cannot find the inner monoid of {keyed_map!r}")
+
+
+def _is_window(monoid: Monoid[Any]) -> bool:
+    """Window monoids (``TumblingWindow``, ``SlidingWindow``) place a lifted value in the
+    windows covering an event time: ``lift(event_time, value)`` and ``window_starts``."""
+    return callable(getattr(monoid, "window_starts", None)) and callable(
+        getattr(monoid, "lift", None)
+    )
+
+
+# --------------------------------------------------------------------------- topology
+
+
+class Topology:
+    """A named DAG of spouts, bolts and sinks; build it with :meth:`spout`,
+    :meth:`bolt` and :meth:`sink`.
+
+    ``dead_letter`` is the topic receiving messages no decoder could read (default
+    ``<name>.dead-letter``; a spout may override it).
+    """
+
+    def __init__(self, name: str, *, dead_letter: str | None = None) -> None:
+        _check_name(name, "topology name", None, None)
+        self.name = name
+        self.dead_letter_topic = dead_letter if dead_letter is not None else f"{name}.dead-letter"
+        _check_topic(self.dead_letter_topic, "dead-letter topic", None, name)
+        self.source: str | None = None
+        """How the topology was loaded (the ``load_topology`` ref), if it was."""
+        self.module_file: str | None = None
+        """Absolute path of the module file that defined it, if known."""
+        self._nodes: dict[str, Node] = {}
+        self._order: list[Node] | None = None
+
+    def __repr__(self) -> str:
+        return f"Topology({self.name!r}, nodes={list(self._nodes)})"
+
+    # -- building -----------------------------------------------------------------------
+
+    def _error(self, problem: str, fix: str, node: str | None = None) -> TopologyError:
+        return TopologyError(problem, fix=fix, node=node, topology=self.name, module=self.source)
+
+    def _add(self, node: Node) -> None:
+        if node.name in self._nodes:
+            other = self._nodes[node.name]
+            raise self._error(
+                f"the name {node.name!r} is already used by a {other.kind}",
+                f"give this {node.kind} a different name",
+                f"{node.kind} {node.name!r}",
+            )
+        self._nodes[node.name] = node
+        self._order = None
+
+    def spout(
+        self,
+        name: str,
+        topic: str,
+        decoder: DecoderSpec = "bytes",
+        explode: Callable[[Any], Iterable[Any] | None] | None = None,
+        dead_letter: str | None = None,
+    ) -> SpoutSpec:
+        """Read ``topic`` (one instance per partition).
+
+        ``decoder``: ``"bytes"``, ``"text"``, ``"json"``, ``Avro(schema)`` or a function
+        ``bytes -> value``. ``explode`` maps the decoded value to a list of tuples (by
+        default the value itself is the one tuple). Messages that fail to decode or
+        explode go to ``dead_letter`` (default: the topology's dead-letter topic).
+        """
+        label = f"spout {name!r}"
+        _check_name(name, "spout name", label, self.name)
+        _check_topic(topic, "topic", label, self.name)
+        try:
+            resolved = resolve_decoder(decoder)
+        except (TypeError, ValueError) as exc:
+            raise self._error(
+                str(exc),
+                "pass decoder='text' (or 'bytes', 'json', Avro(schema), a function)",
+                label,
+            ) from exc
+        if explode is not None and not callable(explode):
+            raise self._error(
+                f"explode must be a function value -> list of tuples, got {explode!r}",
+                "pass explode=lambda value: [...] or leave it out",
+                label,
+            )
+        dead = dead_letter if dead_letter is not None else self.dead_letter_topic
+        _check_topic(dead, "dead-letter topic", label, self.name)
+        spec = SpoutSpec(name, topic, resolved, explode, dead)
+        self._add(spec)
+        return spec
+
+    def _input_names(self, inputs: object, label: str, kind: str) -> tuple[str, ...]:
+        if isinstance(inputs, str | SpoutSpec | BoltSpec | SinkSpec):
+            inputs = [inputs]
+        if not isinstance(inputs, Iterable) or isinstance(inputs, bytes | Mapping):
+            raise self._error(
+                f"inputs must be a list of spouts/bolts (or their names), got {inputs!r}",
+                f"pass inputs=[...] listing the nodes this {kind} reads",
+                label,
+            )
+        names: list[str] = []
+        for ref in inputs:
+            if isinstance(ref, SinkSpec):
+                raise self._error(
+                    f"input {ref.name!r} is a sink, and sinks emit nothing",
+                    "read from the bolt or spout that feeds that sink instead",
+                    label,
+                )
+            if isinstance(ref, SpoutSpec | BoltSpec):
+                if self._nodes.get(ref.name) is not ref:
+                    raise self._error(
+                        f"input {ref.name!r} belongs to another topology",
+                        f"use a node created by this topology ({self.name!r})",
+                        label,
+                    )
+                names.append(ref.name)
+            elif isinstance(ref, str):
+                names.append(ref)
+            else:
+                raise self._error(
+                    f"input {ref!r} is not a spout, bolt or node name",
+                    "list the values returned by topology.spout(...)/topology.bolt(...)",
+                    label,
+                )
+        if not names:
+            raise self._error(
+                f"a {kind} needs at least one input",
+                f"pass inputs=[...] naming the spouts/bolts this {kind} reads",
+                label,
+            )
+        for duplicate in {n for n in names if names.count(n) > 1}:
+            raise self._error(
+                f"input {duplicate!r} is listed twice, so each of its tuples would arrive twice",
+                "list each input once",
+                label,
+            )
+        return tuple(names)
+
+    def bolt(
+        self,
+        name: str,
+        inputs: Sequence[NodeRef],
+        state: Monoid[Any],
+        lift: Callable[[Any], Any],
+        emit: Callable[[Any, Any], Iterable[Any] | None] | None = None,
+        key: Callable[[Any], Any] | None = None,
+        parallelism: int = 1,
+        event_time: Callable[[Any], Any] | None = None,
+    ) -> BoltSpec:
+        """Keep ``state`` (a commutative monoid) over the tuples of ``inputs``.
+
+        ``lift(t)`` is the monoid value a tuple contributes; with keyed state
+        (``per_key(...)``) it is stored under ``key(t)``, with window state it lands in the
+        windows of ``event_time(t)``. ``emit(t, value)`` returns the list of tuples to send
+        downstream, where ``value`` is the current value for ``key(t)`` (keyed state) or
+        the whole state. ``parallelism > 1`` splits the state by ``key``.
+        """
+        label = f"bolt {name!r}"
+        _check_name(name, "bolt name", label, self.name)
+        names = self._input_names(inputs, label, "bolt")
+        if not isinstance(state, Monoid):
+            raise self._error(
+                f"state must be a Monoid (e.g. Count(), per_key(Sum())), got {state!r}",
+                "pass state=<a monoid from hailstorm.monoids>",
+                label,
+            )
+        for argument, function, example in (
+            ("lift", lift, "lift=lambda t: 1"),
+            ("key", key, "key=lambda t: t[0]"),
+            ("emit", emit, "emit=lambda t, value: [(t, value)]"),
+            ("event_time", event_time, "event_time=lambda t: t['ts']"),
+        ):
+            if function is not None and not callable(function):
+                raise self._error(
+                    f"{argument} must be a function, got {function!r}", f"pass {example}", label
+                )
+            if argument == "lift" and function is None:
+                raise self._error(
+                    "lift is required: it turns a tuple into the monoid value to absorb",
+                    "pass lift=lambda t: ... (e.g. lift=lambda t: 1 for Count())",
+                    label,
+                )
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+            raise self._error(
+                f"parallelism must be an integer >= 1, got {parallelism!r}",
+                "use parallelism=1 (one instance) or more",
+                label,
+            )
+        spec = BoltSpec(name, names, state, lift, emit, key, parallelism, event_time)
+        if spec.keyed and key is None:
+            raise self._error(
+                f"state {state.describe()} is keyed, so each tuple needs a key",
+                "pass key=lambda t: ... returning the key the value is stored under",
+                label,
+            )
+        if parallelism > 1 and key is None:
+            raise self._error(
+                f"parallelism={parallelism} needs a key function to route each tuple to "
+                "the instance that owns its part of the state",
+                "pass key=lambda t: ..., or use parallelism=1",
+                label,
+            )
+        if spec.window is not None and event_time is None:
+            raise self._error(
+                f"state {state.describe()} is windowed, so each tuple needs an event time",
+                "pass event_time=lambda t: ... returning the tuple's timestamp",
+                label,
+            )
+        if spec.window is None and event_time is not None:
+            raise self._error(
+                f"event_time is only used by window state, and {state.describe()} has none",
+                "remove event_time=..., or wrap the state in TumblingWindow/SlidingWindow",
+                label,
+            )
+        self._add(spec)
+        return spec
+
+    def sink(self, name: str, inputs: Sequence[NodeRef], target: SinkTarget) -> SinkSpec:
+        """Write the tuples of ``inputs`` to ``target`` (a :class:`Table` or
+        :class:`Collect`)."""
+        label = f"sink {name!r}"
+        _check_name(name, "sink name", label, self.name)
+        names = self._input_names(inputs, label, "sink")
+        if not isinstance(target, SinkTarget):
+            raise self._error(
+                f"target must be a SinkTarget such as Table(...) or Collect(), got {target!r}",
+                'pass target=Table("name", columns={...}, key=[...], mode="upsert")',
+                label,
+            )
+        spec = SinkSpec(name, names, target)
+        self._add(spec)
+        return spec
+
+    # -- validation and introspection -------------------------------------------------
+
+    def validate(self) -> None:
+        """Check the whole graph (unknown inputs, cycles, dead ends); raise
+        :class:`TopologyError`. Node-local rules were checked when nodes were added."""
+        self._topological_order()
+
+    def _topological_order(self) -> list[Node]:
+        if self._order is not None:
+            return self._order
+        if not self._nodes:
+            raise self._error(
+                "the topology has no nodes", "add a spout, a bolt and a sink to it", None
+            )
+        for node in self._nodes.values():
+            for name in getattr(node, "inputs", ()):
+                if name not in self._nodes:
+                    known = ", ".join(n for n, x in self._nodes.items() if x.kind != "sink")
+                    raise self._error(
+                        f"input {name!r} is not a node of this topology (known: {known})",
+                        "fix the spelling, or define that spout/bolt",
+                        f"{node.kind} {node.name!r}",
+                    )
+                if self._nodes[name].kind == "sink":
+                    raise self._error(
+                        f"input {name!r} is a sink, and sinks emit nothing",
+                        "read from the bolt or spout that feeds that sink instead",
+                        f"{node.kind} {node.name!r}",
+                    )
+        cycle = _find_cycle(self._nodes)
+        if cycle:
+            raise self._error(
+                "the graph has a cycle: " + " -> ".join(cycle),
+                "a topology must be acyclic; remove one of these inputs",
+                f"{self._nodes[cycle[0]].kind} {cycle[0]!r}",
+            )
+        for node in self._nodes.values():
+            if isinstance(node, BoltSpec) and node.emit is None:
+                readers = [n.name for n in self._nodes.values() if node.name in _inputs(n)]
+                if readers:
+                    raise self._error(
+                        f"{', '.join(map(repr, readers))} read(s) this bolt, but it has no "
+                        "emit function, so nothing would ever arrive",
+                        "pass emit=lambda t, value: [...] to this bolt",
+                        f"bolt {node.name!r}",
+                    )
+        placed: set[str] = set()
+        order: list[Node] = []
+        remaining = list(self._nodes.values())
+        while remaining:  # definition order, each node after its inputs
+            for node in remaining:
+                if all(i in placed for i in _inputs(node)):
+                    order.append(node)
+                    placed.add(node.name)
+                    remaining.remove(node)
+                    break
+        self._order = order
+        return order
+
+    @property
+    def nodes(self) -> list[Node]:
+        """All nodes, each after its inputs (definition order otherwise)."""
+        return list(self._topological_order())
+
+    def node(self, name: str) -> Node:
+        """The node called ``name`` (``KeyError`` if none)."""
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise KeyError(
+                f"topology {self.name!r} has no node {name!r} (nodes: {', '.join(self._nodes)})"
+            ) from None
+
+    @property
+    def spouts(self) -> list[SpoutSpec]:
+        """Spouts, in topological order."""
+        return [n for n in self.nodes if isinstance(n, SpoutSpec)]
+
+    @property
+    def bolts(self) -> list[BoltSpec]:
+        """Bolts, in topological order."""
+        return [n for n in self.nodes if isinstance(n, BoltSpec)]
+
+    @property
+    def sinks(self) -> list[SinkSpec]:
+        """Sinks, in topological order."""
+        return [n for n in self.nodes if isinstance(n, SinkSpec)]
+
+    @property
+    def source_topics(self) -> list[str]:
+        """The Kafka topics the spouts read (sorted, each once)."""
+        return sorted({s.topic for s in self.spouts})
+
+    @property
+    def dead_letter_topics(self) -> list[str]:
+        """The dead-letter topics the spouts write to (sorted, each once)."""
+        return sorted({s.dead_letter for s in self.spouts})
+
+    def inputs_of(self, node: NodeRef) -> list[SpoutSpec | BoltSpec]:
+        """The nodes whose tuples ``node`` receives."""
+        spec = self.node(node if isinstance(node, str) else node.name)
+        self._topological_order()
+        return [self._nodes[n] for n in _inputs(spec)]  # type: ignore[misc]
+
+    def downstream_of(self, node: NodeRef) -> list[BoltSpec | SinkSpec]:
+        """The nodes that receive ``node``'s tuples, in topological order."""
+        name = node if isinstance(node, str) else node.name
+        self.node(name)
+        return [n for n in self.nodes if name in _inputs(n)]  # type: ignore[misc]
+
+    @property
+    def edges(self) -> list[Edge]:
+        """Every connection with its routing (``"key"`` for keyed bolts, else ``"all"``)."""
+        return [
+            Edge(source, n.name, n.routing)
+            for n in self.nodes
+            if not isinstance(n, SpoutSpec)
+            for source in n.inputs
+        ]
+
+
+def _inputs(node: Node) -> tuple[str, ...]:
+    return () if isinstance(node, SpoutSpec) else node.inputs
+
+
+def _find_cycle(nodes: Mapping[str, Node]) -> list[str] | None:
+    """A cycle as ``[a, b, ..., a]`` following data flow, or None."""
+    downstream: dict[str, list[str]] = {name: [] for name in nodes}
+    for node in nodes.values():
+        for source in _inputs(node):
+            downstream[source].append(node.name)
+    white, grey, black = 0, 1, 2
+    color = dict.fromkeys(nodes, white)
+    for start in nodes:
+        if color[start] != white:
+            continue
+        path: list[str] = [start]
+        iterators = [iter(downstream[start])]
+        color[start] = grey
+        while iterators:
+            nxt = next(iterators[-1], None)
+            if nxt is None:
+                color[path.pop()] = black
+                iterators.pop()
+            elif color[nxt] == grey:
+                return [*path[path.index(nxt) :], nxt]
+            elif color[nxt] == white:
+                color[nxt] = grey
+                path.append(nxt)
+                iterators.append(iter(downstream[nxt]))
+    return None
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_topology(ref: str) -> Topology:
+    """Import the module ``ref`` (a file path such as ``topologies/wordcount.py`` or a
+    dotted name such as ``topologies.wordcount``) and return its validated ``topology``.
+
+    Like ``python file.py`` and ``python -m name``, the module can import its neighbours:
+    the file's directory (for a path) or the current directory (for a dotted name) is
+    appended to ``sys.path`` if missing. The ref is recorded as ``topology.source`` (and
+    the file as ``module_file``) so that executors can load the same module. Every failure
+    raises :class:`TopologyError`.
+    """
+    is_path = ref.endswith(".py") or "/" in ref or os.sep in ref
+    module = _import_path(ref) if is_path else _import_dotted(ref)
+    topology = getattr(module, "topology", None)
+    if topology is None:
+        found = [n for n, v in vars(module).items() if isinstance(v, Topology)]
+        fix = (
+            f"add `topology = {found[0]}` at the end of the module"
+            if found
+            else 'define `topology = Topology("name")` at module level'
+        )
+        raise TopologyError("the module defines no `topology`", fix=fix, module=ref)
+    if not isinstance(topology, Topology):
+        raise TopologyError(
+            f"`topology` is a {type(topology).__name__}, not a hailstorm Topology",
+            fix='assign `topology = Topology("name")` and build it with topology.spout/bolt/sink',
+            module=ref,
+        )
+    topology.source = ref
+    topology.module_file = getattr(module, "__file__", None)
+    if topology.module_file:
+        topology.module_file = os.path.abspath(topology.module_file)
+    try:
+        topology.validate()
+    except TopologyError as exc:
+        exc.module = ref
+        raise
+    return topology
+
+
+def _import_path(ref: str) -> Any:
+    path = os.path.abspath(ref)
+    if not os.path.isfile(path):
+        raise TopologyError(
+            f"no such file {ref!r} (looked in {os.getcwd()})",
+            fix="check the path, or pass a dotted module name such as topologies.wordcount",
+            module=ref,
+        )
+    stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    digest = hashlib.blake2b(path.encode(), digest_size=4).hexdigest()
+    module_name = f"_hailstorm_topology_{stem}_{digest}"
+    _ensure_on_path(os.path.dirname(path))
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise TopologyError(
+            f"cannot import {ref!r} as a Python module", fix="give it a .py suffix", module=ref
+        )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(module_name, None)
+        _reraise_import_failure(ref, path, exc)
+    return module
+
+
+def _ensure_on_path(directory: str) -> None:
+    if not any(os.path.abspath(entry or ".") == directory for entry in sys.path):
+        sys.path.append(directory)
+
+
+def _import_dotted(ref: str) -> Any:
+    _ensure_on_path(os.getcwd())
+    try:
+        return importlib.import_module(ref)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (ref == exc.name or ref.startswith(exc.name + ".")):
+            raise TopologyError(
+                f"no module named {ref!r} (current directory {os.getcwd()})",
+                fix="check the spelling, run from the directory that contains the package "
+                "(or add it to PYTHONPATH), or pass a file path such as topologies/x.py",
+                module=ref,
+            ) from exc
+        _reraise_import_failure(ref, None, exc)
+    except BaseException as exc:
+        _reraise_import_failure(ref, None, exc)
+
+
+def _reraise_import_failure(ref: str, path: str | None, exc: BaseException) -> Any:
+    if isinstance(exc, TopologyError):
+        if exc.module is None:
+            exc.module = ref
+        raise exc
+    if isinstance(exc, KeyboardInterrupt | SystemExit):
+        raise exc
+    location = ""
+    frames = traceback.extract_tb(exc.__traceback__)
+    module_path = path if path is not None else _module_origin(ref)
+    for frame in reversed(frames):
+        if module_path and os.path.abspath(frame.filename) == os.path.abspath(module_path):
+            location = f" at line {frame.lineno}"
+            break
+    raise TopologyError(
+        f"importing the module failed{location}: {type(exc).__name__}: {exc}",
+        fix="correct the module (`python " + (path or f"-m {ref}") + "` shows the full traceback)",
+        module=ref,
+    ) from exc
+
+
+def _module_origin(ref: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(ref)
+    except Exception:
+        return None
+    return spec.origin if spec is not None else None
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _node_details(node: Node) -> list[tuple[str, str]]:
+    if isinstance(node, SpoutSpec):
+        details = [
+            ("topic", f"{node.topic} (one instance per partition)"),
+            ("decoder", node.decoder.describe()),
+        ]
+        if node.explode is not None:
+            details.append(("explode", _function_name(node.explode)))
+        details.append(("dead letters", node.dead_letter))
+        return details
+    if isinstance(node, BoltSpec):
+        details = [
+            ("parallelism", str(node.parallelism)),
+            (
+                "inputs",
+                ", ".join(
+                    f"{i} (routed by key)" if node.routing == "key" else i for i in node.inputs
+                ),
+            ),
+            ("state", node.state.describe()),
+        ]
+        if node.key is not None:
+            details.append(("key", _function_name(node.key)))
+        details.append(("lift", _function_name(node.lift)))
+        if node.event_time is not None:
+            details.append(("event time", _function_name(node.event_time)))
+        details.append(("emit", _function_name(node.emit)))
+        return details
+    return [("inputs", ", ".join(node.inputs)), ("target", node.target.describe())]
+
+
+def render_text(topology: Topology) -> str:
+    """A readable listing of the topology: nodes, kinds, parallelism, inputs, state,
+    sink targets (no trailing newline)."""
+    nodes = topology.nodes
+    lines = [f"topology {topology.name}"]
+    if topology.source:
+        lines[0] += f"  ({topology.source})"
+    lines.append(f"  source topics: {', '.join(topology.source_topics) or '-'}")
+    lines.append(f"  dead letters:  {', '.join(topology.dead_letter_topics) or '-'}")
+    for node in nodes:
+        lines.append("")
+        lines.append(f"{node.kind} {node.name}")
+        details = _node_details(node)
+        width = max(len(label) for label, _ in details) + 1
+        lines.extend(f"  {label + ':':<{width}} {value}" for label, value in details)
+    return "\n".join(lines)
+
+
+_DOT_SHAPES = {"spout": "cds", "bolt": "box", "sink": "cylinder"}
+_DOT_STYLE = {"spout": "filled", "bolt": "rounded,filled", "sink": "filled"}
+_DOT_COLORS = {"spout": "#dbeafe", "bolt": "#fef3c7", "sink": "#dcfce7"}
+
+
+def _dot_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def render_dot(topology: Topology) -> str:
+    """Graphviz DOT: spouts (cds), bolts (rounded boxes), sinks (cylinders); edges are
+    labelled with their routing, ``key`` or ``all`` (ends with a newline)."""
+    lines = [
+        f"digraph {_dot_string(topology.name)} {{",
+        "  rankdir=LR;",
+        '  node [fontname="Helvetica"];',
+        '  edge [fontname="Helvetica", fontsize=10];',
+    ]
+    for node in topology.nodes:
+        if isinstance(node, SpoutSpec):
+            caption = [f"topic {node.topic}", node.decoder.describe()]
+        elif isinstance(node, BoltSpec):
+            caption = [node.state.describe()]
+            if node.parallelism > 1:
+                caption.append(f"x{node.parallelism}")
+        elif isinstance(node.target, Table):
+            table = node.target
+            caption = [f"table {table.name}", table.mode]
+            if table.key:
+                caption[1] += f" on ({', '.join(table.key)})"
+        else:
+            caption = [node.target.describe()]
+        label = "\n".join([f"{node.kind} {node.name}", *caption])
+        lines.append(
+            f"  {_dot_string(node.name)} [label={_dot_string(label)}, "
+            f"shape={_DOT_SHAPES[node.kind]}, style={_dot_string(_DOT_STYLE[node.kind])}, "
+            f"fillcolor={_dot_string(_DOT_COLORS[node.kind])}];"
+        )
+    for edge in topology.edges:
+        lines.append(
+            f"  {_dot_string(edge.source)} -> {_dot_string(edge.target)} "
+            f"[label={_dot_string(edge.routing)}];"
+        )
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Example topologies; load one with ``hailstorm show topologies/wordcount.py``."""
