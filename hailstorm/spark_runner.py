@@ -1,0 +1,185 @@
+"""Run every processor instance of a topology as a long-lived task of one Spark barrier stage.
+
+The driver (``hailstorm run``) starts a SparkSession (``local[N]`` with a slot per processor
+instance by default, or any Spark master URL), makes the topology module importable on the
+executors, and submits one barrier stage with one task per processor instance. A barrier
+stage is all-or-nothing: when any task dies, Spark kills its siblings and the stage fails; the
+driver then resubmits it with backoff until it is stopped (SIGINT/SIGTERM stop it cleanly).
+Processors themselves re-register in ZooKeeper, and the negotiator recovers the topology.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("hailstorm.run")
+
+ProcessorEntry = Callable[[Any], None]
+"""Runs one processor instance until it ends; raises to fail the stage."""
+
+
+@dataclass(frozen=True)
+class SparkOptions:
+    """How to reach Spark and how to treat failures."""
+
+    master: str | None = None
+    app_name: str = "hailstorm"
+    #: First and largest pause (seconds) before resubmitting a failed stage.
+    backoff_initial: float = 1.0
+    backoff_max: float = 30.0
+    #: A stage that ran at least this long resets the backoff.
+    healthy_after: float = 60.0
+    #: Stop after this many consecutive failed attempts (None: never give up).
+    max_attempts: int | None = None
+    extra_conf: tuple[tuple[str, str], ...] = ()
+
+
+def default_master(slots: int) -> str:
+    """``local[N]``: a barrier stage needs a slot for every task at once."""
+    return f"local[{max(1, slots)}]"
+
+
+def build_session(options: SparkOptions, slots: int, py_files: Sequence[Path] = ()) -> Any:
+    """A SparkSession whose Python workers run this interpreter and see this code."""
+    from pyspark.sql import SparkSession
+
+    python = sys.executable
+    os.environ["PYSPARK_PYTHON"] = python
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
+    master = options.master or default_master(slots)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(options.app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.pyspark.python", python)
+        # One Python worker per task: killing one processor never takes a sibling with it.
+        .config("spark.python.worker.reuse", "false")
+        .config("spark.executorEnv.PYSPARK_PYTHON", python)
+        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
+        .config("spark.task.maxFailures", "1")
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    for key, value in options.extra_conf:
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    for path in py_files:
+        session.sparkContext.addPyFile(str(path))
+    return session
+
+
+def _run_task(entry: ProcessorEntry) -> Callable[[Iterator[Any]], Iterator[int]]:
+    def run(assignments: Iterator[Any]) -> Iterator[int]:
+        for assignment in assignments:
+            entry(assignment)
+        yield 0
+
+    return run
+
+
+class StageRunner:
+    """Submits the barrier stage again and again until stopped."""
+
+    def __init__(
+        self,
+        session: Any,
+        assignments: Sequence[Any],
+        entry: ProcessorEntry,
+        options: SparkOptions,
+        on_attempt: Callable[[int], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.assignments = list(assignments)
+        self.entry = entry
+        self.options = options
+        self.on_attempt = on_attempt or (lambda _attempt: None)
+        self.stopping = threading.Event()
+        self.attempts = 0
+        self.failures = 0
+
+    def stop(self) -> None:
+        """Ask the loop to end and cancel the running stage."""
+        self.stopping.set()
+        self.session.sparkContext.cancelAllJobs()
+
+    def run_once(self) -> None:
+        """One barrier stage with a task per assignment; returns when every task ended."""
+        sc = self.session.sparkContext
+        rdd = sc.parallelize(self.assignments, len(self.assignments))
+        sc.setJobDescription(f"{self.options.app_name}: {len(self.assignments)} processors")
+        rdd.barrier().mapPartitions(_run_task(self.entry)).collect()
+
+    def run(self) -> int:
+        """Loop until stopped; returns the number of failed attempts."""
+        backoff = self.options.backoff_initial
+        consecutive = 0
+        while not self.stopping.is_set():
+            self.attempts += 1
+            self.on_attempt(self.attempts)
+            started = time.monotonic()
+            try:
+                self.run_once()
+                if self.stopping.is_set():
+                    break
+                log.info("stage attempt %d: every processor ended; resubmitting", self.attempts)
+                consecutive = 0
+                backoff = self.options.backoff_initial
+                continue
+            except Exception as exc:  # Spark wraps task failures in Py4J errors
+                if self.stopping.is_set():
+                    break
+                self.failures += 1
+                consecutive += 1
+                if time.monotonic() - started >= self.options.healthy_after:
+                    backoff = self.options.backoff_initial
+                    consecutive = 1
+                reason = _first_line(exc)
+                limit = self.options.max_attempts
+                if limit is not None and consecutive >= limit:
+                    log.error("stage attempt %d failed (%s); giving up", self.attempts, reason)
+                    raise
+                log.warning(
+                    "stage attempt %d failed (%s); resubmitting in %.1fs",
+                    self.attempts,
+                    reason,
+                    backoff,
+                )
+                if self.stopping.wait(backoff):
+                    break
+                backoff = min(self.options.backoff_max, backoff * 2)
+        return self.failures
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if "Error" in line or "Exception" in line:
+            return line[:300]
+    return (text.splitlines() or [type(exc).__name__])[0][:300]
+
+
+def install_signal_handlers(runner: StageRunner) -> None:
+    """SIGINT/SIGTERM: stop the loop and cancel the stage (a second signal exits at once)."""
+
+    def handle(signum: int, _frame: object) -> None:
+        if runner.stopping.is_set():
+            os._exit(128 + signum)
+        log.info("signal %d: stopping the topology", signum)
+        threading.Thread(target=runner.stop, daemon=True).start()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
