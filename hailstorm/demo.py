@@ -1,8 +1,9 @@
 """The demo behind ``hailstorm demo``: the word-count workload on an embedded stack.
 
 Today it brings the stack up, produces sample text into the ``words`` topic, reads every
-partition back by assign + seek, checks the round trip message for message, and brings the
-stack down again. The distributed runtime extends it into the full word-count topology.
+partition back by assign + seek, checks the round trip message for message, runs the
+word-count topology's sequential reference model over exactly what was read back, and
+brings the stack down again. The distributed runtime extends it into the full topology.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rich.table import Table
 
 from hailstorm import kafka
 from hailstorm.devstack import DevStack
+from hailstorm.model import Message, run_model
+from hailstorm.topology import load_topology
 
 TOPIC = "words"
 PARTITIONS = 4
@@ -78,6 +81,7 @@ def _round_trip(bootstrap: str, count: int, console: Console) -> bool:
 
     table = Table("partition", "produced", "read back", "offsets", "identical")
     ok = True
+    read_back: list[Message] = []
     columns = (TextColumn("reading back"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("read", total=count)
@@ -85,6 +89,9 @@ def _round_trip(bootstrap: str, count: int, console: Console) -> bool:
             got = []
             for record in kafka.read_range(bootstrap, TOPIC, partition, 0, len(values) - 1):
                 got.append(record)
+                read_back.append(
+                    Message(TOPIC, partition, record.offset, record.value or b"", record.key)
+                )
                 progress.advance(task)
             same = [r.value for r in got] == values and [r.offset for r in got] == list(
                 range(len(values))
@@ -100,4 +107,27 @@ def _round_trip(bootstrap: str, count: int, console: Console) -> bool:
             )
     console.print(table)
     console.print("[bold green]round trip OK[/]" if ok else "[bold red]round trip FAILED[/]")
-    return ok
+    return _word_count_model(read_back, text, console) and ok
+
+
+def _word_count_model(read_back: list[Message], text: list[str], console: Console) -> bool:
+    """Run the word-count reference model over the records read back and check it."""
+    topology = load_topology("topologies.wordcount")
+    result = run_model(topology, read_back)
+    counts = result.table("word_counts")
+    expected: dict[str, int] = {}
+    for line in text:
+        for word in topology.node("lines").tuples_of(line.encode()):  # type: ignore[union-attr]
+            expected[word] = expected.get(word, 0) + 1
+    got = {key[0]: row["count"] for key, row in counts.items()}
+    top = Table("word", "count", title="top words (word-count reference model)")
+    for word, count in sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:8]:
+        top.add_row(word, f"{count:,}")
+    console.print(top)
+    same = got == expected
+    console.print(
+        f"reference model over {result.messages_processed:,} messages: {len(got)} words, "
+        f"{sum(got.values()):,} occurrences; "
+        + ("[green]matches a direct count of the produced text[/]" if same else "[red]MISMATCH[/]")
+    )
+    return same

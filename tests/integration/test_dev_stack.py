@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -204,3 +205,15 @@ def test_down_stops_only_recorded_processes(state_dir: Path) -> None:
         bystander.wait()
         stop_pid(real_kafka.pid, real_kafka.marker)
     assert not pid_alive(real_kafka.pid)
+
+
+def test_demo_round_trip_exits_zero_and_leaves_nothing_running(state_dir: Path) -> None:
+    demo_dir = state_dir / "demo"
+    result = hailstorm("demo", "--state-dir", str(demo_dir), "--lines", "2000")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "round trip OK" in result.stdout
+    assert "matches a direct count" in result.stdout
+    started = [int(pid) for pid in re.findall(r"stopped \w+ \(pid (\d+)\)", result.stdout)]
+    assert len(started) == 3
+    assert not any(pid_alive(pid) for pid in started)
+    assert not (demo_dir / "stack.json").exists()
