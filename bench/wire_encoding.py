@@ -1,0 +1,258 @@
+"""Benchmark: how to encode the tuples of a DATA frame.
+
+Run ``.venv/bin/python bench/wire_encoding.py [--tuples N] [--repeat R]``. Prints one JSON
+line of figures, then a human summary. For each candidate encoding of a list of tuples
+(pickle protocol 5 and 4, marshal, json) and each workload it reports encode and decode
+throughput (MB/s of encoded bytes, tuples/s), the encode+decode round trip in tuples/s,
+bytes per tuple, and whether the round trip is exact (equal values *and* equal types, so a
+tuple coming back as a list or a bytearray as bytes counts as a failure). It also times whole
+DATA frames through :mod:`hailstorm.wire` (packed origin columns + the chosen encoding +
+:class:`~hailstorm.wire.FrameReader`), to show the frame overhead over the bare encoding.
+
+The chosen encoding must be exact on every workload; among exact ones it is the fastest round
+trip (geometric mean of tuples/s over all workloads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import decimal
+import json
+import marshal
+import math
+import pickle
+import random
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hailstorm import wire
+
+Codec = tuple[Callable[[list[Any]], bytes], Callable[[bytes], Any]]
+
+CANDIDATES: dict[str, Codec] = {
+    "pickle5": (lambda v: pickle.dumps(v, protocol=5), pickle.loads),
+    "pickle4": (lambda v: pickle.dumps(v, protocol=4), pickle.loads),
+    "marshal": (lambda v: marshal.dumps(v, 4), marshal.loads),
+    "json": (lambda v: json.dumps(v, separators=(",", ":")).encode(), json.loads),
+}
+
+CHOSEN = "pickle5"
+"""What hailstorm.wire uses (checked against the module below)."""
+
+
+def _words(rng: random.Random, n: int) -> list[str]:
+    return [
+        "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 10))) for _ in range(n)
+    ]
+
+
+def workload_wordcount(n: int, rng: random.Random) -> list[Any]:
+    """``(word, count)`` pairs: the typical keyed-aggregation stream."""
+    words = _words(rng, 2000)
+    return [(rng.choice(words), rng.randint(1, 1000)) for _ in range(n)]
+
+
+def workload_events(n: int, rng: random.Random) -> list[Any]:
+    """Flat event tuples mixing str, int, float, bool and None."""
+    words = _words(rng, 500)
+    return [
+        (rng.choice(words), rng.randrange(10**12), rng.random(), i % 3 == 0, None) for i in range(n)
+    ]
+
+
+def workload_nested(n: int, rng: random.Random) -> list[Any]:
+    """Nested values: dicts, lists, tuples inside tuples, bytes, big ints."""
+    words = _words(rng, 500)
+    out: list[Any] = []
+    for i in range(n):
+        r = i % 4
+        if r == 0:
+            out.append({"user": rng.choice(words), "n": i, "tags": [rng.choice(words), "x"]})
+        elif r == 1:
+            out.append((rng.choice(words), (i, -i), [1.5, None]))
+        elif r == 2:
+            out.append((b"\x00\x01" + rng.randbytes(6), 2**70 + i, {"k": (1, 2)}))
+        else:
+            out.append(((rng.choice(words), i % 7), {1, 2, 3} if i % 8 == 3 else frozenset()))
+    return out
+
+
+Point = collections.namedtuple("Point", "x y")
+
+
+def workload_exotic(n: int, rng: random.Random) -> list[Any]:
+    """Values json and marshal cannot carry exactly (bytearray, namedtuple, Decimal...)."""
+    return [
+        (bytearray(rng.randbytes(4)), Point(i, -i), decimal.Decimal(i) / 4, b"raw")
+        for i in range(n)
+    ]
+
+
+def workload_bytes_like(n: int, rng: random.Random) -> list[Any]:
+    """Mutable byte buffers next to bytes (marshal silently turns bytearray into bytes)."""
+    return [(bytearray(rng.randbytes(8)), rng.randbytes(8), i) for i in range(n)]
+
+
+WORKLOADS = {
+    "wordcount": workload_wordcount,
+    "events": workload_events,
+    "nested": workload_nested,
+    "bytes_like": workload_bytes_like,
+    "exotic": workload_exotic,
+}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values with equal types, recursively."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    return bool(a == b)
+
+
+def _best(fn: Callable[[], Any], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_codec(name: str, values: list[Any], repeat: int) -> dict[str, Any]:
+    dumps, loads = CANDIDATES[name]
+    try:
+        blob = dumps(values)
+        exact = _same(loads(blob), values)
+    except (TypeError, ValueError) as e:
+        return {"exact": False, "error": f"{type(e).__name__}: {e}"}
+    n = len(values)
+    enc = _best(lambda: dumps(values), repeat)
+    dec = _best(lambda: loads(blob), repeat)
+    mb = len(blob) / 1e6
+    return {
+        "exact": exact,
+        "bytes_per_tuple": round(len(blob) / n, 2),
+        "encode_mb_s": round(mb / enc, 1),
+        "decode_mb_s": round(mb / dec, 1),
+        "encode_tuples_s": round(n / enc),
+        "decode_tuples_s": round(n / dec),
+        "roundtrip_tuples_s": round(n / (enc + dec)),
+        "roundtrip_us_per_10k": round((enc + dec) / n * 1e4 * 1e6, 1),
+    }
+
+
+def measure_frame(values: list[Any], repeat: int) -> dict[str, Any]:
+    """Whole DATA frames through hailstorm.wire: encode_frame + FrameReader.feed."""
+    n = len(values)
+    batch = wire.DataBatch.of([i % 8 for i in range(n)], range(n), values)
+    data = wire.encode_frame(batch)
+    decoded = wire.FrameReader().feed(data)
+    assert decoded == [batch], "frame round trip failed"
+    enc = _best(lambda: wire.encode_frame(batch), repeat)
+    dec = _best(lambda: wire.FrameReader().feed(data), repeat)
+    return {
+        "bytes_per_tuple": round(len(data) / n, 2),
+        "encode_mb_s": round(len(data) / 1e6 / enc, 1),
+        "decode_mb_s": round(len(data) / 1e6 / dec, 1),
+        "roundtrip_tuples_s": round(n / (enc + dec)),
+        "roundtrip_us_per_10k": round((enc + dec) / n * 1e4 * 1e6, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuples", type=int, default=10_000, help="tuples per batch")
+    parser.add_argument("--repeat", type=int, default=20, help="timing repetitions (best of)")
+    args = parser.parse_args()
+    rng = random.Random(42)
+
+    results: dict[str, dict[str, Any]] = {name: {} for name in CANDIDATES}
+    frames: dict[str, Any] = {}
+    for workload, make in WORKLOADS.items():
+        values = make(args.tuples, rng)
+        for name in CANDIDATES:
+            results[name][workload] = measure_codec(name, values, args.repeat)
+        frames[workload] = measure_frame(values, args.repeat)
+
+    exact_everywhere = [n for n in CANDIDATES if all(r["exact"] for r in results[n].values())]
+    encodable_by_all = [
+        w for w in WORKLOADS if all("error" not in results[n][w] for n in CANDIDATES)
+    ]
+
+    def speed(name: str, workloads: list[str]) -> float:
+        """Geometric mean of the round-trip tuples/s of ``name`` over ``workloads``."""
+        rates = [results[name][w]["roundtrip_tuples_s"] for w in workloads]
+        return math.prod(rates) ** (1 / len(rates))
+
+    # Among encodings exact on every workload, the fastest over all workloads.
+    everything = list(WORKLOADS)
+    fastest_exact = (
+        max(exact_everywhere, key=lambda n: speed(n, everything)) if exact_everywhere else None
+    )
+    # Ignoring exactness, the fastest over the workloads every candidate can encode at all.
+    fastest_any = max(CANDIDATES, key=lambda n: speed(n, encodable_by_all))
+    summary = {
+        "bench": "wire_encoding",
+        "python": sys.version.split()[0],
+        "tuples_per_batch": args.tuples,
+        "candidates": results,
+        "data_frame": frames,
+        "exact_everywhere": exact_everywhere,
+        "fastest_exact": fastest_exact,
+        "fastest_any": fastest_any,
+        "chosen": CHOSEN,
+    }
+    print(json.dumps(summary, sort_keys=True))
+
+    print()
+    print(f"{args.tuples} tuples per batch, best of {args.repeat}; round trip = encode + decode")
+    header = f"{'workload':<10} {'encoding':<8} {'exact':<6} {'B/tuple':>8} {'enc MB/s':>9} "
+    header += f"{'dec MB/s':>9} {'Mtuples/s':>10} {'us/10k':>8}"
+    print(header)
+    for workload in WORKLOADS:
+        for name in CANDIDATES:
+            r = results[name][workload]
+            if "error" in r:
+                print(f"{workload:<10} {name:<8} {'no':<6} {r['error'][:60]}")
+                continue
+            print(
+                f"{workload:<10} {name:<8} {'yes' if r['exact'] else 'NO':<6} "
+                f"{r['bytes_per_tuple']:>8} {r['encode_mb_s']:>9} {r['decode_mb_s']:>9} "
+                f"{r['roundtrip_tuples_s'] / 1e6:>10.2f} {r['roundtrip_us_per_10k']:>8}"
+            )
+        f = frames[workload]
+        print(
+            f"{workload:<10} {'FRAME':<8} {'yes':<6} {f['bytes_per_tuple']:>8} "
+            f"{f['encode_mb_s']:>9} {f['decode_mb_s']:>9} "
+            f"{f['roundtrip_tuples_s'] / 1e6:>10.2f} {f['roundtrip_us_per_10k']:>8}"
+        )
+    print()
+    print(f"exact on every workload: {', '.join(exact_everywhere) or 'none'}")
+    print(f"fastest exact: {fastest_exact}; fastest overall (ignoring exactness): {fastest_any}")
+    if fastest_exact == CHOSEN:
+        print(f"chosen: {CHOSEN} (the fastest encoding that round-trips every value exactly)")
+    else:
+        print(f"chosen: {CHOSEN}; fastest exact was {fastest_exact} (see module docstring)")
+    if fastest_any != CHOSEN:
+        print(
+            f"{fastest_any} is faster but not exact: "
+            + "; ".join(
+                f"{w}: {results[fastest_any][w].get('error', 'values change type')}"
+                for w in WORKLOADS
+                if not results[fastest_any][w]["exact"]
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,517 @@
+"""The frame format processors exchange over TCP, plus small blocking socket helpers.
+
+A connection carries a stream of frames. Every frame is a 5-byte header followed by its
+payload::
+
+    +----------------------------+------------+------------------------+
+    | payload length: uint32 BE  | kind: u8   | payload (length bytes) |
+    +----------------------------+------------+------------------------+
+
+A payload larger than :data:`MAX_FRAME_SIZE` (64 MiB) is refused by both ends with
+:class:`FrameTooLargeError`; senders split big batches instead. The kinds:
+
+==========  ==================================================================================
+kind        payload
+==========  ==================================================================================
+HELLO       epoch int64 BE, two uint16 BE lengths, sender id, receiver id (UTF-8)
+DATA        a columnar batch (below)
+WATERMARK   epoch int64 BE, count uint32 BE, partition indices int32 LE[count],
+            offsets int64 LE[count]
+CLOCK       same layout as WATERMARK
+BYE         empty
+==========  ==================================================================================
+
+DATA: ``count uint32 BE, codec u8, partition indices int32 LE[count], origin offsets
+int64 LE[count], tuples``. Partitions travel as small integers agreed through a
+:class:`PartitionTable`; the two packed columns are copied straight from/to
+:class:`array.array` with no per-tuple Python work.
+
+Tuple encoding: the whole list of tuples is one ``pickle`` (protocol 5) blob. Measured with
+``bench/wire_encoding.py`` (10k tuples per batch) against pickle 4, marshal and json:
+marshal is ~1.4x faster on CPU but not exact (``bytearray``, ``memoryview`` and ``bytes``
+subclasses silently come back as ``bytes``; namedtuples, enums, dataclasses, ``Decimal``,
+``datetime`` are refused), json turns tuples into lists and refuses bytes. pickle is the
+only candidate that round-trips every value user code may emit, and the most compact
+(10.4 bytes per ``(word, count)`` tuple vs 12.7 for marshal); protocol 5 beats 4 on byte
+buffers. A whole DATA frame of ``(word, count)`` tuples encodes+decodes at ~6.5 M tuples/s
+(about 1.5 ms per 10k), a fraction of what processing them costs. The codec byte leaves room
+for another encoding later.
+
+Security: unpickling runs code chosen by whoever wrote the bytes. Frames are only ever
+exchanged between the processors of one topology, which trust each other; listeners must
+bind to the cluster's private network, never to an untrusted one. HELLO identifies, it does
+not authenticate.
+
+Integers in the packed columns are little-endian on the wire (byte-swapped on big-endian
+hosts); header fields are big-endian.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+import sys
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from hailstorm.clock import Clock, Partition
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAX_FRAME_SIZE",
+    "Bye",
+    "ClockMarker",
+    "DataBatch",
+    "Frame",
+    "FrameError",
+    "FrameKind",
+    "FrameReader",
+    "FrameTooLargeError",
+    "Hello",
+    "PartitionTable",
+    "Watermark",
+    "decode_frame",
+    "encode_frame",
+    "encode_frames",
+    "recv_frames",
+    "send_frames",
+]
+
+MAX_FRAME_SIZE = 64 * 1024 * 1024
+"""Largest accepted payload in bytes (the header is not counted)."""
+
+_HEADER = struct.Struct(">IB")
+HEADER_SIZE = _HEADER.size
+"""Bytes of a frame header: payload length (uint32 BE) and kind (u8)."""
+
+_HELLO = struct.Struct(">qHH")
+_MARKS = struct.Struct(">qI")
+_DATA = struct.Struct(">IB")
+
+_PICKLE_CODEC = 1
+"""DATA codec byte: the tuple list is one pickle protocol 5 blob."""
+_PICKLE_PROTOCOL = 5
+
+_INDEX_TYPE = "i"  # int32
+_OFFSET_TYPE = "q"  # int64
+assert array(_INDEX_TYPE).itemsize == 4 and array(_OFFSET_TYPE).itemsize == 8
+_SWAP = sys.byteorder != "little"
+
+_RECV_CHUNK = 256 * 1024
+
+
+class FrameKind(IntEnum):
+    """The byte identifying a frame's kind."""
+
+    HELLO = 1
+    DATA = 2
+    WATERMARK = 3
+    CLOCK = 4
+    BYE = 5
+
+
+_KINDS = frozenset(int(k) for k in FrameKind)
+
+
+class FrameError(ValueError):
+    """A byte stream is not a valid frame stream (unknown kind, corrupted payload...)."""
+
+
+class FrameTooLargeError(FrameError):
+    """A frame payload exceeds the maximum frame size."""
+
+
+# --------------------------------------------------------------------------- frames
+
+
+@dataclass(frozen=True)
+class Hello:
+    """First frame on a connection: who is talking to whom, in which epoch."""
+
+    sender: str
+    epoch: int
+    receiver: str
+
+
+@dataclass
+class DataBatch:
+    """A batch of tuples with their origins, stored as columns.
+
+    ``partitions[i]`` (a :class:`PartitionTable` index) and ``offsets[i]`` are the origin of
+    ``tuples[i]``. Decoded batches hold ``array('i')`` and ``array('q')`` columns; when
+    building one, plain lists work too (:meth:`of` converts them).
+    """
+
+    partitions: Sequence[int]
+    offsets: Sequence[int]
+    tuples: list[Any]
+
+    def __post_init__(self) -> None:
+        n = len(self.tuples)
+        if len(self.partitions) != n or len(self.offsets) != n:
+            raise ValueError(
+                f"DataBatch columns differ in length: {len(self.partitions)} partitions, "
+                f"{len(self.offsets)} offsets, {n} tuples"
+            )
+
+    @classmethod
+    def of(
+        cls, partitions: Iterable[int], offsets: Iterable[int], tuples: Iterable[Any]
+    ) -> DataBatch:
+        """A batch whose columns are packed arrays (the cheapest form to encode)."""
+        return cls(array(_INDEX_TYPE, partitions), array(_OFFSET_TYPE, offsets), list(tuples))
+
+    def __len__(self) -> int:
+        return len(self.tuples)
+
+    def rows(self) -> Iterator[tuple[int, int, Any]]:
+        """``(partition index, offset, tuple)`` for every tuple, in order."""
+        return zip(self.partitions, self.offsets, self.tuples, strict=True)
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """The sender has sent every tuple it will ever send with origin ``offset <= W[p]``.
+
+    ``watermark`` maps partition indices to offsets; a partition absent from it is one the
+    sender never sends tuples of.
+    """
+
+    epoch: int
+    watermark: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClockMarker:
+    """The snapshot clock of ``epoch`` (partition index -> last included offset).
+
+    Ordered on the same connection as the data: every DATA frame after it may carry tuples
+    beyond the clock.
+    """
+
+    epoch: int
+    clock: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Bye:
+    """Last frame on a connection: the sender closes it on purpose."""
+
+
+Frame = Hello | DataBatch | Watermark | ClockMarker | Bye
+"""Any decoded frame."""
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+class PartitionTable:
+    """Maps source partitions ``(topic, n)`` to the small integers used on the wire.
+
+    Both ends build it from the same set of partitions (from the topology and the broker's
+    metadata); partitions are sorted, so the order they are given in does not matter.
+    """
+
+    def __init__(self, partitions: Iterable[Partition]) -> None:
+        ordered = sorted(set(partitions))
+        self._partitions: tuple[Partition, ...] = tuple(ordered)
+        self._index = {p: i for i, p in enumerate(ordered)}
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        """Partitions in index order."""
+        return self._partitions
+
+    def __len__(self) -> int:
+        return len(self._partitions)
+
+    def __iter__(self) -> Iterator[Partition]:
+        return iter(self._partitions)
+
+    def __contains__(self, partition: object) -> bool:
+        return partition in self._index
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PartitionTable) and self._partitions == other._partitions
+
+    def __hash__(self) -> int:
+        return hash(self._partitions)
+
+    def __repr__(self) -> str:
+        return f"PartitionTable({list(self._partitions)!r})"
+
+    def index(self, partition: Partition) -> int:
+        """The wire index of ``partition``."""
+        try:
+            return self._index[partition]
+        except KeyError:
+            raise KeyError(f"partition {partition!r} is not in the partition table") from None
+
+    def partition(self, index: int) -> Partition:
+        """The partition with wire index ``index``."""
+        if not 0 <= index < len(self._partitions):
+            raise KeyError(f"partition index {index} is out of range 0..{len(self) - 1}")
+        return self._partitions[index]
+
+    def to_wire(self, clock: Mapping[Partition, int]) -> dict[int, int]:
+        """A clock or watermark keyed by partition -> the same keyed by wire index."""
+        return {self.index(p): offset for p, offset in clock.items()}
+
+    def from_wire(self, indexed: Mapping[int, int]) -> Clock:
+        """Inverse of :meth:`to_wire`."""
+        return {self.partition(i): offset for i, offset in indexed.items()}
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _le(column: array[int]) -> array[int]:
+    if _SWAP:
+        column = array(column.typecode, column)
+        column.byteswap()
+    return column
+
+
+def _column(values: Sequence[int], typecode: str) -> array[int]:
+    if isinstance(values, array) and values.typecode == typecode:
+        return _le(values)
+    return _le(array(typecode, values))
+
+
+def _marks_parts(epoch: int, marks: Mapping[int, int]) -> list[Any]:
+    indices = sorted(marks)
+    offsets = [marks[i] for i in indices]
+    return [
+        _MARKS.pack(epoch, len(indices)),
+        _column(indices, _INDEX_TYPE),
+        _column(offsets, _OFFSET_TYPE),
+    ]
+
+
+def _payload_parts(frame: Frame) -> tuple[FrameKind, list[Any]]:
+    """The kind of ``frame`` and the bytes-like pieces of its payload."""
+    if isinstance(frame, DataBatch):
+        tuples = frame.tuples if type(frame.tuples) is list else list(frame.tuples)
+        if not len(frame.partitions) == len(frame.offsets) == len(tuples):
+            raise ValueError("DataBatch columns differ in length")
+        return FrameKind.DATA, [
+            _DATA.pack(len(tuples), _PICKLE_CODEC),
+            _column(frame.partitions, _INDEX_TYPE),
+            _column(frame.offsets, _OFFSET_TYPE),
+            pickle.dumps(tuples, protocol=_PICKLE_PROTOCOL),
+        ]
+    if isinstance(frame, Watermark):
+        return FrameKind.WATERMARK, _marks_parts(frame.epoch, frame.watermark)
+    if isinstance(frame, ClockMarker):
+        return FrameKind.CLOCK, _marks_parts(frame.epoch, frame.clock)
+    if isinstance(frame, Hello):
+        sender = frame.sender.encode("utf-8")
+        receiver = frame.receiver.encode("utf-8")
+        if len(sender) > 0xFFFF or len(receiver) > 0xFFFF:
+            raise FrameError("HELLO processor ids must be at most 65535 bytes")
+        return FrameKind.HELLO, [
+            _HELLO.pack(frame.epoch, len(sender), len(receiver)),
+            sender,
+            receiver,
+        ]
+    if isinstance(frame, Bye):
+        return FrameKind.BYE, []
+    raise TypeError(f"not a frame: {frame!r}")
+
+
+def _frame_parts(frame: Frame, max_frame_size: int) -> list[Any]:
+    kind, parts = _payload_parts(frame)
+    length = sum(memoryview(p).nbytes for p in parts)
+    if length > max_frame_size:
+        raise FrameTooLargeError(
+            f"{kind.name} frame payload is {length} bytes, over the {max_frame_size}-byte "
+            "limit: send smaller batches"
+        )
+    parts.insert(0, _HEADER.pack(length, kind))
+    return parts
+
+
+def encode_frame(frame: Frame, *, max_frame_size: int = MAX_FRAME_SIZE) -> bytes:
+    """The bytes of one frame, header included."""
+    return b"".join(_frame_parts(frame, max_frame_size))
+
+
+def encode_frames(frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE) -> bytes:
+    """The bytes of several frames, back to back."""
+    parts: list[Any] = []
+    for frame in frames:
+        parts += _frame_parts(frame, max_frame_size)
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _read_column(payload: memoryview, start: int, count: int, typecode: str) -> array[int]:
+    column = array(typecode)
+    stop = start + count * column.itemsize
+    if stop > len(payload):
+        raise FrameError("payload is shorter than its columns")
+    column.frombytes(payload[start:stop])
+    if _SWAP:
+        column.byteswap()
+    return column
+
+
+def _decode_marks(payload: memoryview) -> tuple[int, dict[int, int]]:
+    epoch, count = _MARKS.unpack_from(payload, 0)
+    start = _MARKS.size
+    indices = _read_column(payload, start, count, _INDEX_TYPE)
+    start += 4 * count
+    offsets = _read_column(payload, start, count, _OFFSET_TYPE)
+    if start + 8 * count != len(payload):
+        raise FrameError("trailing bytes after the offsets")
+    marks = dict(zip(indices, offsets, strict=True))
+    if len(marks) != count:
+        raise FrameError("duplicate partition index")
+    return epoch, marks
+
+
+def _decode_data(payload: memoryview) -> DataBatch:
+    count, codec = _DATA.unpack_from(payload, 0)
+    if codec != _PICKLE_CODEC:
+        raise FrameError(f"unknown tuple codec {codec}")
+    start = _DATA.size
+    partitions = _read_column(payload, start, count, _INDEX_TYPE)
+    start += 4 * count
+    offsets = _read_column(payload, start, count, _OFFSET_TYPE)
+    start += 8 * count
+    try:
+        tuples = pickle.loads(payload[start:])
+    except Exception as e:  # unpickling garbage can raise almost anything
+        raise FrameError(f"undecodable tuples ({type(e).__name__}: {e})") from e
+    if type(tuples) is not list or len(tuples) != count:
+        raise FrameError(f"tuple blob does not hold a list of {count} tuples")
+    return DataBatch(partitions, offsets, tuples)
+
+
+def _decode_hello(payload: memoryview) -> Hello:
+    epoch, sender_len, receiver_len = _HELLO.unpack_from(payload, 0)
+    start = _HELLO.size
+    if start + sender_len + receiver_len != len(payload):
+        raise FrameError("id lengths do not match the payload length")
+    sender = str(payload[start : start + sender_len], "utf-8")
+    receiver = str(payload[start + sender_len :], "utf-8")
+    return Hello(sender, epoch, receiver)
+
+
+def decode_frame(kind: int, payload: bytes | bytearray | memoryview) -> Frame:
+    """Decode the payload of one frame of ``kind``; raises :class:`FrameError` if invalid."""
+    if kind not in _KINDS:
+        raise FrameError(f"unknown frame kind {kind}")
+    name = FrameKind(kind).name
+    with memoryview(payload) as view:
+        try:
+            if kind == FrameKind.DATA:
+                return _decode_data(view)
+            if kind == FrameKind.WATERMARK:
+                return Watermark(*_decode_marks(view))
+            if kind == FrameKind.CLOCK:
+                return ClockMarker(*_decode_marks(view))
+            if kind == FrameKind.HELLO:
+                return _decode_hello(view)
+            if len(view):
+                raise FrameError("BYE frame with a payload")
+            return Bye()
+        except FrameError as e:
+            raise FrameError(f"corrupted {name} frame: {e}") from e
+        except (struct.error, UnicodeDecodeError) as e:
+            raise FrameError(f"corrupted {name} frame: {e}") from e
+
+
+class FrameReader:
+    """Turns a byte stream, fed in arbitrary pieces, into frames.
+
+    ``feed`` accepts any split: a frame spread over many reads, many frames in one read.
+    A header announcing an oversize payload or an unknown kind is rejected as soon as its
+    5 bytes arrive. After an error the stream cannot be resynchronised: the reader keeps
+    raising.
+    """
+
+    def __init__(self, *, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+        self._buffer = bytearray()
+        self._max_frame_size = max_frame_size
+        self._error: FrameError | None = None
+        self._recv_chunk: bytearray | None = None  # scratch buffer of recv_frames
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received that are not part of a returned frame yet."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Add received bytes; return the frames they complete, in order."""
+        if self._error is not None:
+            raise FrameError(f"frame stream already failed: {self._error}")
+        buffer = self._buffer
+        buffer += data
+        frames: list[Frame] = []
+        pos = 0
+        end = len(buffer)
+        try:
+            with memoryview(buffer) as view:
+                while end - pos >= HEADER_SIZE:
+                    length, kind = _HEADER.unpack_from(view, pos)
+                    if kind not in _KINDS:
+                        raise FrameError(f"unknown frame kind {kind}")
+                    if length > self._max_frame_size:
+                        raise FrameTooLargeError(
+                            f"incoming frame announces a {length}-byte payload, over the "
+                            f"{self._max_frame_size}-byte limit"
+                        )
+                    stop = pos + HEADER_SIZE + length
+                    if stop > end:
+                        break
+                    frames.append(decode_frame(kind, view[pos + HEADER_SIZE : stop]))
+                    pos = stop
+        except FrameError as e:
+            self._error = e
+            raise
+        if pos:
+            del buffer[:pos]
+        return frames
+
+    def close(self) -> None:
+        """Declare the end of the stream; raises if it stopped in the middle of a frame."""
+        if self._buffer and self._error is None:
+            raise FrameError(f"stream ended inside a frame ({len(self._buffer)} bytes pending)")
+
+
+# --------------------------------------------------------------------------- sockets
+
+
+def send_frames(
+    sock: socket.socket, frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE
+) -> int:
+    """Send ``frames`` with one ``sendall``; returns the number of bytes sent."""
+    data = encode_frames(frames, max_frame_size=max_frame_size)
+    sock.sendall(data)
+    return len(data)
+
+
+def recv_frames(sock: socket.socket, reader: FrameReader) -> list[Frame]:
+    """Block until at least one whole frame arrived; ``[]`` means the peer closed cleanly.
+
+    ``reader`` keeps the bytes of a partly received frame between calls: use one reader per
+    connection. Raises :class:`FrameError` if the peer closed in the middle of a frame.
+    """
+    if reader._recv_chunk is None:
+        reader._recv_chunk = bytearray(_RECV_CHUNK)
+    with memoryview(reader._recv_chunk) as view:
+        while True:
+            n = sock.recv_into(view)
+            if n == 0:
+                reader.close()
+                return []
+            frames = reader.feed(view[:n])
+            if frames:
+                return frames

@@ -1,0 +1,433 @@
+"""The snapshot store: round trips, integrity, atomicity, re-sharding, listing and GC."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+from hailstorm.clock import Clock, clock_to_json
+from hailstorm.monoids import (
+    Count,
+    HyperLogLog,
+    Mean,
+    Monoid,
+    SetUnion,
+    Sum,
+    TopK,
+    TumblingWindow,
+    per_key,
+)
+from hailstorm.routing import route
+from hailstorm.snapshots import (
+    DirectorySnapshotStore,
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotExistsError,
+    SnapshotMismatchError,
+    SnapshotRef,
+    snapshot_key,
+)
+
+CLOCK: Clock = {("words", 0): 41, ("words", 1): -1, ("clicks", 0): 7}
+
+
+class AnyTrue(Monoid[bool]):
+    """A user-defined, non-library monoid."""
+
+    name = "AnyTrue"
+    immutable_state = True
+
+    def empty(self) -> bool:
+        return False
+
+    def combine(self, a: bool, b: bool) -> bool:
+        return a or b
+
+    def avro_schema(self) -> Any:
+        return "boolean"
+
+    def to_avro(self, state: bool) -> Any:
+        return state
+
+    def from_avro(self, data: Any) -> bool:
+        return bool(data)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> DirectorySnapshotStore:
+    return DirectorySnapshotStore(tmp_path / "snapshots")
+
+
+def put(
+    store: DirectorySnapshotStore,
+    monoid: Monoid[Any],
+    state: Any,
+    *,
+    bolt: str = "counts",
+    instance: int = 0,
+    parallelism: int = 1,
+    epoch: int = 1,
+    clock: Clock = CLOCK,
+) -> SnapshotRef:
+    return store.put(
+        topology="wordcount",
+        bolt=bolt,
+        instance=instance,
+        parallelism=parallelism,
+        epoch=epoch,
+        clock=clock,
+        monoid=monoid,
+        state=state,
+    )
+
+
+def hll_state() -> bytearray:
+    hll = HyperLogLog(precision=6)
+    state = hll.empty()
+    for item in ["a", "b", "c", "d"]:
+        state = hll.add(state, item)
+    return state
+
+
+CASES: list[tuple[Monoid[Any], Any]] = [
+    (per_key(Count()), {"apple": 3, "pear": 1, "é": 12}),
+    (per_key(Sum("double")), {"x": 1.5, "y": -0.25}),
+    (per_key(Mean()), {"a": (3.0, 2), "b": (-1.0, 1)}),
+    (per_key(Count(), key_type=("string", "long")), {("fr", 3): 2, ("de", 1): 5}),
+    (per_key(per_key(Count())), {"outer": {"inner": 1, "other": 2}, "empty": {}}),
+    (per_key(Count()), {}),
+    (Mean(), (12.5, 4)),
+    (Count(), 99),
+    (SetUnion(), {"x", "y"}),
+    (TopK(3), {"a": 3.0, "b": 2.0}),
+    (HyperLogLog(precision=6), hll_state()),
+    (TumblingWindow(60, Count()), (130, {60: 2, 120: 1})),
+    (AnyTrue(), True),
+]
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+@pytest.mark.parametrize(("monoid", "state"), CASES, ids=lambda c: repr(c)[:40])
+def test_round_trip(store: DirectorySnapshotStore, monoid: Monoid[Any], state: Any) -> None:
+    ref = put(store, monoid, state, epoch=3)
+    assert ref.epoch == 3 and ref.clock == CLOCK and ref.monoid == monoid.describe()
+    assert ref.records == (len(state) if isinstance(state, dict) and "per_key" in ref.monoid else 1)
+    assert ref.size_bytes == ref.path.stat().st_size
+    assert ref.duration_s is not None and ref.duration_s >= 0
+    clock, loaded = store.load(ref, monoid)
+    assert clock == CLOCK
+    assert loaded == state
+    assert type(loaded) is type(state)
+    assert store.load(ref.key, monoid) == (CLOCK, state)  # by key, as recorded in ZooKeeper
+    assert store.load(ref.uri, monoid) == (CLOCK, state)  # by URI
+
+
+def test_layout_and_metadata(store: DirectorySnapshotStore) -> None:
+    ref = put(store, per_key(Count()), {"a": 1}, bolt="counts", instance=2, parallelism=4, epoch=7)
+    assert ref.key == "wordcount/counts/2/epoch-000000000007.avro"
+    assert ref.path == store.root / "wordcount" / "counts" / "2" / "epoch-000000000007.avro"
+    assert ref.uri == ref.path.as_uri()
+    assert snapshot_key("wordcount", "counts", 2, 7) == ref.key
+    assert (ref.instance, ref.parallelism, ref.layout) == (2, 4, "per_key")
+    assert ref.checksum.startswith("sha256:") and len(ref.checksum) == 71
+    assert json.loads(json.dumps(ref.to_json()))["clock"] == clock_to_json(CLOCK)
+
+
+def test_readable_offline_with_plain_fastavro(store: DirectorySnapshotStore) -> None:
+    state = {("fr", 3): (10.0, 4), ("de", 1): (2.0, 1)}
+    ref = put(store, per_key(Mean(), key_type=("string", "long")), state, epoch=5)
+    with open(ref.path, "rb") as f:  # no hailstorm code below this line
+        reader = fastavro.reader(f)
+        meta = reader.metadata
+        records = list(reader)
+    assert meta["avro.codec"] == "deflate"
+    assert meta["hailstorm.topology"] == "wordcount" and meta["hailstorm.bolt"] == "counts"
+    assert (meta["hailstorm.epoch"], meta["hailstorm.instance"]) == ("5", "0")
+    assert meta["hailstorm.parallelism"] == "1"
+    assert json.loads(meta["hailstorm.clock"]) == {"clicks:0": 7, "words:0": 41, "words:1": -1}
+    assert meta["hailstorm.monoid"] == "per_key(Mean, key=(string, long))"
+    assert meta["hailstorm.records"] == "2"
+    assert meta["hailstorm.created"].endswith("+00:00")
+    assert records == [
+        {"key": {"k0": "de", "k1": 1}, "value": {"sum": 2.0, "count": 1}},
+        {"key": {"k0": "fr", "k1": 3}, "value": {"sum": 10.0, "count": 4}},
+    ]
+
+
+def test_large_state_streams_in_reasonable_time(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    state = {f"key-{i:06d}": i for i in range(100_000)}
+    started = time.perf_counter()
+    ref = put(store, monoid, state)
+    _, loaded = store.load(ref, monoid)
+    elapsed = time.perf_counter() - started
+    assert loaded == state and ref.records == 100_000
+    assert elapsed < 5, f"100k keys took {elapsed:.1f}s"
+    with open(ref.path, "rb") as f:
+        assert sum(1 for _ in fastavro.block_reader(f)) > 1  # written as many Avro blocks
+
+
+# --------------------------------------------------------------------------- integrity
+
+
+def test_flipped_byte_in_records_is_detected(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    ref = put(store, monoid, {f"k{i}": i for i in range(500)})
+    data = bytearray(ref.path.read_bytes())
+    data[-40] ^= 0x01
+    ref.path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptError, match="checksum mismatch") as error:
+        store.load(ref, monoid)
+    assert str(ref.uri) in str(error.value)
+    with pytest.raises(SnapshotCorruptError):
+        list(store.to_json_rows(ref, monoid))
+
+
+def test_tampered_clock_is_detected(store: DirectorySnapshotStore) -> None:
+    ref = put(store, per_key(Count()), {"a": 1})
+    data = ref.path.read_bytes()
+    assert data.count(b'"words:0":41') == 1
+    ref.path.write_bytes(data.replace(b'"words:0":41', b'"words:0":42'))
+    with pytest.raises(SnapshotCorruptError, match="checksum mismatch"):
+        store.load(ref.key, per_key(Count()))
+
+
+def test_any_flipped_byte_fails_loudly(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    ref = put(store, monoid, {f"k{i}": i for i in range(50)})
+    original = ref.path.read_bytes()
+    for position in range(0, len(original), max(1, len(original) // 60)):
+        data = bytearray(original)
+        data[position] ^= 0x20
+        ref.path.write_bytes(bytes(data))
+        with pytest.raises(SnapshotError) as error:
+            store.load(ref, monoid)
+        assert str(ref.path) in str(error.value), position
+    ref.path.write_bytes(original)
+    assert store.load(ref, monoid)[1] == {f"k{i}": i for i in range(50)}
+
+
+def test_truncated_and_foreign_files(store: DirectorySnapshotStore, tmp_path: Path) -> None:
+    ref = put(store, per_key(Count()), {"a": 1, "b": 2})
+    ref.path.write_bytes(ref.path.read_bytes()[:-10])
+    with pytest.raises(SnapshotCorruptError):
+        store.load(ref, per_key(Count()))
+    ref.path.write_bytes(b"not avro at all")
+    with pytest.raises(SnapshotCorruptError, match="unreadable Avro header"):
+        store.resolve(ref.key)
+    foreign = ref.path.with_name("epoch-000000000009.avro")
+    with open(foreign, "wb") as f:
+        fastavro.writer(f, {"type": "record", "name": "R", "fields": []}, [{}])
+    with pytest.raises(SnapshotCorruptError, match="not a hailstorm snapshot"):
+        store.resolve(str(foreign.relative_to(store.root)))
+
+
+def test_wrong_monoid_is_refused(store: DirectorySnapshotStore) -> None:
+    ref = put(store, per_key(Count()), {"a": 1})
+    with pytest.raises(SnapshotMismatchError, match=r"holds per_key\(Count\)"):
+        store.load(ref, per_key(Sum("double")))
+    with pytest.raises(SnapshotMismatchError):
+        store.load(ref, Count())
+
+
+# --------------------------------------------------------------------------- durability
+
+
+def test_crash_before_rename_leaves_no_snapshot(
+    store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def crash(src: Any, dst: Any) -> None:
+        raise OSError("simulated crash between write and rename")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="simulated crash"):
+        put(store, per_key(Count()), {"a": 1}, epoch=4)
+    directory = store.root / "wordcount" / "counts" / "0"
+    assert list(directory.iterdir()) == []  # neither the final file nor the temporary one
+    assert store.list("wordcount") == []
+
+
+def test_file_and_directory_are_synced_around_the_rename(
+    store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync-dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync-file")
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        assert Path(src).name.startswith(".") and Path(dst).name == "epoch-000000000001.avro"
+        events.append("replace")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    put(store, per_key(Count()), {"a": 1})
+    assert events[-3:] == ["fsync-file", "replace", "fsync-dir"]
+
+
+def test_never_overwritten_unless_identical(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    first = put(store, monoid, {"a": 1, "b": 2}, epoch=2)
+    again = put(store, monoid, {"b": 2, "a": 1}, epoch=2)  # a retried write: accepted
+    assert again == first
+    with pytest.raises(SnapshotExistsError, match="never overwritten"):
+        put(store, monoid, {"a": 1, "b": 3}, epoch=2)
+    with pytest.raises(SnapshotExistsError):
+        put(store, monoid, {"a": 1, "b": 2}, epoch=2, clock={("words", 0): 0})
+    assert store.load(first, monoid)[1] == {"a": 1, "b": 2}
+    assert [p.name for p in first.path.parent.iterdir()] == [first.path.name]
+
+
+def test_invalid_names_and_instances(store: DirectorySnapshotStore) -> None:
+    with pytest.raises(ValueError, match="bolt name"):
+        put(store, Count(), 1, bolt="../escape")
+    with pytest.raises(ValueError, match="out of range"):
+        put(store, Count(), 1, instance=2, parallelism=2)
+    with pytest.raises(ValueError, match="not a snapshot key"):
+        store.resolve("../outside.avro")
+
+
+# --------------------------------------------------------------------------- re-sharding
+
+
+def write_round(
+    store: DirectorySnapshotStore, monoid: Monoid[Any], state: dict[Any, Any], parallelism: int
+) -> list[SnapshotRef]:
+    shards: list[dict[Any, Any]] = [{} for _ in range(parallelism)]
+    for key, value in state.items():
+        shards[route(key, parallelism)][key] = value
+    return [
+        put(store, monoid, shard, instance=i, parallelism=parallelism, epoch=6)
+        for i, shard in enumerate(shards)
+    ]
+
+
+@pytest.mark.parametrize("new_parallelism", [1, 2, 3, 5])
+def test_resharding_keyed_state(store: DirectorySnapshotStore, new_parallelism: int) -> None:
+    monoid = per_key(Count(), key_type=("string", "long"))
+    state = {(f"k{i % 37}", i): i for i in range(1000)}
+    refs = write_round(store, monoid, state, parallelism=2)
+    union: dict[Any, Any] = {}
+    for instance in range(new_parallelism):
+        clock, part = store.load_for_instance(
+            list(reversed(refs)), monoid, instance, new_parallelism
+        )
+        assert clock == CLOCK
+        assert all(route(k, new_parallelism) == instance for k in part)
+        assert union.keys().isdisjoint(part)
+        union.update(part)
+    assert union == state
+
+
+def test_resharding_accepts_keys_and_a_custom_route(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    state = {f"w{i}": i for i in range(100)}
+    refs = write_round(store, monoid, state, parallelism=3)
+    by_length = [
+        store.load_for_instance([r.key for r in refs], monoid, i, 2, lambda k, n: len(k) % n)[1]
+        for i in range(2)
+    ]
+    assert by_length[0] == {k: v for k, v in state.items() if len(k) % 2 == 0}
+    assert by_length[0] | by_length[1] == state
+
+
+def test_resharding_non_keyed_state(store: DirectorySnapshotStore) -> None:
+    monoid = Mean()
+    refs = [
+        put(store, monoid, (10.0, 2), instance=0, parallelism=2, epoch=6),
+        put(store, monoid, (5.0, 3), instance=1, parallelism=2, epoch=6),
+    ]
+    assert store.load_for_instance(refs, monoid, 0, 1) == (CLOCK, (15.0, 5))
+    assert store.load_for_instance(refs, monoid, 1, 2) == (CLOCK, (5.0, 3))  # unchanged
+    with pytest.raises(SnapshotMismatchError, match="not keyed"):
+        store.load_for_instance(refs, monoid, 0, 3)
+
+
+def test_resharding_needs_one_complete_round(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    refs = write_round(store, monoid, {f"k{i}": i for i in range(20)}, parallelism=3)
+    with pytest.raises(SnapshotMismatchError, match=r"needs instances 0..2"):
+        store.load_for_instance(refs[:2], monoid, 0, 1)
+    other = put(store, monoid, {}, instance=2, parallelism=3, epoch=7)
+    with pytest.raises(SnapshotMismatchError, match="same round"):
+        store.load_for_instance([*refs[:2], other], monoid, 0, 1)
+    with pytest.raises(SnapshotMismatchError, match="no snapshots"):
+        store.load_for_instance([], monoid, 0, 1)
+
+
+# --------------------------------------------------------------------------- listing, rows, GC
+
+
+def test_list_sorted_with_details(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    put(store, monoid, {"a": 1, "b": 2}, bolt="totals", epoch=2)
+    put(store, monoid, {"a": 1}, bolt="counts", instance=1, parallelism=2, epoch=1)
+    put(store, monoid, {"a": 1}, bolt="counts", instance=0, parallelism=2, epoch=2)
+    put(store, monoid, {}, bolt="counts", instance=0, parallelism=2, epoch=1)
+    (store.root / "wordcount" / "counts" / "0" / ".epoch-000000000003.avro.1.x.tmp").touch()
+    listed = store.list("wordcount")
+    assert [(r.bolt, r.instance, r.epoch) for r in listed] == [
+        ("counts", 0, 1),
+        ("counts", 0, 2),
+        ("counts", 1, 1),
+        ("totals", 0, 2),
+    ]
+    assert [r.records for r in listed] == [0, 1, 1, 2]
+    assert all(r.size_bytes > 0 and r.clock == CLOCK for r in listed)
+    assert store.list("other") == []
+    assert [(r.instance, r.epoch) for r in store.latest_round("wordcount", "counts")] == [(0, 2)]
+    assert store.latest_round("wordcount", "missing") == []
+
+
+def test_json_rows(store: DirectorySnapshotStore) -> None:
+    keyed = per_key(Mean(), key_type=("string", "long"))
+    ref = put(store, keyed, {("fr", 3): (10.0, 4)})
+    assert list(store.to_json_rows(ref, keyed)) == [{"key": ["fr", 3], "value": [10.0, 4]}]
+    assert list(store.to_json_rows(ref)) == [
+        {"key": {"k0": "fr", "k1": 3}, "value": {"sum": 10.0, "count": 4}}
+    ]
+    whole = put(store, SetUnion(), {"b", "a"}, bolt="uniques")
+    assert list(store.to_json_rows(whole, SetUnion())) == [{"state": ["a", "b"]}]
+    hll = put(store, HyperLogLog(precision=6), hll_state(), bolt="hll")
+    [row] = store.to_json_rows(hll.key, HyperLogLog(precision=6))
+    json.dumps(row)  # bytes became text
+
+
+def test_delete_older_than(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    for epoch in (1, 2, 3, 4):
+        put(store, monoid, {"a": epoch}, bolt="counts", epoch=epoch)
+    put(store, monoid, {"a": 1}, bolt="rare", epoch=1)  # its latest round: always kept
+    stale = store.root / "wordcount" / "counts" / "0" / ".epoch-000000000002.avro.9.dead.tmp"
+    busy = store.root / "wordcount" / "counts" / "0" / ".epoch-000000000005.avro.9.live.tmp"
+    stale.touch()
+    busy.touch()
+    removed = store.delete_older_than("wordcount", 3)
+    assert sorted(removed) == [
+        "wordcount/counts/0/.epoch-000000000002.avro.9.dead.tmp",
+        "wordcount/counts/0/epoch-000000000001.avro",
+        "wordcount/counts/0/epoch-000000000002.avro",
+    ]
+    assert [(r.bolt, r.epoch) for r in store.list("wordcount")] == [
+        ("counts", 3),
+        ("counts", 4),
+        ("rare", 1),
+    ]
+    assert busy.exists() and not stale.exists()
+    assert store.delete_older_than("wordcount", 3) == []
+    ref = store.list("wordcount")[0]
+    store.delete(ref)
+    store.delete(ref.key)  # already gone: no error
+    assert len(store.list("wordcount")) == 2
