@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -190,16 +188,14 @@ def show(topology_ref: str, dot: bool) -> None:
     click.echo(render_dot(topology) if dot else render_text(topology), nl=not dot)
 
 
-def _register_optional_commands() -> None:
-    """Attach commands that live in other packages."""
+def _add_negotiator_command() -> None:
+    """``hailstorm negotiator`` is the daemon of the separate ``negotiator`` package."""
     from negotiator.daemon import negotiator_command
 
     main.add_command(negotiator_command, "negotiator")
 
 
-if os.environ.get("HAILSTORM_CLI_MINIMAL") != "1":
-    with contextlib.suppress(ImportError):  # until the negotiator package lands
-        _register_optional_commands()
+_add_negotiator_command()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,129 @@
+"""``python -m negotiator TOPOLOGY`` (also ``hailstorm negotiator TOPOLOGY``): the daemon.
+
+Run any number of these per topology; one leads, the others stand by. The daemon is
+stateless: everything it needs (expected processors, master state, committed record,
+processor reports) is in ZooKeeper under ``/hailstorm/<topology name>/``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+import click
+from kazoo.client import KazooClient
+
+from negotiator.machine import Config
+from negotiator.shell import Shell
+
+ZK_ENV = "HAILSTORM_ZK"
+log = logging.getLogger("negotiator")
+
+
+def topology_name(ref: str) -> str:
+    """The ZooKeeper name of the topology ``ref`` (a module path or dotted name)."""
+    from hailstorm.topology import TopologyError, load_topology
+
+    try:
+        return load_topology(ref).name
+    except TopologyError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _timeout(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+@click.command("negotiator", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("topology", required=False)
+@click.option("--zk", envvar=ZK_ENV, metavar="HOSTS",
+              help=f"ZooKeeper connection string (default: ${ZK_ENV}).")
+@click.option("--name", metavar="NAME",
+              help="Use NAME as the topology's ZooKeeper name instead of importing TOPOLOGY.")
+@click.option("--snapshot-interval", type=click.FloatRange(min=0, min_open=True), default=5.0,
+              show_default=True, help="Seconds of Flowing(None) between snapshot rounds.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="Default timeout (s) of every wait.")
+@click.option("--initialize-timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Initialize: processors registered and ready (default: --timeout).")
+@click.option("--rewind-timeout", type=click.FloatRange(min=0, min_open=True),
+              help="SpoutsRewind: spouts rewound (default: --timeout).")
+@click.option("--pause-timeout", type=click.FloatRange(min=0, min_open=True),
+              help="SpoutsPaused: spouts paused (default: --timeout).")
+@click.option("--snapshot-timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Flowing(C): every bolt saved its snapshot (default: --timeout).")
+@click.option("--session-timeout", type=click.FloatRange(min=1), default=10.0,
+              show_default=True,
+              help="ZooKeeper session timeout (s): how fast a standby takes over.")
+@click.option("--id", "identifier", metavar="ID",
+              help="This negotiator's name in the election (default: host:pid).")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def negotiator_command(
+    topology: str | None, zk: str | None, name: str | None, snapshot_interval: float,
+    timeout: float,
+    initialize_timeout: float | None, rewind_timeout: float | None,
+    pause_timeout: float | None, snapshot_timeout: float | None, session_timeout: float,
+    identifier: str | None, log_level: str,
+) -> None:
+    """Drive the master state of TOPOLOGY (a module path or dotted name) in ZooKeeper.
+
+    With --name, TOPOLOGY may be omitted (nothing is imported).
+
+    The driver (`hailstorm run`) writes the expected processor ids to
+    /hailstorm/<name>/expected; processors register under /hailstorm/<name>/living.
+    """
+    if not zk:
+        raise click.UsageError(f"no ZooKeeper: pass --zk HOSTS or set {ZK_ENV}")
+    if not topology and not name:
+        raise click.UsageError("missing TOPOLOGY (a module path or dotted name) or --name")
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    config = Config(
+        snapshot_interval=snapshot_interval,
+        initialize_timeout=_timeout(initialize_timeout, timeout),
+        rewind_timeout=_timeout(rewind_timeout, timeout),
+        pause_timeout=_timeout(pause_timeout, timeout),
+        snapshot_timeout=_timeout(snapshot_timeout, timeout),
+    )
+    topo = name or topology_name(str(topology))
+    identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
+    client = KazooClient(hosts=zk, timeout=session_timeout)
+    client.start(timeout=max(15.0, session_timeout))
+    shell = Shell(client, topo, config, identifier)
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: signal %d: stopping", identifier, signum)
+        shell.stop()
+
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        log.info("%s: negotiator for topology %r on %s (%s)", identifier, topo, zk, config)
+        shell.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        client.stop()
+        client.close()
+        log.info("%s: stopped", identifier)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m negotiator``; returns the exit status."""
+    try:
+        negotiator_command.main(args=list(argv) if argv is not None else None,
+                                prog_name="negotiator", standalone_mode=False)
+    except click.exceptions.Abort:
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    return 0

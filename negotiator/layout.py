@@ -1,0 +1,558 @@
+"""The ZooKeeper layout of a topology and the JSON records stored in it.
+
+Everything lives under ``/hailstorm/<topology>/``::
+
+    master                      JSON MasterRecord   persistent, written only by the leading
+                                                    negotiator, compare-and-set on its version
+    expected                    JSON ExpectedRecord persistent, written by the driver
+                                                    (``hailstorm run``): the processor ids
+    committed                   JSON CommittedRecord persistent, written by the negotiator in
+                                                    the same transaction as the master state
+    living/<processor id>       JSON ProcessorReport EPHEMERAL, created and updated only by
+                                                    that processor (its liveness + answers)
+    snapshots/<bolt>/<instance> JSON SnapshotReport persistent, written by a bolt instance
+                                                    once its snapshot for a round is durable
+    election/                   kazoo Lock/Election contenders (ephemeral sequential nodes)
+
+Processor ids (also the ``living`` node names)::
+
+    spout:<spout name>:<topic>:<partition>   one spout instance per source partition
+    bolt:<bolt name>:<instance>
+    sink:<sink name>:<instance>
+
+Component names and topics must match ``[A-Za-z0-9._-]+`` (Kafka's topic alphabet), so ``:``
+is an unambiguous separator and every id is a legal znode name.
+
+All of this is pure (no I/O): processors, the driver and the negotiator share it.
+See ``docs/negotiator.md`` for the protocol.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hailstorm.clock import Clock, Partition, clock_from_json, clock_to_json
+from negotiator.states import (
+    Flowing,
+    Initialize,
+    MasterState,
+    NegotiatorDisconnected,
+    SpoutsPaused,
+    SpoutsRewind,
+)
+
+__all__ = [
+    "ROOT",
+    "CommittedRecord",
+    "ExpectedRecord",
+    "Flowing",
+    "Initialize",
+    "LayoutError",
+    "MasterRecord",
+    "MasterState",
+    "NegotiatorDisconnected",
+    "ProcessorId",
+    "ProcessorReport",
+    "ProcessorState",
+    "Role",
+    "SnapshotReport",
+    "SpoutsPaused",
+    "SpoutsRewind",
+    "TopologyPaths",
+    "decode",
+    "encode",
+    "expected_processor_ids",
+    "is_garbage",
+    "parse_processor_id",
+]
+
+ROOT = "/hailstorm"
+"""Parent of every topology's subtree."""
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class LayoutError(ValueError):
+    """A malformed id, path component or record."""
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not _NAME.match(name):
+        raise LayoutError(f"{kind} {name!r} must match [A-Za-z0-9._-]+")
+    return name
+
+
+# --------------------------------------------------------------------------- ids
+
+
+class Role(enum.StrEnum):
+    """What a processor is."""
+
+    SPOUT = "spout"
+    BOLT = "bolt"
+    SINK = "sink"
+
+
+@dataclass(frozen=True, order=True)
+class ProcessorId:
+    """A processor instance: a spout reading one partition, or a bolt/sink instance.
+
+    For spouts ``partition`` is the source partition and ``instance`` is the partition number;
+    for bolts and sinks ``partition`` is None.
+    """
+
+    role: Role
+    name: str
+    instance: int
+    topic: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("component name", self.name)
+        if self.instance < 0:
+            raise LayoutError(f"instance must be >= 0, not {self.instance}")
+        if (self.role is Role.SPOUT) != (self.topic is not None):
+            raise LayoutError("a spout id needs a topic; bolt and sink ids have none")
+        if self.topic is not None:
+            _check_name("topic", self.topic)
+
+    @classmethod
+    def spout(cls, name: str, partition: Partition) -> ProcessorId:
+        topic, number = partition
+        return cls(Role.SPOUT, name, number, topic)
+
+    @classmethod
+    def bolt(cls, name: str, instance: int) -> ProcessorId:
+        return cls(Role.BOLT, name, instance)
+
+    @classmethod
+    def sink(cls, name: str, instance: int) -> ProcessorId:
+        return cls(Role.SINK, name, instance)
+
+    @property
+    def partition(self) -> Partition | None:
+        """The source partition of a spout (None for bolts and sinks)."""
+        return None if self.topic is None else (self.topic, self.instance)
+
+    def __str__(self) -> str:
+        if self.topic is not None:
+            return f"{self.role}:{self.name}:{self.topic}:{self.instance}"
+        return f"{self.role}:{self.name}:{self.instance}"
+
+
+def parse_processor_id(text: str) -> ProcessorId:
+    """Inverse of ``str(ProcessorId)``; raises :class:`LayoutError` on anything else."""
+    parts = text.split(":")
+    try:
+        role = Role(parts[0])
+        if role is Role.SPOUT and len(parts) == 4:
+            return ProcessorId(role, parts[1], _index(parts[3]), parts[2])
+        if role is not Role.SPOUT and len(parts) == 3:
+            return ProcessorId(role, parts[1], _index(parts[2]))
+    except ValueError as exc:
+        raise LayoutError(f"not a processor id: {text!r} ({exc})") from None
+    raise LayoutError(f"not a processor id: {text!r}")
+
+
+def _index(text: str) -> int:
+    if not text.isdigit():
+        raise LayoutError(f"bad instance number {text!r}")
+    return int(text)
+
+
+def expected_processor_ids(
+    spouts: Mapping[str, Iterable[Partition]],
+    bolts: Mapping[str, int],
+    sinks: Mapping[str, int],
+) -> list[str]:
+    """All processor ids of a deployment, sorted.
+
+    ``spouts`` maps each spout to the source partitions it reads (one instance each),
+    ``bolts`` and ``sinks`` map each component to its parallelism.
+    """
+    ids = [str(ProcessorId.spout(n, p)) for n, parts in spouts.items() for p in parts]
+    ids += [str(ProcessorId.bolt(n, i)) for n, k in bolts.items() for i in range(k)]
+    ids += [str(ProcessorId.sink(n, i)) for n, k in sinks.items() for i in range(k)]
+    return sorted(ids)
+
+
+# --------------------------------------------------------------------------- paths
+
+
+@dataclass(frozen=True)
+class TopologyPaths:
+    """The znode paths of one topology."""
+
+    topology: str
+
+    def __post_init__(self) -> None:
+        _check_name("topology name", self.topology)
+
+    @property
+    def root(self) -> str:
+        return f"{ROOT}/{self.topology}"
+
+    @property
+    def master(self) -> str:
+        return f"{self.root}/master"
+
+    @property
+    def expected(self) -> str:
+        return f"{self.root}/expected"
+
+    @property
+    def committed(self) -> str:
+        return f"{self.root}/committed"
+
+    @property
+    def living(self) -> str:
+        return f"{self.root}/living"
+
+    @property
+    def snapshots(self) -> str:
+        return f"{self.root}/snapshots"
+
+    @property
+    def election(self) -> str:
+        return f"{self.root}/election"
+
+    def living_node(self, processor: str | ProcessorId) -> str:
+        """``living/<id>``: the processor's ephemeral report node."""
+        return f"{self.living}/{_as_id(processor)}"
+
+    def snapshot_node(self, bolt_instance: str | ProcessorId) -> str:
+        """``snapshots/<bolt>/<instance>``: a bolt instance's latest durable snapshot."""
+        pid = _as_id(bolt_instance)
+        if pid.role is not Role.BOLT:
+            raise LayoutError(f"only bolts write snapshots, not {pid}")
+        return f"{self.snapshots}/{pid.name}/{pid.instance}"
+
+    def snapshot_dir(self, bolt: str) -> str:
+        return f"{self.snapshots}/{_check_name('bolt name', bolt)}"
+
+    def directories(self) -> tuple[str, ...]:
+        """Persistent parents everybody may ``ensure_path`` before use."""
+        return (self.living, self.snapshots, self.election)
+
+
+def _as_id(processor: str | ProcessorId) -> ProcessorId:
+    return processor if isinstance(processor, ProcessorId) else parse_processor_id(processor)
+
+
+# --------------------------------------------------------------------------- records
+
+
+def encode(data: Mapping[str, Any]) -> bytes:
+    """Compact, key-sorted UTF-8 JSON (what every znode holds)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode(raw: bytes | None) -> dict[str, Any]:
+    """Parse a znode's JSON object; :class:`LayoutError` when it is not one."""
+    try:
+        data = json.loads((raw or b"").decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LayoutError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise LayoutError("not a JSON object")
+    return data
+
+
+def _clock_or_none(data: Any) -> Clock | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise LayoutError(f"not a clock: {data!r}")
+    return clock_from_json(data)
+
+
+def _json_clock_or_none(clock: Mapping[Partition, int] | None) -> dict[str, int] | None:
+    return None if clock is None else clock_to_json(clock)
+
+
+def _load(cls_name: str, raw: bytes | Mapping[str, Any], build: Any) -> Any:
+    data = raw if isinstance(raw, Mapping) else decode(raw)
+    try:
+        return build(data)
+    except LayoutError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LayoutError(f"bad {cls_name}: {exc!r}") from None
+
+
+_STATE_NAMES = {
+    "Initialize": Initialize,
+    "SpoutsRewind": SpoutsRewind,
+    "SpoutsPaused": SpoutsPaused,
+    "Flowing": Flowing,
+}
+
+
+@dataclass(frozen=True)
+class MasterRecord:
+    """The ``master`` znode: the state plus when and why it was entered, and by whom."""
+
+    state: Initialize | SpoutsRewind | SpoutsPaused | Flowing
+    entered_at: float
+    leader: str = ""
+    reason: str = ""
+
+    def to_json(self) -> bytes:
+        clock = getattr(self.state, "clock", None)
+        return encode(
+            {
+                "state": type(self.state).__name__,
+                "epoch": self.state.epoch,
+                "clock": _json_clock_or_none(clock),
+                "entered_at": self.entered_at,
+                "leader": self.leader,
+                "reason": self.reason,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | Mapping[str, Any]) -> MasterRecord:
+        def build(d: Mapping[str, Any]) -> MasterRecord:
+            kind = _STATE_NAMES.get(d["state"])
+            epoch = int(d["epoch"])
+            clock = _clock_or_none(d.get("clock"))
+            state: Initialize | SpoutsRewind | SpoutsPaused | Flowing
+            if kind is Flowing:
+                state = Flowing(epoch, clock)
+            elif kind is SpoutsRewind:
+                if clock is None:
+                    raise LayoutError("SpoutsRewind without a clock")
+                state = SpoutsRewind(epoch, clock)
+            elif kind is Initialize or kind is SpoutsPaused:
+                state = kind(epoch)
+            else:
+                raise LayoutError(f"unknown master state {d['state']!r}")
+            return cls(state, float(d["entered_at"]), str(d.get("leader", "")),
+                       str(d.get("reason", "")))
+
+        result: MasterRecord = _load("master record", raw, build)
+        return result
+
+
+class ProcessorState(enum.StrEnum):
+    """What a processor says it is doing (the ``state`` of its report)."""
+
+    JOINING = "joining"
+    """A new incarnation, not part of any run yet: waits for the next Initialize."""
+    READY = "ready"
+    """Initialize(e) answered: registered, bolts loaded their snapshot (``loaded``)."""
+    REWOUND = "rewound"
+    """SpoutsRewind(e, C) answered by a spout: seeked to C[p] + 1, ``position`` = C[p]."""
+    PAUSED = "paused"
+    """SpoutsPaused(e) answered by a spout: stopped, ``position`` = last emitted offset."""
+    FLOWING = "flowing"
+    """Informational: a spout resumed emitting (not required by the negotiator)."""
+
+
+@dataclass(frozen=True)
+class ProcessorReport:
+    """The data of a ``living/<id>`` node, written by that processor.
+
+    ``epoch`` is the epoch of the master state this report answers. ``position`` (spouts):
+    offset of the last message emitted, per partition (-1: none). ``loaded`` (bolts): clock of
+    the snapshot loaded in this run ({} when none). ``error``: set when the processor failed
+    fatally (it should then exit; the negotiator restarts the topology).
+    """
+
+    processor: str
+    state: ProcessorState
+    epoch: int
+    position: Clock | None = None
+    loaded: Clock | None = None
+    error: str | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def role(self) -> Role:
+        return parse_processor_id(self.processor).role
+
+    def to_json(self) -> bytes:
+        return encode(
+            {
+                "processor": self.processor,
+                "role": str(parse_processor_id(self.processor).role),
+                "state": str(self.state),
+                "epoch": self.epoch,
+                "position": _json_clock_or_none(self.position),
+                "loaded": _json_clock_or_none(self.loaded),
+                "error": self.error,
+                "info": dict(self.info),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | Mapping[str, Any]) -> ProcessorReport:
+        def build(d: Mapping[str, Any]) -> ProcessorReport:
+            pid = parse_processor_id(str(d["processor"]))
+            if "role" in d and d["role"] != str(pid.role):
+                raise LayoutError(f"role {d['role']!r} does not match id {pid}")
+            error = d.get("error")
+            return cls(
+                str(pid),
+                ProcessorState(d["state"]),
+                int(d["epoch"]),
+                _clock_or_none(d.get("position")),
+                _clock_or_none(d.get("loaded")),
+                None if error is None else str(error),
+                dict(d.get("info") or {}),
+            )
+
+        result: ProcessorReport = _load("processor report", raw, build)
+        return result
+
+
+@dataclass(frozen=True)
+class SnapshotReport:
+    """The data of ``snapshots/<bolt>/<instance>``: a durable snapshot of state A.
+
+    Written by the bolt instance only after the snapshot behind ``ref`` (e.g. an Avro file
+    URI) is durable; ``epoch`` and ``clock`` are those of the Flowing(epoch, clock) round.
+    """
+
+    processor: str
+    epoch: int
+    clock: Clock
+    ref: str
+
+    def to_json(self) -> bytes:
+        return encode(
+            {
+                "processor": self.processor,
+                "epoch": self.epoch,
+                "clock": clock_to_json(self.clock),
+                "ref": self.ref,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | Mapping[str, Any]) -> SnapshotReport:
+        def build(d: Mapping[str, Any]) -> SnapshotReport:
+            pid = parse_processor_id(str(d["processor"]))
+            if pid.role is not Role.BOLT:
+                raise LayoutError(f"snapshot report from non-bolt {pid}")
+            clock = _clock_or_none(d["clock"])
+            if clock is None:
+                raise LayoutError("snapshot report without a clock")
+            return cls(str(pid), int(d["epoch"]), clock, str(d["ref"]))
+
+        result: SnapshotReport = _load("snapshot report", raw, build)
+        return result
+
+
+@dataclass(frozen=True)
+class CommittedRecord:
+    """The ``committed`` znode: the last round at which every bolt instance had a durable
+    snapshot, with each instance's snapshot ref, and the record it replaced (``previous``,
+    kept one level deep: its own ``previous`` is dropped)."""
+
+    epoch: int
+    clock: Clock
+    snapshots: Mapping[str, str]
+    committed_at: float = 0.0
+    previous: CommittedRecord | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "clock": clock_to_json(self.clock),
+            "snapshots": dict(sorted(self.snapshots.items())),
+            "committed_at": self.committed_at,
+            "previous": None if self.previous is None else self.previous.to_dict(),
+        }
+
+    def to_json(self) -> bytes:
+        return encode(self.to_dict())
+
+    @classmethod
+    def from_json(cls, raw: bytes | Mapping[str, Any]) -> CommittedRecord:
+        def build(d: Mapping[str, Any]) -> CommittedRecord:
+            clock = _clock_or_none(d["clock"])
+            if clock is None:
+                raise LayoutError("committed record without a clock")
+            prev = d.get("previous")
+            return cls(
+                int(d["epoch"]),
+                clock,
+                {str(k): str(v) for k, v in dict(d["snapshots"]).items()},
+                float(d.get("committed_at", 0.0)),
+                None if prev is None else CommittedRecord.from_json(prev),
+            )
+
+        result: CommittedRecord = _load("committed record", raw, build)
+        return result
+
+    def succeeded_by(
+        self, epoch: int, clock: Mapping[Partition, int], snapshots: Mapping[str, str],
+        committed_at: float,
+    ) -> CommittedRecord:
+        """The record that commits a newer round and keeps this one as ``previous``."""
+        keep = CommittedRecord(self.epoch, self.clock, self.snapshots, self.committed_at)
+        return CommittedRecord(epoch, dict(clock), dict(snapshots), committed_at, keep)
+
+    def live_refs(self) -> frozenset[str]:
+        """Snapshot refs still needed: this round's and the previous committed round's."""
+        refs = set(self.snapshots.values())
+        if self.previous is not None:
+            refs |= set(self.previous.snapshots.values())
+        return frozenset(refs)
+
+    def snapshot_for(self, bolt_instance: str) -> str | None:
+        """The ref a (re)starting bolt instance loads (None: start from the empty state)."""
+        return self.snapshots.get(bolt_instance)
+
+
+def is_garbage(committed: CommittedRecord | None, epoch: int, ref: str) -> bool:
+    """True when a snapshot written in round ``epoch`` under ``ref`` may be deleted.
+
+    A snapshot is garbage once a newer round committed and neither the committed record nor
+    its ``previous`` references it. Snapshots of rounds newer than the committed one may
+    belong to a round still in progress and are never garbage.
+    """
+    if committed is None or epoch > committed.epoch:
+        return False
+    return ref not in committed.live_refs()
+
+
+@dataclass(frozen=True)
+class ExpectedRecord:
+    """The ``expected`` znode, written by the driver: every processor id of the deployment.
+
+    The negotiator waits for exactly these in Initialize; the spout ids also define the
+    source partitions (the domain of every clock).
+    """
+
+    processors: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for text in self.processors:
+            parse_processor_id(text)
+        object.__setattr__(self, "processors", tuple(sorted(set(self.processors))))
+
+    @property
+    def partitions(self) -> frozenset[Partition]:
+        return frozenset(
+            p for p in (parse_processor_id(t).partition for t in self.processors) if p
+        )
+
+    def to_json(self) -> bytes:
+        return encode({"processors": list(self.processors)})
+
+    @classmethod
+    def from_json(cls, raw: bytes | Mapping[str, Any]) -> ExpectedRecord:
+        def build(d: Mapping[str, Any]) -> ExpectedRecord:
+            procs = d["processors"]
+            if not isinstance(procs, list):
+                raise LayoutError("'processors' must be a list")
+            return cls(tuple(str(p) for p in procs))
+
+        result: ExpectedRecord = _load("expected record", raw, build)
+        return result

@@ -1,0 +1,472 @@
+"""The negotiator's master-state machine as one pure function.
+
+:func:`step` takes the current master state, an immutable :class:`View` of everything the
+shell re-read from ZooKeeper, and the :class:`Config`, and returns a :class:`Decision`: the
+next state (or None to stay), the actions to apply atomically with it, a human reason, and
+when to wake up if nothing changes. No I/O, no clocks, no randomness: same inputs, same
+decision.
+
+Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anywhere) + 1``)::
+
+    NegotiatorDisconnected(e) -> Initialize(new)            on becoming leader
+    Initialize(e)     -> SpoutsRewind(e, LWM)               every expected processor ready
+                                                            for e; LWM = min of bolt loads
+    SpoutsRewind(e,C) -> Flowing(e, None)                   every spout rewound to C for e
+    Flowing(e, None)  -> SpoutsPaused(new)                  snapshot interval elapsed
+    SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
+                                                            C = max of their positions
+    Flowing(e, C)     -> Flowing(e, None) + CommitClock     every bolt instance durably
+                                                            saved at exactly C in round e
+    any but Disconnected -> Initialize(new)                 processor lost/restarted/failed,
+                                                            or a wait timed out
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hailstorm.clock import (
+    NOTHING,
+    Clock,
+    Partition,
+    clock_to_json,
+    dominates,
+    low_water_mark,
+    merge_max,
+)
+from negotiator.layout import (
+    CommittedRecord,
+    LayoutError,
+    ProcessorId,
+    ProcessorReport,
+    ProcessorState,
+    Role,
+    SnapshotReport,
+    parse_processor_id,
+)
+from negotiator.states import (
+    Flowing,
+    Initialize,
+    MasterState,
+    NegotiatorDisconnected,
+    SpoutsPaused,
+    SpoutsRewind,
+)
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Config:
+    """Timing of the machine, in seconds."""
+
+    snapshot_interval: float = 5.0
+    """How long Flowing(None) lasts before the next snapshot round starts."""
+    initialize_timeout: float = 60.0
+    """Initialize: every processor registered and ready (bolts loaded their snapshots)."""
+    rewind_timeout: float = 60.0
+    """SpoutsRewind: every spout seeked to the rewind clock."""
+    pause_timeout: float = 60.0
+    """SpoutsPaused: every spout paused and reported its position."""
+    snapshot_timeout: float = 60.0
+    """Flowing(C): every bolt instance reported a durable snapshot at C."""
+
+    def __post_init__(self) -> None:
+        for name in ("snapshot_interval", "initialize_timeout", "rewind_timeout",
+                     "pause_timeout", "snapshot_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+
+    @classmethod
+    def uniform(cls, snapshot_interval: float = 5.0, timeout: float = 60.0) -> Config:
+        """Same timeout for every wait."""
+        return cls(snapshot_interval, timeout, timeout, timeout, timeout)
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything the machine may look at, re-read from ZooKeeper for every step.
+
+    ``living`` maps each ``living/`` node name to its report (None when unreadable);
+    ``snapshots`` maps each bolt instance id to its latest snapshot report (None when
+    unreadable); ``expected`` is None when the driver has not written the list yet;
+    ``highest_epoch`` is the largest epoch recorded anywhere for this topology (master,
+    committed record, any report); ``entered_at`` is when the current state was entered.
+    """
+
+    now: float
+    entered_at: float
+    expected: frozenset[str] | None
+    living: Mapping[str, ProcessorReport | None] = field(default_factory=dict)
+    snapshots: Mapping[str, SnapshotReport | None] = field(default_factory=dict)
+    committed: CommittedRecord | None = None
+    highest_epoch: int = 0
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+@dataclass(frozen=True)
+class CommitClock:
+    """Write the committed record for round ``epoch`` (its predecessor becomes
+    ``previous``), in the same ZooKeeper transaction as the next master state."""
+
+    epoch: int
+    clock: Clock
+    snapshots: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ForgetSnapshots:
+    """Snapshots written in rounds ``<= up_to_epoch`` whose ref is not in ``keep`` (the new
+    committed round and the previous one) are garbage and may be deleted."""
+
+    up_to_epoch: int
+    keep: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Something in the view the machine ignored (unknown processor, malformed or
+    future-epoch report...). The shell logs each distinct one once."""
+
+    subject: str
+    why: str
+
+
+Action = CommitClock | ForgetSnapshots | Ignored
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do: move to ``next_state`` (None: stay) applying ``actions`` atomically."""
+
+    next_state: MasterState | None
+    actions: tuple[Action, ...] = ()
+    reason: str = ""
+    wake_at: float | None = None
+    """When to step again if nothing changes (the current wait's deadline)."""
+
+    @property
+    def commits(self) -> tuple[CommitClock, ...]:
+        return tuple(a for a in self.actions if isinstance(a, CommitClock))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@dataclass(frozen=True)
+class _Roster:
+    """The view screened against the expected processors."""
+
+    expected: tuple[ProcessorId, ...]
+    reports: Mapping[ProcessorId, ProcessorReport]
+    """Usable reports of expected processors."""
+    registered: frozenset[ProcessorId]
+    """Expected processors with a living node (usable report or not)."""
+    snapshots: Mapping[ProcessorId, SnapshotReport]
+    notes: tuple[Ignored, ...]
+
+    @property
+    def partitions(self) -> frozenset[Partition]:
+        return frozenset(p.partition for p in self.expected if p.partition is not None)
+
+    def of(self, role: Role) -> tuple[ProcessorId, ...]:
+        return tuple(p for p in self.expected if p.role is role)
+
+
+def _screen(view: View, epoch: int) -> _Roster:
+    notes: list[Ignored] = []
+    expected: set[ProcessorId] = set()
+    for text in sorted(view.expected or ()):
+        try:
+            expected.add(parse_processor_id(text))
+        except LayoutError as exc:
+            notes.append(Ignored(text, f"unparseable expected processor id: {exc}"))
+    by_name = {str(p): p for p in expected}
+
+    reports: dict[ProcessorId, ProcessorReport] = {}
+    registered: set[ProcessorId] = set()
+    for name in sorted(view.living):
+        report = view.living[name]
+        pid = by_name.get(name)
+        if pid is None:
+            notes.append(Ignored(name, "unknown processor (not in the expected list)"))
+            continue
+        registered.add(pid)
+        if report is None:
+            notes.append(Ignored(name, "unreadable report"))
+        elif report.processor != name:
+            notes.append(Ignored(name, f"report claims to be {report.processor}"))
+        elif report.epoch > epoch:
+            notes.append(Ignored(name, f"report for future epoch {report.epoch} > {epoch}"))
+        else:
+            reports[pid] = report
+
+    snapshots: dict[ProcessorId, SnapshotReport] = {}
+    for name in sorted(view.snapshots):
+        snap = view.snapshots[name]
+        pid = by_name.get(name)
+        if pid is None or pid.role is not Role.BOLT:
+            notes.append(Ignored(f"snapshot {name}", "not an expected bolt instance"))
+        elif snap is None:
+            notes.append(Ignored(f"snapshot {name}", "unreadable snapshot report"))
+        elif snap.processor != name:
+            notes.append(Ignored(f"snapshot {name}", f"report claims to be {snap.processor}"))
+        elif snap.epoch > epoch:
+            notes.append(Ignored(f"snapshot {name}", f"future epoch {snap.epoch} > {epoch}"))
+        else:
+            snapshots[pid] = snap
+    return _Roster(tuple(sorted(expected)), reports, frozenset(registered), snapshots,
+                   tuple(notes))
+
+
+def _names(pids: Iterable[ProcessorId | str], limit: int = 5) -> str:
+    items = sorted(str(p) for p in pids)
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:g} s"
+
+
+def _same_clock(a: Clock, b: Clock) -> bool:
+    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
+
+
+def _restart(state: MasterState, view: View, roster: _Roster, reason: str) -> Decision:
+    epoch = max(state.epoch, view.highest_epoch) + 1
+    return Decision(Initialize(epoch), roster.notes, reason)
+
+
+def _wait(roster: _Roster, view: View, deadline: float, what: str) -> Decision:
+    return Decision(None, roster.notes, what, wake_at=deadline)
+
+
+def _casualty(roster: _Roster) -> str | None:
+    """Reason to restart when a member of the running topology is gone, restarted or failed
+    (only valid after Initialize: every expected processor was ready for this run)."""
+    if not roster.expected:
+        return "the expected processor list is gone"
+    lost = [p for p in roster.expected if p not in roster.registered]
+    if lost:
+        return f"{_names(lost)} lost (living node gone)"
+    for pid, report in roster.reports.items():
+        if report.error is not None:
+            return f"{pid} failed: {report.error}"
+    restarted = [p for p, r in roster.reports.items() if r.state is ProcessorState.JOINING]
+    if restarted:
+        return f"{_names(restarted)} restarted (reports joining)"
+    return None
+
+
+# --------------------------------------------------------------------------- step
+
+
+def step(state: MasterState, view: View, config: Config) -> Decision:
+    """The next move of the negotiator, given ``state`` and a fresh ``view``."""
+    roster = _screen(view, state.epoch)
+    match state:
+        case NegotiatorDisconnected():
+            epoch = max(state.epoch, view.highest_epoch) + 1
+            return Decision(Initialize(epoch), (), "leader elected; no master state")
+        case Initialize():
+            return _initialize(state, view, config, roster)
+        case SpoutsRewind():
+            return _rewind(state, view, config, roster)
+        case SpoutsPaused():
+            return _paused(state, view, config, roster)
+        case Flowing(clock=None):
+            return _flowing(state, view, config, roster)
+        case Flowing():
+            return _snapshotting(state, view, config, roster)
+    raise TypeError(f"not a master state: {state!r}")  # pragma: no cover
+
+
+def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) -> Decision:
+    e = state.epoch
+    deadline = view.entered_at + config.initialize_timeout
+    if not roster.expected:
+        pending = "no expected processors (the driver writes the list)"
+    else:
+        for pid, report in roster.reports.items():
+            if report.error is not None and report.epoch >= e:
+                return _restart(state, view, roster, f"{pid} failed: {report.error}")
+        unregistered = [p for p in roster.expected if p not in roster.registered]
+        not_ready = [
+            p for p in roster.expected
+            if p in roster.registered and not _ready(roster.reports.get(p), e)
+        ]
+        if not unregistered and not not_ready:
+            bolts = roster.of(Role.BOLT)
+            loads = [roster.reports[b].loaded or {} for b in bolts]
+            lwm = low_water_mark(loads, sorted(roster.partitions))
+            return Decision(
+                SpoutsRewind(e, lwm), roster.notes,
+                f"all {len(roster.expected)} processors ready; low water mark over "
+                f"{len(bolts)} bolt instances is {clock_to_json(lwm)}",
+            )
+        parts = []
+        if unregistered:
+            parts.append(f"{_names(unregistered)} not registered")
+        if not_ready:
+            parts.append(f"{_names(not_ready)} not ready for epoch {e}")
+        pending = "; ".join(parts)
+    if view.now >= deadline:
+        return _restart(
+            state, view, roster,
+            f"initialize of epoch {e} abandoned after "
+            f"{_secs(config.initialize_timeout)}: {pending}",
+        )
+    return _wait(roster, view, deadline, f"initialize epoch {e}: waiting, {pending}")
+
+
+def _ready(report: ProcessorReport | None, epoch: int) -> bool:
+    if report is None or report.state is not ProcessorState.READY or report.epoch != epoch:
+        return False
+    if report.error is not None:
+        return False
+    return report.role is not Role.BOLT or report.loaded is not None
+
+
+def _rewind(state: SpoutsRewind, view: View, config: Config, roster: _Roster) -> Decision:
+    e, clock = state.epoch, state.clock
+    casualty = _casualty(roster)
+    if casualty:
+        return _restart(state, view, roster, casualty)
+    waiting = []
+    for spout in roster.of(Role.SPOUT):
+        report = roster.reports.get(spout)
+        if report is None or report.state is not ProcessorState.REWOUND or report.epoch != e:
+            waiting.append(spout)
+            continue
+        assert spout.partition is not None
+        want = clock.get(spout.partition, NOTHING)
+        got = (report.position or {}).get(spout.partition)
+        if got != want:
+            return _restart(
+                state, view, roster,
+                f"{spout} rewound to offset {got} but epoch {e} rewinds to {want}",
+            )
+    if not waiting:
+        return Decision(
+            Flowing(e, None), roster.notes,
+            f"all {len(roster.of(Role.SPOUT))} spouts rewound to {clock_to_json(clock)}",
+        )
+    deadline = view.entered_at + config.rewind_timeout
+    if view.now >= deadline:
+        return _restart(
+            state, view, roster,
+            f"rewind of epoch {e} abandoned after {_secs(config.rewind_timeout)}: "
+            f"{_names(waiting)} did not report",
+        )
+    return _wait(roster, view, deadline, f"rewind epoch {e}: waiting for {_names(waiting)}")
+
+
+def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
+    casualty = _casualty(roster)
+    if casualty:
+        return _restart(state, view, roster, casualty)
+    due = view.entered_at + config.snapshot_interval
+    if view.now >= due:
+        epoch = max(state.epoch, view.highest_epoch) + 1
+        return Decision(
+            SpoutsPaused(epoch), roster.notes,
+            f"snapshot interval {config.snapshot_interval:.1f}s elapsed",
+        )
+    return _wait(roster, view, due, f"flowing; next snapshot round in "
+                 f"{_secs(round(due - view.now, 3))}")
+
+
+def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) -> Decision:
+    e = state.epoch
+    casualty = _casualty(roster)
+    if casualty:
+        return _restart(state, view, roster, casualty)
+    waiting = []
+    positions: list[Clock] = []
+    notes = list(roster.notes)
+    for spout in roster.of(Role.SPOUT):
+        report = roster.reports.get(spout)
+        assert spout.partition is not None
+        if report is None or report.state is not ProcessorState.PAUSED or report.epoch != e:
+            waiting.append(spout)
+            continue
+        offset = (report.position or {}).get(spout.partition)
+        if offset is None or offset < NOTHING:
+            notes.append(Ignored(str(spout), f"paused report without a valid position for "
+                                             f"{spout.partition}"))
+            waiting.append(spout)
+            continue
+        positions.append({spout.partition: offset})
+    if not waiting:
+        clock = {p: NOTHING for p in roster.partitions} | merge_max(*positions)
+        return Decision(
+            Flowing(e, clock), tuple(notes),
+            f"all {len(positions)} spouts paused; snapshot clock {clock_to_json(clock)}",
+        )
+    deadline = view.entered_at + config.pause_timeout
+    if view.now >= deadline:
+        return _restart(
+            state, view, roster,
+            f"pause of snapshot round {e} abandoned after {_secs(config.pause_timeout)}: "
+            f"{_names(waiting)} did not report",
+        )
+    return Decision(None, tuple(notes),
+                    f"snapshot round {e}: waiting for {_names(waiting)} to pause",
+                    wake_at=deadline)
+
+
+def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
+    e = state.epoch
+    assert state.clock is not None
+    clock = state.clock
+    casualty = _casualty(roster)
+    if casualty:
+        return _restart(state, view, roster, casualty)
+    committed = view.committed
+    if committed is not None and committed.epoch >= e:
+        return Decision(Flowing(e, None), roster.notes,
+                        f"round {e} already committed (committed epoch {committed.epoch})")
+    waiting = []
+    refs: dict[str, str] = {}
+    for bolt in roster.of(Role.BOLT):
+        snap = roster.snapshots.get(bolt)
+        if snap is None or snap.epoch != e:
+            waiting.append(bolt)
+            continue
+        if not _same_clock(snap.clock, clock):
+            return _restart(
+                state, view, roster,
+                f"{bolt} saved round {e} at {clock_to_json(snap.clock)}, "
+                f"not at {clock_to_json(clock)}",
+            )
+        refs[str(bolt)] = snap.ref
+    if not waiting:
+        if committed is not None and not dominates(clock, committed.clock):
+            return Decision(
+                Flowing(e, None), roster.notes,
+                f"round {e} not committed: {clock_to_json(clock)} does not dominate the "
+                f"committed clock {clock_to_json(committed.clock)}",
+            )
+        keep = frozenset(refs.values()) | frozenset(
+            committed.snapshots.values() if committed else ()
+        )
+        commit = CommitClock(e, dict(clock), refs)
+        actions: tuple[Action, ...] = (*roster.notes, commit, ForgetSnapshots(e, keep))
+        return Decision(
+            Flowing(e, None), actions,
+            f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt "
+            f"instances saved",
+        )
+    deadline = view.entered_at + config.snapshot_timeout
+    if view.now >= deadline:
+        return _restart(
+            state, view, roster,
+            f"snapshot round {e} abandoned after {_secs(config.snapshot_timeout)}: "
+            f"{_names(waiting)} did not report",
+        )
+    return _wait(roster, view, deadline,
+                 f"snapshot round {e}: waiting for {_names(waiting)} to save")

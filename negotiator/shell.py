@@ -1,0 +1,376 @@
+"""The kazoo shell around :func:`negotiator.machine.step`.
+
+- Leadership: every negotiator contends on ``election/`` with kazoo's Lock recipe (what
+  kazoo's Election uses); exactly one holds it, the others block until the leader's
+  session ends, then the next one takes over.
+- Every wake-up re-reads the whole view from ZooKeeper, arming a one-shot watch on every node
+  and directory it reads, so any later change wakes the loop again. Watch payloads are never
+  trusted: they only wake.
+- A decision is applied in ONE ZooKeeper transaction: a check that our election node still
+  exists (fencing: a negotiator whose session ended can write nothing), the master state
+  written with compare-and-set on the version read, and the committed record (when the
+  decision commits) also compare-and-set. Any failure means someone else moved: re-read.
+- Between wake-ups the loop sleeps until the decision's deadline (``wake_at``), not in a poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    CancelledError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoNodeError,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import ZnodeStat
+
+from negotiator.layout import (
+    CommittedRecord,
+    ExpectedRecord,
+    LayoutError,
+    MasterRecord,
+    ProcessorReport,
+    SnapshotReport,
+    TopologyPaths,
+)
+from negotiator.machine import (
+    CommitClock,
+    Config,
+    Decision,
+    ForgetSnapshots,
+    Ignored,
+    View,
+    step,
+)
+from negotiator.states import MasterState, NegotiatorDisconnected, label
+
+log = logging.getLogger("negotiator")
+
+_TRANSIENT = (ConnectionLoss, ConnectionClosedError, SessionExpiredError)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One full re-read: the master state, the versions to compare-and-set, the view."""
+
+    state: MasterState
+    master_version: int | None
+    """Version of the master node (None when absent)."""
+    committed: CommittedRecord | None
+    committed_version: int | None
+    view: View
+
+
+def describe_transition(old: MasterState, new: MasterState, reason: str) -> str:
+    """The one log line of a transition, e.g.
+    ``epoch=12 Flowing(None) -> epoch=13 SpoutsPaused: snapshot interval 5.0s elapsed``."""
+    if new.epoch == old.epoch:
+        return f"epoch={old.epoch} {label(old)} -> {label(new)}: {reason}"
+    return f"epoch={old.epoch} {label(old)} -> epoch={new.epoch} {label(new)}: {reason}"
+
+
+class Shell:
+    """Runs the negotiator for one topology on a started :class:`KazooClient`."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        topology: str,
+        config: Config,
+        identifier: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_forget: Callable[[ForgetSnapshots], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.paths = TopologyPaths(topology)
+        self.config = config
+        self.identifier = identifier
+        self.clock = clock
+        self.on_forget = on_forget
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._leading = False
+        self._lock: Any = None
+        self._noted: set[tuple[str, str]] = set()
+        self._last_wait = ""
+        self.leader_since: float | None = None
+        """When this negotiator last became leader (None while standby)."""
+
+    # ----------------------------------------------------------------- lifecycle
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (from any thread or a signal handler)."""
+        self._stopping.set()
+        self._wake.set()
+        lock = self._lock
+        if lock is not None:
+            lock.cancel()
+
+    def run(self) -> None:
+        """Contend for leadership and lead until :meth:`stop`; standby meanwhile."""
+        self.client.add_listener(self._on_connection)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    for path in self.paths.directories():
+                        self.client.ensure_path(path)
+                    self._contend_and_lead()
+                except _TRANSIENT as exc:
+                    log.warning("ZooKeeper connection problem (%s); retrying", exc)
+                    self._wait_for_connection()
+        finally:
+            self.client.remove_listener(self._on_connection)
+
+    def _contend_and_lead(self) -> None:
+        lock = self.client.Lock(self.paths.election, self.identifier)
+        self._lock = lock
+        try:
+            log.info("%s: standing by for leadership of %s", self.identifier,
+                     self.paths.root)
+            try:
+                if self._stopping.is_set() or not lock.acquire():
+                    return
+            except CancelledError:
+                return
+            node = f"{lock.path}/{lock.node}"
+            self._leading = True
+            self.leader_since = self.clock()
+            self._noted.clear()
+            self._last_wait = ""
+            log.info("%s: leading %s (election node %s)", self.identifier,
+                     self.paths.root, node)
+            self._lead(node)
+        finally:
+            self._leading = False
+            self.leader_since = None
+            self._lock = None
+            if not self._stopping.is_set():
+                log.warning("%s: no longer leading", self.identifier)
+            with contextlib.suppress(KazooException):
+                lock.release()
+
+    def _on_connection(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._leading = False
+        self._wake.set()
+
+    def _wait_for_connection(self) -> None:
+        """Sleep until kazoo reconnects (the connection listener wakes us)."""
+        while not self._stopping.is_set() and not self.client.connected:
+            self._wake.wait(30.0)
+            self._wake.clear()
+
+    # ----------------------------------------------------------------- leading
+
+    def _lead(self, node: str) -> None:
+        first = True
+        while self._leading and not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                if self.client.exists(node, watch=self._watch) is None:
+                    log.warning("%s: election node %s is gone: leadership lost",
+                                self.identifier, node)
+                    self._leading = False
+                    break
+                obs = self.observe()
+            except _TRANSIENT as exc:
+                log.warning("read failed (%s); waiting for the connection", exc)
+                self._wait_for_connection()
+                continue
+            if first:
+                first = False
+                if not isinstance(obs.state, NegotiatorDisconnected):
+                    log.info("epoch=%d resuming %s entered %.1fs ago", obs.state.epoch,
+                             label(obs.state), obs.view.now - obs.view.entered_at)
+            decision = step(obs.state, obs.view, self.config)
+            self._log_notes(decision)
+            if decision.next_state is None:
+                if decision.reason != self._last_wait:
+                    self._last_wait = decision.reason
+                    log.debug("epoch=%d %s: %s", obs.state.epoch, label(obs.state),
+                              decision.reason)
+                deadline = decision.wake_at if decision.wake_at is not None else (
+                    obs.view.now + self.config.initialize_timeout)
+                self._wake.wait(max(0.0, deadline - self.clock()))
+                continue
+            try:
+                self._apply(node, obs, decision)
+            except _TRANSIENT as exc:
+                log.warning("write failed (%s); re-reading", exc)
+                self._wait_for_connection()
+
+    def _apply(self, node: str, obs: Observation, decision: Decision) -> bool:
+        """Write the decision atomically; False (and re-read later) when anyone moved."""
+        new = decision.next_state
+        assert new is not None and not isinstance(new, NegotiatorDisconnected)
+        now = self.clock()
+        record = MasterRecord(new, now, self.identifier, decision.reason)
+        txn = self.client.transaction()
+        txn.check(node, 0)
+        if obs.master_version is None:
+            txn.create(self.paths.master, record.to_json())
+        else:
+            txn.set_data(self.paths.master, record.to_json(), version=obs.master_version)
+        committed = obs.committed
+        for commit in decision.commits:
+            committed = self._succeed(committed, commit, now)
+            if obs.committed_version is None:
+                txn.create(self.paths.committed, committed.to_json())
+            else:
+                txn.set_data(self.paths.committed, committed.to_json(),
+                             version=obs.committed_version)
+        results = txn.commit()
+        failures = [r for r in results if isinstance(r, Exception)]
+        if failures:
+            if isinstance(results[0], Exception):
+                log.warning("%s: election node %s is gone: leadership lost",
+                            self.identifier, node)
+                self._leading = False
+            else:
+                log.info("epoch=%d %s: master changed under us (%s); re-reading",
+                         obs.state.epoch, label(obs.state), type(failures[0]).__name__)
+            return False
+        self._noted.clear()
+        self._last_wait = ""
+        log.info("%s", describe_transition(obs.state, new, decision.reason))
+        for action in decision.actions:
+            if isinstance(action, ForgetSnapshots):
+                log.info("epoch=%d garbage: snapshots of rounds <= %d except the %d refs of the "
+                         "committed record and its previous", new.epoch, action.up_to_epoch,
+                         len(action.keep))
+                if self.on_forget is not None:
+                    self.on_forget(action)
+        return True
+
+    @staticmethod
+    def _succeed(old: CommittedRecord | None, commit: CommitClock, now: float,
+                 ) -> CommittedRecord:
+        if old is None:
+            return CommittedRecord(commit.epoch, dict(commit.clock), dict(commit.snapshots),
+                                   now)
+        return old.succeeded_by(commit.epoch, commit.clock, commit.snapshots, now)
+
+    def _log_notes(self, decision: Decision) -> None:
+        for action in decision.actions:
+            if isinstance(action, Ignored) and (action.subject, action.why) not in self._noted:
+                self._noted.add((action.subject, action.why))
+                log.warning("ignoring %s: %s", action.subject, action.why)
+
+    # ----------------------------------------------------------------- reading
+
+    def _watch(self, _event: object) -> None:
+        self._wake.set()
+
+    def _get(self, path: str) -> tuple[bytes | None, ZnodeStat | None]:
+        """Data and stat of ``path`` (None, None when absent), with a watch either way."""
+        for _ in range(3):
+            try:
+                data, stat = self.client.get(path, watch=self._watch)
+                return data, stat
+            except NoNodeError:
+                if self.client.exists(path, watch=self._watch) is None:
+                    return None, None
+        return None, None
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self.client.get_children(path, watch=self._watch))
+        except NoNodeError:
+            self.client.exists(path, watch=self._watch)
+            return []
+
+    def observe(self) -> Observation:
+        """Re-read everything the machine looks at (arming watches on all of it)."""
+        paths = self.paths
+        self.client.sync(paths.root)
+        now = self.clock()
+        epochs = [0]
+
+        raw, stat = self._get(paths.master)
+        master: MasterRecord | None = None
+        if raw is not None:
+            try:
+                master = MasterRecord.from_json(raw)
+                epochs.append(master.state.epoch)
+            except LayoutError as exc:
+                self._note_once("master", f"unreadable master record ({exc}): reinitializing")
+
+        raw_c, stat_c = self._get(paths.committed)
+        committed: CommittedRecord | None = None
+        if raw_c is not None:
+            try:
+                committed = CommittedRecord.from_json(raw_c)
+                epochs.append(committed.epoch)
+            except LayoutError as exc:
+                self._note_once("committed", f"unreadable committed record ({exc})")
+
+        raw_e, _ = self._get(paths.expected)
+        expected: frozenset[str] | None = None
+        if raw_e is not None:
+            try:
+                expected = frozenset(ExpectedRecord.from_json(raw_e).processors)
+            except LayoutError as exc:
+                self._note_once("expected", f"unreadable expected record ({exc})")
+
+        living: dict[str, ProcessorReport | None] = {}
+        for name in self._children(paths.living):
+            raw_l, stat_l = self._get(f"{paths.living}/{name}")
+            if stat_l is None:
+                continue  # gone between the listing and the read
+            try:
+                report = ProcessorReport.from_json(raw_l or b"")
+            except LayoutError:
+                living[name] = None
+            else:
+                living[name] = report
+                epochs.append(report.epoch)
+
+        snapshots: dict[str, SnapshotReport | None] = {}
+        for bolt in self._children(paths.snapshots):
+            for instance in self._children(f"{paths.snapshots}/{bolt}"):
+                raw_s, stat_s = self._get(f"{paths.snapshots}/{bolt}/{instance}")
+                if stat_s is None:
+                    continue
+                key = f"bolt:{bolt}:{instance}"
+                try:
+                    snap = SnapshotReport.from_json(raw_s or b"")
+                except LayoutError:
+                    snapshots[key] = None
+                else:
+                    snapshots[key] = snap
+                    epochs.append(snap.epoch)
+
+        highest = max(epochs)
+        state: MasterState
+        if master is None:
+            state, entered_at = NegotiatorDisconnected(highest), now
+        else:
+            state, entered_at = master.state, master.entered_at
+        view = View(now, entered_at, expected, living, snapshots, committed, highest)
+        return Observation(
+            state,
+            None if stat is None else stat.version,
+            committed,
+            None if stat_c is None else stat_c.version,
+            view,
+        )
+
+    def _note_once(self, subject: str, why: str) -> None:
+        if (subject, why) not in self._noted:
+            self._noted.add((subject, why))
+            log.warning("%s: %s", subject, why)

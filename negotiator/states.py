@@ -1,0 +1,143 @@
+"""The master states of a topology (the paper's names, each tagged with an epoch).
+
+A *round* is numbered by its **epoch**. A new epoch starts whenever the master enters
+:class:`Initialize` (a new run after a failure or a negotiator start) or
+:class:`SpoutsPaused` (a new snapshot round); every other transition keeps the epoch.
+Processors tag every report with the epoch it answers, so a stale report is never taken for
+a current one. Epochs only increase, also across negotiator failover (the master record
+survives in ZooKeeper).
+
+The legal transition relation is data (:data:`LEGAL_TRANSITIONS`, :func:`is_legal`), so the
+machine and its property tests check the same thing.
+
+Pure data: no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hailstorm.clock import Clock, Partition, clock_to_json
+
+
+class Phase(enum.Enum):
+    """The kind of a master state, for the transition relation and for logs."""
+
+    DISCONNECTED = "NegotiatorDisconnected"
+    INITIALIZE = "Initialize"
+    SPOUTS_REWIND = "SpoutsRewind"
+    FLOWING = "Flowing(None)"
+    SPOUTS_PAUSED = "SpoutsPaused"
+    FLOWING_SNAPSHOT = "Flowing(C)"
+
+
+def _frozen_clock(clock: Mapping[Partition, int]) -> Clock:
+    return {p: int(o) for p, o in sorted(clock.items())}
+
+
+@dataclass(frozen=True)
+class NegotiatorDisconnected:
+    """No master node: the topology has never been (or is no longer) driven by a negotiator.
+
+    ``epoch`` is the highest epoch known when the state was observed (0 for a fresh topology).
+    """
+
+    epoch: int = 0
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.DISCONNECTED
+
+
+@dataclass(frozen=True)
+class Initialize:
+    """Processors (re)start: every processor registers, bolts load their snapshots."""
+
+    epoch: int
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.INITIALIZE
+
+
+@dataclass(frozen=True)
+class SpoutsRewind:
+    """Spouts seek to ``clock`` (read ``clock[p] + 1`` next) and wait, not emitting."""
+
+    epoch: int
+    clock: Clock = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clock", _frozen_clock(self.clock))
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.SPOUTS_REWIND
+
+
+@dataclass(frozen=True)
+class SpoutsPaused:
+    """Spouts stop emitting and report their positions: the next snapshot clock."""
+
+    epoch: int
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.SPOUTS_PAUSED
+
+
+@dataclass(frozen=True)
+class Flowing:
+    """Data flows. With a ``clock``, bolts snapshot state A at that clock (the go signal for
+    spouts to resume after :class:`SpoutsPaused`); without, no snapshot is requested."""
+
+    epoch: int
+    clock: Clock | None = None
+
+    def __post_init__(self) -> None:
+        if self.clock is not None:
+            object.__setattr__(self, "clock", _frozen_clock(self.clock))
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.FLOWING if self.clock is None else Phase.FLOWING_SNAPSHOT
+
+
+MasterState = NegotiatorDisconnected | Initialize | SpoutsRewind | SpoutsPaused | Flowing
+"""Any master state."""
+
+
+LEGAL_TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
+    Phase.DISCONNECTED: frozenset({Phase.INITIALIZE}),
+    Phase.INITIALIZE: frozenset({Phase.INITIALIZE, Phase.SPOUTS_REWIND}),
+    Phase.SPOUTS_REWIND: frozenset({Phase.INITIALIZE, Phase.FLOWING}),
+    Phase.FLOWING: frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED}),
+    Phase.SPOUTS_PAUSED: frozenset({Phase.INITIALIZE, Phase.FLOWING_SNAPSHOT}),
+    Phase.FLOWING_SNAPSHOT: frozenset({Phase.INITIALIZE, Phase.FLOWING}),
+}
+"""Phase -> the phases the master may move to next."""
+
+NEW_EPOCH_PHASES: frozenset[Phase] = frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED})
+"""Entering one of these phases starts a new (strictly larger) epoch; others keep it."""
+
+
+def is_legal(old: MasterState, new: MasterState) -> bool:
+    """True when ``old -> new`` is in the transition relation, with the epoch rule."""
+    if new.phase not in LEGAL_TRANSITIONS[old.phase]:
+        return False
+    if new.phase in NEW_EPOCH_PHASES:
+        return new.epoch > old.epoch
+    return new.epoch == old.epoch
+
+
+def label(state: MasterState) -> str:
+    """Short form for logs: ``Initialize``, ``Flowing(None)``, ``Flowing({'t:0': 41})``."""
+    match state:
+        case Flowing(clock=None):
+            return "Flowing(None)"
+        case Flowing(clock=clock) | SpoutsRewind(clock=clock) if clock is not None:
+            return f"{type(state).__name__}({clock_to_json(clock)})"
+        case _:
+            return type(state).__name__

@@ -1,0 +1,146 @@
+"""ZooKeeper layout of the negotiator: ids, paths and JSON records."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from negotiator.layout import (
+    CommittedRecord,
+    ExpectedRecord,
+    LayoutError,
+    MasterRecord,
+    ProcessorId,
+    ProcessorReport,
+    ProcessorState,
+    Role,
+    SnapshotReport,
+    TopologyPaths,
+    decode,
+    expected_processor_ids,
+    is_garbage,
+    parse_processor_id,
+)
+from negotiator.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind
+
+P0, P1 = ("words", 0), ("words", 1)
+
+
+def test_processor_ids_round_trip() -> None:
+    spout = ProcessorId.spout("lines", ("words", 3))
+    assert str(spout) == "spout:lines:words:3"
+    assert spout.partition == ("words", 3)
+    assert parse_processor_id("spout:lines:words:3") == spout
+    assert str(ProcessorId.bolt("counts", 1)) == "bolt:counts:1"
+    assert parse_processor_id("sink:word_counts:0") == ProcessorId(Role.SINK, "word_counts", 0)
+    assert parse_processor_id("bolt:counts:1").partition is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "bolt", "bolt:counts", "bolt:counts:x", "bolt:counts:-1", "spout:lines:3",
+     "spout:lines:a/b:0", "worker:x:0", "bolt:a:b:1", "bolt::1"],
+)
+def test_bad_processor_ids(text: str) -> None:
+    with pytest.raises(LayoutError):
+        parse_processor_id(text)
+
+
+def test_expected_processor_ids() -> None:
+    ids = expected_processor_ids({"lines": [P0, P1]}, {"counts": 2}, {"out": 1})
+    assert ids == ["bolt:counts:0", "bolt:counts:1", "sink:out:0", "spout:lines:words:0",
+                   "spout:lines:words:1"]
+    record = ExpectedRecord(tuple(ids))
+    assert record.partitions == {P0, P1}
+    assert ExpectedRecord.from_json(record.to_json()) == record
+
+
+def test_paths() -> None:
+    paths = TopologyPaths("wordcount")
+    assert paths.master == "/hailstorm/wordcount/master"
+    assert paths.living_node("bolt:counts:1") == "/hailstorm/wordcount/living/bolt:counts:1"
+    assert paths.snapshot_node("bolt:counts:1") == "/hailstorm/wordcount/snapshots/counts/1"
+    assert paths.election == "/hailstorm/wordcount/election"
+    assert paths.expected == "/hailstorm/wordcount/expected"
+    assert paths.committed == "/hailstorm/wordcount/committed"
+    with pytest.raises(LayoutError):
+        paths.snapshot_node("spout:lines:words:0")
+    with pytest.raises(LayoutError):
+        TopologyPaths("a/b")
+
+
+@pytest.mark.parametrize(
+    "state",
+    [Initialize(1), SpoutsRewind(2, {P0: -1, P1: 7}), Flowing(2), Flowing(3, {P0: 4}),
+     SpoutsPaused(3)],
+)
+def test_master_record_round_trip(state: Initialize | SpoutsRewind | Flowing | SpoutsPaused,
+                                  ) -> None:
+    record = MasterRecord(state, 12.5, "host:1", "why")
+    assert MasterRecord.from_json(record.to_json()) == record
+    assert decode(record.to_json())["state"] == type(state).__name__
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"[]", b"{}", b'{"state": "Dancing", "epoch": 1, "entered_at": 0}',
+     b'{"state": "SpoutsRewind", "epoch": 1, "entered_at": 0}',
+     b'{"state": "Flowing", "epoch": "x", "entered_at": 0}', b"\xff"],
+)
+def test_bad_master_records(raw: bytes) -> None:
+    with pytest.raises(LayoutError):
+        MasterRecord.from_json(raw)
+
+
+clocks = st.dictionaries(st.tuples(st.sampled_from(["a", "b.c"]), st.integers(0, 5)),
+                         st.integers(-1, 10**12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    state=st.sampled_from(list(ProcessorState)), epoch=st.integers(0, 10**6),
+    position=st.none() | clocks, loaded=st.none() | clocks,
+    error=st.none() | st.text(max_size=20),
+)
+def test_processor_report_round_trip(state: ProcessorState, epoch: int, position: dict | None,
+                                     loaded: dict | None, error: str | None) -> None:
+    r = ProcessorReport("bolt:counts:1", state, epoch, position, loaded, error, {"pid": 7})
+    assert ProcessorReport.from_json(r.to_json()) == r
+    assert decode(r.to_json())["role"] == "bolt"
+
+
+def test_processor_report_role_must_match_id() -> None:
+    raw = b'{"processor": "bolt:c:0", "role": "spout", "state": "ready", "epoch": 1}'
+    with pytest.raises(LayoutError):
+        ProcessorReport.from_json(raw)
+    with pytest.raises(LayoutError):
+        ProcessorReport.from_json(b'{"processor": "bolt:c:0", "state": "asleep", "epoch": 1}')
+
+
+def test_snapshot_report_round_trip() -> None:
+    s = SnapshotReport("bolt:counts:0", 7, {P0: 3, P1: -1}, "file:///s/7/counts-0.avro")
+    assert SnapshotReport.from_json(s.to_json()) == s
+    with pytest.raises(LayoutError):
+        SnapshotReport.from_json(SnapshotReport("sink:x:0", 1, {}, "r").to_json())
+
+
+def test_committed_record_keeps_one_previous() -> None:
+    first = CommittedRecord(3, {P0: 1}, {"bolt:c:0": "r3"}, 1.0)
+    second = first.succeeded_by(5, {P0: 4}, {"bolt:c:0": "r5"}, 2.0)
+    third = second.succeeded_by(7, {P0: 9}, {"bolt:c:0": "r7"}, 3.0)
+    assert third.previous is not None and third.previous.epoch == 5
+    assert third.previous.previous is None
+    assert CommittedRecord.from_json(third.to_json()) == third
+    assert third.live_refs() == {"r5", "r7"}
+    assert third.snapshot_for("bolt:c:0") == "r7"
+    assert third.snapshot_for("bolt:c:1") is None
+
+
+def test_is_garbage() -> None:
+    rec = CommittedRecord(3, {P0: 1}, {"b": "r3"}).succeeded_by(5, {P0: 4}, {"b": "r5"}, 1)
+    assert not is_garbage(None, 1, "r1")
+    assert is_garbage(rec, 1, "r1")
+    assert is_garbage(rec, 4, "abandoned-round-4")
+    assert not is_garbage(rec, 3, "r3") and not is_garbage(rec, 5, "r5")
+    assert not is_garbage(rec, 6, "in-progress"), "newer rounds may still be running"

@@ -1,0 +1,979 @@
+"""The negotiator's pure state machine: every state x every event, and property tests."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from hailstorm.clock import Clock, dominates
+from negotiator.layout import (
+    CommittedRecord,
+    ProcessorReport,
+    ProcessorState,
+    SnapshotReport,
+    expected_processor_ids,
+    parse_processor_id,
+)
+from negotiator.machine import (
+    CommitClock,
+    Config,
+    Decision,
+    ForgetSnapshots,
+    Ignored,
+    View,
+    step,
+)
+from negotiator.states import (
+    LEGAL_TRANSITIONS,
+    Flowing,
+    Initialize,
+    MasterState,
+    NegotiatorDisconnected,
+    Phase,
+    SpoutsPaused,
+    SpoutsRewind,
+    is_legal,
+    label,
+)
+
+P0, P1 = ("words", 0), ("words", 1)
+S0, S1 = "spout:lines:words:0", "spout:lines:words:1"
+B0, B1 = "bolt:counts:0", "bolt:counts:1"
+K0 = "sink:out:0"
+SPOUTS = {S0: P0, S1: P1}
+BOLTS = (B0, B1)
+EXPECTED = frozenset(expected_processor_ids({"lines": [P0, P1]}, {"counts": 2}, {"out": 1}))
+CONFIG = Config()  # interval 5 s, every timeout 60 s
+T0 = 1000.0
+
+
+def test_expected_fixture_is_what_we_think() -> None:
+    assert {S0, S1, B0, B1, K0} == EXPECTED
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def report(
+    pid: str, state: ProcessorState, epoch: int, *, position: Clock | None = None,
+    loaded: Clock | None = None, error: str | None = None,
+) -> ProcessorReport:
+    return ProcessorReport(pid, state, epoch, position, loaded, error)
+
+
+def ready(e: int, loads: Mapping[str, Clock] | None = None) -> dict[str, ProcessorReport | None]:
+    loads = loads or {}
+    return {
+        pid: report(pid, ProcessorState.READY, e,
+                    loaded=dict(loads.get(pid, {})) if pid in BOLTS else None)
+        for pid in EXPECTED
+    }
+
+
+def with_spouts(
+    living: Mapping[str, ProcessorReport | None], state: ProcessorState, e: int,
+    positions: Mapping[str, int],
+) -> dict[str, ProcessorReport | None]:
+    out = dict(living)
+    for pid, offset in positions.items():
+        out[pid] = report(pid, state, e, position={SPOUTS[pid]: offset})
+    return out
+
+
+def saved(e: int, clock: Clock, bolts: tuple[str, ...] = BOLTS) -> dict[str, SnapshotReport | None]:
+    return {b: SnapshotReport(b, e, dict(clock), f"file:///snap/{b}/{e}") for b in bolts}
+
+
+def view(
+    living: Mapping[str, ProcessorReport | None] | None = None,
+    *, now: float = T0 + 1, entered_at: float = T0,
+    snapshots: Mapping[str, SnapshotReport | None] | None = None,
+    committed: CommittedRecord | None = None, expected: frozenset[str] | None = EXPECTED,
+    highest: int = 0,
+) -> View:
+    return View(now, entered_at, expected, dict(living or {}), dict(snapshots or {}),
+                committed, highest)
+
+
+def check(state: MasterState, v: View, config: Config = CONFIG) -> Decision:
+    """Step, and check what must hold for every decision."""
+    d = step(state, v, config)
+    assert d == step(state, v, config), "step must be deterministic"
+    if d.next_state is not None:
+        assert is_legal(state, d.next_state), f"{label(state)} -> {label(d.next_state)}"
+        assert d.wake_at is None
+    else:
+        assert d.wake_at is not None and d.wake_at > v.entered_at, "every wait has a deadline"
+        assert not d.commits
+    return d
+
+
+# States "in the middle of a round" used across tests (epoch 7, rewind clock R, snapshot C).
+R: Clock = {P0: 9, P1: -1}
+C: Clock = {P0: 15, P1: 4}
+FLOWING_LIVING = with_spouts(ready(5, {B0: R, B1: R}), ProcessorState.REWOUND, 5,
+                             {S0: 9, S1: -1})
+PAUSED_LIVING = with_spouts(FLOWING_LIVING, ProcessorState.PAUSED, 7, {S0: 15, S1: 4})
+
+
+# --------------------------------------------------------------------------- transitions
+
+
+def test_transition_relation_is_complete_data() -> None:
+    assert set(LEGAL_TRANSITIONS) == set(Phase)
+    assert is_legal(Flowing(3), SpoutsPaused(4))
+    assert not is_legal(Flowing(3), SpoutsPaused(3)), "a snapshot round starts a new epoch"
+    assert not is_legal(Flowing(3), Flowing(4)), "Flowing keeps the epoch"
+    assert not is_legal(SpoutsPaused(3), Flowing(3)), "Flowing(None) does not follow a pause"
+    assert is_legal(SpoutsPaused(3), Flowing(3, C))
+    assert not is_legal(Initialize(3), Initialize(3))
+    assert not is_legal(Initialize(3), Initialize(2))
+    assert not is_legal(Flowing(3, C), SpoutsPaused(4))
+    for phase, targets in LEGAL_TRANSITIONS.items():
+        if phase is not Phase.DISCONNECTED:
+            assert Phase.INITIALIZE in targets, f"{phase} must be able to restart"
+        assert Phase.DISCONNECTED not in targets, "only the absence of a node is Disconnected"
+
+
+def test_labels() -> None:
+    assert label(Flowing(3)) == "Flowing(None)"
+    assert label(Flowing(3, {P0: 2})) == "Flowing({'words:0': 2})"
+    assert label(SpoutsPaused(3)) == "SpoutsPaused"
+    assert label(NegotiatorDisconnected()) == "NegotiatorDisconnected"
+
+
+# --------------------------------------------------------------------------- Disconnected
+
+
+@pytest.mark.parametrize(("known", "highest", "expect"), [(0, 0, 1), (0, 41, 42), (50, 41, 51)])
+def test_disconnected_leader_initializes_a_new_epoch(known: int, highest: int, expect: int) -> None:
+    d = check(NegotiatorDisconnected(known), view(highest=highest))
+    assert d.next_state == Initialize(expect)
+    assert "leader" in d.reason
+
+
+def test_disconnected_ignores_everything_else() -> None:
+    noisy = view(ready(99) | {"bolt:ghost:0": None}, expected=None, highest=3)
+    assert check(NegotiatorDisconnected(), noisy).next_state == Initialize(4)
+
+
+# --------------------------------------------------------------------------- Initialize
+
+
+def test_initialize_waits_for_registration_with_deadline() -> None:
+    d = check(Initialize(5), view({}))
+    assert d.next_state is None
+    assert d.wake_at == T0 + CONFIG.initialize_timeout
+    assert "not registered" in d.reason and B1 in d.reason
+
+
+def test_initialize_waits_without_expected_list() -> None:
+    empty: frozenset[str] = frozenset()
+    for expected in (None, empty):
+        d = check(Initialize(5), view(ready(5), expected=expected))
+        assert d.next_state is None and "no expected" in d.reason
+    d = check(Initialize(5), view(ready(5), expected=None, now=T0 + 60))
+    assert d.next_state == Initialize(6) and "no expected processors" in d.reason
+
+
+def test_initialize_all_ready_rewinds_to_low_water_mark() -> None:
+    d = check(Initialize(5), view(ready(5, {B0: {P0: 10, P1: 3}, B1: {P0: 7, P1: 8}})))
+    assert d.next_state == SpoutsRewind(5, {P0: 7, P1: 3})
+
+
+def test_initialize_bolt_without_snapshot_means_minus_one() -> None:
+    d = check(Initialize(5), view(ready(5, {B0: {P0: 10, P1: 3}})))  # B1 loaded {}
+    assert d.next_state == SpoutsRewind(5, {P0: -1, P1: -1})
+
+
+def test_initialize_first_start_everything_minus_one() -> None:
+    d = check(Initialize(1), view(ready(1)))
+    assert d.next_state == SpoutsRewind(1, {P0: -1, P1: -1})
+
+
+def test_initialize_lwm_covers_every_source_partition() -> None:
+    # A bolt load naming an unknown partition does not widen the clock; missing ones are -1.
+    loads = {B0: {P0: 4, ("other", 0): 9}, B1: {P0: 6}}
+    d = check(Initialize(5), view(ready(5, loads)))
+    assert d.next_state == SpoutsRewind(5, {P0: 4, P1: -1})
+
+
+def test_initialize_bolt_ready_without_loaded_clock_is_not_ready() -> None:
+    living = ready(5)
+    living[B1] = report(B1, ProcessorState.READY, 5, loaded=None)
+    d = check(Initialize(5), view(living))
+    assert d.next_state is None and B1 in d.reason
+
+
+@pytest.mark.parametrize("stale_epoch", [0, 3, 4])
+def test_initialize_stale_ready_reports_do_not_count(stale_epoch: int) -> None:
+    living = ready(5)
+    living[S1] = report(S1, ProcessorState.READY, stale_epoch)
+    d = check(Initialize(5), view(living))
+    assert d.next_state is None and f"{S1} not ready for epoch 5" in d.reason
+
+
+def test_initialize_joining_processor_is_waited_for() -> None:
+    living = ready(5)
+    living[K0] = report(K0, ProcessorState.JOINING, 4)
+    d = check(Initialize(5), view(living))
+    assert d.next_state is None and K0 in d.reason
+
+
+def test_initialize_wrong_state_for_epoch_is_not_ready() -> None:
+    living = ready(5)
+    living[S0] = report(S0, ProcessorState.REWOUND, 5, position={P0: 1})
+    assert check(Initialize(5), view(living)).next_state is None
+
+
+def test_initialize_timeout_restarts_naming_the_laggards() -> None:
+    living = ready(5)
+    del living[B1]
+    d = check(Initialize(5), view(living, now=T0 + 60))
+    assert d.next_state == Initialize(6)
+    assert d.reason.startswith("initialize of epoch 5 abandoned after 60 s")
+    assert B1 in d.reason
+
+
+def test_initialize_timeout_is_configurable() -> None:
+    cfg = Config(initialize_timeout=2.5)
+    assert check(Initialize(5), view({}, now=T0 + 2.4), cfg).next_state is None
+    assert check(Initialize(5), view({}, now=T0 + 2.5), cfg).next_state == Initialize(6)
+
+
+def test_initialize_error_in_this_epoch_restarts() -> None:
+    living = ready(5)
+    living[B0] = report(B0, ProcessorState.READY, 5, loaded={}, error="disk full")
+    d = check(Initialize(5), view(living))
+    assert d.next_state == Initialize(6) and "bolt:counts:0 failed: disk full" in d.reason
+
+
+def test_initialize_error_from_an_older_epoch_is_waited_out() -> None:
+    living = ready(5)
+    living[B0] = report(B0, ProcessorState.FLOWING, 4, error="boom")
+    d = check(Initialize(5), view(living))
+    assert d.next_state is None and B0 in d.reason
+
+
+def test_initialize_loss_is_waited_for_not_restarted() -> None:
+    """Initialize(e+1) would be the same as Initialize(e): a lost processor is awaited."""
+    living = ready(5)
+    del living[S0]
+    d = check(Initialize(5), view(living))
+    assert d.next_state is None and f"{S0} not registered" in d.reason
+
+
+def test_initialize_new_epoch_skips_every_recorded_epoch() -> None:
+    d = check(Initialize(5), view({}, now=T0 + 61, highest=9))
+    assert d.next_state == Initialize(10)
+
+
+# --------------------------------------------------------------------------- noise
+
+
+def test_unknown_processors_are_ignored_and_noted() -> None:
+    living = ready(5) | {"bolt:ghost:0": report("bolt:ghost:0", ProcessorState.READY, 5,
+                                                loaded={}),
+                         "not-an-id": None}
+    d = check(Initialize(5), view(living))
+    assert isinstance(d.next_state, SpoutsRewind)
+    notes = {a.subject for a in d.actions if isinstance(a, Ignored)}
+    assert notes == {"bolt:ghost:0", "not-an-id"}
+
+
+def test_unparseable_expected_ids_are_ignored() -> None:
+    d = check(Initialize(5), view(ready(5), expected=EXPECTED | {"nonsense"}))
+    assert isinstance(d.next_state, SpoutsRewind)
+    assert any(isinstance(a, Ignored) and a.subject == "nonsense" for a in d.actions)
+
+
+def test_report_under_the_wrong_name_is_ignored() -> None:
+    living = ready(5)
+    living[S0] = report(S1, ProcessorState.READY, 5)
+    d = check(Initialize(5), view(living))
+    assert d.next_state is None
+    assert any(isinstance(a, Ignored) and a.subject == S0 for a in d.actions)
+
+
+def test_unreadable_report_is_ignored_not_fatal() -> None:
+    living = dict(FLOWING_LIVING)
+    living[K0] = None
+    d = check(Flowing(7), view(living))
+    assert d.next_state is None
+    assert Ignored(K0, "unreadable report") in d.actions
+
+
+def test_future_epoch_report_is_ignored() -> None:
+    living = ready(5)
+    living[S0] = report(S0, ProcessorState.READY, 6)
+    d = check(Initialize(5), view(living))
+    assert d.next_state is None
+    assert any(isinstance(a, Ignored) and "future epoch 6" in a.why for a in d.actions)
+
+
+# --------------------------------------------------------------------------- SpoutsRewind
+
+
+REWIND = SpoutsRewind(5, R)
+
+
+def test_rewind_waits_for_spouts_with_deadline() -> None:
+    d = check(REWIND, view(ready(5, {B0: R, B1: R})))
+    assert d.next_state is None and d.wake_at == T0 + 60
+    assert S0 in d.reason and S1 in d.reason
+
+
+def test_rewind_all_spouts_rewound_starts_flowing() -> None:
+    d = check(REWIND, view(FLOWING_LIVING))
+    assert d.next_state == Flowing(5, None)
+
+
+def test_rewind_does_not_wait_for_bolts_or_sinks_to_answer_again() -> None:
+    living = dict(FLOWING_LIVING)
+    living[K0] = report(K0, ProcessorState.READY, 5)
+    assert check(REWIND, view(living)).next_state == Flowing(5, None)
+
+
+def test_rewind_stale_rewound_report_is_not_counted() -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.REWOUND, 4, {S1: -1})
+    d = check(REWIND, view(living))
+    assert d.next_state is None and S1 in d.reason and S0 not in d.reason
+
+
+def test_rewind_to_the_wrong_offset_restarts() -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.REWOUND, 5, {S0: 10})
+    d = check(REWIND, view(living))
+    assert d.next_state == Initialize(6) and "rewound to offset 10" in d.reason
+
+
+def test_rewind_timeout() -> None:
+    living = with_spouts(ready(5), ProcessorState.REWOUND, 5, {S0: 9})
+    d = check(REWIND, view(living, now=T0 + 60))
+    assert d.next_state == Initialize(6)
+    assert d.reason == f"rewind of epoch 5 abandoned after 60 s: {S1} did not report"
+
+
+# --------------------------------------------------------------------------- Flowing(None)
+
+
+def test_flowing_waits_for_the_snapshot_interval() -> None:
+    d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 4.9))
+    assert d.next_state is None and d.wake_at == T0 + 5
+
+
+def test_flowing_interval_elapsed_pauses_spouts_in_a_new_epoch() -> None:
+    d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 5))
+    assert d.next_state == SpoutsPaused(8)
+    assert d.reason == "snapshot interval 5.0s elapsed"
+
+
+def test_flowing_interval_respects_highest_recorded_epoch() -> None:
+    d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 5, highest=12))
+    assert d.next_state == SpoutsPaused(13)
+
+
+def test_flowing_informational_flowing_reports_are_fine() -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.FLOWING, 7, {S0: 30, S1: 2})
+    assert check(Flowing(7), view(living, now=T0 + 5)).next_state == SpoutsPaused(8)
+
+
+# --------------------------------------------------------------------------- SpoutsPaused
+
+
+def test_paused_waits_with_deadline() -> None:
+    d = check(SpoutsPaused(7), view(FLOWING_LIVING))
+    assert d.next_state is None and d.wake_at == T0 + 60
+
+
+def test_paused_all_spouts_paused_sets_the_snapshot_clock() -> None:
+    d = check(SpoutsPaused(7), view(PAUSED_LIVING))
+    assert d.next_state == Flowing(7, C)
+
+
+def test_paused_nothing_emitted_is_minus_one() -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.PAUSED, 7, {S0: -1, S1: -1})
+    assert check(SpoutsPaused(7), view(living)).next_state == Flowing(7, {P0: -1, P1: -1})
+
+
+def test_paused_report_from_the_previous_round_is_stale() -> None:
+    living = with_spouts(PAUSED_LIVING, ProcessorState.PAUSED, 6, {S1: 3})
+    d = check(SpoutsPaused(7), view(living))
+    assert d.next_state is None and S1 in d.reason
+
+
+def test_paused_report_without_its_partition_is_ignored() -> None:
+    living = dict(PAUSED_LIVING)
+    living[S1] = report(S1, ProcessorState.PAUSED, 7, position={P0: 3})
+    d = check(SpoutsPaused(7), view(living))
+    assert d.next_state is None
+    assert any(isinstance(a, Ignored) and a.subject == S1 for a in d.actions)
+
+
+def test_paused_timeout() -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.PAUSED, 7, {S0: 15})
+    d = check(SpoutsPaused(7), view(living, now=T0 + 60))
+    assert d.next_state == Initialize(8)
+    assert d.reason == (
+        f"pause of snapshot round 7 abandoned after 60 s: {S1} did not report"
+    )
+
+
+def test_paused_two_spouts_on_one_partition_take_the_max() -> None:
+    expected = EXPECTED | {"spout:mirror:words:0"}
+    living = dict(PAUSED_LIVING)
+    living["spout:mirror:words:0"] = report("spout:mirror:words:0", ProcessorState.PAUSED, 7,
+                                            position={P0: 20})
+    d = check(SpoutsPaused(7), view(living, expected=expected))
+    assert d.next_state == Flowing(7, {P0: 20, P1: 4})
+
+
+# --------------------------------------------------------------------------- Flowing(C)
+
+
+SNAP = Flowing(7, C)
+PREV = CommittedRecord(5, dict(R), {B0: "r0", B1: "r1"}, 1.0,
+                       CommittedRecord(3, {P0: 1, P1: -1}, {B0: "q0", B1: "q1"}))
+
+
+def test_snapshot_waits_for_every_bolt_with_deadline() -> None:
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C, (B0,)), committed=PREV))
+    assert d.next_state is None and d.wake_at == T0 + 60
+    assert B1 in d.reason and B0 not in d.reason
+
+
+def test_snapshot_commits_when_every_bolt_saved_at_exactly_c() -> None:
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C), committed=PREV))
+    assert d.next_state == Flowing(7, None)
+    refs = {B0: "file:///snap/bolt:counts:0/7", B1: "file:///snap/bolt:counts:1/7"}
+    assert d.commits == (CommitClock(7, C, refs),)
+    forget = [a for a in d.actions if isinstance(a, ForgetSnapshots)]
+    assert forget == [ForgetSnapshots(7, frozenset(refs.values()) | {"r0", "r1"})]
+    assert "q0" not in forget[0].keep, "older than the previous committed round: garbage"
+
+
+def test_snapshot_first_commit_without_previous_record() -> None:
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C)))
+    assert len(d.commits) == 1 and d.commits[0].clock == C
+
+
+def test_snapshot_clock_equality_treats_missing_as_minus_one() -> None:
+    state = Flowing(7, {P0: 15, P1: -1})
+    d = check(state, view(PAUSED_LIVING, snapshots=saved(7, {P0: 15})))
+    assert len(d.commits) == 1
+
+
+def test_snapshot_stale_reports_do_not_count() -> None:
+    snaps = saved(7, C, (B0,)) | saved(5, R, (B1,))
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=snaps, committed=PREV))
+    assert d.next_state is None and B1 in d.reason
+
+
+def test_snapshot_future_reports_are_ignored() -> None:
+    snaps = saved(7, C, (B0,)) | saved(9, C, (B1,))
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=snaps, committed=PREV))
+    assert d.next_state is None
+    assert any(isinstance(a, Ignored) and "future epoch 9" in a.why for a in d.actions)
+
+
+def test_snapshot_at_the_wrong_clock_restarts() -> None:
+    snaps = saved(7, C, (B0,)) | saved(7, {P0: 15, P1: 5}, (B1,))
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=snaps, committed=PREV))
+    assert d.next_state == Initialize(8) and not d.commits
+    assert B1 in d.reason
+
+
+def test_snapshot_from_unknown_or_unreadable_bolts_is_ignored() -> None:
+    snaps = saved(7, C) | {"bolt:ghost:0": None, B1: None}
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=snaps, committed=PREV))
+    assert d.next_state is None
+    subjects = {a.subject for a in d.actions if isinstance(a, Ignored)}
+    assert subjects == {"snapshot bolt:ghost:0", f"snapshot {B1}"}
+
+
+def test_snapshot_not_dominating_the_committed_clock_is_not_committed() -> None:
+    ahead = CommittedRecord(6, {P0: 20, P1: 0}, {B0: "a", B1: "b"})
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C), committed=ahead))
+    assert d.next_state == Flowing(7, None) and not d.commits
+    assert "does not dominate" in d.reason
+
+
+def test_snapshot_round_already_committed_is_not_committed_twice() -> None:
+    done = CommittedRecord(7, dict(C), {B0: "x", B1: "y"})
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C), committed=done))
+    assert d.next_state == Flowing(7, None) and not d.commits
+
+
+def test_snapshot_timeout_names_the_missing_bolt() -> None:
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C, (B0,)), now=T0 + 60))
+    assert d.next_state == Initialize(8) and not d.commits
+    assert d.reason == f"snapshot round 7 abandoned after 60 s: {B1} did not report"
+
+
+def test_duplicate_views_after_a_commit_do_not_commit_again() -> None:
+    v = view(PAUSED_LIVING, snapshots=saved(7, C), committed=PREV)
+    d = check(SNAP, v)
+    assert d.next_state == Flowing(7, None) and d.commits
+    again = check(Flowing(7, None), View(T0 + 1, T0 + 1, EXPECTED, v.living, v.snapshots,
+                                         PREV.succeeded_by(7, C, {}, 2.0), 7))
+    assert again.next_state is None and not again.commits
+    # Next round: the same (now stale) snapshot reports never commit round 8.
+    d8 = check(Flowing(8, {P0: 30, P1: 4}), view(PAUSED_LIVING, snapshots=saved(7, C)))
+    assert d8.next_state is None and not d8.commits
+
+
+# --------------------------------------------------------------------------- failures matrix
+
+RUNNING_STATES: dict[str, tuple[MasterState, Mapping[str, ProcessorReport | None]]] = {
+    "SpoutsRewind": (REWIND, ready(5, {B0: R, B1: R})),
+    "Flowing(None)": (Flowing(7), FLOWING_LIVING),
+    "SpoutsPaused": (SpoutsPaused(7), FLOWING_LIVING),
+    "Flowing(C)": (SNAP, PAUSED_LIVING),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUNNING_STATES))
+@pytest.mark.parametrize("victim", sorted(EXPECTED))
+def test_processor_loss_in_every_running_state(name: str, victim: str) -> None:
+    state, living = RUNNING_STATES[name]
+    gone = {k: v for k, v in living.items() if k != victim}
+    d = check(state, view(gone))
+    assert d.next_state == Initialize(state.epoch + 1)
+    assert d.reason == f"{victim} lost (living node gone)"
+    assert not d.commits
+
+
+@pytest.mark.parametrize("name", sorted(RUNNING_STATES))
+@pytest.mark.parametrize("victim", sorted(EXPECTED))
+def test_processor_restart_in_every_running_state(name: str, victim: str) -> None:
+    """A new incarnation (living node recreated between two reads) says 'joining'."""
+    state, living = RUNNING_STATES[name]
+    d = check(state, view(dict(living) | {victim: report(victim, ProcessorState.JOINING, 0)}))
+    assert d.next_state == Initialize(state.epoch + 1)
+    assert victim in d.reason and "restarted" in d.reason
+
+
+@pytest.mark.parametrize("name", sorted(RUNNING_STATES))
+@pytest.mark.parametrize("victim", sorted(EXPECTED))
+def test_processor_error_in_every_running_state(name: str, victim: str) -> None:
+    state, living = RUNNING_STATES[name]
+    old = living[victim]
+    assert old is not None
+    broken = ProcessorReport(old.processor, old.state, old.epoch, old.position, old.loaded,
+                             "ValueError: bad tuple")
+    d = check(state, view(dict(living) | {victim: broken}))
+    assert d.next_state == Initialize(state.epoch + 1)
+    assert d.reason == f"{victim} failed: ValueError: bad tuple"
+
+
+SATISFIED: dict[str, tuple[MasterState, View]] = {
+    "SpoutsRewind": (REWIND, view(FLOWING_LIVING)),
+    "Flowing(None)": (Flowing(7), view(FLOWING_LIVING, now=T0 + 5)),
+    "SpoutsPaused": (SpoutsPaused(7), view(PAUSED_LIVING)),
+    "Flowing(C)": (SNAP, view(PAUSED_LIVING, snapshots=saved(7, C))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SATISFIED))
+def test_loss_beats_progress(name: str) -> None:
+    """Even when the wait is satisfied, a lost processor restarts the topology."""
+    state, v = SATISFIED[name]
+    assert check(state, v).next_state not in (None, Initialize(state.epoch + 1))
+    gone = {k: r for k, r in v.living.items() if k != K0}
+    d = check(state, View(v.now, v.entered_at, v.expected, gone, v.snapshots))
+    assert d.next_state == Initialize(state.epoch + 1) and not d.commits
+
+
+@pytest.mark.parametrize("name", sorted(SATISFIED))
+@pytest.mark.parametrize("expected", [None, frozenset()])
+def test_expected_list_vanishing_mid_run_restarts(name: str, expected: frozenset[str] | None,
+                                                  ) -> None:
+    state, v = SATISFIED[name]
+    d = check(state, View(v.now, v.entered_at, expected, v.living, v.snapshots))
+    assert d.next_state == Initialize(state.epoch + 1) and not d.commits
+    assert d.reason == "the expected processor list is gone"
+
+
+EVENTS = ("nothing", "unknown", "unreadable", "stale", "future", "loss", "joining", "error",
+          "timeout")
+ALL_STATES: dict[str, tuple[MasterState, Mapping[str, ProcessorReport | None]]] = {
+    "Initialize": (Initialize(5), ready(4)),
+    **RUNNING_STATES,
+}
+
+
+def _apply(event: str, state: MasterState, living: Mapping[str, ProcessorReport | None],
+           ) -> View:
+    living = dict(living)
+    now = T0 + 1
+    victim = B1
+    old = living[victim]
+    assert old is not None
+    if event == "unknown":
+        living["sink:ghost:3"] = report("sink:ghost:3", ProcessorState.READY, state.epoch)
+    elif event == "unreadable":
+        living[victim] = None
+    elif event == "stale":
+        living[victim] = ProcessorReport(victim, old.state, state.epoch - 3, old.position,
+                                         old.loaded)
+    elif event == "future":
+        living[victim] = ProcessorReport(victim, old.state, state.epoch + 3, old.position,
+                                         old.loaded)
+    elif event == "loss":
+        del living[victim]
+    elif event == "joining":
+        living[victim] = report(victim, ProcessorState.JOINING, state.epoch)
+    elif event == "error":
+        living[victim] = ProcessorReport(victim, old.state, state.epoch, old.position,
+                                         old.loaded, "boom")
+    elif event == "timeout":
+        now = T0 + 3600
+    return view(living, now=now)
+
+
+@pytest.mark.parametrize("event", EVENTS)
+@pytest.mark.parametrize("name", sorted(ALL_STATES))
+def test_every_state_times_every_event(name: str, event: str) -> None:
+    """Only failures and timeouts restart; noise never moves the machine nor crashes it."""
+    state, living = ALL_STATES[name]
+    d = check(state, _apply(event, state, living))
+    restarts = {"loss", "joining", "error", "timeout"} if name != "Initialize" else {
+        "error", "timeout"}
+    if event == "timeout" and name == "Flowing(None)":
+        assert d.next_state == SpoutsPaused(state.epoch + 1)
+    elif event in restarts:
+        assert d.next_state == Initialize(state.epoch + 1), d.reason
+        assert d.reason
+    else:
+        assert d.next_state is None, d.reason
+    assert not d.commits
+    if event in {"unknown", "unreadable", "future"}:
+        assert any(isinstance(a, Ignored) for a in d.actions)
+
+
+def test_timeouts_of_every_wait_are_independent() -> None:
+    cfg = Config(snapshot_interval=1, initialize_timeout=2, rewind_timeout=3,
+                 pause_timeout=4, snapshot_timeout=5)
+    cases: list[tuple[MasterState, float]] = [
+        (Initialize(5), 2), (REWIND, 3), (Flowing(7), 1), (SpoutsPaused(7), 4), (SNAP, 5)]
+    for state, deadline in cases:
+        living = FLOWING_LIVING if state.epoch == 7 else ready(4)
+        d = check(state, view(living, now=T0 + 0.5), cfg)
+        assert d.wake_at == T0 + deadline, label(state)
+        d = check(state, view(living, now=T0 + deadline), cfg)
+        assert d.next_state is not None, label(state)
+
+
+def test_config_rejects_non_positive_times() -> None:
+    with pytest.raises(ValueError):
+        Config(snapshot_interval=0)
+    assert Config.uniform(2, 7).pause_timeout == 7
+
+
+# --------------------------------------------------------------------------- a whole run
+
+
+class Model:
+    """A tiny in-memory stand-in for ZooKeeper plus a shell applying decisions.
+
+    Holds the master state, the committed record and the processors' nodes; ``negotiate``
+    steps the machine and checks every invariant on the way.
+    """
+
+    def __init__(self, config: Config = CONFIG) -> None:
+        self.config = config
+        self.now = T0
+        self.state: MasterState = NegotiatorDisconnected()
+        self.entered_at = T0
+        self.living: dict[str, ProcessorReport | None] = {}
+        self.snapshots: dict[str, SnapshotReport | None] = {}
+        self.committed: CommittedRecord | None = None
+        self.commits: list[CommitClock] = []
+        self.spout_pos: dict[str, int] = dict.fromkeys(SPOUTS, -1)
+        self.expected: frozenset[str] | None = EXPECTED
+        self.older_load: set[str] = set()
+        """Bolts that load the previous committed snapshot instead of the latest."""
+
+    def highest(self) -> int:
+        epochs = [self.state.epoch]
+        if self.committed:
+            epochs.append(self.committed.epoch)
+        epochs += [r.epoch for r in self.living.values() if r is not None]
+        epochs += [s.epoch for s in self.snapshots.values() if s is not None]
+        return max(epochs)
+
+    def view(self) -> View:
+        return View(self.now, self.entered_at, self.expected, dict(self.living),
+                    dict(self.snapshots), self.committed, self.highest())
+
+    def negotiate(self) -> Decision:
+        before = self.state
+        v = self.view()
+        d = step(before, v, self.config)
+        assert d == step(before, v, self.config)
+        if d.next_state is None:
+            assert not d.commits
+            assert d.wake_at is not None or isinstance(before, NegotiatorDisconnected)
+            return d
+        after = d.next_state
+        assert is_legal(before, after), f"{label(before)} -> {label(after)}: {d.reason}"
+        assert after.epoch >= before.epoch
+        if after.phase in (Phase.INITIALIZE, Phase.SPOUTS_PAUSED):
+            assert after.epoch > v.highest_epoch, "a new epoch exceeds every recorded one"
+        for commit in d.commits:
+            assert isinstance(before, Flowing) and before.clock is not None
+            assert commit.epoch == before.epoch and commit.clock == before.clock
+            # Every expected bolt instance reported a durable snapshot at exactly this clock.
+            bolts = {p for p in (v.expected or ()) if p.startswith("bolt:")}
+            assert bolts, "this topology has bolts: nothing commits without them"
+            assert set(commit.snapshots) == bolts
+            for b in bolts:
+                s = v.snapshots[b]
+                assert s is not None and s.epoch == commit.epoch
+                assert all(s.clock.get(p, -1) == o for p, o in commit.clock.items())
+                assert commit.snapshots[b] == s.ref
+            if self.committed is not None:
+                assert commit.epoch > self.committed.epoch
+                assert dominates(commit.clock, self.committed.clock), "committed went back"
+                self.committed = self.committed.succeeded_by(
+                    commit.epoch, commit.clock, commit.snapshots, self.now)
+            else:
+                self.committed = CommittedRecord(commit.epoch, dict(commit.clock),
+                                                 dict(commit.snapshots), self.now)
+            self.commits.append(commit)
+            self.older_load.clear()
+        self.state = after
+        self.entered_at = self.now
+        return d
+
+    # --- well-behaved processors
+
+    def cooperate(self, pid: str, advance: int = 0) -> None:
+        """``pid`` answers the current master state as the protocol says."""
+        state = self.state
+        role = parse_processor_id(pid).role
+        match state:
+            case Initialize(epoch=e):
+                loaded = None
+                if role == "bolt":
+                    loaded = dict(self.committed.clock) if self.committed else {}
+                    if pid in self.older_load and self.committed:
+                        older = self.committed.previous
+                        loaded = dict(older.clock) if older else {}
+                self.living[pid] = report(pid, ProcessorState.READY, e, loaded=loaded)
+            case SpoutsRewind(epoch=e, clock=clock) if role == "spout":
+                self.spout_pos[pid] = clock[SPOUTS[pid]]
+                self.living[pid] = report(pid, ProcessorState.REWOUND, e,
+                                          position={SPOUTS[pid]: self.spout_pos[pid]})
+            case Flowing(clock=None) if role == "spout":
+                self.spout_pos[pid] += advance
+            case SpoutsPaused(epoch=e) if role == "spout":
+                self.living[pid] = report(pid, ProcessorState.PAUSED, e,
+                                          position={SPOUTS[pid]: self.spout_pos[pid]})
+            case Flowing(epoch=e, clock=clock) if role == "bolt" and clock is not None:
+                self.snapshots[pid] = SnapshotReport(pid, e, dict(clock), f"ref-{pid}-{e}")
+            case _:
+                pass
+
+    def cooperate_all(self, advance: int = 1) -> None:
+        for pid in sorted(EXPECTED):
+            self.cooperate(pid, advance)
+
+
+def test_a_cooperative_run_commits_increasing_clocks() -> None:
+    m = Model()
+    for _ in range(60):
+        m.cooperate_all(advance=3)
+        m.negotiate()
+        m.now += 1
+    assert len(m.commits) >= 5
+    assert [c.epoch for c in m.commits] == sorted({c.epoch for c in m.commits})
+    assert m.committed is not None and m.committed.previous is not None
+    assert m.committed.clock[P0] > m.committed.previous.clock[P0]
+
+
+def test_recovery_after_loss_rewinds_to_the_committed_clock() -> None:
+    m = Model()
+    for _ in range(30):
+        m.cooperate_all(advance=2)
+        m.negotiate()
+        m.now += 1
+    assert m.committed is not None
+    committed = dict(m.committed.clock)
+    del m.living[B1]
+    d = m.negotiate()
+    assert isinstance(d.next_state, Initialize) and B1 in d.reason
+    m.living[B1] = report(B1, ProcessorState.JOINING, 0)
+    m.cooperate_all()
+    d = m.negotiate()
+    assert d.next_state == SpoutsRewind(m.state.epoch, committed)
+
+
+# --------------------------------------------------------------------------- properties
+
+IDS = [*sorted(EXPECTED), "bolt:ghost:0", "spout:lines:words:7", "garbage"]
+clocks = st.dictionaries(st.sampled_from([P0, P1, ("x", 0)]), st.integers(-1, 30), max_size=3)
+reports = st.builds(
+    ProcessorReport,
+    processor=st.sampled_from(sorted(EXPECTED)),
+    state=st.sampled_from(list(ProcessorState)),
+    epoch=st.integers(-1, 12),
+    position=st.none() | clocks,
+    loaded=st.none() | clocks,
+    error=st.none() | st.just("boom"),
+)
+snapshot_reports = st.builds(
+    SnapshotReport, processor=st.sampled_from(list(BOLTS)), epoch=st.integers(0, 12),
+    clock=clocks, ref=st.text("abc", min_size=1, max_size=3),
+)
+states = st.one_of(
+    st.builds(NegotiatorDisconnected, st.integers(0, 10)),
+    st.builds(Initialize, st.integers(1, 10)),
+    st.builds(SpoutsRewind, st.integers(1, 10), clocks),
+    st.builds(SpoutsPaused, st.integers(1, 10)),
+    st.builds(Flowing, st.integers(1, 10), st.none() | clocks),
+)
+committed_records = st.none() | st.builds(
+    CommittedRecord, epoch=st.integers(0, 10), clock=clocks,
+    snapshots=st.dictionaries(st.sampled_from(list(BOLTS)), st.just("r")),
+)
+views = st.builds(
+    View,
+    now=st.floats(0, 200),
+    entered_at=st.floats(0, 100),
+    expected=st.none() | st.frozensets(st.sampled_from(IDS)) | st.just(EXPECTED),
+    living=st.dictionaries(st.sampled_from(IDS), st.none() | reports),
+    snapshots=st.dictionaries(st.sampled_from(IDS), st.none() | snapshot_reports),
+    committed=committed_records,
+    highest_epoch=st.integers(0, 15),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(state=states, v=views)
+def test_any_view_gives_a_legal_decision(state: MasterState, v: View) -> None:
+    """Arbitrary (mostly implausible) views never crash the machine nor break a rule."""
+    d = step(state, v, CONFIG)
+    assert d == step(state, v, CONFIG)
+    if d.next_state is None:
+        assert d.wake_at is not None and not d.commits
+        return
+    assert is_legal(state, d.next_state)
+    if d.next_state.phase in (Phase.INITIALIZE, Phase.SPOUTS_PAUSED):
+        assert d.next_state.epoch > max(state.epoch, v.highest_epoch)
+    for commit in d.commits:
+        assert isinstance(state, Flowing) and commit.clock == state.clock
+        assert v.committed is None or (commit.epoch > v.committed.epoch
+                                       and dominates(commit.clock, v.committed.clock))
+        expected_bolts = {
+            b for b in (v.expected or ()) if b.startswith("bolt:") and b.count(":") == 2
+        }
+        assert set(commit.snapshots) == expected_bolts
+        for b in expected_bolts:
+            snap = v.snapshots[b]
+            assert snap is not None and snap.epoch == commit.epoch == state.epoch
+            assert {p: snap.clock.get(p, -1) for p in commit.clock} == commit.clock
+
+
+class NegotiatorWorld(RuleBasedStateMachine):
+    """Random interleavings of cooperation, failures, noise, time and negotiation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = Model(Config(snapshot_interval=5, initialize_timeout=30, rewind_timeout=20,
+                              pause_timeout=20, snapshot_timeout=25))
+        self.committed_epochs: list[int] = []
+
+    @rule(pid=st.sampled_from(sorted(EXPECTED)), advance=st.integers(0, 5))
+    def cooperate(self, pid: str, advance: int) -> None:
+        self.m.cooperate(pid, advance)
+
+    @rule(advance=st.integers(0, 5))
+    def everybody_cooperates(self, advance: int) -> None:
+        self.m.cooperate_all(advance)
+
+    @rule(cycles=st.integers(1, 20), advance=st.integers(0, 5),
+          dt=st.sampled_from([0.5, 1.0, 2.5]))
+    def smooth_sailing(self, cycles: int, advance: int, dt: float) -> None:
+        """A stretch where everybody follows the protocol (so rounds do commit)."""
+        for _ in range(cycles):
+            self.m.cooperate_all(advance)
+            self.negotiate()
+            self.m.now += dt
+
+    @rule(pid=st.sampled_from(list(BOLTS)))
+    def bolt_loads_an_older_snapshot(self, pid: str) -> None:
+        """E.g. its latest file was unreadable: the low water mark drops below the committed
+        clock, so the next rounds may not dominate it (and must not be committed)."""
+        self.m.older_load.add(pid)
+
+    @rule(pid=st.sampled_from(sorted(EXPECTED)))
+    def lose(self, pid: str) -> None:
+        self.m.living.pop(pid, None)
+
+    @rule(pid=st.sampled_from(sorted(EXPECTED)))
+    def restart(self, pid: str) -> None:
+        self.m.living[pid] = report(pid, ProcessorState.JOINING, 0)
+        if pid in SPOUTS:
+            self.m.spout_pos[pid] = -1
+
+    @rule(pid=st.sampled_from(sorted(EXPECTED)))
+    def fail(self, pid: str) -> None:
+        old = self.m.living.get(pid)
+        if old is not None:
+            self.m.living[pid] = ProcessorReport(pid, old.state, old.epoch, old.position,
+                                                 old.loaded, "crash")
+
+    @rule(pid=st.sampled_from(sorted(EXPECTED)), back=st.integers(1, 3))
+    def stale_report(self, pid: str, back: int) -> None:
+        old = self.m.living.get(pid)
+        if old is not None:
+            self.m.living[pid] = ProcessorReport(pid, old.state, max(old.epoch - back, 0),
+                                                 old.position, old.loaded)
+
+    @rule(r=reports, name=st.sampled_from(IDS))
+    def noise(self, r: ProcessorReport, name: str) -> None:
+        self.m.living[name] = r
+
+    @rule(s=snapshot_reports)
+    def stray_snapshot(self, s: SnapshotReport) -> None:
+        self.m.snapshots[s.processor] = s
+
+    @rule(dt=st.sampled_from([0.0, 0.5, 1.0, 3.0, 10.0, 40.0]))
+    def tick(self, dt: float) -> None:
+        self.m.now += dt
+
+    @rule()
+    def negotiate(self) -> None:
+        self.m.negotiate()
+        if self.m.committed is not None:
+            self.committed_epochs.append(self.m.committed.epoch)
+
+    @precondition(lambda self: self.m.expected is not None)
+    @rule()
+    def driver_forgets_expected(self) -> None:
+        self.m.expected = None
+
+    @precondition(lambda self: self.m.expected is None)
+    @rule()
+    def driver_writes_expected(self) -> None:
+        self.m.expected = EXPECTED
+
+    @invariant()
+    def committed_never_goes_back(self) -> None:
+        assert self.committed_epochs == sorted(self.committed_epochs)
+        commits = self.m.commits
+        for older, newer in itertools.pairwise(commits):
+            assert newer.epoch > older.epoch
+            assert dominates(newer.clock, older.clock)
+
+
+NegotiatorWorld.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestNegotiatorWorld = NegotiatorWorld.TestCase
