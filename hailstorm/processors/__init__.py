@@ -1,0 +1,156 @@
+"""Pure cores of the data plane: spouts, bolts and their in-band markers.
+
+Nothing here does I/O: no sockets, threads, ZooKeeper or Kafka. Each core is a small state
+machine whose methods take what arrived (records, frames, master-state changes) and return
+what to send or do. Thin shells wire them to TCP, Kafka and ZooKeeper.
+
+Every tuple travels with its *origin* ``(partition, offset)``: the Kafka message it came
+from. Tuples a bolt emits inherit the origin of the input that caused them. Three kinds of
+frames flow on each connection, in order:
+
+* data: a :class:`Batch` of ``(partition, offset, tuple)``;
+* CLOCK ``(epoch, clock)``: the snapshot clock of a round, sent before any tuple whose
+  offset is above it (:class:`ForwardClock`);
+* WATERMARK ``{partition: offset}``: "every tuple with offset <= W[p] that I will ever send
+  has been sent"; partitions absent are ones the sender never carries
+  (:class:`ForwardWatermark`).
+
+Modules: :mod:`~hailstorm.processors.watermarks` (low water mark over upstream
+instances), :mod:`~hailstorm.processors.bolt_core` (A/B state split at the snapshot clock),
+:mod:`~hailstorm.processors.spout_core` (one Kafka partition: rewind, pause, resume, route).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hailstorm.topology import BoltSpec, SinkSpec
+
+__all__ = [
+    "Action",
+    "Batch",
+    "BoltCore",
+    "Destination",
+    "ForwardClock",
+    "ForwardWatermark",
+    "Marks",
+    "PartitionKey",
+    "ProtocolViolation",
+    "Router",
+    "SpoutCore",
+    "SpoutOutput",
+    "UpstreamWatermarks",
+    "WriteSnapshot",
+]
+
+Destination = tuple[str, int]
+"""A receiving processor instance: ``(node name, instance index)``."""
+
+PartitionKey = Any
+"""How a core names a source partition: ``(topic, n)`` (:data:`hailstorm.clock.Partition`)
+or, to spare per-tuple conversions, its :class:`hailstorm.wire.PartitionTable` index (batch
+columns can then be passed straight from and to wire frames). Cores only use it as a
+dictionary key; everything one core is given (data, watermarks, clocks, its loaded clock)
+must use the same kind."""
+
+Marks = dict[PartitionKey, int]
+"""A clock or watermark keyed by :data:`PartitionKey`."""
+
+
+class ProtocolViolation(RuntimeError):
+    """A peer broke the data-plane protocol (e.g. a tuple above a snapshot clock arrived
+    before the clock itself). The processor must fail and the topology recover."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """Tuples with their origins, as three parallel lists (the shape of a DATA frame)."""
+
+    partitions: list[PartitionKey] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    tuples: list[Any] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tuples)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardClock:
+    """Send CLOCK ``(epoch, clock)`` to every destination, before any later data."""
+
+    epoch: int
+    clock: Marks
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardWatermark:
+    """Send WATERMARK ``watermark`` to every destination, after the data already returned."""
+
+    watermark: Marks
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSnapshot:
+    """Persist ``state`` (a private copy) as the bolt's snapshot of round ``epoch``.
+
+    ``clock`` is the clock ``state`` is exactly at: the round's clock, raised pointwise to
+    the bolt's loaded clock (and earlier rounds' clocks) where those are ahead. Report the
+    round to the master only once the write is durable.
+    """
+
+    epoch: int
+    clock: Marks
+    state: Any
+
+
+Action = ForwardClock | ForwardWatermark | WriteSnapshot
+"""What a bolt core asks its shell to do, in order."""
+
+
+class Router:
+    """Splits a batch among the instances of the downstream nodes of one processor.
+
+    A keyed bolt with ``parallelism > 1`` gets each tuple at ``spec.instance_for(t)`` (the
+    routing the reference model uses); other bolts and sinks get everything at instance 0.
+    """
+
+    def __init__(self, downstream: Sequence[BoltSpec | SinkSpec]) -> None:
+        self.downstream = list(downstream)
+        self.destinations: list[Destination] = [
+            (node.name, i)
+            for node in self.downstream
+            for i in range(node.parallelism if isinstance(node, BoltSpec) else 1)
+        ]
+        """Every instance that receives frames (CLOCK and WATERMARK go to all of them)."""
+
+    def route(self, batch: Batch) -> dict[Destination, Batch]:
+        """The non-empty per-destination parts of ``batch``, order kept within each.
+
+        Unsplit parts share ``batch``'s lists: treat the result as read-only.
+        """
+        routed: dict[Destination, Batch] = {}
+        if not batch.tuples:
+            return routed
+        for node in self.downstream:
+            if not isinstance(node, BoltSpec) or node.parallelism == 1 or node.key is None:
+                routed[(node.name, 0)] = batch
+                continue
+            parts = [Batch() for _ in range(node.parallelism)]
+            instance_for = node.instance_for
+            for p, o, t in zip(batch.partitions, batch.offsets, batch.tuples, strict=True):
+                part = parts[instance_for(t)]
+                part.partitions.append(p)
+                part.offsets.append(o)
+                part.tuples.append(t)
+            for i, part in enumerate(parts):
+                if part.tuples:
+                    routed[(node.name, i)] = part
+        return routed
+
+
+# The cores import the types above from this package, so they come last.
+from hailstorm.processors.bolt_core import BoltCore  # noqa: E402
+from hailstorm.processors.spout_core import SpoutCore, SpoutOutput  # noqa: E402
+from hailstorm.processors.watermarks import UpstreamWatermarks  # noqa: E402

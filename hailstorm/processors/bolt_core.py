@@ -1,0 +1,348 @@
+"""The pure core of a bolt instance: state split at the snapshot clock (A/B), low water
+marks, snapshot hand-off.
+
+Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
+
+* It starts from the loaded snapshot: state ``S`` at clock ``L``. A tuple with
+  ``offset <= L[p]`` is already in ``S`` and is dropped (the tuple *at* ``L[p]`` too).
+* With no snapshot clock pending, tuples are absorbed into ``S``.
+* On learning the clock ``C`` of round ``e`` (a CLOCK frame or the master state, whichever
+  comes first), the bolt forwards CLOCK downstream and splits: ``A = S``, ``B = empty``.
+  A tuple ``(p, o)`` then goes to ``A`` when ``o <= C[p]``, else to ``B``; emit sees the
+  merged value (for keyed state only the tuple's key is merged: ``A[k] + B[k]``).
+* Once the low water mark over all upstream instances covers ``C`` (no tuple at or below
+  ``C`` can still arrive), it asks for ``A`` to be written (a private copy) and folds ``B``
+  into ``A``, back to a single state. That also happens with no data at all after ``C``:
+  watermarks keep flowing.
+
+* Watermarks: once every upstream instance has sent one, the bolt forwards its low water
+  mark (every partition some upstream carries) whenever it moves. It emits synchronously,
+  so sending the watermark after the data already returned keeps the promise.
+
+Several rounds may be pending at once (each later clock opens one more segment); they are
+written oldest first. Snapshot labels are raised pointwise to the loaded clock and to
+earlier rounds' clocks, so a label always states exactly what its state contains.
+
+Recovery: a tuple a bolt drops (within its loaded clock) is never emitted again, so a
+bolt's loaded clock must not be behind that of any bolt upstream of it, or it misses the
+effects of those tuples. Loading every bolt at the same committed round guarantees this.
+
+Per-tuple semantics (contribution, absorb, the value handed to ``emit``, emit itself) are
+those of :class:`~hailstorm.topology.BoltSpec`, shared with the reference model
+:func:`hailstorm.model.run_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hailstorm.clock import NOTHING, merge_max
+from hailstorm.processors import (
+    Action,
+    Batch,
+    ForwardClock,
+    ForwardWatermark,
+    Marks,
+    PartitionKey,
+    ProtocolViolation,
+    WriteSnapshot,
+)
+from hailstorm.processors.watermarks import UpstreamWatermarks
+from hailstorm.topology import BoltSpec
+
+__all__ = ["BoltCore", "Emitted"]
+
+Emitted = Batch
+"""What :meth:`BoltCore.on_data` returns: output tuples, each with its input's origin."""
+
+_FRESH: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    epoch: int
+    clock: Marks
+    """The clock the master chose; the low water mark must cover it."""
+    label: Marks
+    """``clock`` raised to the loaded clock and earlier rounds: what the state is at."""
+
+
+class BoltCore:
+    """One bolt instance's state machine (not thread-safe: drive it from one thread).
+
+    ``upstreams`` names every upstream instance that may send to this instance (every
+    instance of every input node, whether or not any data flows from it): each must have
+    sent a watermark before anything is snapshotted or forwarded. The core takes ownership
+    of ``loaded_state`` (it is updated in place); it defaults to the monoid's identity.
+    """
+
+    def __init__(
+        self,
+        spec: BoltSpec,
+        upstreams: Iterable[str],
+        loaded_clock: Mapping[PartitionKey, int] | None = None,
+        loaded_state: Any = _FRESH,
+    ) -> None:
+        self.spec = spec
+        self._monoid = spec.state
+        self._upstreams = frozenset(upstreams)
+        self._watermarks = UpstreamWatermarks(self._upstreams)
+        self._loaded: Marks = dict(loaded_clock or {})
+        self._floor: Marks = dict(self._loaded)
+        """Tuples at or below: dropped if within the loaded clock, else refused."""
+        self._seen: Marks = {}
+        """Highest offset absorbed per partition (to catch clocks that arrive too late)."""
+        state = self._monoid.empty() if loaded_state is _FRESH else loaded_state
+        self._segments: list[Any] = [state]
+        """``len(pending) + 1`` states; segment ``i`` holds tuples up to ``pending[i]``."""
+        self._pending: list[_Round] = []
+        self._latest_epoch: int | None = None
+        self._latest_label: Marks = dict(self._loaded)
+        self._last_snapshot: tuple[int, Marks] | None = None
+        self.applied = 0
+        """Tuples absorbed so far."""
+        self.dropped = 0
+        """Tuples dropped because the loaded snapshot already contains them."""
+
+    # -- frames -------------------------------------------------------------------------
+
+    def on_data(
+        self,
+        upstream: str,
+        partitions: Sequence[PartitionKey],
+        offsets: Sequence[int],
+        tuples: Sequence[Any],
+    ) -> Batch:
+        """Absorb a batch from ``upstream``; return the tuples to emit, in order.
+
+        Raises :class:`ProtocolViolation` for a tuple at or below a clock already
+        snapshotted (beyond the loaded clock). Exceptions of the user's functions propagate
+        with a note naming the tuple; the state may then be partly updated, so the
+        processor must fail and recover from its snapshot.
+        """
+        if upstream not in self._upstreams:
+            raise KeyError(f"bolt {self.spec.name!r}: data from unknown upstream {upstream!r}")
+        if self.spec.emit is None:
+            self._absorb_quietly(upstream, partitions, offsets, tuples)
+            return Batch()
+        spec = self.spec
+        contribution = spec.contribution
+        absorb = spec.absorb
+        value_for_emit = spec.value_for_emit
+        outputs = spec.outputs
+        floor_get = self._floor.get
+        seen = self._seen
+        seen_get = seen.get
+        segments = self._segments
+        pending = len(self._pending)
+        first_label_get = (self._pending[0].label if pending else self._floor).get
+        out = Batch()
+        out_partitions = out.partitions.append
+        out_offsets = out.offsets.append
+        out_tuples = out.tuples.append
+        applied = 0
+        for p, o, t in zip(partitions, offsets, tuples, strict=True):
+            if o <= floor_get(p, NOTHING):
+                self._drop(p, o)
+                continue
+            if o > seen_get(p, NOTHING):
+                seen[p] = o
+            if pending == 0:
+                i = 0
+            elif pending == 1:
+                i = 0 if o <= first_label_get(p, NOTHING) else 1
+            else:
+                i = self._segment_of(p, o)
+            try:
+                key, value = contribution(t)
+                segments[i] = absorb(segments[i], key, value)
+                produced = outputs(t, value_for_emit(key, segments))
+            except Exception as exc:
+                exc.add_note(f"in bolt {spec.name!r}, processing tuple {t!r} from {(p, o)}")
+                raise
+            for emitted in produced:
+                out_partitions(p)
+                out_offsets(o)
+                out_tuples(emitted)
+            applied += 1
+        self.applied += applied
+        return out
+
+    def on_watermark(self, upstream: str, watermark: Mapping[PartitionKey, int]) -> list[Action]:
+        """Record ``upstream``'s watermark; return snapshots now due (oldest first), then
+        the watermark to forward if the low water mark moved.
+
+        Raises ``KeyError`` for an unknown upstream.
+        """
+        moved = self._watermarks.observe(upstream, watermark)
+        actions: list[Action] = self._write_covered() if self._pending else []
+        if moved:
+            outgoing = self._watermarks.outgoing()
+            if outgoing is not None:
+                actions.append(ForwardWatermark(outgoing))
+        return actions
+
+    def on_clock(self, epoch: int, clock: Mapping[PartitionKey, int]) -> list[Action]:
+        """Learn the clock of round ``epoch`` (from a CLOCK frame or the master state).
+
+        The first time: returns ``ForwardClock`` (send it before any further data), then any
+        snapshot already due. Repeats and older rounds return nothing. Raises
+        :class:`ProtocolViolation` when a tuple above ``clock`` was already absorbed: an
+        upstream sent it before the clock.
+        """
+        if self._latest_epoch is not None and epoch <= self._latest_epoch:
+            return []
+        label = merge_max(self._latest_label, clock)
+        beyond = {p: o for p, o in self._seen.items() if o > label.get(p, NOTHING)}
+        if beyond:
+            raise ProtocolViolation(
+                f"bolt {self.spec.name!r}: clock of round {epoch} arrived after tuples above "
+                f"it (highest offsets absorbed {beyond}, clock {dict(clock)}); upstreams must "
+                "send CLOCK before any tuple beyond it"
+            )
+        self._latest_epoch = epoch
+        self._latest_label = label
+        self._pending.append(_Round(epoch, dict(clock), label))
+        self._segments.append(self._monoid.empty())
+        return [ForwardClock(epoch, dict(clock)), *self._write_covered()]
+
+    # -- inspection ---------------------------------------------------------------------
+
+    @property
+    def upstreams(self) -> list[str]:
+        """The upstream instances, sorted."""
+        return sorted(self._upstreams)
+
+    @property
+    def loaded_clock(self) -> Marks:
+        """The clock of the snapshot this instance started from."""
+        return dict(self._loaded)
+
+    @property
+    def pending_clock(self) -> Marks | None:
+        """The clock of the oldest round not yet snapshotted, or None."""
+        return dict(self._pending[0].clock) if self._pending else None
+
+    @property
+    def pending_epochs(self) -> list[int]:
+        """Rounds learned but not yet snapshotted, oldest first."""
+        return [r.epoch for r in self._pending]
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest round whose clock this instance knows."""
+        return self._latest_epoch
+
+    @property
+    def last_snapshot(self) -> tuple[int, Marks] | None:
+        """``(epoch, clock)`` of the last snapshot handed out, or None."""
+        return self._last_snapshot
+
+    @property
+    def low_water_mark(self) -> Marks | None:
+        """The current outgoing watermark (None while an upstream is silent); a shell may
+        re-send it on a timer."""
+        return self._watermarks.outgoing()
+
+    @property
+    def silent_upstreams(self) -> list[str]:
+        """Upstream instances that have not sent a watermark yet (they block snapshots)."""
+        return self._watermarks.silent
+
+    @property
+    def key_count(self) -> int | None:
+        """Distinct keys held (keyed state), else None."""
+        if not self.spec.keyed:
+            return None
+        if len(self._segments) == 1:
+            return len(self._segments[0])
+        return len(set().union(*self._segments))
+
+    def merged_state(self) -> Any:
+        """A copy of the whole state (all segments merged): for tests and inspection."""
+        return self._monoid.combine_all(self._segments)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _segment_of(self, partition: PartitionKey, offset: int) -> int:
+        for i, r in enumerate(self._pending):
+            if offset <= r.label.get(partition, NOTHING):
+                return i
+        return len(self._pending)
+
+    def _drop(self, partition: PartitionKey, offset: int) -> None:
+        if offset <= self._loaded.get(partition, NOTHING):
+            self.dropped += 1
+            return
+        last = self._last_snapshot
+        raise ProtocolViolation(
+            f"bolt {self.spec.name!r}: tuple from {(partition, offset)} arrived after the "
+            f"snapshot that had to contain it (round {last[0] if last else '?'}, clock "
+            f"{last[1] if last else '?'}); an upstream sent a watermark above it too early"
+        )
+
+    def _absorb_quietly(
+        self,
+        upstream: str,
+        partitions: Sequence[PartitionKey],
+        offsets: Sequence[int],
+        tuples: Sequence[Any],
+    ) -> None:
+        """``on_data`` without emit: pre-aggregate per segment, absorb once each."""
+        floor_get = self._floor.get
+        seen = self._seen
+        seen_get = seen.get
+        groups: list[list[Any]] = [[] for _ in self._segments]
+        pending = len(self._pending)
+        first_label_get = (self._pending[0].label if pending else self._floor).get
+        applied = 0
+        for p, o, t in zip(partitions, offsets, tuples, strict=True):
+            if o <= floor_get(p, NOTHING):
+                self._drop(p, o)
+                continue
+            if o > seen_get(p, NOTHING):
+                seen[p] = o
+            if pending == 0:
+                groups[0].append(t)
+            elif pending == 1:
+                groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)
+            else:
+                groups[self._segment_of(p, o)].append(t)
+            applied += 1
+        segments = self._segments
+        for i, group in enumerate(groups):
+            if group:
+                try:
+                    segments[i] = self.spec.absorb_all(segments[i], group)
+                except Exception as exc:
+                    exc.add_note(
+                        f"in bolt {self.spec.name!r}, absorbing a batch of {len(group)} "
+                        f"tuples from {upstream!r}"
+                    )
+                    raise
+        self.applied += applied
+
+    def _write_covered(self) -> list[Action]:
+        """Hand out every pending round the low water mark covers, oldest first."""
+        actions: list[Action] = []
+        monoid = self._monoid
+        segments = self._segments
+        floor = self._floor
+        while self._pending and self._watermarks.covers(self._pending[0].clock):
+            done = self._pending.pop(0)
+            before = segments[0]
+            actions.append(WriteSnapshot(done.epoch, dict(done.label), monoid.copy(before)))
+            segments[0:2] = [monoid.absorb(before, segments[1])]
+            for p, o in done.label.items():
+                if o > floor.get(p, NOTHING):
+                    floor[p] = o
+            self._last_snapshot = (done.epoch, dict(done.label))
+        return actions
+
+    def __repr__(self) -> str:
+        return (
+            f"BoltCore({self.spec.name!r}, pending={self.pending_epochs}, "
+            f"last_snapshot={self._last_snapshot}, applied={self.applied})"
+        )

@@ -1,0 +1,201 @@
+"""The pure core of a spout instance: one Kafka partition, rewound, paused and resumed by
+the master state, decoded, exploded and routed to the downstream instances.
+
+Positions are "last included" offsets: ``position`` is the offset of the last message
+emitted (``-1`` when none); the next message to read is ``position + 1``.
+
+Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
+
+* ``SpoutsRewind(clock)``: :meth:`SpoutCore.start` sets ``position = clock[p]`` and returns
+  the offset to seek to (``clock[p] + 1``). The spout is then paused.
+* ``Flowing``: :meth:`SpoutCore.resume`; with the round's clock ``C`` the returned output
+  starts with a CLOCK for every destination, so every downstream instance knows ``C``
+  before any tuple above it.
+* ``SpoutsPaused``: :meth:`SpoutCore.pause` returns the position to report. Records fetched
+  while paused are held back and emitted only after the next :meth:`resume`, so nothing
+  beyond the clock the master derives from the reported positions leaves early.
+* Always, on a timer too (idle or paused): :meth:`SpoutCore.watermark`, ``{p: position}``,
+  so downstream low water marks advance when no data flows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hailstorm.clock import NOTHING, Clock, Partition
+from hailstorm.decoders import DecodeError
+from hailstorm.model import DeadLetter, Message
+from hailstorm.processors import Batch, Destination, ForwardClock, ProtocolViolation, Router
+from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec
+
+__all__ = ["SpoutCore", "SpoutOutput"]
+
+
+@dataclass(slots=True)
+class SpoutOutput:
+    """What to send, per destination and in this order: ``clock`` (if any) to every
+    destination, then each destination's batch, then ``watermark`` to every destination.
+    ``dead_letters`` go to the spout's dead-letter topic."""
+
+    clock: ForwardClock | None
+    batches: dict[Destination, Batch] = field(default_factory=dict)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    watermark: Clock = field(default_factory=dict)
+
+
+class SpoutCore:
+    """One spout instance reading ``partition`` of ``spec.topic`` (not thread-safe).
+
+    ``downstream`` is ``topology.downstream_of(spec)``: tuples are routed to its instances
+    exactly as the reference model routes them.
+    """
+
+    def __init__(
+        self, spec: SpoutSpec, partition: int, downstream: Sequence[BoltSpec | SinkSpec]
+    ) -> None:
+        self.spec = spec
+        self.partition: Partition = (spec.topic, partition)
+        self.router = Router(downstream)
+        self._position: int | None = None
+        self._paused = True
+        self._held_offsets: list[int] = []
+        self._held_values: list[bytes | None] = []
+        self._clock_epoch: int | None = None
+        self.emitted = 0
+        """Tuples emitted so far."""
+        self.rejected = 0
+        """Messages sent to the dead-letter topic so far."""
+
+    # -- master state -------------------------------------------------------------------
+
+    def start(self, rewind_to: Mapping[Partition, int]) -> int:
+        """Rewind to ``rewind_to`` (``SpoutsRewind``); return the offset to seek to.
+
+        The spout is paused afterwards; records held from before are discarded.
+        """
+        self._position = rewind_to.get(self.partition, NOTHING)
+        self._paused = True
+        self._held_offsets = []
+        self._held_values = []
+        return self._position + 1
+
+    def pause(self) -> int:
+        """Stop emitting (``SpoutsPaused``); return the position to report."""
+        self._require_started("pause")
+        self._paused = True
+        return self.position
+
+    def resume(
+        self, epoch: int | None = None, clock: Mapping[Partition, int] | None = None
+    ) -> SpoutOutput:
+        """Start emitting again (``Flowing(epoch, clock)``; ``Flowing(None)``: no clock).
+
+        For a round not announced yet the output carries the CLOCK to send to every
+        destination first; then the records held while paused. Raises
+        :class:`ProtocolViolation` if this spout already emitted beyond ``clock``.
+        """
+        self._require_started("resume")
+        marker = None
+        if clock is not None:
+            if epoch is None:
+                raise ValueError("resume(clock=...) needs the round's epoch")
+            if self._clock_epoch is None or epoch > self._clock_epoch:
+                limit = clock.get(self.partition, NOTHING)
+                if self.position > limit:
+                    raise ProtocolViolation(
+                        f"spout {self.spec.name!r} {self.partition}: already emitted up to "
+                        f"offset {self.position}, beyond the clock of round {epoch} "
+                        f"({limit}); the master must derive the clock from the paused "
+                        "positions"
+                    )
+                marker = ForwardClock(epoch, dict(clock))
+                self._clock_epoch = epoch
+        self._paused = False
+        offsets, values = self._held_offsets, self._held_values
+        self._held_offsets, self._held_values = [], []
+        output = self._emit(offsets, values)
+        output.clock = marker
+        return output
+
+    # -- records and timers -------------------------------------------------------------
+
+    def on_records(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> SpoutOutput:
+        """Decode, explode and route records fetched from the partition (offsets
+        ascending). Records at or below the position (a re-fetch after a rewind) are
+        skipped; while paused, records are held back until :meth:`resume`."""
+        self._require_started("on_records")
+        if self._paused:
+            last = self._held_offsets[-1] if self._held_offsets else self.position
+            for o, v in zip(offsets, values, strict=True):
+                if o > last:
+                    self._held_offsets.append(o)
+                    self._held_values.append(v)
+                    last = o
+            return SpoutOutput(None, watermark=self.watermark())
+        return self._emit(offsets, values)
+
+    def watermark(self) -> Clock:
+        """``{partition: position}``: send it to every destination regularly."""
+        return {self.partition: self.position}
+
+    # -- inspection ---------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        """Offset of the last message emitted (``-1`` when none)."""
+        return NOTHING if self._position is None else self._position
+
+    @property
+    def paused(self) -> bool:
+        """True while records are held back (also before the first :meth:`resume`)."""
+        return self._paused
+
+    @property
+    def held(self) -> int:
+        """Records fetched while paused, waiting for :meth:`resume`."""
+        return len(self._held_offsets)
+
+    @property
+    def destinations(self) -> list[Destination]:
+        """Every downstream instance (CLOCK and WATERMARK go to all of them)."""
+        return self.router.destinations
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _require_started(self, what: str) -> None:
+        if self._position is None:
+            raise RuntimeError(f"spout {self.spec.name!r}: {what}() before start(rewind_to)")
+
+    def _emit(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> SpoutOutput:
+        spec = self.spec
+        tuples_of = spec.tuples_of
+        p = self.partition
+        position = self.position
+        batch = Batch()
+        out_partitions = batch.partitions.append
+        out_offsets = batch.offsets.append
+        out_tuples = batch.tuples.append
+        dead: list[DeadLetter] = []
+        for o, v in zip(offsets, values, strict=True):
+            if o <= position:
+                continue
+            position = o
+            try:
+                tuples = tuples_of(v)
+            except DecodeError as exc:
+                message = Message(p[0], p[1], o, v)
+                dead.append(DeadLetter(spec.name, spec.dead_letter, message, str(exc), exc.stage))
+                continue
+            for t in tuples:
+                out_partitions(p)
+                out_offsets(o)
+                out_tuples(t)
+        self._position = position
+        self.emitted += len(batch)
+        self.rejected += len(dead)
+        return SpoutOutput(None, self.router.route(batch), dead, {p: position})
+
+    def __repr__(self) -> str:
+        state = "paused" if self._paused else "flowing"
+        return f"SpoutCore({self.spec.name!r}, {self.partition}, {state}, at {self.position})"

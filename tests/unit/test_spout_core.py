@@ -1,0 +1,276 @@
+"""The pure spout core: rewind, skip, decode/explode, route, pause/resume, watermarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hailstorm.clock import Partition
+from hailstorm.model import messages, run_model
+from hailstorm.monoids import Count, per_key
+from hailstorm.processors import Batch, ForwardClock, ProtocolViolation, Router
+from hailstorm.processors.spout_core import SpoutCore, SpoutOutput
+from hailstorm.routing import route
+from hailstorm.topology import Collect, Topology
+
+P: Partition = ("lines", 0)
+
+
+def topology() -> Topology:
+    top = Topology("spouts")
+    lines = top.spout("lines", topic="lines", decoder="text", explode=str.split)
+    top.bolt(
+        "counts",
+        inputs=[lines],
+        key=lambda w: w,
+        state=per_key(Count()),
+        lift=Count.lift,
+        emit=lambda w, n: [(w, n)],
+        parallelism=3,
+    )
+    top.bolt("total", inputs=[lines], state=Count(), lift=Count.lift)
+    top.sink("raw", inputs=[lines], target=Collect())
+    return top
+
+
+def make_spout(partition: int = 0) -> SpoutCore:
+    top = topology()
+    spec = top.spouts[0]
+    return SpoutCore(spec, partition, top.downstream_of(spec))
+
+
+def flat(output: SpoutOutput, destination: tuple[str, int]) -> list[tuple[int, Any]]:
+    batch = output.batches.get(destination, Batch())
+    return list(zip(batch.offsets, batch.tuples, strict=True))
+
+
+def test_start_returns_the_next_offset_to_read() -> None:
+    spout = make_spout()
+    assert spout.start({P: 41, ("other", 0): 3}) == 42
+    assert spout.position == 41 and spout.paused
+    assert make_spout().start({}) == 0  # nothing included yet: read from the beginning
+    assert make_spout(partition=7).start({P: 9}) == 0  # another partition's entry
+
+
+def test_use_before_start_is_an_error() -> None:
+    spout = make_spout()
+    with pytest.raises(RuntimeError, match="before start"):
+        spout.on_records([0], [b"a"])
+    with pytest.raises(RuntimeError, match="before start"):
+        spout.resume()
+    assert spout.watermark() == {P: -1}
+
+
+def test_destinations_cover_every_instance() -> None:
+    assert make_spout().destinations == [
+        ("counts", 0),
+        ("counts", 1),
+        ("counts", 2),
+        ("total", 0),
+        ("raw", 0),
+    ]
+
+
+def test_routes_keyed_tuples_by_key_and_others_to_instance_zero() -> None:
+    spout = make_spout()
+    spout.start({})
+    spout.resume()
+    words = ["a", "b", "c", "d", "e", "f", "g"]
+    out = spout.on_records([0, 1], [" ".join(words[:4]).encode(), " ".join(words[4:]).encode()])
+    for i in range(3):
+        batch = out.batches.get(("counts", i), Batch())
+        assert all(route(w, 3) == i for w in batch.tuples)
+        assert all(p == P for p in batch.partitions)
+    routed = sorted(w for i in range(3) for _, w in flat(out, ("counts", i)))
+    assert routed == sorted(words)
+    everything = [(0, w) for w in words[:4]] + [(1, w) for w in words[4:]]
+    assert flat(out, ("total", 0)) == everything
+    assert flat(out, ("raw", 0)) == everything
+    assert out.watermark == {P: 1} and out.clock is None and not out.dead_letters
+    assert spout.emitted == 7
+
+
+def test_routing_matches_the_reference_model() -> None:
+    top = topology()
+    values = ["x y z", "y y", "", "q r s t"]
+    result = run_model(top, messages("lines", values))
+    spout = SpoutCore(top.spouts[0], 0, top.downstream_of("lines"))
+    spout.start({})
+    out = spout.resume()
+    out = spout.on_records(range(len(values)), [v.encode() for v in values])
+    model_states = result.instance_states("counts")
+    for i in range(3):
+        words = out.batches.get(("counts", i), Batch()).tuples
+        assert set(words) == set(model_states[i])
+
+
+def test_skips_records_at_or_below_the_position() -> None:
+    spout = make_spout()
+    spout.start({P: 4})
+    spout.resume()
+    # The broker may answer from an earlier batch base offset.
+    out = spout.on_records([2, 3, 4, 5, 6], [b"old", b"old", b"old", b"new", b"newer"])
+    assert flat(out, ("total", 0)) == [(5, "new"), (6, "newer")]
+    out = spout.on_records([6, 7], [b"dup", b"next"])
+    assert flat(out, ("total", 0)) == [(7, "next")]
+    assert spout.position == 7
+
+
+def test_decode_failures_become_dead_letters_and_advance() -> None:
+    spout = make_spout()
+    spout.start({})
+    spout.resume()
+    out = spout.on_records([0, 1, 2], [b"ok", b"\xff\xfe", None])
+    assert flat(out, ("total", 0)) == [(0, "ok")]
+    assert [d.message.offset for d in out.dead_letters] == [1, 2]
+    letter = out.dead_letters[0]
+    assert letter.spout == "lines" and letter.topic == "spouts.dead-letter"
+    assert letter.stage == "decode" and letter.message.value == b"\xff\xfe"
+    assert letter.message.topic == "lines" and letter.message.partition == 0
+    assert out.watermark == {P: 2} and spout.rejected == 2
+
+
+def test_explode_failures_are_dead_letters_too() -> None:
+    top = Topology("boom")
+    spout_spec = top.spout("nums", topic="nums", decoder="json", explode=lambda v: [1 // v])
+    top.sink("out", inputs=[spout_spec], target=Collect())
+    spout = SpoutCore(spout_spec, 0, top.downstream_of(spout_spec))
+    spout.start({})
+    spout.resume()
+    out = spout.on_records([0, 1], [b"0", b"1"])
+    assert [d.stage for d in out.dead_letters] == ["explode"]
+    assert flat(out, ("out", 0)) == [(1, 1)]
+
+
+def test_paused_spout_holds_records_until_resume_sends_the_clock_first() -> None:
+    spout = make_spout()
+    spout.start({P: 9})
+    spout.resume()
+    spout.on_records([10], [b"a"])
+    assert spout.pause() == 10
+    held = spout.on_records([10, 11, 12], [b"dup", b"b", b"c"])
+    assert held.batches == {} and held.watermark == {P: 10} and held.clock is None
+    assert spout.held == 2 and spout.watermark() == {P: 10}
+    assert spout.on_records([12, 13], [b"c", b"d"]).batches == {}
+    out = spout.resume(1, {P: 10, ("other", 0): 5})
+    assert out.clock == ForwardClock(1, {P: 10, ("other", 0): 5})
+    assert flat(out, ("total", 0)) == [(11, "b"), (12, "c"), (13, "d")]
+    assert out.watermark == {P: 13} and spout.held == 0 and not spout.paused
+
+
+def test_resume_after_rewind_without_a_clock() -> None:
+    spout = make_spout()
+    assert spout.start({P: 2}) == 3
+    spout.on_records([3], [b"x"])  # fetched before Flowing: held
+    out = spout.resume()
+    assert out.clock is None and flat(out, ("total", 0)) == [(3, "x")]
+
+
+def test_each_round_announces_its_clock_once() -> None:
+    spout = make_spout()
+    spout.start({})
+    spout.pause()
+    assert spout.resume(3, {P: -1}).clock == ForwardClock(3, {P: -1})
+    spout.pause()
+    assert spout.resume(3, {P: -1}).clock is None  # the same round seen again
+    assert spout.resume(2, {P: -1}).clock is None  # an older round
+    assert spout.resume(None, None).clock is None
+
+
+def test_a_clock_below_the_position_is_a_protocol_violation() -> None:
+    spout = make_spout()
+    spout.start({})
+    spout.resume()
+    spout.on_records([0, 1, 2], [b"a", b"b", b"c"])
+    spout.pause()
+    with pytest.raises(ProtocolViolation, match="beyond the clock of round 1"):
+        spout.resume(1, {P: 1})
+    with pytest.raises(ValueError, match="epoch"):
+        spout.resume(None, {P: 5})
+
+
+def test_resume_when_already_flowing_is_fine_if_nothing_passed_the_clock() -> None:
+    spout = make_spout()
+    spout.start({})
+    spout.resume()
+    spout.on_records([0], [b"a"])
+    out = spout.resume(1, {P: 0})
+    assert out.clock == ForwardClock(1, {P: 0})
+
+
+def test_rewinding_again_discards_held_records() -> None:
+    spout = make_spout()
+    spout.start({})
+    spout.on_records([0, 1], [b"a", b"b"])
+    assert spout.held == 2
+    assert spout.start({P: 0}) == 1
+    assert spout.held == 0
+    out = spout.resume()
+    assert out.batches == {}
+
+
+def test_router_with_no_tuples_routes_nothing() -> None:
+    top = topology()
+    assert Router(top.downstream_of("lines")).route(Batch()) == {}
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@st.composite
+def spout_script(draw: st.DrawFn) -> tuple[int, list[tuple[str, Any]]]:
+    """A rewind point and a sequence of fetches (overlapping ranges, as a broker may
+    return), pauses and resumes with clocks."""
+    rewind = draw(st.integers(-1, 5))
+    steps: list[tuple[str, Any]] = []
+    for _ in range(draw(st.integers(0, 25))):
+        kind = draw(st.sampled_from(["fetch", "fetch", "fetch", "pause", "resume"]))
+        if kind == "fetch":
+            start = draw(st.integers(0, 30))
+            steps.append(("fetch", list(range(start, start + draw(st.integers(0, 4))))))
+        else:
+            steps.append((kind, draw(st.integers(0, 6))))
+    return rewind, steps
+
+
+@settings(max_examples=200, deadline=None)
+@given(script=spout_script())
+def test_emits_each_new_offset_once_in_order_and_never_past_an_unannounced_clock(
+    script: tuple[int, list[tuple[str, Any]]],
+) -> None:
+    rewind, steps = script
+    spout = make_spout()
+    spout.start({P: rewind})
+    emitted: list[int] = []
+    expected: list[int] = []  # offsets newer than anything fetched before them
+    newest = rewind
+    epoch = 0
+    reported = rewind  # the position the master last saw (it derives clocks from it)
+    for kind, arg in [*steps, ("resume", 0)]:
+        if kind == "fetch":
+            for o in arg:
+                if o > newest:
+                    expected.append(o)
+                    newest = o
+            out = spout.on_records(arg, [str(o).encode() for o in arg])
+        elif kind == "pause":
+            reported = spout.pause()
+            continue
+        elif spout.paused:
+            epoch += 1
+            clock = reported + arg  # the master may pick any clock >= the paused position
+            assert all(o <= clock for o in emitted), "emitted past the clock before Flowing"
+            out = spout.resume(epoch, {P: clock})
+            assert out.clock == ForwardClock(epoch, {P: clock})
+        else:
+            continue
+        offsets = out.batches.get(("total", 0), Batch()).offsets
+        if spout.paused:
+            assert not offsets
+        emitted.extend(offsets)
+        assert out.watermark == {P: spout.position}
+        assert spout.position == (emitted[-1] if emitted else rewind)
+    assert emitted == expected
