@@ -1,0 +1,67 @@
+"""``hailstorm show``: the command a user runs to look at a topology."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pydot
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def hailstorm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hailstorm", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("ref", ["topologies/wordcount.py", "topologies.wordcount"])
+def test_show_prints_the_dag(ref: str) -> None:
+    result = hailstorm("show", ref)
+    assert result.returncode == 0, result.stderr
+    for text in (
+        "spout lines",
+        "bolt counts",
+        "parallelism: 2",
+        "per_key(Count)",
+        "sink word_counts",
+    ):
+        assert text in result.stdout
+
+
+def test_show_dot_is_valid_graphviz(tmp_path: Path) -> None:
+    result = hailstorm("show", "topologies/wordcount.py", "--dot")
+    assert result.returncode == 0, result.stderr
+    (graph,) = pydot.graph_from_dot_data(result.stdout)
+    nodes = {n.get_name().strip('"') for n in graph.get_nodes()} - {"node", "edge"}
+    assert nodes == {"lines", "counts", "word_counts"}
+    edges = {(e.get_source().strip('"'), e.get_destination().strip('"')) for e in graph.get_edges()}
+    assert edges == {("lines", "counts"), ("counts", "word_counts")}
+    if shutil.which("dot"):  # Graphviz itself, where installed
+        rendered = subprocess.run(
+            ["dot", "-Tsvg"], input=result.stdout, capture_output=True, text=True, check=False
+        )
+        assert rendered.returncode == 0, rendered.stderr
+
+
+def test_show_bad_topology_is_one_clear_line(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text(
+        "from hailstorm import Topology, Count\n"
+        "topology = Topology('broken')\n"
+        "topology.bolt('b', inputs=['nowhere'], state=Count(), lift=lambda t: 1)\n"
+    )
+    result = hailstorm("show", str(broken))
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "nowhere" in result.stderr and "Fix:" in result.stderr
