@@ -183,18 +183,37 @@ def _tail(path: Path, lines: int = 3) -> str:
 
 
 def _wait_until(
-    service: str, check: Callable[[], bool], record: ServiceRecord | None, log: Path, timeout: float
+    service: str,
+    check: Callable[[], bool],
+    running: Callable[[], bool],
+    log: Path,
+    timeout: float,
 ) -> None:
+    """Poll ``check`` until it passes; error if ``running`` turns false or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if record is not None and not pid_alive(record.pid, record.marker):
-            _reap(record.pid)
+        if not running():
             raise DevStackError(f"{service} exited during start-up; see {log} ({_tail(log)})")
         with contextlib.suppress(Exception):
             if check():
                 return
         time.sleep(0.1)
     raise DevStackError(f"{service} was not ready after {timeout:.0f}s; see {log} ({_tail(log)})")
+
+
+def _await_ready(
+    record: ServiceRecord,
+    check: Callable[[], bool],
+    running: Callable[[], bool],
+    timeout: float,
+) -> ServiceRecord:
+    """Wait for a service we just started; stop it (by pid) if it never becomes ready."""
+    try:
+        _wait_until(record.name, check, running, Path(record.log), timeout)
+    except BaseException:
+        stop_pid(record.pid, None, sig=signal.SIGKILL, timeout=5)
+        raise
+    return record
 
 
 # --------------------------------------------------------------------------- binaries
@@ -384,7 +403,14 @@ class DevStack:
             return configured
         return free_port()
 
-    def _spawn(self, name: str, argv: list[str], port: int, marker: str) -> ServiceRecord:
+    def _spawn(
+        self,
+        name: str,
+        argv: list[str],
+        port: int,
+        marker: str,
+        env: dict[str, str] | None = None,
+    ) -> tuple[ServiceRecord, subprocess.Popen[bytes]]:
         log = self.state_dir / "logs" / f"{name}.log"
         with open(log, "ab") as out:
             process = subprocess.Popen(
@@ -394,8 +420,10 @@ class DevStack:
                 stdin=subprocess.DEVNULL,
                 cwd=self.state_dir,
                 start_new_session=True,
+                env=env,
             )
-        return ServiceRecord(name=name, port=port, pid=process.pid, log=str(log), marker=marker)
+        record = ServiceRecord(name=name, port=port, pid=process.pid, log=str(log), marker=marker)
+        return record, process
 
     def _start_zookeeper(self, state: StackState) -> ServiceRecord:
         java = java_binary()
@@ -429,15 +457,14 @@ class DevStack:
             "org.apache.zookeeper.server.ZooKeeperServerMain",
             str(config),
         ]
-        record = self._spawn("zookeeper", argv, port, marker=str(config))
-        _wait_until(
-            "zookeeper",
-            lambda: four_letter_word(port, b"ruok") == b"imok",
+        # Our own child: poll() (not /proc) tells whether it still runs, even before exec.
+        record, process = self._spawn("zookeeper", argv, port, marker=str(config))
+        return _await_ready(
             record,
-            Path(record.log),
+            lambda: four_letter_word(port, b"ruok") == b"imok",
+            lambda: process.poll() is None,
             self.startup_timeout,
         )
-        return record
 
     def _start_kafka(self, state: StackState) -> ServiceRecord:
         binary = tansu_binary()
@@ -454,22 +481,13 @@ class DevStack:
             "memory://tansu/",
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        log = self.state_dir / "logs" / "kafka.log"
-        with open(log, "ab") as out:
-            process = subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.state_dir,
-                start_new_session=True,
-                env=env,
-            )
-        record = ServiceRecord("kafka", port, process.pid, str(log), marker=url)
-        _wait_until(
-            "kafka", lambda: broker_answers(f"{LOOPBACK}:{port}"), record, log, self.startup_timeout
+        record, process = self._spawn("kafka", argv, port, marker=url, env=env)
+        return _await_ready(
+            record,
+            lambda: broker_answers(f"{LOOPBACK}:{port}"),
+            lambda: process.poll() is None,
+            self.startup_timeout,
         )
-        return record
 
     def _start_postgres(self, state: StackState) -> ServiceRecord:
         bin_dir = postgres_bin_dir()
@@ -528,8 +546,12 @@ class DevStack:
         pid = int((data / "postmaster.pid").read_text().splitlines()[0])
         record = ServiceRecord("postgres", port, pid, str(log), marker=str(data))
         url = f"postgresql://{DATABASE_USER}:{state.database_password}@{LOOPBACK}:{port}/postgres"
-        _wait_until("postgres", lambda: _create_database(url), record, log, self.startup_timeout)
-        return record
+        return _await_ready(
+            record,
+            lambda: _create_database(url),
+            lambda: pid_alive(pid, str(data)),
+            self.startup_timeout,
+        )
 
     def _cleanup_data(self, name: str) -> None:
         target = {"zookeeper": "zookeeper", "kafka": None, "postgres": "postgres"}[name]
