@@ -188,6 +188,52 @@ def show(topology_ref: str, dot: bool) -> None:
     click.echo(render_dot(topology) if dot else render_text(topology), nl=not dot)
 
 
+@main.command()
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.option("--master", metavar="URL", help="Spark master (default: local[N], N = processors).")
+@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
+@click.option("--kafka", metavar="BOOTSTRAP", help=f"Kafka (default: ${config.KAFKA_VAR}).")
+@click.option(
+    "--snapshots", metavar="DIR", help=f"Snapshot directory (default: ${config.SNAPSHOTS_VAR})."
+)
+@click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address processors listen on for each other's data.")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@_handle_errors
+def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
+        snapshots: str | None, name: str | None, host: str, log_level: str) -> None:
+    """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
+
+    Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
+    TOPOLOGY' alongside to drive them.
+    """
+    import logging
+
+    from hailstorm.runner import Driver, RunOptions
+    from hailstorm.spark_runner import SparkOptions, install_signal_handlers
+    from hailstorm.topology import TopologyError
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    settings = config.Settings.from_env(zk=zk, kafka=kafka, snapshots=snapshots)
+    options = RunOptions(
+        topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
+        snapshots=str(settings.snapshot_dir()), name=name, host=host, log_level=log_level,
+        spark=SparkOptions(master=master),
+    )
+    try:
+        driver = Driver(options)
+    except TopologyError as exc:
+        fail(str(exc))
+    runner = driver.prepare()
+    install_signal_handlers(runner)
+    failures = driver.run()
+    console.print(f"stopped ({failures} failed stage attempts)")
+
+
 def _add_negotiator_command() -> None:
     """``hailstorm negotiator`` is the daemon of the separate ``negotiator`` package."""
     from negotiator.daemon import negotiator_command

@@ -1,0 +1,255 @@
+"""The processors' side of ZooKeeper: a thin kazoo adapter following docs/negotiator.md.
+
+One :class:`Coordinator` per processor instance, on its own ZooKeeper session:
+
+* :meth:`Coordinator.register` creates the ephemeral ``living/<id>`` node reporting
+  ``joining`` (epoch 0), waiting (bounded) for a previous incarnation's node to vanish;
+* :meth:`Coordinator.report` updates it (every report carries the processor's ``info``:
+  its data-plane address and pid);
+* :meth:`Coordinator.master` re-reads ``master`` and re-arms a one-shot watch; the watch
+  only sets :attr:`Coordinator.changed` (the payload is never trusted);
+* :meth:`Coordinator.write_snapshot_report`, :meth:`Coordinator.committed`,
+  :meth:`Coordinator.expected` and :meth:`Coordinator.reports` do the rest.
+
+A lost session (``LOST``: the ephemeral node is gone) is fatal: :attr:`Coordinator.lost` is
+set and :meth:`Coordinator.check` raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from hailstorm.clock import Clock
+from negotiator.layout import (
+    CommittedRecord,
+    ExpectedRecord,
+    LayoutError,
+    MasterRecord,
+    ProcessorReport,
+    ProcessorState,
+    SnapshotReport,
+    TopologyPaths,
+)
+
+__all__ = ["CoordinationError", "Coordinator"]
+
+log = logging.getLogger("hailstorm.coordination")
+
+
+class CoordinationError(RuntimeError):
+    """ZooKeeper is unusable for this processor (session lost, node never freed...)."""
+
+
+def _setter(event: threading.Event) -> Any:
+    """A watch callback that sets ``event``."""
+    return lambda _event: event.set()
+
+
+class Coordinator:
+    """One processor's ZooKeeper session and its ``living`` node."""
+
+    def __init__(
+        self,
+        hosts: str,
+        topology: str,
+        processor: str,
+        info: Mapping[str, Any] | None = None,
+        *,
+        session_timeout: float = 6.0,
+        connect_timeout: float = 20.0,
+    ) -> None:
+        self.paths = TopologyPaths(topology)
+        self.processor = processor
+        self.info: dict[str, Any] = dict(info or {})
+        self.changed = threading.Event()
+        """Set by every watch event on ``master`` (and on connection changes)."""
+        self.lost = threading.Event()
+        """Set when the session expired: the living node is gone for good."""
+        self._registered = False
+        self._last_report: ProcessorReport | None = None
+        self.client = KazooClient(hosts=hosts, timeout=session_timeout)
+        self.client.add_listener(self._on_state)
+        self.client.start(timeout=connect_timeout)
+
+    # -- session ------------------------------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST and self._registered:
+            self.lost.set()
+        self.changed.set()
+
+    def check(self) -> None:
+        """Raise :class:`CoordinationError` once the session is lost."""
+        if self.lost.is_set():
+            raise CoordinationError(
+                f"{self.processor}: ZooKeeper session lost (living node gone)"
+            )
+
+    def close(self) -> None:
+        """End the session (the living node disappears at once); never raises."""
+        try:
+            self.client.stop()
+            self.client.close()
+        except Exception:  # closing is best effort
+            log.debug("closing the ZooKeeper session failed", exc_info=True)
+
+    # -- living node --------------------------------------------------------------------
+
+    def register(self, timeout: float = 60.0) -> None:
+        """Create ``living/<id>`` (ephemeral, ``joining``, epoch 0).
+
+        If a previous incarnation's node still exists, wait for it to vanish (its session
+        expiring), never deleting it; :class:`CoordinationError` after ``timeout`` s.
+        """
+        for path in self.paths.directories():
+            self.client.ensure_path(path)
+        node = self.paths.living_node(self.processor)
+        report = ProcessorReport(self.processor, ProcessorState.JOINING, 0, info=self.info)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.client.create(node, report.to_json(), ephemeral=True)
+                break
+            except NodeExistsError:
+                pass
+            gone = threading.Event()
+            if self.client.exists(node, watch=_setter(gone)) is None:
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CoordinationError(
+                    f"{node} still exists after {timeout:.0f} s: another incarnation of "
+                    f"{self.processor} is alive"
+                ) from None
+            log.info("%s: waiting for the previous incarnation's node to vanish", node)
+            gone.wait(min(remaining, 5.0))
+        self._registered = True
+        self._last_report = report
+
+    def report(
+        self,
+        state: ProcessorState,
+        epoch: int,
+        *,
+        position: Clock | None = None,
+        loaded: Clock | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Set the living node to a :class:`ProcessorReport` (info included)."""
+        report = ProcessorReport(
+            self.processor, state, epoch, position, loaded, error, self.info
+        )
+        self.client.set(self.paths.living_node(self.processor), report.to_json())
+        self._last_report = report
+
+    def report_error(self, message: str) -> None:
+        """Report the last state with ``error`` set (best effort, never raises)."""
+        last = self._last_report
+        if not self._registered or last is None or self.lost.is_set():
+            return
+        try:
+            self.report(
+                last.state,
+                last.epoch,
+                position=last.position,
+                loaded=last.loaded,
+                error=message.splitlines()[0][:500] if message else "error",
+            )
+        except Exception:
+            log.debug("could not report the error", exc_info=True)
+
+    def fail_visibly(self, message: str, linger: float = 3.0) -> None:
+        """Report ``message`` as an error and keep the session up to ``linger`` s, until the
+        master moves to a newer epoch: closing at once would make the negotiator see a lost
+        node instead of the error. Best effort, never raises."""
+        try:
+            before = self.master()
+            self.report_error(message)
+            if before is None:
+                return
+            deadline = time.monotonic() + linger
+            while (remaining := deadline - time.monotonic()) > 0 and not self.lost.is_set():
+                self.changed.wait(remaining)
+                now = self.master()
+                if now is None or now.state.epoch > before.state.epoch:
+                    return
+        except Exception:
+            log.debug("could not report the error", exc_info=True)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def _watch(self, _event: object) -> None:
+        self.changed.set()
+
+    def master(self) -> MasterRecord | None:
+        """Read ``master`` and re-arm the watch (clears :attr:`changed` first).
+
+        None when there is no master node (the watch then waits for its creation) or when
+        it is unreadable (a negotiator will replace it).
+        """
+        self.changed.clear()
+        try:
+            raw, _stat = self.client.get(self.paths.master, watch=self._watch)
+        except NoNodeError:
+            if self.client.exists(self.paths.master, watch=self._watch) is not None:
+                self.changed.set()  # created in between: read again
+            return None
+        try:
+            return MasterRecord.from_json(raw)
+        except LayoutError as exc:
+            log.warning("unreadable master record (%s); waiting for the negotiator", exc)
+            return None
+
+    def committed(self) -> CommittedRecord | None:
+        """The ``committed`` record, or None when nothing was committed yet."""
+        try:
+            raw, _stat = self.client.get(self.paths.committed)
+        except NoNodeError:
+            return None
+        return CommittedRecord.from_json(raw)
+
+    def expected(self) -> ExpectedRecord:
+        """The ``expected`` record (the driver writes it before starting processors)."""
+        try:
+            raw, _stat = self.client.get(self.paths.expected)
+        except NoNodeError:
+            raise CoordinationError(
+                f"{self.paths.expected} does not exist: start the topology with 'hailstorm run'"
+            ) from None
+        return ExpectedRecord.from_json(raw)
+
+    def reports(self) -> dict[str, ProcessorReport]:
+        """Every readable processor report under ``living``, by processor id."""
+        result: dict[str, ProcessorReport] = {}
+        try:
+            children = self.client.get_children(self.paths.living)
+        except NoNodeError:
+            return result
+        for child in children:
+            try:
+                raw, _stat = self.client.get(f"{self.paths.living}/{child}")
+                report = ProcessorReport.from_json(raw)
+            except (NoNodeError, LayoutError):
+                continue
+            if report.processor == child:
+                result[child] = report
+        return result
+
+    def write_snapshot_report(self, report: SnapshotReport) -> None:
+        """Set (or create) ``snapshots/<bolt>/<instance>``."""
+        path = self.paths.snapshot_node(report.processor)
+        data = report.to_json()
+        try:
+            self.client.set(path, data)
+        except NoNodeError:
+            try:
+                self.client.create(path, data, makepath=True)
+            except NodeExistsError:
+                self.client.set(path, data)

@@ -1,0 +1,758 @@
+"""The processor shells: threads, sockets, Kafka and ZooKeeper around the pure cores.
+
+:func:`run_processor` is the Spark task body (one per processor instance, see
+:mod:`hailstorm.runner`). Each processor:
+
+* opens its data-plane listener (bolts and sinks) on ``assignment.host``, port 0;
+* registers ``living/<id>`` (ephemeral) with ``info = {host, port, pid}``
+  (:class:`~hailstorm.coordination.Coordinator`) and follows the master state as in
+  docs/negotiator.md, on its main thread;
+* joins the first ``Initialize(e)`` it sees. Seeing a newer ``Initialize`` (or a
+  ``SpoutsRewind`` of another epoch) later ends the processor with :class:`RestartRequired`:
+  the barrier stage fails, the driver resubmits it and fresh processors register. So one
+  incarnation lives in exactly one run, and data connections are tagged with that epoch in
+  their HELLO (a receiver refuses any other epoch).
+
+Data plane: upstream instances connect to their downstream instances (addresses from the
+``living`` reports) once the run passed ``Initialize`` (every expected processor was ready
+in it). Frames (:mod:`hailstorm.wire`) are sent with blocking ``sendall`` (socket timeout
+:attr:`Assignment.io_timeout`); receivers put them into a bounded queue, so a slow bolt
+stops reading its sockets and back-pressure reaches the spouts through TCP.
+
+* Spout: one thread owns the :class:`~hailstorm.processors.SpoutCore` and a confluent-kafka
+  consumer assigned to its partition (no group); consumes in batches while flowing, sends
+  CLOCK/DATA/WATERMARK in order, and a watermark at least every
+  :data:`WATERMARK_INTERVAL` s.
+* Bolt: the main thread owns the :class:`~hailstorm.processors.BoltCore` (frames from the
+  queue, clocks from CLOCK frames or the master); :class:`WriteSnapshot` goes to a writer
+  thread that stores it (:class:`~hailstorm.snapshots.DirectorySnapshotStore`) and then
+  writes the :class:`~negotiator.layout.SnapshotReport`.
+* Sink: counts (and for upsert/merge tables keeps, in memory) the rows it receives; the
+  exactly-once database sinks are a separate component.
+
+Failures: an exception in any thread is recorded, the main thread raises it, reports it as
+``error`` (keeping the session up to 3 s so the negotiator sees the error rather than a lost
+node), closes the session and the sockets, and the exception leaves the Spark task. A
+ZooKeeper error (even a transient connection loss) is fatal too: the topology restarts from
+its committed snapshots. A processor whose Spark worker vanished (re-parented) ends itself.
+Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hailstorm.clock import Clock, Partition
+from hailstorm.coordination import Coordinator
+from hailstorm.processors import (
+    Action,
+    Batch,
+    BoltCore,
+    Destination,
+    ForwardClock,
+    ForwardWatermark,
+    Router,
+    SpoutCore,
+    SpoutOutput,
+    WriteSnapshot,
+)
+from hailstorm.snapshots import DirectorySnapshotStore
+from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
+from hailstorm.wire import (
+    Bye,
+    ClockMarker,
+    DataBatch,
+    Frame,
+    FrameReader,
+    Hello,
+    PartitionTable,
+    Watermark,
+    recv_frames,
+    send_frames,
+)
+from negotiator.layout import (
+    Flowing,
+    Initialize,
+    ProcessorId,
+    ProcessorState,
+    Role,
+    SnapshotReport,
+    SpoutsPaused,
+    SpoutsRewind,
+    parse_processor_id,
+)
+
+__all__ = ["Assignment", "RestartRequired", "run_processor"]
+
+log = logging.getLogger("hailstorm.processor")
+
+WATERMARK_INTERVAL = 0.2
+"""Longest time between two watermarks a spout sends (also when idle or paused)."""
+POLL = 0.1
+"""Longest a main loop waits for data before looking at ZooKeeper and failures again."""
+CONSUME_BATCH = 1000
+"""Kafka messages per consume call."""
+QUEUE_FRAMES = 64
+"""Frames buffered between the socket readers and a bolt's (or sink's) main thread."""
+
+
+class RestartRequired(RuntimeError):
+    """The topology restarted (a newer Initialize): this incarnation ends, a new one joins."""
+
+
+class DataPlaneError(RuntimeError):
+    """A peer misbehaved or vanished on the data plane."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What one Spark task runs: a processor instance and where everything is."""
+
+    topology_ref: str
+    """Module path or dotted name of the topology (importable on the executor)."""
+    name: str
+    """The topology's name in ZooKeeper and in the snapshot store."""
+    processor: str
+    """The processor id (``spout:...``, ``bolt:...``, ``sink:...``)."""
+    zk: str
+    kafka: str
+    snapshots: str
+    """Root directory of the snapshot store (shared by every executor)."""
+    host: str = "127.0.0.1"
+    """Address the data-plane listener binds to and advertises."""
+    session_timeout: float = 6.0
+    register_timeout: float = 60.0
+    io_timeout: float = 60.0
+    """Longest blocking connect/send/queue wait before the processor gives up."""
+    log_level: str = "INFO"
+
+
+def run_processor(assignment: Assignment) -> None:
+    """Run one processor instance until it fails or the topology restarts (then raise)."""
+    _configure_logging(assignment)
+    topology = load_topology(assignment.topology_ref)
+    pid = parse_processor_id(assignment.processor)
+    shell: _Shell
+    if pid.role is Role.SPOUT:
+        shell = _SpoutShell(assignment, topology)
+    elif pid.role is Role.BOLT:
+        shell = _BoltShell(assignment, topology)
+    else:
+        shell = _SinkShell(assignment, topology)
+    shell.run()
+
+
+def _configure_logging(assignment: Assignment) -> None:
+    root = logging.getLogger("hailstorm")
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter(
+                f"%(asctime)s %(levelname)s [{assignment.processor} pid={os.getpid()}] "
+                "%(message)s"
+            )
+        )
+        root.addHandler(handler)
+        root.propagate = False
+    root.setLevel(assignment.log_level.upper())
+
+
+# --------------------------------------------------------------------------- connections
+
+
+class _Outbound:
+    """A connection to one downstream instance; blocking sends (back-pressure)."""
+
+    def __init__(self, sender: str, receiver: str, address: tuple[str, int], epoch: int,
+                 timeout: float) -> None:
+        self.receiver = receiver
+        self.sock = socket.create_connection(address, timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.settimeout(timeout)
+        send_frames(self.sock, [Hello(sender, epoch, receiver)])
+
+    def send(self, frames: Sequence[Frame]) -> None:
+        try:
+            send_frames(self.sock, frames)
+        except OSError as exc:
+            raise DataPlaneError(f"sending to {self.receiver} failed: {exc}") from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+# --------------------------------------------------------------------------- base shell
+
+
+class _Shell:
+    """What every processor does: ZooKeeper protocol, failures, downstream connections."""
+
+    listens = False
+
+    def __init__(self, assignment: Assignment, topology: Topology) -> None:
+        self.assignment = assignment
+        self.topology = topology
+        self.id = parse_processor_id(assignment.processor)
+        self.stopping = threading.Event()
+        self.joined: int | None = None
+        self.joined_event = threading.Event()
+        self._answered: set[tuple[str, int, bool]] = set()
+        self._failure: BaseException | None = None
+        self._failure_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._parent = os.getppid()
+        self.coord: Coordinator | None = None
+        self.table = PartitionTable([])
+        self.outbound: dict[str, _Outbound] | None = None
+        self.listener: socket.socket | None = None
+        self._accepted: list[socket.socket] = []
+        self.router: Router | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            info: dict[str, Any] = {"pid": os.getpid(), "host": self.assignment.host}
+            if self.listens:
+                self.listener = socket.create_server((self.assignment.host, 0))
+                self.listener.settimeout(0.5)
+                info["port"] = self.listener.getsockname()[1]
+                self._start_thread("accept", self._accept_loop)
+            a = self.assignment
+            self.coord = Coordinator(a.zk, a.name, a.processor, info,
+                                     session_timeout=a.session_timeout)
+            self.coord.register(a.register_timeout)
+            self.table = PartitionTable(self.coord.expected().partitions)
+            self.setup()
+            log.info("registered; waiting for Initialize")
+            self.coord.changed.set()
+            while True:
+                self.check()
+                if self.coord.changed.is_set():
+                    record = self.coord.master()
+                    if record is not None:
+                        self._on_master(record.state)
+                self.step()
+        except BaseException as exc:
+            if isinstance(exc, RestartRequired):
+                log.warning("%s", exc)
+            else:
+                log.error("failed:\n%s", "".join(traceback.format_exception(exc)))
+                if self.coord is not None:
+                    self.coord.fail_visibly(f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self.shutdown()
+
+    def setup(self) -> None:
+        """Role-specific preparation after registration (before any master state)."""
+
+    def step(self) -> None:
+        """Role-specific work; must return within about :data:`POLL` seconds."""
+        assert self.coord is not None
+        self.coord.changed.wait(POLL)
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        for out in (self.outbound or {}).values():
+            out.close()
+        for sock in [*self._accepted, *([self.listener] if self.listener else [])]:
+            with contextlib.suppress(OSError):
+                sock.close()
+        if self.coord is not None:
+            self.coord.close()
+        for thread in self._threads:
+            thread.join(2.0)
+
+    def fail(self, exc: BaseException) -> None:
+        """Record a fatal error of any thread; the main thread raises it."""
+        with self._failure_lock:
+            if self._failure is None:
+                self._failure = exc
+        if self.coord is not None:
+            self.coord.changed.set()
+
+    def check(self) -> None:
+        """Raise the first recorded failure, a lost session, or an orphaned process."""
+        if self._failure is not None:
+            raise self._failure
+        assert self.coord is not None
+        self.coord.check()
+        if os.getppid() != self._parent:
+            raise RuntimeError("the Spark worker that started this processor is gone")
+
+    def _start_thread(self, name: str, target: Any, *args: Any) -> None:
+        def guarded() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:
+                if not self.stopping.is_set():
+                    self.fail(exc)
+
+        thread = threading.Thread(
+            target=guarded, name=f"{self.assignment.processor}:{name}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    # -- master state -----------------------------------------------------------------------
+
+    def _on_master(self, state: Any) -> None:
+        epoch = state.epoch
+        if isinstance(state, Initialize):
+            if self.joined is None:
+                self.joined = epoch
+                log.info("joining the run of Initialize(%d)", epoch)
+                self.on_initialize(epoch)
+                self.joined_event.set()
+            elif epoch > self.joined:
+                raise RestartRequired(
+                    f"the topology restarted (Initialize({epoch}), this incarnation joined "
+                    f"Initialize({self.joined})); ending so a new incarnation joins"
+                )
+            return
+        if self.joined is None or epoch < self.joined:
+            return  # a new incarnation waits for the next Initialize
+        if isinstance(state, SpoutsRewind) and epoch != self.joined:
+            raise RestartRequired(f"SpoutsRewind({epoch}) of a run this incarnation missed")
+        clock = getattr(state, "clock", None)
+        key = (type(state).__name__, epoch, clock is not None)
+        if key in self._answered:
+            return
+        self._answered.add(key)
+        self.on_state(state)
+
+    def on_initialize(self, epoch: int) -> None:
+        raise NotImplementedError
+
+    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+        """React to a state after Initialize (each ``(state, epoch)`` once)."""
+
+    def report(self, state: ProcessorState, epoch: int, **kw: Any) -> None:
+        assert self.coord is not None
+        self.coord.report(state, epoch, **kw)
+
+    # -- downstream -----------------------------------------------------------------------
+
+    @functools.cached_property
+    def downstream_ids(self) -> dict[Destination, str]:
+        """Processor id of every downstream instance the router sends to."""
+        assert self.router is not None
+        ids: dict[Destination, str] = {}
+        for name, i in self.router.destinations:
+            node = self.topology.node(name)
+            pid = ProcessorId.bolt(name, i) if isinstance(node, BoltSpec) else \
+                ProcessorId.sink(name, i)
+            ids[(name, i)] = str(pid)
+        return ids
+
+    def connections(self) -> dict[str, _Outbound]:
+        """Connections to every downstream instance, opened on first use."""
+        if self.outbound is not None:
+            return self.outbound
+        assert self.coord is not None and self.joined is not None
+        wanted = sorted(set(self.downstream_ids.values()))
+        reports = self.coord.reports()
+        outbound: dict[str, _Outbound] = {}
+        try:
+            for receiver in wanted:
+                report = reports.get(receiver)
+                if (report is None or report.state is ProcessorState.JOINING
+                        or report.epoch < self.joined or "port" not in report.info):
+                    raise DataPlaneError(
+                        f"{receiver} is not ready in the run of epoch {self.joined} "
+                        f"(report: {report})"
+                    )
+                address = (str(report.info["host"]), int(report.info["port"]))
+                outbound[receiver] = _Outbound(
+                    self.assignment.processor, receiver, address, self.joined,
+                    self.assignment.io_timeout,
+                )
+        except BaseException:
+            for out in outbound.values():
+                out.close()
+            raise
+        self.outbound = outbound
+        log.info("connected to %s", ", ".join(wanted) or "nothing")
+        return outbound
+
+    def send_all(self, frames: Sequence[Frame]) -> None:
+        for out in self.connections().values():
+            out.send(frames)
+
+    def send_batch(self, batch: Batch, before: Sequence[Frame] = (),
+                   after: Sequence[Frame] = ()) -> None:
+        """``before`` to every destination, ``batch`` routed, then ``after`` to all."""
+        assert self.router is not None
+        connections = self.connections()
+        ids = self.downstream_ids
+        per_receiver: dict[str, list[Frame]] = {r: list(before) for r in connections}
+        for dest, part in self.router.route(batch).items():
+            per_receiver[ids[dest]].append(DataBatch.of(part.partitions, part.offsets,
+                                                        part.tuples))
+        for receiver, frames in per_receiver.items():
+            frames.extend(after)
+            if frames:
+                connections[receiver].send(frames)
+
+    # -- inbound (bolts and sinks) ------------------------------------------------------
+
+    def upstream_ids(self) -> list[str]:
+        """Every upstream instance that may connect to this one."""
+        node = self.topology.node(self.id.name)
+        ids: list[str] = []
+        for name in getattr(node, "inputs", ()):
+            source = self.topology.node(name)
+            if isinstance(source, SpoutSpec):
+                ids += [str(ProcessorId.spout(name, p)) for p in self.table
+                        if p[0] == source.topic]
+            elif isinstance(source, BoltSpec):
+                ids += [str(ProcessorId.bolt(name, i)) for i in range(source.parallelism)]
+        return ids
+
+    def deliver(self, sender: str, frame: Frame) -> None:
+        """Hand a received frame to the main thread (blocking: back-pressure)."""
+        raise NotImplementedError
+
+    def _accept_loop(self) -> None:
+        assert self.listener is not None
+        while not self.stopping.is_set():
+            try:
+                sock, _address = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self.stopping.is_set():
+                    return
+                raise
+            self._accepted.append(sock)
+            self._start_thread("receive", self._receive, sock)
+
+    def _receive(self, sock: socket.socket) -> None:
+        reader = FrameReader()
+        sender = "?"
+        try:
+            sock.settimeout(self.assignment.io_timeout)
+            first = recv_frames(sock, reader)
+            if not first or not isinstance(first[0], Hello):
+                raise DataPlaneError(f"connection without HELLO: {first[:1]}")
+            hello = first[0]
+            sender = hello.sender
+            if not self.joined_event.wait(self.assignment.io_timeout):
+                raise DataPlaneError(f"{sender} connected before this processor joined a run")
+            if hello.epoch != self.joined or hello.receiver != self.assignment.processor:
+                log.warning("refusing %s: HELLO for %s in epoch %d (this run: %s)",
+                            sender, hello.receiver, hello.epoch, self.joined)
+                return
+            if sender not in self.upstream_ids():
+                raise DataPlaneError(f"{sender} is not an upstream of {self.id}")
+            log.debug("accepted %s", sender)
+            sock.settimeout(None)  # idle upstreams are normal; liveness is ZooKeeper's job
+            frames: list[Frame] = first[1:]
+            while True:
+                for frame in frames:
+                    if isinstance(frame, Bye):
+                        raise DataPlaneError(f"{sender} closed its connection")
+                    self.deliver(sender, frame)
+                frames = recv_frames(sock, reader)
+                if not frames:
+                    raise DataPlaneError(f"{sender} closed its connection")
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+# --------------------------------------------------------------------------- spout
+
+
+class _SpoutShell(_Shell):
+    """One Kafka partition: rewound, paused and resumed by the master state."""
+
+    def setup(self) -> None:
+        from hailstorm.kafka import consumer
+
+        spec = self.topology.node(self.id.name)
+        assert isinstance(spec, SpoutSpec) and self.id.partition is not None
+        self.spec = spec
+        self.partition: Partition = self.id.partition
+        self.index = self.table.index(self.partition)
+        self.router = Router(self.topology.downstream_of(spec.name))
+        self.core: SpoutCore | None = None
+        self.started = False
+        self.consumer = consumer(self.assignment.kafka)
+        self._last_watermark = 0.0
+        self._dead_letters: Any = None
+
+    def shutdown(self) -> None:
+        consumer = getattr(self, "consumer", None)
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+        if getattr(self, "_dead_letters", None) is not None:
+            with contextlib.suppress(Exception):
+                self._dead_letters.flush(5)
+        super().shutdown()
+
+    def on_initialize(self, epoch: int) -> None:
+        self.core = SpoutCore(self.spec, self.partition[1],
+                              self.topology.downstream_of(self.spec.name))
+        self.report(ProcessorState.READY, epoch)
+
+    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+        from confluent_kafka import TopicPartition
+
+        core = self.core
+        assert core is not None
+        p = self.partition
+        if isinstance(state, SpoutsRewind):
+            seek = core.start(state.clock)
+            self.consumer.assign([TopicPartition(p[0], p[1], seek)])
+            self.started = True
+            self.send_all([self._watermark(core.watermark())])
+            self.report(ProcessorState.REWOUND, state.epoch, position={p: core.position})
+            log.info("rewound to %d (reading from %d)", core.position, seek)
+        elif not self.started:
+            raise DataPlaneError(f"{type(state).__name__} before SpoutsRewind in this run")
+        elif isinstance(state, SpoutsPaused):
+            position = core.pause()
+            self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
+        elif isinstance(state, Flowing):
+            self._send(core.resume(state.epoch, state.clock) if state.clock is not None
+                       else core.resume())
+            self.report(ProcessorState.FLOWING, state.epoch, position={p: core.position})
+
+    def _watermark(self, marks: Mapping[Partition, int]) -> Watermark:
+        assert self.joined is not None
+        self._last_watermark = time.monotonic()
+        return Watermark(self.joined, self.table.to_wire(marks))
+
+    def _send(self, out: SpoutOutput) -> None:
+        """CLOCK (if any), this batch's part, then the watermark, to every destination."""
+        connections = self.connections()
+        ids = self.downstream_ids
+        per_receiver: dict[str, list[Frame]] = {r: [] for r in connections}
+        if out.clock is not None:
+            marker = ClockMarker(out.clock.epoch, self.table.to_wire(out.clock.clock))
+            for frames in per_receiver.values():
+                frames.append(marker)
+        for dest, part in out.batches.items():  # the core routed; re-key by wire index
+            per_receiver[ids[dest]].append(
+                DataBatch.of([self.index] * len(part), part.offsets, part.tuples))
+        watermark = self._watermark(out.watermark)
+        for receiver, frames in per_receiver.items():
+            frames.append(watermark)
+            connections[receiver].send(frames)
+        if out.dead_letters:
+            self._dead_letter(out.dead_letters)
+
+    def _dead_letter(self, letters: Iterable[Any]) -> None:
+        from hailstorm.kafka import producer
+
+        if self._dead_letters is None:
+            self._dead_letters = producer(self.assignment.kafka)
+        for letter in letters:
+            log.warning("dead letter at offset %d: %s", letter.message.offset, letter.error)
+            self._dead_letters.produce(letter.topic, value=letter.message.value)
+        self._dead_letters.poll(0)
+
+    def step(self) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+
+        assert self.coord is not None
+        core = self.core
+        if core is None or not self.started or core.paused:
+            if core is not None and self.started and \
+                    time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
+                self.send_all([self._watermark(core.watermark())])
+            self.coord.changed.wait(POLL / 2)
+            return
+        messages = self.consumer.consume(CONSUME_BATCH, timeout=POLL / 2)
+        offsets: list[int] = []
+        values: list[bytes | None] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(error)
+            offset = message.offset()
+            if offset is not None:
+                offsets.append(offset)
+                values.append(message.value())
+        if offsets:
+            self._send(core.on_records(offsets, values))
+        elif time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
+            self.send_all([self._watermark(core.watermark())])
+
+
+# --------------------------------------------------------------------------- bolt
+
+
+class _Inbound(_Shell):
+    """Bolts and sinks: a listener, one reader thread per upstream, a bounded queue."""
+
+    listens = True
+
+    def setup(self) -> None:
+        self.inbound: queue.Queue[tuple[str, Frame]] = queue.Queue(QUEUE_FRAMES)
+
+    def deliver(self, sender: str, frame: Frame) -> None:
+        deadline = time.monotonic() + self.assignment.io_timeout
+        while not self.stopping.is_set():
+            try:
+                self.inbound.put((sender, frame), timeout=POLL)
+                return
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    raise DataPlaneError(
+                        f"the main thread took no frame for {self.assignment.io_timeout} s"
+                    ) from None
+
+    def step(self) -> None:
+        try:
+            sender, frame = self.inbound.get(timeout=POLL)
+        except queue.Empty:
+            return
+        self.on_frame(sender, frame)
+        for _ in range(QUEUE_FRAMES):  # drain what is there before looking at ZooKeeper
+            if self._failure is not None:
+                return
+            try:
+                sender, frame = self.inbound.get_nowait()
+            except queue.Empty:
+                return
+            self.on_frame(sender, frame)
+
+    def on_frame(self, sender: str, frame: Frame) -> None:
+        raise NotImplementedError
+
+
+class _BoltShell(_Inbound):
+    """One bolt instance: BoltCore on the main thread, a snapshot writer thread."""
+
+    def setup(self) -> None:
+        super().setup()
+        spec = self.topology.node(self.id.name)
+        assert isinstance(spec, BoltSpec)
+        self.spec = spec
+        self.router = Router(self.topology.downstream_of(spec.name))
+        self.store = DirectorySnapshotStore(self.assignment.snapshots)
+        self.core: BoltCore | None = None
+        self.writes: queue.Queue[WriteSnapshot] = queue.Queue(8)
+        self._start_thread("snapshots", self._writer)
+
+    def on_initialize(self, epoch: int) -> None:
+        assert self.coord is not None
+        committed = self.coord.committed()
+        loaded: Clock = {}
+        state: Any = self.spec.state.empty()
+        if committed is not None:
+            refs = [ref for pid, ref in sorted(committed.snapshots.items())
+                    if (p := parse_processor_id(pid)).role is Role.BOLT
+                    and p.name == self.spec.name]
+            if refs:
+                _clock, state = self.store.load_for_instance(
+                    refs, self.spec.state, self.id.instance, self.spec.parallelism)
+                loaded = dict(committed.clock)
+        self.core = BoltCore(self.spec, self.upstream_ids(), self.table.to_wire(loaded), state)
+        log.info("loaded %s", f"the committed round at {loaded}" if loaded else "nothing")
+        self.report(ProcessorState.READY, epoch, loaded=loaded)
+
+    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+        if isinstance(state, Flowing) and state.clock is not None:
+            assert self.core is not None
+            self.act(self.core.on_clock(state.epoch, self.table.to_wire(state.clock)))
+
+    def on_frame(self, sender: str, frame: Frame) -> None:
+        core = self.core
+        assert core is not None
+        if isinstance(frame, DataBatch):
+            out = core.on_data(sender, frame.partitions, frame.offsets, frame.tuples)
+            if out.tuples:
+                self.send_batch(out)
+        elif isinstance(frame, Watermark):
+            self.act(core.on_watermark(sender, frame.watermark))
+        elif isinstance(frame, ClockMarker):
+            self.act(core.on_clock(frame.epoch, frame.clock))
+
+    def act(self, actions: Iterable[Action]) -> None:
+        for action in actions:
+            if isinstance(action, ForwardClock):
+                self.send_all([ClockMarker(action.epoch, dict(action.clock))])
+            elif isinstance(action, ForwardWatermark):
+                assert self.joined is not None
+                self.send_all([Watermark(self.joined, dict(action.watermark))])
+            elif isinstance(action, WriteSnapshot):
+                self._submit(action)
+
+    def _submit(self, write: WriteSnapshot) -> None:
+        deadline = time.monotonic() + self.assignment.io_timeout
+        while True:
+            self.check()
+            try:
+                self.writes.put(write, timeout=POLL)
+                return
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    raise DataPlaneError("the snapshot writer is stuck") from None
+
+    def _writer(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                write = self.writes.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            clock = self.table.from_wire(write.clock)
+            ref = self.store.put(
+                topology=self.assignment.name, bolt=self.spec.name, instance=self.id.instance,
+                parallelism=self.spec.parallelism, epoch=write.epoch, clock=clock,
+                monoid=self.spec.state, state=write.state,
+            )
+            assert self.coord is not None
+            self.coord.write_snapshot_report(
+                SnapshotReport(self.assignment.processor, write.epoch, clock, ref.uri))
+            log.info("saved round %d (%d records, %.3f s)", write.epoch, ref.records,
+                     ref.duration_s or 0.0)
+
+
+# --------------------------------------------------------------------------- sink
+
+
+class _SinkShell(_Inbound):
+    """Receives its inputs' tuples; keeps upsert/merge rows in memory (no database yet)."""
+
+    def setup(self) -> None:
+        super().setup()
+        spec = self.topology.node(self.id.name)
+        assert isinstance(spec, SinkSpec)
+        self.spec = spec
+        self.received = 0
+        self.rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def on_initialize(self, epoch: int) -> None:
+        self.received = 0
+        self.rows = {}
+        self.report(ProcessorState.READY, epoch)
+
+    def on_frame(self, sender: str, frame: Frame) -> None:
+        if not isinstance(frame, DataBatch):
+            return
+        self.received += len(frame)
+        target = self.spec.target
+        if isinstance(target, Table) and target.mode == "upsert":
+            for t in frame.tuples:
+                row = target.to_row(t)
+                self.rows[target.key_of(row)] = row
+

@@ -1,0 +1,148 @@
+"""The driver (``hailstorm run``): start every processor of a topology on Spark.
+
+1. load the topology; find each spout topic's partitions from Kafka's metadata;
+2. compute the expected processor ids (one spout instance per source partition, every bolt
+   instance, one instance per sink) and write them to ``/hailstorm/<name>/expected``;
+3. build the Spark session and run one barrier stage with a task per processor
+   (:func:`hailstorm.processors.runtime.run_processor`), resubmitted after every failure
+   (:class:`hailstorm.spark_runner.StageRunner`) until stopped.
+
+The negotiator (``hailstorm negotiator``) runs separately and drives the processors through
+ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from hailstorm.clock import Partition
+from hailstorm.kafka import partitions_of
+from hailstorm.processors.runtime import Assignment, run_processor
+from hailstorm.spark_runner import SparkOptions, StageRunner, build_session
+from hailstorm.topology import Topology, load_topology
+from negotiator.layout import ExpectedRecord, TopologyPaths, expected_processor_ids
+
+__all__ = ["Driver", "RunOptions", "expected_ids", "source_partitions", "write_expected"]
+
+log = logging.getLogger("hailstorm.run")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where everything is, and how to run it."""
+
+    topology_ref: str
+    zk: str
+    kafka: str
+    snapshots: str
+    name: str | None = None
+    """ZooKeeper/snapshot name of the topology (default: the topology's own name)."""
+    host: str = "127.0.0.1"
+    """Address processors bind their data-plane listeners to."""
+    session_timeout: float = 6.0
+    log_level: str = "INFO"
+    spark: SparkOptions = field(default_factory=SparkOptions)
+
+
+def source_partitions(topology: Topology, bootstrap: str) -> dict[str, list[Partition]]:
+    """Each spout's source partitions, from the broker's metadata."""
+    return {
+        spout.name: [(spout.topic, p) for p in partitions_of(bootstrap, spout.topic)]
+        for spout in topology.spouts
+    }
+
+
+def expected_ids(topology: Topology, partitions: dict[str, list[Partition]]) -> list[str]:
+    """Every processor id of the deployment, sorted."""
+    return expected_processor_ids(
+        spouts=partitions,
+        bolts={b.name: b.parallelism for b in topology.bolts},
+        sinks={s.name: 1 for s in topology.sinks},
+    )
+
+
+def write_expected(zk: str, name: str, processors: list[str]) -> None:
+    """Create or replace ``/hailstorm/<name>/expected``."""
+    paths = TopologyPaths(name)
+    data = ExpectedRecord(tuple(processors)).to_json()
+    client = KazooClient(hosts=zk)
+    client.start(timeout=20)
+    try:
+        for path in paths.directories():
+            client.ensure_path(path)
+        try:
+            client.set(paths.expected, data)
+        except NoNodeError:
+            try:
+                client.create(paths.expected, data, makepath=True)
+            except NodeExistsError:
+                client.set(paths.expected, data)
+    finally:
+        client.stop()
+        client.close()
+
+
+def _absolute_ref(ref: str) -> str:
+    """A module path made absolute (executors may run elsewhere); dotted names as given."""
+    path = Path(ref)
+    return str(path.resolve()) if path.suffix == ".py" and path.exists() else ref
+
+
+class Driver:
+    """Runs a topology's processors until :meth:`stop` (thread-safe)."""
+
+    def __init__(self, options: RunOptions) -> None:
+        self.options = replace(options, topology_ref=_absolute_ref(options.topology_ref))
+        self.topology = load_topology(self.options.topology_ref)
+        self.name = self.options.name or self.topology.name
+        self.runner: StageRunner | None = None
+        self.session: object | None = None
+
+    def assignments(self) -> list[Assignment]:
+        """Discover partitions, write ``expected``; one assignment per processor."""
+        o = self.options
+        partitions = source_partitions(self.topology, o.kafka)
+        processors = expected_ids(self.topology, partitions)
+        write_expected(o.zk, self.name, processors)
+        log.info("%s: %d processors expected: %s", self.name, len(processors),
+                 ", ".join(processors))
+        return [
+            Assignment(
+                topology_ref=o.topology_ref, name=self.name, processor=pid, zk=o.zk,
+                kafka=o.kafka, snapshots=str(Path(o.snapshots).resolve()), host=o.host,
+                session_timeout=o.session_timeout, log_level=o.log_level,
+            )
+            for pid in processors
+        ]
+
+    def prepare(self) -> StageRunner:
+        """Everything but running: expected ids, the Spark session, the stage runner."""
+        assignments = self.assignments()
+        spark = replace(self.options.spark, app_name=f"hailstorm-{self.name}")
+        session = build_session(spark, slots=len(assignments))
+        self.session = session
+        self.runner = StageRunner(session, assignments, run_processor, spark)
+        return self.runner
+
+    def run(self) -> int:
+        """Run until stopped; returns the number of failed stage attempts."""
+        runner = self.runner or self.prepare()
+        try:
+            return runner.run()
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+
+    def close(self) -> None:
+        session = self.session
+        self.session = None
+        if session is not None:
+            session.stop()  # type: ignore[attr-defined]

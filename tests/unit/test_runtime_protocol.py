@@ -1,0 +1,75 @@
+"""The processor shells' master-state handling and wiring, without any service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hailstorm.processors import Router
+from hailstorm.processors.runtime import Assignment, RestartRequired, _Shell
+from hailstorm.topology import load_topology
+from hailstorm.wire import PartitionTable
+from negotiator.layout import Flowing, Initialize, SpoutsPaused, SpoutsRewind
+
+PARTS = [("words", 0), ("words", 1)]
+WORDCOUNT = str(Path(__file__).resolve().parents[2] / "topologies" / "wordcount.py")
+
+
+class Recorder(_Shell):
+    def __init__(self, processor: str) -> None:
+        topology = load_topology(WORDCOUNT)
+        super().__init__(Assignment(WORDCOUNT, "wc", processor, "zk", "kafka", "/tmp/none"),
+                         topology)
+        self.table = PartitionTable(PARTS)
+        self.calls: list[Any] = []
+
+    def on_initialize(self, epoch: int) -> None:
+        self.calls.append(("init", epoch))
+
+    def on_state(self, state: Any) -> None:
+        self.calls.append(state)
+
+
+def test_joins_the_first_initialize_and_answers_each_state_once() -> None:
+    shell = Recorder("spout:lines:words:0")
+    clock = {p: 4 for p in PARTS}
+    shell._on_master(Flowing(3, None))  # left over from a previous run: ignored
+    shell._on_master(Initialize(4))
+    shell._on_master(Initialize(4))
+    shell._on_master(SpoutsRewind(4, {p: -1 for p in PARTS}))
+    shell._on_master(Flowing(4, None))
+    shell._on_master(Flowing(4, None))
+    shell._on_master(SpoutsPaused(5))
+    shell._on_master(Flowing(5, clock))
+    shell._on_master(Flowing(5, clock))
+    shell._on_master(Flowing(5, None))  # after the commit
+    assert shell.joined == 4 and shell.joined_event.is_set()
+    assert shell.calls == [("init", 4), SpoutsRewind(4, {p: -1 for p in PARTS}),
+                           Flowing(4, None), SpoutsPaused(5), Flowing(5, clock),
+                           Flowing(5, None)]
+
+
+def test_a_newer_run_ends_the_incarnation() -> None:
+    shell = Recorder("bolt:counts:0")
+    shell._on_master(Initialize(4))
+    with pytest.raises(RestartRequired, match=r"Initialize\(6\)"):
+        shell._on_master(Initialize(6))
+    other = Recorder("bolt:counts:0")
+    other._on_master(Initialize(4))
+    with pytest.raises(RestartRequired, match=r"SpoutsRewind\(7\)"):
+        other._on_master(SpoutsRewind(7, {}))
+
+
+def test_wiring_of_wordcount() -> None:
+    spout = Recorder("spout:lines:words:1")
+    spout.router = Router(spout.topology.downstream_of("lines"))
+    assert spout.downstream_ids == {("counts", 0): "bolt:counts:0",
+                                    ("counts", 1): "bolt:counts:1"}
+    bolt = Recorder("bolt:counts:1")
+    assert bolt.upstream_ids() == ["spout:lines:words:0", "spout:lines:words:1"]
+    bolt.router = Router(bolt.topology.downstream_of("counts"))
+    assert bolt.downstream_ids == {("word_counts", 0): "sink:word_counts:0"}
+    sink = Recorder("sink:word_counts:0")
+    assert sink.upstream_ids() == ["bolt:counts:0", "bolt:counts:1"]
