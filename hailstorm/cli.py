@@ -244,5 +244,186 @@ def _add_negotiator_command() -> None:
 _add_negotiator_command()
 
 
+# --------------------------------------------------------------------------- snapshots, export
+
+
+def _topology_arg(ref: str, store_root: Path) -> tuple[str, Any]:
+    """TOPOLOGY as ``(name, loaded topology or None)``: a bare name that has snapshots in the
+    store is used as is (no import); anything else is loaded as a module."""
+    from hailstorm.topology import NAME_PATTERN, TopologyError, load_topology
+
+    bare = bool(NAME_PATTERN.match(ref))
+    if bare and (store_root / ref).is_dir():
+        return ref, None
+    try:
+        topology = load_topology(ref)
+    except TopologyError as exc:
+        if bare:
+            fail(f"no snapshots of topology {ref!r} under {store_root}, and {ref!r} is not "
+                 "an importable topology module either")
+        fail(str(exc))
+    return topology.name, topology
+
+
+def _committed_or_none(zk: str | None, name: str) -> Any:
+    """The committed record from ZooKeeper when configured and reachable, else None."""
+    if not zk:
+        return None
+    from hailstorm.export import ExportError, read_committed
+
+    try:
+        return read_committed(zk, name)
+    except ExportError as exc:
+        console.print(f"[yellow]warning:[/] {exc}; ignoring ZooKeeper")
+        return None
+
+
+@main.command("snapshots")
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.option(
+    "--snapshots", "snapshot_dir", metavar="DIR",
+    help=f"Snapshot directory (default: ${config.SNAPSHOTS_VAR}).",
+)
+@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
+@click.option("--show", "show_bolt", metavar="BOLT", help="Print BOLT's snapshot as JSON lines.")
+@click.option(
+    "--epoch", type=int, help="With --show: this round (default: committed, else latest)."
+)
+@click.option("--instance", type=int, help="With --show: only this instance's file.")
+@_handle_errors
+def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | None,
+                      show_bolt: str | None, epoch: int | None, instance: int | None) -> None:
+    """List TOPOLOGY's snapshots, or print one bolt's snapshot (--show BOLT) as JSON lines.
+
+    TOPOLOGY is a module (decoded values) or just the topology's name (raw Avro records).
+    """
+    import json
+
+    from hailstorm.clock import clock_to_json
+    from hailstorm.snapshots import DirectorySnapshotStore, SnapshotError
+    from hailstorm.topology import BoltSpec
+
+    settings = config.Settings.from_env(zk=zk, snapshots=snapshot_dir)
+    store = DirectorySnapshotStore(settings.snapshot_dir())
+    name, topology = _topology_arg(topology_ref, store.root)
+    committed = _committed_or_none(settings.zk, name)
+    try:
+        refs = store.list(name)
+    except (OSError, ValueError, SnapshotError) as exc:
+        fail(f"cannot list the snapshots of {name} under {store.root}: {exc}")
+    if show_bolt is None:
+        if not refs:
+            fail(f"no snapshots of topology {name!r} under {store.root}")
+        live = committed.live_refs() if committed is not None else frozenset()
+        table = Table(title=f"snapshots of {name} in {store.root}")
+        for column in ("bolt", "inst", "epoch", "records", "bytes", "created (UTC)", "live"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("clock", overflow="fold")
+        for ref in refs:
+            mark = "yes" if ref.uri in live or ref.key in live else ""
+            clock = " ".join(f"{p}={o}" for p, o in clock_to_json(ref.clock).items()) or "{}"
+            table.add_row(ref.bolt, str(ref.instance), str(ref.epoch), str(ref.records),
+                          str(ref.size_bytes), ref.created[:16].replace("T", " "), mark, clock)
+        out.print(table)
+        return
+    chosen = [r for r in refs if r.bolt == show_bolt]
+    if not chosen:
+        fail(f"no snapshots of bolt {show_bolt!r} of {name} under {store.root}")
+    if epoch is None and committed is not None and any(
+        p.startswith(f"bolt:{show_bolt}:") for p in committed.snapshots
+    ):
+        epoch = committed.epoch
+    if epoch is None:
+        epoch = max(r.epoch for r in chosen)
+    chosen = [r for r in chosen if r.epoch == epoch
+              and (instance is None or r.instance == instance)]
+    if not chosen:
+        fail(f"no snapshot of {name}/{show_bolt} round {epoch}"
+             + ("" if instance is None else f" instance {instance}"))
+    monoid = None
+    if topology is not None:
+        spec = topology.node(show_bolt) if show_bolt in {n.name for n in topology.nodes} else None
+        monoid = spec.state if isinstance(spec, BoltSpec) else None
+    try:
+        for ref in chosen:
+            for row in store.to_json_rows(ref, monoid):
+                click.echo(json.dumps(row, separators=(",", ":")))
+    except SnapshotError as exc:
+        fail(str(exc))
+
+
+@main.command("export")
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.argument("bolt")
+@click.option(
+    "--to", "url", metavar="URL",
+    help=f"Database (default: ${config.DATABASE_VAR}, else {config.DEFAULT_DATABASE_URL}).",
+)
+@click.option("--table", "table_name", metavar="NAME", help="Table to fill (default: BOLT).")
+@click.option("--epoch", type=int, help="Round to export (default: committed, else latest).")
+@click.option(
+    "--snapshots", "snapshot_dir", metavar="DIR",
+    help=f"Snapshot directory (default: ${config.SNAPSHOTS_VAR}).",
+)
+@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
+@click.option("--master", metavar="URL", help="Spark master (default: local[2]).")
+@click.option("--force", is_flag=True,
+              help="Replace a table holding a newer round or another bolt's export.")
+@_handle_errors
+def export_command(topology_ref: str, bolt: str, url: str | None, table_name: str | None,
+                   epoch: int | None, snapshot_dir: str | None, zk: str | None,
+                   master: str | None, force: bool) -> None:
+    """Write BOLT's snapshot (one row per key) into a table, in one transaction.
+
+    Reads round --epoch, else the committed round (ZooKeeper), else the latest complete
+    round; one Spark task per instance file. Running it again for the same round changes
+    nothing; a newer round replaces the table's content atomically.
+    """
+    from hailstorm.export import RichExportListener, export_bolt
+    from hailstorm.sinks import SinkError, scrub
+    from hailstorm.snapshots import DirectorySnapshotStore, SnapshotError
+    from hailstorm.spark_runner import SparkOptions, build_session
+    from hailstorm.topology import TopologyError, load_topology
+
+    settings = config.Settings.from_env(zk=zk, snapshots=snapshot_dir, database_url=url)
+    target = settings.database()
+    try:
+        topology = load_topology(topology_ref)
+    except TopologyError as exc:
+        fail(str(exc))
+    store = DirectorySnapshotStore(settings.snapshot_dir())
+    sessions: list[Any] = []
+
+    def session() -> Any:
+        """Spark starts only when rows must be read; stopped after unless pre-existing."""
+        from pyspark.sql import SparkSession
+
+        owned = SparkSession.getActiveSession() is None
+        options = SparkOptions(
+            master=master, app_name="hailstorm-export",
+            extra_conf=(("spark.ui.showConsoleProgress", "false"),),
+        )
+        spark = build_session(options, 2)
+        if owned:
+            sessions.append(spark)
+        return spark
+
+    try:
+        with RichExportListener(console) as listener:
+            result = export_bolt(
+                topology=topology, bolt=bolt, url=target, table=table_name or bolt,
+                store=store, session=session, epoch=epoch, zk=settings.zk, force=force,
+                listener=listener,
+            )
+        for spark in sessions:
+            spark.stop()
+    except (SinkError, SnapshotError, TopologyError) as exc:
+        fail(str(exc))
+    except Exception as exc:  # Spark and driver errors: one line, never the password
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        fail(f"export failed: {scrub(first, target)}")
+    out.print(result.describe(target))
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,643 @@
+"""Export a bolt's snapshot into a database table: ``hailstorm export TOPOLOGY BOLT``.
+
+A PySpark batch job: one Spark task per instance file of the chosen round reads that
+snapshot (verifying its checksum) and yields a row per key; the driver writes every row
+into the table in **one transaction**, together with a record of what was exported in
+``hailstorm_exports(table_name, topology, bolt, epoch, clock, exported_at)``:
+
+* the same round again: nothing changes, the result says ``already exported``;
+* a newer round: the old content is deleted and the new one inserted in the same
+  transaction, so readers see the old table or the new one, never a mix;
+* an older round, or a table filled from another bolt: refused unless ``force``.
+
+Which round (:func:`choose_round`): ``epoch`` when given; else the committed round in
+ZooKeeper (``/hailstorm/<topology>/committed``) when ZooKeeper is configured and has one;
+else the newest complete round in the snapshot store.
+
+Rows (:func:`state_mapping`): keyed (``per_key``) state gives one row per key. The key is
+column ``key`` (a tuple key: ``key_0, key_1, ...``) typed from the map's ``key_type``
+(``string`` -> text, ``long``/``int`` -> bigint, ``double`` -> double precision,
+``boolean``, ``bytes`` -> bytea/blob, ``json`` -> canonical JSON text). The value:
+``Count``, ``Sum`` and ``Min``/``Max`` of a primitive type give one typed column
+``value``; a ``Record`` gives one column per field (each field typed that way, or JSON
+text); any other state is one JSON text column ``value``. A non-keyed state is one row
+(every instance's state combined) with those value columns and no key.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from hailstorm.clock import Clock, clock_to_json
+from hailstorm.monoids import Count, KeyedMap, Max, Min, Monoid, Record, Sum
+from hailstorm.sinks.db import Database, RetryPolicy, with_retries
+from hailstorm.sinks.errors import SinkConfigError, SinkError
+from hailstorm.sinks.sql import EXPORTS_TABLE, TableShape
+from hailstorm.sinks.urls import parse_url, redact
+from hailstorm.sinks.writer import ensure_table
+from hailstorm.snapshots import (
+    DirectorySnapshotStore,
+    SnapshotError,
+    SnapshotRef,
+    snapshot_key,
+)
+from hailstorm.topology import NAME_PATTERN, BoltSpec, Topology
+
+__all__ = [
+    "ExportError",
+    "ExportListener",
+    "ExportResult",
+    "RichExportListener",
+    "Round",
+    "StateMapping",
+    "choose_round",
+    "complete_rounds",
+    "export_bolt",
+    "read_committed",
+    "state_mapping",
+]
+
+log = logging.getLogger("hailstorm.export")
+
+CHUNK_ROWS = 5000
+"""Rows per insert batch."""
+
+
+class ExportError(SinkError):
+    """The export cannot run as asked (no such round, a table holding other data...)."""
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data: tuples and sets become lists, bytes base64, dict keys text."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {
+            k if isinstance(k, str) else json.dumps(jsonable(k), sort_keys=True): jsonable(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, set | frozenset):
+        items = [jsonable(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+def to_json_text(value: Any) -> str:
+    """Canonical JSON text of a state or key."""
+    return json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"))
+
+
+_PRIMITIVE_SQL = {
+    "string": "text",
+    "long": "bigint",
+    "int": "bigint",
+    "double": "double precision",
+    "boolean": "boolean",
+    "bytes": "bytea",
+}
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _bytes(x: Any) -> Any:
+    return None if x is None else bytes(x)
+
+
+def _scalar(monoid: Monoid[Any]) -> tuple[str, Callable[[Any], Any]] | None:
+    """``(sql type, convert)`` when ``monoid``'s state is one plain value."""
+    if isinstance(monoid, Count):
+        return "bigint", _identity
+    if isinstance(monoid, Sum):
+        return ("bigint" if monoid.kind == "long" else "double precision"), _identity
+    if isinstance(monoid, Min | Max) and isinstance(monoid.kind, str):
+        sql = _PRIMITIVE_SQL.get(monoid.kind)
+        if sql is not None:
+            return sql, (_bytes if monoid.kind == "bytes" else _identity)
+    return None
+
+
+def _key_columns(key_type: Any) -> tuple[list[tuple[str, str]], Callable[[Any], tuple[Any, ...]]]:
+    def one(spec: Any) -> tuple[str, Callable[[Any], Any]]:
+        if isinstance(spec, str) and spec in _PRIMITIVE_SQL:
+            return _PRIMITIVE_SQL[spec], (_bytes if spec == "bytes" else _identity)
+        return "text", to_json_text
+
+    if isinstance(key_type, tuple):
+        parts = [one(s) for s in key_type]
+        columns = [(f"key_{i}", sql) for i, (sql, _) in enumerate(parts)]
+        converters = [convert for _, convert in parts]
+
+        def split(key: Any) -> tuple[Any, ...]:
+            return tuple(c(v) for c, v in zip(converters, key, strict=True))
+
+        return columns, split
+    sql, convert = one(key_type)
+    return [("key", sql)], lambda key: (convert(key),)
+
+
+@dataclass(frozen=True)
+class StateMapping:
+    """How a bolt's state becomes table rows (see the module docstring)."""
+
+    layout: Literal["per_key", "whole"]
+    key_columns: tuple[tuple[str, str], ...]
+    value_columns: tuple[tuple[str, str], ...]
+    _key: Callable[[Any], tuple[Any, ...]] = field(repr=False, compare=False)
+    _value: Callable[[Any], tuple[Any, ...]] = field(repr=False, compare=False)
+
+    def shape(self, table: str) -> TableShape:
+        """The export table: key columns (the primary key) then value columns."""
+        columns = dict(self.key_columns) | dict(self.value_columns)
+        return TableShape(table, columns, primary_key=tuple(c for c, _ in self.key_columns))
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c for c, _ in self.key_columns + self.value_columns)
+
+    def row(self, key: Any, state: Any) -> tuple[Any, ...]:
+        """The row of one key (per_key) or of the whole state (``key`` ignored)."""
+        values = self._value(state)
+        return values if self.layout == "whole" else self._key(key) + values
+
+    def rows(self, state: Any) -> Iterator[tuple[Any, ...]]:
+        """Every row of one instance's (per_key) or the combined (whole) state."""
+        if self.layout == "whole":
+            yield self.row(None, state)
+            return
+        for key, value in state.items():
+            yield self.row(key, value)
+
+
+def _value_columns(monoid: Monoid[Any]) -> tuple[list[tuple[str, str]], Callable[[Any], Any]]:
+    scalar = _scalar(monoid)
+    if scalar is not None:
+        sql, convert = scalar
+        return [("value", sql)], lambda state: (convert(state),)
+    if isinstance(monoid, Record):
+        names = list(monoid.fields)
+        parts = [_scalar(m) or ("text", to_json_text) for m in monoid.fields.values()]
+        columns = [(name, sql) for name, (sql, _) in zip(names, parts, strict=True)]
+        converters = [(name, convert) for name, (_, convert) in zip(names, parts, strict=True)]
+        return columns, lambda state: tuple(c(state[n]) for n, c in converters)
+    return [("value", "text")], lambda state: (to_json_text(state),)
+
+
+def state_mapping(monoid: Monoid[Any]) -> StateMapping:
+    """The rows and columns of ``monoid``'s state (module docstring)."""
+    if isinstance(monoid, KeyedMap):
+        key_columns, key = _key_columns(monoid.key_type)
+        value_columns, value = _value_columns(monoid.inner)
+        clash = {c for c, _ in key_columns} & {c for c, _ in value_columns}
+        if clash:
+            raise ExportError(
+                f"{monoid.describe()}: Record field(s) {sorted(clash)} clash with the key "
+                "column names; rename the field(s)"
+            )
+        return StateMapping("per_key", tuple(key_columns), tuple(value_columns), key, value)
+    value_columns, value = _value_columns(monoid)
+    return StateMapping("whole", (), tuple(value_columns), lambda _: (), value)
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+@dataclass(frozen=True)
+class Round:
+    """One complete round of a bolt's snapshots, and why it was chosen."""
+
+    epoch: int
+    clock: Clock
+    refs: tuple[SnapshotRef, ...]
+    source: str
+    """``"--epoch"``, ``"committed in ZooKeeper"`` or ``"latest complete round"``."""
+
+
+def complete_rounds(
+    store: DirectorySnapshotStore, topology: str, bolt: str
+) -> dict[int, tuple[SnapshotRef, ...]]:
+    """Epoch -> the refs of every round of ``bolt`` that has all its instances."""
+    by_epoch: dict[int, list[SnapshotRef]] = {}
+    for ref in store.list(topology):
+        if ref.bolt == bolt:
+            by_epoch.setdefault(ref.epoch, []).append(ref)
+    rounds = {}
+    for epoch, refs in by_epoch.items():
+        refs.sort(key=lambda r: r.instance)
+        n = refs[0].parallelism
+        same = all(r.parallelism == n and r.clock == refs[0].clock for r in refs)
+        if same and [r.instance for r in refs] == list(range(n)):
+            rounds[epoch] = tuple(refs)
+    return dict(sorted(rounds.items()))
+
+
+def read_committed(zk: str, topology: str, timeout: float = 5.0) -> Any:
+    """The topology's :class:`~negotiator.layout.CommittedRecord` (None when there is
+    none); raises ``ExportError`` when ZooKeeper cannot be reached."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    from negotiator.layout import CommittedRecord, TopologyPaths
+
+    client = KazooClient(hosts=zk, timeout=timeout)
+    try:
+        client.start(timeout=timeout)
+    except Exception as exc:
+        client.close()
+        raise ExportError(f"cannot reach ZooKeeper at {zk}: {exc}") from None
+    try:
+        raw, _ = client.get(TopologyPaths(topology).committed)
+    except NoNodeError:
+        return None
+    finally:
+        client.stop()
+        client.close()
+    return CommittedRecord.from_json(raw)
+
+
+def _committed_round(
+    store: DirectorySnapshotStore, topology: str, bolt: str, committed: Any
+) -> Round | None:
+    prefix = f"bolt:{bolt}:"
+    located: list[SnapshotRef] = []
+    for processor, location in sorted(committed.snapshots.items()):
+        if not processor.startswith(prefix):
+            continue
+        instance = int(processor[len(prefix) :])
+        try:
+            ref = store.resolve(location)
+        except (OSError, ValueError, SnapshotError):  # written where the store is mounted
+            key = snapshot_key(topology, bolt, instance, committed.epoch)  # elsewhere
+            ref = store.resolve(key)
+        located.append(ref)
+    if not located:
+        return None
+    located.sort(key=lambda r: r.instance)
+    if [r.instance for r in located] != list(range(located[0].parallelism)):
+        raise ExportError(
+            f"the committed round {committed.epoch} of {topology}/{bolt} lists instances "
+            f"{[r.instance for r in located]}, not 0..{located[0].parallelism - 1}"
+        )
+    return Round(committed.epoch, dict(committed.clock), tuple(located), "committed in ZooKeeper")
+
+
+def choose_round(
+    store: DirectorySnapshotStore,
+    topology: str,
+    bolt: str,
+    *,
+    epoch: int | None = None,
+    zk: str | None = None,
+    on_note: Callable[[str], None] = lambda _: None,
+) -> Round:
+    """The round to read: ``epoch`` if given, else the committed round (ZooKeeper, when
+    ``zk`` is given and holds one for this bolt), else the latest complete round."""
+    rounds = complete_rounds(store, topology, bolt)
+    where = f"{store.root}/{topology}/{bolt}"
+    if epoch is not None:
+        refs = rounds.get(epoch)
+        if refs is None:
+            known = ", ".join(map(str, rounds)) or "none"
+            raise ExportError(
+                f"no complete round {epoch} of {topology}/{bolt} under {store.root} "
+                f"(complete rounds: {known})"
+            )
+        return Round(epoch, dict(refs[0].clock), refs, "--epoch")
+    if zk:
+        committed = read_committed(zk, topology)
+        if committed is None:
+            on_note(f"no committed round in ZooKeeper for {topology}; using the latest one")
+        else:
+            chosen = _committed_round(store, topology, bolt, committed)
+            if chosen is not None:
+                return chosen
+            on_note(f"the committed round {committed.epoch} has no snapshot of {bolt}")
+    if not rounds:
+        raise ExportError(
+            f"no complete snapshot round of {topology}/{bolt} in {where} (is "
+            "HAILSTORM_SNAPSHOTS / --snapshots right, and has the topology saved a round?)"
+        )
+    newest = max(rounds)
+    return Round(newest, dict(rounds[newest][0].clock), rounds[newest], "latest complete round")
+
+
+# --------------------------------------------------------------------------- the job
+
+
+class ExportListener:
+    """Progress callbacks of :func:`export_bolt` (the default ignores them)."""
+
+    def phase(self, text: str) -> None:
+        """A new step started."""
+
+    def rows(self, done: int, total: int | None) -> None:
+        """``done`` rows written so far (``total`` when known)."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_bolt` did."""
+
+    status: Literal["exported", "already exported"]
+    table: str
+    topology: str
+    bolt: str
+    epoch: int
+    clock: Clock
+    rows: int
+    source: str
+    previous_epoch: int | None = None
+
+    def describe(self, url: str) -> str:
+        """One line for the command line."""
+        what = f"{self.topology}/{self.bolt} round {self.epoch} ({self.source})"
+        if self.status == "already exported":
+            return f"already exported: table {self.table} at {redact(url)} holds {what}"
+        replaced = "" if self.previous_epoch is None else f", replacing round {self.previous_epoch}"
+        return f"exported {self.rows} rows of {what} into {self.table} at {redact(url)}{replaced}"
+
+
+def _exports_shape(db: Database) -> TableShape:
+    return TableShape(
+        EXPORTS_TABLE,
+        {"table_name": "text", "topology": "text", "bolt": "text", "epoch": "bigint",
+         "clock": "json", "exported_at": db.dialect.timestamp_type()},
+        primary_key=("table_name",),
+    )  # fmt: skip
+
+
+def _read_export(db: Database, table: str, lock: bool) -> tuple[str, str, int] | None:
+    q, p = db.dialect.quote, db.dialect.param
+    sql = (
+        f"SELECT {q('topology')}, {q('bolt')}, {q('epoch')} FROM {q(EXPORTS_TABLE)} "
+        f"WHERE {q('table_name')} = {p}"
+    )
+    if lock and db.kind == "postgresql":
+        sql += " FOR UPDATE"
+    found = db.execute(sql, (table,))
+    return None if not found else (str(found[0][0]), str(found[0][1]), int(found[0][2]))
+
+
+def _record_export_sql(db: Database) -> str:
+    """Upsert the ``hailstorm_exports`` row (params: table, topology, bolt, epoch, clock)."""
+    q, p = db.dialect.quote, db.dialect.param
+    columns = ("table_name", "topology", "bolt", "epoch", "clock", "exported_at")
+    updates = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in columns[1:])
+    return (
+        f"INSERT INTO {q(EXPORTS_TABLE)} ({', '.join(q(c) for c in columns)}) "
+        f"VALUES ({p}, {p}, {p}, {p}, {p}, {db.dialect.now()}) "
+        f"ON CONFLICT ({q('table_name')}) DO UPDATE SET {updates}"
+    )
+
+
+def _read_instance_task(
+    root: str, module: str | None, bolt: str, monoid: Monoid[Any] | None
+) -> Callable[[Iterator[str]], Iterator[Any]]:
+    """The Spark task: snapshot keys in, rows (per_key) or states (whole) out."""
+
+    def run(keys: Iterator[str]) -> Iterator[Any]:
+        from hailstorm.snapshots import DirectorySnapshotStore
+        from hailstorm.topology import BoltSpec, load_topology
+
+        state_monoid = monoid
+        if state_monoid is None:
+            assert module is not None
+            spec = load_topology(module).node(bolt)
+            assert isinstance(spec, BoltSpec)
+            state_monoid = spec.state
+        mapping = state_mapping(state_monoid)
+        store = DirectorySnapshotStore(root)
+        for key in keys:
+            _, state = store.load(key, state_monoid)
+            if mapping.layout == "whole":
+                yield state
+            else:
+                yield from mapping.rows(state)
+
+    return run
+
+
+def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def export_bolt(
+    *,
+    topology: Topology,
+    bolt: str,
+    url: str,
+    table: str,
+    store: DirectorySnapshotStore,
+    session: Any,
+    epoch: int | None = None,
+    zk: str | None = None,
+    force: bool = False,
+    listener: ExportListener | None = None,
+    retry: RetryPolicy | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+    before_commit: Callable[[], None] | None = None,
+) -> ExportResult:
+    """Export ``bolt``'s snapshot round into ``table`` at ``url`` (module docstring).
+
+    ``session`` is a SparkSession (:func:`hailstorm.spark_runner.build_session`) or a
+    function returning one, called only when rows must be read (not for a round that is
+    already exported).
+    ``before_commit`` runs inside the write transaction just before it commits (tests use
+    it to look at the table from another connection).
+    """
+    listener = listener or ExportListener()
+    if not NAME_PATTERN.match(table):
+        raise SinkConfigError(
+            f"table name {table!r} must match {NAME_PATTERN.pattern} (it becomes an SQL name)"
+        )
+    try:
+        spec = topology.node(bolt)
+    except KeyError as exc:
+        raise ExportError(str(exc.args[0])) from None
+    if not isinstance(spec, BoltSpec):
+        raise ExportError(f"{bolt!r} is a {spec.kind}, not a bolt: only bolts keep state")
+    monoid = spec.state
+    mapping = state_mapping(monoid)
+    shape = mapping.shape(table)
+    parse_url(url)
+    policy = retry or RetryPolicy()
+
+    listener.phase(f"choosing the round of {topology.name}/{bolt}")
+    chosen = choose_round(store, topology.name, bolt, epoch=epoch, zk=zk, on_note=log.warning)
+    for ref in chosen.refs:
+        if ref.monoid != monoid.describe():
+            raise ExportError(
+                f"{ref.uri} holds {ref.monoid} state but bolt {bolt!r} keeps "
+                f"{monoid.describe()}: is this the right topology module?"
+            )
+    total = sum(r.records for r in chosen.refs) if mapping.layout == "per_key" else 1
+
+    def result(status: Literal["exported", "already exported"], rows: int,
+               previous: int | None = None) -> ExportResult:  # fmt: skip
+        return ExportResult(status, table, topology.name, bolt, chosen.epoch, chosen.clock,
+                            rows, chosen.source, previous)  # fmt: skip
+
+    def check(db: Database) -> tuple[bool, int | None]:
+        """(already exported?, epoch now in the table); raises when it must be refused."""
+        stored = _read_export(db, table, lock=True)
+        if stored is None:
+            return False, None
+        s_topology, s_bolt, s_epoch = stored
+        same_source = (s_topology, s_bolt) == (topology.name, bolt)
+        if same_source and s_epoch == chosen.epoch:
+            return True, s_epoch
+        if not force and not same_source:
+            raise ExportError(
+                f"table {table} at {redact(url)} holds an export of {s_topology}/{s_bolt}, "
+                f"not {topology.name}/{bolt}; pass --force to replace it, or pick another "
+                "--table"
+            )
+        if not force and s_epoch > chosen.epoch:
+            raise ExportError(
+                f"table {table} at {redact(url)} holds round {s_epoch}, newer than round "
+                f"{chosen.epoch}; pass --force to export the older round anyway"
+            )
+        return False, s_epoch
+
+    def first_look(_: int) -> tuple[bool, int | None]:
+        db = Database(url)
+        try:
+            with db.transaction():
+                db.advisory_lock(f"hailstorm:export:{table}")
+                ensure_table(db, _exports_shape(db), writer="hailstorm export")
+                ensure_table(db, shape, writer=f"the export of {topology.name}/{bolt}")
+                return check(db)
+        finally:
+            db.close()
+
+    what = f"export of {topology.name}/{bolt} into {table}"
+    done, _ = with_retries(first_look, what=what, url=url, policy=policy)
+    if done:
+        return result("already exported", 0)
+
+    def read_rows() -> Iterator[Any]:
+        keys = [r.key for r in chosen.refs]
+        module = topology.module_file or topology.source
+        task = _read_instance_task(str(store.root), module, bolt, None if module else monoid)
+        spark = session() if callable(session) else session
+        sc = spark.sparkContext
+        sc.setJobDescription(f"hailstorm export {topology.name}/{bolt} round {chosen.epoch}")
+        rdd = sc.parallelize(keys, len(keys)).mapPartitions(task)
+        items = rdd.toLocalIterator(prefetchPartitions=True)
+        if mapping.layout == "whole":
+            yield from mapping.rows(monoid.combine_all(items))
+        else:
+            yield from items
+
+    def write(_: int) -> ExportResult:
+        db = Database(url)
+        try:
+            with db.transaction():
+                db.advisory_lock(f"hailstorm:export:{table}")
+                ensure_table(db, _exports_shape(db), writer="hailstorm export")
+                ensure_table(db, shape, writer=f"the export of {topology.name}/{bolt}")
+                already, previous = check(db)
+                if already:
+                    return result("already exported", 0)
+                q = db.dialect.quote
+                db.execute(f"DELETE FROM {q(table)}")
+                listener.phase(
+                    f"reading {len(chosen.refs)} snapshot file(s) of round {chosen.epoch} and "
+                    f"writing {table}"
+                )
+                written = 0
+                listener.rows(0, total)
+                insert = (
+                    f"INSERT INTO {q(table)} ({', '.join(q(c) for c in mapping.column_names)}) "
+                    f"VALUES ({db.dialect.placeholders(len(mapping.column_names))})"
+                )
+                for chunk in _chunks(read_rows(), chunk_rows):
+                    if db.kind == "postgresql":
+                        db.copy_rows(table, mapping.column_names, chunk)
+                    else:
+                        db.executemany(insert, chunk)
+                    written += len(chunk)
+                    listener.rows(written, total)
+                db.execute(
+                    _record_export_sql(db),
+                    (table, topology.name, bolt, chosen.epoch,
+                     json.dumps(clock_to_json(chosen.clock), separators=(",", ":"))),
+                )  # fmt: skip
+                if before_commit is not None:
+                    before_commit()
+                listener.phase("committing")
+            return result("exported", written, previous)
+        finally:
+            db.close()
+
+    outcome: ExportResult = with_retries(write, what=what, url=url, policy=policy)
+    return outcome
+
+
+def snapshot_store(root: str | Path) -> DirectorySnapshotStore:
+    """The snapshot store under ``root`` (``HAILSTORM_SNAPSHOTS``)."""
+    return DirectorySnapshotStore(root)
+
+
+class RichExportListener(ExportListener):
+    """Shows the export's progress with rich (on ``console``, stderr for the CLI)."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self.task: Any = None
+
+    def __enter__(self) -> RichExportListener:
+        self.progress.start()
+        self.task = self.progress.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def phase(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+
+    def rows(self, done: int, total: int | None) -> None:
+        self.progress.update(self.task, completed=done, total=total)

@@ -1,0 +1,304 @@
+"""Connections to sink databases (psycopg 3 for PostgreSQL, sqlite3 for SQLite), table
+introspection, and retries with backoff that never log a password."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+
+from hailstorm.sinks.errors import DatabaseUnavailableError, SinkError
+from hailstorm.sinks.sql import Dialect, TableShape, dialect_for
+from hailstorm.sinks.urls import DatabaseUrl, parse_url, redact, scrub
+
+__all__ = ["Database", "RetryPolicy", "is_transient", "with_retries"]
+
+log = logging.getLogger("hailstorm.sinks")
+
+T = TypeVar("T")
+
+_SQLITE_TRANSIENT = ("locked", "busy", "unable to open", "disk i/o", "readonly", "read-only")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long to keep trying a database that is down or refuses writes.
+
+    Attempt ``n`` (1-based) that fails transiently waits
+    ``min(max_delay, initial_delay * multiplier ** (n - 1))`` before the next one; after
+    ``attempts`` failures the error is raised.
+    """
+
+    attempts: int = 8
+    initial_delay: float = 0.25
+    max_delay: float = 10.0
+    multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be >= 1")
+        if self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
+            raise ValueError("delays must be >= 0 and multiplier >= 1")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt``."""
+        return float(min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1)))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors worth retrying: the database is unreachable, restarting, busy,
+    read-only for now, or aborted the transaction (serialization failure, deadlock)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        text = str(exc).lower()
+        return any(s in text for s in _SQLITE_TRANSIENT)
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        if state == "25006":  # read_only_sql_transaction: a standby, or a failover underway
+            return True
+        if isinstance(exc, psycopg.InterfaceError):
+            return True
+        if isinstance(exc, psycopg.OperationalError):
+            return not state.startswith(("28", "3D", "54"))  # auth, no database, limits
+    return False
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+def with_retries(
+    op: Callable[[int], T],
+    *,
+    what: str,
+    url: str,
+    policy: RetryPolicy,
+    reset: Callable[[], None] = lambda: None,
+    logger: logging.Logger = log,
+) -> T:
+    """``op(attempt)``, retried with exponential backoff while it fails transiently.
+
+    Every failed attempt is logged (URL redacted, password scrubbed from the driver's
+    message) and ``reset()`` is called (drop the connection) before the next one. After
+    ``policy.attempts`` failures raises :class:`DatabaseUnavailableError`. Other errors
+    propagate at once.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return op(attempt)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            reason = scrub(_reason(exc), url)
+            with contextlib.suppress(Exception):
+                reset()
+            if attempt >= policy.attempts:
+                logger.error(
+                    "%s: %s failed (attempt %d of %d): %s; giving up",
+                    what,
+                    redact(url),
+                    attempt,
+                    policy.attempts,
+                    reason,
+                )
+                raise DatabaseUnavailableError(
+                    f"{what}: database {redact(url)} still unavailable after {attempt} "
+                    f"attempts: {reason}"
+                ) from None
+            delay = policy.delay(attempt)
+            logger.warning(
+                "%s: %s failed (attempt %d of %d): %s; retrying in %.2f s",
+                what,
+                redact(url),
+                attempt,
+                policy.attempts,
+                reason,
+                delay,
+            )
+            time.sleep(delay)
+
+
+class Database:
+    """One connection to a sink database.
+
+    Statements use the dialect's placeholders. :meth:`transaction` is the only way to run
+    them: PostgreSQL runs in a transaction per block (``READ COMMITTED``), SQLite starts
+    each block with ``BEGIN IMMEDIATE`` (the write lock, so writers queue up front).
+    """
+
+    def __init__(self, url: str | DatabaseUrl, *, connect_timeout: float = 5.0) -> None:
+        self.url = url if isinstance(url, DatabaseUrl) else parse_url(url)
+        self.dialect: Dialect = dialect_for(self.url.kind)
+        self._pg: psycopg.Connection[Any] | None = None
+        self._sqlite: sqlite3.Connection | None = None
+        self._in_transaction = False
+        try:
+            if self.url.kind == "postgresql":
+                self._pg = psycopg.connect(
+                    self.url.target,
+                    autocommit=False,
+                    connect_timeout=max(1, round(connect_timeout)),
+                    application_name="hailstorm",
+                )
+            else:
+                self._sqlite = sqlite3.connect(
+                    self.url.target,
+                    timeout=max(connect_timeout, 1.0),
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                if self.url.target != ":memory:":
+                    # Readers never wait for (nor see half of) a writer's transaction.
+                    self._sqlite.execute("PRAGMA journal_mode=WAL")
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            raise SinkError(
+                f"cannot connect to {redact(self.url.url)}: {scrub(_reason(exc), self.url.url)}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"Database({redact(self.url.url)!r})"
+
+    @property
+    def kind(self) -> str:
+        return self.url.kind
+
+    def close(self) -> None:
+        """Close the connection (an open transaction is rolled back)."""
+        with contextlib.suppress(Exception):
+            if self._pg is not None:
+                self._pg.close()
+        with contextlib.suppress(Exception):
+            if self._sqlite is not None:
+                self._sqlite.close()
+        self._pg = self._sqlite = None
+
+    # -- statements ---------------------------------------------------------------------
+
+    def _cursor(self) -> Any:
+        if self._pg is not None:
+            return self._pg.cursor()
+        if self._sqlite is not None:
+            return self._sqlite.cursor()
+        raise psycopg.InterfaceError("the connection is closed")
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows (empty when it returns none)."""
+        cursor = self._cursor()
+        try:
+            cursor.execute(sql, tuple(params))
+            return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            cursor.close()
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement for many parameter rows (pipelined by psycopg)."""
+        cursor = self._cursor()
+        try:
+            cursor.executemany(sql, rows)
+        finally:
+            cursor.close()
+
+    def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """``COPY table (columns) FROM STDIN`` (PostgreSQL only)."""
+        if self._pg is None:
+            raise SinkError("COPY is only available on PostgreSQL")
+        q = self.dialect.quote
+        sql = f"COPY {q(table)} ({', '.join(q(c) for c in columns)}) FROM STDIN"
+        with self._pg.cursor() as cursor, cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Database]:
+        """A block that commits when it ends and rolls back when it raises."""
+        if self._in_transaction:
+            raise SinkError("transactions do not nest")
+        self._in_transaction = True
+        try:
+            if self._sqlite is not None:
+                self._sqlite.execute("BEGIN IMMEDIATE")
+            elif self._pg is None:
+                raise psycopg.InterfaceError("the connection is closed")
+            try:
+                yield self
+            except BaseException:
+                self._rollback()
+                raise
+            if self._pg is not None:
+                self._pg.commit()
+            elif self._sqlite is not None:
+                self._sqlite.execute("COMMIT")
+        finally:
+            self._in_transaction = False
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._pg is not None:
+                self._pg.rollback()
+            elif self._sqlite is not None and self._sqlite.in_transaction:
+                self._sqlite.execute("ROLLBACK")
+
+    def advisory_lock(self, name: str) -> None:
+        """Serialize DDL and exports on ``name`` until the transaction ends (PostgreSQL;
+        SQLite's ``BEGIN IMMEDIATE`` already serializes every writer)."""
+        if self._pg is not None:
+            self.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))
+
+    # -- introspection ------------------------------------------------------------------
+
+    def table_shape(self, name: str) -> TableShape | None:
+        """The shape of table ``name`` (None when it does not exist)."""
+        if self._pg is not None:
+            return self._pg_shape(name)
+        return self._sqlite_shape(name)
+
+    def _pg_shape(self, name: str) -> TableShape | None:
+        quoted = self.dialect.quote(name)
+        [(exists,)] = self.execute("SELECT to_regclass(%s) IS NOT NULL", (quoted,))
+        if not exists:
+            return None
+        columns = self.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum",
+            (quoted,),
+        )
+        indexes = self.execute(
+            "SELECT i.indisprimary, ARRAY(SELECT a.attname FROM unnest(i.indkey::int2[]) "
+            "WITH ORDINALITY AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = k.attnum ORDER BY k.n) FROM pg_index i "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND i.indpred IS NULL",
+            (quoted,),
+        )
+        primary: tuple[str, ...] = ()
+        unique: list[tuple[str, ...]] = []
+        for is_primary, cols in indexes:
+            if is_primary:
+                primary = tuple(cols)
+            else:
+                unique.append(tuple(cols))
+        return TableShape(name, dict(columns), primary, tuple(unique))
+
+    def _sqlite_shape(self, name: str) -> TableShape | None:
+        q = self.dialect.quote
+        info = self.execute(f"PRAGMA table_info({q(name)})")
+        if not info:
+            return None
+        columns = {str(row[1]): str(row[2]) for row in info}
+        primary = tuple(str(row[1]) for row in sorted(info, key=lambda r: r[5]) if row[5] > 0)
+        unique: list[tuple[str, ...]] = []
+        for _, index, is_unique, origin, partial in self.execute(f"PRAGMA index_list({q(name)})"):
+            if is_unique and not partial and origin != "pk":
+                cols = self.execute(f"PRAGMA index_info({q(index)})")
+                unique.append(tuple(str(c[2]) for c in sorted(cols, key=lambda c: c[0])))
+        return TableShape(name, columns, primary, tuple(unique))

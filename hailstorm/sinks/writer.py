@@ -1,0 +1,360 @@
+"""The exactly-once table writer of one sink instance.
+
+:class:`SinkWriter` is what the runtime shell drives (and what tests drive directly)::
+
+    writer = SinkWriter.open(url, table, "sink:word_counts:0", epoch)   # reads progress
+    writer.add(rows)                        # [(((topic, n), offset), tuple), ...]
+    progress = writer.commit_through(lwm)   # one transaction: rows <= lwm + progress
+
+A commit applies the buffered rows at or below the low water mark and moves the sink's
+rows of ``hailstorm_progress`` in the **same transaction**, after a compare-and-set on
+them: the transaction first locks the sink's sentinel progress row, then fails (rollback,
+:class:`~hailstorm.sinks.errors.FencedError`) when a newer epoch owns the sink or when
+the stored progress is not what this writer last read or wrote. Progress never moves
+backwards. See ``docs/sinks.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json
+from hailstorm.model import Origin
+from hailstorm.sinks.buffer import RowBuffer, Selection
+from hailstorm.sinks.db import Database, RetryPolicy, with_retries
+from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError
+from hailstorm.sinks.sql import (
+    PROGRESS_TABLE,
+    SENTINEL_PARTITION,
+    SENTINEL_TOPIC,
+    TableShape,
+    mismatch_message,
+    shape_differences,
+    shape_of,
+    write_columns,
+    write_statement,
+)
+from hailstorm.sinks.urls import parse_url, redact
+from hailstorm.topology import Table
+
+__all__ = ["SinkWriter", "ensure_table"]
+
+log = logging.getLogger("hailstorm.sinks")
+
+COPY_THRESHOLD = 1000
+"""Rows per commit from which PostgreSQL writes go through COPY into a staging table."""
+
+
+def ensure_table(db: Database, shape: TableShape, *, writer: str = "the sink") -> bool:
+    """Create the table of ``shape`` if missing, else check it has that shape.
+
+    Call inside a transaction. Returns True when the table was created; raises
+    :class:`SchemaMismatchError` (naming the table, the differences and the fix) when an
+    existing table differs. Never alters a table.
+    """
+    existing = db.table_shape(shape.name)
+    if existing is None:
+        db.execute(db.dialect.create_table(shape))
+        return True
+    problems = shape_differences(db.dialect, shape, existing)
+    if problems:
+        message = mismatch_message(shape, redact(db.url.url), problems, writer=writer)
+        raise SchemaMismatchError(message, shape.name, problems)
+    return False
+
+
+def _same_clock(a: Mapping[Partition, int], b: Mapping[Partition, int]) -> bool:
+    """Equal as clocks: a missing partition and ``-1`` mean the same."""
+    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
+
+
+class SinkWriter:
+    """Applies one sink instance's rows to its table exactly once.
+
+    Not thread-safe: one thread drives a writer. Two writers of the same ``sink_id`` (a
+    zombie and its replacement, or duplicates) may run concurrently on separate
+    connections; the progress compare-and-set keeps the table as if only one had run.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        table: Table,
+        sink_id: str,
+        epoch: int,
+        *,
+        retry: RetryPolicy | None = None,
+        copy_threshold: int = COPY_THRESHOLD,
+        connect_timeout: float = 5.0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if not isinstance(table, Table):
+            raise SinkConfigError(f"a SinkWriter writes a Table, not {table!r}")
+        if epoch < 0:
+            raise SinkConfigError(f"epoch must be >= 0, not {epoch}")
+        self.url = url
+        self.parsed = parse_url(url)
+        self.table = table
+        self.sink_id = sink_id
+        self.epoch = epoch
+        self.retry = retry or RetryPolicy()
+        self.copy_threshold = copy_threshold
+        self.connect_timeout = connect_timeout
+        self.log = logger or log
+        self.shape = shape_of(table)
+        self._buffer = RowBuffer(table)
+        self._view: Clock = {}
+        self._db: Database | None = None
+        self._opened = False
+        self.commits = 0
+        """Transactions committed by this writer."""
+        self.rows_written = 0
+        """Rows sent to the database (after pre-aggregation)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"SinkWriter({self.sink_id!r} -> {self.table.name} at {redact(self.url)}, "
+            f"epoch {self.epoch})"
+        )
+
+    @property
+    def what(self) -> str:
+        return f"sink {self.sink_id} (table {self.table.name})"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, url: str, table: Table, sink_id: str, epoch: int, **options: Any) -> SinkWriter:
+        """Connect, create the table (and ``hailstorm_progress``) if missing or check its
+        shape, claim the sink for ``epoch`` and read the progress.
+
+        Raises :class:`SchemaMismatchError` for a table of another shape,
+        :class:`FencedError` (``superseded``) when a newer epoch already owns the sink and
+        :class:`DatabaseUnavailableError` when the database stays down.
+        """
+        writer = cls(url, table, sink_id, epoch, **options)
+        writer.setup()
+        writer.progress()
+        return writer
+
+    def setup(self) -> None:
+        """Create or verify the tables and the sink's sentinel progress row."""
+
+        def attempt(_: int) -> None:
+            db = self._connection()
+            with db.transaction():
+                db.advisory_lock("hailstorm:ddl")
+                ensure_table(db, self._progress_shape(db), writer="hailstorm")
+                ensure_table(db, self.shape, writer=f"sink {self.sink_id}")
+                db.execute(db.dialect.insert_sentinel(), (self.sink_id,))
+
+        self._retrying(f"{self.what}: setup", attempt)
+        self._opened = True
+
+    def _progress_shape(self, db: Database) -> TableShape:
+        ts = db.dialect.timestamp_type()
+        return TableShape(
+            PROGRESS_TABLE,
+            {"sink": "text", "topic": "text", "partition": "integer", "offset": "bigint",
+             "epoch": "bigint", "updated_at": ts},
+            primary_key=("sink", "topic", "partition"),
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """Close the connection; buffered rows are dropped (a replay brings them back)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> SinkWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connection(self) -> Database:
+        if self._db is None:
+            self._db = Database(self.parsed, connect_timeout=self.connect_timeout)
+        return self._db
+
+    def _drop_connection(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _retrying(self, what: str, op: Any) -> Any:
+        return with_retries(
+            op,
+            what=what,
+            url=self.url,
+            policy=self.retry,
+            reset=self._drop_connection,
+            logger=self.log,
+        )
+
+    # -- progress -----------------------------------------------------------------------
+
+    def _lock_and_read(self, db: Database) -> tuple[Clock, int]:
+        """Lock the sink (its sentinel row), then read its progress and newest epoch."""
+        locked = db.execute(db.dialect.lock_sentinel(), (self.sink_id,))
+        if not locked:  # the sentinel row was deleted by hand: recreate it
+            db.execute(db.dialect.insert_sentinel(), (self.sink_id,))
+            db.execute(db.dialect.lock_sentinel(), (self.sink_id,))
+        stored: Clock = {}
+        newest = 0
+        for topic, partition, offset, epoch in db.execute(
+            db.dialect.read_progress(), (self.sink_id,)
+        ):
+            newest = max(newest, int(epoch))
+            if topic == SENTINEL_TOPIC and partition == SENTINEL_PARTITION:
+                continue
+            stored[(str(topic), int(partition))] = int(offset)
+        return stored, newest
+
+    def _superseded(self, newest: int) -> FencedError:
+        return FencedError(
+            f"{self.what}: fenced: epoch {newest} owns this sink, this writer has epoch "
+            f"{self.epoch} (a zombie of an older run); it must stop. Nothing was written.",
+            superseded=True,
+            epoch=self.epoch,
+            stored_epoch=newest,
+        )
+
+    def progress(self) -> Clock:
+        """Read the stored progress (every row at or below it is in the table) and claim
+        the sink for this writer's epoch.
+
+        Call on start and after a :class:`FencedError` that is not ``superseded``: merge
+        and append rows at or below the new progress are dropped from the buffer. Raises
+        :class:`FencedError` (``superseded``) when a newer epoch owns the sink.
+        """
+        if not self._opened:
+            self.setup()
+
+        def attempt(_: int) -> Clock:
+            db = self._connection()
+            with db.transaction():
+                stored, newest = self._lock_and_read(db)
+                if newest > self.epoch:
+                    raise self._superseded(newest)
+                if newest < self.epoch:
+                    db.execute(db.dialect.claim_sentinel(), (self.epoch, self.sink_id))
+            return stored
+
+        stored: Clock = self._retrying(f"{self.what}: reading progress", attempt)
+        self._view = dict(stored)
+        self._buffer.resync(stored)
+        return dict(stored)
+
+    @property
+    def view(self) -> Clock:
+        """The progress as this writer last read or wrote it."""
+        return dict(self._view)
+
+    # -- rows ---------------------------------------------------------------------------
+
+    def add(self, rows: Iterable[tuple[Origin, Any]], sender: str = "") -> None:
+        """Buffer sink tuples with their origins ``((topic, partition), offset)``, as
+        received from upstream ``sender`` (in arrival order).
+
+        Tuples become rows with ``Table.to_row`` (raising ``RowError``). Merge/append rows
+        at or below the progress are dropped at once.
+        """
+        add = self._buffer.add
+        for (partition, offset), t in rows:
+            add(partition, offset, t, sender)
+
+    def add_columns(
+        self,
+        partitions: Sequence[Partition],
+        offsets: Sequence[int],
+        tuples: Sequence[Any],
+        sender: str = "",
+    ) -> None:
+        """:meth:`add` for a columnar batch (``partitions[i]``, ``offsets[i]`` is the origin
+        of ``tuples[i]``)."""
+        add = self._buffer.add
+        for partition, offset, t in zip(partitions, offsets, tuples, strict=True):
+            add(partition, offset, t, sender)
+
+    @property
+    def pending(self) -> int:
+        """Rows buffered and not yet committed (upsert: keys)."""
+        return len(self._buffer)
+
+    # -- commits ------------------------------------------------------------------------
+
+    def commit_through(self, lwm: Mapping[Partition, int]) -> Clock:
+        """Apply every buffered row with ``offset <= lwm[p]`` and store the new progress
+        ``max(progress, lwm)``, in one transaction; returns the new progress.
+
+        ``lwm`` must cover every partition whose rows may be buffered (absent = -1:
+        nothing of it is applied). Raises :class:`FencedError` when the compare-and-set
+        fails (nothing was written; see :meth:`progress`) and
+        :class:`DatabaseUnavailableError` when the database stays down.
+        """
+        selection = self._buffer.select(lwm)
+        if not selection.rows and _same_clock(selection.target, self._view):
+            self._buffer.confirm(selection)
+            return dict(self._view)
+        expected = dict(self._view)
+
+        def attempt(number: int) -> None:
+            db = self._connection()
+            with db.transaction():
+                stored, newest = self._lock_and_read(db)
+                if newest > self.epoch:
+                    raise self._superseded(newest)
+                if not _same_clock(stored, expected):
+                    if (
+                        number > 1
+                        and newest == self.epoch
+                        and _same_clock(stored, selection.target)
+                    ):
+                        return  # an earlier attempt committed before its connection broke
+                    raise FencedError(
+                        f"{self.what}: fenced: the stored progress "
+                        f"{clock_to_json(stored)} is not {clock_to_json(expected)} as this "
+                        f"writer last saw it (another writer of epoch {newest} moved it). "
+                        "Nothing was written; re-read the progress and go on.",
+                        superseded=False,
+                        epoch=self.epoch,
+                        stored_epoch=newest,
+                    )
+                self._apply(db, selection)
+                self._write_progress(db, stored, selection.target)
+
+        self._retrying(f"{self.what}: commit", attempt)
+        self._view = dict(selection.target)
+        self._buffer.confirm(selection)
+        self.commits += 1
+        self.rows_written += len(selection.rows)
+        return dict(self._view)
+
+    def _apply(self, db: Database, selection: Selection) -> None:
+        rows = selection.rows
+        if not rows:
+            return
+        if db.kind == "postgresql" and len(rows) >= self.copy_threshold:
+            stage = f"_hs_stage_{self.table.name}"[:63]
+            q = db.dialect.quote
+            db.execute(
+                f"CREATE TEMP TABLE IF NOT EXISTS {q(stage)} "
+                f"(LIKE {q(self.table.name)}) ON COMMIT DELETE ROWS"
+            )
+            db.copy_rows(stage, write_columns(self.table), rows)
+            db.execute(write_statement(db.dialect, self.table, source=stage))
+        else:
+            db.executemany(write_statement(db.dialect, self.table), rows)
+
+    def _write_progress(self, db: Database, stored: Clock, target: Clock) -> None:
+        changed = [
+            (self.sink_id, topic, number, offset, self.epoch)
+            for (topic, number), offset in sorted(target.items())
+            if stored.get((topic, number)) != offset
+        ]
+        if changed:
+            db.executemany(db.dialect.write_progress(), changed)
+        db.execute(db.dialect.claim_sentinel(), (self.epoch, self.sink_id))
