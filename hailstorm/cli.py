@@ -196,6 +196,10 @@ def show(topology_ref: str, dot: bool) -> None:
 @click.option(
     "--snapshots", metavar="DIR", help=f"Snapshot directory (default: ${config.SNAPSHOTS_VAR})."
 )
+@click.option(
+    "--database", metavar="URL",
+    help=f"Sink database (default: ${config.DATABASE_VAR}, else {config.DEFAULT_DATABASE_URL}).",
+)
 @click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address processors listen on for each other's data.")
@@ -203,7 +207,8 @@ def show(topology_ref: str, dot: bool) -> None:
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
-        snapshots: str | None, name: str | None, host: str, log_level: str) -> None:
+        snapshots: str | None, database: str | None, name: str | None, host: str,
+        log_level: str) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
 
     Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
@@ -218,11 +223,13 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    settings = config.Settings.from_env(zk=zk, kafka=kafka, snapshots=snapshots)
+    settings = config.Settings.from_env(
+        zk=zk, kafka=kafka, snapshots=snapshots, database_url=database
+    )
     options = RunOptions(
         topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
         snapshots=str(settings.snapshot_dir()), name=name, host=host, log_level=log_level,
-        spark=SparkOptions(master=master),
+        database_url=_absolute_sqlite(settings.database()), spark=SparkOptions(master=master),
     )
     try:
         driver = Driver(options)
@@ -232,6 +239,14 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     install_signal_handlers(runner)
     failures = driver.run()
     console.print(f"stopped ({failures} failed stage attempts)")
+
+
+def _absolute_sqlite(url: str) -> str:
+    """SQLite paths made absolute: Spark executors do not share the driver's directory."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url[len(prefix):].startswith("/"):
+        return prefix + str(Path(url[len(prefix):]).resolve())
+    return url
 
 
 def _add_negotiator_command() -> None:
@@ -423,6 +438,107 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         fail(f"export failed: {scrub(first, target)}")
     out.print(result.describe(target))
+
+
+
+# --------------------------------------------------------------------------- chaos
+
+
+@main.command("chaos")
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.option("--messages", type=click.IntRange(min=1), default=200000, show_default=True,
+              help="Messages to produce (the topology's workload generator).")
+@click.option("--kills", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Faults to inject, one after another, each after the last recovery.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seeds the workload, the fault plan and the victims.")
+@click.option("--kinds", default="processor,negotiator,zk-session", show_default=True,
+              help="Fault kinds to draw from (every kind is used once when --kills allows).")
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=1), default=5000.0, show_default=True,
+              help="Messages per second the background producer writes.")
+@click.option("--spacing", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Mean seconds between a recovery and the next fault.")
+@click.option("--use-env", is_flag=True,
+              help="Use the HAILSTORM_* stack instead of an embedded one of its own.")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory of the embedded stack (default: a temporary one).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report as JSON to this file.")
+@_handle_errors
+def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, partitions: int,
+          rate: float, spacing: float, use_env: bool, state_dir: Path | None,
+          json_path: Path | None) -> None:
+    """Run TOPOLOGY under injected faults and check it against the reference model.
+
+    Produces a known workload, SIGKILLs processors and the negotiator leader and expires
+    ZooKeeper sessions (--kills of them, at random with --seed), waits until everything is
+    committed, compares every bolt's committed state with run_model and prints the report.
+    Exits 1 when anything was lost, duplicated or wrong.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    from hailstorm.harness import (
+        FAULT_KINDS,
+        WORKLOADS,
+        ChaosSchedule,
+        HarnessError,
+        StackAddresses,
+        run_chaos,
+    )
+    from hailstorm.topology import load_topology
+
+    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
+    unknown = [k for k in chosen if k not in FAULT_KINDS]
+    if unknown or not chosen:
+        fail(f"unknown fault kind(s) {', '.join(unknown) or '(none)'}; "
+             f"known: {', '.join(FAULT_KINDS)}")
+    topology = load_topology(topology_ref)
+    generate = WORKLOADS.get(topology.name)
+    if generate is None:
+        fail(f"no workload generator for topology {topology.name!r}; "
+             f"known: {', '.join(sorted(WORKLOADS))}")
+    schedule = ChaosSchedule(kinds=chosen, count=kills, spacing=spacing,  # type: ignore[arg-type]
+                             seed=seed)
+    logs = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-logs-"))
+    stack: DevStack | None = None
+    temporary: Path | None = None
+    with console.status("preparing") as status:
+        def progress(message: str) -> None:
+            console.log(message)
+            status.update(message)
+
+        try:
+            if use_env:
+                settings = config.Settings.from_env()
+                addresses = StackAddresses(settings.require_zk(), settings.require_kafka(),
+                                           settings.snapshot_dir())
+            else:
+                if state_dir is None:
+                    temporary = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-"))
+                    os.chmod(temporary, 0o755)  # the 'postgres' user must reach its data dir
+                root = state_dir or temporary
+                assert root is not None
+                stack = DevStack(root, startup_timeout=90, progress=progress)
+                addresses = StackAddresses.from_env(stack.up().env())
+            progress(f"generating {messages} messages")
+            values = generate(messages, seed)
+            report = run_chaos(addresses, topology_ref, values, schedule, log_dir=logs,
+                               partitions=partitions, rate=rate, progress=progress)
+        except HarnessError as exc:
+            fail(f"{exc} (logs in {logs})")
+        finally:
+            if stack is not None:
+                stack.down()
+            if temporary is not None:
+                shutil.rmtree(temporary, ignore_errors=True)
+    out.print(report.to_text(), markup=False)
+    out.print(f"logs: {logs}", markup=False)
+    if json_path is not None:
+        json_path.write_text(report.to_json() + "\n")
+    sys.exit(0 if report.ok else 1)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ class RunOptions:
     """Address processors bind their data-plane listeners to."""
     session_timeout: float = 6.0
     log_level: str = "INFO"
+    database_url: str = ""
+    """Database of sink tables that name none (``HAILSTORM_DATABASE_URL``)."""
     spark: SparkOptions = field(default_factory=SparkOptions)
 
 
@@ -116,6 +118,7 @@ class Driver:
                 topology_ref=o.topology_ref, name=self.name, processor=pid, zk=o.zk,
                 kafka=o.kafka, snapshots=str(Path(o.snapshots).resolve()), host=o.host,
                 session_timeout=o.session_timeout, log_level=o.log_level,
+                database_url=o.database_url,
             )
             for pid in processors
         ]

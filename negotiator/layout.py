@@ -225,10 +225,11 @@ class TopologyPaths:
         return f"{self.living}/{_as_id(processor)}"
 
     def snapshot_node(self, bolt_instance: str | ProcessorId) -> str:
-        """``snapshots/<bolt>/<instance>``: a bolt instance's latest durable snapshot."""
+        """``snapshots/<name>/<instance>``: a bolt's latest durable snapshot, or the round a
+        sink last committed its table through (names are unique across bolts and sinks)."""
         pid = _as_id(bolt_instance)
-        if pid.role is not Role.BOLT:
-            raise LayoutError(f"only bolts write snapshots, not {pid}")
+        if pid.role not in (Role.BOLT, Role.SINK):
+            raise LayoutError(f"only bolts and sinks report saved rounds, not {pid}")
         return f"{self.snapshots}/{pid.name}/{pid.instance}"
 
     def snapshot_dir(self, bolt: str) -> str:
@@ -437,8 +438,8 @@ class SnapshotReport:
     def from_json(cls, raw: bytes | Mapping[str, Any]) -> SnapshotReport:
         def build(d: Mapping[str, Any]) -> SnapshotReport:
             pid = parse_processor_id(str(d["processor"]))
-            if pid.role is not Role.BOLT:
-                raise LayoutError(f"snapshot report from non-bolt {pid}")
+            if pid.role not in (Role.BOLT, Role.SINK):
+                raise LayoutError(f"snapshot report from {pid}, neither a bolt nor a sink")
             clock = _clock_or_none(d["clock"])
             if clock is None:
                 raise LayoutError("snapshot report without a clock")

@@ -57,6 +57,11 @@ from negotiator.states import (
 # --------------------------------------------------------------------------- inputs
 
 
+SAVERS = (Role.BOLT, Role.SINK)
+"""Roles that must save a round at exactly its clock before it commits: bolts write their
+state A to the snapshot store; sinks commit their table through the clock (their progress
+must cover it, because bolts never re-emit what the committed round already holds)."""
+
 @dataclass(frozen=True)
 class Config:
     """Timing of the machine, in seconds."""
@@ -208,8 +213,8 @@ def _screen(view: View, epoch: int) -> _Roster:
     for name in sorted(view.snapshots):
         snap = view.snapshots[name]
         pid = by_name.get(name)
-        if pid is None or pid.role is not Role.BOLT:
-            notes.append(Ignored(f"snapshot {name}", "not an expected bolt instance"))
+        if pid is None or pid.role not in SAVERS:
+            notes.append(Ignored(f"snapshot {name}", "not an expected bolt or sink instance"))
         elif snap is None:
             notes.append(Ignored(f"snapshot {name}", "unreadable snapshot report"))
         elif snap.processor != name:
@@ -432,7 +437,7 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
                         f"round {e} already committed (committed epoch {committed.epoch})")
     waiting = []
     refs: dict[str, str] = {}
-    for bolt in roster.of(Role.BOLT):
+    for bolt in (pid for role in SAVERS for pid in roster.of(role)):
         snap = roster.snapshots.get(bolt)
         if snap is None or snap.epoch != e:
             waiting.append(bolt)
@@ -458,7 +463,7 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
         actions: tuple[Action, ...] = (*roster.notes, commit, ForgetSnapshots(e, keep))
         return Decision(
             Flowing(e, None), actions,
-            f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt "
+            f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt and sink "
             f"instances saved",
         )
     deadline = view.entered_at + config.snapshot_timeout

@@ -346,7 +346,11 @@ class Shell:
                 raw_s, stat_s = self._get(f"{paths.snapshots}/{bolt}/{instance}")
                 if stat_s is None:
                     continue
+                # Bolt and sink names are unique in a topology: the node name says which.
                 key = f"bolt:{bolt}:{instance}"
+                if expected is not None and key not in expected:
+                    sink_key = f"sink:{bolt}:{instance}"
+                    key = sink_key if sink_key in expected else key
                 try:
                     snap = SnapshotReport.from_json(raw_s or b"")
                 except LayoutError:

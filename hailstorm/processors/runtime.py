@@ -53,7 +53,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.clock import Clock, Partition
+from hailstorm.clock import Clock, Partition, clock_to_json, dominates
+from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.coordination import Coordinator
 from hailstorm.processors import (
     Action,
@@ -67,6 +68,8 @@ from hailstorm.processors import (
     SpoutOutput,
     WriteSnapshot,
 )
+from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
+from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.snapshots import DirectorySnapshotStore
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
 from hailstorm.wire import (
@@ -105,6 +108,10 @@ CONSUME_BATCH = 1000
 """Kafka messages per consume call."""
 QUEUE_FRAMES = 64
 """Frames buffered between the socket readers and a bolt's (or sink's) main thread."""
+COMMIT_ROWS = 5000
+"""A sink commits as soon as this many rows wait and the low water mark allows."""
+COMMIT_INTERVAL = 0.2
+"""Otherwise a sink commits at most this often (seconds), or when a round is due."""
 
 
 class RestartRequired(RuntimeError):
@@ -136,6 +143,8 @@ class Assignment:
     io_timeout: float = 60.0
     """Longest blocking connect/send/queue wait before the processor gives up."""
     log_level: str = "INFO"
+    database_url: str = ""
+    """Sink tables' database when their Table names none (empty: SQLite, hailstorm.db)."""
 
 
 def run_processor(assignment: Assignment) -> None:
@@ -731,7 +740,16 @@ class _BoltShell(_Inbound):
 
 
 class _SinkShell(_Inbound):
-    """Receives its inputs' tuples; keeps upsert/merge rows in memory (no database yet)."""
+    """One sink instance: rows go to its table exactly once, and it takes part in rounds.
+
+    Rows are buffered in a :class:`~hailstorm.sinks.SinkWriter`; whenever the low water
+    mark over the upstream instances advances, every buffered row at or below it is
+    committed with the sink's progress in one transaction. Bolts never re-emit what a
+    committed round holds, so a round may only commit once every sink's table covers its
+    clock: when the mark covers a pending round's clock, the sink reports that round like a
+    bolt reports a snapshot. Sinks whose target is not a :class:`Table` keep nothing and
+    only report rounds.
+    """
 
     def setup(self) -> None:
         super().setup()
@@ -739,20 +757,101 @@ class _SinkShell(_Inbound):
         assert isinstance(spec, SinkSpec)
         self.spec = spec
         self.received = 0
-        self.rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.writer: SinkWriter | None = None
+        self.marks = UpstreamWatermarks()
+        self.rounds: dict[int, Clock] = {}
+        self.last_commit = time.monotonic()
+        self.committed_through: Clock = {}
+
+    @property
+    def target_table(self) -> Table | None:
+        target = self.spec.target
+        return target if isinstance(target, Table) else None
 
     def on_initialize(self, epoch: int) -> None:
         self.received = 0
-        self.rows = {}
+        self.rounds = {}
+        self.marks = UpstreamWatermarks(self.upstream_ids())
+        table = self.target_table
+        if table is not None:
+            url = table.url or self.assignment.database_url or DEFAULT_DATABASE_URL
+            if self.writer is not None:
+                self.writer.close()
+            self.writer = SinkWriter.open(url, table, self.assignment.processor, epoch)
+            self.committed_through = self.writer.view
+            log.info("table %s at %s, progress %s", table.name, redact(url),
+                     clock_to_json(self.committed_through))
         self.report(ProcessorState.READY, epoch)
 
-    def on_frame(self, sender: str, frame: Frame) -> None:
-        if not isinstance(frame, DataBatch):
-            return
-        self.received += len(frame)
-        target = self.spec.target
-        if isinstance(target, Table) and target.mode == "upsert":
-            for t in frame.tuples:
-                row = target.to_row(t)
-                self.rows[target.key_of(row)] = row
+    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+        if isinstance(state, Flowing) and state.clock is not None:
+            self._round(state.epoch, dict(state.clock))
 
+    def on_frame(self, sender: str, frame: Frame) -> None:
+        if isinstance(frame, DataBatch):
+            self.received += len(frame)
+            if self.writer is not None:
+                partition = self.table.partition
+                self.writer.add_columns(
+                    [partition(i) for i in frame.partitions], frame.offsets, frame.tuples,
+                    sender=sender,
+                )
+        elif isinstance(frame, Watermark):
+            if self.marks.observe(sender, frame.watermark):
+                self._commit(force=False)
+        elif isinstance(frame, ClockMarker):
+            self._round(frame.epoch, self.table.from_wire(frame.clock))
+
+    def _round(self, epoch: int, clock: Clock) -> None:
+        if self.joined is not None and epoch >= self.joined and epoch not in self.rounds:
+            self.rounds[epoch] = clock
+            self._commit(force=True)
+
+    def _lwm(self) -> Clock:
+        marks = self.marks.lwm(range(len(self.table)))
+        return {
+            self.table.partition(i): offset
+            for i, offset in marks.items()
+            if offset < UNBOUNDED
+        }
+
+    def _commit(self, *, force: bool) -> None:
+        """Commit rows up to the low water mark (now, or when enough waited), then report
+        every pending round the mark covers."""
+        if not self.marks.complete:
+            return
+        lwm = self._lwm()
+        due = [e for e, clock in sorted(self.rounds.items()) if dominates(lwm, clock)]
+        writer = self.writer
+        if writer is not None:
+            waited = time.monotonic() - self.last_commit
+            if force or due or writer.pending >= COMMIT_ROWS or waited >= COMMIT_INTERVAL:
+                try:
+                    self.committed_through = writer.commit_through(lwm)
+                except FencedError as exc:
+                    if exc.superseded:
+                        raise
+                    log.warning("%s; re-reading progress", exc)
+                    self.committed_through = writer.progress()
+                    return
+                self.last_commit = time.monotonic()
+        else:
+            self.committed_through = lwm
+        assert self.coord is not None
+        for epoch in due:
+            clock = self.rounds.pop(epoch)
+            if not dominates(self.committed_through, clock):
+                self.rounds[epoch] = clock  # the next commit gets there
+                continue
+            table = self.target_table
+            ref = f"table:{table.name}" if table is not None else f"sink:{self.spec.name}"
+            self.coord.write_snapshot_report(
+                SnapshotReport(self.assignment.processor, epoch, clock, ref)
+            )
+            log.info("round %d: table committed through %s", epoch, clock_to_json(clock))
+
+    def shutdown(self) -> None:
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                self.writer.close()
+        super().shutdown()

@@ -9,6 +9,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg
@@ -149,6 +150,11 @@ class Database:
                     application_name="hailstorm",
                 )
             else:
+                if self.url.target != ":memory:":
+                    # sqlite:///path creates the file; create its directory too (if that
+                    # fails, connect() reports it and the caller's retries apply).
+                    with contextlib.suppress(OSError):
+                        Path(self.url.target).parent.mkdir(parents=True, exist_ok=True)
                 self._sqlite = sqlite3.connect(
                     self.url.target,
                     timeout=max(connect_timeout, 1.0),

@@ -186,7 +186,8 @@ class StandIn:
             self.position += self.advance
             self.client.set(self.node, self._report(
                 ProcessorState.PAUSED, e, position={part: self.position}))
-        elif role is Role.BOLT and isinstance(state, Flowing) and state.clock is not None:
+        elif (role in (Role.BOLT, Role.SINK) and isinstance(state, Flowing)
+              and state.clock is not None):
             timer = threading.Timer(self.snapshot_delay, self._save, (e, dict(state.clock)))
             self._timers.append(timer)
             timer.start()
@@ -306,7 +307,8 @@ def test_full_snapshot_round_commits_the_right_clock(
     first = wait_for("a first commit", lambda: read_committed(zk, paths))
     # Fresh start: rewind to -1 everywhere, spouts emit offsets 0..4, pause at 4.
     assert first.clock == {p: 4 for p in PARTITIONS}
-    assert first.snapshots == {b: f"mem://{b}/{first.epoch}" for b in BOLTS}
+    savers = [*BOLTS, *(p for p in EXPECTED if p.startswith("sink:"))]
+    assert first.snapshots == {b: f"mem://{b}/{first.epoch}" for b in savers}
     assert first.previous is None
     for spout in (p for p in dep.procs.values() if p.pid.role is Role.SPOUT):
         assert spout.rewinds == [(spout.rewinds[0][0], {p: -1 for p in PARTITIONS})]

@@ -465,7 +465,8 @@ def test_a_database_that_is_down_is_retried_with_the_password_redacted(
         url = f"postgresql://hailstorm:{secret}@127.0.0.1:{closed_port()}/hailstorm"
         shown = "postgresql://hailstorm:***@127.0.0.1"
     else:
-        url = f"sqlite:///{tmp_path}/no/such/dir/x.db?password={secret}"
+        (tmp_path / "a-file").write_text("not a directory")
+        url = f"sqlite:///{tmp_path}/a-file/x.db?password={secret}"
         shown = "password=***"
     _, _, table = wordcount("down")
     caplog.set_level(logging.WARNING, logger="hailstorm.sinks")

@@ -121,8 +121,10 @@ def test_processor_report_role_must_match_id() -> None:
 def test_snapshot_report_round_trip() -> None:
     s = SnapshotReport("bolt:counts:0", 7, {P0: 3, P1: -1}, "file:///s/7/counts-0.avro")
     assert SnapshotReport.from_json(s.to_json()) == s
+    sink = SnapshotReport("sink:x:0", 1, {P0: 3}, "table:x")  # sinks report committed rounds
+    assert SnapshotReport.from_json(sink.to_json()) == sink
     with pytest.raises(LayoutError):
-        SnapshotReport.from_json(SnapshotReport("sink:x:0", 1, {}, "r").to_json())
+        SnapshotReport.from_json(SnapshotReport("spout:s:t:0", 1, {}, "r").to_json())
 
 
 def test_committed_record_keeps_one_previous() -> None:

@@ -47,6 +47,8 @@ B0, B1 = "bolt:counts:0", "bolt:counts:1"
 K0 = "sink:out:0"
 SPOUTS = {S0: P0, S1: P1}
 BOLTS = (B0, B1)
+SAVERS = (B0, B1, K0)
+"""Every instance that must save a round before it commits: bolts and sinks."""
 EXPECTED = frozenset(expected_processor_ids({"lines": [P0, P1]}, {"counts": 2}, {"out": 1}))
 CONFIG = Config()  # interval 5 s, every timeout 60 s
 T0 = 1000.0
@@ -85,7 +87,9 @@ def with_spouts(
     return out
 
 
-def saved(e: int, clock: Clock, bolts: tuple[str, ...] = BOLTS) -> dict[str, SnapshotReport | None]:
+def saved(
+    e: int, clock: Clock, bolts: tuple[str, ...] = SAVERS
+) -> dict[str, SnapshotReport | None]:
     return {b: SnapshotReport(b, e, dict(clock), f"file:///snap/{b}/{e}") for b in bolts}
 
 
@@ -449,11 +453,22 @@ def test_snapshot_waits_for_every_bolt_with_deadline() -> None:
 def test_snapshot_commits_when_every_bolt_saved_at_exactly_c() -> None:
     d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C), committed=PREV))
     assert d.next_state == Flowing(7, None)
-    refs = {B0: "file:///snap/bolt:counts:0/7", B1: "file:///snap/bolt:counts:1/7"}
+    refs = {B0: "file:///snap/bolt:counts:0/7", B1: "file:///snap/bolt:counts:1/7",
+            K0: "file:///snap/sink:out:0/7"}
     assert d.commits == (CommitClock(7, C, refs),)
     forget = [a for a in d.actions if isinstance(a, ForgetSnapshots)]
     assert forget == [ForgetSnapshots(7, frozenset(refs.values()) | {"r0", "r1"})]
     assert "q0" not in forget[0].keep, "older than the previous committed round: garbage"
+
+
+def test_a_round_waits_for_every_sink_to_commit_through_c() -> None:
+    """Bolts never re-emit what a committed round holds, so sinks must have it first."""
+    d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C, BOLTS), committed=PREV))
+    assert d.next_state is None and not d.commits
+    assert K0 in d.reason
+    late = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C, BOLTS), committed=PREV,
+                            now=T0 + 60))
+    assert isinstance(late.next_state, Initialize) and K0 in late.reason
 
 
 def test_snapshot_first_commit_without_previous_record() -> None:
@@ -511,7 +526,7 @@ def test_snapshot_round_already_committed_is_not_committed_twice() -> None:
 def test_snapshot_timeout_names_the_missing_bolt() -> None:
     d = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C, (B0,)), now=T0 + 60))
     assert d.next_state == Initialize(8) and not d.commits
-    assert d.reason == f"snapshot round 7 abandoned after 60 s: {B1} did not report"
+    assert d.reason == f"snapshot round 7 abandoned after 60 s: {B1}, {K0} did not report"
 
 
 def test_duplicate_views_after_a_commit_do_not_commit_again() -> None:
@@ -728,7 +743,7 @@ class Model:
             assert isinstance(before, Flowing) and before.clock is not None
             assert commit.epoch == before.epoch and commit.clock == before.clock
             # Every expected bolt instance reported a durable snapshot at exactly this clock.
-            bolts = {p for p in (v.expected or ()) if p.startswith("bolt:")}
+            bolts = {p for p in (v.expected or ()) if p.startswith(("bolt:", "sink:"))}
             assert bolts, "this topology has bolts: nothing commits without them"
             assert set(commit.snapshots) == bolts
             for b in bolts:
@@ -774,7 +789,7 @@ class Model:
             case SpoutsPaused(epoch=e) if role == "spout":
                 self.living[pid] = report(pid, ProcessorState.PAUSED, e,
                                           position={SPOUTS[pid]: self.spout_pos[pid]})
-            case Flowing(epoch=e, clock=clock) if role == "bolt" and clock is not None:
+            case Flowing(epoch=e, clock=clock) if role in ("bolt", "sink") and clock is not None:
                 self.snapshots[pid] = SnapshotReport(pid, e, dict(clock), f"ref-{pid}-{e}")
             case _:
                 pass
@@ -839,7 +854,7 @@ states = st.one_of(
 )
 committed_records = st.none() | st.builds(
     CommittedRecord, epoch=st.integers(0, 10), clock=clocks,
-    snapshots=st.dictionaries(st.sampled_from(list(BOLTS)), st.just("r")),
+    snapshots=st.dictionaries(st.sampled_from(list(SAVERS)), st.just("r")),
 )
 views = st.builds(
     View,
