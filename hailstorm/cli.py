@@ -202,7 +202,8 @@ def show(topology_ref: str, dot: bool) -> None:
 )
 @click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address processors listen on for each other's data.")
+              help="Address processors listen on for each other's data; 'auto' listens on "
+              "every interface and advertises each executor's host name (clusters).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @_handle_errors

@@ -137,7 +137,8 @@ class Assignment:
     snapshots: str
     """Root directory of the snapshot store (shared by every executor)."""
     host: str = "127.0.0.1"
-    """Address the data-plane listener binds to and advertises."""
+    """Address the data-plane listener binds to and advertises; ``auto`` binds every
+    interface and advertises the executor's host name (for clusters)."""
     session_timeout: float = 6.0
     register_timeout: float = 60.0
     io_timeout: float = 60.0
@@ -145,6 +146,13 @@ class Assignment:
     log_level: str = "INFO"
     database_url: str = ""
     """Sink tables' database when their Table names none (empty: SQLite, hailstorm.db)."""
+
+
+def listen_address(host: str) -> tuple[str, str]:
+    """(address to bind, address to advertise) for the ``--host`` setting."""
+    if host == "auto":
+        return "0.0.0.0", socket.gethostname()
+    return host, host
 
 
 def run_processor(assignment: Assignment) -> None:
@@ -233,9 +241,10 @@ class _Shell:
 
     def run(self) -> None:
         try:
-            info: dict[str, Any] = {"pid": os.getpid(), "host": self.assignment.host}
+            bind, advertised = listen_address(self.assignment.host)
+            info: dict[str, Any] = {"pid": os.getpid(), "host": advertised}
             if self.listens:
-                self.listener = socket.create_server((self.assignment.host, 0))
+                self.listener = socket.create_server((bind, 0))
                 self.listener.settimeout(0.5)
                 info["port"] = self.listener.getsockname()[1]
                 self._start_thread("accept", self._accept_loop)
