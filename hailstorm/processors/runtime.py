@@ -56,6 +56,7 @@ from typing import Any
 from hailstorm.clock import Clock, Partition, clock_to_json, dominates
 from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.coordination import Coordinator
+from hailstorm.failpoints import failpoint
 from hailstorm.processors import (
     Action,
     Batch,
@@ -786,7 +787,9 @@ class _SinkShell(_Inbound):
             url = table.url or self.assignment.database_url or DEFAULT_DATABASE_URL
             if self.writer is not None:
                 self.writer.close()
-            self.writer = SinkWriter.open(url, table, self.assignment.processor, epoch)
+            # One topology's sink is not another's: progress rows are keyed by both names.
+            sink_id = f"{self.assignment.name}/{self.assignment.processor}"
+            self.writer = SinkWriter.open(url, table, sink_id, epoch)
             self.committed_through = self.writer.view
             log.info("table %s at %s, progress %s", table.name, redact(url),
                      clock_to_json(self.committed_through))
@@ -844,6 +847,7 @@ class _SinkShell(_Inbound):
                     self.committed_through = writer.progress()
                     return
                 self.last_commit = time.monotonic()
+                failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
         else:
             self.committed_through = lwm
         assert self.coord is not None
