@@ -1,0 +1,107 @@
+"""Shared pieces of the benchmarks: a workload, the single-process baseline, JSON output."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from hailstorm import kafka
+
+VOCABULARY = [
+    f"{a}{b}{c}"
+    for a in ("al", "be", "ce", "do", "ek", "fu", "ga", "hi", "io", "ju")
+    for b in ("ta", "ro", "mi", "nu", "xo", "sa", "le", "pi", "qu", "zy")
+    for c in ("", "n", "s")
+]
+
+
+def sample_lines(count: int, seed: int = 11, words: tuple[int, int] = (4, 12)) -> list[str]:
+    """Deterministic text lines of ``words`` words each."""
+    rng = random.Random(seed)
+    vocabulary = VOCABULARY
+    return [" ".join(rng.choices(vocabulary, k=rng.randint(*words))) for _ in range(count)]
+
+
+def produce_lines(bootstrap: str, topic: str, lines: Sequence[str], partitions: int) -> float:
+    """Produce ``lines`` round-robin over ``partitions``; returns the seconds it took."""
+    started = time.perf_counter()
+    kafka.produce(
+        bootstrap, topic, ((i % partitions, None, line.encode()) for i, line in enumerate(lines))
+    )
+    return time.perf_counter() - started
+
+
+def baseline_word_count(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    total: int,
+    words_of: Callable[[str], list[str]],
+    batch: int = 10000,
+) -> tuple[float, Counter[str]]:
+    """The same work without the framework: one process, batch consume, split, Counter.
+
+    Returns (seconds, counts). Reads every partition from offset 0 until ``total`` messages.
+    """
+    consumer = kafka.consumer(bootstrap)
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    counts: Counter[str] = Counter()
+    seen = 0
+    started = time.perf_counter()
+    try:
+        while seen < total:
+            for message in consumer.consume(batch, timeout=1.0):
+                if message.error() is not None:
+                    continue
+                value = message.value()
+                seen += 1
+                if value is not None:
+                    counts.update(words_of(value.decode()))
+    finally:
+        consumer.close()
+    return time.perf_counter() - started, counts
+
+
+def report(name: str, figures: dict[str, Any], summary: str) -> None:
+    """One JSON line of figures, then a human summary."""
+    print(json.dumps({"bench": name, **figures}, sort_keys=True))
+    print(summary)
+
+
+@contextlib.contextmanager
+def embedded_stack(prefix: str = "hailstorm-bench-") -> Iterator[dict[str, str]]:
+    """A DevStack of its own in a temporary directory; its ``HAILSTORM_*`` variables.
+
+    Brought down (every process stopped by pid) and removed afterwards.
+    """
+    from hailstorm.devstack import DevStack
+
+    state_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(state_dir, 0o755)  # the 'postgres' user must reach its data directory
+    stack = DevStack(state_dir, startup_timeout=90)
+    try:
+        yield stack.up().env()
+    finally:
+        stack.down()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }

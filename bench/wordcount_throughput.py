@@ -1,0 +1,135 @@
+"""Word count throughput: hailstorm end to end against a single-process baseline.
+
+    .venv/bin/python bench/wordcount_throughput.py [--lines 500000] [--snapshot-interval 1]
+
+Starts an embedded stack of its own (brought down afterwards), then:
+
+* hailstorm: starts ``topologies/wordcount.py`` (one negotiator, the driver on Spark
+  ``local[N]``) on the empty topic ``words`` (4 partitions), waits until it is Flowing, then
+  produces N lines and measures lines/s from the first produced message until the committed
+  clock covers every offset (and until the bolts had saved the snapshot of that round, from
+  the ZooKeeper mtime of their snapshot reports); the committed state must equal the
+  baseline's Counter;
+* baseline (always, in the same run, after the topology was stopped): one process,
+  confluent-kafka batch consume, the topology's own ``words_of``, ``collections.Counter``.
+
+Prints one JSON line of figures and a human summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import baseline_word_count, embedded_stack, machine, report, sample_lines  # noqa: E402
+
+from hailstorm import kafka  # noqa: E402
+from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
+from negotiator.layout import CommittedRecord, SnapshotReport  # noqa: E402
+from topologies.wordcount import words_of  # noqa: E402
+
+TOPIC = "words"
+PARTITIONS = 4
+
+
+def bolts_saved_after(run: TopologyRun, committed: CommittedRecord,
+                      started_wall: float) -> float | None:
+    """Seconds until the last bolt instance reported its snapshot of the committed round.
+
+    From the ZooKeeper mtime of each ``snapshots/counts/<i>`` report; None when a report
+    was already replaced by a later round's.
+    """
+    latest = 0.0
+    for i in range(2):
+        data, stat = run.zk.get(run.paths.snapshot_node(f"bolt:counts:{i}"))
+        if SnapshotReport.from_json(data).epoch != committed.epoch:
+            return None
+        latest = max(latest, stat.mtime / 1000)
+    return latest - started_wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lines", type=int, default=500_000)
+    parser.add_argument("--snapshot-interval", type=float, default=1.0)
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="Bound on waiting for the commit (s).")
+    args = parser.parse_args(argv)
+
+    lines = sample_lines(args.lines)
+    values = [line.encode() for line in lines]
+    words = sum(len(words_of(line)) for line in lines)
+    with embedded_stack() as env:
+        stack = StackAddresses.from_env(env)
+        kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
+        partitions = kafka.partitions_of(stack.kafka, TOPIC)
+        logs = Path(tempfile.mkdtemp(prefix="hailstorm-bench-logs-"))
+        with TopologyRun(stack, REPO / "topologies" / "wordcount.py", log_dir=logs,
+                         negotiators=1, snapshot_interval=args.snapshot_interval,
+                         timeout=60) as run:
+            run.start()
+            run.wait_flowing(300)
+            produced = Produced(TOPIC)
+            started_wall = time.time()
+            started = time.monotonic()
+            produce(stack.kafka, produced, values, partitions)
+            produce_s = time.monotonic() - started
+            target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
+            clock_s: float | None = None
+
+            def committed_or_clock() -> object:
+                nonlocal clock_s
+                master = run.master()
+                clock = getattr(master.state, "clock", None) if master else None
+                if clock_s is None and clock is not None and all(
+                        clock.get(p, -1) >= o for p, o in target.items()):
+                    clock_s = time.monotonic() - started
+                return run.covers(target)
+
+            committed = wait_for("a commit covering every offset", committed_or_clock,
+                                 args.timeout, run.alive, poll=0.05)
+            committed_s = time.monotonic() - started
+            saved_s = bolts_saved_after(run, committed, started_wall)
+            state = run.committed_bolt_states(committed)["counts"].merged
+            run.stop()
+        baseline_s, counts = baseline_word_count(stack.kafka, TOPIC, PARTITIONS, args.lines,
+                                                 words_of)
+    if dict(counts) != state:
+        print(f"MISMATCH: hailstorm committed {sum(state.values())} words, baseline counted "
+              f"{sum(counts.values())}", file=sys.stderr)
+        return 1
+    hailstorm_rate = args.lines / committed_s
+    baseline_rate = args.lines / baseline_s
+    figures = {
+        "lines": args.lines, "words": words, "partitions": PARTITIONS,
+        "bolt_instances": 2, "snapshot_interval_s": args.snapshot_interval,
+        "produce_s": round(produce_s, 2),
+        "hailstorm_committed_s": round(committed_s, 2),
+        "hailstorm_snapshot_clock_s": None if clock_s is None else round(clock_s, 2),
+        "hailstorm_bolts_saved_s": None if saved_s is None else round(saved_s, 2),
+        "hailstorm_lines_per_s": round(hailstorm_rate),
+        "baseline_s": round(baseline_s, 2), "baseline_lines_per_s": round(baseline_rate),
+        "ratio_hailstorm_to_baseline": round(hailstorm_rate / baseline_rate, 3),
+        "result_equal": True, **machine(),
+    }
+    report("wordcount_throughput", figures, (
+        f"{args.lines} lines ({words} words), {PARTITIONS} partitions, snapshot every "
+        f"{args.snapshot_interval} s, {figures['cores']} cores\n"
+        f"  hailstorm: {hailstorm_rate:,.0f} lines/s end to end (committed after "
+        f"{committed_s:.1f} s; bolts had saved it after "
+        f"{'?' if saved_s is None else round(saved_s, 1)} s; producing took "
+        f"{produce_s:.1f} s)\n"
+        f"  baseline:  {baseline_rate:,.0f} lines/s (one process, Counter, {baseline_s:.1f} s)\n"
+        f"  ratio:     {hailstorm_rate / baseline_rate:.2f}; committed state == baseline Counter"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,969 @@
+"""The kill-test harness: run a topology for real, hurt it, and check it against the model.
+
+A :class:`TopologyRun` deploys one topology on a running stack (ZooKeeper, Kafka, a snapshot
+directory): ``negotiators`` negotiator subprocesses (one leads, the others stand by) and the
+driver subprocess (``python -m hailstorm run``), logs in ``log_dir``. Every process it
+started is stopped by pid on exit, also when the body raised; the Spark Python workers the
+driver forked are found through the pids processors report in ZooKeeper.
+
+Workloads are produced with :func:`produce` or a :class:`BackgroundProducer`; both record
+exactly what was written (:class:`Produced`: partition -> ``[(offset, value)]``), so
+:func:`hailstorm.model.run_model` can be fed the very same messages.
+
+Faults:
+
+* :meth:`TopologyRun.kill_processor` - SIGKILL the Spark Python worker of a processor;
+* :meth:`TopologyRun.kill_negotiator_leader` - SIGKILL the leading negotiator (read from the
+  master record); a fresh negotiator is started so a standby is there for the next one;
+* :meth:`TopologyRun.expire_zk_session` - SIGSTOP a processor until ZooKeeper expired its
+  session (its ephemeral ``living`` node is gone, which the server only does after the
+  session timeout), then SIGCONT: the processor wakes up with a dead session, as after a
+  long GC pause or a network partition.
+
+:class:`ChaosSchedule` plans seeded faults, :meth:`TopologyRun.apply` runs one and measures
+the recovery (time until a master written after the fault is ``Flowing`` again and until a
+commit passes the position the topology had reached before it), and
+:func:`compare_with_model` names lost, duplicated and wrong values. :func:`run_chaos` ties it
+all together into a :class:`ChaosReport` (text or JSON), as ``hailstorm chaos`` prints it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from hailstorm import kafka
+from hailstorm.clock import Partition
+from hailstorm.devstack import pid_alive, stop_pid
+from hailstorm.model import Message, ModelResult, run_model
+from hailstorm.snapshots import DirectorySnapshotStore
+from hailstorm.topology import Table, Topology, load_topology
+from negotiator.layout import CommittedRecord, MasterRecord, ProcessorReport, TopologyPaths
+
+__all__ = [
+    "WORKLOADS",
+    "BackgroundProducer",
+    "BoltStates",
+    "ChaosReport",
+    "ChaosSchedule",
+    "Comparison",
+    "Difference",
+    "Fault",
+    "FaultKind",
+    "HarnessError",
+    "PlannedFault",
+    "Produced",
+    "Recovery",
+    "StackAddresses",
+    "TopologyRun",
+    "compare_with_model",
+    "produce",
+    "run_chaos",
+    "wait_for",
+    "wordcount_lines",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+FaultKind = Literal["processor", "negotiator", "zk-session"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session")
+
+
+class HarnessError(AssertionError):
+    """A bounded wait timed out, or a process the harness started died unexpectedly."""
+
+
+def wait_for(what: str, predicate: Callable[[], Any], timeout: float,
+             alive: Callable[[], None] = lambda: None, poll: float = 0.2) -> Any:
+    """Poll ``predicate`` until truthy and return its value; ``alive`` raises on a death."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive()
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise HarnessError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(poll)
+
+
+# ------------------------------------------------------------------------------ workload
+
+
+@dataclass(frozen=True)
+class StackAddresses:
+    """Where the stack is: ZooKeeper hosts, Kafka bootstrap, snapshot directory."""
+
+    zk: str
+    kafka: str
+    snapshots: Path
+    database: str | None = None
+    """The stack's sink database (runs use a private SQLite file unless told otherwise)."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StackAddresses:
+        """From ``HAILSTORM_ZK``, ``HAILSTORM_KAFKA``, ``HAILSTORM_SNAPSHOTS`` (and
+        ``HAILSTORM_DATABASE_URL``)."""
+        return cls(env["HAILSTORM_ZK"], env["HAILSTORM_KAFKA"], Path(env["HAILSTORM_SNAPSHOTS"]),
+                   env.get("HAILSTORM_DATABASE_URL"))
+
+
+@dataclass
+class Produced:
+    """Exactly what was written to one topic: partition -> ``[(offset, value)]``."""
+
+    topic: str
+    messages: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, partition: int, offset: int, value: bytes) -> None:
+        with self._lock:
+            self.messages.setdefault(partition, []).append((offset, value))
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self.messages.values())
+
+    def last_offsets(self) -> dict[int, int]:
+        """The highest offset written to each partition."""
+        with self._lock:
+            return {p: max(o for o, _ in v) for p, v in self.messages.items() if v}
+
+    def fill_before(self, bootstrap: str, clock: Mapping[Partition, int] | None = None) -> int:
+        """Add what the topic held before this run's first message, so the model sees it.
+
+        Reads each partition from offset 0 up to just before the first offset recorded
+        (exact, unlike the dev broker's watermarks); a partition of ``clock`` with nothing
+        recorded is read up to its clock. Returns how many messages were added.
+        """
+        with self._lock:
+            bounds = {p: min(o for o, _ in v) - 1 for p, v in self.messages.items() if v}
+        for (topic, p), last in (clock or {}).items():
+            if topic == self.topic and p not in bounds:
+                bounds[p] = last
+        added = 0
+        for p, end in sorted(bounds.items()):
+            for record in kafka.read_range(bootstrap, self.topic, p, 0, end, timeout=60):
+                self.add(p, record.offset, record.value if record.value is not None else b"")
+                added += 1
+        return added
+
+    def model_messages(self) -> list[Message]:
+        """The messages in partition, offset order, for :func:`run_model`."""
+        with self._lock:
+            return [Message(self.topic, p, o, value)
+                    for p in sorted(self.messages)
+                    for o, value in sorted(self.messages[p], key=lambda e: e[0])]
+
+
+def produce(bootstrap: str, produced: Produced, values: Iterable[bytes],
+            partitions: Sequence[int]) -> dict[int, int]:
+    """Produce ``values`` round-robin over ``partitions``, recording each acknowledged one.
+
+    Returns the last offsets written per partition by this call.
+    """
+    last: dict[int, int] = {}
+    errors: list[Any] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+            return
+        produced.add(msg.partition(), msg.offset(), msg.value())
+        last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
+
+    out = kafka.producer(bootstrap)
+    for i, value in enumerate(values):
+        while True:
+            try:
+                out.produce(produced.topic, value=value, partition=partitions[i % len(partitions)],
+                            on_delivery=delivered)
+                break
+            except BufferError:
+                out.poll(0.1)
+        if i % 5000 == 0:
+            out.poll(0)
+    remaining = out.flush(60)
+    if remaining or errors:
+        raise HarnessError(f"{remaining} messages not delivered; errors: {errors[:3]}")
+    return last
+
+
+class BackgroundProducer:
+    """Produce a bounded list of values at a bounded rate on a thread (context manager)."""
+
+    def __init__(self, bootstrap: str, produced: Produced, values: Sequence[bytes],
+                 partitions: Sequence[int], rate: float, chunk: int = 500) -> None:
+        self.bootstrap = bootstrap
+        self.produced = produced
+        self.values = values
+        self.partitions = list(partitions)
+        self.rate = rate
+        self.chunk = chunk
+        self.sent = 0
+        self.error: BaseException | None = None
+        self.started_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.started_at = time.monotonic()
+            for start in range(0, len(self.values), self.chunk):
+                if self._stop.is_set():
+                    return
+                chunk = self.values[start:start + self.chunk]
+                # Keep round-robin continuity across chunks.
+                shift = start % len(self.partitions)
+                produce(self.bootstrap, self.produced, chunk,
+                        self.partitions[shift:] + self.partitions[:shift])
+                self.sent = start + len(chunk)
+                ahead = self.started_at + self.sent / self.rate - time.monotonic()
+                if ahead > 0:
+                    self._stop.wait(ahead)
+        except BaseException as exc:  # reported by join()
+            self.error = exc
+
+    def start(self) -> BackgroundProducer:
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float) -> None:
+        """Wait until everything was produced; raise the producer's error if it had one."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise HarnessError(f"producer still running after {timeout:.0f} s "
+                               f"({self.sent}/{len(self.values)} sent)")
+        if self.error is not None:
+            raise HarnessError(f"producer failed: {self.error!r}")
+
+    def __enter__(self) -> BackgroundProducer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+
+WORDCOUNT_VOCABULARY = [f"{a}{b}" for a in ("al", "be", "ce", "do", "ek", "fu", "ga", "hi")
+                        for b in ("ta", "ro", "mi", "nu", "xo", "sa", "le", "pi", "qu", "zy")]
+
+
+def wordcount_lines(count: int, seed: int) -> list[bytes]:
+    """``count`` seeded text lines of 0..9 words (with punctuation and digits)."""
+    rng = random.Random(seed)
+    return [(" ".join(rng.choice(WORDCOUNT_VOCABULARY) for _ in range(rng.randint(0, 9)))
+             + rng.choice(["", ".", "!", " 42"])).encode() for _ in range(count)]
+
+
+WORKLOADS: dict[str, Callable[[int, int], list[bytes]]] = {"wordcount": wordcount_lines}
+"""Workload generators by topology name: ``generate(count, seed) -> message values``."""
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+@dataclass(frozen=True)
+class BoltStates:
+    """One bolt's committed state: per instance and merged, with the round's clock."""
+
+    bolt: str
+    clock: dict[Partition, int]
+    instances: list[Any]
+    merged: Any
+    instance_clocks: list[dict[Partition, int]]
+
+
+@dataclass
+class Fault:
+    """One fault the harness injected."""
+
+    kind: FaultKind
+    target: str
+    """Processor id, or negotiator label."""
+    pid: int
+    at: float
+    """``time.time()`` when it was injected."""
+    epoch: int
+    """The master's epoch just before."""
+    position: dict[str, int]
+    """The furthest position the topology had reached before (``"topic:p" -> offset``)."""
+
+
+@dataclass
+class Recovery:
+    """How long the topology took to recover from one fault (None: did not within bounds)."""
+
+    fault: Fault
+    flowing_after: float | None
+    committed_after: float | None
+
+
+def _clock_key(partition: Partition) -> str:
+    return f"{partition[0]}:{partition[1]}"
+
+
+class TopologyRun:
+    """Negotiators and driver of one topology deployment (context manager)."""
+
+    def __init__(
+        self,
+        stack: StackAddresses,
+        topology_ref: str | Path,
+        *,
+        name: str | None = None,
+        log_dir: Path,
+        negotiators: int = 2,
+        snapshot_interval: float = 1.0,
+        timeout: float = 30.0,
+        negotiator_session_timeout: float = 4.0,
+        processor_session_timeout: float = 6.0,
+        database: str | None = None,
+    ) -> None:
+        self.stack = stack
+        self.topology_ref = str(topology_ref)
+        self.topology: Topology = load_topology(self.topology_ref)
+        self.name = name or f"{self.topology.name}_{uuid.uuid4().hex[:8]}"
+        self.log_dir = log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.negotiator_count = negotiators
+        self.snapshot_interval = snapshot_interval
+        self.timeout = timeout
+        self.negotiator_session_timeout = negotiator_session_timeout
+        self.processor_session_timeout = processor_session_timeout
+        self.paths = TopologyPaths(self.name)
+        self.database = database or f"sqlite:///{(log_dir / 'sinks.sqlite').resolve()}"
+        """Database of sink tables that name none: by default a SQLite file of this run
+        only, so runs of one topology never share (and collide in) a table."""
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.killed: set[str] = set()
+        self.processor_pids: set[int] = set()
+        self._stopped_pids: set[int] = set()
+        self._negotiators_started = 0
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            PYSPARK_PYTHON=sys.executable, HAILSTORM_ZK=stack.zk,
+            HAILSTORM_KAFKA=stack.kafka, HAILSTORM_SNAPSHOTS=str(stack.snapshots),
+            HAILSTORM_DATABASE_URL=self.database)
+        self.zk = KazooClient(hosts=stack.zk)
+        self.zk.start(timeout=20)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> TopologyRun:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def spawn(self, label: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
+        """Start ``python ARGS`` with output in ``log_dir/LABEL.log``."""
+        with (self.log_dir / f"{label}.log").open("ab") as out:
+            proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=self.env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        self.procs[label] = proc
+        return proc
+
+    def _spawn_negotiator(self) -> None:
+        label = f"negotiator-{self._negotiators_started}"
+        self._negotiators_started += 1
+        self.spawn(label, ["-m", "negotiator", self.topology_ref, "--name", self.name,
+                           "--id", label, "--snapshot-interval", str(self.snapshot_interval),
+                           "--timeout", str(self.timeout),
+                           "--session-timeout", str(self.negotiator_session_timeout)])
+
+    def start(self) -> TopologyRun:
+        """Start the negotiators, then the driver."""
+        for _ in range(self.negotiator_count):
+            self._spawn_negotiator()
+        self.spawn("driver", ["-m", "hailstorm", "run", self.topology_ref, "--name", self.name])
+        return self
+
+    def alive(self) -> None:
+        """Raise when the driver died, or no negotiator the harness did not kill is left."""
+        for label, proc in self.procs.items():
+            if label not in self.killed and proc.poll() is not None:
+                raise HarnessError(f"{label} exited with {proc.returncode}:\n"
+                                   f"{self.log(label)[-3000:]}")
+
+    def log(self, label: str) -> str:
+        path = self.log_dir / f"{label}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs(self) -> dict[str, str]:
+        return {label: self.log(label) for label in self.procs}
+
+    def stop(self) -> None:
+        """Stop the driver and negotiators (SIGTERM, then SIGKILL), then leftover workers."""
+        with contextlib.suppress(Exception):
+            self.processors()
+        for label in ["driver", *[n for n in self.procs if n != "driver"]]:
+            proc = self.procs.get(label)
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(pid_alive(p) for p in self.processor_pids):
+            time.sleep(0.2)
+        for pid in self.processor_pids:  # Spark workers we started through the driver
+            if pid in self._stopped_pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            if pid_alive(pid):
+                stop_pid(pid, None, sig=signal.SIGKILL, timeout=5)
+        with contextlib.suppress(Exception):
+            self.zk.stop()
+            self.zk.close()
+
+    # -- ZooKeeper views ------------------------------------------------------------------
+
+    def master(self) -> MasterRecord | None:
+        try:
+            return MasterRecord.from_json(self.zk.get(self.paths.master)[0])
+        except NoNodeError:
+            return None
+
+    def committed(self) -> CommittedRecord | None:
+        try:
+            return CommittedRecord.from_json(self.zk.get(self.paths.committed)[0])
+        except NoNodeError:
+            return None
+
+    def processors(self) -> dict[str, ProcessorReport]:
+        """The living processors' reports (``info["pid"]`` is the worker's pid)."""
+        result: dict[str, ProcessorReport] = {}
+        try:
+            children = self.zk.get_children(self.paths.living)
+        except NoNodeError:
+            return result
+        for child in children:
+            try:
+                report = ProcessorReport.from_json(self.zk.get(f"{self.paths.living}/{child}")[0])
+            except NoNodeError:
+                continue
+            result[child] = report
+            if "pid" in report.info:
+                self.processor_pids.add(int(report.info["pid"]))
+        return result
+
+    def expected_count(self) -> int:
+        """How many processors the deployment has (without asking the driver)."""
+        spouts = sum(len(kafka.partitions_of(self.stack.kafka, s.topic))
+                     for s in self.topology.spouts)
+        return spouts + sum(b.parallelism for b in self.topology.bolts) + len(self.topology.sinks)
+
+    def flowing(self) -> MasterRecord | None:
+        master = self.master()
+        return master if master is not None and master.state.__class__.__name__ == "Flowing" \
+            else None
+
+    def wait_flowing(self, timeout: float = 240) -> MasterRecord:
+        """Until the master is ``Flowing`` (the topology started or recovered)."""
+        result: MasterRecord = wait_for("the master to be Flowing", self.flowing, timeout,
+                                        self.alive)
+        return result
+
+    def covers(self, target: Mapping[Partition, int]) -> CommittedRecord | None:
+        """The committed record if its clock includes every ``target`` offset."""
+        committed = self.committed()
+        if committed is None:
+            return None
+        if all(committed.clock.get(p, -1) >= o for p, o in target.items()):
+            return committed
+        return None
+
+    def wait_committed(self, covering: Mapping[Partition, int],
+                       timeout: float = 240) -> CommittedRecord:
+        """Until a committed round includes every offset of ``covering``."""
+        result: CommittedRecord = wait_for(
+            f"a commit covering {dict(covering)}", lambda: self.covers(covering), timeout,
+            self.alive)
+        return result
+
+    def committed_bolt_states(self, committed: CommittedRecord | None = None
+                              ) -> dict[str, BoltStates]:
+        """Every bolt's committed state, read from the committed round's snapshots."""
+        committed = committed or self.committed()
+        if committed is None:
+            raise HarnessError("nothing committed yet")
+        store = DirectorySnapshotStore(self.stack.snapshots)
+        result = {}
+        for bolt in self.topology.bolts:
+            instances, clocks = [], []
+            for i in range(bolt.parallelism):
+                ref = committed.snapshot_for(f"bolt:{bolt.name}:{i}")
+                if ref is None:
+                    raise HarnessError(f"committed round {committed.epoch} has no snapshot "
+                                       f"of bolt:{bolt.name}:{i}")
+                clock, state = store.load(ref, bolt.state)
+                instances.append(state)
+                clocks.append(dict(clock))
+            merged = instances[0] if len(instances) == 1 else bolt.state.combine_all(instances)
+            result[bolt.name] = BoltStates(bolt.name, dict(committed.clock), instances, merged,
+                                           clocks)
+        return result
+
+    def sink_tables(self) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
+        """The content of every keyed (upsert/merge) sink table: key tuple -> row.
+
+        Same shape as :meth:`hailstorm.model.ModelResult.table`; append tables are skipped.
+        """
+        from hailstorm.sinks.db import Database
+
+        result: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
+        for sink in self.topology.sinks:
+            target = sink.target
+            if not isinstance(target, Table) or target.mode == "append":
+                continue
+            db = Database(target.url or self.database)
+            try:
+                columns = list(target.column_names)
+                quoted = ", ".join(db.dialect.quote(c) for c in columns)
+                with db.transaction() as tx:
+                    rows = tx.execute(f"SELECT {quoted} FROM {db.dialect.quote(target.name)}")
+            finally:
+                db.close()
+            table = {}
+            for values in rows:
+                row = dict(zip(columns, values, strict=True))
+                table[target.key_of(row)] = row
+            result[sink.name] = table
+        return result
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def position(self) -> dict[str, int]:
+        """The furthest offsets known: committed clock, master clock, spout positions."""
+        best: dict[str, int] = {}
+
+        def merge(clock: Mapping[Partition, int] | None) -> None:
+            for p, o in (clock or {}).items():
+                best[_clock_key(p)] = max(best.get(_clock_key(p), -1), o)
+
+        committed = self.committed()
+        merge(committed.clock if committed else None)
+        master = self.master()
+        merge(getattr(master.state, "clock", None) if master else None)
+        for report in self.processors().values():
+            merge(report.position)
+        return best
+
+    def _fault(self, kind: FaultKind, target: str, pid: int) -> Fault:
+        master = self.master()
+        return Fault(kind, target, pid, time.time(), master.state.epoch if master else 0,
+                     self.position())
+
+    def _pick_processor(self, role: str | None, rng: random.Random | None,
+                        pid: int | None) -> tuple[str, int]:
+        reports = self.processors()
+        if pid is not None:
+            for ident, report in reports.items():
+                if int(report.info.get("pid", -1)) == pid:
+                    return ident, pid
+            return f"pid {pid}", pid
+        roles = (role,) if role else ("spout", "bolt")
+        candidates = sorted(
+            (ident, int(r.info["pid"])) for ident, r in reports.items()
+            if ident.split(":", 1)[0] in roles and "pid" in r.info
+            and pid_alive(int(r.info["pid"])))
+        if not candidates:
+            raise HarnessError(f"no living {'/'.join(roles)} processor to hurt")
+        return (rng or random.Random()).choice(candidates)
+
+    def kill_processor(self, pid: int | None = None, role: str | None = None,
+                       rng: random.Random | None = None) -> Fault:
+        """SIGKILL a processor's Spark Python worker: ``pid``, or one of ``role`` at random."""
+        ident, victim = self._pick_processor(role, rng, pid)
+        fault = self._fault("processor", ident, victim)
+        os.kill(victim, signal.SIGKILL)
+        return fault
+
+    def leader(self) -> str | None:
+        """The label of the leading negotiator, from the master record."""
+        master = self.master()
+        return master.leader if master is not None and master.leader in self.procs else None
+
+    def kill_negotiator_leader(self) -> Fault:
+        """SIGKILL the leading negotiator and start a new one (the next standby)."""
+        label = wait_for("a negotiator of ours to lead", self.leader, 60, self.alive)
+        proc = self.procs[label]
+        fault = self._fault("negotiator", label, proc.pid)
+        self.killed.add(label)
+        proc.kill()
+        proc.wait(10)
+        self._spawn_negotiator()
+        return fault
+
+    def expire_zk_session(self, processor: str | None = None,
+                          rng: random.Random | None = None, timeout: float = 60) -> Fault:
+        """Make a processor's ZooKeeper session expire for real.
+
+        SIGSTOP its worker so it cannot heartbeat, wait until the server expired the session
+        (the ephemeral ``living`` node is gone, or owned by another session), then SIGCONT:
+        the processor finds its session lost and ends, and the topology recovers.
+        """
+        reports = self.processors()
+        if processor is None:
+            ident, victim = self._pick_processor(None, rng, None)
+        else:
+            ident, victim = processor, int(reports[processor].info["pid"])
+        node = self.paths.living_node(ident)
+        owner = self.zk.exists(node)
+        fault = self._fault("zk-session", ident, victim)
+        os.kill(victim, signal.SIGSTOP)
+        self._stopped_pids.add(victim)
+        try:
+            def expired() -> bool:
+                stat = self.zk.exists(node)
+                return stat is None or owner is None or stat.ephemeralOwner != owner.ephemeralOwner
+            wait_for(f"the session of {ident} to expire", expired, timeout, poll=0.25)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+            self._stopped_pids.discard(victim)
+        return fault
+
+    def inject(self, kind: FaultKind, rng: random.Random) -> Fault:
+        """One fault of ``kind`` (processor: a random spout or bolt)."""
+        if kind == "processor":
+            return self.kill_processor(rng=rng)
+        if kind == "negotiator":
+            return self.kill_negotiator_leader()
+        return self.expire_zk_session(rng=rng)
+
+    def measure_recovery(self, fault: Fault, timeout: float = 180) -> Recovery:
+        """Seconds from ``fault`` until a newer master is Flowing, and a commit passed it."""
+        recovery = Recovery(fault, None, None)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and recovery.committed_after is None:
+            self.alive()
+            now = time.time()
+            master = self.master()
+            if (recovery.flowing_after is None and master is not None
+                    and master.entered_at >= fault.at
+                    and master.state.__class__.__name__ == "Flowing"
+                    and (fault.kind == "negotiator" or master.state.epoch > fault.epoch)):
+                recovery.flowing_after = now - fault.at
+            committed = self.committed()
+            if (recovery.flowing_after is not None and committed is not None
+                    and committed.committed_at >= fault.at
+                    and all(committed.clock.get((t, int(p)), -1) >= o
+                            for key, o in fault.position.items()
+                            for t, p in [key.rsplit(":", 1)])):
+                recovery.committed_after = now - fault.at
+            time.sleep(0.1)
+        return recovery
+
+
+# ------------------------------------------------------------------------------ chaos
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    kind: FaultKind
+    delay: float
+    """Seconds to wait (after the previous recovery) before injecting it."""
+
+
+@dataclass(frozen=True)
+class ChaosSchedule:
+    """A seeded plan of ``count`` faults of ``kinds``, spaced ``spacing`` s apart (+ jitter).
+
+    Every kind is used at least once when ``count >= len(kinds)``; the rest are drawn at
+    random. Faults are applied one after another, each after the previous recovery.
+    """
+
+    kinds: tuple[FaultKind, ...] = FAULT_KINDS
+    count: int = 3
+    spacing: float = 2.0
+    seed: int = 0
+
+    def plan(self) -> list[PlannedFault]:
+        rng = random.Random(self.seed)
+        kinds = list(self.kinds[:self.count])
+        kinds += [rng.choice(self.kinds) for _ in range(self.count - len(kinds))]
+        rng.shuffle(kinds)
+        return [PlannedFault(k, self.spacing * (0.5 + rng.random())) for k in kinds]
+
+    def rng(self) -> random.Random:
+        """The generator victims are drawn from (independent of the plan)."""
+        return random.Random(self.seed * 7919 + 1)
+
+
+@dataclass(frozen=True)
+class Difference:
+    node: str
+    """The bolt or sink."""
+    key: Any
+    expected: Any
+    actual: Any
+    kind: Literal["lost", "duplicated", "wrong"]
+
+
+@dataclass
+class Comparison:
+    """Committed states against the model: totals and the first differences."""
+
+    lost: int = 0
+    """Missing units of count (per_key(Count)-like states), or missing keys otherwise."""
+    duplicated: int = 0
+    wrong: int = 0
+    differences: list[Difference] = field(default_factory=list)
+    instance_mismatches: list[str] = field(default_factory=list)
+    keys_compared: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.wrong or self.instance_mismatches)
+
+    def first(self, n: int = 5) -> list[Difference]:
+        return self.differences[:n]
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def compare_with_model(
+    model: ModelResult,
+    states: Mapping[str, BoltStates],
+    tables: Mapping[str, Mapping[tuple[Any, ...], Mapping[str, Any]]] | None = None,
+    limit: int = 20,
+) -> Comparison:
+    """Lost, duplicated and wrong values of every bolt's committed state vs the model.
+
+    For integer values (``per_key(Count())``-like): a key whose count is lower than the
+    model's lost the difference, a higher one was double-counted; a key only the model has
+    is lost, one only the runtime has is duplicated. Any other difference is wrong.
+    Per-instance states must equal the model's per-instance states too.
+
+    ``tables`` (sink name -> key -> row, as :meth:`TopologyRun.sink_tables` reads them) are
+    compared with :meth:`ModelResult.table`: a missing row is lost, an extra one
+    duplicated, a different one wrong.
+    """
+    result = Comparison()
+
+    def note(d: Difference) -> None:
+        if len(result.differences) < limit:
+            result.differences.append(d)
+
+    for bolt in model.topology.bolts:
+        name = bolt.name
+        expected = model.bolt_state(name)
+        if name not in states:
+            result.wrong += 1
+            note(Difference(name, None, "a committed state", None, "wrong"))
+            continue
+        actual = states[name].merged
+        for i, (want, got) in enumerate(zip(model.instance_states(name),
+                                            states[name].instances, strict=False)):
+            if want != got:
+                result.instance_mismatches.append(f"{name}:{i}")
+        if isinstance(expected, dict) and isinstance(actual, dict):
+            keys = sorted(set(expected) | set(actual), key=repr)
+            result.keys_compared += len(keys)
+            for key in keys:
+                want, got = expected.get(key), actual.get(key)
+                if want == got:
+                    continue
+                if (want is None or _is_count(want)) and (got is None or _is_count(got)):
+                    delta = (got or 0) - (want or 0)
+                    if delta < 0:
+                        result.lost += -delta
+                        note(Difference(name, key, want, got, "lost"))
+                    else:
+                        result.duplicated += delta
+                        note(Difference(name, key, want, got, "duplicated"))
+                else:
+                    result.wrong += 1
+                    note(Difference(name, key, want, got, "wrong"))
+        else:
+            result.keys_compared += 1
+            if expected != actual:
+                if _is_count(expected) and _is_count(actual):
+                    if actual < expected:
+                        result.lost += expected - actual
+                        note(Difference(name, None, expected, actual, "lost"))
+                    else:
+                        result.duplicated += actual - expected
+                        note(Difference(name, None, expected, actual, "duplicated"))
+                else:
+                    result.wrong += 1
+                    note(Difference(name, None, expected, actual, "wrong"))
+    for sink, table in (tables or {}).items():
+        want_rows = model.table(sink)
+        keys = sorted(set(want_rows) | set(table), key=repr)
+        result.keys_compared += len(keys)
+        for key in keys:
+            want_row, got_row = want_rows.get(key), table.get(key)
+            if want_row is not None and got_row is not None and dict(want_row) == dict(got_row):
+                continue
+            if got_row is None:
+                result.lost += 1
+                note(Difference(sink, key, want_row, None, "lost"))
+            elif want_row is None:
+                result.duplicated += 1
+                note(Difference(sink, key, None, got_row, "duplicated"))
+            else:
+                result.wrong += 1
+                note(Difference(sink, key, want_row, got_row, "wrong"))
+    return result
+
+
+@dataclass
+class ChaosReport:
+    """What a chaos run did and found."""
+
+    topology: str
+    messages: int
+    partitions: int
+    seed: int
+    faults: list[Recovery]
+    comparison: Comparison
+    committed_epoch: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.comparison.ok and all(r.committed_after is not None for r in self.faults)
+
+    def faults_by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.faults:
+            counts[r.fault.kind] = counts.get(r.fault.kind, 0) + 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.comparison
+        return {
+            "topology": self.topology, "messages": self.messages,
+            "partitions": self.partitions, "seed": self.seed, "ok": self.ok,
+            "seconds": round(self.seconds, 2), "committed_epoch": self.committed_epoch,
+            "faults_by_kind": self.faults_by_kind(),
+            "recoveries": [
+                {"kind": r.fault.kind, "target": r.fault.target, "pid": r.fault.pid,
+                 "epoch": r.fault.epoch,
+                 "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
+                 "committed_after": None if r.committed_after is None
+                 else round(r.committed_after, 2)}
+                for r in self.faults],
+            "lost": c.lost, "duplicated": c.duplicated, "wrong": c.wrong,
+            "instance_mismatches": c.instance_mismatches, "keys_compared": c.keys_compared,
+            "differences": [{**asdict(d), "key": repr(d.key), "expected": repr(d.expected),
+                             "actual": repr(d.actual)} for d in c.first(10)],
+            "notes": self.notes,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def to_text(self) -> str:
+        c = self.comparison
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.faults_by_kind().items())) or "none"
+        lines = [
+            f"topology {self.topology}: {self.messages} messages over {self.partitions} "
+            f"partitions, seed {self.seed}, {self.seconds:.1f} s",
+            f"faults: {len(self.faults)} ({kinds})",
+        ]
+        for r in self.faults:
+            flowing = "never" if r.flowing_after is None else f"{r.flowing_after:.1f} s"
+            committed = "never" if r.committed_after is None else f"{r.committed_after:.1f} s"
+            lines.append(f"  {r.fault.kind:<10} {r.fault.target} (pid {r.fault.pid}, "
+                         f"epoch {r.fault.epoch}): Flowing after {flowing}, "
+                         f"committed past it after {committed}")
+        lines.append(f"final committed round: epoch {self.committed_epoch}; "
+                     f"{c.keys_compared} keys and rows compared (bolt states and sink tables)")
+        lines.append(f"result: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"
+                     + (f", instances differing: {', '.join(c.instance_mismatches)}"
+                        if c.instance_mismatches else ""))
+        for d in c.first(5):
+            lines.append(f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, "
+                         f"committed {d.actual!r}")
+        lines.extend(self.notes)
+        lines.append("OK: exactly the model's state" if self.ok else "FAILED")
+        return "\n".join(lines)
+
+
+def run_chaos(
+    stack: StackAddresses,
+    topology_ref: str | Path,
+    values: Sequence[bytes],
+    schedule: ChaosSchedule,
+    *,
+    log_dir: Path,
+    partitions: int = 4,
+    rate: float = 5000.0,
+    timeout: float = 240.0,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> ChaosReport:
+    """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare."""
+    started = time.monotonic()
+    with TopologyRun(stack, topology_ref, log_dir=log_dir) as run:
+        topics = {s.topic for s in run.topology.spouts}
+        if len(topics) != 1:
+            raise HarnessError(f"run_chaos needs a topology with one source topic, got {topics}")
+        topic = topics.pop()
+        kafka.create_topic(stack.kafka, topic, partitions)
+        for dead in run.topology.dead_letter_topics:
+            kafka.create_topic(stack.kafka, dead, 1)
+        parts = kafka.partitions_of(stack.kafka, topic)
+        produced = Produced(topic)
+        progress(f"starting {run.name} ({run.expected_count()} processors)")
+        run.start()
+        run.wait_flowing(timeout)
+        progress("flowing; producing")
+        recoveries: list[Recovery] = []
+        rng = schedule.rng()
+        with BackgroundProducer(stack.kafka, produced, values, parts, rate) as producer:
+            for i, planned in enumerate(schedule.plan()):
+                time.sleep(planned.delay)
+                run.wait_flowing(timeout)
+                fault = run.inject(planned.kind, rng)
+                progress(f"fault {i + 1}/{schedule.count}: {fault.kind} {fault.target}")
+                recovery = run.measure_recovery(fault, timeout)
+                recoveries.append(recovery)
+                progress(f"recovered from {fault.kind} {fault.target}: committed after "
+                         f"{recovery.committed_after}")
+            producer.join(timeout + len(values) / rate)
+        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        progress(f"produced {produced.count}; draining")
+        committed = run.wait_committed(target, timeout)
+        produced.fill_before(stack.kafka, committed.clock)
+        states = run.committed_bolt_states(committed)
+        tables = run.sink_tables()
+        notes = []
+        if dict(committed.clock) != target:
+            notes.append(f"note: committed clock {dict(committed.clock)} != produced {target}")
+        model = run_model(run.topology, produced.model_messages())
+        comparison = compare_with_model(model, states, tables)
+        return ChaosReport(run.topology.name, produced.count, len(parts), schedule.seed,
+                           recoveries, comparison, committed.epoch,
+                           time.monotonic() - started, notes)

@@ -1,0 +1,59 @@
+"""Chaos: word count keeps exactly the model's state while Spark workers are SIGKILLed, the
+negotiator leader is SIGKILLed and a processor's ZooKeeper session expires."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hailstorm.harness import ChaosSchedule, StackAddresses, run_chaos, wordcount_lines
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "topologies" / "wordcount.py"
+
+
+def test_wordcount_is_exact_under_worker_and_leader_kills(
+    stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    """200k lines; 4 kill -9 of random spouts/bolts and 1 of the negotiator leader."""
+    schedule = ChaosSchedule(kinds=("processor",) * 4 + ("negotiator",), count=5, spacing=2.0,
+                             seed=7)
+    assert sorted(p.kind for p in schedule.plan()) == ["negotiator"] + ["processor"] * 4
+    report = run_chaos(StackAddresses.from_env(stack_env), TOPOLOGY,
+                       wordcount_lines(200_000, seed=42), schedule,
+                       log_dir=tmp_path / "logs", rate=4_000, progress=print)
+    print(report.to_text())
+    assert report.faults_by_kind() == {"processor": 4, "negotiator": 1}
+    assert all(r.fault.target.startswith(("spout:", "bolt:", "negotiator-"))
+               for r in report.faults)
+    assert all(r.committed_after is not None for r in report.faults), report.to_text()
+    assert report.messages >= 200_000
+    c = report.comparison
+    assert (c.lost, c.duplicated, c.wrong, c.instance_mismatches) == (0, 0, 0, []), \
+        report.to_text()
+    assert c.keys_compared == 80 + 80  # the counts bolt's words and the word_counts rows
+    assert report.ok
+
+
+def test_chaos_command_reports_zero_lost_duplicated_wrong(tmp_path: Path) -> None:
+    """`hailstorm chaos` on its own embedded stack: 3 faults of every kind, exit 0."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable)
+    result = subprocess.run(
+        [sys.executable, "-m", "hailstorm", "chaos", "topologies/wordcount.py",
+         "--messages", "50000", "--kills", "3", "--seed", "1",
+         "--json", str(tmp_path / "report.json")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
+    print(result.stdout[-5000:], result.stderr[-5000:])
+    assert result.returncode == 0
+    assert "0 lost, 0 duplicated, 0 wrong" in result.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["lost"], report["duplicated"], report["wrong"]) == (0, 0, 0)
+    assert report["faults_by_kind"] == {"processor": 1, "negotiator": 1, "zk-session": 1}
+    assert report["messages"] == 50_000

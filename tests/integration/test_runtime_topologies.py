@@ -1,0 +1,146 @@
+"""Beyond word count: a bolt feeding a bolt (both with parallelism 2) stays exact across a
+kill, and a bolt instance that receives no data still snapshots every round."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hailstorm import kafka
+from hailstorm.harness import (
+    BackgroundProducer,
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    compare_with_model,
+    produce,
+    wait_for,
+    wordcount_lines,
+)
+from hailstorm.model import run_model
+from hailstorm.routing import route
+from hailstorm.snapshots import DirectorySnapshotStore
+from negotiator.layout import CommittedRecord
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+
+TWO_LEVEL = '''
+"""Per-word counts feeding per-length counts: bolt 'words' emits (word, 1) for every
+occurrence, bolt 'lengths' counts occurrences by word length. Order-insensitive."""
+import re
+
+from hailstorm import Count, Topology, per_key
+
+WORD = re.compile(r"[a-z]+")
+
+topology = Topology("twolevel")
+lines = topology.spout("lines", topic="{topic}", decoder="text",
+                       explode=lambda line: WORD.findall(line.lower()))
+words = topology.bolt("words", inputs=[lines], key=lambda w: w, state=per_key(Count()),
+                      lift=lambda w: 1, emit=lambda w, count: [(w, 1)], parallelism=2)
+topology.bolt("lengths", inputs=[words], key=lambda t: len(t[0]),
+              state=per_key(Count(), key_type="long"), lift=lambda t: 1, parallelism=2)
+'''
+
+ONE_BOLT = '''
+from hailstorm import Count, Topology, per_key
+
+topology = Topology("lonely")
+lines = topology.spout("lines", topic="{topic}", decoder="text", explode=str.split)
+topology.bolt("counts", inputs=[lines], key=lambda w: w, state=per_key(Count()),
+              lift=lambda w: 1, parallelism=2)
+'''
+
+
+def _module(tmp_path: Path, text: str, topic: str) -> Path:
+    module = tmp_path / f"topo_{uuid.uuid4().hex[:8]}.py"
+    module.write_text(text.replace("{topic}", topic))
+    return module
+
+
+def _target(produced: Produced) -> dict[tuple[str, int], int]:
+    return {(produced.topic, p): o for p, o in produced.last_offsets().items()}
+
+
+def test_two_level_topology_is_exact_across_a_kill(
+    stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    stack = StackAddresses.from_env(stack_env)
+    topic = f"twolevel-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, PARTITIONS)
+    partitions = kafka.partitions_of(stack.kafka, topic)
+    produced = Produced(topic)
+    produce(stack.kafka, produced, wordcount_lines(20_000, seed=5), partitions)
+    with TopologyRun(stack, _module(tmp_path, TWO_LEVEL, topic), log_dir=tmp_path / "logs") as run:
+        run.start()
+        first = wait_for("a first commit", run.committed, 240, run.alive)
+        with BackgroundProducer(stack.kafka, produced, wordcount_lines(30_000, seed=6),
+                                partitions, rate=5_000) as producer:
+            wait_for("the producer to be half-way", lambda: producer.sent >= 15_000, 60)
+            fault = run.kill_processor(role="bolt", rng=random.Random(4))
+            producer.join(120)
+        recovery = run.measure_recovery(fault, 180)
+        assert recovery.committed_after is not None, run.log("driver")[-3000:]
+        committed = run.wait_committed(_target(produced), 240)
+        assert committed.epoch > first.epoch
+        assert dict(committed.clock) == _target(produced)
+        states = run.committed_bolt_states(committed)
+        model = run_model(run.topology, produced.model_messages())
+        for bolt in ("words", "lengths"):
+            assert states[bolt].instances == model.instance_states(bolt), bolt
+            assert all(c == committed.clock for c in states[bolt].instance_clocks)
+        comparison = compare_with_model(model, states)
+        assert comparison.ok, comparison
+        assert sum(states["lengths"].merged.values()) == sum(states["words"].merged.values())
+        assert sum(states["words"].merged.values()) > 150_000
+
+
+def test_a_bolt_instance_without_data_still_snapshots(
+    stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Every word routes to instance 0; instance 1 must still save at every newer clock."""
+    stack = StackAddresses.from_env(stack_env)
+    topic = f"lonely-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, PARTITIONS)
+    partitions = kafka.partitions_of(stack.kafka, topic)
+    vocabulary = [w for w in (f"w{i}" for i in range(400)) if route(w, 2) == 0][:40]
+    assert len(vocabulary) == 40
+    rng = random.Random(9)
+
+    def batch(n: int) -> list[bytes]:
+        return [" ".join(rng.choices(vocabulary, k=5)).encode() for _ in range(n)]
+
+    produced = Produced(topic)
+    with TopologyRun(stack, _module(tmp_path, ONE_BOLT, topic), log_dir=tmp_path / "logs",
+                     negotiators=1) as run:
+        run.start()
+        run.wait_flowing(240)
+        produce(stack.kafka, produced, batch(2_000), partitions)
+        earlier = run.wait_committed(_target(produced), 120)
+        produce(stack.kafka, produced, batch(2_000), partitions)
+        later = run.wait_committed(_target(produced), 120)
+        assert all(later.clock[p] > earlier.clock[p] for p in later.clock)
+        # Two more rounds with no data at all: instance 1 keeps saving.
+        last: CommittedRecord = wait_for(
+            "two more committed rounds",
+            lambda: (c := run.committed()) and c.epoch > later.epoch + 2 and c, 60, run.alive)
+        store = DirectorySnapshotStore(stack.snapshots)
+        seen_refs = set()
+        for committed in (earlier, later, last):
+            ref = committed.snapshot_for("bolt:counts:1")
+            assert ref is not None
+            seen_refs.add(ref)
+            clock, state = store.load(ref, run.topology.node("counts").state)  # type: ignore[union-attr]
+            assert clock == committed.clock
+            assert state == {}
+        assert len(seen_refs) == 3  # a new snapshot of instance 1 in every round
+        states = run.committed_bolt_states(last)
+        model = run_model(run.topology, produced.model_messages())
+        assert states["counts"].instances == model.instance_states("counts")
+        assert states["counts"].instances[1] == {}
+        assert sum(states["counts"].merged.values()) == 4_000 * 5

@@ -1,0 +1,81 @@
+"""Word count into a real table, exactly once, through kills of every kind of processor.
+
+The run kills a bolt and a spout (kill -9 of their Spark Python workers) and makes the sink
+die right after a database commit, before it could tell ZooKeeper (a failpoint: that window
+is too narrow to hit at random). The table must end exactly as the reference model says.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from hailstorm import kafka
+from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
+from hailstorm.model import run_model
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "topologies" / "wordcount.py"
+TOPIC = "words"
+
+
+def fresh_postgres_database(server_url: str) -> str:
+    """A new, empty database on the session's PostgreSQL; its URL."""
+    name = f"e2e_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def table_of(url: str) -> dict[str, int]:
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            return dict(conn.execute("SELECT word, count FROM word_counts").fetchall())
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT word, count FROM word_counts").fetchall())
+
+
+@pytest.mark.parametrize("database", ["postgresql", "sqlite"])
+def test_word_counts_table_is_exactly_the_model_through_kills(
+    database: str,
+    stack_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if database == "postgresql":
+        url = fresh_postgres_database(stack_env["HAILSTORM_DATABASE_URL"])
+    else:
+        url = f"sqlite:///{tmp_path}/sink.db"
+    monkeypatch.setenv("HAILSTORM_FAILPOINTS", "sink.after_commit@4")
+    monkeypatch.setenv("HAILSTORM_FAILPOINTS_DIR", str(tmp_path / "failpoints"))
+    stack = StackAddresses.from_env(stack_env)
+    kafka.create_topic(stack.kafka, TOPIC, 4)
+    partitions = kafka.partitions_of(stack.kafka, TOPIC)
+    produced = Produced(TOPIC)
+    lines = wordcount_lines(40000, seed=hash(database) % 1000)
+    rng = random.Random(5)
+
+    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs", database=url) as run:
+        run.start()
+        run.wait_flowing(timeout=300)
+        produce(stack.kafka, produced, lines[:15000], partitions)
+        run.kill_processor(role="bolt", rng=rng)
+        produce(stack.kafka, produced, lines[15000:30000], partitions)
+        run.wait_flowing(timeout=300)
+        run.kill_processor(role="spout", rng=rng)
+        produce(stack.kafka, produced, lines[30000:], partitions)
+        run.wait_committed({(TOPIC, p): o for p, o in produced.last_offsets().items()},
+                           timeout=300)
+        assert (tmp_path / "failpoints" / "sink.after_commit").exists(), "the sink never died"
+        produced.fill_before(stack.kafka)  # earlier tests' lines are in the topic too
+
+    expected = {key[0]: row["count"] for key, row in
+                run_model(run.topology, produced.model_messages()).table("word_counts").items()}
+    assert table_of(url) == expected
