@@ -1,9 +1,11 @@
-"""The demo behind ``hailstorm demo``: the word-count workload on an embedded stack.
+"""The demo behind ``hailstorm demo``: word count end to end, with a crash in the middle.
 
-Today it brings the stack up, produces sample text into the ``words`` topic, reads every
-partition back by assign + seek, checks the round trip message for message, runs the
-word-count topology's sequential reference model over exactly what was read back, and
-brings the stack down again. The distributed runtime extends it into the full topology.
+It brings an embedded stack up (ZooKeeper, a Kafka broker, PostgreSQL), starts the
+``topologies/wordcount.py`` topology (two negotiators, every processor a task of one Spark
+barrier stage), produces text into ``words``, SIGKILLs a bolt's Spark Python worker half-way,
+waits until a committed round covers every message, and checks the ``word_counts`` table in
+PostgreSQL against the sequential reference model over exactly the messages produced. Then
+it stops everything it started and brings the stack down.
 """
 
 from __future__ import annotations
@@ -11,18 +13,21 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from typing import Any
 
+import psycopg
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hailstorm import kafka
 from hailstorm.devstack import DevStack
-from hailstorm.model import Message, run_model
-from hailstorm.topology import load_topology
+from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce
+from hailstorm.model import run_model
+from hailstorm.sinks import redact
 
 TOPIC = "words"
 PARTITIONS = 4
+TOPOLOGY = Path(__file__).resolve().parents[1] / "topologies" / "wordcount.py"
 
 _VOCABULARY = tuple(
     """storm hail kafka spark monoid clock offset snapshot bolt spout sink negotiator zookeeper
@@ -43,91 +48,74 @@ def sample_lines(count: int, seed: int = 7) -> list[str]:
 
 
 def run_demo(state_dir: Path, *, lines: int, keep_running: bool, console: Console) -> bool:
-    """Run the demo; True when every check passed."""
+    """Run the demo; True when the table equals the reference model."""
     stack = DevStack(state_dir, progress=lambda m: console.print(f"[dim]·[/] {m}"))
     started = time.monotonic()
     try:
         env = stack.up().env()
-        bootstrap = env["HAILSTORM_KAFKA"]
-        console.print(
-            f"[bold]stack up[/] in {time.monotonic() - started:.1f}s: {env['HAILSTORM_ZK']} "
-            f"(ZooKeeper), {bootstrap} (Kafka)"
-        )
-        return _round_trip(bootstrap, lines, console)
+        console.print(f"[bold]stack up[/] in {time.monotonic() - started:.1f}s: ZooKeeper "
+                      f"{env['HAILSTORM_ZK']}, Kafka {env['HAILSTORM_KAFKA']}, PostgreSQL "
+                      f"{redact(env['HAILSTORM_DATABASE_URL'])}")
+        return _word_count(env, state_dir, lines, console)
     finally:
         if keep_running:
-            console.print(
-                f'stack left running: eval "$(hailstorm dev env --state-dir {state_dir})"'
-            )
+            again = f"hailstorm dev env --state-dir {state_dir}"
+            console.print(f'stack left running: eval "$({again})"')
         else:
             stack.down()
             console.print("[bold]stack down[/]: every process the demo started is stopped")
 
 
-def _round_trip(bootstrap: str, count: int, console: Console) -> bool:
+def _word_count(env: dict[str, str], state_dir: Path, count: int, console: Console) -> bool:
+    bootstrap = env["HAILSTORM_KAFKA"]
+    database = env["HAILSTORM_DATABASE_URL"]
     kafka.create_topic(bootstrap, TOPIC, PARTITIONS)
-    text = sample_lines(count)
-    sent: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
-    for i, line in enumerate(text):
-        sent[i % PARTITIONS].append(line.encode())
+    text = [line.encode() for line in sample_lines(count)]
+    half = len(text) // 2
+    produced = Produced(TOPIC)
+    partitions = list(range(PARTITIONS))
+    stack = StackAddresses.from_env(env)
+    with TopologyRun(stack, TOPOLOGY, name="wordcount", log_dir=state_dir / "logs" / "demo",
+                     negotiators=2, snapshot_interval=1.0, database=database) as run:
+        t0 = time.monotonic()
+        with console.status("starting the topology: 2 negotiators, 7 processors on Spark"):
+            run.start()
+            run.wait_flowing(timeout=300)
+        console.print(f"topology [bold]{run.name}[/] flowing after {time.monotonic() - t0:.1f}s "
+                      f"(logs in {run.log_dir})")
 
-    t0 = time.monotonic()
-    kafka.produce(bootstrap, TOPIC, ((p, None, v) for p in sent for v in sent[p]))
-    produce_s = time.monotonic() - t0
-    console.print(
-        f"produced {count} lines into '{TOPIC}' ({PARTITIONS} partitions) "
-        f"in {produce_s:.2f}s ({count / max(produce_s, 1e-9):,.0f} msg/s)"
-    )
+        produce(bootstrap, produced, text[:half], partitions)
+        console.print(f"produced {half:,} lines")
+        fault = run.kill_processor(role="bolt", rng=random.Random(3))
+        console.print(f"[bold red]kill -9[/] {fault.target} (pid {fault.pid}) while it works")
+        produce(bootstrap, produced, text[half:], partitions)
+        console.print(f"produced {len(text) - half:,} more lines while it recovers")
 
-    table = Table("partition", "produced", "read back", "offsets", "identical")
-    ok = True
-    read_back: list[Message] = []
-    columns = (TextColumn("reading back"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("read", total=count)
-        for partition, values in sent.items():
-            got = []
-            for record in kafka.read_range(bootstrap, TOPIC, partition, 0, len(values) - 1):
-                got.append(record)
-                read_back.append(
-                    Message(TOPIC, partition, record.offset, record.value or b"", record.key)
-                )
-                progress.advance(task)
-            same = [r.value for r in got] == values and [r.offset for r in got] == list(
-                range(len(values))
+        with console.status("waiting for the topology to recover and commit every message"):
+            recovery = run.measure_recovery(fault, timeout=300)
+            committed = run.wait_committed(
+                {(TOPIC, p): o for p, o in produced.last_offsets().items()}, timeout=300
             )
-            ok &= same
-            span = f"0..{got[-1].offset}" if got else "-"
-            table.add_row(
-                str(partition),
-                str(len(values)),
-                str(len(got)),
-                span,
-                "[green]yes[/]" if same else "[red]NO[/]",
-            )
-    console.print(table)
-    console.print("[bold green]round trip OK[/]" if ok else "[bold red]round trip FAILED[/]")
-    return _word_count_model(read_back, text, console) and ok
+        if recovery.flowing_after is not None:
+            console.print(f"recovered: flowing again {recovery.flowing_after:.1f}s after the "
+                          f"kill; round {committed.epoch} committed every message")
+        return _check(run, produced, database, console)
 
 
-def _word_count_model(read_back: list[Message], text: list[str], console: Console) -> bool:
-    """Run the word-count reference model over the records read back and check it."""
-    topology = load_topology("topologies.wordcount")
-    result = run_model(topology, read_back)
-    counts = result.table("word_counts")
-    expected: dict[str, int] = {}
-    for line in text:
-        for word in topology.node("lines").tuples_of(line.encode()):  # type: ignore[union-attr]
-            expected[word] = expected.get(word, 0) + 1
-    got = {key[0]: row["count"] for key, row in counts.items()}
-    top = Table("word", "count", title="top words (word-count reference model)")
-    for word, count in sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:8]:
-        top.add_row(word, f"{count:,}")
+def _check(run: TopologyRun, produced: Produced, database: str, console: Console) -> bool:
+    expected = {key[0]: row["count"] for key, row in
+                run_model(run.topology, produced.model_messages()).table("word_counts").items()}
+    with psycopg.connect(database) as conn:
+        got: dict[str, Any] = dict(conn.execute("SELECT word, count FROM word_counts").fetchall())
+    top = Table("word", "PostgreSQL", "reference model", title="top words in word_counts")
+    for word, n in sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:10]:
+        top.add_row(word, f"{n:,}", f"{expected.get(word, 0):,}")
     console.print(top)
     same = got == expected
+    wrong = sorted(w for w in set(got) | set(expected) if got.get(w) != expected.get(w))
     console.print(
-        f"reference model over {result.messages_processed:,} messages: {len(got)} words, "
-        f"{sum(got.values()):,} occurrences; "
-        + ("[green]matches a direct count of the produced text[/]" if same else "[red]MISMATCH[/]")
+        f"{len(got)} words, {sum(got.values()):,} occurrences from {produced.count:,} lines: "
+        + ("[bold green]the table equals the reference model exactly[/]" if same else
+           f"[bold red]MISMATCH[/] on {len(wrong)} words, first: {wrong[:5]}")
     )
     return same

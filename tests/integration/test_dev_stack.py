@@ -207,12 +207,14 @@ def test_down_stops_only_recorded_processes(state_dir: Path) -> None:
     assert not pid_alive(real_kafka.pid)
 
 
-def test_demo_round_trip_exits_zero_and_leaves_nothing_running(state_dir: Path) -> None:
+def test_demo_runs_word_count_through_a_crash_and_leaves_nothing_running(
+    state_dir: Path,
+) -> None:
     demo_dir = state_dir / "demo"
-    result = hailstorm("demo", "--state-dir", str(demo_dir), "--lines", "2000")
+    result = hailstorm("demo", "--state-dir", str(demo_dir), "--lines", "20000")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "round trip OK" in result.stdout
-    assert "matches a direct count" in result.stdout
+    assert "kill -9 bolt:counts:" in result.stdout
+    assert "the table equals the reference model exactly" in result.stdout
     started = [int(pid) for pid in re.findall(r"stopped \w+ \(pid (\d+)\)", result.stdout)]
     assert len(started) == 3
     assert not any(pid_alive(pid) for pid in started)
