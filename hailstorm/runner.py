@@ -25,7 +25,12 @@ from hailstorm.kafka import partitions_of
 from hailstorm.processors.runtime import Assignment, run_processor
 from hailstorm.spark_runner import SparkOptions, StageRunner, build_session
 from hailstorm.topology import Topology, load_topology
-from negotiator.layout import ExpectedRecord, TopologyPaths, expected_processor_ids
+from negotiator.layout import (
+    CommittedRecord,
+    ExpectedRecord,
+    TopologyPaths,
+    expected_processor_ids,
+)
 
 __all__ = ["Driver", "RunOptions", "expected_ids", "source_partitions", "write_expected"]
 
@@ -129,8 +134,22 @@ class Driver:
         spark = replace(self.options.spark, app_name=f"hailstorm-{self.name}")
         session = build_session(spark, slots=len(assignments))
         self.session = session
-        self.runner = StageRunner(session, assignments, run_processor, spark)
+        self.runner = StageRunner(session, assignments, run_processor, spark,
+                                  made_progress=self.committed_since)
         return self.runner
+
+    def committed_since(self, since: float) -> bool:
+        """True when the topology committed a round after ``since`` (``time.time()``)."""
+        client = KazooClient(hosts=self.options.zk)
+        client.start(timeout=10)
+        try:
+            raw, _stat = client.get(TopologyPaths(self.name).committed)
+        except NoNodeError:
+            return False
+        finally:
+            client.stop()
+            client.close()
+        return CommittedRecord.from_json(raw).committed_at >= since
 
     def run(self) -> int:
         """Run until stopped; returns the number of failed stage attempts."""

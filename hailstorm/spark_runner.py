@@ -100,12 +100,17 @@ class StageRunner:
         entry: ProcessorEntry,
         options: SparkOptions,
         on_attempt: Callable[[int], None] | None = None,
+        made_progress: Callable[[float], bool] | None = None,
     ) -> None:
         self.session = session
         self.assignments = list(assignments)
         self.entry = entry
         self.options = options
         self.on_attempt = on_attempt or (lambda _attempt: None)
+        #: Asked after a failed attempt with its start time (``time.time()``): did the
+        #: topology make progress meanwhile? Then the failure is a fresh one, not a loop,
+        #: and the backoff starts over.
+        self.made_progress = made_progress or (lambda _since: False)
         self.stopping = threading.Event()
         self.attempts = 0
         self.failures = 0
@@ -130,6 +135,7 @@ class StageRunner:
             self.attempts += 1
             self.on_attempt(self.attempts)
             started = time.monotonic()
+            started_at = time.time()
             try:
                 self.run_once()
                 if self.stopping.is_set():
@@ -143,7 +149,8 @@ class StageRunner:
                     break
                 self.failures += 1
                 consecutive += 1
-                if time.monotonic() - started >= self.options.healthy_after:
+                healthy = time.monotonic() - started >= self.options.healthy_after
+                if healthy or _safely(self.made_progress, started_at):
                     backoff = self.options.backoff_initial
                     consecutive = 1
                 reason = _first_line(exc)
@@ -161,6 +168,14 @@ class StageRunner:
                     break
                 backoff = min(self.options.backoff_max, backoff * 2)
         return self.failures
+
+
+def _safely(check: Callable[[float], bool], since: float) -> bool:
+    try:
+        return bool(check(since))
+    except Exception as exc:  # a progress probe must never stop the driver
+        log.debug("progress check failed: %s", exc)
+        return False
 
 
 def _first_line(exc: BaseException) -> str:
