@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.topology import BoltSpec, SinkSpec
+from hailstorm.topology import BoltSpec, SinkSpec, Table
 
 __all__ = [
     "Action",
@@ -43,6 +43,7 @@ __all__ = [
     "SpoutOutput",
     "UpstreamWatermarks",
     "WriteSnapshot",
+    "latest_per_key",
 ]
 
 Destination = tuple[str, int]
@@ -114,6 +115,12 @@ class Router:
 
     A keyed bolt with ``parallelism > 1`` gets each tuple at ``spec.instance_for(t)`` (the
     routing the reference model uses); other bolts and sinks get everything at instance 0.
+
+    An upsert table sink gets only the **last** row of each table key in a batch
+    (:func:`latest_per_key`): its table keeps one row per key and replaces it with the newest
+    one, so the rows a batch supersedes would be overwritten before the next commit anyway.
+    This is what keeps a bolt that emits a running total for every input tuple from sending
+    its whole input on to the sink.
     """
 
     def __init__(self, downstream: Sequence[BoltSpec | SinkSpec]) -> None:
@@ -134,7 +141,14 @@ class Router:
         if not batch.tuples:
             return routed
         for node in self.downstream:
-            if not isinstance(node, BoltSpec) or node.parallelism == 1 or node.key is None:
+            if isinstance(node, SinkSpec):
+                target = node.target
+                if isinstance(target, Table) and target.mode == "upsert":
+                    routed[(node.name, 0)] = latest_per_key(batch, target)
+                else:
+                    routed[(node.name, 0)] = batch
+                continue
+            if node.parallelism == 1 or node.key is None:
                 routed[(node.name, 0)] = batch
                 continue
             parts = [Batch() for _ in range(node.parallelism)]
@@ -148,6 +162,22 @@ class Router:
                 if part.tuples:
                     routed[(node.name, i)] = part
         return routed
+
+
+def latest_per_key(batch: Batch, table: Table) -> Batch:
+    """The last tuple of each of ``table``'s keys in ``batch``, in their original order."""
+    last: dict[Any, int] = {}
+    to_row, key_of = table.to_row, table.key_of
+    for index, t in enumerate(batch.tuples):
+        last[key_of(to_row(t))] = index
+    if len(last) == len(batch.tuples):
+        return batch
+    keep = sorted(last.values())
+    return Batch(
+        [batch.partitions[i] for i in keep],
+        [batch.offsets[i] for i in keep],
+        [batch.tuples[i] for i in keep],
+    )
 
 
 # The cores import the types above from this package, so they come last.

@@ -1,0 +1,59 @@
+"""Routing batches to downstream instances, and what an upsert table sink is sent."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hailstorm import Collect, Count, Table, Topology, per_key
+from hailstorm.model import messages, run_model
+from hailstorm.processors import Batch, Router, latest_per_key
+
+TABLE = Table("totals", columns={"word": "text", "count": "bigint"}, key=["word"])
+
+
+def topology(target: object = TABLE) -> Topology:
+    top = Topology("routing")
+    lines = top.spout("lines", topic="words", decoder="text", explode=str.split)
+    counts = top.bolt("counts", inputs=[lines], key=lambda w: w, state=per_key(Count()),
+                      lift=lambda w: 1, emit=lambda w, n: [(w, n)], parallelism=2)
+    top.sink("out", inputs=[counts], target=target)
+    return top
+
+
+def test_an_upsert_sink_gets_the_last_row_of_each_key_in_order() -> None:
+    batch = Batch([0, 1, 0, 1, 0], [5, 3, 6, 4, 7],
+                  [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("b", 2)])
+    out = latest_per_key(batch, TABLE)
+    assert out.tuples == [("a", 2), ("c", 1), ("b", 2)]
+    assert (out.partitions, out.offsets) == ([0, 1, 0], [6, 4, 7])
+    unique = Batch([0], [1], [("z", 1)])
+    assert latest_per_key(unique, TABLE) is unique
+
+
+def test_router_coalesces_only_for_upsert_sinks() -> None:
+    batch = Batch([0, 0], [1, 2], [("a", 1), ("a", 2)])
+    upsert = Router(topology().downstream_of("counts")).route(batch)
+    assert upsert[("out", 0)].tuples == [("a", 2)]
+    merge = Table("deltas", columns={"word": "text", "count": "bigint"}, key=["word"],
+                  mode="merge")
+    for target in (merge, Collect()):
+        routed = Router(topology(target).downstream_of("counts")).route(batch)
+        assert routed[("out", 0)].tuples == [("a", 1), ("a", 2)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from("abcde"), max_size=6), max_size=12),
+       st.integers(1, 5))
+def test_coalesced_batches_end_in_the_same_table(lines: list[list[str]], size: int) -> None:
+    """Upserting the last row per key of each batch ends as upserting every row."""
+    top = topology()
+    result = run_model(top, messages("words", [" ".join(words) for words in lines]))
+    rows = result.sink_rows("out")
+    table: dict[str, int] = {}
+    for start in range(0, len(rows), size):
+        chunk = rows[start:start + size]
+        batch = Batch([o[0] for o, _ in chunk], [o[1] for o, _ in chunk], [t for _, t in chunk])
+        for word, count in latest_per_key(batch, TABLE).tuples:
+            table[word] = count
+    assert table == {key[0]: row["count"] for key, row in result.table("out").items()}
