@@ -19,18 +19,19 @@ REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "topologies" / "wordcount.py"
 
 
-def test_wordcount_is_exact_under_worker_and_leader_kills(
+def test_wordcount_is_exact_under_ten_faults_of_every_kind(
     stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """200k lines; 4 kill -9 of random spouts/bolts and 1 of the negotiator leader."""
-    schedule = ChaosSchedule(kinds=("processor",) * 4 + ("negotiator",), count=5, spacing=2.0,
-                             seed=7)
-    assert sorted(p.kind for p in schedule.plan()) == ["negotiator"] + ["processor"] * 4
+    """200k lines; 10 faults: 6 kill -9 of random spouts/bolts, 2 of the negotiator leader
+    and 2 ZooKeeper session expiries, in a seeded random order."""
+    kinds = ("processor",) * 6 + ("negotiator",) * 2 + ("zk-session",) * 2
+    schedule = ChaosSchedule(kinds=kinds, count=10, spacing=2.0, seed=7)
+    assert sorted(p.kind for p in schedule.plan()) == sorted(kinds)
     report = run_chaos(StackAddresses.from_env(stack_env), TOPOLOGY,
                        wordcount_lines(200_000, seed=42), schedule,
-                       log_dir=tmp_path / "logs", rate=4_000, progress=print)
+                       log_dir=tmp_path / "logs", rate=2_000, progress=print)
     print(report.to_text())
-    assert report.faults_by_kind() == {"processor": 4, "negotiator": 1}
+    assert report.faults_by_kind() == {"processor": 6, "negotiator": 2, "zk-session": 2}
     assert all(r.fault.target.startswith(("spout:", "bolt:", "negotiator-"))
                for r in report.faults)
     assert all(r.committed_after is not None for r in report.faults), report.to_text()
