@@ -153,12 +153,18 @@ def _shell_quote(value: str) -> str:
     help="Where the demo's own stack keeps its data (it is brought down afterwards).",
 )
 @click.option(
-    "--lines", type=int, default=20000, show_default=True, help="Lines of text to produce."
+    "--lines", type=click.IntRange(min=2), default=200000, show_default=True,
+    help="Lines of text to produce.",
 )
 @click.option("--keep-running", is_flag=True, help="Leave the stack up afterwards.")
 @_handle_errors
 def demo(state_dir: Path, lines: int, keep_running: bool) -> None:
-    """Run the demo end to end on an embedded stack of its own."""
+    """Word count end to end on an embedded stack of its own, with a crash in the middle.
+
+    Starts ZooKeeper, a Kafka broker and PostgreSQL, runs topologies/wordcount.py on Spark
+    with two negotiators, kills a bolt half-way, and checks the word_counts table in
+    PostgreSQL against the reference model. Exits 1 if they differ.
+    """
     from hailstorm.demo import run_demo
 
     ok = run_demo(state_dir, lines=lines, keep_running=keep_running, console=out)
@@ -258,6 +264,34 @@ def _add_negotiator_command() -> None:
 
 
 _add_negotiator_command()
+
+
+@main.command("status")
+@click.argument("topology_ref", metavar="TOPOLOGY", required=False)
+@click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
+@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
+@click.option("--kafka", metavar="BOOTSTRAP", help=f"Kafka (default: ${config.KAFKA_VAR}).")
+@click.option("--snapshots", "snapshot_dir", metavar="DIR",
+              help=f"Snapshot store (default: ${config.SNAPSHOTS_VAR}).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--watch", type=click.FloatRange(min=0.2), is_flag=False, flag_value=2.0,
+              default=None, metavar="[SECONDS]", help="Refresh live every SECONDS (2).")
+@click.option("--sample", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between the two metric scrapes the rates come from.")
+@_handle_errors
+def status_command(topology_ref: str | None, name: str | None, zk: str | None,
+                   kafka: str | None, snapshot_dir: str | None, as_json: bool,
+                   watch: float | None, sample: float) -> None:
+    """Master state, committed round, lag, processors and snapshots of a running TOPOLOGY
+    (a module path, dotted name or bare topology name)."""
+    from hailstorm.status import run_status
+
+    settings = config.Settings.from_env(zk=zk, kafka=kafka, snapshots=snapshot_dir)
+    try:
+        run_status(settings.require_zk(), settings.kafka, settings.snapshots, topology_ref,
+                   name, as_json=as_json, watch=watch, sample=sample, out=out)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 # --------------------------------------------------------------------------- snapshots, export
@@ -456,8 +490,9 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
 @click.option("--kinds", default="processor,negotiator,zk-session", show_default=True,
               help="Fault kinds to draw from (every kind is used once when --kills allows).")
 @click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--rate", type=click.FloatRange(min=1), default=5000.0, show_default=True,
-              help="Messages per second the background producer writes.")
+@click.option("--rate", type=click.FloatRange(min=1),
+              help="Messages per second the background producer writes (default: spread "
+                   "over about 10 s per fault, 1000..20000/s, so faults hit flowing data).")
 @click.option("--spacing", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Mean seconds between a recovery and the next fault.")
 @click.option("--use-env", is_flag=True,
@@ -468,7 +503,7 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
               help="Also write the report as JSON to this file.")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, partitions: int,
-          rate: float, spacing: float, use_env: bool, state_dir: Path | None,
+          rate: float | None, spacing: float, use_env: bool, state_dir: Path | None,
           json_path: Path | None) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
@@ -503,6 +538,8 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, p
              f"known: {', '.join(sorted(WORKLOADS))}")
     schedule = ChaosSchedule(kinds=chosen, count=kills, spacing=spacing,  # type: ignore[arg-type]
                              seed=seed)
+    if rate is None:
+        rate = min(20000.0, max(1000.0, messages / (10.0 * kills + 10.0)))
     logs = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-logs-"))
     stack: DevStack | None = None
     temporary: Path | None = None

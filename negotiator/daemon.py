@@ -17,7 +17,10 @@ from types import FrameType
 
 import click
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
 
+from hailstorm.metrics import NegotiatorMetrics, start_server
+from negotiator.layout import NegotiatorRecord, TopologyPaths
 from negotiator.machine import Config
 from negotiator.shell import Shell
 
@@ -33,6 +36,28 @@ def topology_name(ref: str) -> str:
         return load_topology(ref).name
     except TopologyError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+class _Announcement:
+    """This negotiator's ephemeral ``negotiators/<id>`` node (best effort: never fatal)."""
+
+    def __init__(self, client: KazooClient, topology: str, identifier: str, host: str,
+                 port: int | None) -> None:
+        self.client = client
+        self.node = TopologyPaths(topology).negotiator_node(identifier)
+        self.identifier = identifier
+        self.host = socket.gethostname() if host in ("0.0.0.0", "::", "none") else host
+        self.port = port
+
+    def write(self, leader: bool) -> None:
+        data = NegotiatorRecord(self.identifier, self.host, self.port, leader).to_json()
+        try:
+            try:
+                self.client.set(self.node, data)
+            except NoNodeError:
+                self.client.create(self.node, data, ephemeral=True, makepath=True)
+        except KazooException as exc:
+            log.warning("%s: could not write %s: %s", self.identifier, self.node, exc)
 
 
 def _timeout(value: float | None, default: float) -> float:
@@ -64,12 +89,15 @@ def _timeout(value: float | None, default: float) -> float:
               help="This negotiator's name in the election (default: host:pid).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
+              help="Serve /metrics on HOST (a free port, written to "
+                   "/hailstorm/<name>/negotiators/<id>); 'none' serves nothing.")
 def negotiator_command(
     topology: str | None, zk: str | None, name: str | None, snapshot_interval: float,
     timeout: float,
     initialize_timeout: float | None, rewind_timeout: float | None,
     pause_timeout: float | None, snapshot_timeout: float | None, session_timeout: float,
-    identifier: str | None, log_level: str,
+    identifier: str | None, log_level: str, metrics_host: str = "127.0.0.1",
 ) -> None:
     """Drive the master state of TOPOLOGY (a module path or dotted name) in ZooKeeper.
 
@@ -98,7 +126,13 @@ def negotiator_command(
     identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
     client = KazooClient(hosts=zk, timeout=session_timeout)
     client.start(timeout=max(15.0, session_timeout))
-    shell = Shell(client, topo, config, identifier)
+    metrics = NegotiatorMetrics(topo, identifier)
+    server = None if metrics_host == "none" else start_server(metrics.registry, metrics_host)
+    announce = _Announcement(client, topo, identifier, metrics_host,
+                             None if server is None else server.port)
+    announce.write(False)
+    shell = Shell(client, topo, config, identifier, metrics=metrics,
+                  on_leadership=announce.write)
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("%s: signal %d: stopping", identifier, signum)
@@ -111,6 +145,8 @@ def negotiator_command(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if server is not None:
+            server.stop()
         client.stop()
         client.close()
         log.info("%s: stopped", identifier)

@@ -56,6 +56,7 @@ __all__ = [
     "MasterRecord",
     "MasterState",
     "NegotiatorDisconnected",
+    "NegotiatorRecord",
     "ProcessorId",
     "ProcessorReport",
     "ProcessorState",
@@ -220,6 +221,17 @@ class TopologyPaths:
     def election(self) -> str:
         return f"{self.root}/election"
 
+    @property
+    def negotiators(self) -> str:
+        return f"{self.root}/negotiators"
+
+    def negotiator_node(self, identifier: str) -> str:
+        """``negotiators/<id>``: a negotiator's ephemeral :class:`NegotiatorRecord` (characters
+        of the id outside ``[A-Za-z0-9._:-]``, e.g. ``/``, become ``_``)."""
+        name = re.sub(r"[^A-Za-z0-9._:-]", "_", identifier)
+        name = "_" if name in ("", ".", "..") else name
+        return f"{self.negotiators}/{name}"
+
     def living_node(self, processor: str | ProcessorId) -> str:
         """``living/<id>``: the processor's ephemeral report node."""
         return f"{self.living}/{_as_id(processor)}"
@@ -237,7 +249,7 @@ class TopologyPaths:
 
     def directories(self) -> tuple[str, ...]:
         """Persistent parents everybody may ``ensure_path`` before use."""
-        return (self.living, self.snapshots, self.election)
+        return (self.living, self.snapshots, self.election, self.negotiators)
 
 
 def _as_id(processor: str | ProcessorId) -> ProcessorId:
@@ -556,4 +568,29 @@ class ExpectedRecord:
             return cls(tuple(str(p) for p in procs))
 
         result: ExpectedRecord = _load("expected record", raw, build)
+        return result
+
+
+@dataclass(frozen=True)
+class NegotiatorRecord:
+    """The data of ``negotiators/<id>`` (ephemeral, written by that negotiator): where its
+    metrics are served and whether it leads (informational: the election decides)."""
+
+    identifier: str
+    host: str
+    metrics: int | None
+    leader: bool
+
+    def to_json(self) -> bytes:
+        return encode({"id": self.identifier, "host": self.host, "metrics": self.metrics,
+                       "leader": self.leader})
+
+    @classmethod
+    def from_json(cls, raw: bytes | Mapping[str, Any]) -> NegotiatorRecord:
+        def build(d: Mapping[str, Any]) -> NegotiatorRecord:
+            metrics = d.get("metrics")
+            return cls(str(d.get("id", "")), str(d["host"]),
+                       None if metrics is None else int(metrics), bool(d.get("leader")))
+
+        result: NegotiatorRecord = _load("negotiator record", raw, build)
         return result

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -52,7 +52,10 @@ from negotiator.machine import (
     View,
     step,
 )
-from negotiator.states import MasterState, NegotiatorDisconnected, label
+from negotiator.states import Initialize, MasterState, NegotiatorDisconnected, label
+
+if TYPE_CHECKING:
+    from hailstorm.metrics import NegotiatorMetrics
 
 log = logging.getLogger("negotiator")
 
@@ -91,6 +94,8 @@ class Shell:
         *,
         clock: Callable[[], float] = time.time,
         on_forget: Callable[[ForgetSnapshots], None] | None = None,
+        metrics: NegotiatorMetrics | None = None,
+        on_leadership: Callable[[bool], None] | None = None,
     ) -> None:
         self.client = client
         self.paths = TopologyPaths(topology)
@@ -98,6 +103,8 @@ class Shell:
         self.identifier = identifier
         self.clock = clock
         self.on_forget = on_forget
+        self.metrics = metrics
+        self.on_leadership = on_leadership
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._leading = False
@@ -154,15 +161,29 @@ class Shell:
             self._last_wait = ""
             log.info("%s: leading %s (election node %s)", self.identifier,
                      self.paths.root, node)
+            self._leadership_changed(True)
             self._lead(node)
         finally:
+            was_leading = self.leader_since is not None
             self._leading = False
             self.leader_since = None
+            if was_leading:
+                self._leadership_changed(False)
             self._lock = None
             if not self._stopping.is_set():
                 log.warning("%s: no longer leading", self.identifier)
             with contextlib.suppress(KazooException):
                 lock.release()
+
+    def _leadership_changed(self, leading: bool) -> None:
+        """Tell the metrics and the ``on_leadership`` hook (their failures are only logged)."""
+        try:
+            if self.metrics is not None:
+                self.metrics.leader.set(1 if leading else 0)
+            if self.on_leadership is not None:
+                self.on_leadership(leading)
+        except Exception:
+            log.warning("leadership hook failed", exc_info=True)
 
     def _on_connection(self, state: str) -> None:
         if state == KazooState.LOST:
@@ -197,6 +218,8 @@ class Shell:
                 if not isinstance(obs.state, NegotiatorDisconnected):
                     log.info("epoch=%d resuming %s entered %.1fs ago", obs.state.epoch,
                              label(obs.state), obs.view.now - obs.view.entered_at)
+            if self.metrics is not None:
+                self.metrics.epoch.set(obs.state.epoch)
             decision = step(obs.state, obs.view, self.config)
             self._log_notes(decision)
             if decision.next_state is None:
@@ -248,6 +271,12 @@ class Shell:
         self._noted.clear()
         self._last_wait = ""
         log.info("%s", describe_transition(obs.state, new, decision.reason))
+        if self.metrics is not None:
+            self.metrics.transitions.inc()
+            self.metrics.rounds_committed.inc(len(decision.commits))
+            if isinstance(new, Initialize):
+                self.metrics.recoveries.inc()
+            self.metrics.epoch.set(new.epoch)
         for action in decision.actions:
             if isinstance(action, ForgetSnapshots):
                 log.info("epoch=%d garbage: snapshots of rounds <= %d except the %d refs of the "

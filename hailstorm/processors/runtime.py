@@ -4,7 +4,7 @@
 :mod:`hailstorm.runner`). Each processor:
 
 * opens its data-plane listener (bolts and sinks) on ``assignment.host``, port 0;
-* registers ``living/<id>`` (ephemeral) with ``info = {host, port, pid}``
+* registers ``living/<id>`` (ephemeral) with ``info = {host, port, pid, metrics}``
   (:class:`~hailstorm.coordination.Coordinator`) and follows the master state as in
   docs/negotiator.md, on its main thread;
 * joins the first ``Initialize(e)`` it sees. Seeing a newer ``Initialize`` (or a
@@ -57,6 +57,7 @@ from hailstorm.clock import Clock, Partition, clock_to_json, dominates
 from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.coordination import Coordinator
 from hailstorm.failpoints import failpoint
+from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
 from hailstorm.processors import (
     Action,
     Batch,
@@ -237,6 +238,8 @@ class _Shell:
         self.listener: socket.socket | None = None
         self._accepted: list[socket.socket] = []
         self.router: Router | None = None
+        self.metrics = ProcessorMetrics(assignment.name, assignment.processor)
+        self.metrics_server: MetricsServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -244,6 +247,9 @@ class _Shell:
         try:
             bind, advertised = listen_address(self.assignment.host)
             info: dict[str, Any] = {"pid": os.getpid(), "host": advertised}
+            self.metrics_server = start_server(self.metrics.registry, bind)
+            if self.metrics_server is not None:
+                info["metrics"] = self.metrics_server.port
             if self.listens:
                 self.listener = socket.create_server((bind, 0))
                 self.listener.settimeout(0.5)
@@ -292,6 +298,8 @@ class _Shell:
                 sock.close()
         if self.coord is not None:
             self.coord.close()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         for thread in self._threads:
             thread.join(2.0)
 
@@ -611,7 +619,10 @@ class _SpoutShell(_Shell):
                 offsets.append(offset)
                 values.append(message.value())
         if offsets:
-            self._send(core.on_records(offsets, values))
+            started = time.perf_counter()
+            out = core.on_records(offsets, values)
+            self._send(out)
+            self.metrics.batch(started, len(offsets), sum(len(b) for b in out.batches.values()))
         elif time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
             self.send_all([self._watermark(core.watermark())])
 
@@ -671,6 +682,8 @@ class _BoltShell(_Inbound):
         self.core: BoltCore | None = None
         self.writes: queue.Queue[WriteSnapshot] = queue.Queue(8)
         self._start_thread("snapshots", self._writer)
+        self.metrics.state_keys.function = lambda: None if self.core is None else \
+            self.core.key_count
 
     def on_initialize(self, epoch: int) -> None:
         assert self.coord is not None
@@ -698,9 +711,11 @@ class _BoltShell(_Inbound):
         core = self.core
         assert core is not None
         if isinstance(frame, DataBatch):
+            started = time.perf_counter()
             out = core.on_data(sender, frame.partitions, frame.offsets, frame.tuples)
             if out.tuples:
                 self.send_batch(out)
+            self.metrics.batch(started, len(frame), len(out.tuples))
         elif isinstance(frame, Watermark):
             self.act(core.on_watermark(sender, frame.watermark))
         elif isinstance(frame, ClockMarker):
@@ -739,6 +754,7 @@ class _BoltShell(_Inbound):
                 parallelism=self.spec.parallelism, epoch=write.epoch, clock=clock,
                 monoid=self.spec.state, state=write.state,
             )
+            self.metrics.snapshot(write.epoch, ref.duration_s, ref.size_bytes)
             assert self.coord is not None
             self.coord.write_snapshot_report(
                 SnapshotReport(self.assignment.processor, write.epoch, clock, ref.uri))
@@ -801,6 +817,7 @@ class _SinkShell(_Inbound):
 
     def on_frame(self, sender: str, frame: Frame) -> None:
         if isinstance(frame, DataBatch):
+            started = time.perf_counter()
             self.received += len(frame)
             if self.writer is not None:
                 partition = self.table.partition
@@ -808,6 +825,7 @@ class _SinkShell(_Inbound):
                     [partition(i) for i in frame.partitions], frame.offsets, frame.tuples,
                     sender=sender,
                 )
+            self.metrics.batch(started, len(frame), 0)
         elif isinstance(frame, Watermark):
             if self.marks.observe(sender, frame.watermark):
                 self._commit(force=False)
@@ -839,7 +857,9 @@ class _SinkShell(_Inbound):
             waited = time.monotonic() - self.last_commit
             if force or due or writer.pending >= COMMIT_ROWS or waited >= COMMIT_INTERVAL:
                 try:
+                    waiting = writer.pending
                     self.committed_through = writer.commit_through(lwm)
+                    self.metrics.rows_committed.inc(waiting - writer.pending)
                 except FencedError as exc:
                     if exc.superseded:
                         raise

@@ -146,3 +146,19 @@ def test_is_garbage() -> None:
     assert is_garbage(rec, 4, "abandoned-round-4")
     assert not is_garbage(rec, 3, "r3") and not is_garbage(rec, 5, "r5")
     assert not is_garbage(rec, 6, "in-progress"), "newer rounds may still be running"
+
+
+def test_negotiator_nodes_and_records() -> None:
+    from negotiator.layout import NegotiatorRecord, TopologyPaths
+
+    paths = TopologyPaths("wc")
+    assert paths.negotiators == "/hailstorm/wc/negotiators"
+    assert paths.negotiators in paths.directories()
+    assert paths.negotiator_node("host-a:4242") == "/hailstorm/wc/negotiators/host-a:4242"
+    assert paths.negotiator_node("a/b c") == "/hailstorm/wc/negotiators/a_b_c"
+    assert paths.negotiator_node("..") == "/hailstorm/wc/negotiators/_"
+    record = NegotiatorRecord("host-a:4242", "127.0.0.1", 9100, True)
+    assert NegotiatorRecord.from_json(record.to_json()) == record
+    assert NegotiatorRecord.from_json(b'{"host": "h"}') == NegotiatorRecord("", "h", None, False)
+    with pytest.raises(LayoutError):
+        NegotiatorRecord.from_json(b'{"id": "x"}')

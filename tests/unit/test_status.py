@@ -1,0 +1,163 @@
+"""``hailstorm status``: the document assembled from fake inputs, rates, rendering."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from hailstorm.status import Inputs, assemble, rates, render, resolve_name
+from hailstorm.topology import TopologyError
+from negotiator.layout import (
+    CommittedRecord,
+    ExpectedRecord,
+    Flowing,
+    MasterRecord,
+    NegotiatorRecord,
+    ProcessorReport,
+    ProcessorState,
+    SnapshotReport,
+)
+
+P0, P1 = ("words", 0), ("words", 1)
+EXPECTED = ExpectedRecord(("spout:lines:words:0", "spout:lines:words:1", "bolt:counts:0",
+                           "sink:out:0"))
+REF = "file:///snaps/wc/counts/0/epoch-000000000007.avro"
+
+
+def inputs(**overrides: object) -> Inputs:
+    base = Inputs(
+        topology="wc",
+        now=1000.0,
+        master=MasterRecord(Flowing(8, None), 990.0, "neg-a", "round 7 committed"),
+        committed=CommittedRecord(7, {P0: 41, P1: 9}, {"bolt:counts:0": REF}, 995.0),
+        expected=EXPECTED,
+        reports={
+            "spout:lines:words:0": ProcessorReport(
+                "spout:lines:words:0", ProcessorState.FLOWING, 8, position={P0: 50},
+                info={"host": "h1", "pid": 11, "metrics": 9001}),
+            "spout:lines:words:1": ProcessorReport(
+                "spout:lines:words:1", ProcessorState.FLOWING, 8, position={P1: 9},
+                info={"host": "h1", "pid": 12, "metrics": 9002}),
+            "bolt:counts:0": ProcessorReport(
+                "bolt:counts:0", ProcessorState.READY, 6, loaded={},
+                info={"host": "h2", "port": 7000, "pid": 13, "metrics": 9003}),
+        },
+        snapshots={"bolt:counts:0": SnapshotReport("bolt:counts:0", 7, {P0: 41, P1: 9}, REF)},
+        negotiators=[NegotiatorRecord("neg-b", "h3", 9100, False),
+                     NegotiatorRecord("neg-a", "h3", 9101, True)],
+        log_ends={P0: 60, P1: 5},
+        scrapes={
+            "spout:lines:words:0": {"hailstorm_messages_in_total": 51.0,
+                                    "hailstorm_messages_out_total": 200.0},
+            "spout:lines:words:1": None,
+            "bolt:counts:0": {"hailstorm_messages_in_total": 210.0,
+                              "hailstorm_state_keys": 33.0,
+                              "hailstorm_snapshot_last_epoch": 7.0,
+                              "hailstorm_snapshot_last_seconds": 0.0123},
+            "negotiator:neg-a": {"hailstorm_negotiator_rounds_committed_total": 4.0,
+                                 "hailstorm_negotiator_recoveries_total": 1.0,
+                                 "hailstorm_negotiator_epoch": 8.0},
+        },
+        rates={"spout:lines:words:0": {"in": 12.34, "out": 50.0}},
+        snapshot_sizes={REF: 4096},
+    )
+    for key, value in overrides.items():
+        setattr(base, key, value)
+    return base
+
+
+def test_master_committed_and_negotiators() -> None:
+    doc = assemble(inputs())
+    assert doc["state"] == "Flowing" and doc["epoch"] == 8 and doc["leader"] == "neg-a"
+    assert doc["master"]["age_s"] == 10.0 and doc["master"]["clock"] is None
+    assert doc["committed"] == {"epoch": 7, "clock": {"words:0": 41, "words:1": 9},
+                                "committed_at": 995.0, "age_s": 5.0}
+    assert [n["id"] for n in doc["negotiators"]] == ["neg-a", "neg-b"]
+    assert doc["negotiators"][0] | {} == {
+        "id": "neg-a", "host": "h3", "metrics": 9101, "leader": True,
+        "rounds_committed": 4, "recoveries": 1, "epoch": 8}
+    assert doc["negotiators"][1]["rounds_committed"] is None
+
+
+def test_partitions_lag_and_a_suspect_log_end() -> None:
+    rows = {r["partition"]: r for r in assemble(inputs())["partitions"]}
+    assert rows["words:0"] == {"partition": "words:0", "committed": 41, "position": 50,
+                               "log_end": 60, "log_end_suspect": False, "lag": 9,
+                               "committed_lag": 18}
+    # The broker says 5 but the spout already read offset 9: the lag is unknown, not 0.
+    assert rows["words:1"]["log_end_suspect"] is True
+    assert rows["words:1"]["lag"] is None
+    no_kafka = {r["partition"]: r for r in assemble(inputs(log_ends=None))["partitions"]}
+    assert no_kafka["words:0"]["lag"] is None and no_kafka["words:0"]["log_end"] is None
+    assert "approximate" in assemble(inputs())["lag_note"]
+
+
+def test_processors_with_metrics_and_missing_ones() -> None:
+    doc = assemble(inputs())
+    by_id = {p["id"]: p for p in doc["processors"]}
+    assert [p["id"] for p in doc["processors"]] == [
+        "spout:lines:words:0", "spout:lines:words:1", "bolt:counts:0", "sink:out:0"]
+    spout = by_id["spout:lines:words:0"]
+    assert spout["address"] == "h1" and spout["pid"] == 11 and spout["metrics_ok"]
+    assert (spout["messages_in"], spout["messages_out"]) == (51, 200)
+    assert (spout["in_per_s"], spout["out_per_s"]) == (12.3, 50.0)
+    assert by_id["spout:lines:words:1"]["metrics_ok"] is False
+    bolt = by_id["bolt:counts:0"]
+    assert bolt["address"] == "h2:7000" and bolt["state_keys"] == 33
+    assert bolt["rows_committed"] is None
+    sink = by_id["sink:out:0"]
+    assert sink["registered"] is False and sink["state"] is None and sink["address"] is None
+
+
+def test_snapshots_with_size_and_duration_of_the_same_round_only() -> None:
+    snap = assemble(inputs())["snapshots"][0]
+    assert snap == {"processor": "bolt:counts:0", "epoch": 7,
+                    "clock": {"words:0": 41, "words:1": 9}, "ref": REF, "committed": True,
+                    "size_bytes": 4096, "duration_s": 0.0123}
+    scrapes = dict(inputs().scrapes)
+    scrapes["bolt:counts:0"] = {"hailstorm_snapshot_last_epoch": 6.0,
+                                "hailstorm_snapshot_last_seconds": 1.0}
+    assert assemble(inputs(scrapes=scrapes))["snapshots"][0]["duration_s"] is None
+
+
+def test_nothing_running_yet() -> None:
+    doc = assemble(Inputs("wc", 5.0))
+    assert doc["state"] == "NegotiatorDisconnected" and doc["master"] is None
+    assert doc["committed"] is None and doc["processors"] == [] and doc["partitions"] == []
+
+
+def test_flowing_with_a_clock_is_labelled() -> None:
+    master = MasterRecord(Flowing(9, {P0: 3, P1: 4}), 999.0, "neg-a")
+    doc = assemble(inputs(master=master))
+    assert doc["state"] == "Flowing(C)"
+    assert doc["master"]["state"] == "Flowing"
+    assert doc["master"]["clock"] == {"words:0": 3, "words:1": 4}
+
+
+def test_rates_from_two_scrapes() -> None:
+    a = {"hailstorm_messages_in_total": 100.0, "hailstorm_messages_out_total": 10.0}
+    b = {"hailstorm_messages_in_total": 300.0, "hailstorm_messages_out_total": 30.0}
+    assert rates(a, b, 2.0) == {"in": 100.0, "out": 10.0}
+    restarted = {"hailstorm_messages_in_total": 50.0}
+    assert rates(b, restarted, 1.0) == {"in": 50.0}
+    assert rates(None, b, 1.0) == {} and rates(a, b, 0.0) == {}
+
+
+def test_render_draws_every_section() -> None:
+    console = Console(width=200, record=True, file=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(render(assemble(inputs())))
+    text = captured.get()
+    for needle in ("wc", "Flowing", "epoch 8", "neg-a", "words:0", "5?", "bolt:counts:0",
+                   "h2:7000", "missing", "4,096 B", "approximate"):
+        assert needle in text, needle
+
+
+def test_resolve_name() -> None:
+    assert resolve_name("anything", "given", lambda n: False) == "given"
+    assert resolve_name("wc_1234", None, lambda n: n == "wc_1234") == "wc_1234"
+    assert resolve_name("topologies/wordcount.py", None, lambda n: False) == "wordcount"
+    with pytest.raises(TopologyError, match="no topology 'nosuch'"):
+        resolve_name("nosuch", None, lambda n: False)
+    with pytest.raises(TopologyError):
+        resolve_name(None, None, lambda n: False)
