@@ -105,3 +105,64 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
     }
+
+
+# ------------------------------------------------------------------ helpers of the stack benches
+
+
+def processor_metrics(run: Any, role: str, node: str | None = None) -> dict[str, dict[str, float]]:
+    """The ``/metrics`` samples (names summed over labels) of every living processor of
+    ``role`` (``"spout"``, ``"bolt"``, ``"sink"``), optionally only those of ``node``.
+
+    ``run`` is a :class:`hailstorm.harness.TopologyRun`; processors that advertise no
+    metrics port, or do not answer, are left out.
+    """
+    from hailstorm.metrics import scrape
+
+    result: dict[str, dict[str, float]] = {}
+    for ident, proc in run.processors().items():
+        parts = ident.split(":")
+        if parts[0] != role or (node is not None and parts[1] != node):
+            continue
+        port = proc.info.get("metrics")
+        if port is None:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            result[ident] = scrape(str(proc.info.get("host", "127.0.0.1")), int(port))
+    return result
+
+
+def metric_total(run: Any, role: str, name: str, node: str | None = None,
+                 instances: int | None = None) -> float | None:
+    """The sum of metric ``name`` over the processors of ``role`` (and ``node``); None while
+    fewer than ``instances`` of them answered."""
+    samples = processor_metrics(run, role, node)
+    if instances is not None and len(samples) < instances:
+        return None
+    return sum(s.get(name, 0.0) for s in samples.values())
+
+
+def committed_snapshot_sizes(snapshots: Path, committed: Any) -> dict[str, int]:
+    """Processor id -> size in bytes of its snapshot file in the committed round
+    ``committed`` (a :class:`negotiator.layout.CommittedRecord`)."""
+    from hailstorm.snapshots import DirectorySnapshotStore
+
+    store = DirectorySnapshotStore(snapshots)
+    return {ident: store.resolve(location).size_bytes
+            for ident, location in sorted(committed.snapshots.items())}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) of ``values`` by linear interpolation between ranks."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    pos = (len(ordered) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def bench_logs(prefix: str) -> Path:
+    """A fresh directory for the logs of a bench's topology runs (kept for inspection)."""
+    return Path(tempfile.mkdtemp(prefix=prefix))

@@ -1,6 +1,7 @@
 """Word count throughput: hailstorm end to end against a single-process baseline.
 
     .venv/bin/python bench/wordcount_throughput.py [--lines 500000] [--snapshot-interval 1]
+        [--sink postgresql|sqlite]
 
 Starts an embedded stack of its own (brought down afterwards), then:
 
@@ -8,10 +9,12 @@ Starts an embedded stack of its own (brought down afterwards), then:
   ``local[N]``) on the empty topic ``words`` (4 partitions), waits until it is Flowing, then
   produces N lines and measures lines/s from the first produced message until the committed
   clock covers every offset (and until the bolts had saved the snapshot of that round, from
-  the ZooKeeper mtime of their snapshot reports); the committed state must equal the
-  baseline's Counter;
+  the ZooKeeper mtime of their snapshot reports); the ``word_counts`` sink writes to the
+  stack's PostgreSQL (``--sink sqlite``: a private SQLite file); the committed state must
+  equal the baseline's Counter;
 * baseline (always, in the same run, after the topology was stopped): one process,
-  confluent-kafka batch consume, the topology's own ``words_of``, ``collections.Counter``.
+  confluent-kafka batch consume, the topology's own ``words_of``, ``collections.Counter``;
+  and the raw confluent-kafka consume rate of the same topic (no processing at all).
 
 Prints one JSON line of figures and a human summary.
 """
@@ -59,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=500_000)
     parser.add_argument("--snapshot-interval", type=float, default=1.0)
+    parser.add_argument("--sink", choices=("postgresql", "sqlite"), default="postgresql",
+                        help="Where the word_counts sink writes (the stack's PostgreSQL, or a "
+                        "private SQLite file).")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="Bound on waiting for the commit (s).")
     args = parser.parse_args(argv)
@@ -71,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
         partitions = kafka.partitions_of(stack.kafka, TOPIC)
         logs = Path(tempfile.mkdtemp(prefix="hailstorm-bench-logs-"))
+        database = stack.database if args.sink == "postgresql" else None
         with TopologyRun(stack, REPO / "topologies" / "wordcount.py", log_dir=logs,
                          negotiators=1, snapshot_interval=args.snapshot_interval,
-                         timeout=60) as run:
+                         timeout=60, database=database) as run:
             run.start()
             run.wait_flowing(300)
             produced = Produced(TOPIC)
@@ -101,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
             run.stop()
         baseline_s, counts = baseline_word_count(stack.kafka, TOPIC, PARTITIONS, args.lines,
                                                  words_of)
+        consume_s, _ = baseline_word_count(stack.kafka, TOPIC, PARTITIONS, args.lines,
+                                           lambda _line: [])
     if dict(counts) != state:
         print(f"MISMATCH: hailstorm committed {sum(state.values())} words, baseline counted "
               f"{sum(counts.values())}", file=sys.stderr)
         return 1
     hailstorm_rate = args.lines / committed_s
     baseline_rate = args.lines / baseline_s
+    consume_rate = args.lines / consume_s
     figures = {
         "lines": args.lines, "words": words, "partitions": PARTITIONS,
         "bolt_instances": 2, "snapshot_interval_s": args.snapshot_interval,
@@ -117,16 +127,20 @@ def main(argv: list[str] | None = None) -> int:
         "hailstorm_lines_per_s": round(hailstorm_rate),
         "baseline_s": round(baseline_s, 2), "baseline_lines_per_s": round(baseline_rate),
         "ratio_hailstorm_to_baseline": round(hailstorm_rate / baseline_rate, 3),
+        "raw_consume_s": round(consume_s, 2), "raw_consume_lines_per_s": round(consume_rate),
+        "ratio_hailstorm_to_raw_consume": round(hailstorm_rate / consume_rate, 3),
+        "sink": args.sink,
         "result_equal": True, **machine(),
     }
     report("wordcount_throughput", figures, (
         f"{args.lines} lines ({words} words), {PARTITIONS} partitions, snapshot every "
-        f"{args.snapshot_interval} s, {figures['cores']} cores\n"
+        f"{args.snapshot_interval} s, sink in {args.sink}, {figures['cores']} cores\n"
         f"  hailstorm: {hailstorm_rate:,.0f} lines/s end to end (committed after "
         f"{committed_s:.1f} s; bolts had saved it after "
         f"{'?' if saved_s is None else round(saved_s, 1)} s; producing took "
         f"{produce_s:.1f} s)\n"
         f"  baseline:  {baseline_rate:,.0f} lines/s (one process, Counter, {baseline_s:.1f} s)\n"
+        f"  raw consume: {consume_rate:,.0f} lines/s (confluent-kafka, no processing)\n"
         f"  ratio:     {hailstorm_rate / baseline_rate:.2f}; committed state == baseline Counter"))
     return 0
 

@@ -1,0 +1,230 @@
+"""Produce-to-sink latency (p50/p99) at half the maximum throughput.
+
+    .venv/bin/python bench/latency.py [--duration 30] [--max-rate R] [--snapshot-interval 1]
+
+Starts an embedded stack of its own (brought down afterwards) and deploys
+``bench/latency_topology.py`` (4 spout instances on ``bench-latency``, 2 bolt instances, one
+upsert sink into the run's SQLite file; one negotiator). Every message is
+``"<seq> <sent_ns>"``: ``sent_ns`` is ``time.time_ns()`` just before the message is handed to
+the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq``.
+
+1. **maximum throughput** (unless ``--max-rate`` is given): ``--burst`` messages are produced
+   as fast as possible; max rate = 0.9 x burst / (seconds from the first message produced
+   until the sink table holds rows for 90% of them), i.e. written end to end. (The last
+   rows of a burst can wait for the next snapshot round once the spouts are idle, which
+   would tie a full-burst figure to the snapshot interval.)
+2. **latency**: messages are produced at half that rate, paced every 2 ms, for
+   ``--duration`` seconds. A reader polls the table (``SELECT ... WHERE rowid > last`` every
+   10 ms, on the same machine and clock) and takes, for every new row, ``time.time_ns()``
+   at the poll that first returned it minus the row's ``sent_ns``. Rows appear when the sink
+   has written the snapshot round covering them, so the latency includes the wait for the
+   round (about half the snapshot interval on average), the round itself and the sink's
+   write; the poll adds up to 10 ms.
+
+Prints one JSON line of figures (p50, p90, p99, max, the rates) and a human summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import bench_logs, embedded_stack, machine, percentile, report  # noqa: E402
+
+from hailstorm import kafka  # noqa: E402
+from hailstorm.harness import HarnessError, StackAddresses, TopologyRun  # noqa: E402
+
+TOPIC = "bench-latency"
+TABLE = "bench_latency"
+PARTITIONS = 4
+TOPOLOGY = REPO / "bench" / "latency_topology.py"
+BURST_FRACTION = 0.9
+"""The max rate is taken when this fraction of the burst is in the table: the last rows of a
+burst can wait for the next snapshot round (idle spouts), which would tie it to the interval."""
+
+
+class PacedProducer(threading.Thread):
+    """Produce ``count`` messages ``"<seq> <sent_ns>"`` from ``first`` at ``rate`` per second
+    (``rate`` <= 0: as fast as possible), round-robin over the partitions."""
+
+    def __init__(self, bootstrap: str, first: int, count: int, rate: float) -> None:
+        super().__init__(name="paced-producer", daemon=True)
+        self.bootstrap = bootstrap
+        self.first, self.count, self.rate = first, count, rate
+        self.started_ns = 0
+        self.finished_ns = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            out = kafka.producer(self.bootstrap, **{"linger.ms": 5})
+            self.started_ns = time.time_ns()
+            started = time.monotonic()
+            sent = 0
+            while sent < self.count:
+                due = self.count if self.rate <= 0 else min(
+                    self.count, int((time.monotonic() - started) * self.rate) + 1)
+                while sent < due:
+                    seq = self.first + sent
+                    try:
+                        out.produce(TOPIC, value=f"{seq} {time.time_ns()}".encode(),
+                                    partition=seq % PARTITIONS)
+                    except BufferError:
+                        out.poll(0.05)
+                        continue
+                    sent += 1
+                out.poll(0)
+                if self.rate > 0 and sent < self.count:
+                    time.sleep(0.002)
+            if out.flush(60):
+                raise HarnessError("messages left undelivered")
+            self.finished_ns = time.time_ns()
+        except BaseException as exc:  # reported by the caller
+            self.error = exc
+
+
+class TableReader:
+    """New rows of the sink table, with the wall time of the poll that first saw them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db: sqlite3.Connection | None = None
+        self.last_rowid = 0
+        self.arrived: dict[int, tuple[int, int]] = {}
+        """seq -> (sent_ns, seen_ns)"""
+
+    def poll(self) -> list[int]:
+        """Read the rows added since the last poll; the sequence numbers seen for the first
+        time."""
+        if self.db is None:
+            if not self.path.exists():
+                return []
+            self.db = sqlite3.connect(self.path, timeout=5)
+        try:
+            rows = self.db.execute(
+                f"SELECT rowid, seq, sent_ns FROM {TABLE} WHERE rowid > ? ORDER BY rowid",
+                (self.last_rowid,)).fetchall()
+        except sqlite3.OperationalError:  # table not created yet, or locked
+            return []
+        seen_ns = time.time_ns()
+        new = []
+        for rowid, seq, sent_ns in rows:
+            self.last_rowid = max(self.last_rowid, rowid)
+            if int(seq) not in self.arrived:
+                self.arrived[int(seq)] = (int(sent_ns), seen_ns)
+                new.append(int(seq))
+        return new
+
+    def wait_for(self, seqs: range, timeout: float, alive: Callable[[], None],
+                 poll: float = 0.01) -> None:
+        """Poll until a row of every sequence number of ``seqs`` arrived."""
+        deadline = time.monotonic() + timeout
+        got = sum(1 for s in seqs if s in self.arrived)
+        while got < len(seqs):
+            if time.monotonic() > deadline:
+                raise HarnessError(f"{len(seqs) - got} of {len(seqs)} rows still missing "
+                                   f"after {timeout:.0f} s")
+            alive()
+            got += sum(1 for s in self.poll() if s in seqs)
+            time.sleep(poll)
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+
+
+def produce_and_wait(stack: StackAddresses, run: TopologyRun, reader: TableReader, first: int,
+                     count: int, rate: float, timeout: float) -> PacedProducer:
+    producer = PacedProducer(stack.kafka, first, count, rate)
+    producer.start()
+    reader.wait_for(range(first, first + count), timeout, run.alive)
+    producer.join(60)
+    if producer.error is not None:
+        raise HarnessError(f"producer failed: {producer.error!r}")
+    return producer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=30.0,
+                        help="Seconds of producing at half the maximum rate.")
+    parser.add_argument("--max-rate", type=float, default=None,
+                        help="Messages/s taken as the maximum (skips measuring it).")
+    parser.add_argument("--burst", type=int, default=100_000,
+                        help="Messages of the maximum-throughput measurement.")
+    parser.add_argument("--snapshot-interval", type=float, default=1.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+
+    with embedded_stack() as env:
+        stack = StackAddresses.from_env(env)
+        kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
+        logs = bench_logs("hailstorm-bench-latency-")
+        with TopologyRun(stack, TOPOLOGY, log_dir=logs, negotiators=1,
+                         snapshot_interval=args.snapshot_interval, timeout=60) as run:
+            reader = TableReader(Path(run.database.removeprefix("sqlite:///")))
+            run.start()
+            run.wait_flowing(300)
+            first = 0
+            burst_s: float | None = None
+            burst90_s: float | None = None
+            if args.max_rate is None:
+                producer = produce_and_wait(stack, run, reader, 0, args.burst, 0, args.timeout)
+                seen = sorted(reader.arrived[s][1] for s in range(args.burst))
+                burst_s = (seen[-1] - producer.started_ns) / 1e9
+                most = int(len(seen) * BURST_FRACTION)
+                burst90_s = (seen[most - 1] - producer.started_ns) / 1e9
+                max_rate = most / burst90_s
+                first = args.burst
+            else:
+                max_rate = args.max_rate
+            rate = max_rate / 2
+            count = int(rate * args.duration)
+            producer = produce_and_wait(stack, run, reader, first, count, rate, args.timeout)
+            produced_rate = count / ((producer.finished_ns - producer.started_ns) / 1e9)
+            latencies = [(reader.arrived[s][1] - reader.arrived[s][0]) / 1e6
+                         for s in range(first, first + count)]
+            reader.close()
+            run.stop()
+    figures: dict[str, Any] = {
+        "snapshot_interval_s": args.snapshot_interval,
+        "max_rate_msgs_per_s": round(max_rate), "max_rate_measured": args.max_rate is None,
+        "burst": args.burst if burst_s is not None else None,
+        "burst_committed_s": None if burst_s is None else round(burst_s, 2),
+        "burst_90pct_committed_s": None if burst90_s is None else round(burst90_s, 2),
+        "rate_msgs_per_s": round(rate), "produced_msgs_per_s": round(produced_rate),
+        "messages": count, "duration_s": args.duration,
+        "latency_ms": {
+            "p50": round(percentile(latencies, 0.5), 1),
+            "p90": round(percentile(latencies, 0.9), 1),
+            "p99": round(percentile(latencies, 0.99), 1),
+            "max": round(max(latencies), 1), "min": round(min(latencies), 1),
+        },
+        **machine(),
+    }
+    lat = figures["latency_ms"]
+    how = (f"measured: 90% of {args.burst:,} messages in the table after {burst90_s:.2f} s, "
+           f"all after {burst_s:.2f} s" if burst_s is not None and burst90_s is not None
+           else "given")
+    report("latency", figures, (
+        f"snapshot every {args.snapshot_interval:g} s, {PARTITIONS} partitions, 2 bolt "
+        f"instances, SQLite upsert sink, {figures['cores']} cores\n"
+        f"  max throughput {max_rate:,.0f} msgs/s ({how})\n"
+        f"  at {rate:,.0f} msgs/s for {args.duration:g} s ({count:,} messages, produced at "
+        f"{produced_rate:,.0f}/s): produce-to-sink-row latency p50 {lat['p50']} ms, "
+        f"p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Timestamped messages to a table: the topology of ``bench/latency.py``.
+
+Each message of the topic ``bench-latency`` is ``"<seq> <sent_ns>"``: a sequence number,
+unique per message, and the producer's ``time.time_ns()`` when it handed the message to the
+Kafka client. The ``seen`` bolt (2 instances) counts per sequence number and emits
+``(seq, sent_ns, count)``; the sink upserts it into ``bench_latency(seq, sent_ns, count)``.
+A row appears in the table once the sink wrote the round that covers its message, so the
+row's arrival time minus ``sent_ns`` is the produce-to-sink latency.
+"""
+
+from hailstorm import Count, Table, Topology, per_key
+
+
+def parse(line: str) -> list[tuple[int, int]]:
+    seq, sent_ns = line.split()
+    return [(int(seq), int(sent_ns))]
+
+
+topology = Topology("latency")
+
+messages = topology.spout("messages", topic="bench-latency", decoder="text", explode=parse)
+
+seen = topology.bolt(
+    "seen",
+    inputs=[messages],
+    key=lambda t: str(t[0]),
+    state=per_key(Count()),
+    lift=lambda t: 1,
+    emit=lambda t, n: [(t[0], t[1], n)],
+    parallelism=2,
+)
+
+topology.sink(
+    "bench_latency",
+    inputs=[seen],
+    target=Table(
+        "bench_latency",
+        columns={"seq": "bigint", "sent_ns": "bigint", "count": "bigint"},
+        key=["seq"],
+        mode="upsert",
+    ),
+)
