@@ -827,7 +827,10 @@ class _SinkShell(_Inbound):
                 )
             self.metrics.batch(started, len(frame), 0)
         elif isinstance(frame, Watermark):
-            if self.marks.observe(sender, frame.watermark):
+            advanced = self.marks.observe(sender, frame.watermark)
+            # Idle watermarks keep coming: they let rows held back for batching be committed
+            # once COMMIT_INTERVAL passed, not only at the next snapshot round.
+            if advanced or (self.writer is not None and self.writer.pending):
                 self._commit(force=False)
         elif isinstance(frame, ClockMarker):
             self._round(frame.epoch, self.table.from_wire(frame.clock))
