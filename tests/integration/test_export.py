@@ -9,23 +9,22 @@ round wins over the latest one.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from click.testing import CliRunner
+from databases import query
 from kazoo.client import KazooClient
 
 from hailstorm import Count, Mean, Record, Sum, load_topology, per_key
 from hailstorm.cli import main
 from hailstorm.export import ExportError, ExportListener, export_bolt
 from hailstorm.routing import route
-from hailstorm.sinks import SchemaMismatchError, parse_url
+from hailstorm.sinks import SchemaMismatchError
 from hailstorm.snapshots import DirectorySnapshotStore
 from hailstorm.spark_runner import SparkOptions, build_session
 from hailstorm.topology import BoltSpec, Topology
@@ -80,27 +79,6 @@ def store(tmp_path_factory: pytest.TempPathFactory, topology: Topology) -> Direc
     return store
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    return f"sqlite:///{tmp_path / 'export.db'}"
-
-
-def query(url: str, sql: str) -> list[tuple[Any, ...]]:
-    parsed = parse_url(url)
-    if parsed.kind == "postgresql":
-        with psycopg.connect(url) as conn:
-            cursor = conn.execute(sql)
-            return list(cursor.fetchall()) if cursor.description else []
-    lite = sqlite3.connect(parsed.target)
-    try:
-        with lite:
-            result = lite.execute(sql)
-            return list(result.fetchall()) if result.description else []
-    finally:
-        lite.close()
 
 
 def content(url: str, table: str) -> dict[str, int]:

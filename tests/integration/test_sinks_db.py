@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
+from databases import query
 
 from hailstorm import SinkSpec, Table, Topology, load_topology, run_model
 from hailstorm.clock import Clock, Partition, dominates
@@ -51,28 +51,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgresql":
-        url: str = request.getfixturevalue("postgres_url")
-        return url
-    return f"sqlite:///{tmp_path / 'sink.db'}"
-
-
-def query(url: str, sql: str) -> list[tuple[Any, ...]]:
-    """Run ``sql`` on a fresh connection of its own (another client than the writer)."""
-    parsed = parse_url(url)
-    if parsed.kind == "postgresql":
-        with psycopg.connect(url) as conn:
-            cursor = conn.execute(sql)
-            return list(cursor.fetchall()) if cursor.description else []
-    lite = sqlite3.connect(parsed.target)
-    try:
-        with lite:
-            result = lite.execute(sql)
-            return list(result.fetchall()) if result.description else []
-    finally:
-        lite.close()
 
 
 # --------------------------------------------------------------------------- topologies

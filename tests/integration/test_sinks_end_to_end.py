@@ -8,12 +8,12 @@ is too narrow to hit at random). The table must end exactly as the reference mod
 from __future__ import annotations
 
 import random
-import sqlite3
 import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
+from databases import query
 
 from hailstorm import kafka
 from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
@@ -35,11 +35,7 @@ def fresh_postgres_database(server_url: str) -> str:
 
 
 def table_of(url: str) -> dict[str, int]:
-    if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
-            return dict(conn.execute("SELECT word, count FROM word_counts").fetchall())
-    with psycopg.connect(url) as conn:
-        return dict(conn.execute("SELECT word, count FROM word_counts").fetchall())
+    return {word: count for word, count in query(url, "SELECT word, count FROM word_counts")}
 
 
 @pytest.mark.parametrize("database", ["postgresql", "sqlite"])
