@@ -363,42 +363,23 @@ class Sum(Monoid[Any]):
         return f"Sum({self.kind})"
 
 
-class Count(Monoid[int]):
-    """Number of tuples: every tuple lifts to :attr:`one`."""
+class Count(Sum):
+    """Number of tuples: every tuple lifts to :attr:`one` (a ``Sum("long")`` of ones)."""
 
     name = "Count"
-    immutable_state = True
     #: The state of a single tuple.
     one: ClassVar[int] = 1
 
-    def empty(self) -> int:
-        return 0
-
-    def combine(self, a: int, b: int) -> int:
-        return a + b
-
-    def absorb(self, acc: int, value: int) -> int:
-        return acc + value
-
-    def copy(self, state: int) -> int:
-        return state
+    def __init__(self) -> None:
+        super().__init__("long")
 
     @staticmethod
     def lift(*_tuple: Any) -> int:
         """The state of one tuple (whatever it is): ``1``."""
         return 1
 
-    def avro_schema(self) -> Any:
-        return "long"
-
-    def avro_schema_in(self, namespace: str) -> Any:
-        return "long"
-
-    def to_avro(self, state: int) -> Any:
-        return state
-
-    def from_avro(self, data: Any) -> int:
-        return int(data)
+    def describe(self) -> str:
+        return self.name
 
 
 class _Extremum(Monoid[Any]):
