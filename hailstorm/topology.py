@@ -41,6 +41,7 @@ from hailstorm.routing import partition_by_instance, route
 __all__ = [
     "BoltSpec",
     "Collect",
+    "Combined",
     "Edge",
     "Node",
     "RowError",
@@ -468,6 +469,11 @@ class BoltSpec:
 
     With ``parallelism > 1`` each instance holds the part of the state for the keys it
     owns (see :mod:`hailstorm.routing`); emit sees that instance's state.
+
+    With ``preaggregate`` the spouts feeding the bolt do steps 1 and the combining part of 2
+    for a whole fetched batch (:meth:`combine_contributions`): the bolt receives one
+    contribution per key per batch, and emit runs once per contribution with the batch's
+    last tuple of that key.
     """
 
     name: str
@@ -478,6 +484,9 @@ class BoltSpec:
     key: Callable[[Any], Any] | None
     parallelism: int
     event_time: Callable[[Any], Any] | None
+    preaggregate: bool = False
+    """Spouts combine contributions per key and batch before sending them (declared safe
+    by the topology's author; checked by :meth:`Topology.validate`)."""
     keyed: bool = field(init=False)
     """True when the state is a ``KeyedMap`` (state = dict key -> value)."""
     value_monoid: Monoid[Any] = field(init=False, repr=False)
@@ -575,19 +584,71 @@ class BoltSpec:
 
     def absorb_all(self, state: Any, tuples: Iterable[Any]) -> Any:
         """Absorb many tuples without emitting (pre-aggregates per key)."""
+        return self.absorb_contributions(state, map(self.contribution, tuples))
+
+    def absorb_contributions(self, state: Any, contributions: Iterable[tuple[Any, Any]]) -> Any:
+        """Absorb many ``(key, value)`` contributions without emitting (pre-aggregates per
+        key; the values are not mutated)."""
         if self.keyed:
             inner = self.value_monoid
             update: dict[Any, Any] = {}
-            for t in tuples:
-                key, value = self.contribution(t)
+            for key, value in contributions:
                 if key in update:
                     update[key] = inner.absorb(update[key], value)
                 else:  # lift may return a shared value: never mutate it in place
                     update[key] = value if inner.immutable_state else inner.copy(value)
             return self.state.absorb(state, update) if update else state
-        for t in tuples:
-            state = self.state.absorb(state, self.contribution(t)[1])
+        monoid = self.state
+        for _key, value in contributions:
+            state = monoid.absorb(state, value)
         return state
+
+    def combine_contributions(self, tuples: Sequence[Any]) -> Combined:
+        """Pre-aggregate ``tuples`` (what a spout does for a ``preaggregate`` bolt): one
+        combined contribution per routing key, in the order each key was last seen.
+
+        For keyed state the group is the state key; for unkeyed state routed by ``key``
+        (``parallelism > 1``) it is the routing key and the state key is ``None``;
+        otherwise everything is one group. Absorbing the result gives exactly the state
+        that absorbing ``tuples`` one by one gives.
+        """
+        inner = self.value_monoid
+        copy = None if inner.immutable_state else inner.copy
+        absorb = inner.absorb
+        contribution = self.contribution
+        values: dict[Any, Any] = {}
+        last: dict[Any, Any] = {}
+        routed_unkeyed = not self.keyed and self.key is not None and self.parallelism > 1
+        group_of = self.key if routed_unkeyed else None
+        for t in tuples:
+            key, value = contribution(t)
+            group = key if group_of is None else group_of(t)
+            current = values.get(group, _NO_VALUE)
+            if current is _NO_VALUE:  # the first value may be shared: copy before mutating
+                values[group] = value if copy is None else copy(value)
+            else:
+                values[group] = absorb(current, value)
+            last.pop(group, None)
+            last[group] = t
+        state_keys = list(last) if self.keyed else [None] * len(last)
+        return Combined(list(last.values()), state_keys, [values[g] for g in last])
+
+
+_NO_VALUE: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Combined:
+    """Contributions pre-aggregated by :meth:`BoltSpec.combine_contributions`: for each
+    group, the last tuple seen (what emit receives), the state key (``None`` for unkeyed
+    state) and the combined value (for the bolt's value monoid)."""
+
+    tuples: list[Any]
+    keys: list[Any]
+    values: list[Any]
+
+    def __len__(self) -> int:
+        return len(self.tuples)
 
 
 @dataclass(frozen=True, eq=False)
@@ -774,6 +835,7 @@ class Topology:
         key: Callable[[Any], Any] | None = None,
         parallelism: int = 1,
         event_time: Callable[[Any], Any] | None = None,
+        preaggregate: bool = False,
     ) -> BoltSpec:
         """Keep ``state`` (a commutative monoid) over the tuples of ``inputs``.
 
@@ -782,6 +844,12 @@ class Topology:
         windows of ``event_time(t)``. ``emit(t, value)`` returns the list of tuples to send
         downstream, where ``value`` is the current value for ``key(t)`` (keyed state) or
         the whole state. ``parallelism > 1`` splits the state by ``key``.
+
+        ``preaggregate=True`` lets the spouts feeding this bolt combine the contributions of
+        each fetched batch per key before sending them (never across a snapshot clock). The
+        state is the same; emit then runs once per key and batch instead of once per tuple,
+        so it is only allowed when nothing but upsert tables read the bolt (they keep the
+        latest row per key anyway) or the bolt has no emit.
         """
         label = f"bolt {name!r}"
         _check_name(name, "bolt name", label, self.name)
@@ -814,7 +882,15 @@ class Topology:
                 "use parallelism=1 (one instance) or more",
                 label,
             )
-        spec = BoltSpec(name, names, state, lift, emit, key, parallelism, event_time)
+        if not isinstance(preaggregate, bool):
+            raise self._error(
+                f"preaggregate must be True or False, got {preaggregate!r}",
+                "pass preaggregate=True to let spouts combine contributions per batch",
+                label,
+            )
+        spec = BoltSpec(
+            name, names, state, lift, emit, key, parallelism, event_time, preaggregate
+        )
         if spec.keyed and key is None:
             raise self._error(
                 f"state {state.describe()} is keyed, so each tuple needs a key",
@@ -905,6 +981,9 @@ class Topology:
                         "pass emit=lambda t, value: [...] to this bolt",
                         f"bolt {node.name!r}",
                     )
+        for node in self._nodes.values():
+            if isinstance(node, BoltSpec) and node.preaggregate:
+                self._check_preaggregate(node)
         placed: set[str] = set()
         order: list[Node] = []
         remaining = list(self._nodes.values())
@@ -917,6 +996,30 @@ class Topology:
                     break
         self._order = order
         return order
+
+    def _check_preaggregate(self, bolt: BoltSpec) -> None:
+        """A pre-aggregating bolt sees fewer tuples, so emit runs less often: only upsert
+        tables (latest row per key) may read it, and some spout must feed it."""
+        label = f"bolt {bolt.name!r}"
+        if not any(isinstance(self._nodes[i], SpoutSpec) for i in bolt.inputs):
+            raise self._error(
+                "preaggregate=True only applies to tuples coming from spouts, and no input "
+                "of this bolt is a spout",
+                "remove preaggregate=True",
+                label,
+            )
+        for reader in self._nodes.values():
+            if bolt.name not in _inputs(reader):
+                continue
+            target = reader.target if isinstance(reader, SinkSpec) else None
+            if not (isinstance(target, Table) and target.mode == "upsert"):
+                raise self._error(
+                    f"preaggregate=True makes emit run once per key and fetched batch, not "
+                    f"once per tuple, so what {reader.kind} {reader.name!r} receives would "
+                    "depend on batch sizes; only upsert tables may read such a bolt",
+                    "remove preaggregate=True, or make the reader an upsert Table sink",
+                    label,
+                )
 
     @property
     def nodes(self) -> list[Node]:
@@ -1162,6 +1265,8 @@ def _node_details(node: Node) -> list[tuple[str, str]]:
         if node.event_time is not None:
             details.append(("event time", _function_name(node.event_time)))
         details.append(("emit", _function_name(node.emit)))
+        if node.preaggregate:
+            details.append(("preaggregate", "spouts combine contributions per key and batch"))
         return details
     return [("inputs", ", ".join(node.inputs)), ("target", node.target.describe())]
 

@@ -24,7 +24,9 @@ BYE         empty
 DATA: ``count uint32 BE, codec u8, partition indices int32 LE[count], origin offsets
 int64 LE[count], tuples``. Partitions travel as small integers agreed through a
 :class:`PartitionTable`; the two packed columns are copied straight from/to
-:class:`array.array` with no per-tuple Python work.
+:class:`array.array` with no per-tuple Python work. Codec 1: ``tuples`` is one pickle of
+the list of tuples. Codec 2 (pre-aggregated contributions for a ``preaggregate`` bolt): one
+pickle of ``(tuples, keys, values)``, three lists of ``count`` items.
 
 Tuple encoding: the whole list of tuples is one ``pickle`` (protocol 5) blob. Measured with
 ``bench/wire_encoding.py`` (10k tuples per batch) against pickle 4, marshal and json:
@@ -94,6 +96,8 @@ _DATA = struct.Struct(">IB")
 
 _PICKLE_CODEC = 1
 """DATA codec byte: the tuple list is one pickle protocol 5 blob."""
+_CONTRIBUTIONS_CODEC = 2
+"""DATA codec byte: ``(tuples, keys, values)`` in one pickle protocol 5 blob."""
 _PICKLE_PROTOCOL = 5
 
 _INDEX_TYPE = "i"  # int32
@@ -144,11 +148,16 @@ class DataBatch:
     ``partitions[i]`` (a :class:`PartitionTable` index) and ``offsets[i]`` are the origin of
     ``tuples[i]``. Decoded batches hold ``array('i')`` and ``array('q')`` columns; when
     building one, plain lists work too (:meth:`of` converts them).
+
+    A batch of pre-aggregated contributions also has ``keys`` and ``values`` (both or
+    neither; see :class:`hailstorm.processors.Contributions`).
     """
 
     partitions: Sequence[int]
     offsets: Sequence[int]
     tuples: list[Any]
+    keys: list[Any] | None = None
+    values: list[Any] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.tuples)
@@ -157,13 +166,36 @@ class DataBatch:
                 f"DataBatch columns differ in length: {len(self.partitions)} partitions, "
                 f"{len(self.offsets)} offsets, {n} tuples"
             )
+        if (self.keys is None) != (self.values is None):
+            raise ValueError("a DataBatch of contributions needs both keys and values")
+        if self.keys is not None and not len(self.keys) == len(self.values or ()) == n:
+            raise ValueError(
+                f"DataBatch columns differ in length: {n} tuples, {len(self.keys)} keys, "
+                f"{len(self.values or ())} values"
+            )
 
     @classmethod
     def of(
-        cls, partitions: Iterable[int], offsets: Iterable[int], tuples: Iterable[Any]
+        cls,
+        partitions: Iterable[int],
+        offsets: Iterable[int],
+        tuples: Iterable[Any],
+        keys: Iterable[Any] | None = None,
+        values: Iterable[Any] | None = None,
     ) -> DataBatch:
         """A batch whose columns are packed arrays (the cheapest form to encode)."""
-        return cls(array(_INDEX_TYPE, partitions), array(_OFFSET_TYPE, offsets), list(tuples))
+        return cls(
+            array(_INDEX_TYPE, partitions),
+            array(_OFFSET_TYPE, offsets),
+            list(tuples),
+            None if keys is None else list(keys),
+            None if values is None else list(values),
+        )
+
+    @property
+    def contributions(self) -> bool:
+        """True for pre-aggregated contributions (``keys`` and ``values`` are set)."""
+        return self.values is not None
 
     def __len__(self) -> int:
         return len(self.tuples)
@@ -298,11 +330,19 @@ def _payload_parts(frame: Frame) -> tuple[FrameKind, list[Any]]:
         tuples = frame.tuples if type(frame.tuples) is list else list(frame.tuples)
         if not len(frame.partitions) == len(frame.offsets) == len(tuples):
             raise ValueError("DataBatch columns differ in length")
+        if frame.keys is None or frame.values is None:
+            codec, blob = _PICKLE_CODEC, pickle.dumps(tuples, protocol=_PICKLE_PROTOCOL)
+        else:
+            keys, values = list(frame.keys), list(frame.values)
+            if not len(keys) == len(values) == len(tuples):
+                raise ValueError("DataBatch columns differ in length")
+            codec = _CONTRIBUTIONS_CODEC
+            blob = pickle.dumps((tuples, keys, values), protocol=_PICKLE_PROTOCOL)
         return FrameKind.DATA, [
-            _DATA.pack(len(tuples), _PICKLE_CODEC),
+            _DATA.pack(len(tuples), codec),
             _column(frame.partitions, _INDEX_TYPE),
             _column(frame.offsets, _OFFSET_TYPE),
-            pickle.dumps(tuples, protocol=_PICKLE_PROTOCOL),
+            blob,
         ]
     if isinstance(frame, Watermark):
         return FrameKind.WATERMARK, _marks_parts(frame.epoch, frame.watermark)
@@ -378,7 +418,7 @@ def _decode_marks(payload: memoryview) -> tuple[int, dict[int, int]]:
 
 def _decode_data(payload: memoryview) -> DataBatch:
     count, codec = _DATA.unpack_from(payload, 0)
-    if codec != _PICKLE_CODEC:
+    if codec not in (_PICKLE_CODEC, _CONTRIBUTIONS_CODEC):
         raise FrameError(f"unknown tuple codec {codec}")
     start = _DATA.size
     partitions = _read_column(payload, start, count, _INDEX_TYPE)
@@ -386,12 +426,18 @@ def _decode_data(payload: memoryview) -> DataBatch:
     offsets = _read_column(payload, start, count, _OFFSET_TYPE)
     start += 8 * count
     try:
-        tuples = pickle.loads(payload[start:])
+        blob = pickle.loads(payload[start:])
     except Exception as e:  # unpickling garbage can raise almost anything
         raise FrameError(f"undecodable tuples ({type(e).__name__}: {e})") from e
-    if type(tuples) is not list or len(tuples) != count:
-        raise FrameError(f"tuple blob does not hold a list of {count} tuples")
-    return DataBatch(partitions, offsets, tuples)
+    if codec == _PICKLE_CODEC:
+        if type(blob) is not list or len(blob) != count:
+            raise FrameError(f"tuple blob does not hold a list of {count} tuples")
+        return DataBatch(partitions, offsets, blob)
+    if (type(blob) is not tuple or len(blob) != 3
+            or any(type(c) is not list or len(c) != count for c in blob)):
+        raise FrameError(f"contribution blob does not hold three lists of {count} items")
+    tuples, keys, values = blob
+    return DataBatch(partitions, offsets, tuples, keys, values)
 
 
 def _decode_hello(payload: memoryview) -> Hello:

@@ -3,9 +3,11 @@
 Each message of the Kafka topic ``words`` is one UTF-8 line of text. The line is
 lowercased and split on everything that is not a letter (so ``"Don't stop!"`` gives
 ``don``, ``t``, ``stop``). The ``counts`` bolt keeps a count per word, split over two
-instances by word, and emits the word's running total after every occurrence; the sink
-upserts it into ``word_counts(word text primary key, count bigint)``, so the table always
-holds the latest total of every word.
+instances by word, and emits the word's running total; the sink upserts it into
+``word_counts(word text primary key, count bigint)``, so the table always holds the latest
+total of every word. Since only that upsert table reads the bolt, the spouts may count the
+words of each fetched batch themselves (``preaggregate=True``) and send one
+``(word, count)`` contribution per word and batch instead of every word.
 
 Messages that are not valid UTF-8 go to the dead-letter topic ``wordcount.dead-letter``.
 """
@@ -35,6 +37,7 @@ counts = topology.bolt(
     lift=lambda word: 1,
     emit=lambda word, count: [(word, count)],
     parallelism=2,
+    preaggregate=True,
 )
 
 topology.sink(

@@ -22,6 +22,8 @@ instances), :mod:`~hailstorm.processors.bolt_core` (A/B state split at the snaps
 
 from __future__ import annotations
 
+import itertools
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +34,7 @@ __all__ = [
     "Action",
     "Batch",
     "BoltCore",
+    "Contributions",
     "Destination",
     "ForwardClock",
     "ForwardWatermark",
@@ -75,6 +78,18 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.tuples)
+
+
+@dataclass(slots=True)
+class Contributions(Batch):
+    """Pre-aggregated contributions for a ``preaggregate`` bolt (the shape of a DATA frame
+    with contributions): ``values[i]`` is the combined value of a group of tuples under
+    state key ``keys[i]``, ``tuples[i]`` the group's last tuple (what emit receives), and
+    the origin the highest offset of the tuples combined. A group never spans a snapshot
+    clock."""
+
+    keys: list[Any] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +136,17 @@ class Router:
     one, so the rows a batch supersedes would be overwritten before the next commit anyway.
     This is what keeps a bolt that emits a running total for every input tuple from sending
     its whole input on to the sink.
+
+    With ``preaggregate`` (spouts only) a bolt declared ``preaggregate`` gets
+    :class:`Contributions` instead: the batch combined per key
+    (:meth:`~hailstorm.topology.BoltSpec.combine_contributions`), split at ``boundaries``.
     """
 
-    def __init__(self, downstream: Sequence[BoltSpec | SinkSpec]) -> None:
+    def __init__(
+        self, downstream: Sequence[BoltSpec | SinkSpec], *, preaggregate: bool = False
+    ) -> None:
         self.downstream = list(downstream)
+        self.preaggregate = preaggregate
         self.destinations: list[Destination] = [
             (node.name, i)
             for node in self.downstream
@@ -132,15 +154,23 @@ class Router:
         ]
         """Every instance that receives frames (CLOCK and WATERMARK go to all of them)."""
 
-    def route(self, batch: Batch) -> dict[Destination, Batch]:
+    def route(
+        self, batch: Batch, boundaries: Sequence[int] = ()
+    ) -> dict[Destination, Batch]:
         """The non-empty per-destination parts of ``batch``, order kept within each.
 
-        Unsplit parts share ``batch``'s lists: treat the result as read-only.
+        When pre-aggregating, ``batch`` must come from one partition with ascending
+        offsets, and tuples at or below any of ``boundaries`` (offsets where a bolt splits
+        or drops tuples: snapshot clocks, loaded clocks) are never combined with tuples
+        above it. Unsplit parts share ``batch``'s lists: treat the result as read-only.
         """
         routed: dict[Destination, Batch] = {}
         if not batch.tuples:
             return routed
         for node in self.downstream:
+            if self.preaggregate and isinstance(node, BoltSpec) and node.preaggregate:
+                routed.update(_preaggregated(node, batch, boundaries))
+                continue
             if isinstance(node, SinkSpec):
                 target = node.target
                 if isinstance(target, Table) and target.mode == "upsert":
@@ -162,6 +192,28 @@ class Router:
                 if part.tuples:
                     routed[(node.name, i)] = part
         return routed
+
+
+def _preaggregated(
+    bolt: BoltSpec, batch: Batch, boundaries: Sequence[int]
+) -> dict[Destination, Contributions]:
+    """``batch`` (one partition, ascending offsets) combined per group for ``bolt``'s
+    instances, one run between consecutive ``boundaries`` at a time; each contribution's
+    origin is the last offset of its run."""
+    offsets = batch.offsets
+    cuts = sorted({0, len(offsets), *(bisect_right(offsets, b) for b in boundaries)})
+    parts = [Contributions() for _ in range(bolt.parallelism)]
+    for start, stop in itertools.pairwise(cuts):
+        partition, origin = batch.partitions[stop - 1], offsets[stop - 1]
+        combined = bolt.combine_contributions(batch.tuples[start:stop])
+        for t, key, value in zip(combined.tuples, combined.keys, combined.values, strict=True):
+            part = parts[bolt.instance_for(t)]
+            part.partitions.append(partition)
+            part.offsets.append(origin)
+            part.tuples.append(t)
+            part.keys.append(key)
+            part.values.append(value)
+    return {(bolt.name, i): part for i, part in enumerate(parts) if part.tuples}
 
 
 def latest_per_key(batch: Batch, table: Table) -> Batch:

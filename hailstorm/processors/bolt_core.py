@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from hailstorm.clock import NOTHING, merge_max
@@ -102,7 +103,7 @@ class BoltCore:
         self._latest_label: Marks = dict(self._loaded)
         self._last_snapshot: tuple[int, Marks] | None = None
         self.applied = 0
-        """Tuples absorbed so far."""
+        """Tuples (or pre-aggregated contributions) absorbed so far."""
         self.dropped = 0
         """Tuples dropped because the loaded snapshot already contains them."""
 
@@ -122,10 +123,40 @@ class BoltCore:
         with a note naming the tuple; the state may then be partly updated, so the
         processor must fail and recover from its snapshot.
         """
+        return self._apply(upstream, partitions, offsets, tuples, None)
+
+    def on_contributions(
+        self,
+        upstream: str,
+        partitions: Sequence[PartitionKey],
+        offsets: Sequence[int],
+        tuples: Sequence[Any],
+        keys: Sequence[Any],
+        values: Sequence[Any],
+    ) -> Batch:
+        """Like :meth:`on_data` for pre-aggregated contributions (a spout feeding a
+        ``preaggregate`` bolt): ``values[i]`` is absorbed under ``keys[i]`` as is, and emit
+        sees ``tuples[i]``. Each origin stands for every tuple combined into it."""
+        if not len(keys) == len(values) == len(tuples):
+            raise ProtocolViolation(
+                f"bolt {self.spec.name!r}: contributions from {upstream!r} have "
+                f"{len(tuples)} tuples, {len(keys)} keys and {len(values)} values"
+            )
+        return self._apply(upstream, partitions, offsets, tuples, zip(keys, values, strict=True))
+
+    def _apply(
+        self,
+        upstream: str,
+        partitions: Sequence[PartitionKey],
+        offsets: Sequence[int],
+        tuples: Sequence[Any],
+        contributions: Iterable[tuple[Any, Any]] | None,
+    ) -> Batch:
+        """Absorb tuples (``contributions is None``: computed here) and emit."""
         if upstream not in self._upstreams:
             raise KeyError(f"bolt {self.spec.name!r}: data from unknown upstream {upstream!r}")
         if self.spec.emit is None:
-            self._absorb_quietly(upstream, partitions, offsets, tuples)
+            self._absorb_quietly(upstream, partitions, offsets, tuples, contributions)
             return Batch()
         spec = self.spec
         contribution = spec.contribution
@@ -143,7 +174,8 @@ class BoltCore:
         out_offsets = out.offsets.append
         out_tuples = out.tuples.append
         applied = 0
-        for p, o, t in zip(partitions, offsets, tuples, strict=True):
+        given = repeat(None, len(tuples)) if contributions is None else contributions
+        for p, o, t, c in zip(partitions, offsets, tuples, given, strict=True):
             if o <= floor_get(p, NOTHING):
                 self._drop(p, o)
                 continue
@@ -156,7 +188,7 @@ class BoltCore:
             else:
                 i = self._segment_of(p, o)
             try:
-                key, value = contribution(t)
+                key, value = contribution(t) if c is None else c
                 segments[i] = absorb(segments[i], key, value)
                 produced = outputs(t, value_for_emit(key, segments))
             except Exception as exc:
@@ -289,8 +321,9 @@ class BoltCore:
         partitions: Sequence[PartitionKey],
         offsets: Sequence[int],
         tuples: Sequence[Any],
+        contributions: Iterable[tuple[Any, Any]] | None,
     ) -> None:
-        """``on_data`` without emit: pre-aggregate per segment, absorb once each."""
+        """``_apply`` without emit: pre-aggregate per segment, absorb once each."""
         floor_get = self._floor.get
         seen = self._seen
         seen_get = seen.get
@@ -298,7 +331,8 @@ class BoltCore:
         pending = len(self._pending)
         first_label_get = (self._pending[0].label if pending else self._floor).get
         applied = 0
-        for p, o, t in zip(partitions, offsets, tuples, strict=True):
+        items = tuples if contributions is None else list(contributions)
+        for p, o, t in zip(partitions, offsets, items, strict=True):
             if o <= floor_get(p, NOTHING):
                 self._drop(p, o)
                 continue
@@ -312,10 +346,12 @@ class BoltCore:
                 groups[self._segment_of(p, o)].append(t)
             applied += 1
         segments = self._segments
+        spec = self.spec
+        absorb_all = spec.absorb_all if contributions is None else spec.absorb_contributions
         for i, group in enumerate(groups):
             if group:
                 try:
-                    segments[i] = self.spec.absorb_all(segments[i], group)
+                    segments[i] = absorb_all(segments[i], group)
                 except Exception as exc:
                     exc.add_note(
                         f"in bolt {self.spec.name!r}, absorbing a batch of {len(group)} "

@@ -62,6 +62,7 @@ from hailstorm.processors import (
     Action,
     Batch,
     BoltCore,
+    Contributions,
     Destination,
     ForwardClock,
     ForwardWatermark,
@@ -544,7 +545,9 @@ class _SpoutShell(_Shell):
         assert core is not None
         p = self.partition
         if isinstance(state, SpoutsRewind):
-            seek = core.start(state.clock)
+            assert self.coord is not None
+            committed = self.coord.committed()  # what bolts with a snapshot loaded
+            seek = core.start(state.clock, committed.clock if committed is not None else None)
             self.consumer.assign([TopicPartition(p[0], p[1], seek)])
             self.started = True
             self.send_all([self._watermark(core.watermark())])
@@ -575,8 +578,11 @@ class _SpoutShell(_Shell):
             for frames in per_receiver.values():
                 frames.append(marker)
         for dest, part in out.batches.items():  # the core routed; re-key by wire index
+            partitions = [self.index] * len(part)
             per_receiver[ids[dest]].append(
-                DataBatch.of([self.index] * len(part), part.offsets, part.tuples))
+                DataBatch.of(partitions, part.offsets, part.tuples, part.keys, part.values)
+                if isinstance(part, Contributions)
+                else DataBatch.of(partitions, part.offsets, part.tuples))
         watermark = self._watermark(out.watermark)
         for receiver, frames in per_receiver.items():
             frames.append(watermark)
@@ -712,7 +718,11 @@ class _BoltShell(_Inbound):
         assert core is not None
         if isinstance(frame, DataBatch):
             started = time.perf_counter()
-            out = core.on_data(sender, frame.partitions, frame.offsets, frame.tuples)
+            if frame.keys is not None and frame.values is not None:
+                out = core.on_contributions(sender, frame.partitions, frame.offsets,
+                                            frame.tuples, frame.keys, frame.values)
+            else:
+                out = core.on_data(sender, frame.partitions, frame.offsets, frame.tuples)
             if out.tuples:
                 self.send_batch(out)
             self.metrics.batch(started, len(frame), len(out.tuples))
@@ -817,6 +827,8 @@ class _SinkShell(_Inbound):
 
     def on_frame(self, sender: str, frame: Frame) -> None:
         if isinstance(frame, DataBatch):
+            if frame.contributions:
+                raise DataPlaneError(f"{sender} sent pre-aggregated contributions to a sink")
             started = time.perf_counter()
             self.received += len(frame)
             if self.writer is not None:

@@ -16,6 +16,12 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
   beyond the clock the master derives from the reported positions leaves early.
 * Always, on a timer too (idle or paused): :meth:`SpoutCore.watermark`, ``{p: position}``,
   so downstream low water marks advance when no data flows.
+
+Bolts declared ``preaggregate`` receive each batch combined per key
+(:class:`~hailstorm.processors.Contributions`). A group never spans a *boundary*: a clock
+this spout announced, or a clock a bolt loaded its state at (given to :meth:`SpoutCore.start`),
+since bolts split or drop tuples there. Later clocks cannot split an emitted batch: a round's
+clock is never below what the spout already emitted (see :meth:`SpoutCore.resume`).
 """
 
 from __future__ import annotations
@@ -56,8 +62,10 @@ class SpoutCore:
     ) -> None:
         self.spec = spec
         self.partition: Partition = (spec.topic, partition)
-        self.router = Router(downstream)
+        self.router = Router(downstream, preaggregate=True)
         self._position: int | None = None
+        self._boundaries: list[int] = []
+        """Offsets of this partition where downstream state may be split, ascending."""
         self._paused = True
         self._held_offsets: list[int] = []
         self._held_values: list[bytes | None] = []
@@ -69,12 +77,18 @@ class SpoutCore:
 
     # -- master state -------------------------------------------------------------------
 
-    def start(self, rewind_to: Mapping[Partition, int]) -> int:
+    def start(
+        self, rewind_to: Mapping[Partition, int], loaded: Mapping[Partition, int] | None = None
+    ) -> int:
         """Rewind to ``rewind_to`` (``SpoutsRewind``); return the offset to seek to.
 
-        The spout is paused afterwards; records held from before are discarded.
+        ``loaded`` is the clock bolts may have loaded their state at (the committed round's)
+        when it can be above ``rewind_to``: pre-aggregation never combines across it. The
+        spout is paused afterwards; records held from before are discarded.
         """
         self._position = rewind_to.get(self.partition, NOTHING)
+        above = (loaded or {}).get(self.partition, NOTHING)
+        self._boundaries = [above] if above > self._position else []
         self._paused = True
         self._held_offsets = []
         self._held_values = []
@@ -111,6 +125,8 @@ class SpoutCore:
                     )
                 marker = ForwardClock(epoch, dict(clock))
                 self._clock_epoch = epoch
+                position = self.position
+                self._boundaries = sorted({b for b in self._boundaries if b > position} | {limit})
         self._paused = False
         offsets, values = self._held_offsets, self._held_values
         self._held_offsets, self._held_values = [], []
@@ -194,7 +210,8 @@ class SpoutCore:
         self._position = position
         self.emitted += len(batch)
         self.rejected += len(dead)
-        return SpoutOutput(None, self.router.route(batch), dead, {p: position})
+        routed = self.router.route(batch, self._boundaries)
+        return SpoutOutput(None, routed, dead, {p: position})
 
     def __repr__(self) -> str:
         state = "paused" if self._paused else "flowing"

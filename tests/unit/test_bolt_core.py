@@ -23,6 +23,7 @@ from hailstorm.processors import (
     Action,
     Batch,
     BoltCore,
+    Contributions,
     ForwardClock,
     ForwardWatermark,
     ProtocolViolation,
@@ -261,7 +262,9 @@ def length_of(t: Any) -> int:
 def sim_topology() -> Topology:
     """words (spout) -> counts (x2, keyed by word, emits (word, running count))
     -> lengths (x2, keyed by word length): the two-level case; plus mixed (x1, no emit)
-    reading both counts and words, and total (x1, no emit) reading words."""
+    reading both counts and words, and total (x1, no emit) reading words. tally (x2, keyed,
+    emits) and spread (x2, one Count per instance, routed by word) are ``preaggregate``:
+    the spouts send them contributions combined per batch."""
     top = Topology("sim")
     words = top.spout("words", topic="w", decoder="text", explode=str.split)
     counts = top.bolt(
@@ -290,6 +293,25 @@ def sim_topology() -> Topology:
         lift=Count.lift,
     )
     top.bolt("total", inputs=[words], state=Count(), lift=Count.lift)
+    top.bolt(
+        "tally",
+        inputs=[words],
+        key=lambda w: w,
+        state=per_key(Count()),
+        lift=Count.lift,
+        emit=lambda w, n: [(w, n)],
+        parallelism=2,
+        preaggregate=True,
+    )
+    top.bolt(
+        "spread",
+        inputs=[words],
+        key=lambda w: w,
+        state=Count(),
+        lift=Count.lift,
+        parallelism=2,
+        preaggregate=True,
+    )
     return top
 
 
@@ -326,6 +348,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         loaded["lengths"] = clock_within(loaded["counts"])  # never behind its upstream
         loaded["mixed"] = clock_within(loaded["counts"])
         loaded["total"] = clock_within()
+        # Like every bolt with a snapshot in the runtime, the pre-aggregated ones load the
+        # "committed" clock, here counts' (total may be behind it: spouts rewind lower and
+        # must not combine across counts' clock, which they are told at start).
+        loaded["tally"] = loaded["spread"] = loaded["counts"]
     choices = draw(st.lists(st.integers(0, 10_000), min_size=80, max_size=400))
     return Scenario(values, loaded, choices)
 
@@ -347,6 +373,7 @@ class Simulation:
     routers: dict[str, Router] = field(default_factory=dict)
     written: dict[str, list[WriteSnapshot]] = field(default_factory=dict)
     emitted_counts: dict[str, int] = field(default_factory=dict)
+    emitted_tally: dict[str, int] = field(default_factory=dict)
     dead: list[tuple[int, int]] = field(default_factory=list)
     rewind: Clock = field(default_factory=dict)
     phase: str = "flowing"  # flowing | pausing | clocked
@@ -384,7 +411,7 @@ class Simulation:
         spec = top.spouts[0]
         for p, spout_id in enumerate(spout_ids):
             spout = SpoutCore(spec, p, top.downstream_of(spec))
-            self.fetch[spout_id] = spout.start(rewind)
+            self.fetch[spout_id] = spout.start(rewind, self.scenario.loaded.get("tally"))
             self.spouts[spout_id] = spout
 
     # -- the reference ------------------------------------------------------------------
@@ -442,11 +469,20 @@ class Simulation:
         core = self.bolts[bolt_id]
         if frame[0] == "data":
             batch: Batch = frame[1]
-            out = core.on_data(source, batch.partitions, batch.offsets, batch.tuples)
             name = bolt_id.split("/")[0]
-            if name == "counts":
+            if isinstance(batch, Contributions):
+                assert name in ("tally", "spread"), f"{name} got contributions"
+                out = core.on_contributions(
+                    source, batch.partitions, batch.offsets, batch.tuples, batch.keys,
+                    batch.values,
+                )
+            else:
+                assert name not in ("tally", "spread"), f"{name} got plain tuples"
+                out = core.on_data(source, batch.partitions, batch.offsets, batch.tuples)
+            emitted = {"counts": self.emitted_counts, "tally": self.emitted_tally}.get(name)
+            if emitted is not None:
                 for word, n in out.tuples:
-                    self.emitted_counts[word] = max(self.emitted_counts.get(word, 0), n)
+                    emitted[word] = max(emitted.get(word, 0), n)
             for (target, i), part in self.routers[name].route(out).items():
                 self.queues[(bolt_id, f"{target}/{i}")].append(("data", part))
         elif frame[0] == "wm":
@@ -566,6 +602,10 @@ def test_every_snapshot_equals_the_model_at_its_clock(scenario: Scenario) -> Non
     final_counts = sim.model(None).bolt_state("counts")
     for word, n in sim.emitted_counts.items():
         assert n == final_counts[word]  # the last emit for a word saw all of A and B
+    at_load = sim.model(scenario.loaded.get("tally", {})).bolt_state("tally")
+    assert sim.emitted_tally == {
+        w: n for w, n in final_counts.items() if n > at_load.get(w, 0)
+    }  # pre-aggregated: every word read after its load was emitted, last with its total
     expected_dead = {
         (d.message.partition, d.message.offset)
         for d in sim.model(None).dead_letters

@@ -1,0 +1,276 @@
+"""Spout-side pre-aggregation: declaring it, combining contributions, routing them, never
+across a clock, absorbing them in the bolt, and carrying them on the wire."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hailstorm import Collect, Count, SetUnion, Sum, Table, Topology, TumblingWindow, per_key
+from hailstorm.clock import Partition
+from hailstorm.processors import Batch, BoltCore, Contributions, ProtocolViolation, Router
+from hailstorm.processors.spout_core import SpoutCore
+from hailstorm.topology import BoltSpec, TopologyError
+from hailstorm.wire import DataBatch, FrameError, FrameReader, decode_frame, encode_frame
+
+P: Partition = ("lines", 0)
+UPSERT = Table("totals", columns={"word": "text", "count": "bigint"}, key=["word"])
+
+
+def wordcount(target: Any = UPSERT, *, parallelism: int = 2) -> Topology:
+    top = Topology("pre")
+    lines = top.spout("lines", topic="lines", decoder="text", explode=str.split)
+    counts = top.bolt(
+        "counts", inputs=[lines], key=lambda w: w, state=per_key(Count()), lift=Count.lift,
+        emit=lambda w, n: [(w, n)], parallelism=parallelism, preaggregate=True,
+    )
+    top.sink("out", inputs=[counts], target=target)
+    top.validate()
+    return top
+
+
+def counts_of(top: Topology) -> BoltSpec:
+    node = top.node("counts")
+    assert isinstance(node, BoltSpec)
+    return node
+
+
+# --------------------------------------------------------------------------- declaring
+
+
+def test_an_upsert_table_may_read_a_preaggregating_bolt() -> None:
+    assert counts_of(wordcount()).preaggregate
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        Collect(),
+        Table("t", columns={"word": "text", "count": "bigint"}, key=["word"], mode="merge"),
+        Table("t", columns={"word": "text", "count": "bigint"}, mode="append"),
+    ],
+)
+def test_other_sinks_may_not_read_a_preaggregating_bolt(target: Any) -> None:
+    with pytest.raises(TopologyError, match="only upsert tables may read such a bolt"):
+        wordcount(target)
+
+
+def test_a_bolt_may_not_read_a_preaggregating_bolt() -> None:
+    top = Topology("pre")
+    lines = top.spout("lines", topic="lines", decoder="text")
+    counts = top.bolt("counts", inputs=[lines], key=lambda w: w, state=per_key(Count()),
+                      lift=Count.lift, emit=lambda w, n: [(w, n)], preaggregate=True)
+    top.bolt("again", inputs=[counts], state=Count(), lift=Count.lift)
+    with pytest.raises(TopologyError, match="what bolt 'again' receives would depend"):
+        top.validate()
+
+
+def test_preaggregate_needs_a_spout_input_and_a_bool() -> None:
+    top = Topology("pre")
+    lines = top.spout("lines", topic="lines", decoder="text")
+    first = top.bolt("first", inputs=[lines], key=lambda w: w, state=per_key(Count()),
+                     lift=Count.lift, emit=lambda w, n: [(w, n)])
+    top.bolt("second", inputs=[first], state=Count(), lift=Count.lift, preaggregate=True)
+    with pytest.raises(TopologyError, match="no input of this bolt is a spout"):
+        top.validate()
+    with pytest.raises(TopologyError, match="preaggregate must be True or False"):
+        top.bolt("third", inputs=[lines], state=Count(), lift=Count.lift,
+                 preaggregate="yes")  # type: ignore[arg-type]
+
+
+def test_a_preaggregating_bolt_without_emit_or_readers_is_fine() -> None:
+    top = Topology("pre")
+    lines = top.spout("lines", topic="lines", decoder="text")
+    top.bolt("quiet", inputs=[lines], state=Count(), lift=Count.lift, preaggregate=True)
+    top.bolt("loud", inputs=[lines], state=Count(), lift=Count.lift,
+             emit=lambda t, n: [n], preaggregate=True)
+    top.validate()
+
+
+# --------------------------------------------------------------------------- combining
+
+
+def specs() -> dict[str, BoltSpec]:
+    top = Topology("shapes")
+    src = top.spout("src", topic="t", decoder="json")
+    return {
+        "keyed count": top.bolt("a", inputs=[src], key=lambda t: t[0], state=per_key(Count()),
+                                lift=Count.lift, parallelism=3),
+        "keyed mutable": top.bolt("b", inputs=[src], key=lambda t: t[0],
+                                  state=per_key(SetUnion()), lift=lambda t: shared_lift),
+        "unkeyed routed": top.bolt("c", inputs=[src], key=lambda t: t[0], state=Sum(),
+                                   lift=lambda t: t[1], parallelism=2),
+        "unkeyed whole": top.bolt("d", inputs=[src], state=SetUnion(), lift=lambda t: {t[1]}),
+        "windowed": top.bolt("e", inputs=[src], key=lambda t: t[0],
+                             state=per_key(TumblingWindow(10, Sum())), lift=lambda t: t[1],
+                             event_time=lambda t: t[1]),
+    }
+
+
+shared_lift = {"shared"}
+"""What one lift returns for every tuple: combining must copy it before mutating."""
+TUPLES = st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 40)), max_size=30)
+
+
+@settings(max_examples=80, deadline=None)
+@given(tuples=TUPLES, shape=st.sampled_from(sorted(specs())))
+def test_absorbing_combined_contributions_equals_absorbing_every_tuple(
+    tuples: list[tuple[str, int]], shape: str
+) -> None:
+    spec = specs()[shape]
+    combined = spec.combine_contributions(tuples)
+    assert len(combined.tuples) == len(combined.keys) == len(combined.values)
+    groups = {spec.key(t) if spec.key else None for t in tuples}
+    assert len(combined) == len(groups)  # one contribution per routing key
+    for instance in range(spec.parallelism):
+        mine = [t for t in tuples if spec.instance_for(t) == instance]
+        expected = spec.absorb_all(spec.state.empty(), mine)
+        pairs = [
+            (k, v)
+            for t, k, v in zip(combined.tuples, combined.keys, combined.values, strict=True)
+            if spec.instance_for(t) == instance
+        ]
+        assert spec.absorb_contributions(spec.state.empty(), pairs) == expected
+    assert shared_lift == {"shared"}  # lift's shared value was never mutated
+
+
+def test_each_group_keeps_its_last_tuple_in_last_seen_order() -> None:
+    spec = specs()["unkeyed routed"]
+    combined = spec.combine_contributions([("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)])
+    assert combined.tuples == [("a", 3), ("c", 4), ("b", 5)]
+    assert combined.keys == [None, None, None]  # unkeyed state: no state key
+    assert combined.values == [4, 4, 7]
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def test_a_spout_router_sends_contributions_split_at_the_boundary() -> None:
+    spec = counts_of(wordcount(parallelism=1))
+    router = Router([spec], preaggregate=True)
+    batch = Batch([P] * 6, [10, 11, 12, 13, 14, 15], ["a", "b", "a", "a", "b", "a"])
+    (part,) = router.route(batch, [12]).values()
+    assert isinstance(part, Contributions)
+    # at or below 12: a x2, b x1 (origin 12); above: a x2, b x1 (origin 15)
+    assert list(zip(part.offsets, part.keys, part.values, strict=True)) == [
+        (12, "b", 1), (12, "a", 2), (15, "b", 1), (15, "a", 2)
+    ]
+    assert part.partitions == [P] * 4
+    (whole,) = router.route(batch).values()
+    assert isinstance(whole, Contributions)
+    assert sorted(zip(whole.offsets, whole.keys, whole.values, strict=True)) == [
+        (15, "a", 4), (15, "b", 2)
+    ]
+
+
+def test_contributions_go_to_the_instance_that_owns_the_key() -> None:
+    spec = counts_of(wordcount(parallelism=2))
+    words = [f"w{i}" for i in range(40)]
+    routed = Router([spec], preaggregate=True).route(Batch([P] * 40, list(range(40)), words))
+    for (name, instance), part in routed.items():
+        assert name == "counts"
+        assert all(spec.instance_for(w) == instance for w in part.tuples)
+    assert sorted(w for part in routed.values() for w in part.tuples) == sorted(words)
+
+
+def test_only_a_spout_router_preaggregates() -> None:
+    spec = counts_of(wordcount(parallelism=1))
+    batch = Batch([P, P], [1, 2], ["a", "a"])
+    (part,) = Router([spec]).route(batch).values()
+    assert not isinstance(part, Contributions) and part.tuples == ["a", "a"]
+
+
+def test_a_spout_never_combines_across_the_clock_it_announced() -> None:
+    top = wordcount(parallelism=1)
+    spout = SpoutCore(top.spouts[0], 0, top.downstream_of("lines"))
+    spout.start({P: 1})
+    spout.resume(1, {P: 4})  # a clock above the position: offsets 2..4 belong to round 1
+    out = spout.on_records([2, 3, 4, 5, 6], [b"a", b"a b", b"a", b"a", b"b a"])
+    (part,) = out.batches.values()
+    assert isinstance(part, Contributions)
+    assert list(zip(part.offsets, part.keys, part.values, strict=True)) == [
+        (4, "b", 1), (4, "a", 3), (6, "b", 1), (6, "a", 2)
+    ]
+    assert spout.emitted == 7  # tuples, before combining
+
+
+# --------------------------------------------------------------------------- absorbing
+
+
+def test_the_bolt_splits_contributions_at_the_clock_and_emits_once_each() -> None:
+    spec = counts_of(wordcount(parallelism=1))
+    bolt = BoltCore(spec, ["s"])
+    out = bolt.on_contributions("s", [P, P], [3, 3], ["a", "b"], ["a", "b"], [2, 1])
+    assert out.tuples == [("a", 2), ("b", 1)] and out.offsets == [3, 3]
+    bolt.on_clock(1, {P: 5})
+    out = bolt.on_contributions("s", [P, P], [5, 9], ["a", "a"], ["a", "a"], [1, 4])
+    assert out.tuples == [("a", 3), ("a", 7)]  # emit sees A + B
+    (write,) = [a for a in bolt.on_watermark("s", {P: 9}) if hasattr(a, "state")]
+    assert write.state == {"a": 3, "b": 1}  # the contribution at 9 went to B
+    assert bolt.merged_state() == {"a": 7, "b": 1}
+
+
+def test_a_bolt_without_emit_absorbs_contributions_quietly() -> None:
+    top = Topology("pre")
+    lines = top.spout("lines", topic="lines", decoder="text")
+    spec = top.bolt("quiet", inputs=[lines], key=lambda w: w, state=per_key(SetUnion()),
+                    lift=lambda w: {w}, preaggregate=True)
+    bolt = BoltCore(spec, ["s"], {P: 2})
+    value = {"x"}
+    out = bolt.on_contributions("s", [P, P, P], [2, 3, 4], ["a", "a", "b"], ["a", "a", "b"],
+                                [{"old"}, value, {"y"}])
+    assert len(out) == 0 and bolt.dropped == 1
+    assert bolt.merged_state() == {"a": {"x"}, "b": {"y"}}
+    bolt.on_contributions("s", [P], [5], ["a"], ["a"], [{"z"}])
+    assert value == {"x"}  # the contribution received was copied, not mutated
+
+
+def test_mismatched_contribution_columns_are_a_protocol_violation() -> None:
+    bolt = BoltCore(counts_of(wordcount(parallelism=1)), ["s"])
+    with pytest.raises(ProtocolViolation, match="1 tuples, 2 keys and 1 values"):
+        bolt.on_contributions("s", [P], [1], ["a"], ["a", "b"], [1])
+
+
+# --------------------------------------------------------------------------- wire
+
+
+def test_contributions_round_trip_on_the_wire() -> None:
+    frame = DataBatch.of([0, 1], [7, 9], [("a", 1), "b"], ["a", "b"], [{1, 2}, 3])
+    assert frame.contributions
+    (decoded,) = FrameReader().feed(encode_frame(frame))
+    assert isinstance(decoded, DataBatch) and decoded.contributions
+    assert (list(decoded.partitions), list(decoded.offsets)) == ([0, 1], [7, 9])
+    assert (decoded.tuples, decoded.keys, decoded.values) == (
+        [("a", 1), "b"], ["a", "b"], [{1, 2}, 3])
+    plain = DataBatch.of([0], [1], ["a"])
+    assert not plain.contributions
+    assert not decode_frame(2, encode_frame(plain)[5:]).contributions  # type: ignore[union-attr]
+
+
+def test_contribution_columns_must_agree() -> None:
+    with pytest.raises(ValueError, match="both keys and values"):
+        DataBatch([0], [1], ["a"], ["a"], None)
+    with pytest.raises(ValueError, match="1 tuples, 2 keys"):
+        DataBatch([0], [1], ["a"], ["a", "b"], [1, 2])
+
+
+def test_a_corrupted_contribution_blob_is_an_error() -> None:
+    good = encode_frame(DataBatch.of([0], [1], ["a"], ["a"], [1]))[5:]
+    head = good[: 5 + 4 + 8]
+    for blob in ([["a"], ["a"]], (["a"], ["a"]), (["a"], ["a"], [1, 2])):
+        with pytest.raises(FrameError, match="three lists of 1 items"):
+            decode_frame(2, head + pickle.dumps(blob))
+
+
+def test_a_spout_never_combines_across_the_clock_bolts_loaded() -> None:
+    top = wordcount(parallelism=1)
+    spout = SpoutCore(top.spouts[0], 0, top.downstream_of("lines"))
+    assert spout.start({P: -1}, loaded={P: 1}) == 0  # a bolt without snapshot: replay all
+    spout.resume()
+    (part,) = spout.on_records([0, 1, 2, 3], [b"a", b"a", b"a", b"a"]).batches.values()
+    assert isinstance(part, Contributions)
+    assert list(zip(part.offsets, part.values, strict=True)) == [(1, 2), (3, 2)]
