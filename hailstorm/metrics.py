@@ -308,7 +308,8 @@ class ProcessorMetrics:
     def __init__(self, topology: str, processor: str) -> None:
         r = self.registry = Registry({"topology": topology, "processor": processor})
         self.messages_in = r.counter("hailstorm_messages_in_total",
-                                     "Tuples received (spouts: Kafka messages consumed).")
+                                     "Tuples (or combined contributions) received (spouts: "
+                                     "Kafka messages consumed).")
         self.messages_out = r.counter("hailstorm_messages_out_total",
                                       "Tuples sent downstream.")
         self.batches = r.counter("hailstorm_batches_total", "Batches processed.")
@@ -332,8 +333,8 @@ class ProcessorMetrics:
         """One batch processed since ``started`` (a ``time.perf_counter()`` value)."""
         try:
             self.batches.inc()
+            self.messages_out.inc(sent)  # first: a scrape showing the input shows its output
             self.messages_in.inc(received)
-            self.messages_out.inc(sent)
             self.batch_seconds.observe(time.perf_counter() - started)
         except Exception:
             log.debug("counting a batch failed", exc_info=True)
