@@ -9,14 +9,16 @@ fresh topology name (so each run reads the same backlog from offset 0: the same 
 
 What is measured, per run: the clock starts at the moment the master entered ``Flowing`` for
 the first time (its ``entered_at``, written by the negotiator; spouts start reading then) and
-stops when the **bolts have processed every produced offset**: the sum of
-``hailstorm_messages_in_total`` over the 2 ``counts`` bolt instances (scraped from their
-``/metrics`` every 0.1 s) equals the number of words in the N lines. Every word of every
-line reaches exactly one bolt instance once (no faults), so that is the instant the bolts'
-processed position covers every offset, whatever the snapshot interval; with a 60 s interval
-the commit of those offsets would wait for the next round, so the commit is not the measure.
-The same poll also records when the spouts had read every line (their
-``hailstorm_messages_in_total``) and how many rounds had been committed by then.
+stops when the **bolts have processed every produced offset**: the spouts have read every
+line (the sum of their ``hailstorm_messages_in_total``, scraped from their ``/metrics`` every
+0.1 s, is N) and the 2 ``counts`` bolt instances have received everything the spouts sent
+(the sum of their ``hailstorm_messages_in_total`` equals the spouts'
+``hailstorm_messages_out_total``: pre-aggregated contributions, one per word and fetched
+batch). With no faults everything a spout sends reaches one bolt instance once, so that is
+the instant the bolts' processed position covers every offset, whatever the snapshot
+interval; with a 60 s interval the commit of those offsets would wait for the next round,
+so the commit is not the measure. The same poll records when the spouts had read every line
+and how many rounds had been committed by then.
 
 For runs with an interval up to ``--commit-up-to`` seconds (default 5) the script then also
 waits for the commit covering every offset and checks the committed state equals the
@@ -43,6 +45,7 @@ from common import (  # noqa: E402
     embedded_stack,
     machine,
     metric_total,
+    processor_metrics,
     report,
     sample_lines,
 )
@@ -55,6 +58,7 @@ TOPIC = "words"
 PARTITIONS = 4
 BOLTS = 2
 MESSAGES_IN = "hailstorm_messages_in_total"
+MESSAGES_OUT = "hailstorm_messages_out_total"
 
 
 def one_run(stack: StackAddresses, interval: float, lines: int, words: int,
@@ -72,10 +76,16 @@ def one_run(stack: StackAddresses, interval: float, lines: int, words: int,
         def processed() -> float | None:
             nonlocal spouts_s, rounds
             now = time.time()
-            if spouts_s is None and metric_total(run, "spout", MESSAGES_IN,
-                                                 instances=PARTITIONS) == lines:
+            spouts = processor_metrics(run, "spout")
+            if len(spouts) < PARTITIONS or sum(m.get(MESSAGES_IN, 0) for m in spouts.values()) \
+                    != lines:
+                return None
+            # A processor counts a batch's output before its input, so with every line in, the
+            # output of one scrape is final; spouts count a batch after sending it.
+            spouts_sent = sum(m.get(MESSAGES_OUT, 0) for m in spouts.values())
+            if spouts_s is None:
                 spouts_s = now - started
-            if metric_total(run, "bolt", MESSAGES_IN, "counts", instances=BOLTS) == words:
+            if metric_total(run, "bolt", MESSAGES_IN, "counts", instances=BOLTS) == spouts_sent:
                 committed = run.committed()
                 rounds = 0 if committed is None else committed.epoch
                 return now - started
