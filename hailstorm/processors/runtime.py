@@ -660,6 +660,7 @@ class _Inbound(_Shell):
         try:
             sender, frame = self.inbound.get(timeout=POLL)
         except queue.Empty:
+            self.on_idle()
             return
         self.on_frame(sender, frame)
         for _ in range(QUEUE_FRAMES):  # drain what is there before looking at ZooKeeper
@@ -673,6 +674,9 @@ class _Inbound(_Shell):
 
     def on_frame(self, sender: str, frame: Frame) -> None:
         raise NotImplementedError
+
+    def on_idle(self) -> None:
+        """Nothing arrived for :data:`POLL` seconds."""
 
 
 class _BoltShell(_Inbound):
@@ -840,12 +844,17 @@ class _SinkShell(_Inbound):
             self.metrics.batch(started, len(frame), 0)
         elif isinstance(frame, Watermark):
             advanced = self.marks.observe(sender, frame.watermark)
-            # Idle watermarks keep coming: they let rows held back for batching be committed
-            # once COMMIT_INTERVAL passed, not only at the next snapshot round.
             if advanced or (self.writer is not None and self.writer.pending):
                 self._commit(force=False)
         elif isinstance(frame, ClockMarker):
             self._round(frame.epoch, self.table.from_wire(frame.clock))
+
+    def on_idle(self) -> None:
+        # Bolts forward a watermark only when it moves, so once the stream goes quiet no
+        # frame arrives until the next round: rows held back for batching are committed
+        # here, or the tail of a burst would wait for that round.
+        if self.writer is not None and self.writer.pending:
+            self._commit(force=False)
 
     def _round(self, epoch: int, clock: Clock) -> None:
         if self.joined is not None and epoch >= self.joined and epoch not in self.rounds:
