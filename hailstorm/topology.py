@@ -472,8 +472,8 @@ class BoltSpec:
 
     With ``preaggregate`` the spouts feeding the bolt do steps 1 and the combining part of 2
     for a whole fetched batch (:meth:`combine_contributions`): the bolt receives one
-    contribution per key per batch, and emit runs once per contribution with the batch's
-    last tuple of that key.
+    contribution per key (and window) per batch, and emit runs once per contribution with
+    the batch's last tuple of that group.
     """
 
     name: str
@@ -605,12 +605,14 @@ class BoltSpec:
 
     def combine_contributions(self, tuples: Sequence[Any]) -> Combined:
         """Pre-aggregate ``tuples`` (what a spout does for a ``preaggregate`` bolt): one
-        combined contribution per routing key, in the order each key was last seen.
+        combined contribution per group, in the order each group was last seen.
 
         For keyed state the group is the state key; for unkeyed state routed by ``key``
         (``parallelism > 1``) it is the routing key and the state key is ``None``;
-        otherwise everything is one group. Absorbing the result gives exactly the state
-        that absorbing ``tuples`` one by one gives.
+        otherwise everything is one group. With window state, tuples of different windows
+        are also different groups, so emit still sees a tuple of every window touched.
+        Absorbing the result gives exactly the state that absorbing ``tuples`` one by one
+        gives.
         """
         inner = self.value_monoid
         copy = None if inner.immutable_state else inner.copy
@@ -620,9 +622,12 @@ class BoltSpec:
         last: dict[Any, Any] = {}
         routed_unkeyed = not self.keyed and self.key is not None and self.parallelism > 1
         group_of = self.key if routed_unkeyed else None
+        window, event_time = self.window, self.event_time
         for t in tuples:
             key, value = contribution(t)
             group = key if group_of is None else group_of(t)
+            if window is not None:
+                group = (group, tuple(window.window_starts(event_time(t))))  # type: ignore[attr-defined,misc]
             current = values.get(group, _NO_VALUE)
             if current is _NO_VALUE:  # the first value may be shared: copy before mutating
                 values[group] = value if copy is None else copy(value)
@@ -630,7 +635,12 @@ class BoltSpec:
                 values[group] = absorb(current, value)
             last.pop(group, None)
             last[group] = t
-        state_keys = list(last) if self.keyed else [None] * len(last)
+        if not self.keyed:
+            state_keys: list[Any] = [None] * len(last)
+        elif window is None:
+            state_keys = list(last)
+        else:
+            state_keys = [group[0] for group in last]
         return Combined(list(last.values()), state_keys, [values[g] for g in last])
 
 
@@ -846,10 +856,10 @@ class Topology:
         the whole state. ``parallelism > 1`` splits the state by ``key``.
 
         ``preaggregate=True`` lets the spouts feeding this bolt combine the contributions of
-        each fetched batch per key before sending them (never across a snapshot clock). The
-        state is the same; emit then runs once per key and batch instead of once per tuple,
-        so it is only allowed when nothing but upsert tables read the bolt (they keep the
-        latest row per key anyway) or the bolt has no emit.
+        each fetched batch per key (and window) before sending them, never across a snapshot
+        clock. The state is the same; emit then runs once per group and batch with its last
+        tuple instead of once per tuple, so only upsert tables may read the bolt, and the
+        table keys of emit's rows must depend on ``key(t)`` (and the windows) alone.
         """
         label = f"bolt {name!r}"
         _check_name(name, "bolt name", label, self.name)

@@ -124,8 +124,12 @@ def test_absorbing_combined_contributions_equals_absorbing_every_tuple(
     spec = specs()[shape]
     combined = spec.combine_contributions(tuples)
     assert len(combined.tuples) == len(combined.keys) == len(combined.values)
-    groups = {spec.key(t) if spec.key else None for t in tuples}
-    assert len(combined) == len(groups)  # one contribution per routing key
+    groups = {
+        (spec.key(t) if spec.key else None,
+         tuple(spec.window.window_starts(t[1])) if spec.window else None)  # type: ignore[attr-defined]
+        for t in tuples
+    }
+    assert len(combined) == len(groups)  # one contribution per routing key (and window)
     for instance in range(spec.parallelism):
         mine = [t for t in tuples if spec.instance_for(t) == instance]
         expected = spec.absorb_all(spec.state.empty(), mine)
@@ -274,3 +278,17 @@ def test_a_spout_never_combines_across_the_clock_bolts_loaded() -> None:
     (part,) = spout.on_records([0, 1, 2, 3], [b"a", b"a", b"a", b"a"]).batches.values()
     assert isinstance(part, Contributions)
     assert list(zip(part.offsets, part.values, strict=True)) == [(1, 2), (3, 2)]
+
+
+def test_window_state_keeps_a_contribution_per_window_so_emit_sees_each() -> None:
+    """The emitted row of a window is the window's: a later tuple of the same key in another
+    window must not stand for it (an upsert table keyed by (key, window) would miss it)."""
+    spec = specs()["windowed"]
+    combined = spec.combine_contributions([("a", 1), ("a", 12), ("a", 3), ("b", 4)])
+    assert combined.tuples == [("a", 12), ("a", 3), ("b", 4)]
+    assert combined.keys == ["a", "a", "b"]
+    bolt = BoltCore(spec, ["s"])
+    bolt.on_contributions("s", [P] * 3, [9] * 3, combined.tuples, combined.keys,
+                          combined.values)
+    assert bolt.merged_state() == spec.absorb_all(
+        spec.state.empty(), [("a", 1), ("a", 12), ("a", 3), ("b", 4)])
