@@ -339,6 +339,7 @@ class TopologyRun:
         negotiator_session_timeout: float = 4.0,
         processor_session_timeout: float = 6.0,
         database: str | None = None,
+        snapshot_retention: float | None = None,
     ) -> None:
         self.stack = stack
         self.topology_ref = str(topology_ref)
@@ -348,6 +349,8 @@ class TopologyRun:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.negotiator_count = negotiators
         self.snapshot_interval = snapshot_interval
+        self.snapshot_retention = snapshot_retention
+        """The negotiators' ``--snapshot-retention`` (None: their default)."""
         self.timeout = timeout
         self.negotiator_session_timeout = negotiator_session_timeout
         self.processor_session_timeout = processor_session_timeout
@@ -388,10 +391,13 @@ class TopologyRun:
     def _spawn_negotiator(self) -> None:
         label = f"negotiator-{self._negotiators_started}"
         self._negotiators_started += 1
+        retention = [] if self.snapshot_retention is None else \
+            ["--snapshot-retention", str(self.snapshot_retention)]
         self.spawn(label, ["-m", "negotiator", self.topology_ref, "--name", self.name,
                            "--id", label, "--snapshot-interval", str(self.snapshot_interval),
                            "--timeout", str(self.timeout),
-                           "--session-timeout", str(self.negotiator_session_timeout)])
+                           "--session-timeout", str(self.negotiator_session_timeout),
+                           *retention])
 
     def start(self) -> TopologyRun:
         """Start the negotiators, then the driver."""

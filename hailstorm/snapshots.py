@@ -556,6 +556,23 @@ class SnapshotStore(ABC):
         Returns the removed keys.
         """
 
+    @abstractmethod
+    def forget_rounds(
+        self,
+        topology: str,
+        up_to_epoch: int,
+        keep_epochs: Iterable[int],
+        written_before: float | None = None,
+    ) -> builtins.list[str]:
+        """Remove every snapshot (and leftover temporary file) of rounds ``<= up_to_epoch``
+        except those of ``keep_epochs``: what a commit of round ``up_to_epoch`` made garbage
+        (the negotiator keeps the new committed round and the previous one). With
+        ``written_before`` (a POSIX time) only files written before it go, so that a reader
+        of a recently superseded round (``hailstorm export``) can finish.
+
+        Returns the removed keys.
+        """
+
     # -- built on the primitives -------------------------------------------------------
 
     def _ref(self, ref: SnapshotRef | str) -> SnapshotRef:
@@ -706,6 +723,14 @@ def _check_round(refs: list[SnapshotRef]) -> list[SnapshotRef]:
             f"0..{first.parallelism - 1}, got {instances}"
         )
     return ordered
+
+
+def _mtime(path: Path) -> float:
+    """When ``path`` was last written (``inf`` when it is gone: nothing to remove)."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return math.inf
 
 
 def _fsync_dir(path: Path) -> None:
@@ -873,10 +898,29 @@ class DirectorySnapshotStore(SnapshotStore):
         for bolt, _, e, _, temp in files:
             if not temp:
                 newest[bolt] = max(e, newest.get(bolt, -1))
+        return self._remove(
+            path for bolt, _, e, path, temp in files
+            if e < epoch and (temp or e != newest[bolt])
+        )
+
+    def forget_rounds(
+        self,
+        topology: str,
+        up_to_epoch: int,
+        keep_epochs: Iterable[int],
+        written_before: float | None = None,
+    ) -> builtins.list[str]:
+        keep = frozenset(keep_epochs)
+        return self._remove(
+            path for _, _, e, path, _ in self._files(topology)
+            if e <= up_to_epoch and e not in keep
+            and (written_before is None or _mtime(path) < written_before)
+        )
+
+    def _remove(self, paths: Iterable[Path]) -> builtins.list[str]:
+        """Unlink ``paths`` (gone already is fine), fsync their directories; their keys."""
         removed: list[Path] = []
-        for bolt, _, e, path, temp in sorted(files, key=lambda f: (f[0], f[1], f[2])):
-            if e >= epoch or (not temp and e == newest[bolt]):
-                continue
+        for path in sorted(paths):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(path)

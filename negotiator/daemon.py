@@ -12,16 +12,19 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 
 import click
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from hailstorm.config import SNAPSHOTS_VAR
 from hailstorm.metrics import NegotiatorMetrics, start_server
 from negotiator.layout import NegotiatorRecord, TopologyPaths
-from negotiator.machine import Config
+from negotiator.machine import Config, ForgetSnapshots
 from negotiator.shell import Shell
 
 ZK_ENV = "HAILSTORM_ZK"
@@ -60,6 +63,31 @@ class _Announcement:
             log.warning("%s: could not write %s: %s", self.identifier, self.node, exc)
 
 
+class SnapshotCollector:
+    """Deletes the snapshots a commit made garbage once they are ``retention`` seconds old
+    (never fatal: a failure is logged, and the next commit tries again, since every round
+    at or below it is garbage then too)."""
+
+    def __init__(self, topology: str, directory: Path, retention: float) -> None:
+        from hailstorm.snapshots import DirectorySnapshotStore
+
+        self.topology = topology
+        self.store = DirectorySnapshotStore(directory)
+        self.retention = retention
+
+    def forget(self, action: ForgetSnapshots) -> None:
+        try:
+            removed = self.store.forget_rounds(self.topology, action.up_to_epoch,
+                                               action.keep_epochs,
+                                               time.time() - self.retention)
+        except Exception as exc:  # a shared filesystem hiccup must not stop the negotiator
+            log.warning("deleting snapshots of rounds <= %d failed: %s", action.up_to_epoch, exc)
+            return
+        if removed:
+            log.info("deleted %d snapshot files of rounds <= %d (kept rounds %s)", len(removed),
+                     action.up_to_epoch, ", ".join(map(str, sorted(action.keep_epochs))))
+
+
 def _timeout(value: float | None, default: float) -> float:
     return default if value is None else value
 
@@ -89,6 +117,14 @@ def _timeout(value: float | None, default: float) -> float:
               help="This negotiator's name in the election (default: host:pid).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--snapshots", "snapshot_dir", envvar=SNAPSHOTS_VAR, metavar="DIR",
+              help=f"The processors' snapshot directory (default: ${SNAPSHOTS_VAR}): after "
+                   "each commit the leader deletes the snapshots no recovery can load any "
+                   "more. Without it, nothing is deleted.")
+@click.option("--snapshot-retention", type=click.FloatRange(min=0), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="Delete a garbage snapshot only once it is this old, so that readers of a "
+                   "just superseded round (hailstorm export) can finish.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
               help="Serve /metrics on HOST (a free port, written to "
                    "/hailstorm/<name>/negotiators/<id>); 'none' serves nothing.")
@@ -97,7 +133,8 @@ def negotiator_command(
     timeout: float,
     initialize_timeout: float | None, rewind_timeout: float | None,
     pause_timeout: float | None, snapshot_timeout: float | None, session_timeout: float,
-    identifier: str | None, log_level: str, metrics_host: str = "127.0.0.1",
+    identifier: str | None, log_level: str, snapshot_dir: str | None = None,
+    snapshot_retention: float = 60.0, metrics_host: str = "127.0.0.1",
 ) -> None:
     """Drive the master state of TOPOLOGY (a module path or dotted name) in ZooKeeper.
 
@@ -131,8 +168,13 @@ def negotiator_command(
     announce = _Announcement(client, topo, identifier, metrics_host,
                              None if server is None else server.port)
     announce.write(False)
+    collector = None if not snapshot_dir else SnapshotCollector(
+        topo, Path(snapshot_dir), snapshot_retention)
+    if collector is None:
+        log.info("%s: no snapshot directory (--snapshots): garbage snapshots stay", identifier)
     shell = Shell(client, topo, config, identifier, metrics=metrics,
-                  on_leadership=announce.write)
+                  on_leadership=announce.write,
+                  on_forget=None if collector is None else collector.forget)
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("%s: signal %d: stopping", identifier, signum)

@@ -125,10 +125,12 @@ class CommitClock:
 @dataclass(frozen=True)
 class ForgetSnapshots:
     """Snapshots written in rounds ``<= up_to_epoch`` whose ref is not in ``keep`` (the new
-    committed round and the previous one) are garbage and may be deleted."""
+    committed round and the previous one, whose epochs are ``keep_epochs``) are garbage and
+    may be deleted: rounds abandoned or superseded, never loaded again."""
 
     up_to_epoch: int
     keep: frozenset[str]
+    keep_epochs: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -460,7 +462,9 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
             committed.snapshots.values() if committed else ()
         )
         commit = CommitClock(e, dict(clock), refs)
-        actions: tuple[Action, ...] = (*roster.notes, commit, ForgetSnapshots(e, keep))
+        keep_epochs = frozenset({e} | ({committed.epoch} if committed else set()))
+        forget = ForgetSnapshots(e, keep, keep_epochs)
+        actions: tuple[Action, ...] = (*roster.notes, commit, forget)
         return Decision(
             Flowing(e, None), actions,
             f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt and sink "

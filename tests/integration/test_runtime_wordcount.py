@@ -4,6 +4,7 @@ processor is SIGKILLed mid-run. Built on :mod:`hailstorm.harness`."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from hailstorm.harness import (
     wordcount_lines,
 )
 from hailstorm.model import run_model
+from hailstorm.snapshots import DirectorySnapshotStore
 from negotiator.layout import CommittedRecord
 
 pytestmark = pytest.mark.integration
@@ -41,7 +43,9 @@ def stack(stack_env: dict[str, str]) -> StackAddresses:
 
 @pytest.fixture()
 def deployment(stack: StackAddresses, tmp_path: Path) -> Iterator[TopologyRun]:
-    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs") as run:
+    # Garbage snapshots are deleted soon: recoveries must still find what they load.
+    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs",
+                     snapshot_retention=RETENTION) as run:
         try:
             yield run
         finally:
@@ -53,10 +57,10 @@ def deployment(stack: StackAddresses, tmp_path: Path) -> Iterator[TopologyRun]:
 def assert_matches_model(run: TopologyRun, produced: Produced, committed: CommittedRecord,
                          least: int) -> None:
     """Every counts instance's committed snapshot equals the model's state exactly."""
+    states = run.committed_bolt_states(committed)  # first: garbage collection goes on
     produced.fill_before(run.stack.kafka, committed.clock)
     assert {(TOPIC, p): o for p, o in produced.last_offsets().items()} == dict(committed.clock)
     model = run_model(run.topology, produced.model_messages())
-    states = run.committed_bolt_states(committed)
     counts = states["counts"]
     assert all(clock == committed.clock for clock in counts.instance_clocks)
     for i, state in enumerate(counts.instances):
@@ -79,7 +83,7 @@ def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> N
     produced = Produced(TOPIC)
     produce(run.stack.kafka, produced, wordcount_lines(20_000, seed=1), partitions)
     run.start()
-    wait_for("a first commit", run.committed, 240, run.alive)
+    first = wait_for("a first commit", run.committed, 240, run.alive)
     bad = [b"\xff\xfe not utf-8", b"ok \xc3", b"\x80"]
     produce(run.stack.kafka, produced, bad, partitions)
     produce(run.stack.kafka, produced, wordcount_lines(180_000, seed=2), partitions)
@@ -91,6 +95,30 @@ def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> N
     reports = run.processors()
     assert len(reports) == PARTITIONS + 2 + 1
     assert all(r.error is None for r in reports.values())
+    wait_for("the leader to delete superseded rounds' snapshots",
+             lambda: no_old_garbage(run, first.epoch), 60, run.alive)
+
+
+RETENTION = 10.0
+"""The negotiators' --snapshot-retention in these runs (s)."""
+
+
+def no_old_garbage(run: TopologyRun, first_epoch: int) -> bool:
+    """The first committed round's snapshots are gone, the committed round's are there, and
+    every snapshot of a round the commit made garbage (older, and not the previous committed
+    round) is younger than the retention (plus slack). A racing commit or collection makes
+    this False until a later poll."""
+    committed = run.committed()
+    if committed is None:
+        return False
+    keep = {committed.epoch} | ({committed.previous.epoch} if committed.previous else set())
+    refs = DirectorySnapshotStore(run.stack.snapshots).list(run.name)
+    epochs = {ref.epoch for ref in refs}
+    if committed.epoch not in epochs or first_epoch in epochs:
+        return False
+    old = time.time() - RETENTION - 5
+    garbage = [ref for ref in refs if ref.epoch < committed.epoch and ref.epoch not in keep]
+    return all(ref.path.stat().st_mtime > old for ref in garbage if ref.path.exists())
 
 
 @pytest.mark.parametrize("victim", ["bolt:counts:1", "spout:lines:words:2"])

@@ -457,8 +457,13 @@ def test_snapshot_commits_when_every_bolt_saved_at_exactly_c() -> None:
             K0: "file:///snap/sink:out:0/7"}
     assert d.commits == (CommitClock(7, C, refs),)
     forget = [a for a in d.actions if isinstance(a, ForgetSnapshots)]
-    assert forget == [ForgetSnapshots(7, frozenset(refs.values()) | {"r0", "r1"})]
+    assert forget == [ForgetSnapshots(7, frozenset(refs.values()) | {"r0", "r1"},
+                                      frozenset({7, 5}))]
     assert "q0" not in forget[0].keep, "older than the previous committed round: garbage"
+    first = check(SNAP, view(PAUSED_LIVING, snapshots=saved(7, C)))
+    assert [a.keep_epochs for a in first.actions if isinstance(a, ForgetSnapshots)] == [
+        frozenset({7})
+    ]
 
 
 def test_a_round_waits_for_every_sink_to_commit_through_c() -> None:

@@ -431,3 +431,42 @@ def test_delete_older_than(store: DirectorySnapshotStore) -> None:
     store.delete(ref)
     store.delete(ref.key)  # already gone: no error
     assert len(store.list("wordcount")) == 2
+
+
+def test_forget_rounds_keeps_the_committed_rounds_and_anything_newer(
+    store: DirectorySnapshotStore,
+) -> None:
+    monoid = per_key(Count())
+    for epoch in (1, 2, 3, 5, 6, 7):
+        put(store, monoid, {"a": epoch}, bolt="counts", epoch=epoch)
+    put(store, monoid, {"a": 1}, bolt="rare", epoch=2)  # an old round of another bolt
+    stale = store.root / "wordcount" / "counts" / "0" / ".epoch-000000000004.avro.9.dead.tmp"
+    writing = store.root / "wordcount" / "counts" / "0" / ".epoch-000000000007.avro.9.live.tmp"
+    stale.touch()
+    writing.touch()
+    # Round 6 committed; round 3 was the previous committed one; 5 was abandoned.
+    removed = store.forget_rounds("wordcount", 6, {6, 3})
+    assert sorted(removed) == [
+        "wordcount/counts/0/.epoch-000000000004.avro.9.dead.tmp",
+        "wordcount/counts/0/epoch-000000000001.avro",
+        "wordcount/counts/0/epoch-000000000002.avro",
+        "wordcount/counts/0/epoch-000000000005.avro",
+        "wordcount/rare/0/epoch-000000000002.avro",
+    ]
+    assert [(r.bolt, r.epoch) for r in store.list("wordcount")] == [
+        ("counts", 3), ("counts", 6), ("counts", 7)
+    ]
+    assert writing.exists()
+    assert store.forget_rounds("wordcount", 6, {6, 3}) == []
+    assert store.forget_rounds("nothing_here", 6, ()) == []
+
+
+def test_forget_rounds_spares_recent_files(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    old = put(store, monoid, {"a": 1}, bolt="counts", epoch=1)
+    recent = put(store, monoid, {"a": 2}, bolt="counts", epoch=2)
+    put(store, monoid, {"a": 3}, bolt="counts", epoch=3)
+    os.utime(old.path, (1_000.0, 1_000.0))
+    os.utime(recent.path, (2_000.0, 2_000.0))
+    assert store.forget_rounds("wordcount", 3, {3}, written_before=1_500.0) == [old.key]
+    assert [r.epoch for r in store.list("wordcount")] == [2, 3]
