@@ -12,7 +12,11 @@ One :class:`Coordinator` per processor instance, on its own ZooKeeper session:
   :meth:`Coordinator.expected` and :meth:`Coordinator.reports` do the rest.
 
 A lost session (``LOST``: the ephemeral node is gone) is fatal: :attr:`Coordinator.lost` is
-set and :meth:`Coordinator.check` raises.
+set and :meth:`Coordinator.check` raises. A lost *connection* (``SUSPENDED``) is not: the
+session and the living node survive it if the client reconnects within the session timeout,
+so every read and write after :meth:`Coordinator.register` is retried (kazoo's
+:class:`~kazoo.retry.KazooRetry`) until it succeeds, the session is lost, or twice the
+session timeout passed.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.retry import KazooRetry
 
 from hailstorm.clock import Clock
 from negotiator.layout import (
@@ -41,6 +46,8 @@ from negotiator.layout import (
 __all__ = ["CoordinationError", "Coordinator"]
 
 log = logging.getLogger("hailstorm.coordination")
+
+T = TypeVar("T")
 
 
 class CoordinationError(RuntimeError):
@@ -74,6 +81,9 @@ class Coordinator:
         """Set when the session expired: the living node is gone for good."""
         self._registered = False
         self._last_report: ProcessorReport | None = None
+        self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
+                                 ignore_expire=False, deadline=2 * session_timeout,
+                                 interrupt=self.lost.is_set)
         self.client = KazooClient(hosts=hosts, timeout=session_timeout)
         self.client.add_listener(self._on_state)
         self.client.start(timeout=connect_timeout)
@@ -84,6 +94,11 @@ class Coordinator:
         if state == KazooState.LOST and self._registered:
             self.lost.set()
         self.changed.set()
+
+    def _call(self, operation: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``operation(*args, **kwargs)``, retried across connection losses."""
+        result: T = self._retry.copy()(operation, *args, **kwargs)
+        return result
 
     def check(self) -> None:
         """Raise :class:`CoordinationError` once the session is lost."""
@@ -146,7 +161,7 @@ class Coordinator:
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info
         )
-        self.client.set(self.paths.living_node(self.processor), report.to_json())
+        self._call(self.client.set, self.paths.living_node(self.processor), report.to_json())
         self._last_report = report
 
     def report_error(self, message: str) -> None:
@@ -196,9 +211,9 @@ class Coordinator:
         """
         self.changed.clear()
         try:
-            raw, _stat = self.client.get(self.paths.master, watch=self._watch)
+            raw, _stat = self._call(self.client.get, self.paths.master, watch=self._watch)
         except NoNodeError:
-            if self.client.exists(self.paths.master, watch=self._watch) is not None:
+            if self._call(self.client.exists, self.paths.master, watch=self._watch) is not None:
                 self.changed.set()  # created in between: read again
             return None
         try:
@@ -210,7 +225,7 @@ class Coordinator:
     def committed(self) -> CommittedRecord | None:
         """The ``committed`` record, or None when nothing was committed yet."""
         try:
-            raw, _stat = self.client.get(self.paths.committed)
+            raw, _stat = self._call(self.client.get, self.paths.committed)
         except NoNodeError:
             return None
         return CommittedRecord.from_json(raw)
@@ -218,7 +233,7 @@ class Coordinator:
     def expected(self) -> ExpectedRecord:
         """The ``expected`` record (the driver writes it before starting processors)."""
         try:
-            raw, _stat = self.client.get(self.paths.expected)
+            raw, _stat = self._call(self.client.get, self.paths.expected)
         except NoNodeError:
             raise CoordinationError(
                 f"{self.paths.expected} does not exist: start the topology with 'hailstorm run'"
@@ -229,12 +244,12 @@ class Coordinator:
         """Every readable processor report under ``living``, by processor id."""
         result: dict[str, ProcessorReport] = {}
         try:
-            children = self.client.get_children(self.paths.living)
+            children = self._call(self.client.get_children, self.paths.living)
         except NoNodeError:
             return result
         for child in children:
             try:
-                raw, _stat = self.client.get(f"{self.paths.living}/{child}")
+                raw, _stat = self._call(self.client.get, f"{self.paths.living}/{child}")
                 report = ProcessorReport.from_json(raw)
             except (NoNodeError, LayoutError):
                 continue
@@ -247,9 +262,9 @@ class Coordinator:
         path = self.paths.snapshot_node(report.processor)
         data = report.to_json()
         try:
-            self.client.set(path, data)
+            self._call(self.client.set, path, data)
         except NoNodeError:
             try:
-                self.client.create(path, data, makepath=True)
+                self._call(self.client.create, path, data, makepath=True)
             except NodeExistsError:
-                self.client.set(path, data)
+                self._call(self.client.set, path, data)

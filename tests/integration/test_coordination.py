@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 import uuid
@@ -112,3 +114,107 @@ def test_errors_are_reported_on_the_living_node(hosts: str, name: str,
     report = coord.reports()[BOLT]
     assert (report.state, report.epoch, report.error) == (
         ProcessorState.READY, 4, "ValueError: boom")
+
+
+class Cuttable:
+    """A TCP forwarder to ZooKeeper on 127.0.0.1 whose connections can be cut and whose
+    listener can refuse new ones for a while: a network blip between a processor and a
+    healthy ZooKeeper."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.split(",")[0].rsplit(":", 1)
+        self.target = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.hosts = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.open = threading.Event()
+        self.open.set()
+        self.sockets: list[socket.socket] = []
+        self.stopped = False
+        self.cut_on_request = threading.Event()
+        """Set: the next bytes a client sends are dropped with every connection (a request
+        in flight when the network fails)."""
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stopped:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open.is_set():
+                client.close()
+                continue
+            server = socket.create_connection(self.target)
+            self.sockets += [client, server]
+            for a, b, upstream in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(a, b, upstream), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, upstream: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if upstream and self.cut_on_request.is_set():
+                    self.cut_on_request.clear()
+                    self.cut()
+                    return
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def cut(self) -> None:
+        """Refuse new connections and drop the open ones."""
+        self.open.clear()
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        self.sockets = []
+
+    def close(self) -> None:
+        self.stopped = True
+        self.cut()
+        self.listener.close()
+
+
+def test_a_connection_blip_is_not_a_lost_session(hosts: str, name: str,
+                                                 made: list[Coordinator]) -> None:
+    """While disconnected, reads and writes wait for the reconnection instead of failing;
+    the session, the living node and the processor survive."""
+    proxy = Cuttable(hosts)
+    try:
+        coord = Coordinator(proxy.hosts, name, BOLT, session_timeout=10)
+        made.append(coord)
+        coord.register(timeout=5)
+        owner = coord.client.client_id[0]
+        writer = Coordinator(hosts, name, "bolt:other:0")
+        made.append(writer)
+        paths = TopologyPaths(name)
+        writer.client.create(paths.master, MasterRecord(Flowing(2, None), 1.0).to_json())
+        coord.changed.clear()
+        proxy.cut_on_request.set()  # the read below is in flight when the network fails
+        results: list[object] = []
+
+        def read_and_report() -> None:
+            try:
+                results.append(coord.master())
+                coord.report(ProcessorState.READY, 2, loaded={})
+                results.append(coord.reports()[BOLT].state)
+            except Exception as exc:  # the test asserts there is none
+                results.append(exc)
+
+        reader = threading.Thread(target=read_and_report)
+        reader.start()
+        assert coord.changed.wait(5), "the disconnection sets changed"
+        time.sleep(2)  # the reads wait, disconnected
+        assert results == [] and not coord.lost.is_set()
+        proxy.open.set()
+        reader.join(20)
+        assert not reader.is_alive()
+        assert results == [MasterRecord(Flowing(2, None), 1.0), ProcessorState.READY]
+        assert coord.client.client_id[0] == owner, "the same session"
+        coord.check()
+        living = writer.reports()[BOLT]
+        assert (living.state, living.epoch) == (ProcessorState.READY, 2)
+    finally:
+        proxy.close()
