@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -25,6 +26,15 @@ class Record:
     key: bytes | None
     value: bytes | None
     timestamp: int | None
+    headers: dict[str, bytes] | None = None
+
+
+def _headers(raw: Any) -> dict[str, bytes] | None:
+    """A message's headers (a list of ``(name, value)``) as a dict of bytes."""
+    if raw is None:
+        return None
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return {str(k): v.encode() if isinstance(v, str) else (v or b"") for k, v in pairs}
 
 
 def admin(bootstrap: str) -> AdminClient:
@@ -145,6 +155,7 @@ def read_range(
                     continue
                 expected = offset + 1
                 _ts_type, ts = message.timestamp()
-                yield Record(topic, partition, offset, message.key(), message.value(), ts)
+                yield Record(topic, partition, offset, message.key(), message.value(), ts,
+                             _headers(message.headers()))
     finally:
         source.close()

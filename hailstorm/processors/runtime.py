@@ -505,6 +505,26 @@ class _Shell:
 # --------------------------------------------------------------------------- spout
 
 
+def dead_letter_key(message: Any) -> bytes:
+    """``<topic>:<partition>:<offset>`` of the source message: a replay after a failure may
+    write a dead letter again, and this key tells the repeats apart (or lets a compacted
+    topic drop them)."""
+    return f"{message.topic}:{message.partition}:{message.offset}".encode()
+
+
+def dead_letter_headers(letter: Any) -> list[tuple[str, bytes]]:
+    """Where a dead letter came from and why it failed, as Kafka headers."""
+    m = letter.message
+    return [
+        ("hailstorm.spout", letter.spout.encode()),
+        ("hailstorm.topic", m.topic.encode()),
+        ("hailstorm.partition", str(m.partition).encode()),
+        ("hailstorm.offset", str(m.offset).encode()),
+        ("hailstorm.stage", letter.stage.encode()),
+        ("hailstorm.error", letter.error[:1000].encode("utf-8", "replace")),
+    ]
+
+
 class _SpoutShell(_Shell):
     """One Kafka partition: rewound, paused and resumed by the master state."""
 
@@ -597,7 +617,9 @@ class _SpoutShell(_Shell):
             self._dead_letters = producer(self.assignment.kafka)
         for letter in letters:
             log.warning("dead letter at offset %d: %s", letter.message.offset, letter.error)
-            self._dead_letters.produce(letter.topic, value=letter.message.value)
+            self._dead_letters.produce(letter.topic, value=letter.message.value,
+                                       key=dead_letter_key(letter.message),
+                                       headers=dead_letter_headers(letter))
         self._dead_letters.poll(0)
 
     def step(self) -> None:

@@ -90,8 +90,19 @@ def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> N
     target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
     committed = run.wait_committed(target, 240)
     assert_matches_model(run, produced, committed, least=800_000)
-    letters = [r.value for r in kafka.read_range(run.stack.kafka, dead_topic, 0, 0, 2, timeout=30)]
-    assert sorted(letters) == sorted(bad)  # type: ignore[type-var]
+    letters = list(kafka.read_range(run.stack.kafka, dead_topic, 0, 0, 2, timeout=30))
+    assert sorted(r.value for r in letters) == sorted(bad)  # type: ignore[type-var]
+    sources = {(TOPIC, p, o): v for p, records in produced.messages.items()
+               for o, v in records if v in bad}
+    for letter in letters:  # where each came from, and why
+        headers = letter.headers or {}
+        origin = (TOPIC, int(headers["hailstorm.partition"]), int(headers["hailstorm.offset"]))
+        assert sources[origin] == letter.value
+        assert letter.key == "{}:{}:{}".format(*origin).encode()
+        assert headers["hailstorm.topic"] == TOPIC.encode()
+        assert headers["hailstorm.spout"] == b"lines"
+        assert headers["hailstorm.stage"] == b"decode"
+        assert b"utf-8" in headers["hailstorm.error"].lower()
     reports = run.processors()
     assert len(reports) == PARTITIONS + 2 + 1
     assert all(r.error is None for r in reports.values())
