@@ -394,6 +394,10 @@ class Shell:
             state, entered_at = NegotiatorDisconnected(highest), now
         else:
             state, entered_at = master.state, master.entered_at
+            if self.leader_since is not None and entered_at < self.leader_since:
+                # Written by an earlier leader with its own wall clock: a skew between the
+                # two machines must not expire a wait early. Waits restart at the takeover.
+                entered_at = self.leader_since
         view = View(now, entered_at, expected, living, snapshots, committed, highest)
         return Observation(
             state,

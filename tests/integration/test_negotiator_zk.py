@@ -259,9 +259,9 @@ class ShellThread:
     """An in-process negotiator on its own ZooKeeper session."""
 
     def __init__(self, hosts: str, topology: str, identifier: str, config: Config = FAST,
-                 ) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.client = connect(hosts, timeout=4.0)
-        self.shell = Shell(self.client, topology, config, identifier)
+        self.shell = Shell(self.client, topology, config, identifier, clock=clock)
         self.thread = threading.Thread(target=self.shell.run, name=identifier, daemon=True)
         self.thread.start()
 
@@ -277,8 +277,9 @@ class ShellThread:
 def negotiators(zk_hosts: str, topology: str) -> Iterator[Callable[..., ShellThread]]:
     started: list[ShellThread] = []
 
-    def start(identifier: str, config: Config = FAST) -> ShellThread:
-        started.append(ShellThread(zk_hosts, topology, identifier, config))
+    def start(identifier: str, config: Config = FAST,
+              clock: Callable[[], float] = time.time) -> ShellThread:
+        started.append(ShellThread(zk_hosts, topology, identifier, config, clock))
         return started[-1]
 
     try:
@@ -505,3 +506,24 @@ def test_a_silent_bolt_times_out_the_round(
                            "Initialize: snapshot round 2 abandoned after 1 s: "), line
     assert all(b in line for b in BOLTS) and line.endswith("did not report")
     assert read_committed(zk, dep.paths) is None
+
+
+def test_a_new_leader_with_a_skewed_clock_gives_waits_their_full_time(
+    zk: KazooClient, topology: str, deployment: Callable[..., Deployment],
+    negotiators: Callable[..., ShellThread], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The master's entered_at is the old leader's wall clock: a new leader whose clock is
+    an hour ahead must not see the round in progress as an hour late and abandon it."""
+    caplog.set_level(logging.INFO, logger="negotiator")
+    config = Config(snapshot_interval=0.2, initialize_timeout=10, rewind_timeout=10,
+                    pause_timeout=10, snapshot_timeout=6)
+    dep = deployment(snapshot_delay=2.0)
+    first = negotiators("first", config)
+    in_round = wait_for("a round in progress", lambda: (m := read_master(zk, dep.paths))
+                        and isinstance(m.state, Flowing) and m.state.clock is not None and m)
+    first.stop()
+    negotiators("ahead", config, clock=lambda: time.time() + 3600)
+    committed = wait_for("the round to commit", lambda: committed_epoch(zk, dep.paths)
+                         >= in_round.state.epoch, 30)
+    assert committed
+    assert not [r for r in caplog.records if "abandoned" in r.getMessage()]
