@@ -8,7 +8,9 @@ Every tuple travels with its *origin* ``(partition, offset)``: the Kafka message
 from. Tuples a bolt emits inherit the origin of the input that caused them. Three kinds of
 frames flow on each connection, in order:
 
-* data: a :class:`Batch` of ``(partition, offset, tuple)``;
+* data: a :class:`Batch` of ``(partition, offset, tuple)``, or from a spout to a
+  ``preaggregate`` bolt :class:`Contributions` (tuples combined per key; the origin is the
+  highest offset combined);
 * CLOCK ``(epoch, clock)``: the snapshot clock of a round, sent before any tuple whose
   offset is above it (:class:`ForwardClock`);
 * WATERMARK ``{partition: offset}``: "every tuple with offset <= W[p] that I will ever send
