@@ -82,6 +82,7 @@ __all__ = [
     "SnapshotMismatchError",
     "SnapshotRef",
     "SnapshotStore",
+    "jsonable",
     "snapshot_key",
     "write_snapshot",
 ]
@@ -484,8 +485,8 @@ def _merge_into(monoid: Monoid[Any], state: dict[Any, Any], part: dict[Any, Any]
     return monoid.absorb(state, part)
 
 
-def _jsonable(value: Any) -> Any:
-    """``value`` as JSON data: tuples and sets become lists, bytes base64 text."""
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data: tuples and sets become lists, bytes base64, dict keys text."""
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):
@@ -494,18 +495,19 @@ def _jsonable(value: Any) -> Any:
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, dict):
         return {
-            k if isinstance(k, str) else json.dumps(_jsonable(k)): _jsonable(v)
+            k if isinstance(k, str) else json.dumps(jsonable(k), sort_keys=True): jsonable(v)
             for k, v in value.items()
         }
     if isinstance(value, set | frozenset):
+        items = [jsonable(v) for v in value]
         try:
-            items = sorted(value)
+            return sorted(items)
         except TypeError:
-            items = list(value)
-        return [_jsonable(v) for v in items]
+            return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return str(value)
+
 
 
 # --------------------------------------------------------------------------- stores
@@ -673,14 +675,14 @@ class SnapshotStore(ABC):
         ref = self._ref(ref)
         if monoid is None:
             for record in self._records(ref, None):
-                yield _jsonable(record)
+                yield jsonable(record)
         elif ref.layout == LAYOUT_WHOLE:
             for record in self._records(ref, monoid):
-                yield {"state": _jsonable(monoid.from_avro(record["state"]))}
+                yield {"state": jsonable(monoid.from_avro(record["state"]))}
         else:
             for part in self._keyed_parts(ref, monoid):
                 for k, v in part.items():
-                    yield {"key": _jsonable(k), "value": _jsonable(v)}
+                    yield {"key": jsonable(k), "value": jsonable(v)}
 
     def latest_round(self, topology: str, bolt: str) -> builtins.list[SnapshotRef]:
         """The snapshots of the newest epoch of ``bolt`` (by instance; empty if none)."""
