@@ -33,8 +33,7 @@ def _headers(raw: Any) -> dict[str, bytes] | None:
     """A message's headers (a list of ``(name, value)``) as a dict of bytes."""
     if raw is None:
         return None
-    pairs = raw.items() if isinstance(raw, dict) else raw
-    return {str(k): v.encode() if isinstance(v, str) else (v or b"") for k, v in pairs}
+    return {str(k): v.encode() if isinstance(v, str) else (v or b"") for k, v in raw}
 
 
 def admin(bootstrap: str) -> AdminClient:

@@ -58,6 +58,7 @@ from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.coordination import Coordinator
 from hailstorm.failpoints import failpoint
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
+from hailstorm.model import DeadLetter, Message
 from hailstorm.processors import (
     Action,
     Batch,
@@ -505,14 +506,14 @@ class _Shell:
 # --------------------------------------------------------------------------- spout
 
 
-def dead_letter_key(message: Any) -> bytes:
+def dead_letter_key(message: Message) -> bytes:
     """``<topic>:<partition>:<offset>`` of the source message: a replay after a failure may
     write a dead letter again, and this key tells the repeats apart (or lets a compacted
     topic drop them)."""
     return f"{message.topic}:{message.partition}:{message.offset}".encode()
 
 
-def dead_letter_headers(letter: Any) -> list[tuple[str, bytes]]:
+def dead_letter_headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
     """Where a dead letter came from and why it failed, as Kafka headers."""
     m = letter.message
     return [
