@@ -13,6 +13,8 @@ from rich.table import Table
 
 from hailstorm import config
 from hailstorm.devstack import DevStack, DevStackError
+from hailstorm.halt import TopologyHalted
+from hailstorm.kafka import KafkaAuthError, KafkaConfigError, KafkaUnreachable
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
@@ -32,13 +34,21 @@ def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (DevStackError, config.ConfigError) as exc:
+        except (DevStackError, config.ConfigError, KafkaConfigError, KafkaAuthError,
+                KafkaUnreachable, TopologyHalted) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             fail("interrupted")
 
     return wrapper
 
+
+kafka_config_option = click.option(
+    "--kafka-config", metavar="FILE", envvar=config.KAFKA_CONFIG_VAR, show_envvar=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="librdkafka properties (name=value lines: security.protocol, sasl.*, ssl.*, ...) "
+    "for every Kafka client; keep secrets here, never on the command line.",
+)
 
 state_dir_option = click.option(
     "--state-dir",
@@ -60,7 +70,7 @@ def main() -> None:
 
 @main.group()
 def dev() -> None:
-    """The embedded dev stack: ZooKeeper, a Kafka broker and PostgreSQL on 127.0.0.1."""
+    """The embedded dev stack: ZooKeeper, Apache Kafka and PostgreSQL on 127.0.0.1."""
 
 
 @dev.command("up")
@@ -70,6 +80,13 @@ def dev() -> None:
 @click.option(
     "--postgres-port", type=int, default=0, show_default=True, help="0 picks a free port."
 )
+@click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Kafka nodes (each a broker and a KRaft controller); 3 gives topics "
+              "replication factor 3 and min.insync.replicas=2.")
+@click.option("--kafka-security", type=click.Choice(["plaintext", "sasl_ssl"]),
+              default="plaintext", show_default=True,
+              help="sasl_ssl: clients connect with SCRAM-SHA-256 over TLS (a CA the stack "
+              "makes); 'dev env' then exports HAILSTORM_KAFKA_CONFIG.")
 @click.option(
     "--timeout",
     type=float,
@@ -79,14 +96,20 @@ def dev() -> None:
 )
 @_handle_errors
 def dev_up(
-    state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, timeout: float
+    state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, brokers: int,
+    kafka_security: str, timeout: float
 ) -> None:
-    """Start the stack (idempotent: running services are left alone)."""
+    """Start the stack (idempotent: running services are left alone).
+
+    The first run fetches Apache Kafka from Maven Central (cached in ~/.cache/hailstorm).
+    """
     stack = DevStack(
         state_dir,
         zk_port=zk_port,
         kafka_port=kafka_port,
         postgres_port=postgres_port,
+        kafka_brokers=brokers,
+        kafka_security=kafka_security,
         startup_timeout=timeout,
         progress=lambda message: console.print(f"[dim]·[/] {message}"),
     )
@@ -130,7 +153,8 @@ def dev_status(state_dir: Path) -> None:
 @state_dir_option
 @_handle_errors
 def dev_env(state_dir: Path) -> None:
-    """Print 'export' lines for HAILSTORM_ZK, _KAFKA, _DATABASE_URL and _SNAPSHOTS."""
+    """Print 'export' lines for HAILSTORM_ZK, _KAFKA, _DATABASE_URL and _SNAPSHOTS (and
+    _KAFKA_CONFIG for a sasl_ssl stack)."""
     for name, value in DevStack(state_dir).env().items():
         click.echo(f"export {name}={_shell_quote(value)}")
 
@@ -161,7 +185,7 @@ def _shell_quote(value: str) -> str:
 def demo(state_dir: Path, lines: int, keep_running: bool) -> None:
     """Word count end to end on an embedded stack of its own, with a crash in the middle.
 
-    Starts ZooKeeper, a Kafka broker and PostgreSQL, runs topologies/wordcount.py on Spark
+    Starts ZooKeeper, Apache Kafka and PostgreSQL, runs topologies/wordcount.py on Spark
     with two negotiators, kills a bolt half-way, and checks the word_counts table in
     PostgreSQL against the reference model. Exits 1 if they differ.
     """
@@ -199,6 +223,7 @@ def show(topology_ref: str, dot: bool) -> None:
 @click.option("--master", metavar="URL", help="Spark master (default: local[N], N = processors).")
 @click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
 @click.option("--kafka", metavar="BOOTSTRAP", help=f"Kafka (default: ${config.KAFKA_VAR}).")
+@kafka_config_option
 @click.option(
     "--snapshots", metavar="DIR", help=f"Snapshot directory (default: ${config.SNAPSHOTS_VAR})."
 )
@@ -210,12 +235,16 @@ def show(topology_ref: str, dot: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address processors listen on for each other's data; 'auto' listens on "
               "every interface and advertises each executor's host name (clusters).")
+@click.option("--partition-check-interval", type=click.FloatRange(min=0), default=10.0,
+              show_default=True, metavar="SECONDS",
+              help="How often to look for partitions added to a source topic; new ones are "
+              "picked up by restarting the stage with a spout more (0: never look).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
-        snapshots: str | None, database: str | None, name: str | None, host: str,
-        log_level: str) -> None:
+        kafka_config: str | None, snapshots: str | None, database: str | None,
+        name: str | None, host: str, partition_check_interval: float, log_level: str) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
 
     Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
@@ -231,19 +260,21 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     settings = config.Settings.from_env(
-        zk=zk, kafka=kafka, snapshots=snapshots, database_url=database
+        zk=zk, kafka=kafka, snapshots=snapshots, database_url=database, kafka_config=kafka_config
     )
     options = RunOptions(
         topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
+        kafka_config=settings.kafka_config,
         snapshots=str(settings.snapshot_dir()), name=name, host=host, log_level=log_level,
         database_url=_absolute_sqlite(settings.database()), spark=SparkOptions(master=master),
+        partition_check_interval=partition_check_interval,
     )
     try:
         driver = Driver(options)
     except TopologyError as exc:
         fail(str(exc))
-    runner = driver.prepare()
-    install_signal_handlers(runner)
+    driver.prepare()
+    install_signal_handlers(driver)
     failures = driver.run()
     console.print(f"stopped ({failures} failed stage attempts)")
 
@@ -271,6 +302,7 @@ _add_negotiator_command()
 @click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
 @click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
 @click.option("--kafka", metavar="BOOTSTRAP", help=f"Kafka (default: ${config.KAFKA_VAR}).")
+@kafka_config_option
 @click.option("--snapshots", "snapshot_dir", metavar="DIR",
               help=f"Snapshot store (default: ${config.SNAPSHOTS_VAR}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -280,13 +312,17 @@ _add_negotiator_command()
               help="Seconds between the two metric scrapes the rates come from.")
 @_handle_errors
 def status_command(topology_ref: str | None, name: str | None, zk: str | None,
-                   kafka: str | None, snapshot_dir: str | None, as_json: bool,
+                   kafka: str | None, kafka_config: str | None, snapshot_dir: str | None,
+                   as_json: bool,
                    watch: float | None, sample: float) -> None:
     """Master state, committed round, lag, processors and snapshots of a running TOPOLOGY
     (a module path, dotted name or bare topology name)."""
     from hailstorm.status import run_status
 
-    settings = config.Settings.from_env(zk=zk, kafka=kafka, snapshots=snapshot_dir)
+    settings = config.Settings.from_env(zk=zk, kafka=kafka, snapshots=snapshot_dir,
+                                        kafka_config=kafka_config)
+    if settings.kafka:
+        settings.require_kafka()  # checks and exports the client properties file
     try:
         run_status(settings.require_zk(), settings.kafka, settings.snapshots, topology_ref,
                    name, as_json=as_json, watch=watch, sample=sample, out=out)
@@ -488,40 +524,59 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seeds the workload, the fault plan and the victims.")
 @click.option("--kinds", default="processor,negotiator,zk-session", show_default=True,
-              help="Fault kinds to draw from (every kind is used once when --kills allows).")
+              help="Fault kinds to draw from, of processor, negotiator, zk-session and "
+                   "broker (every kind is used once when --kills allows).")
 @click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--rate", type=click.FloatRange(min=1),
               help="Messages per second the background producer writes (default: spread "
-                   "over about 10 s per fault, 1000..20000/s, so faults hit flowing data).")
+                   "over about 10 s per fault, 20 s with broker faults, 1000..20000/s, so "
+                   "faults hit flowing data).")
 @click.option("--spacing", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="Mean seconds between a recovery and the next fault.")
+@click.option("--brokers", type=click.IntRange(min=1),
+              help="Kafka nodes of the embedded stack (default: 3 when --kinds has broker, "
+                   "else 1); broker faults need at least 3.")
 @click.option("--use-env", is_flag=True,
-              help="Use the HAILSTORM_* stack instead of an embedded one of its own.")
+              help="Use the HAILSTORM_* stack instead of an embedded one of its own (broker "
+                   "faults: a 'hailstorm dev up --brokers 3' stack, named by --state-dir).")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Directory of the embedded stack (default: a temporary one).")
+              help="Directory of the embedded stack (default: a temporary one); with "
+                   f"--use-env, of the dev stack whose Kafka nodes broker faults kill "
+                   f"(default: {config.DEFAULT_STATE_DIR}).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file.")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, partitions: int,
-          rate: float | None, spacing: float, use_env: bool, state_dir: Path | None,
-          json_path: Path | None) -> None:
+          rate: float | None, spacing: float, brokers: int | None, use_env: bool,
+          state_dir: Path | None, json_path: Path | None) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
-    Produces a known workload, SIGKILLs processors and the negotiator leader and expires
-    ZooKeeper sessions (--kills of them, at random with --seed), waits until everything is
-    committed, compares every bolt's committed state with run_model and prints the report.
-    Exits 1 when anything was lost, duplicated or wrong.
+    Produces a known workload, SIGKILLs processors and the negotiator leader, expires
+    ZooKeeper sessions and, with the broker kind, SIGKILLs the Kafka node leading the most
+    source partitions and starts it again a few seconds later (--kills of them, at random
+    with --seed), waits until everything is committed, compares every bolt's committed
+    state with run_model and prints the report. Exits 1 when anything was lost, duplicated
+    or wrong.
+
+    Broker faults need a Kafka cluster of at least 3 nodes: the embedded stack then starts
+    3 (--brokers), and --use-env refuses a smaller cluster.
     """
     import os
     import shutil
     import tempfile
 
+    from confluent_kafka import KafkaException
+
     from hailstorm.harness import (
         FAULT_KINDS,
+        MIN_KAFKA_NODES,
         WORKLOADS,
+        BrokerControl,
         ChaosSchedule,
         HarnessError,
         StackAddresses,
+        broker_fault_problem,
+        kafka_nodes,
         run_chaos,
     )
     from hailstorm.topology import load_topology
@@ -538,8 +593,19 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, p
              f"known: {', '.join(sorted(WORKLOADS))}")
     schedule = ChaosSchedule(kinds=chosen, count=kills, spacing=spacing,  # type: ignore[arg-type]
                              seed=seed)
+    broker_faults = "broker" in chosen
     if rate is None:
-        rate = min(20000.0, max(1000.0, messages / (10.0 * kills + 10.0)))
+        # A broker fault lasts until the node is back (restarting a JVM): allow for longer.
+        per_fault = 20.0 if broker_faults else 10.0
+        rate = min(20000.0, max(1000.0, messages / (per_fault * kills + 10.0)))
+    if use_env and brokers is not None:
+        fail("--brokers sizes the embedded stack; with --use-env the cluster is the one "
+             "$HAILSTORM_KAFKA names")
+    nodes = brokers if brokers is not None else (MIN_KAFKA_NODES if broker_faults else 1)
+    if broker_faults and not use_env:
+        problem = broker_fault_problem(nodes)
+        if problem:
+            fail(problem)
     logs = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-logs-"))
     stack: DevStack | None = None
     temporary: Path | None = None
@@ -549,22 +615,41 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, p
             status.update(message)
 
         try:
+            control: BrokerControl | None = None
             if use_env:
                 settings = config.Settings.from_env()
                 addresses = StackAddresses(settings.require_zk(), settings.require_kafka(),
                                            settings.snapshot_dir())
+                if broker_faults:
+                    try:
+                        problem = broker_fault_problem(kafka_nodes(addresses.kafka))
+                    except KafkaException as exc:
+                        fail(f"Kafka at {addresses.kafka} did not answer: {exc}")
+                    if problem:
+                        fail(problem)
+                    dev_stack = DevStack(state_dir or Path(config.DEFAULT_STATE_DIR))
+                    running = dev_stack.load()
+                    if running is None or running.kafka is None \
+                            or running.kafka_bootstrap != addresses.kafka:
+                        fail(f"broker faults kill nodes of the dev stack that runs "
+                             f"$HAILSTORM_KAFKA ({addresses.kafka}), and there is none under "
+                             f"{dev_stack.state_dir}: pass its --state-dir")
+                    control = dev_stack
             else:
                 if state_dir is None:
                     temporary = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-"))
                     os.chmod(temporary, 0o755)  # the 'postgres' user must reach its data dir
                 root = state_dir or temporary
                 assert root is not None
-                stack = DevStack(root, startup_timeout=90, progress=progress)
+                stack = DevStack(root, startup_timeout=90, progress=progress,
+                                 kafka_brokers=nodes)
                 addresses = StackAddresses.from_env(stack.up().env())
+                control = stack
             progress(f"generating {messages} messages")
             values = generate(messages, seed)
             report = run_chaos(addresses, topology_ref, values, schedule, log_dir=logs,
-                               partitions=partitions, rate=rate, progress=progress)
+                               partitions=partitions, rate=rate, progress=progress,
+                               brokers=control)
         except HarnessError as exc:
             fail(f"{exc} (logs in {logs})")
         finally:

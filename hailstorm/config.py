@@ -12,6 +12,7 @@ from pathlib import Path
 
 ZK_VAR = "HAILSTORM_ZK"
 KAFKA_VAR = "HAILSTORM_KAFKA"
+KAFKA_CONFIG_VAR = "HAILSTORM_KAFKA_CONFIG"
 DATABASE_VAR = "HAILSTORM_DATABASE_URL"
 SNAPSHOTS_VAR = "HAILSTORM_SNAPSHOTS"
 
@@ -31,6 +32,8 @@ class Settings:
     kafka: str | None = None
     database_url: str | None = None
     snapshots: str | None = None
+    kafka_config: str | None = None
+    """A librdkafka properties file every Kafka client reads (security, SASL, TLS...)."""
 
     @classmethod
     def from_env(cls, **overrides: str | None) -> Settings:
@@ -40,6 +43,7 @@ class Settings:
             "kafka": os.environ.get(KAFKA_VAR),
             "database_url": os.environ.get(DATABASE_VAR),
             "snapshots": os.environ.get(SNAPSHOTS_VAR),
+            "kafka_config": os.environ.get(KAFKA_CONFIG_VAR),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -48,7 +52,20 @@ class Settings:
         return _require(self.zk, ZK_VAR, "--zk")
 
     def require_kafka(self) -> str:
-        return _require(self.kafka, KAFKA_VAR, "--kafka")
+        """The bootstrap servers; also checks the client properties file and exports its
+        absolute path as ``$HAILSTORM_KAFKA_CONFIG``, so every Kafka client of this process
+        and of the processes it starts reads it."""
+        bootstrap = _require(self.kafka, KAFKA_VAR, "--kafka")
+        if self.kafka_config:
+            from hailstorm.kafka import KafkaConfigError, read_properties
+
+            path = str(Path(self.kafka_config).absolute())
+            try:
+                read_properties(path)
+            except KafkaConfigError as exc:
+                raise ConfigError(str(exc)) from None
+            os.environ[KAFKA_CONFIG_VAR] = path
+        return bootstrap
 
     def database(self) -> str:
         """The sink database URL; SQLite in the working directory when unset."""

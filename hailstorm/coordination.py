@@ -47,6 +47,10 @@ __all__ = ["CoordinationError", "Coordinator"]
 
 log = logging.getLogger("hailstorm.coordination")
 
+ERROR_CHARS = 2000
+"""Longest error a processor reports: enough for a halt's whole reason (it names a topic of
+up to 249 characters), short enough for a ZooKeeper node."""
+
 T = TypeVar("T")
 
 
@@ -175,7 +179,7 @@ class Coordinator:
                 last.epoch,
                 position=last.position,
                 loaded=last.loaded,
-                error=message.splitlines()[0][:500] if message else "error",
+                error=message.splitlines()[0][:ERROR_CHARS] if message else "error",
             )
         except Exception:
             log.debug("could not report the error", exc_info=True)

@@ -1,6 +1,6 @@
 """The demo behind ``hailstorm demo``: word count end to end, with a crash in the middle.
 
-It brings an embedded stack up (ZooKeeper, a Kafka broker, PostgreSQL), starts the
+It brings an embedded stack up (ZooKeeper, Apache Kafka, PostgreSQL), starts the
 ``topologies/wordcount.py`` topology (two negotiators, every processor a task of one Spark
 barrier stage), produces text into ``words``, SIGKILLs a bolt's Spark Python worker half-way,
 waits until a committed round covers every message, and checks the ``word_counts`` table in

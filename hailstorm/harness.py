@@ -18,11 +18,18 @@ Faults:
 * :meth:`TopologyRun.expire_zk_session` - SIGSTOP a processor until ZooKeeper expired its
   session (its ephemeral ``living`` node is gone, which the server only does after the
   session timeout), then SIGCONT: the processor wakes up with a dead session, as after a
-  long GC pause or a network partition.
+  long GC pause or a network partition;
+* :meth:`TopologyRun.kill_broker` - SIGKILL the Kafka node that leads the most partitions of
+  the source topic (from the cluster metadata), keep it down a few seconds, then start it
+  again on its own data. It needs a :class:`BrokerControl` (a
+  :class:`hailstorm.devstack.DevStack` is one) and a cluster of at least
+  :data:`MIN_KAFKA_NODES` nodes: killing the only broker is not a recoverable fault.
 
-:class:`ChaosSchedule` plans seeded faults, :meth:`TopologyRun.apply` runs one and measures
-the recovery (time until a master written after the fault is ``Flowing`` again and until a
-commit passes the position the topology had reached before it), and
+:class:`ChaosSchedule` plans seeded faults, :meth:`TopologyRun.inject` runs one and
+:meth:`TopologyRun.measure_recovery` measures the recovery (time until a master written after
+the fault is ``Flowing`` again and until a commit passes the position the topology had
+reached before it; for a broker fault, until a commit holds, on every partition, a message
+acknowledged only after the kill, and until the node is back), and
 :func:`compare_with_model` names lost, duplicated and wrong values. :func:`run_chaos` ties it
 all together into a :class:`ChaosReport` (text or JSON), as ``hailstorm chaos`` prints it.
 """
@@ -43,8 +50,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from confluent_kafka import KafkaException, Producer
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -57,9 +65,14 @@ from hailstorm.topology import Table, Topology, load_topology
 from negotiator.layout import CommittedRecord, MasterRecord, ProcessorReport, TopologyPaths
 
 __all__ = [
+    "DEFAULT_FAULT_KINDS",
+    "FAULT_KINDS",
+    "MIN_KAFKA_NODES",
+    "PRODUCER_SETTINGS",
     "WORKLOADS",
     "BackgroundProducer",
     "BoltStates",
+    "BrokerControl",
     "ChaosReport",
     "ChaosSchedule",
     "Comparison",
@@ -71,17 +84,29 @@ __all__ = [
     "Produced",
     "Recovery",
     "StackAddresses",
+    "TopicLayout",
     "TopologyRun",
+    "broker_fault_problem",
+    "busiest_leader",
     "compare_with_model",
+    "kafka_nodes",
     "produce",
     "run_chaos",
+    "topic_layout",
     "wait_for",
     "wordcount_lines",
 ]
 
 REPO = Path(__file__).resolve().parents[1]
-FaultKind = Literal["processor", "negotiator", "zk-session"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session")
+FaultKind = Literal["processor", "negotiator", "zk-session", "broker"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "broker")
+"""Every fault kind the harness can inject."""
+DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session")
+"""What a :class:`ChaosSchedule` draws from unless told: the kinds every stack supports
+(``broker`` needs a :class:`BrokerControl` and a cluster of :data:`MIN_KAFKA_NODES`)."""
+MIN_KAFKA_NODES = 3
+"""Kafka nodes a broker fault needs: with 3 (replication factor 3, ``min.insync.replicas=2``)
+one node can die while every partition keeps a leader and acknowledged writes survive."""
 
 
 class HarnessError(AssertionError):
@@ -128,10 +153,11 @@ class Produced:
     """Exactly what was written to one topic: partition -> ``[(offset, value)]``."""
 
     topic: str
-    messages: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    messages: dict[int, list[tuple[int, bytes | None]]] = field(default_factory=dict)
+    """``None`` values are tombstones (the model dead-letters them, as spouts do)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def add(self, partition: int, offset: int, value: bytes) -> None:
+    def add(self, partition: int, offset: int, value: bytes | None) -> None:
         with self._lock:
             self.messages.setdefault(partition, []).append((offset, value))
 
@@ -148,9 +174,9 @@ class Produced:
     def fill_before(self, bootstrap: str, clock: Mapping[Partition, int] | None = None) -> int:
         """Add what the topic held before this run's first message, so the model sees it.
 
-        Reads each partition from offset 0 up to just before the first offset recorded
-        (exact, unlike the dev broker's watermarks); a partition of ``clock`` with nothing
-        recorded is read up to its clock. Returns how many messages were added.
+        Reads each partition from offset 0 up to just before the first offset recorded; a
+        partition of ``clock`` with nothing recorded is read up to its clock. Returns how many
+        messages were added.
         """
         with self._lock:
             bounds = {p: min(o for o, _ in v) - 1 for p, v in self.messages.items() if v}
@@ -160,7 +186,7 @@ class Produced:
         added = 0
         for p, end in sorted(bounds.items()):
             for record in kafka.read_range(bootstrap, self.topic, p, 0, end, timeout=60):
-                self.add(p, record.offset, record.value if record.value is not None else b"")
+                self.add(p, record.offset, record.value)
                 added += 1
         return added
 
@@ -172,10 +198,31 @@ class Produced:
                     for o, value in sorted(self.messages[p], key=lambda e: e[0])]
 
 
+PRODUCER_SETTINGS: dict[str, object] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "message.timeout.ms": 120_000,
+}
+"""The harness's producer: a message is acknowledged only once every in-sync replica has it
+(with ``min.insync.replicas=2`` an acknowledged message survives the loss of a broker), a
+retry after a broker failure or a leader move never writes a message twice (idempotence),
+and a message that cannot be delivered fails after 120 s, within :data:`FLUSH_TIMEOUT`, so
+every message ends either acknowledged (and recorded) or failed (and the workload fails)."""
+FLUSH_TIMEOUT = 150.0
+
+
+def producer_client(bootstrap: str) -> Producer:
+    """A producer with :data:`PRODUCER_SETTINGS`."""
+    return kafka.producer(bootstrap, **PRODUCER_SETTINGS)
+
+
 def produce(bootstrap: str, produced: Produced, values: Iterable[bytes],
-            partitions: Sequence[int]) -> dict[int, int]:
+            partitions: Sequence[int], *, client: Producer | None = None) -> dict[int, int]:
     """Produce ``values`` round-robin over ``partitions``, recording each acknowledged one.
 
+    Waits until every message was acknowledged or failed; any failure raises
+    :class:`HarnessError` (a failed message may or may not be in the log, so the model could
+    no longer be fed exactly). ``client``: a producer to reuse (default: a new one).
     Returns the last offsets written per partition by this call.
     """
     last: dict[int, int] = {}
@@ -188,7 +235,7 @@ def produce(bootstrap: str, produced: Produced, values: Iterable[bytes],
         produced.add(msg.partition(), msg.offset(), msg.value())
         last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
 
-    out = kafka.producer(bootstrap)
+    out = client if client is not None else producer_client(bootstrap)
     for i, value in enumerate(values):
         while True:
             try:
@@ -199,14 +246,20 @@ def produce(bootstrap: str, produced: Produced, values: Iterable[bytes],
                 out.poll(0.1)
         if i % 5000 == 0:
             out.poll(0)
-    remaining = out.flush(60)
+    remaining = out.flush(FLUSH_TIMEOUT)
     if remaining or errors:
-        raise HarnessError(f"{remaining} messages not delivered; errors: {errors[:3]}")
+        raise HarnessError(f"{len(errors)} messages failed and {remaining} are undelivered after "
+                           f"{FLUSH_TIMEOUT:.0f} s (whether the log has them is unknown); "
+                           f"errors: {errors[:3]}")
     return last
 
 
 class BackgroundProducer:
-    """Produce a bounded list of values at a bounded rate on a thread (context manager)."""
+    """Produce a bounded list of values at a bounded rate on a thread (context manager).
+
+    One idempotent producer writes every chunk and waits for its acknowledgements, so a
+    broker failure only delays it: librdkafka retries on the partition's new leader.
+    """
 
     def __init__(self, bootstrap: str, produced: Produced, values: Sequence[bytes],
                  partitions: Sequence[int], rate: float, chunk: int = 500) -> None:
@@ -225,6 +278,7 @@ class BackgroundProducer:
     def _run(self) -> None:
         try:
             self.started_at = time.monotonic()
+            client = producer_client(self.bootstrap)
             for start in range(0, len(self.values), self.chunk):
                 if self._stop.is_set():
                     return
@@ -232,7 +286,7 @@ class BackgroundProducer:
                 # Keep round-robin continuity across chunks.
                 shift = start % len(self.partitions)
                 produce(self.bootstrap, self.produced, chunk,
-                        self.partitions[shift:] + self.partitions[:shift])
+                        self.partitions[shift:] + self.partitions[:shift], client=client)
                 self.sent = start + len(chunk)
                 ahead = self.started_at + self.sent / self.rate - time.monotonic()
                 if ahead > 0:
@@ -262,7 +316,7 @@ class BackgroundProducer:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join(120)
+        self._thread.join(FLUSH_TIMEOUT + 10)
 
 
 WORDCOUNT_VOCABULARY = [f"{a}{b}" for a in ("al", "be", "ce", "do", "ek", "fu", "ga", "hi")
@@ -278,6 +332,169 @@ def wordcount_lines(count: int, seed: int) -> list[bytes]:
 
 WORKLOADS: dict[str, Callable[[int, int], list[bytes]]] = {"wordcount": wordcount_lines}
 """Workload generators by topology name: ``generate(count, seed) -> message values``."""
+
+
+# ------------------------------------------------------------------------------ Kafka nodes
+
+
+class BrokerControl(Protocol):
+    """Stops and starts the nodes of a Kafka cluster; a :class:`hailstorm.devstack.DevStack`
+    is one."""
+
+    def kill_kafka_node(self, node: int) -> int:
+        """SIGKILL node ``node`` (its data stays); return the pid that was killed."""
+        ...
+
+    def restart_kafka_node(self, node: int) -> object:
+        """Start node ``node`` again on its data; return once the cluster lists it."""
+        ...
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """Where the partitions of some topics live, from the cluster metadata."""
+
+    brokers: tuple[int, ...]
+    """The nodes the cluster metadata lists (a killed node stays until it is fenced)."""
+    leaders: dict[Partition, int]
+    """Partition -> its leader's node id (-1: none right now)."""
+    replicas: dict[Partition, tuple[int, ...]]
+    in_sync: dict[Partition, tuple[int, ...]]
+    addresses: dict[int, str] = field(default_factory=dict)
+    """Node id -> ``host:port`` its clients connect to."""
+
+    def fully_in_sync(self) -> bool:
+        """Every partition has a leader and all its replicas in sync."""
+        return all(self.leaders.get(p, -1) >= 0 and set(r) <= set(self.in_sync.get(p, ()))
+                   for p, r in self.replicas.items())
+
+    def min_replicas(self) -> int:
+        return min((len(r) for r in self.replicas.values()), default=0)
+
+    def led_by(self, node: int) -> int:
+        return sum(1 for leader in self.leaders.values() if leader == node)
+
+
+#: Metadata probes while a node is down: its refused connections are expected, not news.
+_QUIET: dict[str, object] = {"log_level": 0, "error_cb": lambda _error: None}
+
+
+def kafka_nodes(bootstrap: str, timeout: float = 10.0) -> int:
+    """How many nodes the cluster metadata lists."""
+    return len(kafka.admin(bootstrap, **_QUIET).list_topics(timeout=timeout).brokers)
+
+
+def node_answers(address: str, node: int, timeout: float = 3.0) -> bool:
+    """True when the Kafka node at ``address`` itself answers a metadata request that lists
+    it. A restarted node serves requests only once the controller registered and unfenced
+    it; until its old registration is fenced (``broker.session.timeout.ms`` after the kill)
+    the other nodes keep listing it, so asking them would say nothing."""
+    try:
+        metadata = kafka.admin(address, **_QUIET).list_topics(timeout=timeout)
+    except KafkaException:
+        return False
+    return node in metadata.brokers
+
+
+def topic_layout(bootstrap: str, topics: Iterable[str], timeout: float = 10.0) -> TopicLayout:
+    """Leaders, replicas and in-sync replicas of every partition of ``topics``."""
+    metadata = kafka.admin(bootstrap, **_QUIET).list_topics(timeout=timeout)
+    leaders: dict[Partition, int] = {}
+    replicas: dict[Partition, tuple[int, ...]] = {}
+    in_sync: dict[Partition, tuple[int, ...]] = {}
+    for topic in topics:
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None:
+            raise HarnessError(f"Kafka topic {topic!r} is not in the cluster metadata"
+                               + (f" ({info.error})" if info is not None else ""))
+        for number, partition in info.partitions.items():
+            key = (topic, number)
+            leaders[key] = partition.leader
+            replicas[key] = tuple(partition.replicas)
+            in_sync[key] = tuple(partition.isrs)
+    addresses = {n: f"{b.host}:{b.port}" for n, b in metadata.brokers.items()}
+    return TopicLayout(tuple(sorted(metadata.brokers)), leaders, replicas, in_sync, addresses)
+
+
+def busiest_leader(leaders: Mapping[Any, int], rng: random.Random | None = None) -> int:
+    """The node that leads the most partitions (``partition -> leader``, -1: none); a tie
+    is broken by ``rng`` (the lowest id without one)."""
+    counts: dict[int, int] = {}
+    for leader in leaders.values():
+        if leader >= 0:
+            counts[leader] = counts.get(leader, 0) + 1
+    if not counts:
+        raise HarnessError("no partition has a leader: no broker to kill")
+    most = max(counts.values())
+    tied = sorted(node for node, n in counts.items() if n == most)
+    return rng.choice(tied) if rng is not None and len(tied) > 1 else tied[0]
+
+
+def broker_fault_problem(nodes: int, replicas: int | None = None) -> str | None:
+    """Why a broker fault cannot be a recoverable fault here (None: it can).
+
+    ``nodes``: the cluster's nodes; ``replicas``: the fewest replicas of a source partition.
+    """
+    if nodes < MIN_KAFKA_NODES:
+        victim = "the only broker" if nodes == 1 else f"one of {nodes} brokers"
+        return (f"broker faults need a Kafka cluster of at least {MIN_KAFKA_NODES} nodes, "
+                f"this one has {nodes}: killing {victim} is not a recoverable fault "
+                f"(start the stack with --brokers {MIN_KAFKA_NODES})")
+    if replicas is not None and replicas < 2:
+        return (f"broker faults need replicated source topics, but a source partition has "
+                f"{replicas} replica(s): killing its broker would take it offline")
+    return None
+
+
+class _NodeRestart:
+    """Start a killed Kafka node again after ``downtime`` seconds, on a thread, and wait
+    until it answers at ``address`` itself."""
+
+    def __init__(self, brokers: BrokerControl, node: int, downtime: float,
+                 address: str | None, timeout: float = 180.0) -> None:
+        self.brokers = brokers
+        self.node = node
+        self.downtime = downtime
+        self.address = address
+        self.timeout = timeout
+        self.restarted_at: float | None = None
+        """``time.time()`` when the node answered again."""
+        self.error: BaseException | None = None
+        self._hurry = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"restart-kafka-{node}",
+                                        daemon=True)
+
+    def start(self) -> _NodeRestart:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        self._hurry.wait(self.downtime)
+        try:
+            self.brokers.restart_kafka_node(self.node)
+            if self.address is not None:
+                address = self.address
+                wait_for(f"Kafka node {self.node} to answer at {address}",
+                         lambda: node_answers(address, self.node), self.timeout, poll=0.25)
+            self.restarted_at = time.time()
+        except BaseException as exc:  # reported by finish()
+            self.error = exc
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def hurry(self) -> None:
+        """Restart now instead of after the downtime."""
+        self._hurry.set()
+
+    def finish(self, timeout: float) -> None:
+        """Wait until the node is back; raise when it could not be started."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise HarnessError(f"Kafka node {self.node} is not back after {timeout:.0f} s")
+        if self.error is not None:
+            raise HarnessError(f"restarting Kafka node {self.node} failed: {self.error}")
 
 
 # ------------------------------------------------------------------------------ the run
@@ -300,7 +517,7 @@ class Fault:
 
     kind: FaultKind
     target: str
-    """Processor id, or negotiator label."""
+    """Processor id, negotiator label, or Kafka node (``kafka-<id>``)."""
     pid: int
     at: float
     """``time.time()`` when it was injected."""
@@ -308,6 +525,11 @@ class Fault:
     """The master's epoch just before."""
     position: dict[str, int]
     """The furthest position the topology had reached before (``"topic:p" -> offset``)."""
+    detail: str = ""
+    """More about the victim (a broker: how many partitions it led, how long it is down)."""
+    acked: dict[str, int] | None = None
+    """A broker fault while a producer ran: the offsets acknowledged before the kill
+    (``"topic:p" -> offset``); the recovery needs a commit past them."""
 
 
 @dataclass
@@ -317,6 +539,12 @@ class Recovery:
     fault: Fault
     flowing_after: float | None
     committed_after: float | None
+    restored_after: float | None = None
+    """A broker fault: seconds until the killed node was back in the cluster metadata."""
+
+
+#: Master states of a topology recovering from a failure (SpoutsPaused is a snapshot round).
+_RECOVERING = frozenset({"NegotiatorDisconnected", "Initialize", "SpoutsRewind"})
 
 
 def _clock_key(partition: Partition) -> str:
@@ -340,6 +568,8 @@ class TopologyRun:
         processor_session_timeout: float = 6.0,
         database: str | None = None,
         snapshot_retention: float | None = None,
+        brokers: BrokerControl | None = None,
+        broker_downtime: tuple[float, float] = (3.0, 8.0),
     ) -> None:
         self.stack = stack
         self.topology_ref = str(topology_ref)
@@ -354,6 +584,11 @@ class TopologyRun:
         self.timeout = timeout
         self.negotiator_session_timeout = negotiator_session_timeout
         self.processor_session_timeout = processor_session_timeout
+        self.brokers = brokers
+        """Stops and starts Kafka nodes, for broker faults (None: no broker faults)."""
+        self.broker_downtime = broker_downtime
+        """How long a killed Kafka node stays down: seconds drawn uniformly from this range."""
+        self._restarts: list[tuple[Fault, _NodeRestart]] = []
         self.paths = TopologyPaths(self.name)
         self.database = database or f"sqlite:///{(log_dir / 'sinks.sqlite').resolve()}"
         """Database of sink tables that name none: by default a SQLite file of this run
@@ -421,7 +656,10 @@ class TopologyRun:
         return {label: self.log(label) for label in self.procs}
 
     def stop(self) -> None:
-        """Stop the driver and negotiators (SIGTERM, then SIGKILL), then leftover workers."""
+        """Stop the driver and negotiators (SIGTERM, then SIGKILL), then leftover workers;
+        start every Kafka node a broker fault killed again."""
+        for _fault, restart in self._restarts:
+            restart.hurry()
         with contextlib.suppress(Exception):
             self.processors()
         for label in ["driver", *[n for n in self.procs if n != "driver"]]:
@@ -444,6 +682,9 @@ class TopologyRun:
                     os.kill(pid, signal.SIGCONT)
             if pid_alive(pid):
                 stop_pid(pid, None, sig=signal.SIGKILL, timeout=5)
+        for _fault, restart in self._restarts:
+            with contextlib.suppress(HarnessError):
+                restart.finish(180)
         with contextlib.suppress(Exception):
             self.zk.stop()
             self.zk.close()
@@ -587,20 +828,25 @@ class TopologyRun:
                      self.position())
 
     def _pick_processor(self, role: str | None, rng: random.Random | None,
-                        pid: int | None) -> tuple[str, int]:
-        reports = self.processors()
+                        pid: int | None, timeout: float = 120.0) -> tuple[str, int]:
+        """``pid``'s processor, or a living one of ``role`` drawn with ``rng``. When the
+        topology is restarting (a fault the test planned, such as a failpoint, may just have
+        fired) it waits, up to ``timeout`` s, until one of ``role`` runs again."""
         if pid is not None:
-            for ident, report in reports.items():
+            for ident, report in self.processors().items():
                 if int(report.info.get("pid", -1)) == pid:
                     return ident, pid
             return f"pid {pid}", pid
         roles = (role,) if role else ("spout", "bolt")
-        candidates = sorted(
-            (ident, int(r.info["pid"])) for ident, r in reports.items()
-            if ident.split(":", 1)[0] in roles and "pid" in r.info
-            and pid_alive(int(r.info["pid"])))
-        if not candidates:
-            raise HarnessError(f"no living {'/'.join(roles)} processor to hurt")
+
+        def living() -> list[tuple[str, int]]:
+            return sorted(
+                (ident, int(r.info["pid"])) for ident, r in self.processors().items()
+                if ident.split(":", 1)[0] in roles and "pid" in r.info
+                and pid_alive(int(r.info["pid"])))
+
+        candidates = wait_for(f"a living {'/'.join(roles)} processor to hurt", living,
+                              timeout, self.alive, poll=0.2)
         return (rng or random.Random()).choice(candidates)
 
     def kill_processor(self, pid: int | None = None, role: str | None = None,
@@ -656,32 +902,127 @@ class TopologyRun:
             self._stopped_pids.discard(victim)
         return fault
 
-    def inject(self, kind: FaultKind, rng: random.Random) -> Fault:
-        """One fault of ``kind`` (processor: a random spout or bolt)."""
+    def source_topics(self) -> list[str]:
+        return sorted({s.topic for s in self.topology.spouts})
+
+    def kill_broker(self, node: int | None = None, rng: random.Random | None = None,
+                    downtime: float | None = None,
+                    producer: BackgroundProducer | None = None) -> Fault:
+        """SIGKILL a Kafka node and start it again ``downtime`` seconds later (on a thread).
+
+        The victim is ``node``, else the node leading the most source partitions (ties
+        drawn with ``rng``); ``downtime`` defaults to a draw from :attr:`broker_downtime`.
+        First waits until the node a previous broker fault killed is back and every replica
+        of the source partitions is in sync again, so each fault starts from a whole
+        cluster. With a running ``producer`` the fault records its acknowledged offsets:
+        :meth:`measure_recovery` then waits for a commit past them on every partition.
+        """
+        if self.brokers is None:
+            raise HarnessError("broker faults need control of the Kafka nodes: pass brokers= "
+                               "(e.g. the DevStack) to TopologyRun or run_chaos")
+        for _fault, restart in self._restarts:
+            restart.finish(180)
+        topics = self.source_topics()
+        problem = broker_fault_problem(len(topic_layout(self.stack.kafka, topics).brokers))
+        if problem:
+            raise HarnessError(problem)
+
+        def whole() -> TopicLayout | None:
+            try:
+                layout = topic_layout(self.stack.kafka, topics)
+            except KafkaException:  # no metadata this time: ask again
+                return None
+            return layout if layout.fully_in_sync() else None
+
+        layout: TopicLayout = wait_for(f"every replica of {', '.join(topics)} to be in sync",
+                                       whole, 120, self.alive, poll=0.5)
+        problem = broker_fault_problem(len(layout.brokers), layout.min_replicas())
+        if problem:
+            raise HarnessError(problem)
+        rng = rng or random.Random()
+        victim = node if node is not None else busiest_leader(layout.leaders, rng)
+        down = downtime if downtime is not None else rng.uniform(*self.broker_downtime)
+        fault = self._fault("broker", f"kafka-{victim}", 0)
+        fault.detail = (f"leader of {layout.led_by(victim)}/{len(layout.leaders)} source "
+                        f"partitions, down {down:.1f} s")
+        if producer is not None and producer.running:
+            fault.acked = {_clock_key((producer.produced.topic, p)): o
+                           for p, o in producer.produced.last_offsets().items()}
+        fault.pid = self.brokers.kill_kafka_node(victim)
+        restart = _NodeRestart(self.brokers, victim, down, layout.addresses.get(victim))
+        self._restarts.append((fault, restart.start()))
+        return fault
+
+    def inject(self, kind: FaultKind, rng: random.Random,
+               producer: BackgroundProducer | None = None) -> Fault:
+        """One fault of ``kind`` (processor: a random spout or bolt; broker: the busiest
+        leader of the source partitions, see :meth:`kill_broker`)."""
         if kind == "processor":
             return self.kill_processor(rng=rng)
         if kind == "negotiator":
             return self.kill_negotiator_leader()
+        if kind == "broker":
+            return self.kill_broker(rng=rng, producer=producer)
         return self.expire_zk_session(rng=rng)
 
-    def measure_recovery(self, fault: Fault, timeout: float = 180) -> Recovery:
-        """Seconds from ``fault`` until a newer master is Flowing, and a commit passed it."""
+    @staticmethod
+    def _needed(fault: Fault, producer: BackgroundProducer | None) -> dict[str, int]:
+        """The offsets a commit must include for ``fault`` to count as recovered from."""
+        needed = dict(fault.position)
+        if fault.acked is None:
+            return needed
+        # A message acknowledged after the kill on every partition: written to and read
+        # from the new leaders. Once the producer stopped, what it wrote last will do.
+        final = None if producer is None or producer.running else {
+            _clock_key((producer.produced.topic, p)): o
+            for p, o in producer.produced.last_offsets().items()}
+        for key, acked in fault.acked.items():
+            want = acked + 1 if final is None else min(acked + 1, final.get(key, acked))
+            needed[key] = max(needed.get(key, -1), want)
+        return needed
+
+    def measure_recovery(self, fault: Fault, timeout: float = 180,
+                         producer: BackgroundProducer | None = None) -> Recovery:
+        """Seconds from ``fault`` until a newer master is Flowing, and a commit passed it.
+
+        A broker fault may leave the topology flowing (spouts ride out a leader move: then
+        "Flowing after" is when the master was first seen Flowing, about 0) or fail
+        processors and make it recover: then it is when it was last seen becoming Flowing
+        after recovering. "Committed past it" needs a commit past the offsets the producer
+        had acknowledged at the kill (see :meth:`kill_broker`), and the measurement lasts
+        until the node answers again too (``restored_after``).
+        """
         recovery = Recovery(fault, None, None)
+        restart = next((r for f, r in self._restarts if f is fault), None)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and recovery.committed_after is None:
+        while time.monotonic() < deadline and (
+                recovery.committed_after is None
+                or (restart is not None and recovery.restored_after is None)):
             self.alive()
+            if restart is not None and restart.done and recovery.restored_after is None:
+                restart.finish(0)  # raises when the node did not start
+                assert restart.restarted_at is not None
+                recovery.restored_after = restart.restarted_at - fault.at
+            if recovery.committed_after is not None:
+                time.sleep(0.1)
+                continue
             now = time.time()
             master = self.master()
-            if (recovery.flowing_after is None and master is not None
+            flowing = master is not None and master.state.__class__.__name__ == "Flowing"
+            if fault.kind == "broker":
+                if master is not None and master.state.__class__.__name__ in _RECOVERING:
+                    recovery.flowing_after = None
+                elif flowing and recovery.flowing_after is None:
+                    recovery.flowing_after = now - fault.at
+            elif (recovery.flowing_after is None and master is not None and flowing
                     and master.entered_at >= fault.at
-                    and master.state.__class__.__name__ == "Flowing"
                     and (fault.kind == "negotiator" or master.state.epoch > fault.epoch)):
                 recovery.flowing_after = now - fault.at
             committed = self.committed()
             if (recovery.flowing_after is not None and committed is not None
                     and committed.committed_at >= fault.at
                     and all(committed.clock.get((t, int(p)), -1) >= o
-                            for key, o in fault.position.items()
+                            for key, o in self._needed(fault, producer).items()
                             for t, p in [key.rsplit(":", 1)])):
                 recovery.committed_after = now - fault.at
             time.sleep(0.1)
@@ -706,7 +1047,7 @@ class ChaosSchedule:
     random. Faults are applied one after another, each after the previous recovery.
     """
 
-    kinds: tuple[FaultKind, ...] = FAULT_KINDS
+    kinds: tuple[FaultKind, ...] = DEFAULT_FAULT_KINDS
     count: int = 3
     spacing: float = 2.0
     seed: int = 0
@@ -859,7 +1200,9 @@ class ChaosReport:
 
     @property
     def ok(self) -> bool:
-        return self.comparison.ok and all(r.committed_after is not None for r in self.faults)
+        return (self.comparison.ok and all(r.committed_after is not None for r in self.faults)
+                and all(r.restored_after is not None for r in self.faults
+                        if r.fault.kind == "broker"))
 
     def faults_by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -876,10 +1219,12 @@ class ChaosReport:
             "faults_by_kind": self.faults_by_kind(),
             "recoveries": [
                 {"kind": r.fault.kind, "target": r.fault.target, "pid": r.fault.pid,
-                 "epoch": r.fault.epoch,
+                 "epoch": r.fault.epoch, "detail": r.fault.detail,
                  "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
                  "committed_after": None if r.committed_after is None
-                 else round(r.committed_after, 2)}
+                 else round(r.committed_after, 2),
+                 "restored_after": None if r.restored_after is None
+                 else round(r.restored_after, 2)}
                 for r in self.faults],
             "lost": c.lost, "duplicated": c.duplicated, "wrong": c.wrong,
             "instance_mismatches": c.instance_mismatches, "keys_compared": c.keys_compared,
@@ -902,9 +1247,13 @@ class ChaosReport:
         for r in self.faults:
             flowing = "never" if r.flowing_after is None else f"{r.flowing_after:.1f} s"
             committed = "never" if r.committed_after is None else f"{r.committed_after:.1f} s"
-            lines.append(f"  {r.fault.kind:<10} {r.fault.target} (pid {r.fault.pid}, "
-                         f"epoch {r.fault.epoch}): Flowing after {flowing}, "
-                         f"committed past it after {committed}")
+            line = (f"  {r.fault.kind:<10} {r.fault.target} (pid {r.fault.pid}, "
+                    f"epoch {r.fault.epoch}): Flowing after {flowing}, "
+                    f"committed past it after {committed}")
+            if r.fault.kind == "broker":
+                back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
+                line += f"; {r.fault.detail}, back in the cluster after {back}"
+            lines.append(line)
         lines.append(f"final committed round: epoch {self.committed_epoch}; "
                      f"{c.keys_compared} keys and rows compared (bolt states and sink tables)")
         lines.append(f"result: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"
@@ -929,10 +1278,23 @@ def run_chaos(
     rate: float = 5000.0,
     timeout: float = 240.0,
     progress: Callable[[str], None] = lambda _m: None,
+    brokers: BrokerControl | None = None,
 ) -> ChaosReport:
-    """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare."""
+    """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare.
+
+    ``brokers`` stops and starts the stack's Kafka nodes; a schedule with ``broker`` faults
+    needs it and a cluster of :data:`MIN_KAFKA_NODES` nodes (refused before anything runs).
+    """
     started = time.monotonic()
-    with TopologyRun(stack, topology_ref, log_dir=log_dir) as run:
+    plan = schedule.plan()
+    if any(p.kind == "broker" for p in plan):
+        if brokers is None:
+            raise HarnessError("broker faults need control of the Kafka nodes: pass brokers= "
+                               "(e.g. the DevStack) to run_chaos")
+        problem = broker_fault_problem(kafka_nodes(stack.kafka))
+        if problem:
+            raise HarnessError(problem)
+    with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers) as run:
         topics = {s.topic for s in run.topology.spouts}
         if len(topics) != 1:
             raise HarnessError(f"run_chaos needs a topology with one source topic, got {topics}")
@@ -949,12 +1311,13 @@ def run_chaos(
         recoveries: list[Recovery] = []
         rng = schedule.rng()
         with BackgroundProducer(stack.kafka, produced, values, parts, rate) as producer:
-            for i, planned in enumerate(schedule.plan()):
+            for i, planned in enumerate(plan):
                 time.sleep(planned.delay)
                 run.wait_flowing(timeout)
-                fault = run.inject(planned.kind, rng)
-                progress(f"fault {i + 1}/{schedule.count}: {fault.kind} {fault.target}")
-                recovery = run.measure_recovery(fault, timeout)
+                fault = run.inject(planned.kind, rng, producer)
+                progress(f"fault {i + 1}/{schedule.count}: {fault.kind} {fault.target}"
+                         + (f" ({fault.detail})" if fault.detail else ""))
+                recovery = run.measure_recovery(fault, timeout, producer)
                 recoveries.append(recovery)
                 progress(f"recovered from {fault.kind} {fault.target}: committed after "
                          f"{recovery.committed_after}")

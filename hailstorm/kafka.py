@@ -1,19 +1,33 @@
-"""Thin adapter over confluent-kafka: topics, producing, and bounded partition reads.
+"""Thin adapter over confluent-kafka: client settings, topics, producing, bounded reads.
 
 Spouts read assigned partitions directly (no consumer groups, nothing committed to Kafka):
-hailstorm's own clocks say where to resume. Reads here are bounded by offsets, never by the
-broker's high watermark (the dev broker reports it loosely; see the brief).
+hailstorm's own clocks say where to resume. Reads are bounded by offsets and clocks, never by
+the broker's watermarks.
+
+Every client hailstorm makes (spouts, dead letters, status, export, the harness, benchmarks)
+gets its settings from :func:`client_settings`: hailstorm's defaults, then the operator's
+librdkafka properties file (``--kafka-config FILE`` / ``$HAILSTORM_KAFKA_CONFIG``: security,
+SASL, TLS, anything librdkafka takes), then what the call site needs. Properties that
+exactly-once depends on (``isolation.level=read_committed`` and ``auto.offset.reset=error``
+for spouts) are set last and cannot be overridden. Secrets from the file never reach a log
+line or an error message: :func:`redacted` masks them.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from hailstorm.config import KAFKA_CONFIG_VAR
 
 
 @dataclass(frozen=True)
@@ -36,15 +50,191 @@ def _headers(raw: Any) -> dict[str, bytes] | None:
     return {str(k): v.encode() if isinstance(v, str) else (v or b"") for k, v in raw}
 
 
-def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+CONFIG_VAR = KAFKA_CONFIG_VAR
+"""Environment variable naming a librdkafka properties file for every client."""
+
+#: Property names whose values are secrets (matched as substrings of the name).
+_SECRET_PARTS = ("password", "secret", "jaas", ".pem", "token", "key")
+#: What spouts need for exactly-once: only committed records, and never a silent jump.
+SPOUT_REQUIRED = {
+    "isolation.level": "read_committed",
+    "auto.offset.reset": "error",
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+}
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 15.0) -> bool:
-    """Create ``topic`` with ``partitions``; False when it already existed."""
+class KafkaConfigError(ValueError):
+    """The Kafka client properties file is missing or malformed."""
+
+
+class KafkaAuthError(RuntimeError):
+    """The cluster refused hailstorm's credentials (or TLS could not be established)."""
+
+
+class KafkaUnreachable(RuntimeError):
+    """No broker of the cluster answered."""
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """A Java-style properties file (``name=value``, ``#``/``!`` comments) as a dict."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise KafkaConfigError(f"cannot read Kafka client properties {path}: "
+                               f"{exc.strerror or exc}") from None
+    properties: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        name, sep, value = (line.partition("=") if "=" in line else line.partition(":"))
+        if not sep or not name.strip():
+            raise KafkaConfigError(f"{path}:{number}: expected name=value")
+        properties[name.strip()] = value.strip()
+    if "bootstrap.servers" in properties:
+        raise KafkaConfigError(
+            f"{path}: bootstrap.servers belongs in --kafka / $HAILSTORM_KAFKA, not in the "
+            "client properties file")
+    return properties
+
+
+def configured_properties() -> dict[str, str]:
+    """The properties file named by ``$HAILSTORM_KAFKA_CONFIG`` (empty when unset)."""
+    path = os.environ.get(CONFIG_VAR)
+    return read_properties(path) if path else {}
+
+
+def is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(part in lowered for part in _SECRET_PARTS) and not lowered.endswith(
+        (".location", ".type", ".mechanism", ".mechanisms", ".algorithm")
+    )
+
+
+def redacted(settings: Mapping[str, object]) -> dict[str, object]:
+    """``settings`` with every secret value replaced by ``***`` (for logs and errors)."""
+    return {k: "***" if is_secret(k) else v for k, v in settings.items()}
+
+
+def client_settings(
+    bootstrap: str,
+    defaults: Mapping[str, object] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> dict[str, Any]:
+    """librdkafka settings: ``defaults`` < the properties file < ``overrides``."""
+    settings: dict[str, Any] = dict(defaults or {})
+    settings.update(configured_properties())
+    settings.update(overrides or {})
+    settings["bootstrap.servers"] = bootstrap
+    settings.setdefault("error_cb", _log_client_error)
+    return settings
+
+
+_client_log = logging.getLogger("hailstorm.kafka")
+
+
+def _log_client_error(error: KafkaError) -> None:
+    """librdkafka's asynchronous errors (no secrets in them), at most once per kind."""
+    code = error.code()
+    if code not in _logged_codes:
+        _logged_codes.add(code)
+        _client_log.warning("kafka client: %s", error.str())
+
+
+_logged_codes: set[int] = set()
+_AUTH_CODES = {
+    KafkaError._AUTHENTICATION,
+    KafkaError._SSL,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+}
+
+
+_LOST_CODES = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}
+
+
+def consumer_error_kind(error: KafkaError) -> str:
+    """What a spout does with an error from ``consume``:
+
+    ``"eof"`` (end of partition: nothing), ``"lost"`` (the offset to read is outside the log:
+    halt, never skip), ``"auth"`` (credentials refused: halt), ``"fatal"`` (the client is
+    unusable: fail and restart), ``"transient"`` (librdkafka recovers by itself: log it).
+    """
+    code = error.code()
+    if code == KafkaError._PARTITION_EOF:
+        return "eof"
+    if code in _LOST_CODES:
+        return "lost"
+    if code in _AUTH_CODES:
+        return "auth"
+    if error.fatal():
+        return "fatal"
+    return "transient"
+
+
+def lost_offsets_message(topic: str, partition: int, needed: int,
+                         log_start: int | None, log_end: int | None) -> str:
+    """One line naming what is gone: the topology's need and the log's extent."""
+    if log_start is None or log_end is None:
+        extent = "its log start and end are unknown"
+    elif log_start >= log_end:
+        extent = f"its log is empty (start {log_start}, end {log_end})"
+    else:
+        extent = f"the log holds offsets {log_start}..{log_end - 1} (start {log_start}, " \
+                 f"end {log_end})"
+    return (
+        f"Kafka topic {topic!r} partition {partition}: the topology must read from offset "
+        f"{needed}, but {extent}; records the committed state depends on are gone "
+        "(retention, delete_records, or the topic was re-created). hailstorm never skips "
+        "them silently: see 'Lost offsets' in docs/operations.md"
+    )
+
+
+def admin(bootstrap: str, **config: object) -> AdminClient:
+    return AdminClient(client_settings(bootstrap, overrides=config))
+
+
+def broker_answers(
+    bootstrap: str,
+    timeout: float = 2.0,
+    *,
+    expect_node: int | None = None,
+    expect_nodes: int | None = None,
+    config: Mapping[str, object] | None = None,
+) -> bool:
+    """True when the cluster answers a metadata request listing the expected brokers.
+
+    ``config`` replaces the configured properties file (the dev stack probes its own
+    listeners before anything is exported).
+    """
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    # Probe the socket first so librdkafka does not log refused connections while we wait.
+    socket.create_connection((host, int(port)), timeout=timeout).close()
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap, "socket.timeout.ms": int(timeout * 1000),
+        "error_cb": lambda _error: None, "log_level": 0}
+    settings.update(config or {})
+    metadata = AdminClient(settings).list_topics(timeout=timeout)
+    if expect_node is not None and expect_node not in metadata.brokers:
+        return False
+    return expect_nodes is None or len(metadata.brokers) >= expect_nodes
+
+
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    timeout: float = 15.0,
+    config: Mapping[str, str] | None = None,
+) -> bool:
+    """Create ``topic`` with ``partitions`` and the broker's default replication (and
+    ``config``, e.g. ``cleanup.policy``); False when it already existed."""
     client = admin(bootstrap)  # keep a reference: the futures die with their client
     futures = client.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+        [NewTopic(topic, num_partitions=partitions, replication_factor=-1,
+                  config=dict(config or {}))],
         operation_timeout=timeout,
     )
     try:
@@ -56,26 +246,51 @@ def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 1
     return True
 
 
+def add_partitions(bootstrap: str, topic: str, total: int, timeout: float = 15.0) -> None:
+    """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic)."""
+    client = admin(bootstrap)
+    futures = client.create_partitions([NewPartitions(topic, total)],
+                                       operation_timeout=timeout)
+    futures[topic].result(timeout)
+
+
 def partitions_of(bootstrap: str, topic: str, timeout: float = 10.0) -> list[int]:
     """Partition numbers of ``topic`` from broker metadata (error if it does not exist)."""
-    client = admin(bootstrap)
-    metadata = client.list_topics(topic, timeout=timeout)
+    errors: list[KafkaError] = []
+    client = admin(bootstrap, error_cb=errors.append)
+    try:
+        metadata = client.list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        client.poll(0)  # serve error_cb: the cause (e.g. SASL) arrives only there
+        for error in [*errors, exc.args[0] if exc.args else None]:
+            raise_auth_error(error, bootstrap)
+        raise KafkaUnreachable(
+            f"Kafka at {bootstrap} did not answer in {timeout:.0f}s "
+            f"({exc.args[0].str() if exc.args else exc})") from None
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         raise LookupError(f"Kafka topic {topic!r} does not exist on {bootstrap}")
     return sorted(info.partitions)
 
 
+def raise_auth_error(error: KafkaError | None, bootstrap: str) -> None:
+    """Raise :class:`KafkaAuthError` when ``error`` is an authentication failure."""
+    if isinstance(error, KafkaError) and error.code() in _AUTH_CODES:
+        source = os.environ.get(CONFIG_VAR)
+        where = f" (check the credentials in {source})" if source else (
+            f" (set ${CONFIG_VAR} to a properties file with the cluster's credentials)")
+        raise KafkaAuthError(f"Kafka at {bootstrap} refused hailstorm: {error.str()}{where}")
+
+
 def producer(bootstrap: str, **config: object) -> Producer:
-    """A producer tuned for throughput (batching, idempotence off for the dev broker)."""
-    settings: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
+    """A producer tuned for throughput (batching; idempotent, so a retry never duplicates)."""
+    defaults: dict[str, object] = {
         "linger.ms": 20,
         "batch.num.messages": 10000,
         "queue.buffering.max.messages": 500000,
+        "enable.idempotence": True,
     }
-    settings.update(config)
-    return Producer(settings)
+    return Producer(client_settings(bootstrap, defaults, config))
 
 
 def produce(bootstrap: str, topic: str, messages: Iterable[tuple[int, bytes | None, bytes]]) -> int:
@@ -107,16 +322,10 @@ def produce(bootstrap: str, topic: str, messages: Iterable[tuple[int, bytes | No
 
 
 def consumer(bootstrap: str, **config: object) -> Consumer:
-    """A consumer for manual assignment: no group coordination, nothing committed."""
-    settings: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
-        "group.id": "hailstorm-unused",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "fetch.wait.max.ms": 50,
-    }
-    settings.update(config)
-    return Consumer(settings)
+    """A consumer for manual assignment: no group coordination, nothing committed; reads
+    only committed records and errs (never jumps) when an offset is out of range."""
+    defaults: dict[str, object] = {"group.id": "hailstorm-unused", "fetch.wait.max.ms": 50}
+    return Consumer(client_settings(bootstrap, defaults, {**config, **SPOUT_REQUIRED}))
 
 
 def read_range(
@@ -129,11 +338,13 @@ def read_range(
 ) -> Iterator[Record]:
     """Yield the messages of one partition with ``start <= offset <= end``, in order.
 
-    Raises TimeoutError when the range is not fully available within ``timeout`` seconds.
+    Offsets may have gaps (compaction, transaction markers, aborted records): the read ends
+    at ``end`` or where the partition's readable log ends past it. Raises TimeoutError when
+    the range is not fully available within ``timeout`` seconds.
     """
     if end < start:
         return
-    source = consumer(bootstrap)
+    source = consumer(bootstrap, **{"enable.partition.eof": True})
     try:
         source.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + timeout
@@ -147,6 +358,8 @@ def read_range(
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
+                        # The readable end: nothing below it is missing, only skipped.
+                        expected = max(expected, message.offset() or 0)
                         continue
                     raise KafkaException(error)
                 offset = message.offset()

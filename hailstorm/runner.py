@@ -5,7 +5,13 @@
    instance, one instance per sink) and write them to ``/hailstorm/<name>/expected``;
 3. build the Spark session and run one barrier stage with a task per processor
    (:func:`hailstorm.processors.runtime.run_processor`), resubmitted after every failure
-   (:class:`hailstorm.spark_runner.StageRunner`) until stopped.
+   (:class:`hailstorm.spark_runner.StageRunner`) until stopped;
+4. while it runs, look at the source topics' partitions every
+   :attr:`RunOptions.partition_check_interval` seconds. Partitions added to a topic are
+   picked up: the driver stops the stage, writes the new expected ids, and starts a Spark
+   session with a slot more per new partition; a new spout instance reads its partition
+   from offset 0 (nothing of it is in any snapshot), the others resume from the committed
+   round as after any restart.
 
 The negotiator (``hailstorm negotiator``) runs separately and drives the processors through
 ZooKeeper.
@@ -14,6 +20,7 @@ ZooKeeper.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -45,6 +52,8 @@ class RunOptions:
     zk: str
     kafka: str
     snapshots: str
+    kafka_config: str | None = None
+    """librdkafka properties file (a path every executor can read; never its content)."""
     name: str | None = None
     """ZooKeeper/snapshot name of the topology (default: the topology's own name)."""
     host: str = "127.0.0.1"
@@ -54,6 +63,16 @@ class RunOptions:
     database_url: str = ""
     """Database of sink tables that name none (``HAILSTORM_DATABASE_URL``)."""
     spark: SparkOptions = field(default_factory=SparkOptions)
+    partition_check_interval: float = 10.0
+    """Seconds between two looks for partitions added to a source topic (0: never)."""
+
+
+def grown_partitions(
+    running: dict[str, list[Partition]], current: dict[str, list[Partition]]
+) -> list[Partition]:
+    """Source partitions in ``current`` that the running deployment does not read."""
+    have = {p for parts in running.values() for p in parts}
+    return sorted({p for parts in current.values() for p in parts} - have)
 
 
 def source_partitions(topology: Topology, bootstrap: str) -> dict[str, list[Partition]]:
@@ -101,7 +120,7 @@ def _absolute_ref(ref: str) -> str:
 
 
 class Driver:
-    """Runs a topology's processors until :meth:`stop` (thread-safe)."""
+    """Runs one topology on Spark: expected ids, the barrier stage, new partitions."""
 
     def __init__(self, options: RunOptions) -> None:
         self.options = replace(options, topology_ref=_absolute_ref(options.topology_ref))
@@ -109,19 +128,24 @@ class Driver:
         self.name = self.options.name or self.topology.name
         self.runner: StageRunner | None = None
         self.session: object | None = None
+        self.partitions: dict[str, list[Partition]] = {}
+        #: Set by stop() (signals): the driver ends instead of picking up new partitions.
+        self.stopping = threading.Event()
+        self._grown = threading.Event()
 
     def assignments(self) -> list[Assignment]:
         """Discover partitions, write ``expected``; one assignment per processor."""
         o = self.options
-        partitions = source_partitions(self.topology, o.kafka)
-        processors = expected_ids(self.topology, partitions)
+        self.partitions = source_partitions(self.topology, o.kafka)
+        processors = expected_ids(self.topology, self.partitions)
         write_expected(o.zk, self.name, processors)
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))
         return [
             Assignment(
                 topology_ref=o.topology_ref, name=self.name, processor=pid, zk=o.zk,
-                kafka=o.kafka, snapshots=str(Path(o.snapshots).resolve()), host=o.host,
+                kafka=o.kafka, kafka_config=o.kafka_config,
+                snapshots=str(Path(o.snapshots).resolve()), host=o.host,
                 session_timeout=o.session_timeout, log_level=o.log_level,
                 database_url=o.database_url,
             )
@@ -153,13 +177,44 @@ class Driver:
 
     def run(self) -> int:
         """Run until stopped; returns the number of failed stage attempts."""
-        runner = self.runner or self.prepare()
-        try:
-            return runner.run()
-        finally:
-            self.close()
+        failures = 0
+        while True:
+            runner = self.runner or self.prepare()
+            watcher = threading.Thread(target=self._watch_partitions, args=(runner,),
+                                       name="partition-watch", daemon=True)
+            watcher.start()
+            try:
+                failures += runner.run()
+            finally:
+                self.close()
+                self.runner = None
+            if self.stopping.is_set() or not self._grown.is_set():
+                return failures
+            self._grown.clear()
+            log.warning("%s: starting again to read the new partitions", self.name)
+
+    def _watch_partitions(self, runner: StageRunner) -> None:
+        """Stop ``runner`` when a source topic has partitions the deployment lacks."""
+        interval = self.options.partition_check_interval
+        if interval <= 0:
+            return
+        while not runner.stopping.wait(interval):
+            try:
+                current = source_partitions(self.topology, self.options.kafka)
+            except Exception as exc:  # the broker may be restarting: look again later
+                log.debug("partition check failed: %s", exc)
+                continue
+            grown = grown_partitions(self.partitions, current)
+            if grown:
+                names = ", ".join(f"{t}:{p}" for t, p in grown)
+                log.warning("%s: new source partitions %s: stopping the stage to add their "
+                            "spouts (they read from offset 0)", self.name, names)
+                self._grown.set()
+                runner.stop()
+                return
 
     def stop(self) -> None:
+        self.stopping.set()
         if self.runner is not None:
             self.runner.stop()
 

@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from hailstorm.halt import TopologyHalted, halt_reason
 
 log = logging.getLogger("hailstorm.run")
 
@@ -91,7 +93,8 @@ def _run_task(entry: ProcessorEntry) -> Callable[[Iterator[Any]], Iterator[int]]
 
 
 class StageRunner:
-    """Submits the barrier stage again and again until stopped."""
+    """Submits the barrier stage again and again until stopped (or a processor halts it,
+    :mod:`hailstorm.halt`)."""
 
     def __init__(
         self,
@@ -148,6 +151,10 @@ class StageRunner:
                 if self.stopping.is_set():
                     break
                 self.failures += 1
+                halted = halt_reason(str(exc))
+                if halted is not None:
+                    log.error("stage attempt %d: the topology halted: %s", self.attempts, halted)
+                    raise TopologyHalted(halted) from None
                 consecutive += 1
                 healthy = time.monotonic() - started >= self.options.healthy_after
                 if healthy or _safely(self.made_progress, started_at):
@@ -187,7 +194,15 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines() or [type(exc).__name__])[0][:300]
 
 
-def install_signal_handlers(runner: StageRunner) -> None:
+class Stoppable(Protocol):
+    """What signal handlers stop: a runner, or the driver around it."""
+
+    stopping: threading.Event
+
+    def stop(self) -> None: ...
+
+
+def install_signal_handlers(runner: Stoppable) -> None:
     """SIGINT/SIGTERM: stop the loop and cancel the stage (a second signal exits at once)."""
 
     def handle(signum: int, _frame: object) -> None:

@@ -34,9 +34,9 @@ from negotiator.layout import (
     parse_processor_id,
 )
 
-LAG_NOTE = ("lag is approximate: it is measured against the broker's high watermark (log end), "
-            "which the dev broker reports loosely; a log end below what spouts already read is "
-            "marked '?' and its lag left unknown")
+LAG_NOTE = ("lag: offsets from what spouts read (and what is committed) to the log end "
+            "(read_committed: the last stable offset); a transaction's commit marker counts as "
+            "one offset; a log end below what was read is marked '!': records were lost")
 
 Scrape = Mapping[str, float]
 """Metric samples of one processor by name (labels dropped)."""
@@ -157,21 +157,25 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             positions[p] = max(offset, positions.get(p, -1))
             partitions.add(p)
     rows = []
+    lost: list[str] = []
     for p in sorted(partitions):
         done = None if committed is None else committed.clock.get(p, -1)
         position = positions.get(p)
         end = None if inputs.log_ends is None else inputs.log_ends.get(p)
         furthest = max(x for x in (done, position, -1) if x is not None)
-        # A high watermark below what was already read is wrong (the dev broker's are):
-        # then the lag is unknown rather than a made-up 0.
-        suspect = end is not None and end < furthest + 1
-        known = end is not None and not suspect
+        # A log end below what was already read: the topic lost records (truncated or
+        # re-created); the lag is unknown rather than a made-up 0.
+        below = end is not None and end < furthest + 1
+        if below:
+            lost.append(f"{partition_key(p)}: the log ends at {end}, below offset "
+                            f"{furthest} the topology already read: records were lost")
+        known = end is not None and not below
         rows.append({
             "partition": partition_key(p),
             "committed": done,
             "position": position,
             "log_end": end,
-            "log_end_suspect": suspect,
+            "log_end_below_read": below,
             "lag": end - (furthest + 1) if known and end is not None else None,
             "committed_lag": end - (done + 1) if known and end is not None and done is not None
             else None,
@@ -233,7 +237,7 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "duration_s": None if duration is None else round(duration, 4),
         })
     doc["snapshots"] = snapshots
-    doc["problems"] = list(inputs.problems)
+    doc["problems"] = [*inputs.problems, *lost]
     return doc
 
 
@@ -301,7 +305,7 @@ def render(doc: Mapping[str, Any]) -> Any:
     table = Table("partition", "committed", "position", "log end", "lag", title_justify="left",
                   title="partitions", caption=doc.get("lag_note"), caption_justify="left")
     for row in doc["partitions"]:
-        end = _fmt(row["log_end"]) + ("?" if row.get("log_end_suspect") else "")
+        end = _fmt(row["log_end"]) + ("!" if row.get("log_end_below_read") else "")
         table.add_row(row["partition"], _fmt(row["committed"]), _fmt(row["position"]), end,
                       _fmt(row["lag"]))
     parts.append(table)

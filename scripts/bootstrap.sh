@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Install what hailstorm needs on a fresh Debian machine: Java (ZooKeeper), PostgreSQL's
-# server binaries, and a repo-local virtualenv with the package and its test extras.
+# Install what hailstorm needs on a fresh Debian machine: Java (ZooKeeper, Kafka), Maven (it
+# fetches Apache Kafka from Maven Central), openssl (the dev stack's TLS), kcat (the Kafka
+# semantics tests produce with it), PostgreSQL's server binaries, a repo-local virtualenv with
+# the package and its test extras, and the pinned Apache Kafka artifacts (cached in
+# ~/.cache/hailstorm, outside the repository).
 # Safe to run again: it only does what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)  # tests: a Kafka client of its own
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   need_apt+=(postgresql)
 fi
@@ -33,3 +39,13 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     || { echo "bootstrap: the install failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
+
+# Apache Kafka for the dev stack: a no-op once cached.
+.venv/bin/python -c "
+import sys
+from hailstorm.kafka_broker import KafkaSetupError, ensure_kafka_libs
+try:
+    ensure_kafka_libs(lambda m: print('bootstrap: ' + m, flush=True))
+except KafkaSetupError as exc:
+    sys.exit('bootstrap: ' + str(exc))
+"

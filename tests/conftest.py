@@ -1,17 +1,21 @@
-"""Session fixtures: one real embedded stack (ZooKeeper, Kafka broker, PostgreSQL) per run.
+"""Session fixtures: real embedded stacks (ZooKeeper, Apache Kafka, PostgreSQL).
 
+``dev_stack`` (one Kafka node) serves most tests; ``kafka_cluster_stack`` (three Kafka nodes,
+replication factor 3, ``min.insync.replicas=2``) starts only for the tests that ask for it.
 Services listen on 127.0.0.1 on free ports, keep their data in a temporary directory, and
 are stopped by pid when the session ends, whether the tests passed or not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,18 +47,44 @@ class ZooKeeper:
     hosts: str
 
 
-@pytest.fixture(scope="session")
-def dev_stack() -> Iterator[StackState]:
-    """The whole embedded stack, up once for the test session."""
+@contextlib.contextmanager
+def embedded_stack(prefix: str, **options: Any) -> Iterator[DevStack]:
+    """A dev stack of its own in a temporary directory, always brought down afterwards."""
     # mkdtemp under /tmp (world-traversable) so the 'postgres' user can reach its data dir.
-    state_dir = Path(tempfile.mkdtemp(prefix="hailstorm-test-"))
+    state_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(state_dir, 0o755)
-    stack = DevStack(state_dir, startup_timeout=90)
+    stack = DevStack(state_dir, startup_timeout=90, **options)
     try:
-        yield stack.up()
+        stack.up()
+        yield stack
     finally:
         stack.down()
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def dev_stack() -> Iterator[StackState]:
+    """The whole embedded stack, up once for the test session."""
+    with embedded_stack("hailstorm-test-") as stack:
+        state = stack.load()
+        assert state is not None
+        yield state
+
+
+@pytest.fixture(scope="session")
+def secured_stack() -> Iterator[StackState]:
+    """A stack whose Kafka clients must use SASL_SSL (SCRAM-SHA-256, a CA it made)."""
+    with embedded_stack("hailstorm-sasl-", kafka_security="sasl_ssl") as stack:
+        state = stack.load()
+        assert state is not None
+        yield state
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_stack() -> Iterator[DevStack]:
+    """A stack with a three-node Kafka cluster (the broker-failure tests kill its nodes)."""
+    with embedded_stack("hailstorm-cluster-", kafka_brokers=3) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="session")

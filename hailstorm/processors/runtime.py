@@ -22,7 +22,8 @@ stops reading its sockets and back-pressure reaches the spouts through TCP.
 * Spout: one thread owns the :class:`~hailstorm.processors.SpoutCore` and a confluent-kafka
   consumer assigned to its partition (no group); consumes in batches while flowing, sends
   CLOCK/DATA/WATERMARK in order, and a watermark at least every
-  :data:`WATERMARK_INTERVAL` s.
+  :data:`WATERMARK_INTERVAL` s. Dead letters are acknowledged by Kafka before the spout
+  reports its position for a round.
 * Bolt: the main thread owns the :class:`~hailstorm.processors.BoltCore` (frames from the
   queue, clocks from CLOCK frames or the master); :class:`WriteSnapshot` goes to a writer
   thread that stores it (:class:`~hailstorm.snapshots.DirectorySnapshotStore`) and then
@@ -35,6 +36,8 @@ Failures: an exception in any thread is recorded, the main thread raises it, rep
 node), closes the session and the sockets, and the exception leaves the Spark task. A
 ZooKeeper error (even a transient connection loss) is fatal too: the topology restarts from
 its committed snapshots. A processor whose Spark worker vanished (re-parented) ends itself.
+A :class:`~hailstorm.halt.TopologyHalt` (lost Kafka offsets, refused credentials) ends the
+run for good: every processor that ends because of it ends with it too, so the driver stops.
 Every wait is bounded.
 """
 
@@ -53,10 +56,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.clock import Clock, Partition, clock_to_json, dominates
-from hailstorm.config import DEFAULT_DATABASE_URL
+from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json, dominates
+from hailstorm.config import DEFAULT_DATABASE_URL, KAFKA_CONFIG_VAR
 from hailstorm.coordination import Coordinator
 from hailstorm.failpoints import failpoint
+from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
 from hailstorm.model import DeadLetter, Message
 from hailstorm.processors import (
@@ -140,6 +144,9 @@ class Assignment:
     kafka: str
     snapshots: str
     """Root directory of the snapshot store (shared by every executor)."""
+    kafka_config: str | None = None
+    """Path of the librdkafka properties file (present on every executor's host): only the
+    path travels with the task, the secrets in it stay in the file."""
     host: str = "127.0.0.1"
     """Address the data-plane listener binds to and advertises; ``auto`` binds every
     interface and advertises the executor's host name (for clusters)."""
@@ -162,6 +169,8 @@ def listen_address(host: str) -> tuple[str, str]:
 def run_processor(assignment: Assignment) -> None:
     """Run one processor instance until it fails or the topology restarts (then raise)."""
     _configure_logging(assignment)
+    if assignment.kafka_config:
+        os.environ[KAFKA_CONFIG_VAR] = assignment.kafka_config
     topology = load_topology(assignment.topology_ref)
     pid = parse_processor_id(assignment.processor)
     shell: _Shell
@@ -273,6 +282,10 @@ class _Shell:
                         self._on_master(record.state)
                 self.step()
         except BaseException as exc:
+            halted = None if isinstance(exc, TopologyHalt) else self._halt_of_this_run()
+            if halted is not None:
+                log.warning("ending (%s: %s): the topology halted", type(exc).__name__, exc)
+                raise halted from exc
             if isinstance(exc, RestartRequired):
                 log.warning("%s", exc)
             else:
@@ -282,6 +295,27 @@ class _Shell:
             raise
         finally:
             self.shutdown()
+
+    def _halt_of_this_run(self) -> TopologyHalt | None:
+        """The :class:`TopologyHalt` that made the negotiator restart the run this
+        incarnation joined, if one did (None otherwise, or when ZooKeeper cannot tell).
+
+        A halting processor reports its error and lingers until the negotiator restarts the
+        run, so the other processors end at about the same time: they see the newer
+        ``Initialize``, or the halting one's closed connections. Spark names only the first
+        failed task of a barrier stage as the cause; each of them ends with the halt too, so
+        that whichever it names, the driver stops instead of resubmitting.
+        """
+        if self.coord is None or self.joined is None:
+            return None
+        try:
+            record = self.coord.master()
+        except Exception:
+            return None
+        if record is None or record.state.epoch <= self.joined:
+            return None
+        reason = halt_reason(record.reason)
+        return TopologyHalt(reason) if reason is not None else None
 
     def setup(self) -> None:
         """Role-specific preparation after registration (before any master state)."""
@@ -542,7 +576,9 @@ class _SpoutShell(_Shell):
         self.started = False
         self.consumer = consumer(self.assignment.kafka)
         self._last_watermark = 0.0
+        self._last_transient = 0.0
         self._dead_letters: Any = None
+        self._dead_letter_errors: list[str] = []
 
     def shutdown(self) -> None:
         consumer = getattr(self, "consumer", None)
@@ -560,7 +596,7 @@ class _SpoutShell(_Shell):
         self.report(ProcessorState.READY, epoch)
 
     def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         core = self.core
         assert core is not None
@@ -569,7 +605,13 @@ class _SpoutShell(_Shell):
             assert self.coord is not None
             committed = self.coord.committed()  # what bolts with a snapshot loaded
             seek = core.start(state.clock, committed.clock if committed is not None else None)
-            self.consumer.assign([TopicPartition(p[0], p[1], seek)])
+            # A partition no committed round has seen (a first start, or a partition added
+            # since) is read from where its log starts: retention may have deleted offset 0
+            # long ago, and that is no gap for this topology. Otherwise the exact offset,
+            # also for a partition committed as empty (-1): a record it missed is an error.
+            unseen = committed is None or p not in committed.clock
+            start = OFFSET_BEGINNING if unseen and seek == NOTHING + 1 else seek
+            self.consumer.assign([TopicPartition(p[0], p[1], start)])
             self.started = True
             self.send_all([self._watermark(core.watermark())])
             self.report(ProcessorState.REWOUND, state.epoch, position={p: core.position})
@@ -578,6 +620,7 @@ class _SpoutShell(_Shell):
             raise DataPlaneError(f"{type(state).__name__} before SpoutsRewind in this run")
         elif isinstance(state, SpoutsPaused):
             position = core.pause()
+            self._flush_dead_letters()  # the round's clock may include their records
             self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
         elif isinstance(state, Flowing):
             self._send(core.resume(state.epoch, state.clock) if state.clock is not None
@@ -620,12 +663,60 @@ class _SpoutShell(_Shell):
             log.warning("dead letter at offset %d: %s", letter.message.offset, letter.error)
             self._dead_letters.produce(letter.topic, value=letter.message.value,
                                        key=dead_letter_key(letter.message),
-                                       headers=dead_letter_headers(letter))
+                                       headers=dead_letter_headers(letter),
+                                       on_delivery=self._dead_letter_delivered)
         self._dead_letters.poll(0)
 
-    def step(self) -> None:
-        from confluent_kafka import KafkaError, KafkaException
+    def _dead_letter_delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self._dead_letter_errors.append(f"{message.topic()}: {error.str()}")
 
+    def _flush_dead_letters(self) -> None:
+        """Wait until Kafka acknowledged every dead letter written so far, or raise.
+
+        Called before the position is reported for a round: once a round's clock covers a
+        rejected record, a replay starts above it and never writes its dead letter again,
+        so the round must not commit while the letter could still be lost with this process.
+        """
+        if self._dead_letters is None:
+            return
+        timeout = self.assignment.io_timeout
+        remaining = self._dead_letters.flush(timeout)
+        if remaining or self._dead_letter_errors:
+            problems = self._dead_letter_errors[:3] or [
+                f"{remaining} not acknowledged within {timeout:.0f} s"]
+            raise RuntimeError(f"dead letters not written: {'; '.join(problems)}")
+
+    def _on_consumer_error(self, error: Any, needed: int) -> None:
+        """Halt on lost offsets or refused credentials, fail on a fatal client error, and
+        let librdkafka recover from the rest (a broker restarting, a leader moving)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        from hailstorm.kafka import consumer_error_kind, lost_offsets_message
+
+        kind = consumer_error_kind(error)
+        if kind == "eof":
+            return
+        topic, partition = self.partition
+        if kind == "lost":
+            low: int | None
+            high: int | None
+            try:
+                low, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10)
+            except KafkaException:
+                low = high = None
+            raise TopologyHalt(lost_offsets_message(topic, partition, needed, low, high))
+        if kind == "auth":
+            raise TopologyHalt(f"Kafka refused the spout's credentials: {error.str()}")
+        if kind == "fatal":
+            raise KafkaException(error)
+        now = time.monotonic()
+        if now - self._last_transient >= 10:
+            self._last_transient = now
+            log.warning("kafka (recovering by itself): %s", error.str())
+
+    def step(self) -> None:
         assert self.coord is not None
         core = self.core
         if core is None or not self.started or core.paused:
@@ -640,9 +731,8 @@ class _SpoutShell(_Shell):
         for message in messages:
             error = message.error()
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(error)
+                self._on_consumer_error(error, core.position + 1)
+                continue
             offset = message.offset()
             if offset is not None:
                 offsets.append(offset)

@@ -3,6 +3,7 @@ kill, and a bolt instance that receives no data still snapshots every round."""
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from pathlib import Path
@@ -144,3 +145,32 @@ def test_a_bolt_instance_without_data_still_snapshots(
         assert states["counts"].instances == model.instance_states("counts")
         assert states["counts"].instances[1] == {}
         assert sum(states["counts"].merged.values()) == 4_000 * 5
+
+
+def test_partitions_added_while_running_are_picked_up(
+    stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A topic grows from 2 to 3 partitions under a running topology: the driver restarts
+    the stage with a spout for the new partition, which reads it from offset 0; the state is
+    exactly the model's over every partition."""
+    stack = StackAddresses.from_env(stack_env)
+    topic = f"growing-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, 2)
+    produced = Produced(topic)
+    produce(stack.kafka, produced, wordcount_lines(2_000, seed=21), [0, 1])
+    with TopologyRun(stack, _module(tmp_path, ONE_BOLT, topic), log_dir=tmp_path / "logs") as run:
+        run.start()
+        first = run.wait_committed(_target(produced), 240)
+        kafka.add_partitions(stack.kafka, topic, 3)
+        produce(stack.kafka, produced, wordcount_lines(3_000, seed=22), [0, 1, 2])
+        assert produced.last_offsets().keys() == {0, 1, 2}
+        committed = run.wait_committed(_target(produced), 240)
+        assert committed.epoch > first.epoch
+        assert dict(committed.clock) == _target(produced)
+        expected = json.loads(run.zk.get(run.paths.expected)[0])["processors"]
+        assert f"spout:lines:{topic}:2" in expected
+        assert f"new source partitions {topic}:2" in run.log("driver")
+        states = run.committed_bolt_states(committed)
+        model = run_model(run.topology, produced.model_messages())
+        assert states["counts"].instances == model.instance_states("counts")
+        assert compare_with_model(model, states).ok

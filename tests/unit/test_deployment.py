@@ -17,6 +17,7 @@ import yaml
 
 from hailstorm import config
 from hailstorm.cli import main as cli_main
+from hailstorm.kafka_broker import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -27,7 +28,7 @@ PATH_LIKE = re.compile(r"^[\w./-]+\.py$")
 
 def test_every_component_of_the_deployment_is_there() -> None:
     images = {name: spec.get("image", "") for name, spec in SERVICES.items()}
-    assert images["kafka"].startswith("apache/kafka:")
+    assert images["kafka"] == f"apache/kafka:{KAFKA_VERSION}"  # the dev stack's release
     assert images["zookeeper"].startswith("zookeeper:3.9")
     assert images["postgres"].startswith("postgres:15")
     assert {"spark-master", "spark-worker", "negotiator"} <= set(SERVICES)

@@ -1,13 +1,40 @@
-"""The kill-test harness's pure parts: the model comparison, the fault plan, the report."""
+"""The kill-test harness's pure parts: the model comparison, the fault plan, the report,
+and the planning of broker faults."""
 
 from __future__ import annotations
 
 import json
+import random
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
+from click.testing import CliRunner
+
 from hailstorm import Count, Topology, per_key
-from hailstorm.harness import BoltStates, ChaosReport, ChaosSchedule, compare_with_model
+from hailstorm.cli import main
+from hailstorm.harness import (
+    DEFAULT_FAULT_KINDS,
+    FAULT_KINDS,
+    BackgroundProducer,
+    BoltStates,
+    ChaosReport,
+    ChaosSchedule,
+    Fault,
+    HarnessError,
+    Produced,
+    Recovery,
+    TopicLayout,
+    TopologyRun,
+    broker_fault_problem,
+    busiest_leader,
+    compare_with_model,
+)
 from hailstorm.model import ModelResult, messages, run_model
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _model() -> tuple[Topology, ModelResult]:
@@ -62,3 +89,114 @@ def test_report_renders_as_text_and_json() -> None:
     assert "FAILED" in report.to_text()
     data = json.loads(report.to_json())
     assert (data["lost"], data["ok"], data["differences"][0]["key"]) == (1, False, "'a'")
+
+
+# ------------------------------------------------------------------------------ broker faults
+
+
+def test_busiest_leader_leads_the_most_partitions() -> None:
+    leaders = {("w", 0): 2, ("w", 1): 3, ("w", 2): 2, ("w", 3): 1}
+    assert busiest_leader(leaders) == 2
+    assert busiest_leader({**leaders, ("w", 4): 3, ("w", 5): 3}) == 3
+    assert busiest_leader({("w", 0): -1, ("w", 1): 3}) == 3  # no leader right now
+
+
+def test_busiest_leader_breaks_ties_with_the_rng() -> None:
+    tied = {("w", 0): 1, ("w", 1): 2, ("w", 2): 3, ("w", 3): 2, ("w", 4): 3}
+    assert busiest_leader(tied) == 2  # the lowest id without an rng
+    picks = {busiest_leader(tied, random.Random(seed)) for seed in range(40)}
+    assert picks == {2, 3}
+    assert busiest_leader(tied, random.Random(5)) == busiest_leader(tied, random.Random(5))
+
+
+def test_busiest_leader_needs_a_leader() -> None:
+    with pytest.raises(HarnessError, match="no partition has a leader"):
+        busiest_leader({("w", 0): -1})
+    with pytest.raises(HarnessError):
+        busiest_leader({})
+
+
+def test_broker_faults_are_refused_below_three_nodes() -> None:
+    one = broker_fault_problem(1)
+    assert one is not None and "the only broker" in one and "\n" not in one
+    assert "--brokers 3" in one
+    two = broker_fault_problem(2)
+    assert two is not None and "one of 2 brokers" in two
+    assert broker_fault_problem(3) is None
+    assert broker_fault_problem(5, replicas=3) is None
+    unreplicated = broker_fault_problem(3, replicas=1)
+    assert unreplicated is not None and "1 replica" in unreplicated
+
+
+def test_topic_layout_in_sync_and_leaders() -> None:
+    parts = [("w", 0), ("w", 1), ("w", 2)]
+    replicas = {p: (1, 2, 3) for p in parts}
+    layout = TopicLayout((1, 2, 3), {("w", 0): 1, ("w", 1): 2, ("w", 2): 1}, replicas,
+                         {p: (1, 2, 3) for p in parts})
+    assert layout.fully_in_sync() and layout.min_replicas() == 3
+    assert (layout.led_by(1), layout.led_by(2), layout.led_by(3)) == (2, 1, 0)
+    lagging = TopicLayout((1, 2, 3), layout.leaders, replicas,
+                          {**layout.in_sync, ("w", 1): (2, 3)})
+    assert not lagging.fully_in_sync()
+    leaderless = TopicLayout((2, 3), {**layout.leaders, ("w", 2): -1}, replicas,
+                             layout.in_sync)
+    assert not leaderless.fully_in_sync()
+
+
+def test_broker_is_a_kind_but_not_a_default_one() -> None:
+    assert "broker" in FAULT_KINDS and "broker" not in DEFAULT_FAULT_KINDS
+    assert ChaosSchedule().kinds == DEFAULT_FAULT_KINDS
+    plan = ChaosSchedule(kinds=("processor", "broker"), count=4, seed=2).plan()
+    assert {p.kind for p in plan} == {"processor", "broker"}
+
+
+def _broker_fault(acked: dict[str, int] | None) -> Fault:
+    return Fault("broker", "kafka-2", 123, 1000.0, 4, {"w:0": 10, "w:1": 20}, "x", acked)
+
+
+def test_broker_recovery_needs_a_commit_past_what_was_acknowledged_at_the_kill() -> None:
+    fault = _broker_fault({"w:0": 50, "w:1": 15})
+    assert TopologyRun._needed(fault, None) == {"w:0": 51, "w:1": 20}
+    assert TopologyRun._needed(_broker_fault(None), None) == {"w:0": 10, "w:1": 20}
+    # The producer stopped: what it wrote last is all there is to read.
+    produced = Produced("w")
+    produced.add(0, 50, b"a")
+    produced.add(1, 15, b"b")
+    stopped = BackgroundProducer("127.0.0.1:1", produced, [], [0, 1], 1.0)
+    assert not stopped.running
+    assert TopologyRun._needed(fault, stopped) == {"w:0": 50, "w:1": 20}
+    produced.add(0, 60, b"c")
+    assert TopologyRun._needed(fault, stopped) == {"w:0": 51, "w:1": 20}
+
+
+def test_report_shows_broker_restarts() -> None:
+    _, model = _model()
+    comparison = compare_with_model(model, _states(model, {"a": 3, "b": 2, "c": 1}))
+    fault = _broker_fault({"w:0": 50})
+    back = Recovery(fault, 0.0, 12.5, restored_after=14.25)
+    report = ChaosReport("t", 6, 2, 0, [back], comparison, 9, 30.0)
+    assert report.ok
+    assert "broker     kafka-2 (pid 123, epoch 4): Flowing after 0.0 s, committed past it " \
+           "after 12.5 s; x, back in the cluster after 14.2 s" in report.to_text()
+    data = json.loads(report.to_json())
+    assert data["recoveries"][0]["restored_after"] == 14.25
+    assert data["faults_by_kind"] == {"broker": 1}
+    never = ChaosReport("t", 6, 2, 0, [Recovery(fault, 0.0, 12.5)], comparison, 9, 30.0)
+    assert not never.ok
+
+
+def test_chaos_command_refuses_broker_faults_on_one_node() -> None:
+    result = CliRunner().invoke(main, ["chaos", str(ROOT / "topologies" / "wordcount.py"),
+                                       "--kinds", "processor,broker", "--brokers", "1"])
+    assert result.exit_code == 1
+    assert "at least 3 nodes, this one has 1" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = CliRunner().invoke(main, ["chaos", str(ROOT / "topologies" / "wordcount.py"),
+                                       "--kinds", "broker", "--use-env", "--brokers", "3"])
+    assert result.exit_code == 1 and "--brokers sizes the embedded stack" in result.output
+
+
+def test_chaos_help_names_broker_faults() -> None:
+    result = subprocess.run([sys.executable, "-m", "hailstorm", "chaos", "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, check=True)
+    assert "--brokers" in result.stdout and "broker" in result.stdout

@@ -79,17 +79,21 @@ def test_master_committed_and_negotiators() -> None:
     assert doc["negotiators"][1]["rounds_committed"] is None
 
 
-def test_partitions_lag_and_a_suspect_log_end() -> None:
-    rows = {r["partition"]: r for r in assemble(inputs())["partitions"]}
+def test_partitions_lag_and_a_log_end_below_what_was_read() -> None:
+    doc = assemble(inputs())
+    rows = {r["partition"]: r for r in doc["partitions"]}
     assert rows["words:0"] == {"partition": "words:0", "committed": 41, "position": 50,
-                               "log_end": 60, "log_end_suspect": False, "lag": 9,
+                               "log_end": 60, "log_end_below_read": False, "lag": 9,
                                "committed_lag": 18}
-    # The broker says 5 but the spout already read offset 9: the lag is unknown, not 0.
-    assert rows["words:1"]["log_end_suspect"] is True
+    # The log ends at 5 but the spout already read offset 9: records were lost (a re-created
+    # topic); the lag is unknown, not 0, and the problem is named.
+    assert rows["words:1"]["log_end_below_read"] is True
     assert rows["words:1"]["lag"] is None
+    assert any("words:1" in p and "records were lost" in p for p in doc["problems"])
+    assert not any("words:0" in p for p in doc["problems"])
     no_kafka = {r["partition"]: r for r in assemble(inputs(log_ends=None))["partitions"]}
     assert no_kafka["words:0"]["lag"] is None and no_kafka["words:0"]["log_end"] is None
-    assert "approximate" in assemble(inputs())["lag_note"]
+    assert "last stable offset" in doc["lag_note"]
 
 
 def test_processors_with_metrics_and_missing_ones() -> None:
@@ -148,8 +152,9 @@ def test_render_draws_every_section() -> None:
     with console.capture() as captured:
         console.print(render(assemble(inputs())))
     text = captured.get()
-    for needle in ("wc", "Flowing", "epoch 8", "neg-a", "words:0", "5?", "bolt:counts:0",
-                   "h2:7000", "missing", "4,096 B", "approximate"):
+    for needle in ("wc", "Flowing", "epoch 8", "neg-a", "words:0", "5!", "bolt:counts:0",
+                   "h2:7000", "missing", "4,096 B", "lag: offsets",
+                       "records were lost"):
         assert needle in text, needle
 
 

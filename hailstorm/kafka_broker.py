@@ -1,0 +1,288 @@
+"""Apache Kafka for the dev stack: the pinned artifacts, KRaft node configuration, dev TLS.
+
+The broker is the official ``org.apache.kafka:kafka_2.13`` artifact and its runtime
+dependencies, fetched from Maven Central with the machine's Maven into a cache outside the
+repository (``$HAILSTORM_CACHE``, else ``~/.cache/hailstorm``), and run with the machine's
+Java as ``kafka.Kafka`` after ``kafka.tools.StorageTool format``. Every node is a combined
+broker and KRaft controller; a cluster of N nodes has N voters.
+
+Rendering a node's ``server.properties`` is pure (:func:`server_properties`); the rest are thin
+wrappers around ``mvn`` and ``openssl``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The Kafka release the dev stack, the tests and docker-compose.yml run.
+KAFKA_VERSION = "4.1.1"
+SCALA_VERSION = "2.13"
+#: Kafka logs through SLF4J 1.7; this binding sends it to log4j2, which Kafka already ships.
+LOG4J_VERSION = "2.24.3"
+CACHE_VAR = "HAILSTORM_CACHE"
+
+#: The SASL mechanism of the dev stack's secured listener.
+SCRAM_MECHANISM = "SCRAM-SHA-256"
+
+Progress = Callable[[str], None]
+
+
+class KafkaSetupError(RuntimeError):
+    """Kafka's artifacts or tools are missing; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    """Where downloaded artifacts are kept (never inside the repository)."""
+    configured = os.environ.get(CACHE_VAR)
+    if configured:
+        return Path(configured).expanduser().absolute()
+    return Path.home() / ".cache" / "hailstorm"
+
+
+def kafka_libs_dir() -> Path:
+    return cache_dir() / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}" / "libs"
+
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>hailstorm.dev</groupId>
+  <artifactId>kafka-runtime</artifactId>
+  <version>1</version>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_{scala}</artifactId>
+      <version>{kafka}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+def ensure_kafka_libs(progress: Progress | None = None) -> Path:
+    """The directory of Kafka's jars, fetched with Maven on first use (then cached)."""
+    libs = kafka_libs_dir()
+    stamp = libs / ".complete"
+    if stamp.exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaSetupError(
+            "mvn not found: the dev stack fetches Apache Kafka from Maven Central with Maven "
+            "(apt-get install maven)"
+        )
+    if progress:
+        progress(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central into {libs.parent}")
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=libs.parent, prefix=".fetch-") as work:
+        pom = Path(work) / "pom.xml"
+        pom.write_text(_POM.format(scala=SCALA_VERSION, kafka=KAFKA_VERSION, log4j=LOG4J_VERSION))
+        fetched = Path(work) / "libs"
+        result = subprocess.run(
+            [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+             "-DincludeScope=runtime", f"-DoutputDirectory={fetched}"],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0 or not (fetched / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar"
+                                          ).exists():
+            lines = [line for line in (result.stdout + result.stderr).splitlines()
+                     if "ERROR" in line] or (result.stdout + result.stderr).splitlines()
+            detail = lines[0].strip() if lines else f"exit {result.returncode}"
+            raise KafkaSetupError(
+                f"fetching Apache Kafka {KAFKA_VERSION} with Maven failed ({detail}); "
+                "check that Maven Central is reachable and run 'make bootstrap' again"
+            )
+        (fetched / ".complete").write_text(KAFKA_VERSION + "\n")
+        shutil.rmtree(libs, ignore_errors=True)
+        fetched.rename(libs)
+    return libs
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+# --------------------------------------------------------------------------- node config
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """The ports of one KRaft node on the loopback address."""
+
+    client: int
+    controller: int
+    #: Inter-broker listener, set only when clients use a secured listener.
+    internal: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """Every node's ports and the cluster-wide settings of a dev cluster."""
+
+    host: str
+    nodes: dict[int, NodePorts]
+    #: "plaintext", or "sasl_ssl" for a SCRAM + TLS client listener.
+    security: str = "plaintext"
+
+    @property
+    def replication(self) -> int:
+        return min(3, len(self.nodes))
+
+    @property
+    def min_insync(self) -> int:
+        return 2 if self.replication >= 3 else 1
+
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.host}:{p.client}" for _, p in sorted(self.nodes.items()))
+
+    def voters(self) -> str:
+        return ",".join(
+            f"{node}@{self.host}:{p.controller}" for node, p in sorted(self.nodes.items())
+        )
+
+
+def server_properties(layout: ClusterLayout, node: int, data_dir: Path,
+                      tls: TlsFiles | None = None) -> str:
+    """The ``server.properties`` of ``node`` in ``layout`` (pure)."""
+    ports = layout.nodes[node]
+    host = layout.host
+    secured = layout.security == "sasl_ssl"
+    if secured and (ports.internal is None or tls is None):
+        raise ValueError("a sasl_ssl node needs an internal port and TLS files")
+    if secured:
+        listeners = (f"CLIENT://{host}:{ports.client},INTERNAL://{host}:{ports.internal},"
+                     f"CONTROLLER://{host}:{ports.controller}")
+        advertised = f"CLIENT://{host}:{ports.client},INTERNAL://{host}:{ports.internal}"
+        protocols = "CLIENT:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        inter_broker = "INTERNAL"
+    else:
+        listeners = f"CLIENT://{host}:{ports.client},CONTROLLER://{host}:{ports.controller}"
+        advertised = f"CLIENT://{host}:{ports.client}"
+        protocols = "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        inter_broker = "CLIENT"
+    replication = layout.replication
+    lines = [
+        "process.roles=broker,controller",
+        f"node.id={node}",
+        f"controller.quorum.voters={layout.voters()}",
+        f"listeners={listeners}",
+        f"advertised.listeners={advertised}",
+        f"listener.security.protocol.map={protocols}",
+        "controller.listener.names=CONTROLLER",
+        f"inter.broker.listener.name={inter_broker}",
+        f"log.dirs={data_dir}",
+        # Topics hailstorm creates take the broker defaults (replication_factor=-1).
+        "num.partitions=1",
+        f"default.replication.factor={replication}",
+        f"min.insync.replicas={layout.min_insync}",
+        f"offsets.topic.replication.factor={replication}",
+        "offsets.topic.num.partitions=4",
+        f"transaction.state.log.replication.factor={replication}",
+        f"transaction.state.log.min.isr={layout.min_insync}",
+        "transaction.state.log.num.partitions=4",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+        # Small segments so that retention and delete_records act on dev-sized data.
+        "log.segment.bytes=16777216",
+        "log.retention.check.interval.ms=5000",
+        "unclean.leader.election.enable=false",
+        "delete.topic.enable=true",
+    ]
+    if secured and tls is not None:
+        lines += [
+            f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+            "listener.name.client.scram-sha-256.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={tls.server_pem}",
+            "ssl.truststore.type=PEM",
+            f"ssl.truststore.location={tls.ca_cert}",
+            "ssl.client.auth=none",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+LOG4J2_CONFIG = """\
+Configuration:
+  status: warn
+  Appenders:
+    Console:
+      name: stdout
+      target: SYSTEM_OUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: stdout
+    Logger:
+      - name: kafka.server.KafkaRaftServer
+        level: INFO
+      - name: kafka.server.BrokerServer
+        level: INFO
+      - name: kafka.log.LogManager
+        level: INFO
+"""
+
+
+# --------------------------------------------------------------------------- dev TLS
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A CA the dev stack made, and the broker's key and certificate signed by it."""
+
+    ca_cert: Path
+    #: The broker's PKCS#8 private key followed by its certificate (Kafka's PEM keystore).
+    server_pem: Path
+
+
+def make_dev_tls(directory: Path, host: str) -> TlsFiles:
+    """Generate a private CA and a broker certificate for ``host`` (openssl, mode 0600)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise KafkaSetupError("openssl not found: apt-get install openssl")
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ca_key, ca_cert = directory / "ca.key", directory / "ca.pem"
+    key, csr, cert = directory / "broker.key", directory / "broker.csr", directory / "broker.crt"
+    ext = directory / "broker.ext"
+    ext.write_text(f"subjectAltName=IP:{host},DNS:localhost\n")
+
+    def run(*argv: str) -> None:
+        result = subprocess.run([openssl, *argv], stdin=subprocess.DEVNULL,
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise KafkaSetupError(f"openssl {argv[0]} failed: {last}")
+
+    old = os.umask(0o077)
+    try:
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key),
+            "-out", str(ca_cert), "-days", "30", "-subj", "/CN=hailstorm dev CA")
+        run("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+            "-out", str(key))
+        run("req", "-new", "-key", str(key), "-out", str(csr), "-subj", f"/CN={host}")
+        run("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
+            "-CAcreateserial", "-out", str(cert), "-days", "30", "-extfile", str(ext))
+        server_pem = directory / "broker.pem"
+        server_pem.write_text(key.read_text() + cert.read_text())
+    finally:
+        os.umask(old)
+    for leftover in (csr, ext, cert):
+        leftover.unlink(missing_ok=True)
+    return TlsFiles(ca_cert=ca_cert, server_pem=server_pem)
