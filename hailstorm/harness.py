@@ -59,10 +59,17 @@ from kazoo.exceptions import NoNodeError
 from hailstorm import kafka
 from hailstorm.clock import Partition
 from hailstorm.devstack import pid_alive, stop_pid
+from hailstorm.failpoints import FAILPOINTS_DIR_VAR
 from hailstorm.model import Message, ModelResult, run_model
 from hailstorm.snapshots import DirectorySnapshotStore
-from hailstorm.topology import Table, Topology, load_topology
-from negotiator.layout import CommittedRecord, MasterRecord, ProcessorReport, TopologyPaths
+from hailstorm.topology import SinkSpec, Table, Topology, load_topology
+from negotiator.layout import (
+    CommittedRecord,
+    MasterRecord,
+    ProcessorReport,
+    RecoveryRecord,
+    TopologyPaths,
+)
 
 __all__ = [
     "DEFAULT_FAULT_KINDS",
@@ -543,6 +550,40 @@ class Recovery:
     """A broker fault: seconds until the killed node was back in the cluster metadata."""
 
 
+RECOVERY_WINDOW = 120.0
+"""Seconds after a fault (or a declared restart) within which a recovery counts as its
+consequence; a recovery that fails and restarts again stays inside it."""
+
+
+@dataclass(frozen=True, order=True)
+class Explanation:
+    """Something that happened on purpose and may make the topology recover."""
+
+    at: float
+    """``time.time()``."""
+    why: str
+
+
+def unexplained(recoveries: Iterable[RecoveryRecord], explanations: Sequence[Explanation],
+                window: float = RECOVERY_WINDOW) -> list[RecoveryRecord]:
+    """The recoveries that no explanation precedes by at most ``window`` seconds.
+
+    A deployment's start is no recovery, nor are the start's own retries (Initialize timed
+    out before every processor registered, and nothing ever flowed in between)."""
+    found = []
+    starting = False
+    for r in sorted(recoveries, key=lambda r: r.epoch):
+        if r.is_start:
+            starting = True
+            continue
+        if starting and r.previous == "Initialize":
+            continue
+        starting = False
+        if not any(e.at - 1.0 <= r.at <= e.at + window for e in explanations):
+            found.append(r)
+    return found
+
+
 #: Master states of a topology recovering from a failure (SpoutsPaused is a snapshot round).
 _RECOVERING = frozenset({"NegotiatorDisconnected", "Initialize", "SpoutsRewind"})
 
@@ -595,6 +636,10 @@ class TopologyRun:
         only, so runs of one topology never share (and collide in) a table."""
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.killed: set[str] = set()
+        self.faults: list[Fault] = []
+        """Every fault injected in this run, in order."""
+        self.planned: list[Explanation] = []
+        """Restarts the test declared (:meth:`expect_restart`)."""
         self.processor_pids: set[int] = set()
         self._stopped_pids: set[int] = set()
         self._negotiators_started = 0
@@ -778,25 +823,35 @@ class TopologyRun:
         return result
 
     def sink_tables(self) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
-        """The content of every keyed (upsert/merge) sink table: key tuple -> row.
+        """The content of every sink table: key tuple -> row.
 
-        Same shape as :meth:`hailstorm.model.ModelResult.table`; append tables are skipped.
+        Upsert and merge tables have the shape of :meth:`hailstorm.model.ModelResult.table`;
+        append tables are keyed by their rows' origins with :func:`keyed_append_rows`, so
+        that :func:`compare_with_model` compares them as multisets per origin.
         """
         from hailstorm.sinks.db import Database
+        from hailstorm.sinks.sql import HIDDEN_COLUMNS
 
         result: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
         for sink in self.topology.sinks:
             target = sink.target
-            if not isinstance(target, Table) or target.mode == "append":
+            if not isinstance(target, Table):
                 continue
+            append = target.mode == "append"
             db = Database(target.url or self.database)
             try:
                 columns = list(target.column_names)
-                quoted = ", ".join(db.dialect.quote(c) for c in columns)
+                selected = columns + (list(HIDDEN_COLUMNS[:3]) if append else [])
+                quoted = ", ".join(db.dialect.quote(c) for c in selected)
                 with db.transaction() as tx:
                     rows = tx.execute(f"SELECT {quoted} FROM {db.dialect.quote(target.name)}")
             finally:
                 db.close()
+            if append:
+                result[sink.name] = keyed_append_rows(
+                    ((values[-3], values[-2], values[-1]),
+                     dict(zip(columns, values[:-3], strict=True))) for values in rows)
+                continue
             table = {}
             for values in rows:
                 row = dict(zip(columns, values, strict=True))
@@ -824,8 +879,54 @@ class TopologyRun:
 
     def _fault(self, kind: FaultKind, target: str, pid: int) -> Fault:
         master = self.master()
-        return Fault(kind, target, pid, time.time(), master.state.epoch if master else 0,
-                     self.position())
+        fault = Fault(kind, target, pid, time.time(), master.state.epoch if master else 0,
+                      self.position())
+        self.faults.append(fault)
+        return fault
+
+    # -- restart accounting ---------------------------------------------------------------
+
+    def recoveries(self) -> list[RecoveryRecord]:
+        """Every move to Initialize the negotiators recorded, oldest first."""
+        try:
+            children = sorted(self.zk.get_children(self.paths.recoveries))
+        except NoNodeError:
+            return []
+        records = []
+        for child in children:
+            with contextlib.suppress(NoNodeError):
+                raw, _stat = self.zk.get(f"{self.paths.recoveries}/{child}")
+                records.append(RecoveryRecord.from_json(raw))
+        return records
+
+    def expect_restart(self, at: float, why: str) -> None:
+        """Declare a restart the test caused on purpose (at ``time.time()`` ``at``)."""
+        self.planned.append(Explanation(at, why))
+
+    def explanations(self) -> list[Explanation]:
+        """What may explain a recovery: every fault injected, every restart declared, and
+        every failpoint that fired (its marker file's time)."""
+        found = [Explanation(f.at, f"{f.kind} {f.target}") for f in self.faults]
+        found += self.planned
+        directory = self.env.get(FAILPOINTS_DIR_VAR)
+        if directory and Path(directory).is_dir():
+            found += [Explanation(marker.stat().st_mtime, f"failpoint {marker.name}")
+                      for marker in Path(directory).iterdir()]
+        return sorted(found)
+
+    def unexplained_recoveries(self) -> list[RecoveryRecord]:
+        """Recoveries no injected fault, declared restart or failpoint explains."""
+        return unexplained(self.recoveries(), self.explanations(), RECOVERY_WINDOW)
+
+    def check_recoveries(self) -> None:
+        """Raise :class:`HarnessError` naming every recovery nothing explains: a protocol
+        violation that recovers would otherwise still end exact."""
+        bad = self.unexplained_recoveries()
+        if bad:
+            raise HarnessError(
+                f"{len(bad)} unexplained recover{'y' if len(bad) == 1 else 'ies'}: "
+                + "; ".join(f"epoch {r.epoch} at {r.at:.1f} from {r.previous}: {r.reason}"
+                            for r in bad[:5]))
 
     def _pick_processor(self, role: str | None, rng: random.Random | None,
                         pid: int | None, timeout: float = 120.0) -> tuple[str, int]:
@@ -1098,6 +1199,24 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def keyed_append_rows(
+    rows: Iterable[tuple[tuple[str, int, int], Mapping[str, Any]]],
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Append-table rows ``((topic, partition, offset), row)`` keyed
+    ``(topic, partition, offset, n)``, with ``n`` numbering the rows of one origin in a
+    canonical order: two tables key alike exactly when they hold the same multiset of rows
+    for every origin, whatever order the rows were written in."""
+    by_origin: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for origin, row in rows:
+        by_origin.setdefault((str(origin[0]), int(origin[1]), int(origin[2])), []).append(
+            dict(row))
+    keyed: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for origin, group in by_origin.items():
+        for n, row in enumerate(sorted(group, key=lambda r: repr(sorted(r.items())))):
+            keyed[(*origin, n)] = row
+    return keyed
+
+
 def compare_with_model(
     model: ModelResult,
     states: Mapping[str, BoltStates],
@@ -1166,6 +1285,11 @@ def compare_with_model(
                     note(Difference(name, None, expected, actual, "wrong"))
     for sink, table in (tables or {}).items():
         want_rows = model.table(sink)
+        spec = model.topology.node(sink)
+        if isinstance(spec, SinkSpec) and isinstance(spec.target, Table) \
+                and spec.target.mode == "append":
+            want_rows = keyed_append_rows(((k[0], k[1], k[2]), row)
+                                          for k, row in want_rows.items())
         keys = sorted(set(want_rows) | set(table), key=repr)
         result.keys_compared += len(keys)
         for key in keys:
@@ -1197,12 +1321,17 @@ class ChaosReport:
     committed_epoch: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    restarts: int = 0
+    """Moves to Initialize after the first start (recoveries, including retried ones)."""
+    unexplained: list[RecoveryRecord] = field(default_factory=list)
+    """Recoveries no injected fault explains: each one fails the run."""
 
     @property
     def ok(self) -> bool:
         return (self.comparison.ok and all(r.committed_after is not None for r in self.faults)
                 and all(r.restored_after is not None for r in self.faults
-                        if r.fault.kind == "broker"))
+                        if r.fault.kind == "broker")
+                and not self.unexplained)
 
     def faults_by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -1231,6 +1360,8 @@ class ChaosReport:
             "differences": [{**asdict(d), "key": repr(d.key), "expected": repr(d.expected),
                              "actual": repr(d.actual)} for d in c.first(10)],
             "notes": self.notes,
+            "restarts": self.restarts,
+            "unexplained_recoveries": [asdict(r) for r in self.unexplained],
         }
 
     def to_json(self) -> str:
@@ -1254,6 +1385,10 @@ class ChaosReport:
                 back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
                 line += f"; {r.fault.detail}, back in the cluster after {back}"
             lines.append(line)
+        lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults, "
+                     f"{len(self.unexplained)} unexplained")
+        for u in self.unexplained[:5]:
+            lines.append(f"  unexplained: epoch {u.epoch} from {u.previous}: {u.reason}")
         lines.append(f"final committed round: epoch {self.committed_epoch}; "
                      f"{c.keys_compared} keys and rows compared (bolt states and sink tables)")
         lines.append(f"result: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"
@@ -1333,6 +1468,8 @@ def run_chaos(
             notes.append(f"note: committed clock {dict(committed.clock)} != produced {target}")
         model = run_model(run.topology, produced.model_messages())
         comparison = compare_with_model(model, states, tables)
+        restarts = [r for r in run.recoveries() if not r.is_start]
         return ChaosReport(run.topology.name, produced.count, len(parts), schedule.seed,
                            recoveries, comparison, committed.epoch,
-                           time.monotonic() - started, notes)
+                           time.monotonic() - started, notes, len(restarts),
+                           run.unexplained_recoveries())

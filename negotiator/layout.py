@@ -13,6 +13,9 @@ Everything lives under ``/hailstorm/<topology>/``::
     snapshots/<bolt>/<instance> JSON SnapshotReport persistent, written by a bolt instance
                                                     once its snapshot for a round is durable
     election/                   kazoo Lock/Election contenders (ephemeral sequential nodes)
+    recoveries/r-<sequence>     JSON RecoveryRecord persistent, created by the negotiator in
+                                                    the same transaction as every move to
+                                                    Initialize (the last RECOVERIES_KEPT)
 
 Processor ids (also the ``living`` node names)::
 
@@ -60,6 +63,7 @@ __all__ = [
     "ProcessorId",
     "ProcessorReport",
     "ProcessorState",
+    "RecoveryRecord",
     "Role",
     "SnapshotReport",
     "SpoutsPaused",
@@ -225,6 +229,15 @@ class TopologyPaths:
     def negotiators(self) -> str:
         return f"{self.root}/negotiators"
 
+    @property
+    def recoveries(self) -> str:
+        return f"{self.root}/recoveries"
+
+    @property
+    def recovery_prefix(self) -> str:
+        """Prefix of the sequential ``recoveries/r-<sequence>`` nodes."""
+        return f"{self.recoveries}/r-"
+
     def negotiator_node(self, identifier: str) -> str:
         """``negotiators/<id>``: a negotiator's ephemeral :class:`NegotiatorRecord` (characters
         of the id outside ``[A-Za-z0-9._:-]``, e.g. ``/``, become ``_``)."""
@@ -249,7 +262,7 @@ class TopologyPaths:
 
     def directories(self) -> tuple[str, ...]:
         """Persistent parents everybody may ``ensure_path`` before use."""
-        return (self.living, self.snapshots, self.election, self.negotiators)
+        return (self.living, self.snapshots, self.election, self.negotiators, self.recoveries)
 
 
 def _as_id(processor: str | ProcessorId) -> ProcessorId:
@@ -568,6 +581,44 @@ class ExpectedRecord:
             return cls(tuple(str(p) for p in procs))
 
         result: ExpectedRecord = _load("expected record", raw, build)
+        return result
+
+
+RECOVERIES_KEPT = 200
+"""How many recovery records the negotiator keeps (it deletes older ones)."""
+
+
+@dataclass(frozen=True)
+class RecoveryRecord:
+    """One move of the master to ``Initialize``: the start of a deployment (from
+    ``NegotiatorDisconnected``) or a recovery (a processor lost or failed, a round or a
+    restart that timed out), with the reason the negotiator gave. Kept so that operators
+    and the kill-test harness can account for every restart."""
+
+    epoch: int
+    """The epoch of the ``Initialize`` it entered."""
+    at: float
+    """When it was written (the negotiator's ``time.time()``)."""
+    previous: str
+    """The label of the state it left (``NegotiatorDisconnected`` for a first start)."""
+    reason: str
+    leader: str = ""
+
+    @property
+    def is_start(self) -> bool:
+        return self.previous == NegotiatorDisconnected.__name__
+
+    def to_json(self) -> bytes:
+        return encode({"epoch": self.epoch, "at": self.at, "previous": self.previous,
+                       "reason": self.reason, "leader": self.leader})
+
+    @classmethod
+    def from_json(cls, raw: bytes | Mapping[str, Any]) -> RecoveryRecord:
+        def build(d: Mapping[str, Any]) -> RecoveryRecord:
+            return cls(int(d["epoch"]), float(d["at"]), str(d["previous"]),
+                       str(d.get("reason", "")), str(d.get("leader", "")))
+
+        result: RecoveryRecord = _load("recovery record", raw, build)
         return result
 
 

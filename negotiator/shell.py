@@ -35,11 +35,13 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from negotiator.layout import (
+    RECOVERIES_KEPT,
     CommittedRecord,
     ExpectedRecord,
     LayoutError,
     MasterRecord,
     ProcessorReport,
+    RecoveryRecord,
     SnapshotReport,
     TopologyPaths,
 )
@@ -249,6 +251,10 @@ class Shell:
             txn.create(self.paths.master, record.to_json())
         else:
             txn.set_data(self.paths.master, record.to_json(), version=obs.master_version)
+        if isinstance(new, Initialize):
+            recovery = RecoveryRecord(new.epoch, now, label(obs.state), decision.reason,
+                                      self.identifier)
+            txn.create(self.paths.recovery_prefix, recovery.to_json(), sequence=True)
         committed = obs.committed
         for commit in decision.commits:
             committed = self._succeed(committed, commit, now)
@@ -271,6 +277,8 @@ class Shell:
         self._noted.clear()
         self._last_wait = ""
         log.info("%s", describe_transition(obs.state, new, decision.reason))
+        if isinstance(new, Initialize):
+            self._trim_recoveries()
         if self.metrics is not None:
             self.metrics.transitions.inc()
             self.metrics.rounds_committed.inc(len(decision.commits))
@@ -285,6 +293,16 @@ class Shell:
                 if self.on_forget is not None:
                     self.on_forget(action)
         return True
+
+    def _trim_recoveries(self) -> None:
+        """Delete all but the newest :data:`RECOVERIES_KEPT` recovery records (best effort:
+        the next recovery trims again)."""
+        try:
+            children = sorted(self.client.get_children(self.paths.recoveries))
+            for child in children[:-RECOVERIES_KEPT]:
+                self.client.delete(f"{self.paths.recoveries}/{child}")
+        except Exception as exc:  # a trim must never cost the leadership
+            log.debug("trimming recovery records failed: %s", exc)
 
     @staticmethod
     def _succeed(old: CommittedRecord | None, commit: CommitClock, now: float,

@@ -75,6 +75,7 @@ def test_wordcount_runs_end_to_end_through_sasl_ssl(
         model = run_model(run.topology, produced.model_messages())
         assert run.committed_bolt_states(committed)["counts"].merged == model.bolt_state("counts")
         assert run.sink_tables()["word_counts"] == model.table("word_counts")
+        run.check_recoveries()
 
         status = subprocess.run(
             [sys.executable, "-m", "hailstorm", "status", run.name, "--sample", "0.2"],

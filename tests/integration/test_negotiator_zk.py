@@ -31,6 +31,7 @@ from negotiator.layout import (
     ProcessorId,
     ProcessorReport,
     ProcessorState,
+    RecoveryRecord,
     Role,
     SnapshotReport,
     TopologyPaths,
@@ -337,6 +338,13 @@ def test_lost_processor_restarts_the_topology_and_recovers_the_lwm(
     master = wait_for("Initialize after the loss", lambda: (m := read_master(zk, paths))
                       and isinstance(m.state, Initialize) and m)
     assert victim in master.reason and "lost" in master.reason
+    # Both moves to Initialize are on record (the start, then this recovery), each written
+    # in the same transaction as the master.
+    records = [RecoveryRecord.from_json(zk.get(f"{paths.recoveries}/{child}")[0])
+               for child in sorted(zk.get_children(paths.recoveries))]
+    assert [r.is_start for r in records] == [True, False]
+    assert records[1].epoch == master.state.epoch and records[1].reason == master.reason
+    assert records[1].previous.startswith(("Flowing", "SpoutsPaused"))
     # Nothing commits while the bolt is gone.
     committed = read_committed(zk, paths)
     assert committed is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from pathlib import Path
 
@@ -99,6 +100,7 @@ def test_two_level_topology_is_exact_across_a_kill(
         assert comparison.ok, comparison
         assert sum(states["lengths"].merged.values()) == sum(states["words"].merged.values())
         assert sum(states["words"].merged.values()) > 150_000
+        run.check_recoveries()
 
 
 def test_a_bolt_instance_without_data_still_snapshots(
@@ -145,6 +147,7 @@ def test_a_bolt_instance_without_data_still_snapshots(
         assert states["counts"].instances == model.instance_states("counts")
         assert states["counts"].instances[1] == {}
         assert sum(states["counts"].merged.values()) == 4_000 * 5
+        run.check_recoveries()
 
 
 def test_partitions_added_while_running_are_picked_up(
@@ -161,6 +164,7 @@ def test_partitions_added_while_running_are_picked_up(
     with TopologyRun(stack, _module(tmp_path, ONE_BOLT, topic), log_dir=tmp_path / "logs") as run:
         run.start()
         first = run.wait_committed(_target(produced), 240)
+        run.expect_restart(time.time(), "a partition added: the stage restarts with its spout")
         kafka.add_partitions(stack.kafka, topic, 3)
         produce(stack.kafka, produced, wordcount_lines(3_000, seed=22), [0, 1, 2])
         assert produced.last_offsets().keys() == {0, 1, 2}
@@ -174,3 +178,4 @@ def test_partitions_added_while_running_are_picked_up(
         model = run_model(run.topology, produced.model_messages())
         assert states["counts"].instances == model.instance_states("counts")
         assert compare_with_model(model, states).ok
+        run.check_recoveries()

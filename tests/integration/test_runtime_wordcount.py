@@ -108,6 +108,7 @@ def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> N
     assert all(r.error is None for r in reports.values())
     wait_for("the leader to delete superseded rounds' snapshots",
              lambda: no_old_garbage(run, first.epoch), 60, run.alive)
+    run.check_recoveries()  # nothing was hurt: no restart at all
 
 
 RETENTION = 10.0
@@ -160,6 +161,7 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     assert not pid_alive(pid)
     assert_matches_model(run, produced, committed, least=50_000)
     assert "failed" in run.log("driver")
+    run.check_recoveries()  # the kill explains every restart
 
 
 POISON_TOPOLOGY = '''

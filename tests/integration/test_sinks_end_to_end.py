@@ -78,6 +78,7 @@ def test_word_counts_table_is_exactly_the_model_through_kills(
                            timeout=300)
         assert (tmp_path / "failpoints" / "sink.after_commit").exists(), "the sink never died"
         produced.fill_before(stack.kafka)  # earlier tests' lines are in the topic too
+        run.check_recoveries()  # the two kills and the sink's failpoint explain every one
 
     expected = {key[0]: row["count"] for key, row in
                 run_model(run.topology, produced.model_messages()).table("word_counts").items()}
@@ -107,3 +108,4 @@ def test_rows_reach_the_table_without_waiting_for_a_round(
                  lambda: table_of(url) == expected if (tmp_path / "sink.db").exists() else False,
                  120, run.alive, poll=0.5)
         assert run.committed() is None, "a round committed: the table may have waited for it"
+        run.check_recoveries()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from hailstorm import Count, Topology, per_key
+from hailstorm import Count, Table, Topology, per_key
 from hailstorm.cli import main
 from hailstorm.harness import (
     DEFAULT_FAULT_KINDS,
@@ -22,6 +22,8 @@ from hailstorm.harness import (
     BoltStates,
     ChaosReport,
     ChaosSchedule,
+    Comparison,
+    Explanation,
     Fault,
     HarnessError,
     Produced,
@@ -31,8 +33,11 @@ from hailstorm.harness import (
     broker_fault_problem,
     busiest_leader,
     compare_with_model,
+    keyed_append_rows,
+    unexplained,
 )
 from hailstorm.model import ModelResult, messages, run_model
+from negotiator.layout import RecoveryRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -200,3 +205,79 @@ def test_chaos_help_names_broker_faults() -> None:
     result = subprocess.run([sys.executable, "-m", "hailstorm", "chaos", "--help"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=True)
     assert "--brokers" in result.stdout and "broker" in result.stdout
+
+
+# --------------------------------------------------------------------------- restart accounting
+
+
+def _recovery(epoch: int, at: float, previous: str = "Flowing(None)") -> RecoveryRecord:
+    return RecoveryRecord(epoch, at, previous, f"reason {epoch}")
+
+
+def test_every_recovery_needs_a_fault_before_it_within_the_window() -> None:
+    start = _recovery(1, 100.0, "NegotiatorDisconnected")
+    after_fault = _recovery(5, 210.0)
+    retried = _recovery(6, 290.0, "Initialize")  # the same recovery, tried again
+    out_of_the_blue = _recovery(9, 500.0)
+    before_the_fault = _recovery(4, 190.0)
+    faults = [Explanation(200.0, "processor bolt:counts:1")]
+    assert start.is_start and not after_fault.is_start
+    assert unexplained([start, after_fault, retried], faults, window=120) == []
+    assert unexplained([out_of_the_blue], faults, window=120) == [out_of_the_blue]
+    assert unexplained([before_the_fault], faults, window=120) == [before_the_fault]
+    assert unexplained([after_fault], [], window=120) == [after_fault]
+
+
+def test_recovery_records_round_trip_through_json() -> None:
+    record = RecoveryRecord(7, 1234.5, "Flowing({'words:0': 3})", "bolt:counts:1 lost", "neg-a")
+    assert RecoveryRecord.from_json(record.to_json()) == record
+
+
+def test_a_chaos_report_with_an_unexplained_recovery_is_not_ok() -> None:
+    comparison = Comparison(keys_compared=1)
+    clean = ChaosReport("wc", 10, 1, 0, [], comparison, 3, 1.0)
+    assert clean.ok
+    bad = ChaosReport("wc", 10, 1, 0, [], comparison, 3, 1.0, restarts=1,
+                      unexplained=[_recovery(2, 5.0)])
+    assert not bad.ok
+    assert "1 unexplained" in bad.to_text() and "reason 2" in bad.to_text()
+    assert bad.to_dict()["unexplained_recoveries"][0]["epoch"] == 2
+
+
+def test_retries_of_the_start_are_part_of_the_start() -> None:
+    start = _recovery(1, 100.0, "NegotiatorDisconnected")
+    start_retry = _recovery(2, 131.0, "Initialize")  # processors slow to register
+    stalled_rewind = _recovery(3, 170.0, "SpoutsRewind({'w:0': -1})")
+    later_retry = _recovery(4, 210.0, "Initialize")
+    assert unexplained([start, start_retry], []) == []
+    assert unexplained([start, start_retry, stalled_rewind, later_retry], []) == [
+        stalled_rewind, later_retry]
+
+
+# --------------------------------------------------------------------------- append tables
+
+
+def test_append_rows_key_alike_whatever_order_they_were_written_in() -> None:
+    rows = [(("t", 0, 5), {"w": "b"}), (("t", 0, 5), {"w": "a"}), (("t", 1, 2), {"w": "a"})]
+    assert keyed_append_rows(rows) == keyed_append_rows(list(reversed(rows)))
+    assert keyed_append_rows(rows) == {("t", 0, 5, 0): {"w": "a"}, ("t", 0, 5, 1): {"w": "b"},
+                                       ("t", 1, 2, 0): {"w": "a"}}
+    # The same rows under another origin are not the same table.
+    assert keyed_append_rows([(("t", 0, 6), {"w": "a"})]) != keyed_append_rows(rows[1:2])
+
+
+def test_append_tables_are_compared_as_multisets_per_origin() -> None:
+    topology = Topology("appends")
+    lines = topology.spout("lines", topic="w", decoder="text",
+                           explode=lambda line: [(w,) for w in line.split()])
+    topology.sink("log", inputs=[lines],
+                  target=Table("log", columns={"word": "text"}, mode="append"))
+    model = run_model(topology, messages("w", ["b a a", "c"]))
+    written = [((k[0], k[1], k[2]), row) for k, row in model.table("log").items()]
+    same = keyed_append_rows(reversed(written))  # as a sink would have written them
+    assert compare_with_model(model, {}, {"log": same}).ok
+    missing = keyed_append_rows(written[1:])
+    lost = compare_with_model(model, {}, {"log": missing})
+    assert not lost.ok and lost.lost == 1
+    doubled = keyed_append_rows([*written, written[0]])
+    assert compare_with_model(model, {}, {"log": doubled}).duplicated == 1
