@@ -56,7 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json, dominates
+from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.config import DEFAULT_DATABASE_URL, KAFKA_CONFIG_VAR
 from hailstorm.coordination import Coordinator
 from hailstorm.failpoints import failpoint
@@ -975,6 +975,8 @@ class _SinkShell(_Inbound):
             self._commit(force=True)
 
     def _lwm(self) -> Clock:
+        """The low water mark of the partitions some upstream carries (the others are
+        absent: no row of theirs can ever reach this sink)."""
         marks = self.marks.lwm(range(len(self.table)))
         return {
             self.table.partition(i): offset
@@ -982,13 +984,20 @@ class _SinkShell(_Inbound):
             if offset < UNBOUNDED
         }
 
+    @staticmethod
+    def _covers(through: Clock, clock: Clock, carried: Clock) -> bool:
+        """``through`` includes everything of ``clock`` this sink can receive: partitions
+        no upstream carries (absent from ``carried``) are complete by definition, or a sink
+        fed by one spout of a two-topic topology would wait for the other topic forever."""
+        return all(through.get(p, NOTHING) >= o for p, o in clock.items() if p in carried)
+
     def _commit(self, *, force: bool) -> None:
         """Commit rows up to the low water mark (now, or when enough waited), then report
         every pending round the mark covers."""
         if not self.marks.complete:
             return
         lwm = self._lwm()
-        due = [e for e, clock in sorted(self.rounds.items()) if dominates(lwm, clock)]
+        due = [e for e, clock in sorted(self.rounds.items()) if self._covers(lwm, clock, lwm)]
         writer = self.writer
         if writer is not None:
             waited = time.monotonic() - self.last_commit
@@ -1010,7 +1019,7 @@ class _SinkShell(_Inbound):
         assert self.coord is not None
         for epoch in due:
             clock = self.rounds.pop(epoch)
-            if not dominates(self.committed_through, clock):
+            if not self._covers(self.committed_through, clock, lwm):
                 self.rounds[epoch] = clock  # the next commit gets there
                 continue
             table = self.target_table

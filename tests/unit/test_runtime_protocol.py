@@ -73,3 +73,18 @@ def test_wiring_of_wordcount() -> None:
     assert bolt.downstream_ids == {("word_counts", 0): "sink:word_counts:0"}
     sink = Recorder("sink:word_counts:0")
     assert sink.upstream_ids() == ["bolt:counts:0", "bolt:counts:1"]
+
+
+def test_a_sink_round_needs_only_the_partitions_its_upstreams_carry() -> None:
+    """A sink fed by one spout of a two-topic topology: the round clock names the other
+    topic's partitions too, which no row of this sink can come from."""
+    from hailstorm.processors.runtime import _SinkShell
+
+    clicks, views = ("clicks", 0), ("views", 0)
+    clock = {clicks: 10, views: 1999}
+    carried = {clicks: 12}  # the low water mark: only clicks:0 has an upstream
+    assert _SinkShell._covers({clicks: 10}, clock, carried)
+    assert not _SinkShell._covers({clicks: 9}, clock, carried)
+    assert not _SinkShell._covers({}, clock, carried)
+    # A partition some upstream carries is never skipped, even when nothing came from it.
+    assert not _SinkShell._covers({clicks: 10}, clock, {clicks: 12, views: 1500})
