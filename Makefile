@@ -10,7 +10,7 @@ demo: bootstrap
 # Lint, types, then every test (unit + integration against real services started by the
 # test session). pytest exits 5 when it collects nothing, which fails this target.
 test: bootstrap lint
-	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/python -m pytest -q --timeout=900 tests
+	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/python -m pytest -q --timeout=900 --durations=15 tests
 
 lint: bootstrap
 	.venv/bin/ruff check hailstorm negotiator topologies tests bench

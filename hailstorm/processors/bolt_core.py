@@ -353,10 +353,15 @@ class BoltCore:
                 try:
                     segments[i] = absorb_all(segments[i], group)
                 except Exception as exc:
-                    exc.add_note(
-                        f"in bolt {self.spec.name!r}, absorbing a batch of {len(group)} "
-                        f"tuples from {upstream!r}"
-                    )
+                    culprit = None if contributions is not None else _first_failing(
+                        spec.contribution, zip(partitions, offsets, items, strict=True))
+                    if culprit is not None:  # the same note as the per-tuple path's
+                        p, o, t = culprit
+                        exc.add_note(f"in bolt {spec.name!r}, processing tuple {t!r} "
+                                     f"from {(p, o)}")
+                    else:
+                        exc.add_note(f"in bolt {spec.name!r}, absorbing a batch of "
+                                     f"{len(group)} tuples from {upstream!r}")
                     raise
         self.applied += applied
 
@@ -382,3 +387,15 @@ class BoltCore:
             f"BoltCore({self.spec.name!r}, pending={self.pending_epochs}, "
             f"last_snapshot={self._last_snapshot}, applied={self.applied})"
         )
+
+
+def _first_failing(contribution: Any, items: Iterable[tuple[Any, int, Any]],
+                   ) -> tuple[Any, int, Any] | None:
+    """The first ``(partition, offset, tuple)`` whose contribution raises (the error path
+    only: it names the tuple a batch failed on)."""
+    for p, o, t in items:
+        try:
+            contribution(t)
+        except Exception:
+            return p, o, t
+    return None
