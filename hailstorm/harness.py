@@ -550,6 +550,10 @@ class Recovery:
     """A broker fault: seconds until the killed node was back in the cluster metadata."""
 
 
+VICTIM_ROLES = ("spout", "bolt", "sink")
+"""The processors a processor kill or a session expiry may hit: every kind, sinks too (their
+table writer's fencing and replay are part of what a run proves)."""
+
 RECOVERY_WINDOW = 120.0
 """Seconds after a fault (or a declared restart) within which a recovery counts as its
 consequence; a recovery that fails and restarts again stays inside it."""
@@ -938,7 +942,7 @@ class TopologyRun:
                 if int(report.info.get("pid", -1)) == pid:
                     return ident, pid
             return f"pid {pid}", pid
-        roles = (role,) if role else ("spout", "bolt")
+        roles = (role,) if role else VICTIM_ROLES
 
         def living() -> list[tuple[str, int]]:
             return sorted(
@@ -1056,8 +1060,8 @@ class TopologyRun:
 
     def inject(self, kind: FaultKind, rng: random.Random,
                producer: BackgroundProducer | None = None) -> Fault:
-        """One fault of ``kind`` (processor: a random spout or bolt; broker: the busiest
-        leader of the source partitions, see :meth:`kill_broker`)."""
+        """One fault of ``kind`` (processor, zk-session: a random spout, bolt or sink;
+        broker: the busiest leader of the source partitions, see :meth:`kill_broker`)."""
         if kind == "processor":
             return self.kill_processor(rng=rng)
         if kind == "negotiator":

@@ -32,7 +32,7 @@ def test_wordcount_is_exact_under_ten_faults_of_every_kind(
                        log_dir=tmp_path / "logs", rate=2_000, progress=print)
     print(report.to_text())
     assert report.faults_by_kind() == {"processor": 6, "negotiator": 2, "zk-session": 2}
-    assert all(r.fault.target.startswith(("spout:", "bolt:", "negotiator-"))
+    assert all(r.fault.target.startswith(("spout:", "bolt:", "sink:", "negotiator-"))
                for r in report.faults)
     assert all(r.committed_after is not None for r in report.faults), report.to_text()
     assert report.messages >= 200_000

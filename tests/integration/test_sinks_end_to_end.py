@@ -1,8 +1,10 @@
 """Word count into a real table, exactly once, through kills of every kind of processor.
 
-The run kills a bolt and a spout (kill -9 of their Spark Python workers) and makes the sink
-die right after a database commit, before it could tell ZooKeeper (a failpoint: that window
-is too narrow to hit at random). The table must end exactly as the reference model says.
+The run kills a bolt, a spout and the sink (kill -9 of their Spark Python workers), lets the
+sink's ZooKeeper session expire under it (SIGSTOP until the server dropped it), and makes the
+sink die right after a database commit, before it could tell ZooKeeper (a failpoint: that
+window is too narrow to hit at random). The table must end exactly as the reference model
+says, and every restart must be one of these.
 """
 
 from __future__ import annotations
@@ -73,7 +75,13 @@ def test_word_counts_table_is_exactly_the_model_through_kills(
         produce(stack.kafka, produced, lines[15000:30000], partitions)
         run.wait_flowing(timeout=300)
         run.kill_processor(role="spout", rng=rng)
-        produce(stack.kafka, produced, lines[30000:], partitions)
+        produce(stack.kafka, produced, lines[30000:35000], partitions)
+        run.wait_flowing(timeout=300)
+        # The sink itself: SIGKILL, then a ZooKeeper session that expires under it.
+        assert run.kill_processor(role="sink", rng=rng).target == "sink:word_counts:0"
+        produce(stack.kafka, produced, lines[35000:], partitions)
+        run.wait_flowing(timeout=300)
+        run.expire_zk_session(processor="sink:word_counts:0")
         run.wait_committed({(TOPIC, p): o for p, o in produced.last_offsets().items()},
                            timeout=300)
         assert (tmp_path / "failpoints" / "sink.after_commit").exists(), "the sink never died"
