@@ -537,6 +537,17 @@ class Fault:
     acked: dict[str, int] | None = None
     """A broker fault while a producer ran: the offsets acknowledged before the kill
     (``"topic:p" -> offset``); the recovery needs a commit past them."""
+    uncommitted: int | None = None
+    """Messages in Kafka that no committed round covered when the fault hit (log end minus
+    committed clock, summed over the source partitions; None: unknown): a fault on a topology
+    with nothing uncommitted proves little."""
+    producing: bool | None = None
+    """Whether the run's producer was still writing when the fault hit (None: no producer)."""
+
+    @property
+    def effective(self) -> bool:
+        """It hit a topology with uncommitted data while data kept coming."""
+        return bool(self.uncommitted) and self.producing is not False
 
 
 @dataclass
@@ -642,6 +653,8 @@ class TopologyRun:
         self.killed: set[str] = set()
         self.faults: list[Fault] = []
         """Every fault injected in this run, in order."""
+        self.producer: BackgroundProducer | None = None
+        """The workload's producer while it runs (faults record whether it still wrote)."""
         self.planned: list[Explanation] = []
         """Restarts the test declared (:meth:`expect_restart`)."""
         self.processor_pids: set[int] = set()
@@ -881,10 +894,37 @@ class TopologyRun:
             merge(report.position)
         return best
 
+    def uncommitted(self) -> int | None:
+        """Messages in the source partitions that the committed clock does not cover yet
+        (from Kafka's log ends; None when the broker does not answer)."""
+        committed = self.committed()
+        clock = committed.clock if committed else {}
+        try:
+            partitions = [(topic, number) for topic in self.source_topics()
+                          for number in kafka.partitions_of(self.stack.kafka, topic, timeout=5)]
+            ends = kafka.log_ends(self.stack.kafka, partitions)
+        except Exception:  # a broker fault in progress: unknown, not zero
+            return None
+        return sum(max(0, end - clock.get(p, -1) - 1) for p, end in ends.items())
+
+    def await_uncommitted(self, producer: BackgroundProducer | None,
+                          timeout: float = 15.0) -> None:
+        """While ``producer`` writes, wait (at most ``timeout`` s) until some produced data is
+        not committed yet, so that the next fault hurts data in flight (a producer writes in
+        chunks: between two, everything may be committed). Returns either way: a fault that
+        still hits an idle topology is reported as such."""
+        deadline = time.monotonic() + timeout
+        while producer is not None and producer.running and time.monotonic() < deadline:
+            if self.uncommitted():
+                return
+            time.sleep(0.05)
+
     def _fault(self, kind: FaultKind, target: str, pid: int) -> Fault:
         master = self.master()
+        producer = self.producer
         fault = Fault(kind, target, pid, time.time(), master.state.epoch if master else 0,
-                      self.position())
+                      self.position(), uncommitted=self.uncommitted(),
+                      producing=None if producer is None else producer.running)
         self.faults.append(fault)
         return fault
 
@@ -1353,6 +1393,8 @@ class ChaosReport:
             "recoveries": [
                 {"kind": r.fault.kind, "target": r.fault.target, "pid": r.fault.pid,
                  "epoch": r.fault.epoch, "detail": r.fault.detail,
+                 "uncommitted": r.fault.uncommitted, "producing": r.fault.producing,
+                 "effective": r.fault.effective,
                  "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
                  "committed_after": None if r.committed_after is None
                  else round(r.committed_after, 2),
@@ -1383,12 +1425,17 @@ class ChaosReport:
             flowing = "never" if r.flowing_after is None else f"{r.flowing_after:.1f} s"
             committed = "never" if r.committed_after is None else f"{r.committed_after:.1f} s"
             line = (f"  {r.fault.kind:<10} {r.fault.target} (pid {r.fault.pid}, "
-                    f"epoch {r.fault.epoch}): Flowing after {flowing}, "
-                    f"committed past it after {committed}")
+                    f"epoch {r.fault.epoch}, {r.fault.uncommitted} uncommitted): Flowing after "
+                    f"{flowing}, committed past it after {committed}")
             if r.fault.kind == "broker":
                 back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
                 line += f"; {r.fault.detail}, back in the cluster after {back}"
             lines.append(line)
+        idle = [r.fault for r in self.faults if not r.fault.effective]
+        lines.append(f"effective: {len(self.faults) - len(idle)} of {len(self.faults)} faults "
+                     "hit uncommitted data while the producer wrote"
+                     + (f"; on an idle topology: {', '.join(f.target for f in idle)}"
+                        if idle else ""))
         lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults, "
                      f"{len(self.unexplained)} unexplained")
         for u in self.unexplained[:5]:
@@ -1450,12 +1497,16 @@ def run_chaos(
         recoveries: list[Recovery] = []
         rng = schedule.rng()
         with BackgroundProducer(stack.kafka, produced, values, parts, rate) as producer:
+            run.producer = producer
             for i, planned in enumerate(plan):
                 time.sleep(planned.delay)
                 run.wait_flowing(timeout)
+                run.await_uncommitted(producer)
                 fault = run.inject(planned.kind, rng, producer)
                 progress(f"fault {i + 1}/{schedule.count}: {fault.kind} {fault.target}"
-                         + (f" ({fault.detail})" if fault.detail else ""))
+                         + (f" ({fault.detail})" if fault.detail else "")
+                         + f"; {fault.uncommitted} uncommitted messages, producer "
+                         + ("running" if fault.producing else "done"))
                 recovery = run.measure_recovery(fault, timeout, producer)
                 recoveries.append(recovery)
                 progress(f"recovered from {fault.kind} {fault.target}: committed after "

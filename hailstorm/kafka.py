@@ -254,6 +254,21 @@ def add_partitions(bootstrap: str, topic: str, total: int, timeout: float = 15.0
     futures[topic].result(timeout)
 
 
+def log_ends(bootstrap: str, partitions: Iterable[tuple[str, int]],
+             timeout: float = 5.0) -> dict[tuple[str, int], int]:
+    """Each partition's log end for a ``read_committed`` reader (its last stable offset)."""
+    reader = consumer(bootstrap)
+    try:
+        ends = {}
+        for topic, number in partitions:
+            _low, high = reader.get_watermark_offsets(TopicPartition(topic, number),
+                                                      timeout=timeout, cached=False)
+            ends[(topic, number)] = int(high)
+        return ends
+    finally:
+        reader.close()
+
+
 def partitions_of(bootstrap: str, topic: str, timeout: float = 10.0) -> list[int]:
     """Partition numbers of ``topic`` from broker metadata (error if it does not exist)."""
     errors: list[KafkaError] = []

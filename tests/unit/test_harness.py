@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -181,8 +182,10 @@ def test_report_shows_broker_restarts() -> None:
     back = Recovery(fault, 0.0, 12.5, restored_after=14.25)
     report = ChaosReport("t", 6, 2, 0, [back], comparison, 9, 30.0)
     assert report.ok
-    assert "broker     kafka-2 (pid 123, epoch 4): Flowing after 0.0 s, committed past it " \
-           "after 12.5 s; x, back in the cluster after 14.2 s" in report.to_text()
+    assert "broker     kafka-2 (pid 123, epoch 4, None uncommitted): Flowing after 0.0 s, " \
+           "committed past it after 12.5 s; x, back in the cluster after 14.2 s" \
+           in report.to_text()
+    assert "effective: 0 of 1 faults" in report.to_text()  # nothing known to be uncommitted
     data = json.loads(report.to_json())
     assert data["recoveries"][0]["restored_after"] == 14.25
     assert data["faults_by_kind"] == {"broker": 1}
@@ -281,3 +284,12 @@ def test_append_tables_are_compared_as_multisets_per_origin() -> None:
     assert not lost.ok and lost.lost == 1
     doubled = keyed_append_rows([*written, written[0]])
     assert compare_with_model(model, {}, {"log": doubled}).duplicated == 1
+
+
+def test_a_fault_is_effective_only_on_uncommitted_data_while_producing() -> None:
+    base = Fault("processor", "bolt:counts:0", 1, 0.0, 3, {})
+    assert not base.effective  # nothing known to be uncommitted
+    assert replace(base, uncommitted=120, producing=True).effective
+    assert replace(base, uncommitted=120).effective  # no producer: the data was there
+    assert not replace(base, uncommitted=120, producing=False).effective
+    assert not replace(base, uncommitted=0, producing=True).effective
