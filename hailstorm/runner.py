@@ -180,12 +180,15 @@ class Driver:
         failures = 0
         while True:
             runner = self.runner or self.prepare()
-            watcher = threading.Thread(target=self._watch_partitions, args=(runner,),
+            done = threading.Event()
+            watcher = threading.Thread(target=self._watch_partitions, args=(runner, done),
                                        name="partition-watch", daemon=True)
             watcher.start()
             try:
                 failures += runner.run()
             finally:
+                done.set()  # also when the stage halted: the watcher never outlives it
+                watcher.join(5)
                 self.close()
                 self.runner = None
             if self.stopping.is_set() or not self._grown.is_set():
@@ -193,12 +196,13 @@ class Driver:
             self._grown.clear()
             log.warning("%s: starting again to read the new partitions", self.name)
 
-    def _watch_partitions(self, runner: StageRunner) -> None:
-        """Stop ``runner`` when a source topic has partitions the deployment lacks."""
+    def _watch_partitions(self, runner: StageRunner, done: threading.Event) -> None:
+        """Stop ``runner`` when a source topic has partitions the deployment lacks (until
+        ``done`` is set)."""
         interval = self.options.partition_check_interval
         if interval <= 0:
             return
-        while not runner.stopping.wait(interval):
+        while not done.wait(interval) and not runner.stopping.is_set():
             try:
                 current = source_partitions(self.topology, self.options.kafka)
             except Exception as exc:  # the broker may be restarting: look again later
