@@ -1026,11 +1026,16 @@ class TopologyRun:
         (the ephemeral ``living`` node is gone, or owned by another session), then SIGCONT:
         the processor finds its session lost and ends, and the topology recovers.
         """
-        reports = self.processors()
         if processor is None:
             ident, victim = self._pick_processor(None, rng, None)
-        else:
-            ident, victim = processor, int(reports[processor].info["pid"])
+        else:  # a living incarnation of it (the last one may just have been killed)
+            def living() -> int | None:
+                report = self.processors().get(processor)
+                pid = int(report.info.get("pid", -1)) if report is not None else -1
+                return pid if pid > 0 and pid_alive(pid) else None
+
+            ident, victim = processor, wait_for(f"{processor} to run", living, timeout,
+                                                self.alive)
         node = self.paths.living_node(ident)
         owner = self.zk.exists(node)
         fault = self._fault("zk-session", ident, victim)
