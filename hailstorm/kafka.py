@@ -246,6 +246,29 @@ def create_topic(
     return True
 
 
+def recreate_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:
+    """Delete ``topic`` with all its records (if it exists), then create it empty with
+    ``partitions``. Destructive: for tests and benchmarks that need a topic of their own."""
+    client = admin(bootstrap)
+    try:
+        client.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout)
+    except KafkaException as exc:
+        if not (exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise
+    deadline = time.monotonic() + timeout
+    while True:  # the brokers finish deleting asynchronously: creating fails until then
+        try:
+            if create_topic(bootstrap, topic, partitions, timeout=timeout):
+                return
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise
+            _client_log.debug("re-creating %s: %s", topic, exc)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic!r} was not re-created within {timeout} s")
+        time.sleep(0.2)
+
+
 def add_partitions(bootstrap: str, topic: str, total: int, timeout: float = 15.0) -> None:
     """Grow ``topic`` to ``total`` partitions (Kafka never shrinks a topic)."""
     client = admin(bootstrap)

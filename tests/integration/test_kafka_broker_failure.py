@@ -77,7 +77,7 @@ def test_wordcount_is_exact_when_the_busiest_leader_dies(
     state = cluster.load()
     assert state is not None
     stack = StackAddresses.from_env(state.env())
-    kafka.create_topic(stack.kafka, TOPIC, 4)
+    kafka.recreate_topic(stack.kafka, TOPIC, 4)
     kafka.create_topic(stack.kafka, "wordcount.dead-letter", 1)
     layout = topic_layout(stack.kafka, [TOPIC])
     assert layout.brokers == (1, 2, 3) and layout.min_replicas() == 3
@@ -134,6 +134,7 @@ def test_chaos_run_with_broker_faults_among_others(
     assert state is not None
     schedule = ChaosSchedule(kinds=("broker", "negotiator"), count=2, spacing=1.0, seed=1)
     assert [p.kind for p in schedule.plan()] == ["negotiator", "broker"]
+    kafka.recreate_topic(state.env()["HAILSTORM_KAFKA"], TOPIC, 4)
     report = run_chaos(StackAddresses.from_env(state.env()), TOPOLOGY,
                        wordcount_lines(24_000, seed=43), schedule, log_dir=tmp_path / "logs",
                        rate=1_000, progress=print, brokers=kafka_cluster_stack)

@@ -37,7 +37,7 @@ PARTITIONS = 4
 
 @pytest.fixture()
 def stack(stack_env: dict[str, str]) -> StackAddresses:
-    kafka.create_topic(stack_env["HAILSTORM_KAFKA"], TOPIC, PARTITIONS)
+    kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], TOPIC, PARTITIONS)
     return StackAddresses.from_env(stack_env)
 
 

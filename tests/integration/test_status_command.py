@@ -71,7 +71,7 @@ def test_status_shows_a_flowing_topology_and_its_metrics(
     stack_env: dict[str, str], tmp_path: Path,
 ) -> None:
     stack = StackAddresses.from_env(stack_env)
-    kafka.create_topic(stack.kafka, TOPIC, 4)
+    kafka.recreate_topic(stack.kafka, TOPIC, 4)
     partitions = kafka.partitions_of(stack.kafka, TOPIC)
     produced = Produced(TOPIC)
 
