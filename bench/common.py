@@ -27,11 +27,23 @@ VOCABULARY = [
 ]
 
 
-def sample_lines(count: int, seed: int = 11, words: tuple[int, int] = (4, 12)) -> list[str]:
-    """Deterministic text lines of ``words`` words each."""
+VOCABULARIES = ("zipf", "toy")
+"""``zipf``: realistic text (:class:`hailstorm.workloads.ZipfText`: 50,000 words, s = 1.1,
+mixed case and punctuation). ``toy``: the old 300 equally likely words, a *best case* for
+pre-aggregation (every batch holds every word), shown only labelled as such."""
+
+
+def sample_lines(count: int, seed: int = 11, vocabulary: str = "zipf",
+                 words: tuple[int, int] = (4, 12)) -> list[str]:
+    """Deterministic text lines (see :data:`VOCABULARIES`)."""
+    if vocabulary == "zipf":
+        from hailstorm.workloads import ZipfText
+
+        return list(ZipfText(words_per_line=(4, 16)).lines(count, seed))
+    if vocabulary != "toy":
+        raise ValueError(f"vocabulary must be one of {VOCABULARIES}, not {vocabulary!r}")
     rng = random.Random(seed)
-    vocabulary = VOCABULARY
-    return [" ".join(rng.choices(vocabulary, k=rng.randint(*words))) for _ in range(count)]
+    return [" ".join(rng.choices(VOCABULARY, k=rng.randint(*words))) for _ in range(count)]
 
 
 def produce_lines(bootstrap: str, topic: str, lines: Sequence[str], partitions: int) -> float:
@@ -40,6 +52,31 @@ def produce_lines(bootstrap: str, topic: str, lines: Sequence[str], partitions: 
     kafka.produce(
         bootstrap, topic, ((i % partitions, None, line.encode()) for i, line in enumerate(lines))
     )
+    return time.perf_counter() - started
+
+
+def baseline_consume(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    total: int,
+    step: Callable[[list[bytes | None]], None],
+    batch: int = 10000,
+) -> float:
+    """The single-process baseline's loop: confluent-kafka batch consume of every partition
+    from offset 0 until ``total`` messages, ``step(values)`` on each batch. Returns seconds."""
+    consumer = kafka.consumer(bootstrap)
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen = 0
+    started = time.perf_counter()
+    try:
+        while seen < total:
+            values = [m.value() for m in consumer.consume(batch, timeout=1.0)
+                      if m.error() is None]
+            seen += len(values)
+            step(values)
+    finally:
+        consumer.close()
     return time.perf_counter() - started
 
 
@@ -55,23 +92,14 @@ def baseline_word_count(
 
     Returns (seconds, counts). Reads every partition from offset 0 until ``total`` messages.
     """
-    consumer = kafka.consumer(bootstrap)
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     counts: Counter[str] = Counter()
-    seen = 0
-    started = time.perf_counter()
-    try:
-        while seen < total:
-            for message in consumer.consume(batch, timeout=1.0):
-                if message.error() is not None:
-                    continue
-                value = message.value()
-                seen += 1
-                if value is not None:
-                    counts.update(words_of(value.decode()))
-    finally:
-        consumer.close()
-    return time.perf_counter() - started, counts
+
+    def step(values: list[bytes | None]) -> None:
+        for value in values:
+            if value is not None:
+                counts.update(words_of(value.decode()))
+
+    return baseline_consume(bootstrap, topic, partitions, total, step, batch), counts
 
 
 def report(name: str, figures: dict[str, Any], summary: str) -> None:

@@ -35,7 +35,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import baseline_word_count, embedded_stack, machine, report, sample_lines  # noqa: E402
+from common import (  # noqa: E402
+    VOCABULARIES,
+    baseline_word_count,
+    embedded_stack,
+    machine,
+    report,
+    sample_lines,
+)
+from peers import bytewax_available, run_bytewax  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
 from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
@@ -73,13 +81,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="Produce every line before starting the topology and time "
                         "reading that backlog (as the baseline does), instead of producing "
                         "while it runs.")
+    parser.add_argument("--vocabulary", choices=VOCABULARIES, default="zipf",
+                        help="zipf: realistic text (50,000 words, Zipf s=1.1; the default). "
+                        "toy: 300 equally likely words, a labelled best case.")
+    parser.add_argument("--no-bytewax", action="store_true",
+                        help="Skip the Bytewax peer (it runs when bytewax is installed: "
+                        "pip install -e '.[bench]').")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="Bound on waiting for the commit (s).")
     args = parser.parse_args(argv)
 
-    lines = sample_lines(args.lines)
+    lines = sample_lines(args.lines, vocabulary=args.vocabulary)
     values = [line.encode() for line in lines]
     words = sum(len(words_of(line)) for line in lines)
+    distinct = len({w for line in lines for w in words_of(line)})
+    del lines
+    with_bytewax = bytewax_available() and not args.no_bytewax
     with embedded_stack() as env:
         stack = StackAddresses.from_env(env)
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
@@ -127,14 +144,25 @@ def main(argv: list[str] | None = None) -> int:
                                                  words_of)
         consume_s, _ = baseline_word_count(stack.kafka, TOPIC, PARTITIONS, args.lines,
                                            lambda _line: [])
+        peers = {}
+        if with_bytewax:
+            for job in ("word_count", "word_count_final"):
+                peers[job] = run_bytewax(job, stack.kafka, TOPIC)
     if dict(counts) != state:
         print(f"MISMATCH: hailstorm committed {sum(state.values())} words, baseline counted "
               f"{sum(counts.values())}", file=sys.stderr)
         return 1
+    for job, peer in peers.items():
+        if peer.result != dict(counts):
+            print(f"MISMATCH: Bytewax {job} counted {sum(peer.result.values())} words, "
+                  f"baseline {sum(counts.values())}", file=sys.stderr)
+            return 1
     hailstorm_rate = args.lines / committed_s
     baseline_rate = args.lines / baseline_s
     consume_rate = args.lines / consume_s
+    bytewax_rates = {job: args.lines / peer.seconds for job, peer in peers.items()}
     figures = {
+        "vocabulary": args.vocabulary, "distinct_words": distinct,
         "lines": args.lines, "words": words, "partitions": PARTITIONS,
         "bolt_instances": 2, "snapshot_interval_s": args.snapshot_interval,
         "produce_s": round(produce_s, 2),
@@ -146,11 +174,20 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_hailstorm_to_baseline": round(hailstorm_rate / baseline_rate, 3),
         "raw_consume_s": round(consume_s, 2), "raw_consume_lines_per_s": round(consume_rate),
         "ratio_hailstorm_to_raw_consume": round(hailstorm_rate / consume_rate, 3),
+        **{f"bytewax_{job}_lines_per_s": round(rate) for job, rate in bytewax_rates.items()},
+        **{f"ratio_hailstorm_to_bytewax_{job}": round(hailstorm_rate / rate, 3)
+           for job, rate in bytewax_rates.items()},
         "sink": args.sink, "mode": "backlog" if args.backlog else "live",
         "result_equal": True, **machine(),
     }
+    peer_lines = "".join(
+        f"\n  Bytewax {job}: {rate:,.0f} lines/s (2 processes, recovery on, 1 s epochs); "
+        f"hailstorm is {hailstorm_rate / rate:.2f}x"
+        for job, rate in bytewax_rates.items())
+    label = "" if args.vocabulary == "zipf" else " (BEST CASE: toy vocabulary)"
     report("wordcount_throughput", figures, (
-        f"{args.lines} lines ({words} words), {PARTITIONS} partitions, snapshot every "
+        f"{args.lines} lines ({words} words, {distinct} distinct, {args.vocabulary} "
+        f"vocabulary{label}), {PARTITIONS} partitions, snapshot every "
         f"{args.snapshot_interval} s, sink in {args.sink}, {figures['cores']} cores, "
         f"{figures['mode']}\n"
         f"  hailstorm: {hailstorm_rate:,.0f} lines/s end to end (committed after "
@@ -159,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{produce_s:.1f} s{', before the start' if args.backlog else ''})\n"
         f"  baseline:  {baseline_rate:,.0f} lines/s (one process, Counter, {baseline_s:.1f} s)\n"
         f"  raw consume: {consume_rate:,.0f} lines/s (confluent-kafka, no processing)\n"
-        f"  ratio:     {hailstorm_rate / baseline_rate:.2f}; committed state == baseline Counter"))
+        f"  ratio:     {hailstorm_rate / baseline_rate:.2f}; committed state == baseline Counter"
+        + peer_lines))
     return 0
 
 

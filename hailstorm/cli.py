@@ -523,6 +523,10 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
               help="Faults to inject, one after another, each after the last recovery.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seeds the workload, the fault plan and the victims.")
+@click.option("--workload",
+              help="The topology's workload generator (default: its first; wordcount: zipf "
+                   "for realistic text over 50,000 words, uniform for 80 equally likely "
+                   "words; user_totals: zipf for JSON events of 2,000,000 users).")
 @click.option("--kinds", default="processor,negotiator,zk-session", show_default=True,
               help="Fault kinds to draw from, of processor, negotiator, zk-session and "
                    "broker (every kind is used once when --kills allows).")
@@ -546,9 +550,10 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file.")
 @_handle_errors
-def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, partitions: int,
-          rate: float | None, spacing: float, brokers: int | None, use_env: bool,
-          state_dir: Path | None, json_path: Path | None) -> None:
+def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
+          kinds: str, partitions: int, rate: float | None, spacing: float,
+          brokers: int | None, use_env: bool, state_dir: Path | None,
+          json_path: Path | None) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
@@ -587,10 +592,15 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, p
         fail(f"unknown fault kind(s) {', '.join(unknown) or '(none)'}; "
              f"known: {', '.join(FAULT_KINDS)}")
     topology = load_topology(topology_ref)
-    generate = WORKLOADS.get(topology.name)
-    if generate is None:
+    generators = WORKLOADS.get(topology.name)
+    if generators is None:
         fail(f"no workload generator for topology {topology.name!r}; "
              f"known: {', '.join(sorted(WORKLOADS))}")
+    workload = workload or next(iter(generators))
+    if workload not in generators:
+        fail(f"no workload {workload!r} for topology {topology.name!r}; "
+             f"known: {', '.join(generators)}")
+    generate = generators[workload]
     schedule = ChaosSchedule(kinds=chosen, count=kills, spacing=spacing,  # type: ignore[arg-type]
                              seed=seed)
     broker_faults = "broker" in chosen
@@ -645,7 +655,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, kinds: str, p
                                  kafka_brokers=nodes)
                 addresses = StackAddresses.from_env(stack.up().env())
                 control = stack
-            progress(f"generating {messages} messages")
+            progress(f"generating {messages} messages ({workload} workload)")
             values = generate(messages, seed)
             report = run_chaos(addresses, topology_ref, values, schedule, log_dir=logs,
                                partitions=partitions, rate=rate, progress=progress,

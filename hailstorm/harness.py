@@ -63,6 +63,7 @@ from hailstorm.failpoints import FAILPOINTS_DIR_VAR
 from hailstorm.model import Message, ModelResult, run_model
 from hailstorm.snapshots import DirectorySnapshotStore
 from hailstorm.topology import SinkSpec, Table, Topology, load_topology
+from hailstorm.workloads import KeyedEvents, ZipfText
 from negotiator.layout import (
     CommittedRecord,
     MasterRecord,
@@ -93,6 +94,7 @@ __all__ = [
     "StackAddresses",
     "TopicLayout",
     "TopologyRun",
+    "Workload",
     "broker_fault_problem",
     "busiest_leader",
     "compare_with_model",
@@ -337,8 +339,28 @@ def wordcount_lines(count: int, seed: int) -> list[bytes]:
              + rng.choice(["", ".", "!", " 42"])).encode() for _ in range(count)]
 
 
-WORKLOADS: dict[str, Callable[[int, int], list[bytes]]] = {"wordcount": wordcount_lines}
-"""Workload generators by topology name: ``generate(count, seed) -> message values``."""
+def zipf_text_lines(count: int, seed: int) -> list[bytes]:
+    """``count`` seeded lines of realistic text (:class:`hailstorm.workloads.ZipfText`:
+    50,000 words by Zipf's law, a few hot, most rare)."""
+    return [line.encode() for line in ZipfText().lines(count, seed)]
+
+
+def keyed_events(count: int, seed: int) -> list[bytes]:
+    """``count`` seeded JSON events of users drawn by Zipf's law from 2,000,000
+    (:class:`hailstorm.workloads.KeyedEvents`)."""
+    return list(KeyedEvents().events(count, seed))
+
+
+Workload = Callable[[int, int], list[bytes]]
+"""``generate(count, seed) -> message values``."""
+
+WORKLOADS: dict[str, dict[str, Workload]] = {
+    "wordcount": {"zipf": zipf_text_lines, "uniform": wordcount_lines},
+    "user_totals": {"zipf": keyed_events},
+}
+"""Workload generators by topology name, then by workload name (the first is the
+default): ``zipf`` draws keys by Zipf's law from a large key space, as production data
+does; ``uniform`` is 80 equally likely words, where every batch rewrites every key."""
 
 
 # ------------------------------------------------------------------------------ Kafka nodes

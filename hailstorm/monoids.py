@@ -931,6 +931,11 @@ class KeyedMap(Monoid[dict[Any, Any]]):
         self._additive = type(inner) in (Count, Sum)
         self._immutable = inner.immutable_state
 
+    @property
+    def additive(self) -> bool:
+        """Values are numbers combined by ``+`` (the inner monoid is a Count or a Sum)."""
+        return self._additive
+
     def empty(self) -> dict[Any, Any]:
         return {}
 

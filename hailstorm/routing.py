@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["encode_key", "partition_by_instance", "route", "route_many", "stable_hash"]
+__all__ = [
+    "KeyRouter",
+    "encode_key",
+    "partition_by_instance",
+    "route",
+    "route_many",
+    "stable_hash",
+]
 
 _NONE = b"N"
 _INT = b"I"
@@ -107,6 +114,32 @@ def route_many(keys: Iterable[Any], parallelism: int) -> list[int]:
     if parallelism == 1:
         return [0 for _ in keys]
     return [route(k, parallelism) for k in keys]
+
+
+class KeyRouter:
+    """:func:`route` over ``parallelism`` instances with a memo: a hot key is hashed once,
+    not once per batch. Holds at most ``limit`` keys (then starts afresh); keys equal as
+    dictionary keys (``1``, ``1.0``, ``True``) route alike anyway."""
+
+    def __init__(self, parallelism: int, limit: int = 1 << 20) -> None:
+        if parallelism < 1:
+            raise ValueError(f"parallelism must be >= 1, got {parallelism}")
+        self.parallelism = parallelism
+        self.limit = limit
+        self._memo: dict[Any, int] = {}
+
+    def __call__(self, key: Any) -> int:
+        memo = self._memo
+        try:
+            return memo[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable (a list): nothing to remember it by
+            return route(key, self.parallelism)
+        if len(memo) >= self.limit:
+            memo.clear()
+        instance = memo[key] = route(key, self.parallelism)
+        return instance
 
 
 def partition_by_instance(

@@ -30,13 +30,14 @@ import re
 import sys
 import traceback
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from hailstorm.decoders import DecodeError, Decoder, DecoderSpec, resolve_decoder
 from hailstorm.monoids import Monoid
-from hailstorm.routing import partition_by_instance, route
+from hailstorm.routing import KeyRouter, partition_by_instance
 
 __all__ = [
     "BoltSpec",
@@ -493,6 +494,8 @@ class BoltSpec:
     """The monoid of one contribution: the ``KeyedMap``'s inner monoid, or the state."""
     window: Monoid[Any] | None = field(init=False, repr=False)
     """The window monoid when contributions are windowed (lift takes the event time)."""
+    instance_of_key: KeyRouter = field(init=False, repr=False)
+    """The instance that owns a routing key (memoized :func:`~hailstorm.routing.route`)."""
     kind: ClassVar[str] = "bolt"
 
     def __post_init__(self) -> None:
@@ -502,6 +505,7 @@ class BoltSpec:
         object.__setattr__(self, "keyed", keyed)
         object.__setattr__(self, "value_monoid", value_monoid)
         object.__setattr__(self, "window", value_monoid if _is_window(value_monoid) else None)
+        object.__setattr__(self, "instance_of_key", KeyRouter(max(1, self.parallelism)))
 
     @property
     def routing(self) -> Routing:
@@ -514,7 +518,7 @@ class BoltSpec:
         """The instance (``0 <= i < parallelism``) that receives tuple ``t``."""
         if self.parallelism == 1 or self.key is None:
             return 0
-        return route(self.key(t), self.parallelism)
+        return self.instance_of_key(self.key(t))
 
     def split_by_instance(self, tuples: Sequence[Any]) -> list[list[Any]]:
         """Tuples grouped per receiving instance (order kept within each group)."""
@@ -589,6 +593,11 @@ class BoltSpec:
     def absorb_contributions(self, state: Any, contributions: Iterable[tuple[Any, Any]]) -> Any:
         """Absorb many ``(key, value)`` contributions without emitting (pre-aggregates per
         key; the values are not mutated)."""
+        if self.keyed and getattr(self.state, "additive", False):  # numbers: add in place
+            get = state.get
+            for key, value in contributions:
+                state[key] = get(key, 0) + value
+            return state
         if self.keyed:
             inner = self.value_monoid
             update: dict[Any, Any] = {}
@@ -603,9 +612,29 @@ class BoltSpec:
             state = monoid.absorb(state, value)
         return state
 
+    @property
+    def groups_by_key(self) -> bool:
+        """The group of a contribution (:meth:`group_of`) is its state key."""
+        return self.keyed and self.window is None
+
+    def group_of(self, t: Any, key: Any) -> Any:
+        """What pre-aggregation combines and compaction emits once: the state key ``key``
+        of ``t``; for unkeyed state routed by ``key`` (``parallelism > 1``) the routing
+        key; otherwise one group. With window state the windows of ``t`` are part of it,
+        so emit still sees a tuple of every window touched."""
+        if not self.keyed:
+            key = self.key(t) if self.key is not None and self.parallelism > 1 else None
+        if self.window is not None:
+            return key, tuple(self.window.window_starts(self.event_time(t)))  # type: ignore[attr-defined,misc]
+        return key
+
+    def _combine_sums(self, tuples: Sequence[Any]) -> Combined:
+        return _combine_sums_of(self, tuples)
+
     def combine_contributions(self, tuples: Sequence[Any]) -> Combined:
         """Pre-aggregate ``tuples`` (what a spout does for a ``preaggregate`` bolt): one
-        combined contribution per group, in the order each group was last seen.
+        combined contribution per group, in the order each group was last seen (keyed
+        sums and counts without windows, whose groups are independent: first seen).
 
         For keyed state the group is the state key; for unkeyed state routed by ``key``
         (``parallelism > 1``) it is the routing key and the state key is ``None``;
@@ -614,20 +643,19 @@ class BoltSpec:
         Absorbing the result gives exactly the state that absorbing ``tuples`` one by one
         gives.
         """
+        if self.groups_by_key and getattr(self.state, "additive", False) and tuples:
+            return self._combine_sums(tuples)
         inner = self.value_monoid
         copy = None if inner.immutable_state else inner.copy
         absorb = inner.absorb
         contribution = self.contribution
         values: dict[Any, Any] = {}
         last: dict[Any, Any] = {}
-        routed_unkeyed = not self.keyed and self.key is not None and self.parallelism > 1
-        group_of = self.key if routed_unkeyed else None
-        window, event_time = self.window, self.event_time
+        by_key = self.groups_by_key
+        group_of = self.group_of
         for t in tuples:
             key, value = contribution(t)
-            group = key if group_of is None else group_of(t)
-            if window is not None:
-                group = (group, tuple(window.window_starts(event_time(t))))  # type: ignore[attr-defined,misc]
+            group = key if by_key else group_of(t, key)
             current = values.get(group, _NO_VALUE)
             if current is _NO_VALUE:  # the first value may be shared: copy before mutating
                 values[group] = value if copy is None else copy(value)
@@ -635,6 +663,7 @@ class BoltSpec:
                 values[group] = absorb(current, value)
             last.pop(group, None)
             last[group] = t
+        window = self.window
         if not self.keyed:
             state_keys: list[Any] = [None] * len(last)
         elif window is None:
@@ -645,6 +674,24 @@ class BoltSpec:
 
 
 _NO_VALUE: Any = object()
+
+
+def _combine_sums_of(spec: BoltSpec, tuples: Sequence[Any]) -> Combined:
+    """:meth:`BoltSpec.combine_contributions` for keyed sums and counts without windows,
+    a batch at a time: the key and lift functions are mapped over the batch and the sums
+    taken by C code (``Counter`` when every value is 1). Groups come in first-seen order,
+    each with its last tuple."""
+    keys = list(map(spec.key, tuples))  # type: ignore[arg-type]
+    values = list(map(spec.lift, tuples))
+    if values.count(1) == len(values) and set(map(type, values)) == {int}:
+        sums: dict[Any, Any] = Counter(keys)
+    else:
+        sums = {}
+        get = sums.get
+        for key, value in zip(keys, values, strict=True):
+            sums[key] = get(key, 0) + value
+    last = dict(zip(keys, tuples, strict=True))
+    return Combined(list(last.values()), list(last), list(sums.values()))
 
 
 @dataclass(frozen=True, slots=True)

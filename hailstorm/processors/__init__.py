@@ -38,6 +38,7 @@ __all__ = [
     "BoltCore",
     "Contributions",
     "Destination",
+    "Emit",
     "ForwardClock",
     "ForwardWatermark",
     "Marks",
@@ -123,7 +124,15 @@ class WriteSnapshot:
     state: Any
 
 
-Action = ForwardClock | ForwardWatermark | WriteSnapshot
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Send ``batch`` downstream (routed), before any action after it: a compacting bolt's
+    rows, held back since its last flush."""
+
+    batch: Batch
+
+
+Action = ForwardClock | ForwardWatermark | WriteSnapshot | Emit
 """What a bolt core asks its shell to do, in order."""
 
 
@@ -142,13 +151,19 @@ class Router:
     With ``preaggregate`` (spouts only) a bolt declared ``preaggregate`` gets
     :class:`Contributions` instead: the batch combined per key
     (:meth:`~hailstorm.topology.BoltSpec.combine_contributions`), split at ``boundaries``.
+
+    ``compacted`` (a compacting bolt's flushes) says the batch already holds one row set
+    per group: the upsert sinks get it as it is (their buffer keeps the latest row per key
+    anyway).
     """
 
     def __init__(
-        self, downstream: Sequence[BoltSpec | SinkSpec], *, preaggregate: bool = False
+        self, downstream: Sequence[BoltSpec | SinkSpec], *, preaggregate: bool = False,
+        compacted: bool = False,
     ) -> None:
         self.downstream = list(downstream)
         self.preaggregate = preaggregate
+        self.compacted = compacted
         self.destinations: list[Destination] = [
             (node.name, i)
             for node in self.downstream
@@ -175,7 +190,7 @@ class Router:
                 continue
             if isinstance(node, SinkSpec):
                 target = node.target
-                if isinstance(target, Table) and target.mode == "upsert":
+                if isinstance(target, Table) and target.mode == "upsert" and not self.compacted:
                     routed[(node.name, 0)] = latest_per_key(batch, target)
                 else:
                     routed[(node.name, 0)] = batch
@@ -208,13 +223,28 @@ def _preaggregated(
     for start, stop in itertools.pairwise(cuts):
         partition, origin = batch.partitions[stop - 1], offsets[stop - 1]
         combined = bolt.combine_contributions(batch.tuples[start:stop])
-        for t, key, value in zip(combined.tuples, combined.keys, combined.values, strict=True):
-            part = parts[bolt.instance_for(t)]
-            part.partitions.append(partition)
-            part.offsets.append(origin)
-            part.tuples.append(t)
-            part.keys.append(key)
-            part.values.append(value)
+        if bolt.parallelism == 1:
+            part = parts[0]
+            part.partitions.extend(itertools.repeat(partition, len(combined)))
+            part.offsets.extend(itertools.repeat(origin, len(combined)))
+            part.tuples.extend(combined.tuples)
+            part.keys.extend(combined.keys)
+            part.values.extend(combined.values)
+            continue
+        if bolt.keyed:  # the state key is the routing key
+            instances = list(map(bolt.instance_of_key, combined.keys))
+        else:
+            instances = list(map(bolt.instance_for, combined.tuples))
+        for i, part in enumerate(parts):
+            mine = [instance == i for instance in instances]
+            count = mine.count(True)
+            if not count:
+                continue
+            part.partitions.extend(itertools.repeat(partition, count))
+            part.offsets.extend(itertools.repeat(origin, count))
+            part.tuples.extend(itertools.compress(combined.tuples, mine))
+            part.keys.extend(itertools.compress(combined.keys, mine))
+            part.values.extend(itertools.compress(combined.values, mine))
     return {(bolt.name, i): part for i, part in enumerate(parts) if part.tuples}
 
 

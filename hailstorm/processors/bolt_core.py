@@ -18,6 +18,14 @@ Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
 * Watermarks: once every upstream instance has sent one, the bolt forwards its low water
   mark (every partition some upstream carries) whenever it moves. It emits synchronously,
   so sending the watermark after the data already returned keeps the promise.
+* Compaction (keyed ``preaggregate`` bolts without windows, whose readers are upsert
+  tables keeping the latest row per key): instead of emitting for every tuple, the bolt
+  remembers the last tuple and origin of every key touched, and :meth:`BoltCore.flush`
+  emits once per key with its current value, then the watermark held back meanwhile. The
+  table ends with the same rows: per tuple, the last row of a key would have carried the
+  same value (only the key's own tuples change it) and origin, and the earlier rows would
+  have been superseded. Since the watermark waits for the flush, no row a watermark
+  covers is still held back.
 
 Several rounds may be pending at once (each later clock opens one more segment); they are
 written oldest first. Snapshot labels are raised pointwise to the loaded clock and to
@@ -43,6 +51,7 @@ from hailstorm.clock import NOTHING, merge_max
 from hailstorm.processors import (
     Action,
     Batch,
+    Emit,
     ForwardClock,
     ForwardWatermark,
     Marks,
@@ -102,6 +111,15 @@ class BoltCore:
         self._latest_epoch: int | None = None
         self._latest_label: Marks = dict(self._loaded)
         self._last_snapshot: tuple[int, Marks] | None = None
+        self.compacting = spec.preaggregate and spec.emit is not None and spec.groups_by_key
+        """Emit once per key and :meth:`flush`, not once per tuple (see the module). Only
+        where a group is its state key: the key's value then changes only with the group's
+        own tuples (windows expire with other windows' tuples, unkeyed state with every
+        tuple, so emitting later could give other rows)."""
+        self._dirty: dict[Any, tuple[PartitionKey, int, Any]] = {}
+        """Key -> (partition, offset, tuple) of its last tuple since the last flush."""
+        self._holding = False
+        """The outgoing watermark moved since the last flush (compacting bolts)."""
         self.applied = 0
         """Tuples (or pre-aggregated contributions) absorbed so far."""
         self.dropped = 0
@@ -155,7 +173,7 @@ class BoltCore:
         """Absorb tuples (``contributions is None``: computed here) and emit."""
         if upstream not in self._upstreams:
             raise KeyError(f"bolt {self.spec.name!r}: data from unknown upstream {upstream!r}")
-        if self.spec.emit is None:
+        if self.spec.emit is None or self.compacting:
             self._absorb_quietly(upstream, partitions, offsets, tuples, contributions)
             return Batch()
         spec = self.spec
@@ -210,7 +228,9 @@ class BoltCore:
         """
         moved = self._watermarks.observe(upstream, watermark)
         actions: list[Action] = self._write_covered() if self._pending else []
-        if moved:
+        if moved and self.compacting:
+            self._holding = True  # rows it covers may be held back: it waits for flush
+        elif moved:
             outgoing = self._watermarks.outgoing()
             if outgoing is not None:
                 actions.append(ForwardWatermark(outgoing))
@@ -239,6 +259,29 @@ class BoltCore:
         self._pending.append(_Round(epoch, dict(clock), label))
         self._segments.append(self._monoid.empty())
         return [ForwardClock(epoch, dict(clock)), *self._write_covered()]
+
+    def flush(self) -> list[Action]:
+        """Compacting bolts: emit once per key touched since the last flush (its last tuple
+        and origin, its current value), then the watermark held back meanwhile.
+        Other bolts: nothing to do. Call it on a short timer (rows and rounds wait for it).
+        """
+        actions: list[Action] = []
+        if self._dirty:
+            dirty, self._dirty = self._dirty, {}
+            out = self._emit_groups(dirty.items())
+            if out.tuples:
+                actions.append(Emit(out))
+        if self._holding:
+            self._holding = False
+            outgoing = self._watermarks.outgoing()
+            if outgoing is not None:
+                actions.append(ForwardWatermark(outgoing))
+        return actions
+
+    @property
+    def unflushed(self) -> bool:
+        """A compacting bolt holds rows or a watermark back: :meth:`flush` has work."""
+        return bool(self._dirty) or self._holding
 
     # -- inspection ---------------------------------------------------------------------
 
@@ -331,22 +374,30 @@ class BoltCore:
         pending = len(self._pending)
         first_label_get = (self._pending[0].label if pending else self._floor).get
         applied = 0
-        items = tuples if contributions is None else list(contributions)
-        for p, o, t in zip(partitions, offsets, items, strict=True):
-            if o <= floor_get(p, NOTHING):
-                self._drop(p, o)
-                continue
-            if o > seen_get(p, NOTHING):
-                seen[p] = o
-            if pending == 0:
-                groups[0].append(t)
-            elif pending == 1:
-                groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)
-            else:
-                groups[self._segment_of(p, o)].append(t)
-            applied += 1
-        segments = self._segments
         spec = self.spec
+        if contributions is None and self.compacting:
+            contributions = self._contributions_of(partitions, offsets, tuples)
+        items = tuples if contributions is None else list(contributions)
+        before = self.dropped
+        whole = self._whole_segment(partitions, offsets)
+        if whole is not None:  # one partition, one segment, nothing to drop: no loop
+            groups[whole] = list(items)
+            applied = len(items)
+        else:
+            for p, o, t in zip(partitions, offsets, items, strict=True):
+                if o <= floor_get(p, NOTHING):
+                    self._drop(p, o)
+                    continue
+                if o > seen_get(p, NOTHING):
+                    seen[p] = o
+                if pending == 0:
+                    groups[0].append(t)
+                elif pending == 1:
+                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)
+                else:
+                    groups[self._segment_of(p, o)].append(t)
+                applied += 1
+        segments = self._segments
         absorb_all = spec.absorb_all if contributions is None else spec.absorb_contributions
         for i, group in enumerate(groups):
             if group:
@@ -363,7 +414,78 @@ class BoltCore:
                         exc.add_note(f"in bolt {spec.name!r}, absorbing a batch of "
                                      f"{len(group)} tuples from {upstream!r}")
                     raise
+        if self.compacting:
+            self._remember(partitions, offsets, tuples, items, self.dropped > before)
         self.applied += applied
+
+    def _whole_segment(self, partitions: Sequence[PartitionKey],
+                       offsets: Sequence[int]) -> int | None:
+        """The segment every tuple of a batch goes to, when they come from one partition,
+        none is at or below the floor and all fall into the same segment; else None."""
+        if not partitions or len(set(partitions)) != 1:
+            return None
+        p = partitions[0]
+        low, high = min(offsets), max(offsets)
+        if low <= self._floor.get(p, NOTHING):
+            return None
+        segment = self._segment_of(p, low)
+        if self._segment_of(p, high) != segment:
+            return None
+        if high > self._seen.get(p, NOTHING):
+            self._seen[p] = high
+        return segment
+
+    def _remember(self, partitions: Sequence[PartitionKey], offsets: Sequence[int],
+                  tuples: Sequence[Any], contributions: Sequence[tuple[Any, Any]],
+                  dropped: bool) -> None:
+        """Record the last tuple of every key in a batch absorbed by a compacting bolt
+        (tuples dropped as already in the loaded snapshot are never emitted)."""
+        keys = [key for key, _value in contributions]
+        rows = zip(partitions, offsets, tuples, strict=True)
+        if dropped:
+            floor_get = self._floor.get
+            kept = [(key, row) for key, row in zip(keys, rows, strict=True)
+                    if row[1] > floor_get(row[0], NOTHING)]
+            self._dirty.update(kept)
+        else:
+            self._dirty.update(zip(keys, rows, strict=True))
+
+    def _contributions_of(self, partitions: Sequence[PartitionKey], offsets: Sequence[int],
+                          tuples: Sequence[Any]) -> list[tuple[Any, Any]]:
+        """``contribution(t)`` of every tuple, the failing one named in a note."""
+        contribution = self.spec.contribution
+        try:
+            return [contribution(t) for t in tuples]
+        except Exception as exc:
+            culprit = _first_failing(contribution, zip(partitions, offsets, tuples, strict=True))
+            if culprit is not None:
+                p, o, t = culprit
+                exc.add_note(f"in bolt {self.spec.name!r}, processing tuple {t!r} from {(p, o)}")
+            raise
+
+    def _emit_groups(self, rows: Iterable[tuple[Any, tuple[PartitionKey, int, Any]]]) -> Batch:
+        """Emit for each ``(key, (partition, offset, tuple))`` with the key's current value."""
+        spec = self.spec
+        outputs = spec.outputs
+        segments = self._segments
+        out = Batch()
+        out_partitions = out.partitions.append
+        out_offsets = out.offsets.append
+        out_tuples = out.tuples.append
+        single = segments[0] if len(segments) == 1 else None
+        value_for_emit = spec.value_for_emit
+        for key, (p, o, t) in rows:
+            try:
+                value = single[key] if single is not None else value_for_emit(key, segments)
+                produced = outputs(t, value)
+            except Exception as exc:
+                exc.add_note(f"in bolt {spec.name!r}, emitting for tuple {t!r} from {(p, o)}")
+                raise
+            for emitted in produced:
+                out_partitions(p)
+                out_offsets(o)
+                out_tuples(emitted)
+        return out
 
     def _write_covered(self) -> list[Action]:
         """Hand out every pending round the low water mark covers, oldest first."""

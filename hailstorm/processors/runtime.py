@@ -69,6 +69,7 @@ from hailstorm.processors import (
     BoltCore,
     Contributions,
     Destination,
+    Emit,
     ForwardClock,
     ForwardWatermark,
     Router,
@@ -112,14 +113,20 @@ WATERMARK_INTERVAL = 0.2
 """Longest time between two watermarks a spout sends (also when idle or paused)."""
 POLL = 0.1
 """Longest a main loop waits for data before looking at ZooKeeper and failures again."""
-CONSUME_BATCH = 1000
+CONSUME_BATCH = 5000
 """Kafka messages per consume call."""
 QUEUE_FRAMES = 64
 """Frames buffered between the socket readers and a bolt's (or sink's) main thread."""
-COMMIT_ROWS = 5000
-"""A sink commits as soon as this many rows wait and the low water mark allows."""
-COMMIT_INTERVAL = 0.2
-"""Otherwise a sink commits at most this often (seconds), or when a round is due."""
+FLUSH_INTERVAL = 0.25
+"""Seconds a compacting (``preaggregate``) bolt holds rows back: it then emits one row per
+key touched, and the watermark that waited for them (so rounds wait at most this)."""
+
+COMMIT_ROWS = 100_000
+"""A sink commits as soon as this many rows (upsert: keys) wait and the low water mark
+allows: a bound on its buffer."""
+COMMIT_INTERVAL = 0.5
+"""Otherwise a sink commits at most this often (seconds), or when a round is due: rows of
+the same key arriving meanwhile are written once."""
 
 
 class RestartRequired(RuntimeError):
@@ -800,8 +807,10 @@ class _BoltShell(_Inbound):
         spec = self.topology.node(self.id.name)
         assert isinstance(spec, BoltSpec)
         self.spec = spec
-        self.router = Router(self.topology.downstream_of(spec.name))
+        self.router = Router(self.topology.downstream_of(spec.name),
+                             compacted=spec.preaggregate)
         self.store = DirectorySnapshotStore(self.assignment.snapshots)
+        self.flushed = time.monotonic()
         self.core: BoltCore | None = None
         self.writes: queue.Queue[WriteSnapshot] = queue.Queue(8)
         self._start_thread("snapshots", self._writer)
@@ -847,10 +856,25 @@ class _BoltShell(_Inbound):
             self.act(core.on_watermark(sender, frame.watermark))
         elif isinstance(frame, ClockMarker):
             self.act(core.on_clock(frame.epoch, frame.clock))
+        if core.compacting and time.monotonic() - self.flushed >= FLUSH_INTERVAL:
+            self.flush()
+
+    def on_idle(self) -> None:
+        if self.core is not None and self.core.unflushed:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what a compacting bolt held back: its rows, then its watermark."""
+        assert self.core is not None
+        self.flushed = time.monotonic()
+        self.act(self.core.flush())
 
     def act(self, actions: Iterable[Action]) -> None:
         for action in actions:
-            if isinstance(action, ForwardClock):
+            if isinstance(action, Emit):
+                self.send_batch(action.batch)
+                self.metrics.messages_out.inc(len(action.batch))
+            elif isinstance(action, ForwardClock):
                 self.send_all([ClockMarker(action.epoch, dict(action.clock))])
             elif isinstance(action, ForwardWatermark):
                 assert self.joined is not None
@@ -949,11 +973,14 @@ class _SinkShell(_Inbound):
             started = time.perf_counter()
             self.received += len(frame)
             if self.writer is not None:
-                partition = self.table.partition
-                self.writer.add_columns(
-                    [partition(i) for i in frame.partitions], frame.offsets, frame.tuples,
-                    sender=sender,
-                )
+                indexed = self.table.partitions
+                try:
+                    if frame.partitions and min(frame.partitions) < 0:
+                        raise IndexError
+                    partitions = list(map(indexed.__getitem__, frame.partitions))
+                except IndexError:
+                    raise DataPlaneError(f"{sender} sent rows of an unknown partition") from None
+                self.writer.add_columns(partitions, frame.offsets, frame.tuples, sender=sender)
             self.metrics.batch(started, len(frame), 0)
         elif isinstance(frame, Watermark):
             advanced = self.marks.observe(sender, frame.watermark)

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Any
 
 from hailstorm.clock import NOTHING, Clock, Partition
 from hailstorm.decoders import DecodeError
@@ -188,25 +190,24 @@ class SpoutCore:
         tuples_of = spec.tuples_of
         p = self.partition
         position = self.position
-        batch = Batch()
-        out_partitions = batch.partitions.append
-        out_offsets = batch.offsets.append
-        out_tuples = batch.tuples.append
+        tuples: list[Any] = []
+        origins: list[int] = []
+        extend_tuples = tuples.extend
+        extend_origins = origins.extend
         dead: list[DeadLetter] = []
         for o, v in zip(offsets, values, strict=True):
             if o <= position:
                 continue
             position = o
             try:
-                tuples = tuples_of(v)
+                exploded = tuples_of(v)
             except DecodeError as exc:
                 message = Message(p[0], p[1], o, v)
                 dead.append(DeadLetter(spec.name, spec.dead_letter, message, str(exc), exc.stage))
                 continue
-            for t in tuples:
-                out_partitions(p)
-                out_offsets(o)
-                out_tuples(t)
+            extend_tuples(exploded)
+            extend_origins(repeat(o, len(exploded)))
+        batch = Batch([p] * len(tuples), origins, tuples)
         self._position = position
         self.emitted += len(batch)
         self.rejected += len(dead)

@@ -23,8 +23,9 @@ transactions.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from hailstorm.clock import NOTHING, Clock, Partition
@@ -61,6 +62,8 @@ class Selection:
     target: Clock
     received: int = 0
     """Buffered rows this commit covers (before pre-aggregation / superseding)."""
+    arrivals: int = -1
+    """The buffer's arrival count when selected (upsert: nothing new arrived if equal)."""
 
 
 @dataclass
@@ -71,11 +74,8 @@ class _Pending:
     values: Values
 
 
-@dataclass
-class _Latest:
-    partition: Partition
-    offset: int
-    values: Values
+_Latest = tuple[Partition, int, Values]
+"""An upsert row waiting for its commit: ``(partition, offset, values)``."""
 
 
 @dataclass
@@ -90,6 +90,10 @@ class RowBuffer:
         names = self.table.column_names
         self._key_index = tuple(names.index(c) for c in self.table.key)
         self._value_index = tuple(names.index(c) for c in self.table.value_columns)
+        self._key: Callable[[Values], Hashable] = (
+            itemgetter(*self._key_index) if self._key_index else lambda _values: ()
+        )
+        """A row's key: the key column's value, or a tuple of them for several."""
         self._arrival = 0
         self._pending: dict[Partition, list[_Pending]] = {}
         self._latest: dict[Hashable, _Latest] = {}
@@ -99,9 +103,6 @@ class RowBuffer:
         if self.table.mode == "upsert":
             return len(self._latest)
         return sum(len(rows) for rows in self._pending.values())
-
-    def _key(self, values: Values) -> Hashable:
-        return tuple(values[i] for i in self._key_index)
 
     # -- arrival ------------------------------------------------------------------------
 
@@ -115,13 +116,36 @@ class RowBuffer:
         values = self.values_of(t)
         self._arrival += 1
         if self.table.mode == "upsert":
-            self._latest[self._key(values)] = _Latest(partition, offset, values)
+            self._latest[self._key(values)] = (partition, offset, values)
             return
         if offset <= self.floor.get(partition, NOTHING):
             return  # already applied: its delta/row is in the table
         self._pending.setdefault(partition, []).append(
             _Pending(offset, sender, self._arrival, values)
         )
+
+    def add_many(self, partitions: Sequence[Partition], offsets: Sequence[int],
+                 tuples: Sequence[Any], sender: str = "") -> None:
+        """:meth:`add` for a batch (``partitions[i]``, ``offsets[i]`` is the origin of
+        ``tuples[i]``); upsert rows of plain tuples are taken a batch at a time."""
+        if self.table.mode != "upsert":
+            add = self.add
+            for partition, offset, t in zip(partitions, offsets, tuples, strict=True):
+                add(partition, offset, t, sender)
+            return
+        rows = self._rows_of(tuples)
+        self._arrival += len(rows)
+        self._latest.update(zip(map(self._key, rows),
+                                zip(partitions, offsets, rows, strict=True), strict=True))
+
+    def _rows_of(self, tuples: Sequence[Any]) -> Sequence[Values]:
+        """The rows of a batch of sink tuples: as they are when every one is a tuple of
+        the table's width (no ``row`` function), else through :meth:`values_of`."""
+        width = len(self.table.column_names)
+        if (self.table.row is None and set(map(type, tuples)) <= {tuple}
+                and set(map(len, tuples)) <= {width}):
+            return tuples
+        return [self.values_of(t) for t in tuples]
 
     # -- commits ------------------------------------------------------------------------
 
@@ -130,10 +154,9 @@ class RowBuffer:
         lwm = dict(lwm)
         target = advance(self.floor, lwm)
         if self.table.mode == "upsert":
-            rows = [
-                e.values for e in self._latest.values() if e.offset <= lwm.get(e.partition, NOTHING)
-            ]
-            return Selection(lwm, rows, target, len(rows))
+            get = lwm.get
+            rows = [v for p, o, v in self._latest.values() if o <= get(p, NOTHING)]
+            return Selection(lwm, rows, target, len(rows), self._arrival)
         eligible: list[tuple[Partition, _Pending]] = []
         for p, entries in self._pending.items():
             low, high = self.floor.get(p, NOTHING), lwm.get(p, NOTHING)
@@ -174,9 +197,13 @@ class RowBuffer:
         """Forget what ``selection`` applied once its transaction committed."""
         lwm = selection.lwm
         if self.table.mode == "upsert":
-            done = [k for k, e in self._latest.items() if e.offset <= lwm.get(e.partition, NOTHING)]
-            for k in done:
-                del self._latest[k]
+            latest = self._latest
+            if selection.arrivals == self._arrival and selection.received == len(latest):
+                latest.clear()  # nothing arrived since: the selection was everything
+            else:
+                get = lwm.get
+                for k in [k for k, (p, o, _v) in latest.items() if o <= get(p, NOTHING)]:
+                    del latest[k]
         self.resync(selection.target)
         if self.table.mode != "upsert":
             for p, entries in list(self._pending.items()):

@@ -275,9 +275,7 @@ class SinkWriter:
     ) -> None:
         """:meth:`add` for a columnar batch (``partitions[i]``, ``offsets[i]`` is the origin
         of ``tuples[i]``)."""
-        add = self._buffer.add
-        for partition, offset, t in zip(partitions, offsets, tuples, strict=True):
-            add(partition, offset, t, sender)
+        self._buffer.add_many(partitions, offsets, tuples, sender)
 
     @property
     def pending(self) -> int:

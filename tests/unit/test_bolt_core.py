@@ -24,6 +24,7 @@ from hailstorm.processors import (
     Batch,
     BoltCore,
     Contributions,
+    Emit,
     ForwardClock,
     ForwardWatermark,
     ProtocolViolation,
@@ -460,9 +461,24 @@ class Simulation:
                 self.send(bolt_id, destinations, ("clock", action.epoch, action.clock))
             elif isinstance(action, ForwardWatermark):
                 self.send(bolt_id, destinations, ("wm", action.watermark))
+            elif isinstance(action, Emit):
+                self.emit(bolt_id, action.batch)
             else:
                 self.written[bolt_id].append(action)
         self.maybe_finish_round()
+
+    def emit(self, bolt_id: str, out: Batch) -> None:
+        name = bolt_id.split("/")[0]
+        emitted = {"counts": self.emitted_counts, "tally": self.emitted_tally}.get(name)
+        if emitted is not None:
+            for word, n in out.tuples:
+                emitted[word] = max(emitted.get(word, 0), n)
+        for (target, i), part in self.routers[name].route(out).items():
+            self.queues[(bolt_id, f"{target}/{i}")].append(("data", part))
+
+    def flush(self, bolt_id: str) -> None:
+        """A compacting bolt's timer: what it held back goes out."""
+        self.run_actions(bolt_id, self.bolts[bolt_id].flush())
 
     def deliver(self, connection: tuple[str, str]) -> None:
         source, bolt_id = connection
@@ -480,12 +496,7 @@ class Simulation:
             else:
                 assert name not in ("tally", "spread"), f"{name} got plain tuples"
                 out = core.on_data(source, batch.partitions, batch.offsets, batch.tuples)
-            emitted = {"counts": self.emitted_counts, "tally": self.emitted_tally}.get(name)
-            if emitted is not None:
-                for word, n in out.tuples:
-                    emitted[word] = max(emitted.get(word, 0), n)
-            for (target, i), part in self.routers[name].route(out).items():
-                self.queues[(bolt_id, f"{target}/{i}")].append(("data", part))
+            self.emit(bolt_id, out)
         elif frame[0] == "wm":
             self.run_actions(bolt_id, core.on_watermark(source, frame[1]))
         else:
@@ -553,6 +564,9 @@ class Simulation:
         if self.phase == "clocked":
             for bolt_id in self.bolts:
                 moves.append(ignoring_number(partial(self.bolt_sees_master, bolt_id)))
+        for bolt_id, core in self.bolts.items():
+            if core.unflushed:
+                moves.append(ignoring_number(partial(self.flush, bolt_id)))
         if self.phase == "flowing":
             moves.append(ignoring_number(self.begin_round))
         return moves
@@ -573,10 +587,12 @@ class Simulation:
                 while self.fetch[spout_id] < len(self.scenario.values[int(spout_id.split("/")[1])]):
                     self.read(spout_id, 2)
                 self.tick(spout_id)
-            while any(self.queues.values()):
+            while any(self.queues.values()) or any(b.unflushed for b in self.bolts.values()):
                 for connection, queue in self.queues.items():
                     while queue:
                         self.deliver(connection)
+                for bolt_id in self.bolts:
+                    self.flush(bolt_id)
             if self.phase == "flowing" and not any(s.paused for s in self.spouts.values()):
                 return
         raise AssertionError(f"the simulation did not settle (phase {self.phase})")

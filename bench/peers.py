@@ -1,0 +1,190 @@
+"""The peers a benchmark compares hailstorm with, on the same Kafka topic in the same run.
+
+* :func:`run_bytewax`: the same job as a Bytewax dataflow (PyPI ``bytewax``, the optional
+  ``bench`` extra), reading the topic with Bytewax's own ``KafkaSource`` (``tail=False``:
+  it ends at the end of the backlog), recovery on (an SQLite recovery store, 1 s epochs),
+  one worker in each of ``processes`` processes (a Bytewax cluster on loopback).
+* the single-process confluent-kafka baseline lives in :mod:`common`.
+
+A job is a function of this module's :data:`JOBS` (``name -> (build, merge)``): ``build``
+adds the job's steps after the Kafka input and returns the stream of ``(key, value)``
+results; each process keeps the latest value per key of what it wrote, and the parent
+merges the processes' results.
+
+Run as a script, this module is one process of such a cluster::
+
+    python bench/peers.py JOB BOOTSTRAP TOPIC PROC_ID ADDRESSES RECOVERY_DIR OUT_FILE
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+EPOCH = timedelta(seconds=1)
+"""Bytewax's epoch interval (its snapshot interval): as hailstorm's round every 1 s."""
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    """One peer's run: seconds from the first process starting its dataflow to the last one
+    finishing (imports and cluster set-up excluded), and the merged result."""
+
+    seconds: float
+    result: dict[Any, Any]
+
+
+def bytewax_available() -> bool:
+    try:
+        import bytewax  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_bytewax(job: str, bootstrap: str, topic: str, processes: int = 2,
+                timeout: float = 1800.0) -> PeerRun:
+    """Run ``job`` on Bytewax over the whole of ``topic``; see the module docstring."""
+    from bytewax.recovery import init_db_dir
+
+    work = Path(tempfile.mkdtemp(prefix="hailstorm-bench-bytewax-"))
+    recovery = work / "recovery"
+    recovery.mkdir()
+    init_db_dir(recovery, processes)
+    ports = [_free_port() for _ in range(processes)]
+    addresses = ";".join(f"127.0.0.1:{p}" for p in ports)
+    outs = [work / f"out-{i}.pickle" for i in range(processes)]
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'bench'}")
+    procs = [subprocess.Popen([sys.executable, __file__, job, bootstrap, topic, str(i),
+                               addresses, str(recovery), str(outs[i])], env=env)
+             for i in range(processes)]
+    try:
+        for proc in procs:
+            if proc.wait(timeout) != 0:
+                raise RuntimeError(f"a Bytewax process exited with {proc.returncode}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    spans = [pickle.loads(out.read_bytes()) for out in outs]
+    _, merge = JOBS[job]
+    result: dict[Any, Any] = {}
+    for _span, part in spans:
+        merge(result, part)
+    started = min(s[0] for s, _ in spans)
+    ended = max(s[1] for s, _ in spans)
+    return PeerRun(ended - started, result)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------------ jobs
+
+
+def _word_count(messages: Any) -> Any:
+    """Running count per word (what hailstorm's upsert table holds), as a Bytewax user
+    would write it: split, key by word, ``stateful_map`` a running total."""
+    import bytewax.operators as op
+
+    from topologies.wordcount import words_of
+
+    words = op.flat_map("split", messages, lambda m: words_of(m.value.decode()))
+    keyed = op.key_on("word", words, lambda w: w)
+
+    def running(total: int | None, _word: str) -> tuple[int, int]:
+        total = (total or 0) + 1
+        return total, total
+
+    return op.stateful_map("count", keyed, running)
+
+
+def _word_count_final(messages: Any) -> Any:
+    """Bytewax's cheapest word count: ``count_final`` emits each word's count once, at the
+    end of the input (a batch job's output, no running totals: its best case)."""
+    import bytewax.operators as op
+
+    from topologies.wordcount import words_of
+
+    words = op.flat_map("split", messages, lambda m: words_of(m.value.decode()))
+    return op.count_final("count", words, lambda w: w)
+
+
+def _user_totals(messages: Any) -> Any:
+    """Per-user running (sum of amounts, count of events) from JSON events."""
+    import bytewax.operators as op
+
+    events = op.map("parse", messages, lambda m: json.loads(m.value))
+    keyed = op.key_on("user", events, lambda e: e["user"])
+
+    def running(total: tuple[int, int] | None, event: dict[str, Any]) -> tuple[Any, Any]:
+        amount, count = total or (0, 0)
+        total = (amount + event["amount"], count + 1)
+        return total, total
+
+    return op.stateful_map("totals", keyed, running)
+
+
+def _latest(result: dict[Any, Any], part: dict[Any, Any]) -> None:
+    """Keys are owned by one worker each: the parts do not overlap."""
+    result.update(part)
+
+
+JOBS: dict[str, tuple[Callable[[Any], Any], Callable[[dict[Any, Any], dict[Any, Any]], None]]] = {
+    "word_count": (_word_count, _latest),
+    "word_count_final": (_word_count_final, _latest),
+    "user_totals": (_user_totals, _latest),
+}
+
+
+def _process_main(argv: list[str]) -> None:
+    """One process of the Bytewax cluster (see the module docstring)."""
+    job, bootstrap, topic, proc_id, addresses, recovery_dir, out = argv
+    import bytewax.operators as op
+    from bytewax.connectors.kafka import KafkaSource
+    from bytewax.dataflow import Dataflow
+    from bytewax.outputs import DynamicSink, StatelessSinkPartition
+    from bytewax.recovery import RecoveryConfig
+    from bytewax.testing import cluster_main
+
+    latest: dict[Any, Any] = {}
+
+    class _Partition(StatelessSinkPartition[Any]):
+        def write_batch(self, items: list[Any]) -> None:
+            latest.update(items)
+
+    class _LatestSink(DynamicSink[Any]):
+        def build(self, step_id: str, worker_index: int, worker_count: int) -> _Partition:
+            return _Partition()
+
+    build, _ = JOBS[job]
+    flow = Dataflow(f"bench_{job}")
+    messages = op.input("kafka", flow, KafkaSource([bootstrap], [topic], tail=False))
+    op.output("latest", build(messages), _LatestSink())
+    started = time.time()
+    cluster_main(flow, addresses.split(";"), int(proc_id), epoch_interval=EPOCH,
+                 recovery_config=RecoveryConfig(recovery_dir))
+    ended = time.time()
+    Path(out).write_bytes(pickle.dumps(((started, ended), latest)))
+
+
+if __name__ == "__main__":
+    _process_main(sys.argv[1:])

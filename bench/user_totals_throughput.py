@@ -1,0 +1,141 @@
+"""Keyed aggregation over a million users: hailstorm against the baseline and Bytewax.
+
+    .venv/bin/python bench/user_totals_throughput.py [--events 3000000] [--users 2000000]
+
+Starts an embedded stack of its own (brought down afterwards), produces ``--events`` JSON
+events (:class:`hailstorm.workloads.KeyedEvents`: users drawn by Zipf's law, s = 0.6, from
+``--users``; 3M events touch about 1.3M distinct users, half of them once) to the topic
+``events`` (4 partitions), then, on that same backlog:
+
+* hailstorm: ``topologies/user_totals.py`` (4 spouts, 2 ``totals`` bolt instances, the
+  ``user_totals`` upsert table in the stack's PostgreSQL, a round every second), timed
+  from the master's first ``Flowing`` until the committed clock covers every offset;
+* baseline: one process, confluent-kafka batch consume, ``json.loads``, a dict of
+  ``[spent, events]`` per user;
+* Bytewax (when installed: ``pip install -e '.[bench]'``): the same running totals with
+  ``stateful_map``, 2 processes, recovery on, 1 s epochs.
+
+The committed table must equal the baseline's totals, and Bytewax's too. Prints one JSON
+line of figures and a human summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import baseline_consume, bench_logs, embedded_stack, machine, report  # noqa: E402
+from peers import bytewax_available, run_bytewax  # noqa: E402
+
+from hailstorm import kafka  # noqa: E402
+from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
+from hailstorm.workloads import KeyedEvents  # noqa: E402
+
+TOPIC = "events"
+PARTITIONS = 4
+
+
+class Totals:
+    """The baseline's work: running ``[spent, events]`` per user, a batch at a time."""
+
+    def __init__(self) -> None:
+        self.by_user: dict[str, list[int]] = {}
+
+    def __call__(self, batch: list[bytes | None]) -> None:
+        by_user = self.by_user
+        for value in batch:
+            if value is None:
+                continue
+            event = json.loads(value)
+            figures = by_user.get(event["user"])
+            if figures is None:
+                by_user[event["user"]] = [event["amount"], 1]
+            else:
+                figures[0] += event["amount"]
+                figures[1] += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=3_000_000)
+    parser.add_argument("--users", type=int, default=2_000_000)
+    parser.add_argument("--no-bytewax", action="store_true", help="Skip the Bytewax peer.")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args(argv)
+
+    print(f"generating {args.events:,} events over {args.users:,} users", flush=True)
+    values = list(KeyedEvents(keys=args.users).events(args.events))
+    with embedded_stack() as env:
+        stack = StackAddresses.from_env(env)
+        kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
+        partitions = kafka.partitions_of(stack.kafka, TOPIC)
+        produced = Produced(TOPIC)
+        produce(stack.kafka, produced, values, partitions)
+        del values
+        with TopologyRun(stack, REPO / "topologies" / "user_totals.py",
+                         log_dir=bench_logs("hailstorm-bench-logs-"), negotiators=1,
+                         timeout=60, database=stack.database) as run:
+            run.start()
+            wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.02)
+            started = time.monotonic()
+            target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
+            print("hailstorm: flowing", flush=True)
+            wait_for("a commit covering every offset", lambda: run.covers(target),
+                     args.timeout, run.alive, poll=0.05)
+            hailstorm_s = time.monotonic() - started
+            table = run.sink_tables()["user_totals"]
+            run.stop()
+        print("baseline", flush=True)
+        totals = Totals()
+        baseline_s = baseline_consume(stack.kafka, TOPIC, PARTITIONS, args.events, totals)
+        bytewax = None
+        if bytewax_available() and not args.no_bytewax:
+            print("Bytewax", flush=True)
+            bytewax = run_bytewax("user_totals", stack.kafka, TOPIC)
+    expected = {user: (spent, count) for user, (spent, count) in totals.by_user.items()}
+    committed = {key[0]: (row["spent"], row["events"]) for key, row in table.items()}
+    if committed != expected:
+        print(f"MISMATCH: hailstorm's table has {len(committed)} users, the baseline "
+              f"{len(expected)}", file=sys.stderr)
+        return 1
+    if bytewax is not None and {u: tuple(v) for u, v in bytewax.result.items()} != expected:
+        print("MISMATCH: Bytewax's totals differ from the baseline's", file=sys.stderr)
+        return 1
+    rate = args.events / hailstorm_s
+    baseline_rate = args.events / baseline_s
+    figures: dict[str, Any] = {
+        "events": args.events, "users": args.users, "distinct_users": len(expected),
+        "partitions": PARTITIONS, "bolt_instances": 2,
+        "hailstorm_s": round(hailstorm_s, 2), "hailstorm_events_per_s": round(rate),
+        "baseline_s": round(baseline_s, 2), "baseline_events_per_s": round(baseline_rate),
+        "ratio_hailstorm_to_baseline": round(rate / baseline_rate, 3),
+        "result_equal": True, **machine(),
+    }
+    lines = [
+        f"{args.events:,} events, {len(expected):,} distinct users, {PARTITIONS} partitions, "
+        f"PostgreSQL upsert table, round every 1 s, {figures['cores']} cores, backlog",
+        f"  hailstorm: {rate:,.0f} events/s (committed after {hailstorm_s:.1f} s)",
+        f"  baseline:  {baseline_rate:,.0f} events/s (one process, json + dict, "
+        f"{baseline_s:.1f} s)",
+        f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline totals",
+    ]
+    if bytewax is not None:
+        bytewax_rate = args.events / bytewax.seconds
+        figures["bytewax_events_per_s"] = round(bytewax_rate)
+        figures["ratio_hailstorm_to_bytewax"] = round(rate / bytewax_rate, 3)
+        lines.append(f"  Bytewax:   {bytewax_rate:,.0f} events/s (stateful_map, 2 processes, "
+                     f"recovery on, 1 s epochs); hailstorm is {rate / bytewax_rate:.2f}x")
+    report("user_totals_throughput", figures, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

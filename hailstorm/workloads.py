@@ -1,0 +1,169 @@
+"""Generated data shaped like production, for benchmarks and chaos runs. Pure and seeded.
+
+Two generators, both drawing from a Zipf distribution (rank ``r`` has weight ``r**-s``), so
+that a few keys are hot and a long tail is written rarely, as in real text and real users:
+
+* :class:`ZipfText`: lines of prose-like text over a large made-up vocabulary (default
+  50,000 words, ``s = 1.1``), with mixed case, punctuation, contractions and numbers. A
+  1,000-line batch holds a few thousand distinct words, as real prose or log tokens do.
+* :class:`KeyedEvents`: JSON events ``{"user": ..., "amount": ..., "country": ...}`` over a
+  large key space (default 2,000,000 users, ``s = 0.6``): most users appear once or twice,
+  so pre-aggregation within a batch saves little.
+
+The same ``(parameters, seed)`` always give the same data.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["KeyedEvents", "ZipfText", "zipf_ranks"]
+
+_ONSETS = ("b", "br", "c", "ch", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n",
+           "p", "pl", "qu", "r", "s", "sh", "st", "t", "th", "tr", "v", "w", "z")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou", "y")
+_CODAS = ("", "", "", "n", "r", "s", "t", "ck", "ng", "ll")
+
+
+def zipf_ranks(rng: random.Random, n: int, exponent: float, k: int) -> list[int]:
+    """``k`` ranks in ``0..n-1`` drawn by Zipf's law (rank ``r`` has weight about
+    ``(r + 1) ** -exponent``).
+
+    Inverse transform of the continuous power law on ``[1, n + 1)``, floored: O(1) per
+    draw whatever ``n`` (a table lookup over millions of weights is cache-bound).
+    """
+    rand = rng.random
+    if exponent == 1.0:
+        top = math.log(n + 1)
+        return [min(n - 1, int(math.exp(rand() * top)) - 1) for _ in range(k)]
+    power = 1.0 - exponent
+    span = (n + 1) ** power - 1.0
+    inverse = 1.0 / power
+    return [min(n - 1, int((1.0 + rand() * span) ** inverse) - 1) for _ in range(k)]
+
+
+def _made_up_words(count: int, seed: int) -> list[str]:
+    """``count`` distinct pronounceable lowercase words, shorter ones first (frequent words
+    are short in real languages)."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    seen: set[str] = set()
+    syllables = 1
+    attempts = 0
+    while len(words) < count:
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS)
+                       for _ in range(syllables))
+        attempts += 1
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+        if attempts > 40 * len(_ONSETS) * len(_VOWELS) ** syllables:
+            syllables += 1  # this length is used up: go longer
+            attempts = 0
+    return words
+
+
+@dataclass(frozen=True)
+class ZipfText:
+    """Text lines whose words follow Zipf's law over ``vocabulary`` words.
+
+    Lines have ``words_per_line`` words (inclusive range). Surface forms vary as in real
+    text: a line starts with a capital; about one word in eight is written otherwise
+    (capitalised, upper case, followed by a comma, or as a contraction ``word's`` or
+    ``word't``); one line in a hundred holds a number; lines end in ``.``, ``!`` or ``?``.
+    Lowercased and
+    split on non-letters (``topologies/wordcount.py``'s ``words_of``), the words are the
+    vocabulary's (plus ``s`` and ``t`` from contractions).
+    """
+
+    vocabulary: int = 50_000
+    exponent: float = 1.1
+    words_per_line: tuple[int, int] = (4, 16)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.vocabulary < 1 or self.exponent <= 0:
+            raise ValueError("ZipfText needs vocabulary >= 1 and exponent > 0")
+        low, high = self.words_per_line
+        if not 1 <= low <= high:
+            raise ValueError(f"words_per_line must be 1 <= low <= high, not {(low, high)}")
+
+    def words(self) -> list[str]:
+        """The vocabulary, most frequent first."""
+        return _made_up_words(self.vocabulary, self.seed)
+
+    def lines(self, count: int, seed: int = 0) -> Iterator[str]:
+        """``count`` lines; ``seed`` picks which lines (the vocabulary is fixed)."""
+        forms = [_surface_forms(w) for w in self.words()]
+        rng = random.Random(f"{self.seed}/{seed}")
+        rand, randint = rng.random, rng.randint
+        low, high = self.words_per_line
+        ends = (".", ".", ".", "!", "?")
+        block = 1_000
+        for start in range(0, count, block):
+            sizes = [randint(low, high) for _ in range(min(block, count - start))]
+            ranks = zipf_ranks(rng, len(forms), self.exponent, sum(sizes))
+            # 88% the plain form, else one of six variants (2% each).
+            tokens = [forms[r][0] if (x := rand()) >= 0.12 else forms[r][1 + int(x * 50)]
+                      for r in ranks]
+            at = 0
+            for n in sizes:
+                line = tokens[at:at + n]
+                at += n
+                if rand() < 0.01:
+                    line.insert(randint(0, n), str(randint(0, 99999)))
+                first = line[0]
+                line[0] = first[:1].upper() + first[1:]
+                yield " ".join(line) + ends[int(rand() * 5)]
+
+
+def _surface_forms(word: str) -> tuple[str, ...]:
+    """``word`` as written: plain (index 0), then six variants drawn 2% of the time each."""
+    capital = word[:1].upper() + word[1:]
+    return (word, capital, word + ",", word + "'s", capital, word + "'t", word.upper())
+
+
+@dataclass(frozen=True)
+class KeyedEvents:
+    """JSON events of users drawn by Zipf's law from ``keys`` users.
+
+    Each event is ``{"user": "u0001234", "amount": <1..500>, "country": <2 letters>}``
+    (UTF-8 bytes). With the default ``s = 0.6`` over 2,000,000 users, 3,000,000 events
+    touch about 1.1 million distinct users, most of them once or twice.
+    """
+
+    keys: int = 2_000_000
+    exponent: float = 0.6
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.keys < 1 or self.exponent <= 0:
+            raise ValueError("KeyedEvents needs keys >= 1 and exponent > 0")
+
+    def events(self, count: int, seed: int = 0) -> Iterator[bytes]:
+        """``count`` events; ``seed`` picks which events."""
+        rng = random.Random(f"{self.seed}/{seed}")
+        # Ranks are scattered over ids so that hot users are not u0000000, u0000001, ...
+        keys = self.keys
+        stride = _coprime_stride(keys, self.seed)
+        offset = random.Random(self.seed).randrange(keys)
+        countries = (b"DE", b"US", b"FR", b"BR", b"IN", b"JP", b"NG", b"GB", b"CA", b"MX")
+        rand = rng.random
+        block = 10_000
+        for start in range(0, count, block):
+            for rank in zipf_ranks(rng, keys, self.exponent, min(block, count - start)):
+                user = (rank * stride + offset) % keys
+                yield (b'{"user": "u%07d", "amount": %d, "country": "%s"}'
+                       % (user, 1 + int(rand() * 500), countries[user % 10]))
+
+
+def _coprime_stride(n: int, seed: int) -> int:
+    """A stride near ``0.618 n`` with ``gcd(stride, n) == 1``: ``r -> r * stride mod n``
+    is then a permutation of ``0..n-1``."""
+    stride = max(1, int(n * 0.6180339887) + seed % 97)
+    while math.gcd(stride, n) != 1:
+        stride += 1
+    return stride
