@@ -505,7 +505,7 @@ class BoltSpec:
         object.__setattr__(self, "keyed", keyed)
         object.__setattr__(self, "value_monoid", value_monoid)
         object.__setattr__(self, "window", value_monoid if _is_window(value_monoid) else None)
-        object.__setattr__(self, "instance_of_key", KeyRouter(max(1, self.parallelism)))
+        object.__setattr__(self, "instance_of_key", KeyRouter(max(1, self.parallelism), 1 << 18))
 
     @property
     def routing(self) -> Routing:

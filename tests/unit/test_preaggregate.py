@@ -109,6 +109,8 @@ def specs() -> dict[str, BoltSpec]:
     return {
         "keyed count": top.bolt("a", inputs=[src], key=lambda t: t[0], state=per_key(Count()),
                                 lift=Count.lift, parallelism=3),
+        "keyed sum": top.bolt("f", inputs=[src], key=lambda t: t[0], state=per_key(Sum()),
+                              lift=lambda t: t[1] - 20, parallelism=2),
         "keyed mutable": top.bolt("b", inputs=[src], key=lambda t: t[0],
                                   state=per_key(SetUnion()), lift=lambda t: shared_lift),
         "unkeyed routed": top.bolt("c", inputs=[src], key=lambda t: t[0], state=Sum(),

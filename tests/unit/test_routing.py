@@ -116,3 +116,16 @@ def test_partition_by_instance_is_an_order_keeping_partition(
     for instance, part in enumerate(parts):
         assert all(route(t[0], parallelism) == instance for t in part)
         assert part == [t for t in tuples if route(t[0], parallelism) == instance]
+
+
+def test_the_key_router_remembers_what_route_says_within_its_bound() -> None:
+    from hailstorm.routing import KeyRouter
+
+    router = KeyRouter(3, limit=4)
+    keys = ["a", "b", 1, 1.0, True, ("x", 2), None, "c", "d", "e"]
+    assert [router(k) for k in keys] == [route(k, 3) for k in keys]
+    assert [router(k) for k in keys] == [route(k, 3) for k in keys]  # from the memo
+    assert len(router._memo) <= 4
+    assert router(["unhashable", 1]) == route(["unhashable", 1], 3)
+    with pytest.raises(ValueError):
+        KeyRouter(0)
