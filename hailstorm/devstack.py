@@ -212,7 +212,12 @@ def _reap(pid: int) -> None:
 def stop_pid(
     pid: int, marker: str | None, sig: int = signal.SIGTERM, timeout: float = 15.0
 ) -> None:
-    """Stop one process we started: ``sig``, then SIGKILL after ``timeout`` seconds."""
+    """Stop one process we started: ``sig``, then SIGKILL after ``timeout`` seconds.
+
+    Returns once the process has ended. A dying process loses its command line before it
+    is gone (a JVM unmaps gigabytes first), so after the signal the wait is on the pid
+    alone; the marker only guards the signals against a reused pid.
+    """
     if not pid_alive(pid, marker):
         _reap(pid)
         return
@@ -221,13 +226,14 @@ def stop_pid(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _reap(pid)
-        if not pid_alive(pid, marker):
+        if not pid_alive(pid):
             return
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    if pid_alive(pid, marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and pid_alive(pid, marker):
+    while time.monotonic() < deadline and pid_alive(pid):
         _reap(pid)
         time.sleep(0.05)
 
