@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from common import bench_logs, embedded_stack, machine, percentile, report  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import HarnessError, StackAddresses, TopologyRun  # noqa: E402
+from hailstorm.harness import SQLITE, HarnessError, StackAddresses, TopologyRun  # noqa: E402
 
 TOPIC = "bench-latency"
 TABLE = "bench_latency"
@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
         logs = bench_logs("hailstorm-bench-latency-")
         with TopologyRun(stack, TOPOLOGY, log_dir=logs, negotiators=1,
-                         snapshot_interval=args.snapshot_interval, timeout=60) as run:
+                         snapshot_interval=args.snapshot_interval, timeout=60,
+                         database=SQLITE) as run:  # the reader polls the file
             reader = TableReader(Path(run.database.removeprefix("sqlite:///")))
             run.start()
             run.wait_flowing(300)

@@ -48,6 +48,7 @@ from common import (  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
 from hailstorm.harness import (  # noqa: E402
+    SQLITE,
     BackgroundProducer,
     HarnessError,
     Produced,
@@ -76,7 +77,7 @@ def one_size(stack: StackAddresses, size: int, keys: list[str], produced: Produc
     load = [" ".join(rng.choices(pool, k=LOAD_KEYS_PER_MESSAGE)).encode()
             for _ in range(int(args.load_rate * 300))]
     with TopologyRun(stack, TOPOLOGY, log_dir=logs / f"k{size}", negotiators=1,
-                     snapshot_interval=1.0, timeout=60) as run:
+                     snapshot_interval=1.0, timeout=60, database=SQLITE) as run:
         run.start()
         flowing = run.wait_flowing(300)
         target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}

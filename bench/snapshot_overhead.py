@@ -51,7 +51,14 @@ from common import (  # noqa: E402
 )
 
 from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
+from hailstorm.harness import (  # noqa: E402
+    SQLITE,
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    produce,
+    wait_for,
+)
 from topologies.wordcount import words_of  # noqa: E402
 
 TOPIC = "words"
@@ -66,7 +73,8 @@ def one_run(stack: StackAddresses, interval: float, lines: int, words: int,
             logs: Path) -> tuple[dict[str, Any], dict[str, int] | None]:
     """Deploy word count with ``interval``, time the backlog; (figures, committed state)."""
     with TopologyRun(stack, REPO / "topologies" / "wordcount.py", log_dir=logs / f"i{interval}",
-                     negotiators=1, snapshot_interval=interval, timeout=60) as run:
+                     negotiators=1, snapshot_interval=interval, timeout=60,
+                     database=SQLITE) as run:
         run.start()
         flowing = run.wait_flowing(300)
         started = flowing.entered_at

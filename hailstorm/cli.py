@@ -530,6 +530,11 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
 @click.option("--kinds", default="processor,negotiator,zk-session", show_default=True,
               help="Fault kinds to draw from, of processor, negotiator, zk-session and "
                    "broker (every kind is used once when --kills allows).")
+@click.option("--phases", default="Flowing,SpoutsPaused,Initialize,SpoutsRewind",
+              show_default=True,
+              help="Master states to time faults for (each used once when --kills allows; "
+                   "Initialize and SpoutsRewind first kill a processor to start a recovery "
+                   "to hit: two faults at once). Broker faults always hit a flowing topology.")
 @click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--rate", type=click.FloatRange(min=1),
               help="Messages per second the background producer writes (default: spread "
@@ -540,6 +545,11 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
 @click.option("--brokers", type=click.IntRange(min=1),
               help="Kafka nodes of the embedded stack (default: 3 when --kinds has broker, "
                    "else 1); broker faults need at least 3.")
+@click.option("--database", type=click.Choice(["postgresql", "sqlite"]), default="postgresql",
+              show_default=True,
+              help="Where the sinks write: a new database on the stack's PostgreSQL (with "
+                   "--use-env, the server of $HAILSTORM_DATABASE_URL), or a SQLite file "
+                   "beside the logs.")
 @click.option("--use-env", is_flag=True,
               help="Use the HAILSTORM_* stack instead of an embedded one of its own (broker "
                    "faults: a 'hailstorm dev up --brokers 3' stack, named by --state-dir).")
@@ -551,17 +561,19 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
               help="Also write the report as JSON to this file.")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
-          kinds: str, partitions: int, rate: float | None, spacing: float,
-          brokers: int | None, use_env: bool, state_dir: Path | None,
+          kinds: str, phases: str, partitions: int, rate: float | None, spacing: float,
+          brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
           json_path: Path | None) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
     ZooKeeper sessions and, with the broker kind, SIGKILLs the Kafka node leading the most
     source partitions and starts it again a few seconds later (--kills of them, at random
-    with --seed), waits until everything is committed, compares every bolt's committed
-    state with run_model and prints the report. Exits 1 when anything was lost, duplicated
-    or wrong.
+    with --seed), each timed for a master state (--phases), waits until everything is
+    committed, compares every bolt's committed state and every sink table (by default in a
+    new PostgreSQL database) with run_model and prints the report. Exits 1 when anything
+    was lost, duplicated or wrong, a fault never recovered, or the topology restarted
+    without a fault to explain it.
 
     Broker faults need a Kafka cluster of at least 3 nodes: the embedded stack then starts
     3 (--brokers), and --use-env refuses a smaller cluster.
@@ -574,7 +586,9 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
 
     from hailstorm.harness import (
         FAULT_KINDS,
+        MASTER_PHASES,
         MIN_KAFKA_NODES,
+        SQLITE,
         WORKLOADS,
         BrokerControl,
         ChaosSchedule,
@@ -591,6 +605,11 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     if unknown or not chosen:
         fail(f"unknown fault kind(s) {', '.join(unknown) or '(none)'}; "
              f"known: {', '.join(FAULT_KINDS)}")
+    timed = tuple(p.strip() for p in phases.split(",") if p.strip())
+    unknown = [p for p in timed if p not in MASTER_PHASES]
+    if unknown or not timed:
+        fail(f"unknown master state(s) {', '.join(unknown) or '(none)'}; "
+             f"known: {', '.join(MASTER_PHASES)}")
     topology = load_topology(topology_ref)
     generators = WORKLOADS.get(topology.name)
     if generators is None:
@@ -602,7 +621,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
              f"known: {', '.join(generators)}")
     generate = generators[workload]
     schedule = ChaosSchedule(kinds=chosen, count=kills, spacing=spacing,  # type: ignore[arg-type]
-                             seed=seed)
+                             seed=seed, phases=timed)  # type: ignore[arg-type]
     broker_faults = "broker" in chosen
     if rate is None:
         # A broker fault lasts until the node is back (restarting a JVM): allow for longer.
@@ -629,7 +648,11 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
             if use_env:
                 settings = config.Settings.from_env()
                 addresses = StackAddresses(settings.require_zk(), settings.require_kafka(),
-                                           settings.snapshot_dir())
+                                           settings.snapshot_dir(), settings.database_url)
+                if database == "postgresql" and not (settings.database_url or "").lower() \
+                        .startswith(("postgresql://", "postgres://")):
+                    fail("--database postgresql with --use-env needs $HAILSTORM_DATABASE_URL "
+                         "to name a PostgreSQL server (or pass --database sqlite)")
                 if broker_faults:
                     try:
                         problem = broker_fault_problem(kafka_nodes(addresses.kafka))
@@ -659,7 +682,8 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
             values = generate(messages, seed)
             report = run_chaos(addresses, topology_ref, values, schedule, log_dir=logs,
                                partitions=partitions, rate=rate, progress=progress,
-                               brokers=control)
+                               brokers=control,
+                               database=SQLITE if database == "sqlite" else None)
         except HarnessError as exc:
             fail(f"{exc} (logs in {logs})")
         finally:

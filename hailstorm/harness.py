@@ -40,17 +40,19 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from confluent_kafka import KafkaException, Producer
 from kazoo.client import KazooClient
@@ -61,6 +63,7 @@ from hailstorm.clock import Partition
 from hailstorm.devstack import pid_alive, stop_pid
 from hailstorm.failpoints import FAILPOINTS_DIR_VAR
 from hailstorm.model import Message, ModelResult, run_model
+from hailstorm.sinks.urls import redact
 from hailstorm.snapshots import DirectorySnapshotStore
 from hailstorm.topology import SinkSpec, Table, Topology, load_topology
 from hailstorm.workloads import KeyedEvents, ZipfText
@@ -75,8 +78,10 @@ from negotiator.layout import (
 __all__ = [
     "DEFAULT_FAULT_KINDS",
     "FAULT_KINDS",
+    "MASTER_PHASES",
     "MIN_KAFKA_NODES",
     "PRODUCER_SETTINGS",
+    "SQLITE",
     "WORKLOADS",
     "BackgroundProducer",
     "BoltStates",
@@ -88,6 +93,7 @@ __all__ = [
     "Fault",
     "FaultKind",
     "HarnessError",
+    "MasterPhase",
     "PlannedFault",
     "Produced",
     "Recovery",
@@ -99,6 +105,7 @@ __all__ = [
     "busiest_leader",
     "compare_with_model",
     "kafka_nodes",
+    "private_database",
     "produce",
     "run_chaos",
     "topic_layout",
@@ -107,6 +114,7 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 FaultKind = Literal["processor", "negotiator", "zk-session", "broker"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "broker")
 """Every fault kind the harness can inject."""
@@ -114,6 +122,12 @@ DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-ses
 """What a :class:`ChaosSchedule` draws from unless told: the kinds every stack supports
 (``broker`` needs a :class:`BrokerControl` and a cluster of :data:`MIN_KAFKA_NODES`)."""
 MIN_KAFKA_NODES = 3
+MasterPhase = Literal["Flowing", "SpoutsPaused", "Initialize", "SpoutsRewind"]
+MASTER_PHASES: tuple[MasterPhase, ...] = ("Flowing", "SpoutsPaused", "Initialize", "SpoutsRewind")
+"""The master states a fault can be timed to hit. ``SpoutsPaused`` comes with every snapshot
+round; ``Initialize`` and ``SpoutsRewind`` only while the topology recovers, so a fault timed
+for them follows a *trigger* (a processor kill) that starts a recovery: two faults at once."""
+RECOVERY_PHASES: frozenset[str] = frozenset({"Initialize", "SpoutsRewind"})
 """Kafka nodes a broker fault needs: with 3 (replication factor 3, ``min.insync.replicas=2``)
 one node can die while every partition keeps a leader and acknowledged writes survive."""
 
@@ -147,7 +161,8 @@ class StackAddresses:
     kafka: str
     snapshots: Path
     database: str | None = None
-    """The stack's sink database (runs use a private SQLite file unless told otherwise)."""
+    """The stack's sink database; runs create a database of their own on its server
+    (:func:`private_database`)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackAddresses:
@@ -155,6 +170,32 @@ class StackAddresses:
         ``HAILSTORM_DATABASE_URL``)."""
         return cls(env["HAILSTORM_ZK"], env["HAILSTORM_KAFKA"], Path(env["HAILSTORM_SNAPSHOTS"]),
                    env.get("HAILSTORM_DATABASE_URL"))
+
+
+SQLITE: str = "sqlite"
+"""``database=`` value of :class:`TopologyRun`: a private SQLite file in the run's log
+directory."""
+
+
+def private_database(stack: StackAddresses, database: str | None, log_dir: Path,
+                     run_name: str) -> str:
+    """The sink database of a run named ``run_name``.
+
+    ``database`` is a URL (used as it is), :data:`SQLITE` (a new SQLite file in
+    ``log_dir``) or None: then a new database named after the run on the stack's
+    PostgreSQL server (``stack.database``), or a SQLite file when the stack has no
+    PostgreSQL. The new PostgreSQL database stays after the run, for a look at its tables.
+    """
+    from hailstorm.sinks.db import create_postgres_database
+
+    server = stack.database
+    if database is None and server is not None and server.lower().startswith(
+            ("postgresql://", "postgres://")):
+        return create_postgres_database(server, re.sub(r"[^a-z0-9_]", "_",
+                                                       f"hs_{run_name}".lower())[:63])
+    if database is None or database == SQLITE:
+        return f"sqlite:///{(log_dir / 'sinks.sqlite').resolve()}"
+    return database
 
 
 @dataclass
@@ -165,10 +206,13 @@ class Produced:
     messages: dict[int, list[tuple[int, bytes | None]]] = field(default_factory=dict)
     """``None`` values are tombstones (the model dead-letters them, as spouts do)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _last: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, partition: int, offset: int, value: bytes | None) -> None:
         with self._lock:
             self.messages.setdefault(partition, []).append((offset, value))
+            if offset > self._last.get(partition, -1):
+                self._last[partition] = offset
 
     @property
     def count(self) -> int:
@@ -178,7 +222,7 @@ class Produced:
     def last_offsets(self) -> dict[int, int]:
         """The highest offset written to each partition."""
         with self._lock:
-            return {p: max(o for o, _ in v) for p, v in self.messages.items() if v}
+            return dict(self._last)
 
     def fill_before(self, bootstrap: str, clock: Mapping[Partition, int] | None = None) -> int:
         """Add what the topic held before this run's first message, so the model sees it.
@@ -565,6 +609,10 @@ class Fault:
     with nothing uncommitted proves little."""
     producing: bool | None = None
     """Whether the run's producer was still writing when the fault hit (None: no producer)."""
+    phase: str = ""
+    """The master's state when the fault hit, read just before it (``""``: not read)."""
+    trigger: bool = False
+    """Injected only to start a recovery that the next fault is timed to hit."""
 
     @property
     def effective(self) -> bool:
@@ -668,9 +716,10 @@ class TopologyRun:
         """How long a killed Kafka node stays down: seconds drawn uniformly from this range."""
         self._restarts: list[tuple[Fault, _NodeRestart]] = []
         self.paths = TopologyPaths(self.name)
-        self.database = database or f"sqlite:///{(log_dir / 'sinks.sqlite').resolve()}"
-        """Database of sink tables that name none: by default a SQLite file of this run
-        only, so runs of one topology never share (and collide in) a table."""
+        self.database = private_database(stack, database, log_dir, self.name)
+        """Database of sink tables that name none (see :func:`private_database`): by
+        default one of this run only, so runs of one topology never share (and collide
+        in) a table."""
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.killed: set[str] = set()
         self.faults: list[Fault] = []
@@ -918,9 +967,16 @@ class TopologyRun:
 
     def uncommitted(self) -> int | None:
         """Messages in the source partitions that the committed clock does not cover yet
-        (from Kafka's log ends; None when the broker does not answer)."""
+        (None: unknown). While the run's producer feeds the only source topic, from what it
+        had acknowledged (a ZooKeeper read: quick enough to take just before a fault);
+        otherwise from Kafka's log ends (None when the broker does not answer)."""
         committed = self.committed()
         clock = committed.clock if committed else {}
+        producer = self.producer
+        if producer is not None and self.source_topics() == [producer.produced.topic]:
+            topic = producer.produced.topic
+            return sum(max(0, last - clock.get((topic, p), -1))
+                       for p, last in producer.produced.last_offsets().items())
         try:
             partitions = [(topic, number) for topic in self.source_topics()
                           for number in kafka.partitions_of(self.stack.kafka, topic, timeout=5)]
@@ -941,14 +997,48 @@ class TopologyRun:
                 return
             time.sleep(0.05)
 
-    def _fault(self, kind: FaultKind, target: str, pid: int) -> Fault:
-        master = self.master()
+    def _fault(self, kind: FaultKind, target: str, pid: int,
+               phase: MasterPhase | None = None) -> Fault:
+        """Record a fault about to hit ``target``: what the topology held, then (with
+        ``phase``) wait until the master is in that state; the caller strikes right after.
+        The master's state, epoch and the time are read last, just before the strike."""
         producer = self.producer
-        fault = Fault(kind, target, pid, time.time(), master.state.epoch if master else 0,
-                      self.position(), uncommitted=self.uncommitted(),
-                      producing=None if producer is None else producer.running)
+        fault = Fault(kind, target, pid, time.time(), 0, self.position())
+        deadline = time.monotonic() + 15
+        while True:  # some data in flight when it hits, while the producer writes
+            if phase is not None:
+                self.wait_phase(phase)
+            fault.uncommitted = self.uncommitted()
+            if fault.uncommitted or producer is None or not producer.running \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        fault.producing = None if producer is None else producer.running
+        master = self.master()
+        fault.phase = master.state.__class__.__name__ if master else "none"
+        fault.epoch = master.state.epoch if master else 0
+        fault.at = time.time()
         self.faults.append(fault)
         return fault
+
+    def wait_phase(self, phase: MasterPhase, timeout: float | None = None) -> str:
+        """Poll the master (every 2 ms) until it is in ``phase``; give up after ``timeout``
+        seconds (default: 3 snapshot intervals for ``SpoutsPaused``, else 60) and return the
+        state it is in then: a short phase can be missed, and the fault reports where it
+        really hit."""
+        if timeout is None:
+            timeout = 3 * self.snapshot_interval + 2 if phase == "SpoutsPaused" else 60.0
+        deadline = time.monotonic() + timeout
+        checked = time.monotonic()
+        while True:
+            master = self.master()
+            name = master.state.__class__.__name__ if master else "none"
+            if name == phase or time.monotonic() >= deadline:
+                return name
+            if time.monotonic() - checked > 0.5:
+                self.alive()
+                checked = time.monotonic()
+            time.sleep(0.002)
 
     # -- restart accounting ---------------------------------------------------------------
 
@@ -995,10 +1085,13 @@ class TopologyRun:
                             for r in bad[:5]))
 
     def _pick_processor(self, role: str | None, rng: random.Random | None,
-                        pid: int | None, timeout: float = 120.0) -> tuple[str, int]:
-        """``pid``'s processor, or a living one of ``role`` drawn with ``rng``. When the
-        topology is restarting (a fault the test planned, such as a failpoint, may just have
-        fired) it waits, up to ``timeout`` s, until one of ``role`` runs again."""
+                        pid: int | None, timeout: float = 120.0,
+                        epoch: int = 0) -> tuple[str, int]:
+        """``pid``'s processor, or a living one of ``role`` drawn with ``rng`` (that
+        answered a master state of ``epoch`` or later: the current incarnation during a
+        recovery). When the topology is restarting (a fault the test planned, such as a
+        failpoint, may just have fired) it waits, up to ``timeout`` s, until one of
+        ``role`` runs again."""
         if pid is not None:
             for ident, report in self.processors().items():
                 if int(report.info.get("pid", -1)) == pid:
@@ -1010,18 +1103,22 @@ class TopologyRun:
             return sorted(
                 (ident, int(r.info["pid"])) for ident, r in self.processors().items()
                 if ident.split(":", 1)[0] in roles and "pid" in r.info
-                and pid_alive(int(r.info["pid"])))
+                and r.epoch >= epoch and pid_alive(int(r.info["pid"])))
 
         candidates = wait_for(f"a living {'/'.join(roles)} processor to hurt", living,
                               timeout, self.alive, poll=0.2)
         return (rng or random.Random()).choice(candidates)
 
     def kill_processor(self, pid: int | None = None, role: str | None = None,
-                       rng: random.Random | None = None) -> Fault:
-        """SIGKILL a processor's Spark Python worker: ``pid``, or one of ``role`` at random."""
-        ident, victim = self._pick_processor(role, rng, pid)
-        fault = self._fault("processor", ident, victim)
-        os.kill(victim, signal.SIGKILL)
+                       rng: random.Random | None = None, phase: MasterPhase | None = None,
+                       epoch: int = 0) -> Fault:
+        """SIGKILL a processor's Spark Python worker: ``pid``, or one of ``role`` at random
+        (of ``epoch`` or later, see :meth:`_pick_processor`), once the master is in
+        ``phase`` (None: now)."""
+        ident, victim = self._pick_processor(role, rng, pid, epoch=epoch)
+        fault = self._fault("processor", ident, victim, phase)
+        with contextlib.suppress(ProcessLookupError):  # it may have died on its own since
+            os.kill(victim, signal.SIGKILL)
         return fault
 
     def leader(self) -> str | None:
@@ -1029,11 +1126,16 @@ class TopologyRun:
         master = self.master()
         return master.leader if master is not None and master.leader in self.procs else None
 
-    def kill_negotiator_leader(self) -> Fault:
-        """SIGKILL the leading negotiator and start a new one (the next standby)."""
+    def kill_negotiator_leader(self, phase: MasterPhase | None = None) -> Fault:
+        """SIGKILL the leading negotiator (once the master is in ``phase``) and start a new
+        one (the next standby)."""
         label = wait_for("a negotiator of ours to lead", self.leader, 60, self.alive)
         proc = self.procs[label]
-        fault = self._fault("negotiator", label, proc.pid)
+        fault = self._fault("negotiator", label, proc.pid, phase)
+        if self.leader() != label:  # leadership moved while waiting for the phase
+            label = wait_for("a negotiator of ours to lead", self.leader, 60, self.alive)
+            proc = self.procs[label]
+            fault.target, fault.pid = label, proc.pid
         self.killed.add(label)
         proc.kill()
         proc.wait(10)
@@ -1041,7 +1143,8 @@ class TopologyRun:
         return fault
 
     def expire_zk_session(self, processor: str | None = None,
-                          rng: random.Random | None = None, timeout: float = 60) -> Fault:
+                          rng: random.Random | None = None, timeout: float = 60,
+                          phase: MasterPhase | None = None, epoch: int = 0) -> Fault:
         """Make a processor's ZooKeeper session expire for real.
 
         SIGSTOP its worker so it cannot heartbeat, wait until the server expired the session
@@ -1049,7 +1152,7 @@ class TopologyRun:
         the processor finds its session lost and ends, and the topology recovers.
         """
         if processor is None:
-            ident, victim = self._pick_processor(None, rng, None)
+            ident, victim = self._pick_processor(None, rng, None, epoch=epoch)
         else:  # a living incarnation of it (the last one may just have been killed)
             def living() -> int | None:
                 report = self.processors().get(processor)
@@ -1060,7 +1163,7 @@ class TopologyRun:
                                                 self.alive)
         node = self.paths.living_node(ident)
         owner = self.zk.exists(node)
-        fault = self._fault("zk-session", ident, victim)
+        fault = self._fault("zk-session", ident, victim, phase)
         os.kill(victim, signal.SIGSTOP)
         self._stopped_pids.add(victim)
         try:
@@ -1126,16 +1229,37 @@ class TopologyRun:
         return fault
 
     def inject(self, kind: FaultKind, rng: random.Random,
-               producer: BackgroundProducer | None = None) -> Fault:
+               producer: BackgroundProducer | None = None,
+               phase: MasterPhase = "Flowing") -> list[Fault]:
         """One fault of ``kind`` (processor, zk-session: a random spout, bolt or sink;
-        broker: the busiest leader of the source partitions, see :meth:`kill_broker`)."""
-        if kind == "processor":
-            return self.kill_processor(rng=rng)
-        if kind == "negotiator":
-            return self.kill_negotiator_leader()
+        broker: the busiest leader of the source partitions, see :meth:`kill_broker`) timed
+        for the master state ``phase``; returns the faults injected, the last one the
+        planned one.
+
+        ``Flowing`` hits at once; ``SpoutsPaused`` waits for the next snapshot round; the
+        recovery phases (``Initialize``, ``SpoutsRewind``) first SIGKILL a random processor
+        (the trigger) and hit the recovery it starts, a processor then being drawn among
+        the new incarnation. Broker faults always hit at once (they wait for a whole
+        cluster first).
+        """
         if kind == "broker":
-            return self.kill_broker(rng=rng, producer=producer)
-        return self.expire_zk_session(rng=rng)
+            return [self.kill_broker(rng=rng, producer=producer)]
+        faults: list[Fault] = []
+        epoch = 0
+        if phase in RECOVERY_PHASES:
+            trigger = self.kill_processor(rng=rng)
+            trigger.trigger = True
+            faults.append(trigger)
+            self.wait_phase("Initialize")
+            master = self.master()
+            epoch = master.state.epoch if master else 0
+        if kind == "processor":
+            faults.append(self.kill_processor(rng=rng, phase=phase, epoch=epoch))
+        elif kind == "negotiator":
+            faults.append(self.kill_negotiator_leader(phase=phase))
+        else:
+            faults.append(self.expire_zk_session(rng=rng, phase=phase, epoch=epoch))
+        return faults
 
     @staticmethod
     def _needed(fault: Fault, producer: BackgroundProducer | None) -> dict[str, int]:
@@ -1209,27 +1333,46 @@ class PlannedFault:
     kind: FaultKind
     delay: float
     """Seconds to wait (after the previous recovery) before injecting it."""
+    phase: MasterPhase = "Flowing"
+    """The master state to hit (see :meth:`TopologyRun.inject`)."""
+
+
+def _cover(choices: Sequence[T], count: int, rng: random.Random) -> list[T]:
+    """``count`` draws from ``choices``, each choice at least once when ``count`` allows,
+    in random order."""
+    drawn = list(choices[:count])
+    drawn += [rng.choice(choices) for _ in range(count - len(drawn))]
+    rng.shuffle(drawn)
+    return drawn
 
 
 @dataclass(frozen=True)
 class ChaosSchedule:
-    """A seeded plan of ``count`` faults of ``kinds``, spaced ``spacing`` s apart (+ jitter).
+    """A seeded plan of ``count`` faults of ``kinds``, spaced ``spacing`` s apart (+ jitter),
+    timed for the master states ``phases``.
 
-    Every kind is used at least once when ``count >= len(kinds)``; the rest are drawn at
-    random. Faults are applied one after another, each after the previous recovery.
+    Every kind is used at least once when ``count >= len(kinds)``, and every phase once
+    among the faults that are not broker faults (those hit a flowing topology) when there
+    are enough; the rest are drawn at random. Faults are applied one after another, each
+    after the previous recovery.
     """
 
     kinds: tuple[FaultKind, ...] = DEFAULT_FAULT_KINDS
     count: int = 3
     spacing: float = 2.0
     seed: int = 0
+    phases: tuple[MasterPhase, ...] = MASTER_PHASES
 
     def plan(self) -> list[PlannedFault]:
         rng = random.Random(self.seed)
-        kinds = list(self.kinds[:self.count])
-        kinds += [rng.choice(self.kinds) for _ in range(self.count - len(kinds))]
-        rng.shuffle(kinds)
-        return [PlannedFault(k, self.spacing * (0.5 + rng.random())) for k in kinds]
+        kinds = _cover(self.kinds, self.count, rng)
+        delays = [self.spacing * (0.5 + rng.random()) for _ in kinds]
+        timed = [i for i, k in enumerate(kinds) if k != "broker"]
+        phases: list[MasterPhase] = ["Flowing"] * len(kinds)
+        for i, phase in zip(timed, _cover(self.phases, len(timed),
+                                          random.Random(self.seed * 31 + 7)), strict=True):
+            phases[i] = phase
+        return [PlannedFault(k, d, ph) for k, d, ph in zip(kinds, delays, phases, strict=True)]
 
     def rng(self) -> random.Random:
         """The generator victims are drawn from (independent of the plan)."""
@@ -1396,6 +1539,8 @@ class ChaosReport:
     """Moves to Initialize after the first start (recoveries, including retried ones)."""
     unexplained: list[RecoveryRecord] = field(default_factory=list)
     """Recoveries no injected fault explains: each one fails the run."""
+    database: str = ""
+    """The sinks' database, its password masked."""
 
     @property
     def ok(self) -> bool:
@@ -1405,22 +1550,31 @@ class ChaosReport:
                 and not self.unexplained)
 
     def faults_by_kind(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for r in self.faults:
-            counts[r.fault.kind] = counts.get(r.fault.kind, 0) + 1
-        return counts
+        """Planned faults per kind (triggers not counted)."""
+        return dict(Counter(r.fault.kind for r in self.faults if not r.fault.trigger))
+
+    def faults_by_phase(self) -> dict[str, int]:
+        """Every fault (triggers too) per master state it hit."""
+        return dict(Counter(r.fault.phase for r in self.faults))
+
+    @property
+    def triggers(self) -> int:
+        return sum(1 for r in self.faults if r.fault.trigger)
 
     def to_dict(self) -> dict[str, Any]:
         c = self.comparison
         return {
             "topology": self.topology, "messages": self.messages,
             "partitions": self.partitions, "seed": self.seed, "ok": self.ok,
+            "database": self.database,
             "seconds": round(self.seconds, 2), "committed_epoch": self.committed_epoch,
             "faults_by_kind": self.faults_by_kind(),
+            "faults_by_phase": self.faults_by_phase(), "triggers": self.triggers,
             "recoveries": [
                 {"kind": r.fault.kind, "target": r.fault.target, "pid": r.fault.pid,
                  "epoch": r.fault.epoch, "detail": r.fault.detail,
                  "uncommitted": r.fault.uncommitted, "producing": r.fault.producing,
+                 "phase": r.fault.phase, "trigger": r.fault.trigger,
                  "effective": r.fault.effective,
                  "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
                  "committed_after": None if r.committed_after is None
@@ -1443,16 +1597,21 @@ class ChaosReport:
     def to_text(self) -> str:
         c = self.comparison
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.faults_by_kind().items())) or "none"
+        phases = ", ".join(f"{n} in {k}" for k, n in sorted(self.faults_by_phase().items()))
         lines = [
             f"topology {self.topology}: {self.messages} messages over {self.partitions} "
             f"partitions, seed {self.seed}, {self.seconds:.1f} s",
-            f"faults: {len(self.faults)} ({kinds})",
+            f"sinks in {self.database}",
+            f"faults: {len(self.faults) - self.triggers} planned ({kinds}) and "
+            f"{self.triggers} triggers; hit {phases or 'nothing'}",
         ]
         for r in self.faults:
             flowing = "never" if r.flowing_after is None else f"{r.flowing_after:.1f} s"
             committed = "never" if r.committed_after is None else f"{r.committed_after:.1f} s"
             line = (f"  {r.fault.kind:<10} {r.fault.target} (pid {r.fault.pid}, "
-                    f"epoch {r.fault.epoch}, {r.fault.uncommitted} uncommitted): Flowing after "
+                    f"{r.fault.phase or '?'} {r.fault.epoch}"
+                    + (", trigger" if r.fault.trigger else "")
+                    + f", {r.fault.uncommitted} uncommitted): Flowing after "
                     f"{flowing}, committed past it after {committed}")
             if r.fault.kind == "broker":
                 back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
@@ -1492,8 +1651,12 @@ def run_chaos(
     timeout: float = 240.0,
     progress: Callable[[str], None] = lambda _m: None,
     brokers: BrokerControl | None = None,
+    database: str | None = None,
 ) -> ChaosReport:
     """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare.
+
+    The sinks write to ``database`` (see :func:`private_database`: by default a new
+    database on the stack's PostgreSQL).
 
     ``brokers`` stops and starts the stack's Kafka nodes; a schedule with ``broker`` faults
     needs it and a cluster of :data:`MIN_KAFKA_NODES` nodes (refused before anything runs).
@@ -1507,7 +1670,8 @@ def run_chaos(
         problem = broker_fault_problem(kafka_nodes(stack.kafka))
         if problem:
             raise HarnessError(problem)
-    with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers) as run:
+    with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers,
+                     database=database) as run:
         topics = {s.topic for s in run.topology.spouts}
         if len(topics) != 1:
             raise HarnessError(f"run_chaos needs a topology with one source topic, got {topics}")
@@ -1529,15 +1693,20 @@ def run_chaos(
                 time.sleep(planned.delay)
                 run.wait_flowing(timeout)
                 run.await_uncommitted(producer)
-                fault = run.inject(planned.kind, rng, producer)
-                progress(f"fault {i + 1}/{schedule.count}: {fault.kind} {fault.target}"
-                         + (f" ({fault.detail})" if fault.detail else "")
-                         + f"; {fault.uncommitted} uncommitted messages, producer "
-                         + ("running" if fault.producing else "done"))
-                recovery = run.measure_recovery(fault, timeout, producer)
-                recoveries.append(recovery)
-                progress(f"recovered from {fault.kind} {fault.target}: committed after "
-                         f"{recovery.committed_after}")
+                faults = run.inject(planned.kind, rng, producer, planned.phase)
+                for fault in faults:
+                    progress(f"fault {i + 1}/{schedule.count}"
+                             + (" (trigger)" if fault.trigger else "")
+                             + f": {fault.kind} {fault.target} in {fault.phase}"
+                             + (f" ({fault.detail})" if fault.detail else "")
+                             + f"; {fault.uncommitted} uncommitted messages, producer "
+                             + ("running" if fault.producing else "done"))
+                for fault in reversed(faults):  # the last one recovers last
+                    recovery = run.measure_recovery(fault, timeout, producer)
+                    recoveries.append(recovery)
+                    progress(f"recovered from {fault.kind} {fault.target}: committed after "
+                             f"{recovery.committed_after}")
+                recoveries[-len(faults):] = recoveries[-len(faults):][::-1]
             producer.join(timeout + len(values) / rate)
         target = {(topic, p): o for p, o in produced.last_offsets().items()}
         progress(f"produced {produced.count}; draining")
@@ -1554,4 +1723,4 @@ def run_chaos(
         return ChaosReport(run.topology.name, produced.count, len(parts), schedule.seed,
                            recoveries, comparison, committed.epoch,
                            time.monotonic() - started, notes, len(restarts),
-                           run.unexplained_recoveries())
+                           run.unexplained_recoveries(), redact(run.database))

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
+from psycopg import sql
 
 from hailstorm.sinks.errors import DatabaseUnavailableError, SinkError
 from hailstorm.sinks.sql import Dialect, TableShape, dialect_for
 from hailstorm.sinks.urls import DatabaseUrl, parse_url, redact, scrub
 
-__all__ = ["Database", "RetryPolicy", "is_transient", "with_retries"]
+__all__ = ["Database", "RetryPolicy", "create_postgres_database", "is_transient", "with_retries"]
 
 log = logging.getLogger("hailstorm.sinks")
 
@@ -308,3 +311,28 @@ class Database:
                 cols = self.execute(f"PRAGMA index_info({q(index)})")
                 unique.append(tuple(str(c[2]) for c in sorted(cols, key=lambda c: c[0])))
         return TableShape(name, columns, primary, tuple(unique))
+
+
+_DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def create_postgres_database(server_url: str, name: str) -> str:
+    """Create the database ``name`` on the PostgreSQL server of ``server_url`` (any
+    database on it) and return ``server_url`` pointing at the new one (options kept).
+
+    ``name`` must be a lower-case identifier of at most 63 characters (PostgreSQL's limit).
+    """
+    if not _DATABASE_NAME.fullmatch(name):
+        raise SinkError(f"database name {name!r}: use at most 63 lower-case letters, digits "
+                        "and underscores, not starting with a digit")
+    parsed = parse_url(server_url)
+    if parsed.kind != "postgresql":
+        raise SinkError(f"{redact(server_url)} is not a PostgreSQL URL")
+    try:
+        with psycopg.connect(parsed.target, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        raise SinkError(f"cannot create database {name} at {redact(server_url)}: "
+                        f"{scrub(_reason(exc), server_url)}") from None
+    parts = urlsplit(parsed.target)
+    return urlunsplit(parts._replace(path="/" + quote(name)))

@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import ChaosSchedule, StackAddresses, run_chaos, wordcount_lines
+from hailstorm.harness import (
+    MASTER_PHASES,
+    ChaosSchedule,
+    StackAddresses,
+    run_chaos,
+    wordcount_lines,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +29,9 @@ TOPOLOGY = REPO / "topologies" / "wordcount.py"
 def test_wordcount_is_exact_under_ten_faults_of_every_kind(
     stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """200k lines; 10 faults: 6 kill -9 of random spouts/bolts, 2 of the negotiator leader
-    and 2 ZooKeeper session expiries, in a seeded random order."""
+    """200k lines; 10 faults: 6 kill -9 of random spouts/bolts/sinks, 2 of the negotiator
+    leader and 2 ZooKeeper session expiries, in a seeded random order, timed for every master
+    state; on PostgreSQL (the harness's default)."""
     kinds = ("processor",) * 6 + ("negotiator",) * 2 + ("zk-session",) * 2
     schedule = ChaosSchedule(kinds=kinds, count=10, spacing=2.0, seed=7)
     assert sorted(p.kind for p in schedule.plan()) == sorted(kinds)
@@ -34,6 +41,10 @@ def test_wordcount_is_exact_under_ten_faults_of_every_kind(
                        log_dir=tmp_path / "logs", rate=1_200, progress=print)
     print(report.to_text())
     assert report.faults_by_kind() == {"processor": 6, "negotiator": 2, "zk-session": 2}
+    # Timed for every master state; the recovery phases after a trigger (two at once).
+    assert set(report.faults_by_phase()) == set(MASTER_PHASES), report.to_text()
+    assert report.triggers == sum(p.phase in ("Initialize", "SpoutsRewind")
+                                  for p in schedule.plan())
     assert all(r.fault.target.startswith(("spout:", "bolt:", "sink:", "negotiator-"))
                for r in report.faults)
     assert all(r.committed_after is not None for r in report.faults), report.to_text()
@@ -45,6 +56,7 @@ def test_wordcount_is_exact_under_ten_faults_of_every_kind(
     assert (c.lost, c.duplicated, c.wrong, c.instance_mismatches) == (0, 0, 0, []), \
         report.to_text()
     assert c.keys_compared == 80 + 80  # the counts bolt's words and the word_counts rows
+    assert report.database.startswith("postgresql://")
     assert report.ok
 
 

@@ -10,7 +10,6 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from hailstorm import kafka
@@ -68,13 +67,6 @@ def _lines(count: int, seed: int) -> list[bytes]:
             for _ in range(count)]
 
 
-def _fresh_database(server_url: str) -> str:
-    name = f"mixed_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return server_url.rsplit("/", 1)[0] + f"/{name}"
-
-
 def test_two_spouts_topk_merge_and_append_tables_are_exact_across_a_kill(
     stack_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -88,8 +80,7 @@ def test_two_spouts_topk_merge_and_append_tables_are_exact_across_a_kill(
     for topic in topics.values():
         kafka.create_topic(stack.kafka, topic, 2)
     produced = {name: Produced(topic) for name, topic in topics.items()}
-    database = _fresh_database(stack_env["HAILSTORM_DATABASE_URL"])
-    with TopologyRun(stack, module, log_dir=tmp_path / "logs", database=database) as run:
+    with TopologyRun(stack, module, log_dir=tmp_path / "logs") as run:  # on PostgreSQL
         run.start()
         run.wait_flowing(240)
         produce(stack.kafka, produced["views"], _lines(4_000, seed=1), [0, 1])
@@ -106,6 +97,7 @@ def test_two_spouts_topk_merge_and_append_tables_are_exact_across_a_kill(
         states = run.committed_bolt_states(committed)
         tables = run.sink_tables()
         run.check_recoveries()
+    assert run.database.startswith("postgresql://")  # the harness's default
 
     messages = sorted((m for p in produced.values() for m in p.model_messages()),
                       key=lambda m: (m.topic, m.partition, m.offset))

@@ -37,6 +37,8 @@ from hailstorm.sinks import (
     SinkWriter,
     parse_url,
 )
+from hailstorm.sinks.db import create_postgres_database
+from hailstorm.sinks.errors import SinkError
 from hailstorm.sinks.sql import HIDDEN_COLUMNS
 
 pytestmark = pytest.mark.integration
@@ -528,3 +530,14 @@ def test_a_locked_sqlite_database_is_waited_for(tmp_path: Path) -> None:
     blocker.close()
     writer.close()
     assert table_content(url, table) == {("x",): {"word": "x", "occurrences": 1, "letters": 1}}
+
+
+def test_a_private_database_is_created_on_the_server_and_only_once(postgres_url: str) -> None:
+    name = unique("private")
+    url = create_postgres_database(postgres_url, name)
+    assert url.rsplit("/", 1)[1] == name
+    assert query(url, "SELECT current_database()") == [(name,)]
+    with pytest.raises(SinkError, match=f"cannot create database {name}") as failed:
+        create_postgres_database(postgres_url, name)
+    password = parse_url(postgres_url).target.split("@")[0].rsplit(":", 1)[-1]
+    assert password not in str(failed.value)

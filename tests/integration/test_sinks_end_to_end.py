@@ -10,15 +10,14 @@ reference model says, and every restart must be one of these.
 from __future__ import annotations
 
 import random
-import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 from databases import query
 
 from hailstorm import kafka
 from hailstorm.harness import (
+    SQLITE,
     Produced,
     StackAddresses,
     TopologyRun,
@@ -35,14 +34,6 @@ TOPOLOGY = REPO / "topologies" / "wordcount.py"
 TOPIC = "words"
 
 
-def fresh_postgres_database(server_url: str) -> str:
-    """A new, empty database on the session's PostgreSQL; its URL."""
-    name = f"e2e_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return server_url.rsplit("/", 1)[0] + f"/{name}"
-
-
 def table_of(url: str) -> dict[str, int]:
     return {word: count for word, count in query(url, "SELECT word, count FROM word_counts")}
 
@@ -54,10 +45,6 @@ def test_word_counts_table_is_exactly_the_model_through_kills(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if database == "postgresql":
-        url = fresh_postgres_database(stack_env["HAILSTORM_DATABASE_URL"])
-    else:
-        url = f"sqlite:///{tmp_path}/sink.db"
     monkeypatch.setenv("HAILSTORM_FAILPOINTS", "sink.after_commit@4")
     monkeypatch.setenv("HAILSTORM_FAILPOINTS_DIR", str(tmp_path / "failpoints"))
     stack = StackAddresses.from_env(stack_env)
@@ -67,7 +54,9 @@ def test_word_counts_table_is_exactly_the_model_through_kills(
     lines = wordcount_lines(40000, seed={"postgresql": 17, "sqlite": 18}[database])
     rng = random.Random(5)
 
-    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs", database=url) as run:
+    # PostgreSQL: the harness's default, a new database on the stack's server.
+    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs",
+                     database=None if database == "postgresql" else SQLITE) as run:
         run.start()
         run.wait_flowing(timeout=300)
         produce(stack.kafka, produced, lines[:15000], partitions)
@@ -95,7 +84,8 @@ def test_word_counts_table_is_exactly_the_model_through_kills(
 
     expected = {key[0]: row["count"] for key, row in
                 run_model(run.topology, produced.model_messages()).table("word_counts").items()}
-    assert table_of(url) == expected
+    assert run.database.startswith(database)
+    assert table_of(run.database) == expected
 
 
 def test_rows_reach_the_table_without_waiting_for_a_round(

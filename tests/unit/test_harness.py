@@ -19,6 +19,8 @@ from hailstorm.cli import main
 from hailstorm.harness import (
     DEFAULT_FAULT_KINDS,
     FAULT_KINDS,
+    MASTER_PHASES,
+    SQLITE,
     BackgroundProducer,
     BoltStates,
     ChaosReport,
@@ -29,15 +31,19 @@ from hailstorm.harness import (
     HarnessError,
     Produced,
     Recovery,
+    StackAddresses,
     TopicLayout,
     TopologyRun,
     broker_fault_problem,
     busiest_leader,
     compare_with_model,
     keyed_append_rows,
+    private_database,
     unexplained,
 )
 from hailstorm.model import ModelResult, messages, run_model
+from hailstorm.sinks.db import create_postgres_database
+from hailstorm.sinks.errors import SinkError
 from negotiator.layout import RecoveryRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,6 +91,41 @@ def test_schedule_is_seeded_and_uses_every_kind() -> None:
     assert all(1.0 <= p.delay <= 3.0 for p in plan)
     exact = ChaosSchedule(kinds=("processor",) * 4 + ("negotiator",), count=5, seed=3).plan()
     assert sorted(p.kind for p in exact) == ["negotiator"] + ["processor"] * 4
+
+
+def test_schedule_times_every_phase_and_keeps_broker_faults_flowing() -> None:
+    plan = ChaosSchedule(count=8, seed=5).plan()
+    assert plan == ChaosSchedule(count=8, seed=5).plan()
+    assert {p.phase for p in plan} == set(MASTER_PHASES)
+    brokers = ChaosSchedule(kinds=("broker", "processor", "negotiator", "zk-session"), count=8,
+                            seed=1).plan()
+    assert all(p.phase == "Flowing" for p in brokers if p.kind == "broker")
+    timed = [p.phase for p in brokers if p.kind != "broker"]
+    assert len(timed) < 4 or set(timed) == set(MASTER_PHASES)
+    flowing = ChaosSchedule(count=5, seed=2, phases=("Flowing",)).plan()
+    assert {p.phase for p in flowing} == {"Flowing"}
+
+
+def test_report_counts_triggers_apart_and_tallies_phases() -> None:
+    _, model = _model()
+    comparison = compare_with_model(model, _states(model, {"a": 2, "b": 1, "c": 1}))
+
+    def hit(kind: str, phase: str, trigger: bool = False) -> Recovery:
+        fault = Fault(kind, "bolt:x:0", 1, 0.0, 3, {}, uncommitted=5,  # type: ignore[arg-type]
+                      producing=True, phase=phase, trigger=trigger)
+        return Recovery(fault, 1.0, 2.0)
+
+    report = ChaosReport("t", 4, 1, 0, [hit("processor", "Initialize", trigger=True),
+                                        hit("zk-session", "Initialize"),
+                                        hit("processor", "SpoutsPaused")],
+                         comparison, 4, 1.5)
+    assert report.faults_by_kind() == {"processor": 1, "zk-session": 1}
+    assert report.faults_by_phase() == {"Initialize": 2, "SpoutsPaused": 1}
+    text = report.to_text()
+    assert "faults: 2 planned (1 processor, 1 zk-session) and 1 triggers" in text
+    assert "(pid 1, Initialize 3, trigger, 5 uncommitted)" in text
+    data = json.loads(report.to_json())
+    assert data["triggers"] == 1 and data["recoveries"][0]["trigger"] is True
 
 
 def test_report_renders_as_text_and_json() -> None:
@@ -182,7 +223,7 @@ def test_report_shows_broker_restarts() -> None:
     back = Recovery(fault, 0.0, 12.5, restored_after=14.25)
     report = ChaosReport("t", 6, 2, 0, [back], comparison, 9, 30.0)
     assert report.ok
-    assert "broker     kafka-2 (pid 123, epoch 4, None uncommitted): Flowing after 0.0 s, " \
+    assert "broker     kafka-2 (pid 123, ? 4, None uncommitted): Flowing after 0.0 s, " \
            "committed past it after 12.5 s; x, back in the cluster after 14.2 s" \
            in report.to_text()
     assert "effective: 0 of 1 faults" in report.to_text()  # nothing known to be uncommitted
@@ -293,3 +334,18 @@ def test_a_fault_is_effective_only_on_uncommitted_data_while_producing() -> None
     assert replace(base, uncommitted=120).effective  # no producer: the data was there
     assert not replace(base, uncommitted=120, producing=False).effective
     assert not replace(base, uncommitted=0, producing=True).effective
+
+
+def test_a_run_without_postgresql_or_told_sqlite_gets_a_sqlite_file(tmp_path: Path) -> None:
+    bare = StackAddresses("zk:2181", "kafka:9092", tmp_path)
+    file = f"sqlite:///{(tmp_path / 'sinks.sqlite').resolve()}"
+    assert private_database(bare, None, tmp_path, "wc_1") == file
+    on_pg = replace(bare, database="postgresql://u:p@127.0.0.1:5432/hailstorm")
+    assert private_database(on_pg, SQLITE, tmp_path, "wc_1") == file
+    assert private_database(on_pg, "sqlite:///x.db", tmp_path, "wc_1") == "sqlite:///x.db"
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "Upper", "a-b", "a;drop", "x" * 64])
+def test_a_database_name_that_is_no_plain_identifier_is_refused(name: str) -> None:
+    with pytest.raises(SinkError, match="database name"):
+        create_postgres_database("postgresql://u:p@127.0.0.1:1/db", name)
