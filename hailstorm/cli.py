@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -515,6 +515,15 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
 # --------------------------------------------------------------------------- chaos
 
 
+def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
+    """The comma-separated names of ``text``, each one of ``known`` (else a clear error)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        fail(f"unknown {what}(s) {', '.join(unknown) or '(none)'}; known: {', '.join(known)}")
+    return names
+
+
 @main.command("chaos")
 @click.argument("topology_ref", metavar="TOPOLOGY")
 @click.option("--messages", type=click.IntRange(min=1), default=200000, show_default=True,
@@ -598,18 +607,11 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
         kafka_nodes,
         run_chaos,
     )
+    from hailstorm.sinks.urls import is_postgres_url
     from hailstorm.topology import load_topology
 
-    chosen = tuple(k.strip() for k in kinds.split(",") if k.strip())
-    unknown = [k for k in chosen if k not in FAULT_KINDS]
-    if unknown or not chosen:
-        fail(f"unknown fault kind(s) {', '.join(unknown) or '(none)'}; "
-             f"known: {', '.join(FAULT_KINDS)}")
-    timed = tuple(p.strip() for p in phases.split(",") if p.strip())
-    unknown = [p for p in timed if p not in MASTER_PHASES]
-    if unknown or not timed:
-        fail(f"unknown master state(s) {', '.join(unknown) or '(none)'}; "
-             f"known: {', '.join(MASTER_PHASES)}")
+    chosen = _listed(kinds, FAULT_KINDS, "fault kind")
+    timed = _listed(phases, MASTER_PHASES, "master state")
     topology = load_topology(topology_ref)
     generators = WORKLOADS.get(topology.name)
     if generators is None:
@@ -649,8 +651,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
                 settings = config.Settings.from_env()
                 addresses = StackAddresses(settings.require_zk(), settings.require_kafka(),
                                            settings.snapshot_dir(), settings.database_url)
-                if database == "postgresql" and not (settings.database_url or "").lower() \
-                        .startswith(("postgresql://", "postgres://")):
+                if database == "postgresql" and not is_postgres_url(settings.database_url):
                     fail("--database postgresql with --use-env needs $HAILSTORM_DATABASE_URL "
                          "to name a PostgreSQL server (or pass --database sqlite)")
                 if broker_faults:

@@ -63,7 +63,7 @@ from hailstorm.clock import Partition
 from hailstorm.devstack import pid_alive, stop_pid
 from hailstorm.failpoints import FAILPOINTS_DIR_VAR
 from hailstorm.model import Message, ModelResult, run_model
-from hailstorm.sinks.urls import redact
+from hailstorm.sinks.urls import is_postgres_url, redact
 from hailstorm.snapshots import DirectorySnapshotStore
 from hailstorm.topology import SinkSpec, Table, Topology, load_topology
 from hailstorm.workloads import KeyedEvents, ZipfText
@@ -189,8 +189,7 @@ def private_database(stack: StackAddresses, database: str | None, log_dir: Path,
     from hailstorm.sinks.db import create_postgres_database
 
     server = stack.database
-    if database is None and server is not None and server.lower().startswith(
-            ("postgresql://", "postgres://")):
+    if database is None and server is not None and is_postgres_url(server):
         return create_postgres_database(server, re.sub(r"[^a-z0-9_]", "_",
                                                        f"hs_{run_name}".lower())[:63])
     if database is None or database == SQLITE:
@@ -1701,12 +1700,13 @@ def run_chaos(
                              + (f" ({fault.detail})" if fault.detail else "")
                              + f"; {fault.uncommitted} uncommitted messages, producer "
                              + ("running" if fault.producing else "done"))
+                measured: list[Recovery] = []
                 for fault in reversed(faults):  # the last one recovers last
                     recovery = run.measure_recovery(fault, timeout, producer)
-                    recoveries.append(recovery)
+                    measured.insert(0, recovery)
                     progress(f"recovered from {fault.kind} {fault.target}: committed after "
                              f"{recovery.committed_after}")
-                recoveries[-len(faults):] = recoveries[-len(faults):][::-1]
+                recoveries.extend(measured)
             producer.join(timeout + len(values) / rate)
         target = {(topic, p): o for p, o in produced.last_offsets().items()}
         progress(f"produced {produced.count}; draining")

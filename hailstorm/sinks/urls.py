@@ -82,6 +82,14 @@ class DatabaseUrl:
         return redact(self.url)
 
 
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(url: str | None) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) URL."""
+    return url is not None and url.strip().lower().startswith(_POSTGRES_SCHEMES)
+
+
 def parse_url(url: str) -> DatabaseUrl:
     """Recognise ``postgresql://`` (or ``postgres://``) and ``sqlite:///path`` URLs.
 
@@ -90,7 +98,7 @@ def parse_url(url: str) -> DatabaseUrl:
     """
     text = str(url).strip()
     lower = text.lower()
-    if lower.startswith(("postgresql://", "postgres://")):
+    if lower.startswith(_POSTGRES_SCHEMES):
         return DatabaseUrl(text, "postgresql", text)
     if lower.startswith("sqlite:///"):
         path = text[len("sqlite:///") :]
