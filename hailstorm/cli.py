@@ -241,10 +241,14 @@ def show(topology_ref: str, dot: bool) -> None:
               "picked up by restarting the stage with a spout more (0: never look).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              callback=lambda _ctx, _param, items: _spark_conf(items),
+              help="A Spark setting, as for spark-submit (repeatable).")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshots: str | None, database: str | None,
-        name: str | None, host: str, partition_check_interval: float, log_level: str) -> None:
+        name: str | None, host: str, partition_check_interval: float, log_level: str,
+        spark_conf: tuple[tuple[str, str], ...]) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
 
     Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
@@ -266,7 +270,8 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
         kafka_config=settings.kafka_config,
         snapshots=str(settings.snapshot_dir()), name=name, host=host, log_level=log_level,
-        database_url=_absolute_sqlite(settings.database()), spark=SparkOptions(master=master),
+        database_url=_absolute_sqlite(settings.database()),
+        spark=SparkOptions(master=master, extra_conf=spark_conf),
         partition_check_interval=partition_check_interval,
     )
     try:
@@ -277,6 +282,17 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     install_signal_handlers(driver)
     failures = driver.run()
     console.print(f"stopped ({failures} failed stage attempts)")
+
+
+def _spark_conf(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``("spark.a=1", ...)`` -> ``(("spark.a", "1"), ...)``."""
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--conf")
+        pairs.append((key.strip(), value))
+    return tuple(pairs)
 
 
 def _absolute_sqlite(url: str) -> str:
@@ -528,7 +544,7 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
 @click.argument("topology_ref", metavar="TOPOLOGY")
 @click.option("--messages", type=click.IntRange(min=1), default=200000, show_default=True,
               help="Messages to produce (the topology's workload generator).")
-@click.option("--kills", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--kills", type=click.IntRange(min=0), default=4, show_default=True,
               help="Faults to inject, one after another, each after the last recovery.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seeds the workload, the fault plan and the victims.")
@@ -536,9 +552,11 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
               help="The topology's workload generator (default: its first; wordcount: zipf "
                    "for realistic text over 50,000 words, uniform for 80 equally likely "
                    "words; user_totals: zipf for JSON events of 2,000,000 users).")
-@click.option("--kinds", default="processor,negotiator,zk-session", show_default=True,
-              help="Fault kinds to draw from, of processor, negotiator, zk-session and "
-                   "broker (every kind is used once when --kills allows).")
+@click.option("--kinds",
+              help="Fault kinds to draw from, of processor, negotiator, zk-session, zombie "
+                   "(a sink stopped until its replacement committed, then resumed) and "
+                   "broker (default: every kind but broker; every kind is used once when "
+                   "--kills allows).")
 @click.option("--phases", default="Flowing,SpoutsPaused,Initialize,SpoutsRewind",
               show_default=True,
               help="Master states to time faults for (each used once when --kills allows; "
@@ -570,13 +588,14 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
               help="Also write the report as JSON to this file.")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
-          kinds: str, phases: str, partitions: int, rate: float | None, spacing: float,
+          kinds: str | None, phases: str, partitions: int, rate: float | None, spacing: float,
           brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
           json_path: Path | None) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
-    ZooKeeper sessions and, with the broker kind, SIGKILLs the Kafka node leading the most
+    ZooKeeper sessions, makes zombies of sinks (stopped until their replacement committed,
+    then resumed) and, with the broker kind, SIGKILLs the Kafka node leading the most
     source partitions and starts it again a few seconds later (--kills of them, at random
     with --seed), each timed for a master state (--phases), waits until everything is
     committed, compares every bolt's committed state and every sink table (by default in a
@@ -594,6 +613,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     from confluent_kafka import KafkaException
 
     from hailstorm.harness import (
+        DEFAULT_FAULT_KINDS,
         FAULT_KINDS,
         MASTER_PHASES,
         MIN_KAFKA_NODES,
@@ -610,7 +630,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     from hailstorm.sinks.urls import is_postgres_url
     from hailstorm.topology import load_topology
 
-    chosen = _listed(kinds, FAULT_KINDS, "fault kind")
+    chosen = _listed(kinds or ",".join(DEFAULT_FAULT_KINDS), FAULT_KINDS, "fault kind")
     timed = _listed(phases, MASTER_PHASES, "master state")
     topology = load_topology(topology_ref)
     generators = WORKLOADS.get(topology.name)

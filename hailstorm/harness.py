@@ -115,12 +115,17 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
-FaultKind = Literal["processor", "negotiator", "zk-session", "broker"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "broker")
+FaultKind = Literal["processor", "negotiator", "zk-session", "zombie", "broker"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
+                                      "broker")
 """Every fault kind the harness can inject."""
-DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session")
+DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie")
 """What a :class:`ChaosSchedule` draws from unless told: the kinds every stack supports
 (``broker`` needs a :class:`BrokerControl` and a cluster of :data:`MIN_KAFKA_NODES`)."""
+ZOMBIE_SPARK_CONF = (("spark.python.task.killTimeout", "1h"),)
+"""Spark settings of a run with zombie faults: Spark leaves the Python worker of a killed
+task alone (as it cannot reach one on a partitioned host), so a stopped sink outlives its
+stage and resumes after its replacement ran; the run gets a spare task slot for it."""
 MIN_KAFKA_NODES = 3
 MasterPhase = Literal["Flowing", "SpoutsPaused", "Initialize", "SpoutsRewind"]
 MASTER_PHASES: tuple[MasterPhase, ...] = ("Flowing", "SpoutsPaused", "Initialize", "SpoutsRewind")
@@ -672,6 +677,37 @@ def unexplained(recoveries: Iterable[RecoveryRecord], explanations: Sequence[Exp
 _RECOVERING = frozenset({"NegotiatorDisconnected", "Initialize", "SpoutsRewind"})
 
 
+ZOMBIE_FENCED = "resumed after its replacement committed; fenced by its table, wrote nothing"
+ZOMBIE_ENDED = "resumed after its replacement committed; ended before writing"
+
+
+def zombie_outcome(log: str, pid: int) -> str:
+    """How the zombie sink ``pid`` ended, from its lines in ``log`` (a logged traceback's
+    lines belong to the line that starts it): fenced by its table (:data:`ZOMBIE_FENCED`:
+    it tried to commit), or on its lost session or the newer run before it tried
+    (:data:`ZOMBIE_ENDED`)."""
+    mine: list[str] = []
+    owned = False
+    for line in log.splitlines():
+        if _LOG_LINE.match(line):
+            owned = f" pid={pid}]" in line
+        if owned:
+            mine.append(line)
+    if any("a zombie of an older run" in line for line in mine):
+        return ZOMBIE_FENCED
+    raised = [line for line in mine if _EXCEPTION_LINE.match(line)]
+    why = raised[-1] if raised else next(
+        (line.split("] ", 1)[-1] for line in reversed(mine)
+         if " ERROR " in line or " WARNING " in line), "no log line")
+    return f"{ZOMBIE_ENDED} ({why[:160]})"
+
+
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*: ")
+"""The last line of a logged traceback: ``module.ExceptionName: message``."""
+_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+"""The start of a log line (not of a traceback's continuation)."""
+
+
 def _clock_key(partition: Partition) -> str:
     return f"{partition[0]}:{partition[1]}"
 
@@ -695,6 +731,7 @@ class TopologyRun:
         snapshot_retention: float | None = None,
         brokers: BrokerControl | None = None,
         broker_downtime: tuple[float, float] = (3.0, 8.0),
+        zombies: bool = False,
     ) -> None:
         self.stack = stack
         self.topology_ref = str(topology_ref)
@@ -713,6 +750,9 @@ class TopologyRun:
         """Stops and starts Kafka nodes, for broker faults (None: no broker faults)."""
         self.broker_downtime = broker_downtime
         """How long a killed Kafka node stays down: seconds drawn uniformly from this range."""
+        self.zombies = zombies
+        """Run the driver so that a stopped sink survives its stage (:data:`ZOMBIE_SPARK_CONF`,
+        a spare slot): needed for :meth:`zombie_sink`."""
         self._restarts: list[tuple[Fault, _NodeRestart]] = []
         self.paths = TopologyPaths(self.name)
         self.database = private_database(stack, database, log_dir, self.name)
@@ -770,7 +810,10 @@ class TopologyRun:
         """Start the negotiators, then the driver."""
         for _ in range(self.negotiator_count):
             self._spawn_negotiator()
-        self.spawn("driver", ["-m", "hailstorm", "run", self.topology_ref, "--name", self.name])
+        zombie_args = [f"--master=local[{self.expected_count() + 1}]",
+                       *(f"--conf={k}={v}" for k, v in ZOMBIE_SPARK_CONF)] if self.zombies else []
+        self.spawn("driver", ["-m", "hailstorm", "run", self.topology_ref, "--name", self.name,
+                              *zombie_args])
         return self
 
     def alive(self) -> None:
@@ -1176,6 +1219,35 @@ class TopologyRun:
             self._stopped_pids.discard(victim)
         return fault
 
+    def zombie_sink(self, rng: random.Random | None = None, timeout: float = 120,
+                    phase: MasterPhase | None = None, epoch: int = 0) -> Fault:
+        """Make a sink a zombie: SIGSTOP it with rows it has not committed, keep it stopped
+        until its session expired and a round of a newer run (its replacement's) committed,
+        then SIGCONT it. The zombie resumes where it stopped, rows and all, and must write
+        nothing: the fault's ``detail`` says how it ended (fenced by its table, or on its
+        lost session), read from its log. Needs ``TopologyRun(zombies=True)``."""
+        if not self.zombies:
+            raise HarnessError("zombie faults need a driver that leaves stopped workers alive: "
+                               "TopologyRun(zombies=True)")
+        ident, victim = self._pick_processor("sink", rng, None, epoch=epoch)
+        fault = self._fault("zombie", ident, victim, phase)
+        os.kill(victim, signal.SIGSTOP)
+        self._stopped_pids.add(victim)
+        try:
+            def replaced() -> bool:
+                committed = self.committed()
+                return committed is not None and committed.epoch > fault.epoch
+            wait_for(f"a replacement of {ident} to commit", replaced, timeout, self.alive,
+                     poll=0.25)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+            self._stopped_pids.discard(victim)
+        wait_for(f"the zombie {ident} (pid {victim}) to end", lambda: not pid_alive(victim),
+                 60, self.alive, poll=0.2)
+        fault.detail = zombie_outcome(self.log("driver"), victim)
+        return fault
+
     def source_topics(self) -> list[str]:
         return sorted({s.topic for s in self.topology.spouts})
 
@@ -1254,6 +1326,8 @@ class TopologyRun:
             epoch = master.state.epoch if master else 0
         if kind == "processor":
             faults.append(self.kill_processor(rng=rng, phase=phase, epoch=epoch))
+        elif kind == "zombie":
+            faults.append(self.zombie_sink(rng=rng, phase=phase, epoch=epoch))
         elif kind == "negotiator":
             faults.append(self.kill_negotiator_leader(phase=phase))
         else:
@@ -1615,12 +1689,20 @@ class ChaosReport:
             if r.fault.kind == "broker":
                 back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
                 line += f"; {r.fault.detail}, back in the cluster after {back}"
+            elif r.fault.kind == "zombie":
+                line += f"; {r.fault.detail}"
             lines.append(line)
         idle = [r.fault for r in self.faults if not r.fault.effective]
         lines.append(f"effective: {len(self.faults) - len(idle)} of {len(self.faults)} faults "
                      "hit uncommitted data while the producer wrote"
                      + (f"; on an idle topology: {', '.join(f.target for f in idle)}"
                         if idle else ""))
+        zombies = [r.fault for r in self.faults if r.fault.kind == "zombie"]
+        if zombies:
+            fenced = sum(f.detail == ZOMBIE_FENCED for f in zombies)
+            lines.append(f"zombies: {len(zombies)} sinks resumed after their replacement "
+                         f"committed: {fenced} fenced by their table, "
+                         f"{len(zombies) - fenced} ended before writing")
         lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults, "
                      f"{len(self.unexplained)} unexplained")
         for u in self.unexplained[:5]:
@@ -1670,7 +1752,7 @@ def run_chaos(
         if problem:
             raise HarnessError(problem)
     with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers,
-                     database=database) as run:
+                     database=database, zombies=any(p.kind == "zombie" for p in plan)) as run:
         topics = {s.topic for s in run.topology.spouts}
         if len(topics) != 1:
             raise HarnessError(f"run_chaos needs a topology with one source topic, got {topics}")

@@ -21,6 +21,8 @@ from hailstorm.harness import (
     FAULT_KINDS,
     MASTER_PHASES,
     SQLITE,
+    ZOMBIE_ENDED,
+    ZOMBIE_FENCED,
     BackgroundProducer,
     BoltStates,
     ChaosReport,
@@ -40,6 +42,7 @@ from hailstorm.harness import (
     keyed_append_rows,
     private_database,
     unexplained,
+    zombie_outcome,
 )
 from hailstorm.model import ModelResult, messages, run_model
 from hailstorm.sinks.db import create_postgres_database
@@ -85,9 +88,9 @@ def test_non_count_values_are_wrong() -> None:
 
 
 def test_schedule_is_seeded_and_uses_every_kind() -> None:
-    plan = ChaosSchedule(count=3, seed=1).plan()
-    assert plan == ChaosSchedule(count=3, seed=1).plan()
-    assert sorted(p.kind for p in plan) == ["negotiator", "processor", "zk-session"]
+    plan = ChaosSchedule(count=4, seed=1).plan()
+    assert plan == ChaosSchedule(count=4, seed=1).plan()
+    assert sorted(p.kind for p in plan) == ["negotiator", "processor", "zk-session", "zombie"]
     assert all(1.0 <= p.delay <= 3.0 for p in plan)
     exact = ChaosSchedule(kinds=("processor",) * 4 + ("negotiator",), count=5, seed=3).plan()
     assert sorted(p.kind for p in exact) == ["negotiator"] + ["processor"] * 4
@@ -349,3 +352,34 @@ def test_a_run_without_postgresql_or_told_sqlite_gets_a_sqlite_file(tmp_path: Pa
 def test_a_database_name_that_is_no_plain_identifier_is_refused(name: str) -> None:
     with pytest.raises(SinkError, match="database name"):
         create_postgres_database("postgresql://u:p@127.0.0.1:1/db", name)
+
+
+_ZOMBIE_LOG = """\
+2026-11-23 17:40:41,290 INFO [sink:word_counts:0 pid=8522] round 6: table committed
+2026-11-23 17:40:58,192 ERROR [sink:word_counts:0 pid=8522] failed:
+Traceback (most recent call last):
+  File "/work/main/hailstorm/processors/runtime.py", line 541, in _receive
+    raise DataPlaneError(f"{sender} closed its connection")
+hailstorm.processors.runtime.DataPlaneError: bolt:counts:1 closed its connection
+
+2026-11-23 17:40:58,200 ERROR [sink:word_counts:0 pid=8600] failed:
+Traceback (most recent call last):
+hailstorm.sinks.errors.FencedError: word_counts: fenced: epoch 9 owns this sink, this \
+writer has epoch 7 (a zombie of an older run); it must stop. Nothing was written.
+"""
+
+
+def test_zombie_outcome_tells_fenced_from_ended_before_writing() -> None:
+    assert zombie_outcome(_ZOMBIE_LOG, 8600) == ZOMBIE_FENCED
+    ended = zombie_outcome(_ZOMBIE_LOG, 8522)
+    assert ended.startswith(ZOMBIE_ENDED)
+    assert "DataPlaneError: bolt:counts:1 closed its connection" in ended
+    assert zombie_outcome(_ZOMBIE_LOG, 1) == f"{ZOMBIE_ENDED} (no log line)"
+
+
+def test_zombie_faults_need_a_run_that_keeps_stopped_workers() -> None:
+    assert "zombie" in DEFAULT_FAULT_KINDS
+    run = object.__new__(TopologyRun)
+    run.zombies = False
+    with pytest.raises(HarnessError, match="zombies=True"):
+        run.zombie_sink()

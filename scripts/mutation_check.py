@@ -1,0 +1,160 @@
+"""Does the chaos harness catch a broken runtime? Break one thing at a time and see.
+
+Each mutation is applied to a copy of the committed tree (``git archive HEAD``: this
+checkout is never touched), and ``hailstorm chaos`` runs from that copy on its own embedded
+stack. A control run without any mutation must pass; every mutation must make the run end
+with a report that fails (something lost, duplicated or wrong, a fault that never
+recovered, or an unexplained restart). A run that fails without a report (a crash) counts
+as neither: the script says so and fails. The results are recorded in docs/chaos.md.
+
+    .venv/bin/python scripts/mutation_check.py [--only NAME ...] [--messages N]
+
+A mutation whose text no longer matches the code exactly once is an error: rewrite it
+rather than let the check pass vacuously.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Edit:
+    path: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    what: str
+    edits: tuple[Edit, ...]
+    chaos_args: tuple[str, ...]
+    """Fault kinds (and more) that give the bug a chance to show."""
+
+
+#: The A/B split's rule "a tuple goes to A when offset <= C[p]" is written out in three
+#: places (the per-tuple loops inline it for speed); the mutation changes all three.
+_AT_THE_CLOCK = tuple(
+    Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
+        ("            if offset <= r.label.get(partition, NOTHING):\n                return i",
+         "            if offset < r.label.get(partition, NOTHING):\n                return i"),
+        ("                i = 0 if o <= first_label_get(p, NOTHING) else 1",
+         "                i = 0 if o < first_label_get(p, NOTHING) else 1"),
+        ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
+         "                    groups[0 if o < first_label_get(p, NOTHING) else 1].append(t)"),
+    ])
+
+MUTATIONS = (
+    Mutation(
+        "none", "control: the code as it is", (),
+        ("--kinds", "processor,zombie,zk-session,negotiator"),
+    ),
+    Mutation(
+        "sink-fencing",
+        "the sink writer no longer fences: no epoch check, no compare-and-set of progress",
+        (Edit("hailstorm/sinks/writer.py",
+              "                if newest > self.epoch:\n"
+              "                    raise self._superseded(newest)\n"
+              "                if not _same_clock(stored, expected):",
+              "                if False:\n"
+              "                    raise self._superseded(newest)\n"
+              "                if False:"),),
+        ("--kinds", "zombie"),
+    ),
+    Mutation(
+        "tuple-at-clock",
+        "a tuple at the round's clock goes to the B side instead of A (boundary off by one)",
+        _AT_THE_CLOCK,
+        ("--kinds", "processor", "--phases", "Flowing,SpoutsPaused"),
+    ),
+    Mutation(
+        "snapshot-reload",
+        "a restarted bolt forgets to reload its snapshot (starts empty, claims the round)",
+        (Edit("hailstorm/processors/runtime.py",
+              "                _clock, state = self.store.load_for_instance(\n"
+              "                    refs, self.spec.state, self.id.instance, "
+              "self.spec.parallelism)",
+              "                state = self.spec.state.empty()"),),
+        ("--kinds", "processor", "--phases", "Flowing"),
+    ),
+)
+
+
+def mutated_copy(mutation: Mutation, root: Path) -> Path:
+    """The committed tree (HEAD), extracted under ``root`` with ``mutation`` applied."""
+    copy = root / mutation.name
+    copy.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=REPO, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(copy)], input=archive, check=True)
+    for edit in mutation.edits:
+        path = copy / edit.path
+        text = path.read_text()
+        found = text.count(edit.old)
+        if found != 1:
+            raise SystemExit(f"mutation {mutation.name}: {edit.path} has the text to change "
+                             f"{found} times, not once; update the mutation")
+        path.write_text(text.replace(edit.old, edit.new))
+    return copy
+
+
+def run(mutation: Mutation, root: Path, messages: int, kills: int, seed: int) -> tuple[int, str]:
+    copy = mutated_copy(mutation, root)
+    env = dict(os.environ, PYTHONPATH=str(copy), PYSPARK_PYTHON=sys.executable)
+    result = subprocess.run(
+        [sys.executable, "-m", "hailstorm", "chaos", "topologies/wordcount.py",
+         "--messages", str(messages), "--kills", str(kills), "--seed", str(seed),
+         "--rate", "1500", *mutation.chaos_args],
+        cwd=copy, env=env, capture_output=True, text=True, timeout=1800)
+    return result.returncode, result.stdout + result.stderr
+
+
+def verdict(output: str) -> str:
+    """The report's lines that say what went wrong (or right)."""
+    keep = ("result:", "  lost:", "  duplicated:", "  wrong:", "zombies:", "restarts:",
+            "never", "error:", "Error:")
+    lines = [line.strip() for line in output.splitlines()
+             if line.startswith(keep) or any(k in line for k in ("never recovered",))]
+    return "\n".join(lines[:8]) or output.strip()[-800:]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", help="mutation names (default: all)")
+    parser.add_argument("--messages", type=int, default=60_000)
+    parser.add_argument("--kills", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=5)
+    args = parser.parse_args()
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="hailstorm-mutants-") as tmp:
+        for mutation in chosen:
+            print(f"== {mutation.name}: {mutation.what}", flush=True)
+            started = time.monotonic()
+            code, output = run(mutation, Path(tmp), args.messages, args.kills, args.seed)
+            reported = "\nresult: " in output
+            caught = code != 0 and reported
+            expected = mutation.name != "none"
+            ok = caught == expected and (code == 0 or reported)
+            failures += not ok
+            outcome = ("caught" if caught else "passed" if code == 0 else
+                       "crashed without a report") + ("" if ok else "  <-- WRONG")
+            print(re.sub(r"^", "   ", verdict(output), flags=re.M))
+            print(f"   exit {code}: {outcome} ({time.monotonic() - started:.0f} s)", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
