@@ -7,7 +7,8 @@ throughput (MB/s of encoded bytes, tuples/s), the encode+decode round trip in tu
 bytes per tuple, and whether the round trip is exact (equal values *and* equal types, so a
 tuple coming back as a list or a bytearray as bytes counts as a failure). It also times whole
 DATA frames through :mod:`hailstorm.wire` (packed origin columns + the chosen encoding +
-:class:`~hailstorm.wire.FrameReader`), to show the frame overhead over the bare encoding.
+:class:`~hailstorm.wire.FrameReader`), to show the frame overhead over the bare encoding,
+and again with the data plane's per-frame MAC (``FRAME+MAC``, :mod:`hailstorm.auth`).
 
 The chosen encoding must be exact on every workload; among exact ones it is the fastest round
 trip (geometric mean of tuples/s over all workloads).
@@ -32,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hailstorm import wire
+from hailstorm.auth import FrameSealer
 
 Codec = tuple[Callable[[list[Any]], bytes], Callable[[bytes], Any]]
 
@@ -151,15 +153,22 @@ def measure_codec(name: str, values: list[Any], repeat: int) -> dict[str, Any]:
     }
 
 
-def measure_frame(values: list[Any], repeat: int) -> dict[str, Any]:
-    """Whole DATA frames through hailstorm.wire: encode_frame + FrameReader.feed."""
+def measure_frame(values: list[Any], repeat: int, sealed: bool = False) -> dict[str, Any]:
+    """Whole DATA frames through hailstorm.wire: encode_frames + FrameReader.feed; with
+    ``sealed`` each frame also gets (and is checked against) its data-plane MAC, as between
+    processors."""
     n = len(values)
     batch = wire.DataBatch.of([i % 8 for i in range(n)], range(n), values)
-    data = wire.encode_frame(batch)
-    decoded = wire.FrameReader().feed(data)
+    key = b"k" * 32
+
+    def sealer() -> FrameSealer | None:
+        return FrameSealer(key) if sealed else None
+
+    data = wire.encode_frames([batch], sealer=sealer())
+    decoded = wire.FrameReader(checker=sealer()).feed(data)
     assert decoded == [batch], "frame round trip failed"
-    enc = _best(lambda: wire.encode_frame(batch), repeat)
-    dec = _best(lambda: wire.FrameReader().feed(data), repeat)
+    enc = _best(lambda: wire.encode_frames([batch], sealer=sealer()), repeat)
+    dec = _best(lambda: wire.FrameReader(checker=sealer()).feed(data), repeat)
     return {
         "bytes_per_tuple": round(len(data) / n, 2),
         "encode_mb_s": round(len(data) / 1e6 / enc, 1),
@@ -178,11 +187,13 @@ def main() -> None:
 
     results: dict[str, dict[str, Any]] = {name: {} for name in CANDIDATES}
     frames: dict[str, Any] = {}
+    sealed: dict[str, Any] = {}
     for workload, make in WORKLOADS.items():
         values = make(args.tuples, rng)
         for name in CANDIDATES:
             results[name][workload] = measure_codec(name, values, args.repeat)
         frames[workload] = measure_frame(values, args.repeat)
+        sealed[workload] = measure_frame(values, args.repeat, sealed=True)
 
     exact_everywhere = [n for n in CANDIDATES if all(r["exact"] for r in results[n].values())]
     encodable_by_all = [
@@ -207,6 +218,7 @@ def main() -> None:
         "tuples_per_batch": args.tuples,
         "candidates": results,
         "data_frame": frames,
+        "data_frame_sealed": sealed,
         "exact_everywhere": exact_everywhere,
         "fastest_exact": fastest_exact,
         "fastest_any": fastest_any,
@@ -230,12 +242,12 @@ def main() -> None:
                 f"{r['bytes_per_tuple']:>8} {r['encode_mb_s']:>9} {r['decode_mb_s']:>9} "
                 f"{r['roundtrip_tuples_s'] / 1e6:>10.2f} {r['roundtrip_us_per_10k']:>8}"
             )
-        f = frames[workload]
-        print(
-            f"{workload:<10} {'FRAME':<8} {'yes':<6} {f['bytes_per_tuple']:>8} "
-            f"{f['encode_mb_s']:>9} {f['decode_mb_s']:>9} "
-            f"{f['roundtrip_tuples_s'] / 1e6:>10.2f} {f['roundtrip_us_per_10k']:>8}"
-        )
+        for label, f in (("FRAME", frames[workload]), ("FRAME+MAC", sealed[workload])):
+            print(
+                f"{workload:<10} {label:<8} {'yes':<6} {f['bytes_per_tuple']:>8} "
+                f"{f['encode_mb_s']:>9} {f['decode_mb_s']:>9} "
+                f"{f['roundtrip_tuples_s'] / 1e6:>10.2f} {f['roundtrip_us_per_10k']:>8}"
+            )
     print()
     print(f"exact on every workload: {', '.join(exact_everywhere) or 'none'}")
     print(f"fastest exact: {fastest_exact}; fastest overall (ignoring exactness): {fastest_any}")

@@ -235,6 +235,10 @@ def show(topology_ref: str, dot: bool) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address processors listen on for each other's data; 'auto' listens on "
               "every interface and advertises each executor's host name (clusters).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
+              help="Address processors serve /metrics on (a free port each, shown by "
+              "'hailstorm status'); 'auto' serves on every interface, 'none' serves nothing. "
+              "The endpoints are not authenticated.")
 @click.option("--partition-check-interval", type=click.FloatRange(min=0), default=10.0,
               show_default=True, metavar="SECONDS",
               help="How often to look for partitions added to a source topic; new ones are "
@@ -247,8 +251,8 @@ def show(topology_ref: str, dot: bool) -> None:
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshots: str | None, database: str | None,
-        name: str | None, host: str, partition_check_interval: float, log_level: str,
-        spark_conf: tuple[tuple[str, str], ...]) -> None:
+        name: str | None, host: str, metrics_host: str, partition_check_interval: float,
+        log_level: str, spark_conf: tuple[tuple[str, str], ...]) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
 
     Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
@@ -269,14 +273,15 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     options = RunOptions(
         topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
         kafka_config=settings.kafka_config,
-        snapshots=str(settings.snapshot_dir()), name=name, host=host, log_level=log_level,
+        snapshots=str(settings.snapshot_dir()), name=name, host=host,
+        metrics_host=metrics_host, log_level=log_level,
         database_url=_absolute_sqlite(settings.database()),
         spark=SparkOptions(master=master, extra_conf=spark_conf),
         partition_check_interval=partition_check_interval,
     )
     try:
         driver = Driver(options)
-    except TopologyError as exc:
+    except (TopologyError, ValueError) as exc:  # ValueError: a bad $HAILSTORM_SECRET_FILE
         fail(str(exc))
     driver.prepare()
     install_signal_handlers(driver)

@@ -20,6 +20,7 @@ ZooKeeper.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from hailstorm.auth import SECRET_FILE_VAR, RunSecret
 from hailstorm.clock import Partition
 from hailstorm.kafka import partitions_of
 from hailstorm.processors.runtime import Assignment, run_processor
@@ -58,6 +60,8 @@ class RunOptions:
     """ZooKeeper/snapshot name of the topology (default: the topology's own name)."""
     host: str = "127.0.0.1"
     """Address processors bind their data-plane listeners to."""
+    metrics_host: str = "127.0.0.1"
+    """Address processors serve /metrics on (``none``: no endpoint)."""
     session_timeout: float = 6.0
     log_level: str = "INFO"
     database_url: str = ""
@@ -132,6 +136,11 @@ class Driver:
         #: Set by stop() (signals): the driver ends instead of picking up new partitions.
         self.stopping = threading.Event()
         self._grown = threading.Event()
+        fixed = RunSecret.from_env()  # checked here, so a bad file fails before Spark starts
+        #: The data plane's secret, handed to the tasks with their assignments: a new one
+        #: for every run, unless $HAILSTORM_SECRET_FILE names one (then only that variable
+        #: travels, and every executor reads the file).
+        self.secret = None if fixed is not None else RunSecret.generate()
 
     def assignments(self) -> list[Assignment]:
         """Discover partitions, write ``expected``; one assignment per processor."""
@@ -146,8 +155,9 @@ class Driver:
                 topology_ref=o.topology_ref, name=self.name, processor=pid, zk=o.zk,
                 kafka=o.kafka, kafka_config=o.kafka_config,
                 snapshots=str(Path(o.snapshots).resolve()), host=o.host,
+                metrics_host=o.metrics_host,
                 session_timeout=o.session_timeout, log_level=o.log_level,
-                database_url=o.database_url,
+                database_url=o.database_url, secret=self.secret,
             )
             for pid in processors
         ]
@@ -156,6 +166,10 @@ class Driver:
         """Everything but running: expected ids, the Spark session, the stage runner."""
         assignments = self.assignments()
         spark = replace(self.options.spark, app_name=f"hailstorm-{self.name}")
+        if self.secret is None:
+            spark = replace(spark, extra_conf=(
+                (f"spark.executorEnv.{SECRET_FILE_VAR}", os.environ[SECRET_FILE_VAR]),
+                *spark.extra_conf))
         session = build_session(spark, slots=len(assignments))
         self.session = session
         self.runner = StageRunner(session, assignments, run_processor, spark,

@@ -39,10 +39,12 @@ buffers. A whole DATA frame of ``(word, count)`` tuples encodes+decodes at ~6.5 
 (about 1.5 ms per 10k), a fraction of what processing them costs. The codec byte leaves room
 for another encoding later.
 
-Security: unpickling runs code chosen by whoever wrote the bytes. Frames are only ever
-exchanged between the processors of one topology, which trust each other; listeners must
-bind to the cluster's private network, never to an untrusted one. HELLO identifies, it does
-not authenticate.
+Security: unpickling runs code chosen by whoever wrote the bytes, so no frame is read from
+a peer that has not proven it holds the run's secret (:mod:`hailstorm.auth`: a fixed-size
+challenge-response before the first frame), and on such a connection every frame is
+followed by a 32-byte HMAC-SHA256 tag (``FrameReader(checker=...)``,
+``encode_frames(sealer=...)``) that is checked before its payload is decoded. HELLO then
+names the sender within the run.
 
 Integers in the packed columns are little-endian on the wire (byte-swapped on big-endian
 hosts); header fields are big-endian.
@@ -60,6 +62,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from hailstorm.auth import TAG_SIZE, AuthError, FrameSealer
 from hailstorm.clock import Clock, Partition
 
 __all__ = [
@@ -380,11 +383,16 @@ def encode_frame(frame: Frame, *, max_frame_size: int = MAX_FRAME_SIZE) -> bytes
     return b"".join(_frame_parts(frame, max_frame_size))
 
 
-def encode_frames(frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE) -> bytes:
-    """The bytes of several frames, back to back."""
+def encode_frames(frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE,
+                  sealer: FrameSealer | None = None) -> bytes:
+    """The bytes of several frames, back to back (each followed by its tag with a
+    ``sealer``)."""
     parts: list[Any] = []
     for frame in frames:
-        parts += _frame_parts(frame, max_frame_size)
+        framed = _frame_parts(frame, max_frame_size)
+        parts += framed
+        if sealer is not None:
+            parts.append(sealer.tag(framed))
     return b"".join(parts)
 
 
@@ -483,9 +491,12 @@ class FrameReader:
     raising.
     """
 
-    def __init__(self, *, max_frame_size: int = MAX_FRAME_SIZE) -> None:
+    def __init__(self, *, max_frame_size: int = MAX_FRAME_SIZE,
+                 checker: FrameSealer | None = None) -> None:
         self._buffer = bytearray()
         self._max_frame_size = max_frame_size
+        self._checker = checker
+        self._tag_size = 0 if checker is None else TAG_SIZE
         self._error: FrameError | None = None
         self._recv_chunk: bytearray | None = None  # scratch buffer of recv_frames
 
@@ -514,11 +525,17 @@ class FrameReader:
                             f"incoming frame announces a {length}-byte payload, over the "
                             f"{self._max_frame_size}-byte limit"
                         )
-                    stop = pos + HEADER_SIZE + length
+                    payload_end = pos + HEADER_SIZE + length
+                    stop = payload_end + self._tag_size
                     if stop > end:
                         break
-                    frames.append(decode_frame(kind, view[pos + HEADER_SIZE : stop]))
+                    if self._checker is not None:  # before a byte of the payload is read
+                        self._checker.check(view[pos:payload_end], view[payload_end:stop])
+                    frames.append(decode_frame(kind, view[pos + HEADER_SIZE : payload_end]))
                     pos = stop
+        except AuthError as e:
+            self._error = FrameError(str(e))
+            raise
         except FrameError as e:
             self._error = e
             raise
@@ -536,10 +553,11 @@ class FrameReader:
 
 
 def send_frames(
-    sock: socket.socket, frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE
+    sock: socket.socket, frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE,
+    sealer: FrameSealer | None = None,
 ) -> int:
     """Send ``frames`` with one ``sendall``; returns the number of bytes sent."""
-    data = encode_frames(frames, max_frame_size=max_frame_size)
+    data = encode_frames(frames, max_frame_size=max_frame_size, sealer=sealer)
     sock.sendall(data)
     return len(data)
 

@@ -15,7 +15,11 @@
 
 Data plane: upstream instances connect to their downstream instances (addresses from the
 ``living`` reports) once the run passed ``Initialize`` (every expected processor was ready
-in it). Frames (:mod:`hailstorm.wire`) are sent with blocking ``sendall`` (socket timeout
+in it). A connection first proves both ends hold the run's secret (:mod:`hailstorm.auth`;
+a listener refuses, logs and counts anything else without failing, and authenticates at
+most :data:`MAX_HANDSHAKES` at once, each within :data:`HANDSHAKE_TIMEOUT` s); every frame
+then carries a MAC checked before it is decoded. Frames (:mod:`hailstorm.wire`) are sent
+with blocking ``sendall`` (socket timeout
 :attr:`Assignment.io_timeout`); receivers put them into a bounded queue, so a slow bolt
 stops reading its sockets and back-pressure reaches the spouts through TCP.
 
@@ -56,6 +60,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hailstorm.auth import SECRET_FILE_VAR, AuthError, RunSecret, accept_peer, greet_peer
 from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.config import DEFAULT_DATABASE_URL, KAFKA_CONFIG_VAR
 from hailstorm.coordination import Coordinator
@@ -121,6 +126,12 @@ FLUSH_INTERVAL = 0.25
 """Seconds a compacting (``preaggregate``) bolt holds rows back: it then emits one row per
 key touched, and the watermark that waited for them (so rounds wait at most this)."""
 
+HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a connecting peer has to prove it holds the run's secret (a slow one is
+refused)."""
+MAX_HANDSHAKES = 16
+"""Connections a listener authenticates at once; more are refused at once."""
+
 COMMIT_ROWS = 100_000
 """A sink commits as soon as this many rows (upsert: keys) wait and the low water mark
 allows: a bound on its buffer."""
@@ -157,6 +168,9 @@ class Assignment:
     host: str = "127.0.0.1"
     """Address the data-plane listener binds to and advertises; ``auto`` binds every
     interface and advertises the executor's host name (for clusters)."""
+    metrics_host: str = "127.0.0.1"
+    """Address ``/metrics`` is served on (``none``: not served). Loopback by default: the
+    endpoint is not authenticated."""
     session_timeout: float = 6.0
     register_timeout: float = 60.0
     io_timeout: float = 60.0
@@ -164,6 +178,17 @@ class Assignment:
     log_level: str = "INFO"
     database_url: str = ""
     """Sink tables' database when their Table names none (empty: SQLite, hailstorm.db)."""
+    secret: RunSecret | None = None
+    """The run's data-plane secret (:mod:`hailstorm.auth`; its ``repr`` shows no key). None:
+    read ``$HAILSTORM_SECRET_FILE`` on the executor."""
+
+    def run_secret(self) -> RunSecret:
+        """The data-plane secret; a processor never runs without one."""
+        secret = self.secret or RunSecret.from_env()
+        if secret is None:
+            raise DataPlaneError(f"no data-plane secret: the driver hands one to every task, "
+                                 f"or set ${SECRET_FILE_VAR}")
+        return secret
 
 
 def listen_address(host: str) -> tuple[str, str]:
@@ -212,16 +237,24 @@ class _Outbound:
     """A connection to one downstream instance; blocking sends (back-pressure)."""
 
     def __init__(self, sender: str, receiver: str, address: tuple[str, int], epoch: int,
-                 timeout: float) -> None:
+                 timeout: float, secret: RunSecret) -> None:
         self.receiver = receiver
         self.sock = socket.create_connection(address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self.sealer, _ = greet_peer(self.sock, secret, timeout)
+        except AuthError as exc:
+            self.close()
+            raise DataPlaneError(f"{receiver} at {address}: {exc}") from exc
+        except BaseException:
+            self.close()
+            raise
         self.sock.settimeout(timeout)
-        send_frames(self.sock, [Hello(sender, epoch, receiver)])
+        send_frames(self.sock, [Hello(sender, epoch, receiver)], sealer=self.sealer)
 
     def send(self, frames: Sequence[Frame]) -> None:
         try:
-            send_frames(self.sock, frames)
+            send_frames(self.sock, frames, sealer=self.sealer)
         except OSError as exc:
             raise DataPlaneError(f"sending to {self.receiver} failed: {exc}") from exc
 
@@ -254,18 +287,29 @@ class _Shell:
         self.table = PartitionTable([])
         self.outbound: dict[str, _Outbound] | None = None
         self.listener: socket.socket | None = None
-        self._accepted: list[socket.socket] = []
+        self._accepted: set[socket.socket] = set()
         self.router: Router | None = None
         self.metrics = ProcessorMetrics(assignment.name, assignment.processor)
         self.metrics_server: MetricsServer | None = None
+        self._secret: RunSecret | None = None
+        self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    @property
+    def secret(self) -> RunSecret:
+        if self._secret is None:
+            self._secret = self.assignment.run_secret()
+        return self._secret
+
     def run(self) -> None:
         try:
+            self._secret = self.assignment.run_secret()
             bind, advertised = listen_address(self.assignment.host)
             info: dict[str, Any] = {"pid": os.getpid(), "host": advertised}
-            self.metrics_server = start_server(self.metrics.registry, bind)
+            metrics_host = self.assignment.metrics_host
+            self.metrics_server = None if metrics_host == "none" else \
+                start_server(self.metrics.registry, listen_address(metrics_host)[0])
             if self.metrics_server is not None:
                 info["metrics"] = self.metrics_server.port
             if self.listens:
@@ -374,6 +418,7 @@ class _Shell:
         thread = threading.Thread(
             target=guarded, name=f"{self.assignment.processor}:{name}", daemon=True
         )
+        self._threads = [t for t in self._threads if t.is_alive()]  # refused connections'
         self._threads.append(thread)
         thread.start()
 
@@ -448,7 +493,7 @@ class _Shell:
                 address = (str(report.info["host"]), int(report.info["port"]))
                 outbound[receiver] = _Outbound(
                     self.assignment.processor, receiver, address, self.joined,
-                    self.assignment.io_timeout,
+                    self.assignment.io_timeout, self.secret,
                 )
         except BaseException:
             for out in outbound.values():
@@ -500,48 +545,70 @@ class _Shell:
         assert self.listener is not None
         while not self.stopping.is_set():
             try:
-                sock, _address = self.listener.accept()
+                sock, address = self.listener.accept()
             except TimeoutError:
                 continue
             except OSError:
                 if self.stopping.is_set():
                     return
                 raise
-            self._accepted.append(sock)
-            self._start_thread("receive", self._receive, sock)
+            if not self._handshakes.acquire(blocking=False):
+                self._refuse(sock, address, f"over {MAX_HANDSHAKES} handshakes at once")
+                continue
+            self._accepted.add(sock)
+            self._start_thread("receive", self._receive, sock, address)
 
-    def _receive(self, sock: socket.socket) -> None:
-        reader = FrameReader()
-        sender = "?"
+    def _refuse(self, sock: socket.socket, address: Any, why: object) -> None:
+        """Close a connection that did not authenticate: logged and counted, never a failure
+        of this processor (a port scan or a stranger must not restart the topology)."""
+        log.warning("refused a data-plane connection from %s: %s", address, why)
+        self.metrics.refused_connections.inc()
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def _receive(self, sock: socket.socket, address: Any) -> None:
         try:
-            sock.settimeout(self.assignment.io_timeout)
-            first = recv_frames(sock, reader)
-            if not first or not isinstance(first[0], Hello):
-                raise DataPlaneError(f"connection without HELLO: {first[:1]}")
-            hello = first[0]
-            sender = hello.sender
-            if not self.joined_event.wait(self.assignment.io_timeout):
-                raise DataPlaneError(f"{sender} connected before this processor joined a run")
-            if hello.epoch != self.joined or hello.receiver != self.assignment.processor:
-                log.warning("refusing %s: HELLO for %s in epoch %d (this run: %s)",
-                            sender, hello.receiver, hello.epoch, self.joined)
+            try:
+                checker, _ = accept_peer(sock, self.secret, HANDSHAKE_TIMEOUT)
+            except (AuthError, OSError) as exc:
+                self._refuse(sock, address, exc)
                 return
-            if sender not in self.upstream_ids():
-                raise DataPlaneError(f"{sender} is not an upstream of {self.id}")
-            log.debug("accepted %s", sender)
-            sock.settimeout(None)  # idle upstreams are normal; liveness is ZooKeeper's job
-            frames: list[Frame] = first[1:]
-            while True:
-                for frame in frames:
-                    if isinstance(frame, Bye):
-                        raise DataPlaneError(f"{sender} closed its connection")
-                    self.deliver(sender, frame)
-                frames = recv_frames(sock, reader)
-                if not frames:
-                    raise DataPlaneError(f"{sender} closed its connection")
+            finally:
+                self._handshakes.release()
+            self._serve(sock, FrameReader(checker=checker))
         finally:
+            self._accepted.discard(sock)
             with contextlib.suppress(OSError):
                 sock.close()
+
+    def _serve(self, sock: socket.socket, reader: FrameReader) -> None:
+        """Frames of an authenticated peer of this run: HELLO, then data until BYE."""
+        sender = "?"
+        sock.settimeout(self.assignment.io_timeout)
+        first = recv_frames(sock, reader)
+        if not first or not isinstance(first[0], Hello):
+            raise DataPlaneError(f"an authenticated connection without HELLO: {first[:1]}")
+        hello = first[0]
+        sender = hello.sender
+        if not self.joined_event.wait(self.assignment.io_timeout):
+            raise DataPlaneError(f"{sender} connected before this processor joined a run")
+        if hello.epoch != self.joined or hello.receiver != self.assignment.processor:
+            log.warning("refusing %s: HELLO for %s in epoch %d (this run: %s)",
+                        sender, hello.receiver, hello.epoch, self.joined)
+            return
+        if sender not in self.upstream_ids():
+            raise DataPlaneError(f"{sender} is not an upstream of {self.id}")
+        log.debug("accepted %s", sender)
+        sock.settimeout(None)  # idle upstreams are normal; liveness is ZooKeeper's job
+        frames: list[Frame] = first[1:]
+        while True:
+            for frame in frames:
+                if isinstance(frame, Bye):
+                    raise DataPlaneError(f"{sender} closed its connection")
+                self.deliver(sender, frame)
+            frames = recv_frames(sock, reader)
+            if not frames:
+                raise DataPlaneError(f"{sender} closed its connection")
 
 
 # --------------------------------------------------------------------------- spout

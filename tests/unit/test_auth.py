@@ -1,0 +1,188 @@
+"""The data plane's handshake and frame MACs (hailstorm.auth, hailstorm.wire): a peer of the
+run gets through; anyone else, or anything altered, is refused before a frame is decoded."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hailstorm.auth import (
+    MAGIC,
+    NONCE_SIZE,
+    TAG_SIZE,
+    AuthError,
+    FrameSealer,
+    RunSecret,
+    accept_peer,
+    greet_peer,
+)
+from hailstorm.wire import (
+    DataBatch,
+    FrameError,
+    FrameReader,
+    Hello,
+    Watermark,
+    encode_frame,
+    encode_frames,
+)
+
+SECRET = RunSecret(b"k" * 32)
+
+
+def _both(client: Callable[[socket.socket], Any],
+          server: Callable[[socket.socket], Any]) -> tuple[Any, Any]:
+    """Run ``client`` and ``server`` on the two ends of a socket pair; return both results
+    (an exception is returned, not raised)."""
+    a, b = socket.socketpair()
+    results: dict[str, Any] = {}
+
+    def side(name: str, fn: Callable[[socket.socket], Any], sock: socket.socket) -> None:
+        try:
+            results[name] = fn(sock)
+        except Exception as exc:
+            results[name] = exc
+        finally:
+            sock.close()
+
+    threads = [threading.Thread(target=side, args=("client", client, a)),
+               threading.Thread(target=side, args=("server", server, b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return results["client"], results["server"]
+
+
+def test_peers_of_one_run_agree_on_keys_per_direction() -> None:
+    (c_send, c_recv), (s_recv, s_send) = _both(
+        lambda s: greet_peer(s, SECRET, 5), lambda s: accept_peer(s, SECRET, 5))
+    frame = b"some frame bytes"
+    s_recv.check(frame, c_send.tag([frame]))
+    c_recv.check(frame, s_send.tag([frame]))
+    with pytest.raises(AuthError):  # the directions' keys differ
+        FrameSealer(c_send._key).check(frame, s_send.tag([frame]))
+
+
+def test_a_peer_without_the_secret_is_refused_both_ways() -> None:
+    other = RunSecret(b"x" * 32)
+    client, server = _both(lambda s: greet_peer(s, other, 5),
+                           lambda s: accept_peer(s, SECRET, 5))
+    assert isinstance(client, AuthError) and "listener did not prove" in str(client)
+    assert isinstance(server, AuthError)
+
+
+def test_a_client_with_the_wrong_secret_never_gets_past_the_server() -> None:
+    def forger(sock: socket.socket) -> None:
+        sock.sendall(MAGIC + b"n" * NONCE_SIZE)
+        sock.recv(NONCE_SIZE + TAG_SIZE)
+        sock.sendall(b"\0" * TAG_SIZE)  # no proof
+
+    _client, server = _both(forger, lambda s: accept_peer(s, SECRET, 5))
+    assert isinstance(server, AuthError) and "did not prove" in str(server)
+
+
+def test_a_pickle_instead_of_a_handshake_is_refused_unread(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+
+    class Exploit:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.system, (f"touch {marker}",))
+
+    payload = pickle.dumps(Exploit())
+    _client, server = _both(lambda s: s.sendall(payload * 4),
+                            lambda s: accept_peer(s, SECRET, 5))
+    assert isinstance(server, AuthError) and "not a hailstorm" in str(server)
+    assert not marker.exists()
+
+
+def test_a_slow_or_silent_peer_times_out() -> None:
+    def slow(sock: socket.socket) -> None:
+        sock.sendall(MAGIC[:2])
+        sock.recv(1)  # until the server gives up and closes
+
+    _client, server = _both(slow, lambda s: accept_peer(s, SECRET, 0.3))
+    assert isinstance(server, AuthError) and "timed out" in str(server)
+
+
+def test_connect_and_close_is_an_auth_error_not_a_crash() -> None:
+    _client, server = _both(lambda s: None, lambda s: accept_peer(s, SECRET, 5))
+    assert isinstance(server, AuthError) and "closed during the handshake" in str(server)
+
+
+def test_secret_file_must_be_private_and_long_enough(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    path.write_bytes(b"s" * 40 + b"\n")
+    path.chmod(0o644)
+    with pytest.raises(ValueError, match="readable by others"):
+        RunSecret.from_file(path)
+    path.chmod(0o600)
+    assert RunSecret.from_file(path).key == b"s" * 40
+    path.write_bytes(b"short")
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        RunSecret.from_file(path)
+    with pytest.raises(ValueError, match="cannot read"):
+        RunSecret.from_file(tmp_path / "missing")
+    assert "s" * 40 not in repr(RunSecret(b"s" * 40))
+
+
+# ------------------------------------------------------------------ frames with tags
+
+
+def _pair() -> tuple[FrameSealer, FrameSealer]:
+    return FrameSealer(b"d" * 32), FrameSealer(b"d" * 32)
+
+
+FRAMES = [Hello("spout:s:0", 3, "bolt:b:1"),
+          DataBatch.of([0, 1], [5, 6], [("a", 1), ("b", 2)]),
+          Watermark(3, {0: 5, 1: 6})]
+
+
+def test_sealed_frames_round_trip_in_any_split() -> None:
+    sealer, checker = _pair()
+    raw = encode_frames(FRAMES, sealer=sealer)
+    assert len(raw) == len(encode_frames(FRAMES)) + len(FRAMES) * TAG_SIZE
+    reader = FrameReader(checker=checker)
+    got = [f for i in range(0, len(raw), 7) for f in reader.feed(raw[i:i + 7])]
+    assert got == FRAMES
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_flipped_byte_fails_before_decoding(data: st.DataObject) -> None:
+    """Only the frames before the flipped one come out; a flipped length makes the reader
+    wait for bytes that never come instead."""
+    sealer, checker = _pair()
+    raw = bytearray(encode_frames(FRAMES, sealer=sealer))
+    where = data.draw(st.integers(0, len(raw) - 1))
+    raw[where] ^= data.draw(st.integers(1, 255))
+    reader = FrameReader(checker=checker)
+    try:
+        got = reader.feed(bytes(raw))
+    except (AuthError, FrameError):
+        return
+    assert len(got) < len(FRAMES) and got == FRAMES[:len(got)]
+
+
+def test_replayed_dropped_or_foreign_frames_fail() -> None:
+    sealer, checker = _pair()
+    first = encode_frames(FRAMES[:1], sealer=sealer)
+    second = encode_frames(FRAMES[1:2], sealer=sealer)
+    reader = FrameReader(checker=checker)
+    assert reader.feed(first) == FRAMES[:1]
+    with pytest.raises(AuthError):  # the first frame again
+        reader.feed(first)
+    _s, fresh = _pair()
+    with pytest.raises(AuthError):  # the second without the first
+        FrameReader(checker=fresh).feed(second)
+    with pytest.raises(AuthError):  # a frame with no tag at all, padded to look whole
+        FrameReader(checker=FrameSealer(b"d" * 32)).feed(
+            encode_frame(FRAMES[0]) + b"\0" * TAG_SIZE)
