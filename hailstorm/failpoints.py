@@ -6,6 +6,9 @@ the process SIGKILL itself the third time it passes :func:`failpoint("sink.after
 Each failpoint fires once per ``HAILSTORM_FAILPOINTS_DIR`` (a marker file records that it
 fired, so the restarted processor runs on); without that directory it fires once per process.
 Unset, a failpoint costs one dictionary lookup.
+
+Pause points stop a process instead (SIGSTOP), when a test asks that very process to by
+creating a file (:func:`pause_point`): the chaos harness makes zombie sinks this way.
 """
 
 from __future__ import annotations
@@ -53,3 +56,26 @@ def failpoint(name: str) -> None:
         except FileExistsError:
             return  # another incarnation already fired it
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+PAUSE_DIR_VAR = "HAILSTORM_PAUSE_DIR"
+_PAUSE_DIR = os.environ.get(PAUSE_DIR_VAR)
+
+
+def pause_request(directory: str | Path, name: str, pid: int) -> Path:
+    """The file that asks process ``pid`` to stop at :func:`pause_point` ``name``."""
+    return Path(directory) / f"{name}.{pid}"
+
+
+def pause_point(name: str) -> None:
+    """Stop here (SIGSTOP to itself) if a test asked this process to, with the file
+    :func:`pause_request` names in ``$HAILSTORM_PAUSE_DIR`` (removed first); the test
+    resumes it with SIGCONT. A zombie made this way is stopped exactly where its pause
+    hurts most. Unset, a pause point costs one comparison."""
+    if _PAUSE_DIR is None:
+        return
+    try:
+        pause_request(_PAUSE_DIR, name, os.getpid()).unlink()
+    except FileNotFoundError:
+        return
+    os.kill(os.getpid(), signal.SIGSTOP)

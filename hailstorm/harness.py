@@ -61,7 +61,7 @@ from kazoo.exceptions import NoNodeError
 from hailstorm import kafka
 from hailstorm.clock import Partition
 from hailstorm.devstack import pid_alive, stop_pid
-from hailstorm.failpoints import FAILPOINTS_DIR_VAR
+from hailstorm.failpoints import FAILPOINTS_DIR_VAR, PAUSE_DIR_VAR, pause_request
 from hailstorm.model import Message, ModelResult, run_model
 from hailstorm.sinks.urls import is_postgres_url, redact
 from hailstorm.snapshots import DirectorySnapshotStore
@@ -681,6 +681,15 @@ ZOMBIE_FENCED = "resumed after its replacement committed; fenced by its table, w
 ZOMBIE_ENDED = "resumed after its replacement committed; ended before writing"
 
 
+def process_stopped(pid: int) -> bool:
+    """True when process ``pid`` is stopped (SIGSTOP: state ``T`` in ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "T"
+
+
 def zombie_outcome(log: str, pid: int) -> str:
     """How the zombie sink ``pid`` ended, from its lines in ``log`` (a logged traceback's
     lines belong to the line that starts it): fenced by its table (:data:`ZOMBIE_FENCED`:
@@ -775,6 +784,10 @@ class TopologyRun:
             PYSPARK_PYTHON=sys.executable, HAILSTORM_ZK=stack.zk,
             HAILSTORM_KAFKA=stack.kafka, HAILSTORM_SNAPSHOTS=str(stack.snapshots),
             HAILSTORM_DATABASE_URL=self.database)
+        if zombies:  # sinks stop where the harness asks them to (failpoints.pause_point)
+            pause_dir = log_dir / "pause"
+            pause_dir.mkdir(exist_ok=True)
+            self.env[PAUSE_DIR_VAR] = str(pause_dir)
         self.zk = KazooClient(hosts=stack.zk)
         self.zk.start(timeout=20)
 
@@ -1221,18 +1234,35 @@ class TopologyRun:
 
     def zombie_sink(self, rng: random.Random | None = None, timeout: float = 120,
                     phase: MasterPhase | None = None, epoch: int = 0) -> Fault:
-        """Make a sink a zombie: SIGSTOP it with rows it has not committed, keep it stopped
+        """Make a sink a zombie: stop it with rows it has not committed, keep it stopped
         until its session expired and a round of a newer run (its replacement's) committed,
-        then SIGCONT it. The zombie resumes where it stopped, rows and all, and must write
-        nothing: the fault's ``detail`` says how it ended (fenced by its table, or on its
-        lost session), read from its log. Needs ``TopologyRun(zombies=True)``."""
+        then SIGCONT it. It stops itself as it is about to commit (a pause point the harness
+        arms for its pid), so it resumes straight into the commit its replacement
+        superseded; a sink with nothing to commit within 10 s gets a SIGSTOP where it is.
+        The zombie must write nothing: the fault's ``detail`` says where it stopped and how
+        it ended (fenced by its table, or first noticing its lost session), read from its
+        log. Needs ``TopologyRun(zombies=True)``."""
         if not self.zombies:
             raise HarnessError("zombie faults need a driver that leaves stopped workers alive: "
                                "TopologyRun(zombies=True)")
         ident, victim = self._pick_processor("sink", rng, None, epoch=epoch)
         fault = self._fault("zombie", ident, victim, phase)
-        os.kill(victim, signal.SIGSTOP)
+        # Stopped as it is about to commit, so that it resumes straight into its commit.
+        request = pause_request(self.env[PAUSE_DIR_VAR], "sink.before_commit", victim)
+        request.touch()
         self._stopped_pids.add(victim)
+        try:
+            wait_for(f"{ident} to stop before its next commit",
+                     lambda: process_stopped(victim), 10, self.alive, poll=0.01)
+            fault.detail = "stopped before a commit"
+        except HarnessError:
+            try:
+                request.unlink()  # never got there (nothing to commit): stop it anywhere
+            except FileNotFoundError:  # it just did
+                wait_for(f"{ident} to stop", lambda: process_stopped(victim), 10, poll=0.01)
+            else:
+                os.kill(victim, signal.SIGSTOP)
+                fault.detail = "stopped between commits"
         try:
             def replaced() -> bool:
                 committed = self.committed()
@@ -1245,7 +1275,7 @@ class TopologyRun:
             self._stopped_pids.discard(victim)
         wait_for(f"the zombie {ident} (pid {victim}) to end", lambda: not pid_alive(victim),
                  60, self.alive, poll=0.2)
-        fault.detail = zombie_outcome(self.log("driver"), victim)
+        fault.detail += "; " + zombie_outcome(self.log("driver"), victim)
         return fault
 
     def source_topics(self) -> list[str]:
@@ -1699,7 +1729,7 @@ class ChaosReport:
                         if idle else ""))
         zombies = [r.fault for r in self.faults if r.fault.kind == "zombie"]
         if zombies:
-            fenced = sum(f.detail == ZOMBIE_FENCED for f in zombies)
+            fenced = sum(ZOMBIE_FENCED in f.detail for f in zombies)
             lines.append(f"zombies: {len(zombies)} sinks resumed after their replacement "
                          f"committed: {fenced} fenced by their table, "
                          f"{len(zombies) - fenced} ended before writing")

@@ -46,7 +46,7 @@ class Mutation:
 
 #: The A/B split's rule "a tuple goes to A when offset <= C[p]" is written out in three
 #: places (the per-tuple loops inline it for speed); the mutation changes all three.
-_AT_THE_CLOCK = tuple(
+_AT_THE_CLOCK_TO_B = tuple(
     Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
         ("            if offset <= r.label.get(partition, NOTHING):\n                return i",
          "            if offset < r.label.get(partition, NOTHING):\n                return i"),
@@ -54,6 +54,20 @@ _AT_THE_CLOCK = tuple(
          "                i = 0 if o < first_label_get(p, NOTHING) else 1"),
         ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
          "                    groups[0 if o < first_label_get(p, NOTHING) else 1].append(t)"),
+    ])
+
+#: A tuple at the clock absorbed into A and into B. Pre-aggregated word count absorbs
+#: whole frames without a per-tuple loop when they fall into one segment; while a round is
+#: pending the mutation sends every frame through the loop, where the tuple is doubled.
+_AT_THE_CLOCK_TO_BOTH = tuple(
+    Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
+        ("        if self._segment_of(p, high) != segment:\n            return None",
+         "        if self._segment_of(p, high) != segment or self._pending:\n"
+         "            return None"),
+        ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
+         "                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)\n"
+         "                    if o == first_label_get(p, NOTHING):\n"
+         "                        groups[1].append(t)"),
     ])
 
 MUTATIONS = (
@@ -74,9 +88,15 @@ MUTATIONS = (
         ("--kinds", "zombie"),
     ),
     Mutation(
-        "tuple-at-clock",
-        "a tuple at the round's clock goes to the B side instead of A (boundary off by one)",
-        _AT_THE_CLOCK,
+        "tuple-at-clock-to-both",
+        "a tuple at the round's clock is absorbed into A and into B",
+        _AT_THE_CLOCK_TO_BOTH,
+        ("--kinds", "processor", "--phases", "Flowing,SpoutsPaused"),
+    ),
+    Mutation(
+        "tuple-at-clock-to-b",
+        "a tuple at the round's clock goes to B instead of A (the boundary off by one)",
+        _AT_THE_CLOCK_TO_B,
         ("--kinds", "processor", "--phases", "Flowing,SpoutsPaused"),
     ),
     Mutation(

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json
+from hailstorm.failpoints import pause_point
 from hailstorm.model import Origin
 from hailstorm.sinks.buffer import RowBuffer, Selection
 from hailstorm.sinks.db import Database, RetryPolicy, with_retries
@@ -298,6 +299,7 @@ class SinkWriter:
             self._buffer.confirm(selection)
             return dict(self._view)
         expected = dict(self._view)
+        pause_point("sink.before_commit")  # chaos: a zombie that resumes into its commit
 
         def attempt(number: int) -> None:
             db = self._connection()

@@ -44,7 +44,7 @@ def test_wordcount_is_exact_under_ten_faults_of_every_kind(
                                        "zombie": 1}
     # The zombie resumed only after its replacement committed, and wrote nothing.
     zombie = next(r.fault for r in report.faults if r.fault.kind == "zombie")
-    assert zombie.target.startswith("sink:") and zombie.detail.startswith("resumed after")
+    assert zombie.target.startswith("sink:") and "resumed after" in zombie.detail
     # Timed for every master state; the recovery phases after a trigger (two at once).
     assert set(report.faults_by_phase()) == set(MASTER_PHASES), report.to_text()
     assert report.triggers == sum(p.phase in ("Initialize", "SpoutsRewind")
