@@ -1264,9 +1264,11 @@ class TopologyRun:
                 os.kill(victim, signal.SIGSTOP)
                 fault.detail = "stopped between commits"
         try:
-            def replaced() -> bool:
+            def replaced() -> bool:  # a round of the run after the fault committed
+                restarts = [r.epoch for r in self.recoveries() if r.at >= fault.at]
                 committed = self.committed()
-                return committed is not None and committed.epoch > fault.epoch
+                return bool(restarts) and committed is not None \
+                    and committed.epoch > min(restarts)
             wait_for(f"a replacement of {ident} to commit", replaced, timeout, self.alive,
                      poll=0.25)
         finally:

@@ -172,6 +172,9 @@ def main() -> int:
             outcome = ("caught" if caught else "passed" if code == 0 else
                        "crashed without a report") + ("" if ok else "  <-- WRONG")
             print(re.sub(r"^", "   ", verdict(output), flags=re.M))
+            kept = Path(tempfile.gettempdir()) / f"hailstorm-mutant-{mutation.name}.log"
+            kept.write_text(output)
+            print(f"   full output: {kept}")
             print(f"   exit {code}: {outcome} ({time.monotonic() - started:.0f} s)", flush=True)
     return 1 if failures else 0
 
