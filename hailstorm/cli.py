@@ -15,6 +15,7 @@ from hailstorm import config
 from hailstorm.devstack import DevStack, DevStackError
 from hailstorm.halt import TopologyHalted
 from hailstorm.kafka import KafkaAuthError, KafkaConfigError, KafkaUnreachable
+from hailstorm.spark_runner import RestartsExhausted
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
@@ -35,7 +36,7 @@ def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except (DevStackError, config.ConfigError, KafkaConfigError, KafkaAuthError,
-                KafkaUnreachable, TopologyHalted) as exc:
+                KafkaUnreachable, TopologyHalted, RestartsExhausted) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             fail("interrupted")
@@ -245,6 +246,11 @@ def show(topology_ref: str, dot: bool) -> None:
               "picked up by restarting the stage with a spout more (0: never look).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--max-restarts", type=click.IntRange(min=0), default=10, show_default=True,
+              metavar="N",
+              help="Stop with the reason after N consecutive failed stage attempts without a "
+              "committed round in between (a poison record, a broken deployment); 0: never "
+              "give up.")
 @click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               callback=lambda _ctx, _param, items: _spark_conf(items),
               help="A Spark setting, as for spark-submit (repeatable).")
@@ -252,7 +258,7 @@ def show(topology_ref: str, dot: bool) -> None:
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshots: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
-        log_level: str, spark_conf: tuple[tuple[str, str], ...]) -> None:
+        log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...]) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
 
     Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
@@ -276,7 +282,8 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         snapshots=str(settings.snapshot_dir()), name=name, host=host,
         metrics_host=metrics_host, log_level=log_level,
         database_url=_absolute_sqlite(settings.database()),
-        spark=SparkOptions(master=master, extra_conf=spark_conf),
+        spark=SparkOptions(master=master, extra_conf=spark_conf,
+                           max_attempts=max_restarts or None),
         partition_check_interval=partition_check_interval,
     )
     try:
@@ -549,7 +556,7 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
 @click.argument("topology_ref", metavar="TOPOLOGY")
 @click.option("--messages", type=click.IntRange(min=1), default=200000, show_default=True,
               help="Messages to produce (the topology's workload generator).")
-@click.option("--kills", type=click.IntRange(min=0), default=4, show_default=True,
+@click.option("--kills", type=click.IntRange(min=0), default=5, show_default=True,
               help="Faults to inject, one after another, each after the last recovery.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seeds the workload, the fault plan and the victims.")
@@ -559,9 +566,9 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
                    "words; user_totals: zipf for JSON events of 2,000,000 users).")
 @click.option("--kinds",
               help="Fault kinds to draw from, of processor, negotiator, zk-session, zombie "
-                   "(a sink stopped until its replacement committed, then resumed) and "
-                   "broker (default: every kind but broker; every kind is used once when "
-                   "--kills allows).")
+                   "(a sink stopped until its replacement committed, then resumed), stall (a "
+                   "bolt stopped for a few seconds, no restart) and broker (default: every "
+                   "kind but broker; every kind is used once when --kills allows).")
 @click.option("--phases", default="Flowing,SpoutsPaused,Initialize,SpoutsRewind",
               show_default=True,
               help="Master states to time faults for (each used once when --kills allows; "
@@ -600,7 +607,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
     ZooKeeper sessions, makes zombies of sinks (stopped until their replacement committed,
-    then resumed) and, with the broker kind, SIGKILLs the Kafka node leading the most
+    then resumed), stalls bolts and, with the broker kind, SIGKILLs the Kafka node leading the most
     source partitions and starts it again a few seconds later (--kills of them, at random
     with --seed), each timed for a master state (--phases), waits until everything is
     committed, compares every bolt's committed state and every sink table (by default in a

@@ -115,11 +115,12 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
-FaultKind = Literal["processor", "negotiator", "zk-session", "zombie", "broker"]
+FaultKind = Literal["processor", "negotiator", "zk-session", "zombie", "stall", "broker"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
-                                      "broker")
+                                      "stall", "broker")
 """Every fault kind the harness can inject."""
-DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie")
+DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
+                                              "stall")
 """What a :class:`ChaosSchedule` draws from unless told: the kinds every stack supports
 (``broker`` needs a :class:`BrokerControl` and a cluster of :data:`MIN_KAFKA_NODES`)."""
 ZOMBIE_SPARK_CONF = (("spark.python.task.killTimeout", "1h"),)
@@ -1280,6 +1281,30 @@ class TopologyRun:
         fault.detail += "; " + zombie_outcome(self.log("driver"), victim)
         return fault
 
+    def stall_bolt(self, rng: random.Random | None = None, phase: MasterPhase | None = None,
+                   epoch: int = 0, seconds: float | None = None) -> Fault:
+        """SIGSTOP a random bolt for ``seconds`` (default: drawn from 1 s to half its session
+        timeout), then SIGCONT: a GC pause or a slow disk. Nothing restarts, but the
+        topology goes on without it: spouts fill its sockets, a snapshot round pauses them
+        and its clock is published, so the bolt resumes knowing the clock with the tuples
+        up to it (the one *at* it included) still queued. That backlog is what sends
+        tuples through the A/B split at the clock; an idle bolt never sees it."""
+        rng = rng or random.Random()
+        ident, victim = self._pick_processor("bolt", rng, None, epoch=epoch)
+        down = seconds if seconds is not None else \
+            rng.uniform(1.0, max(1.0, self.processor_session_timeout / 2))
+        fault = self._fault("stall", ident, victim, phase)
+        fault.detail = f"stopped {down:.1f} s"
+        os.kill(victim, signal.SIGSTOP)
+        self._stopped_pids.add(victim)
+        try:
+            time.sleep(down)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+            self._stopped_pids.discard(victim)
+        return fault
+
     def source_topics(self) -> list[str]:
         return sorted({s.topic for s in self.topology.spouts})
 
@@ -1335,6 +1360,7 @@ class TopologyRun:
                producer: BackgroundProducer | None = None,
                phase: MasterPhase = "Flowing") -> list[Fault]:
         """One fault of ``kind`` (processor, zk-session: a random spout, bolt or sink;
+        zombie: a sink, see :meth:`zombie_sink`; stall: a bolt, see :meth:`stall_bolt`;
         broker: the busiest leader of the source partitions, see :meth:`kill_broker`) timed
         for the master state ``phase``; returns the faults injected, the last one the
         planned one.
@@ -1360,6 +1386,8 @@ class TopologyRun:
             faults.append(self.kill_processor(rng=rng, phase=phase, epoch=epoch))
         elif kind == "zombie":
             faults.append(self.zombie_sink(rng=rng, phase=phase, epoch=epoch))
+        elif kind == "stall":
+            faults.append(self.stall_bolt(rng=rng, phase=phase, epoch=epoch))
         elif kind == "negotiator":
             faults.append(self.kill_negotiator_leader(phase=phase))
         else:

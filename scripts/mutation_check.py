@@ -73,7 +73,7 @@ _AT_THE_CLOCK_TO_BOTH = tuple(
 MUTATIONS = (
     Mutation(
         "none", "control: the code as it is", (),
-        ("--kinds", "processor,zombie,zk-session,negotiator"),
+        ("--kinds", "processor,zombie,stall,zk-session,negotiator", "--kills", "5"),
     ),
     Mutation(
         "sink-fencing",
@@ -91,13 +91,13 @@ MUTATIONS = (
         "tuple-at-clock-to-both",
         "a tuple at the round's clock is absorbed into A and into B",
         _AT_THE_CLOCK_TO_BOTH,
-        ("--kinds", "processor", "--phases", "Flowing,SpoutsPaused"),
+        ("--kinds", "stall,processor", "--phases", "Flowing,SpoutsPaused"),
     ),
     Mutation(
         "tuple-at-clock-to-b",
         "a tuple at the round's clock goes to B instead of A (the boundary off by one)",
         _AT_THE_CLOCK_TO_B,
-        ("--kinds", "processor", "--phases", "Flowing,SpoutsPaused"),
+        ("--kinds", "stall,processor", "--phases", "Flowing,SpoutsPaused"),
     ),
     Mutation(
         "snapshot-reload",
