@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -543,6 +544,10 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
 # --------------------------------------------------------------------------- chaos
 
 
+def _interrupted(_signum: int, _frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
 def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
     """The comma-separated names of ``text``, each one of ``known`` (else a clear error)."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -670,6 +675,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
         if problem:
             fail(problem)
     logs = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-logs-"))
+    signal.signal(signal.SIGTERM, _interrupted)  # a plain kill stops what it started too
     stack: DevStack | None = None
     temporary: Path | None = None
     with console.status("preparing") as status:

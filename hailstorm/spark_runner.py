@@ -40,7 +40,8 @@ class SparkOptions:
     backoff_max: float = 30.0
     #: A stage that ran at least this long resets the backoff.
     healthy_after: float = 60.0
-    #: Stop after this many consecutive failed attempts (None: never give up).
+    #: Stop (:class:`RestartsExhausted`) after this many consecutive failed attempts
+    #: without progress in between (None: never give up).
     max_attempts: int | None = None
     extra_conf: tuple[tuple[str, str], ...] = ()
 
@@ -164,7 +165,10 @@ class StageRunner:
                 limit = self.options.max_attempts
                 if limit is not None and consecutive >= limit:
                     log.error("stage attempt %d failed (%s); giving up", self.attempts, reason)
-                    raise
+                    raise RestartsExhausted(
+                        f"gave up after {consecutive} consecutive failed stage attempts "
+                        f"without a committed round in between; the last: {reason}"
+                    ) from exc
                 log.warning(
                     "stage attempt %d failed (%s); resubmitting in %.1fs",
                     self.attempts,
@@ -175,6 +179,10 @@ class StageRunner:
                     break
                 backoff = min(self.options.backoff_max, backoff * 2)
         return self.failures
+
+
+class RestartsExhausted(RuntimeError):
+    """The stage kept failing and the topology made no progress between the attempts."""
 
 
 def _safely(check: Callable[[float], bool], since: float) -> bool:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from hailstorm.spark_runner import SparkOptions, StageRunner
+import pytest
+
+from hailstorm.spark_runner import RestartsExhausted, SparkOptions, StageRunner
 
 
 class ScriptedRunner(StageRunner):
     """A StageRunner whose stage fails ``failures`` times; records every backoff wait."""
 
-    def __init__(self, failures: int, progress: list[bool]) -> None:
-        options = SparkOptions(backoff_initial=1.0, backoff_max=8.0)
+    def __init__(self, failures: int, progress: list[bool],
+                 max_attempts: int | None = None) -> None:
+        options = SparkOptions(backoff_initial=1.0, backoff_max=8.0, max_attempts=max_attempts)
         progress_answers = iter(progress)
         super().__init__(
             session=None, assignments=[], entry=lambda _a: None, options=options,
@@ -48,3 +51,16 @@ def test_backoff_starts_over_when_the_topology_made_progress_in_between() -> Non
     runner = ScriptedRunner(failures=5, progress=[False, False, True, False, False])
     runner.run()
     assert runner.waits == [1.0, 2.0, 1.0, 2.0, 4.0]
+
+
+def test_gives_up_after_max_consecutive_failures_without_progress() -> None:
+    runner = ScriptedRunner(failures=10, progress=[], max_attempts=3)
+    with pytest.raises(RestartsExhausted, match=r"3 consecutive failed stage attempts.*a task"):
+        runner.run()
+    assert runner.attempts == 3
+
+
+def test_progress_resets_the_count_of_failures() -> None:
+    runner = ScriptedRunner(failures=5, progress=[False, True, False, True, False],
+                            max_attempts=3)
+    assert runner.run() == 5  # never 3 in a row without a commit in between
