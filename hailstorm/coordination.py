@@ -160,10 +160,11 @@ class Coordinator:
         position: Clock | None = None,
         loaded: Clock | None = None,
         error: str | None = None,
+        corrupt: str | None = None,
     ) -> None:
         """Set the living node to a :class:`ProcessorReport` (info included)."""
         report = ProcessorReport(
-            self.processor, state, epoch, position, loaded, error, self.info
+            self.processor, state, epoch, position, loaded, error, self.info, corrupt
         )
         self._call(self.client.set, self.paths.living_node(self.processor), report.to_json())
         self._last_report = report
@@ -180,6 +181,7 @@ class Coordinator:
                 position=last.position,
                 loaded=last.loaded,
                 error=message.splitlines()[0][:ERROR_CHARS] if message else "error",
+                corrupt=last.corrupt,
             )
         except Exception:
             log.debug("could not report the error", exc_info=True)

@@ -369,6 +369,10 @@ class NegotiatorMetrics:
         self.epoch = r.gauge("hailstorm_negotiator_epoch",
                              "Epoch of the last master state this negotiator wrote or read.")
         self.leader = r.gauge("hailstorm_negotiator_leader", "1 while this negotiator leads.")
+        self.fallbacks = r.counter(
+            "hailstorm_negotiator_fallbacks_total",
+            "Recoveries that fell back to the previous committed round because a snapshot "
+            "of the committed one was corrupt.")
 
 
 def start_server(registry: Registry, host: str) -> MetricsServer | None:

@@ -144,7 +144,12 @@ class SnapshotError(RuntimeError):
 
 
 class SnapshotCorruptError(SnapshotError):
-    """A snapshot file is damaged (bad checksum, unreadable header or records)."""
+    """A snapshot file is damaged (bad checksum, unreadable header or records); ``uri``
+    names it."""
+
+    def __init__(self, uri: str, problem: str) -> None:
+        super().__init__(f"{uri}: {problem}")
+        self.uri = uri
 
 
 class SnapshotExistsError(SnapshotError):
@@ -401,10 +406,10 @@ def _read_header(fo: IO[bytes], name: str) -> _Header:
         except Exception as e:
             if len(prefix) == limit and limit < _MAX_HEADER:
                 continue  # a header larger than the first read: try a bigger one
-            raise SnapshotCorruptError(f"{name}: unreadable Avro header ({e})") from e
+            raise SnapshotCorruptError(name, f"unreadable Avro header ({e})") from e
     missing = [k for k in _REQUIRED_META if k not in meta]
     if missing:
-        raise SnapshotCorruptError(f"{name}: not a hailstorm snapshot (no {missing[0]})")
+        raise SnapshotCorruptError(name, f"not a hailstorm snapshot (no {missing[0]})")
     if meta["hailstorm.format"] != FORMAT_VERSION:
         raise SnapshotError(f"{name}: unsupported snapshot format {meta['hailstorm.format']}")
     return _Header(meta, end)
@@ -414,12 +419,12 @@ def _verify(fo: IO[bytes], name: str, header: _Header) -> None:
     """Raise :class:`SnapshotCorruptError` unless the file matches its checksum."""
     stored = header.meta[CHECKSUM_KEY].encode()
     if len(stored) != len(_CHECKSUM_PLACEHOLDER) or not stored.startswith(b"sha256:"):
-        raise SnapshotCorruptError(f"{name}: malformed checksum {stored!r}")
+        raise SnapshotCorruptError(name, f"malformed checksum {stored!r}")
     fo.seek(0)
     head = fo.read(header.end)
     at = head.find(stored)
     if at < 0:
-        raise SnapshotCorruptError(f"{name}: checksum not found in the header")
+        raise SnapshotCorruptError(name, "checksum not found in the header")
     sha = hashlib.sha256()
     sha.update(head[:at])
     sha.update(_CHECKSUM_PLACEHOLDER)
@@ -429,7 +434,7 @@ def _verify(fo: IO[bytes], name: str, header: _Header) -> None:
     computed = b"sha256:" + sha.hexdigest().encode()
     if computed != stored:
         raise SnapshotCorruptError(
-            f"{name}: checksum mismatch (stored {stored.decode()}, computed "
+            name, f"checksum mismatch (stored {stored.decode()}, computed "
             f"{computed.decode()}): the file is corrupted and was not loaded"
         )
 
@@ -463,7 +468,7 @@ def _ref_from_header(header: _Header, key: str, uri: str, size: int, name: str) 
             checksum=meta[CHECKSUM_KEY],
         )
     except (ValueError, TypeError, AttributeError) as e:
-        raise SnapshotCorruptError(f"{name}: invalid metadata ({e})") from e
+        raise SnapshotCorruptError(name, f"invalid metadata ({e})") from e
 
 
 def _chunks(records: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -605,9 +610,9 @@ class SnapshotStore(ABC):
                     count += 1
                     yield record
             except Exception as e:
-                raise SnapshotCorruptError(f"{ref.uri}: unreadable records ({e})") from e
+                raise SnapshotCorruptError(ref.uri, f"unreadable records ({e})") from e
             if count != ref.records:
-                raise SnapshotCorruptError(f"{ref.uri}: {count} records, header says {ref.records}")
+                raise SnapshotCorruptError(ref.uri, f"{count} records, header says {ref.records}")
 
     def _keyed_parts(self, ref: SnapshotRef, monoid: Monoid[Any]) -> Iterator[dict[Any, Any]]:
         for chunk in _chunks(self._records(ref, monoid), _CHUNK_KEYS):
@@ -767,7 +772,7 @@ class DirectorySnapshotStore(SnapshotStore):
             d = d.parent
         for d in reversed(missing):
             with contextlib.suppress(FileExistsError):
-                d.mkdir()
+                d.mkdir(mode=0o700)  # state is the topology's data: its owner's only
             _fsync_dir(d.parent)
 
     def put(
@@ -787,7 +792,8 @@ class DirectorySnapshotStore(SnapshotStore):
         final = self._path(key)
         self._make_dirs(final.parent)
         temp = final.with_name(f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o600)
         try:
             with open(fd, "wb") as raw:
                 write_snapshot(
@@ -850,10 +856,11 @@ class DirectorySnapshotStore(SnapshotStore):
             return path.as_posix()
 
     def _read_ref(self, path: Path, key: str) -> SnapshotRef:
+        uri = path.as_uri()  # errors name the file as its refs do
         with open(path, "rb") as fo:
-            header = _read_header(fo, str(path))
+            header = _read_header(fo, uri)
             size = fo.seek(0, io.SEEK_END)
-        return _ref_from_header(header, key, path.as_uri(), size, str(path))
+        return _ref_from_header(header, key, uri, size, uri)
 
     def resolve(self, location: str) -> SnapshotRef:
         path = self._local_path(location)

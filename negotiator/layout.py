@@ -386,7 +386,9 @@ class ProcessorReport:
     ``epoch`` is the epoch of the master state this report answers. ``position`` (spouts):
     offset of the last message emitted, per partition (-1: none). ``loaded`` (bolts): clock of
     the snapshot loaded in this run ({} when none). ``error``: set when the processor failed
-    fatally (it should then exit; the negotiator restarts the topology).
+    fatally (it should then exit; the negotiator restarts the topology). ``corrupt`` (bolts,
+    with ``error``): the ref of a committed snapshot that failed its checks when loaded: the
+    negotiator then falls back to the previous committed round.
     """
 
     processor: str
@@ -396,6 +398,7 @@ class ProcessorReport:
     loaded: Clock | None = None
     error: str | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
+    corrupt: str | None = None
 
     @property
     def role(self) -> Role:
@@ -412,6 +415,7 @@ class ProcessorReport:
                 "loaded": _json_clock_or_none(self.loaded),
                 "error": self.error,
                 "info": dict(self.info),
+                **({} if self.corrupt is None else {"corrupt": self.corrupt}),
             }
         )
 
@@ -422,6 +426,7 @@ class ProcessorReport:
             if "role" in d and d["role"] != str(pid.role):
                 raise LayoutError(f"role {d['role']!r} does not match id {pid}")
             error = d.get("error")
+            corrupt = d.get("corrupt")
             return cls(
                 str(pid),
                 ProcessorState(d["state"]),
@@ -430,6 +435,7 @@ class ProcessorReport:
                 _clock_or_none(d.get("loaded")),
                 None if error is None else str(error),
                 dict(d.get("info") or {}),
+                None if corrupt is None else str(corrupt),
             )
 
         result: ProcessorReport = _load("processor report", raw, build)

@@ -19,6 +19,9 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
                                                             saved at exactly C in round e
     any but Disconnected -> Initialize(new)                 processor lost/restarted/failed,
                                                             or a wait timed out
+    Initialize(e)     -> Initialize(new) + FallBack         a bolt found a snapshot of the
+                                                            committed round corrupt: its
+                                                            previous round becomes committed
 """
 
 from __future__ import annotations
@@ -134,6 +137,16 @@ class ForgetSnapshots:
 
 
 @dataclass(frozen=True)
+class FallBack:
+    """The committed round ``epoch`` cannot be loaded (``corrupt`` failed its checks):
+    make its ``previous`` the committed record, in the same transaction as the next
+    ``Initialize``, so the recovery loads the round before and replays from its clock."""
+
+    epoch: int
+    corrupt: str
+
+
+@dataclass(frozen=True)
 class Ignored:
     """Something in the view the machine ignored (unknown processor, malformed or
     future-epoch report...). The shell logs each distinct one once."""
@@ -142,7 +155,7 @@ class Ignored:
     why: str
 
 
-Action = CommitClock | ForgetSnapshots | Ignored
+Action = CommitClock | ForgetSnapshots | FallBack | Ignored
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,10 @@ class Decision:
     @property
     def commits(self) -> tuple[CommitClock, ...]:
         return tuple(a for a in self.actions if isinstance(a, CommitClock))
+
+    @property
+    def fallback(self) -> FallBack | None:
+        return next((a for a in self.actions if isinstance(a, FallBack)), None)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -300,6 +317,8 @@ def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) 
     else:
         for pid, report in roster.reports.items():
             if report.error is not None and report.epoch >= e:
+                if report.corrupt is not None:
+                    return _corrupt(state, view, roster, pid, report.corrupt, report.error)
                 return _restart(state, view, roster, f"{pid} failed: {report.error}")
         unregistered = [p for p in roster.expected if p not in roster.registered]
         not_ready = [
@@ -328,6 +347,25 @@ def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) 
             f"{_secs(config.initialize_timeout)}: {pending}",
         )
     return _wait(roster, view, deadline, f"initialize epoch {e}: waiting, {pending}")
+
+
+def _corrupt(state: Initialize, view: View, roster: _Roster, pid: ProcessorId, ref: str,
+             error: str) -> Decision:
+    """A bolt could not load ``ref``: fall back to the previous committed round when
+    ``ref`` is of the committed round and there is one, else restart naming the file."""
+    committed = view.committed
+    if committed is None or ref not in committed.snapshots.values():
+        return _restart(state, view, roster, f"{pid} failed: {error}")
+    if committed.previous is None:
+        return _restart(state, view, roster,
+                        f"{pid} cannot load {ref} of committed round {committed.epoch}, and "
+                        f"there is no earlier committed round to fall back to: {error}")
+    epoch = max(state.epoch, view.highest_epoch) + 1
+    return Decision(
+        Initialize(epoch), (*roster.notes, FallBack(committed.epoch, ref)),
+        f"{pid} cannot load {ref} of committed round {committed.epoch}: falling back to the "
+        f"previous committed round {committed.previous.epoch} "
+        f"({clock_to_json(committed.previous.clock)}): {error}")
 
 
 def _ready(report: ProcessorReport | None, epoch: int) -> bool:

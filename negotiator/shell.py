@@ -256,6 +256,11 @@ class Shell:
                                       self.identifier)
             txn.create(self.paths.recovery_prefix, recovery.to_json(), sequence=True)
         committed = obs.committed
+        fallback = decision.fallback
+        if fallback is not None and committed is not None and committed.previous is not None:
+            # The round before becomes the committed one (its own previous is not kept).
+            txn.set_data(self.paths.committed, committed.previous.to_json(),
+                         version=obs.committed_version)
         for commit in decision.commits:
             committed = self._succeed(committed, commit, now)
             if obs.committed_version is None:
@@ -279,8 +284,13 @@ class Shell:
         log.info("%s", describe_transition(obs.state, new, decision.reason))
         if isinstance(new, Initialize):
             self._trim_recoveries()
+        if fallback is not None:
+            log.error("epoch=%d fell back from committed round %d: %s is corrupt",
+                      new.epoch, fallback.epoch, fallback.corrupt)
         if self.metrics is not None:
             self.metrics.transitions.inc()
+            if fallback is not None:
+                self.metrics.fallbacks.inc()
             self.metrics.rounds_committed.inc(len(decision.commits))
             if isinstance(new, Initialize):
                 self.metrics.recoveries.inc()

@@ -84,7 +84,7 @@ from hailstorm.processors import (
 )
 from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
 from hailstorm.sinks import FencedError, SinkWriter, redact
-from hailstorm.snapshots import DirectorySnapshotStore
+from hailstorm.snapshots import DirectorySnapshotStore, SnapshotCorruptError
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
 from hailstorm.wire import (
     Bye,
@@ -894,8 +894,16 @@ class _BoltShell(_Inbound):
                     if (p := parse_processor_id(pid)).role is Role.BOLT
                     and p.name == self.spec.name]
             if refs:
-                _clock, state = self.store.load_for_instance(
-                    refs, self.spec.state, self.id.instance, self.spec.parallelism)
+                try:
+                    _clock, state = self.store.load_for_instance(
+                        refs, self.spec.state, self.id.instance, self.spec.parallelism)
+                except SnapshotCorruptError as exc:
+                    # Named to the negotiator, which falls back to the previous round.
+                    log.error("committed round %d: snapshot %s is corrupt: %s",
+                              committed.epoch, exc.uri, exc)
+                    self.report(ProcessorState.JOINING, epoch,
+                                error=f"corrupt snapshot {exc}", corrupt=exc.uri)
+                    raise
                 loaded = dict(committed.clock)
         self.core = BoltCore(self.spec, self.upstream_ids(), self.table.to_wire(loaded), state)
         log.info("loaded %s", f"the committed round at {loaded}" if loaded else "nothing")

@@ -164,6 +164,48 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     run.check_recoveries()  # the kill explains every restart
 
 
+def test_a_corrupt_committed_snapshot_falls_back_to_the_previous_round(
+        deployment: TopologyRun) -> None:
+    """A flipped byte in the committed round's snapshot of bolt:counts:0: the recovery names
+    the file, falls back to the previous committed round, replays from its clock, and the
+    state is still exactly the model's."""
+    run = deployment
+    partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
+    produced = Produced(TOPIC)
+    produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=5), partitions)
+    run.start()
+    wait_for("two committed rounds", lambda: (c := run.committed()) and c.previous, 240,
+             run.alive)
+    produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=6), partitions)
+    # Kill the bolt, and once the topology is recovering (no round commits until it flows
+    # again, so the record to reload is fixed) corrupt that record's file before the new
+    # incarnation (a Spark stage resubmitted after at least a second) loads it.
+    fault = run.kill_processor(pid=int(run.processors()["bolt:counts:0"].info["pid"]))
+    wait_for("the recovery to start",
+             lambda: (m := run.master()) and m.state.epoch > fault.epoch
+             and type(m.state).__name__ == "Initialize", 30, run.alive, poll=0.01)
+    committed = run.committed()
+    assert committed is not None and committed.previous is not None
+    uri = committed.snapshot_for("bolt:counts:0")
+    assert uri is not None
+    path = Path(uri.removeprefix("file://"))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    wait_for("a recovery that falls back to the previous round",
+             lambda: any("falling back" in r.reason and uri in r.reason
+                         for r in run.recoveries()), 120, run.alive)
+    produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=7), partitions)
+    target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
+    final = run.wait_committed(target, 240)
+    assert_matches_model(run, produced, final, least=20_000)
+    assert "is corrupt" in run.log("driver")
+    assert any("fell back from committed round" in run.log(label)
+               for label in run.procs if label.startswith("negotiator"))
+    assert fault.target == "bolt:counts:0"
+    run.check_recoveries()  # the kill explains both recoveries
+
+
 POISON_TOPOLOGY = '''
 from hailstorm import Count, Topology, per_key
 

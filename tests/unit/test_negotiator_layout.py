@@ -101,11 +101,13 @@ clocks = st.dictionaries(st.tuples(st.sampled_from(["a", "b.c"]), st.integers(0,
 @given(
     state=st.sampled_from(list(ProcessorState)), epoch=st.integers(0, 10**6),
     position=st.none() | clocks, loaded=st.none() | clocks,
-    error=st.none() | st.text(max_size=20),
+    error=st.none() | st.text(max_size=20), corrupt=st.none() | st.text(max_size=20),
 )
 def test_processor_report_round_trip(state: ProcessorState, epoch: int, position: dict | None,
-                                     loaded: dict | None, error: str | None) -> None:
-    r = ProcessorReport("bolt:counts:1", state, epoch, position, loaded, error, {"pid": 7})
+                                     loaded: dict | None, error: str | None,
+                                     corrupt: str | None) -> None:
+    r = ProcessorReport("bolt:counts:1", state, epoch, position, loaded, error, {"pid": 7},
+                        corrupt)
     assert ProcessorReport.from_json(r.to_json()) == r
     assert decode(r.to_json())["role"] == "bolt"
 

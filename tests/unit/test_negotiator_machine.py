@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -23,6 +24,7 @@ from negotiator.machine import (
     CommitClock,
     Config,
     Decision,
+    FallBack,
     ForgetSnapshots,
     Ignored,
     View,
@@ -255,6 +257,41 @@ def test_initialize_error_in_this_epoch_restarts() -> None:
     living[B0] = report(B0, ProcessorState.READY, 5, loaded={}, error="disk full")
     d = check(Initialize(5), view(living))
     assert d.next_state == Initialize(6) and "bolt:counts:0 failed: disk full" in d.reason
+
+
+def _corrupt_report(ref: str) -> ProcessorReport:
+    return ProcessorReport(B0, ProcessorState.JOINING, 5, error=f"corrupt snapshot {ref}: "
+                           "checksum mismatch", corrupt=ref)
+
+
+PREVIOUS = CommittedRecord(3, {P0: 5, P1: 2}, {b: f"file:///snap/{b}/3" for b in SAVERS})
+COMMITTED = CommittedRecord(4, {P0: 8, P1: 3}, {b: f"file:///snap/{b}/4" for b in SAVERS},
+                            previous=PREVIOUS)
+
+
+def test_initialize_corrupt_committed_snapshot_falls_back_to_the_previous_round() -> None:
+    living = ready(5)
+    living[B0] = _corrupt_report("file:///snap/bolt:counts:0/4")
+    d = check(Initialize(5), view(living, committed=COMMITTED, highest=5))
+    assert d.next_state == Initialize(6)
+    assert d.fallback == FallBack(4, "file:///snap/bolt:counts:0/4")
+    assert "file:///snap/bolt:counts:0/4" in d.reason and "previous committed round 3" in d.reason
+
+
+def test_initialize_corrupt_snapshot_without_an_earlier_round_names_the_file() -> None:
+    living = ready(5)
+    living[B0] = _corrupt_report("file:///snap/bolt:counts:0/4")
+    d = check(Initialize(5), view(living, committed=replace(COMMITTED, previous=None)))
+    assert d.next_state == Initialize(6) and d.fallback is None
+    assert "file:///snap/bolt:counts:0/4" in d.reason and "no earlier committed round" in d.reason
+
+
+def test_initialize_corrupt_file_of_no_committed_round_is_an_ordinary_failure() -> None:
+    living = ready(5)
+    living[B0] = _corrupt_report("file:///elsewhere")
+    d = check(Initialize(5), view(living, committed=COMMITTED))
+    assert d.next_state == Initialize(6) and d.fallback is None
+    assert "bolt:counts:0 failed: corrupt snapshot file:///elsewhere" in d.reason
 
 
 def test_initialize_error_from_an_older_epoch_is_waited_out() -> None:

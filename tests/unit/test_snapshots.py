@@ -142,6 +142,14 @@ def test_layout_and_metadata(store: DirectorySnapshotStore) -> None:
     assert json.loads(json.dumps(ref.to_json()))["clock"] == clock_to_json(CLOCK)
 
 
+def test_snapshots_are_readable_by_their_owner_only(store: DirectorySnapshotStore) -> None:
+    ref = put(store, per_key(Count()), {"a": 1}, bolt="counts", instance=0, parallelism=1,
+              epoch=3)
+    assert stat.S_IMODE(ref.path.stat().st_mode) == 0o600
+    for directory in (ref.path.parent, store.root / "wordcount"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
 def test_readable_offline_with_plain_fastavro(store: DirectorySnapshotStore) -> None:
     state = {("fr", 3): (10.0, 4), ("de", 1): (2.0, 1)}
     ref = put(store, per_key(Mean(), key_type=("string", "long")), state, epoch=5)
