@@ -27,11 +27,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from hailstorm.clock import Clock
+from hailstorm.zookeeper import zk_client
 from negotiator.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -88,7 +89,7 @@ class Coordinator:
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
                                  ignore_expire=False, deadline=2 * session_timeout,
                                  interrupt=self.lost.is_set)
-        self.client = KazooClient(hosts=hosts, timeout=session_timeout)
+        self.client = zk_client(hosts, session_timeout)
         self.client.add_listener(self._on_state)
         self.client.start(timeout=connect_timeout)
 

@@ -48,6 +48,7 @@ from hailstorm.snapshots import (
     snapshot_key,
 )
 from hailstorm.topology import NAME_PATTERN, BoltSpec, Topology
+from hailstorm.zookeeper import zk_client
 
 __all__ = [
     "ExportError",
@@ -229,12 +230,11 @@ def complete_rounds(
 def read_committed(zk: str, topology: str, timeout: float = 5.0) -> Any:
     """The topology's :class:`~negotiator.layout.CommittedRecord` (None when there is
     none); raises ``ExportError`` when ZooKeeper cannot be reached."""
-    from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
     from negotiator.layout import CommittedRecord, TopologyPaths
 
-    client = KazooClient(hosts=zk, timeout=timeout)
+    client = zk_client(zk, timeout)
     try:
         client.start(timeout=timeout)
     except Exception as exc:

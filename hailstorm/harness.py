@@ -55,7 +55,6 @@ from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
 
 from confluent_kafka import KafkaException, Producer
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from hailstorm import kafka
@@ -67,6 +66,7 @@ from hailstorm.sinks.urls import is_postgres_url, redact
 from hailstorm.snapshots import DirectorySnapshotStore
 from hailstorm.topology import SinkSpec, Table, Topology, load_topology
 from hailstorm.workloads import KeyedEvents, ZipfText
+from hailstorm.zookeeper import zk_client
 from negotiator.layout import (
     CommittedRecord,
     MasterRecord,
@@ -679,7 +679,7 @@ _RECOVERING = frozenset({"NegotiatorDisconnected", "Initialize", "SpoutsRewind"}
 
 
 ZOMBIE_FENCED = "resumed after its replacement committed; fenced by its table, wrote nothing"
-ZOMBIE_ENDED = "resumed after its replacement committed; ended before writing"
+ZOMBIE_ENDED = "resumed after its replacement committed; ended on its own, not fenced"
 
 
 def process_stopped(pid: int) -> bool:
@@ -694,8 +694,9 @@ def process_stopped(pid: int) -> bool:
 def zombie_outcome(log: str, pid: int) -> str:
     """How the zombie sink ``pid`` ended, from its lines in ``log`` (a logged traceback's
     lines belong to the line that starts it): fenced by its table (:data:`ZOMBIE_FENCED`:
-    it tried to commit), or on its lost session or the newer run before it tried
-    (:data:`ZOMBIE_ENDED`)."""
+    it tried to commit), or on its own (:data:`ZOMBIE_ENDED`: its lost session, the newer
+    run or its closed upstreams ended it; had it written, only the final comparison would
+    tell)."""
     mine: list[str] = []
     owned = False
     for line in log.splitlines():
@@ -789,7 +790,7 @@ class TopologyRun:
             pause_dir = log_dir / "pause"
             pause_dir.mkdir(exist_ok=True)
             self.env[PAUSE_DIR_VAR] = str(pause_dir)
-        self.zk = KazooClient(hosts=stack.zk)
+        self.zk = zk_client(stack.zk)
         self.zk.start(timeout=20)
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -1282,14 +1283,20 @@ class TopologyRun:
         return fault
 
     def stall_bolt(self, rng: random.Random | None = None, phase: MasterPhase | None = None,
-                   epoch: int = 0, seconds: float | None = None) -> Fault:
+                   epoch: int = 0, seconds: float | None = None,
+                   crash: bool | None = None) -> Fault:
         """SIGSTOP a random bolt for ``seconds`` (default: drawn from 1 s to half its session
         timeout), then SIGCONT: a GC pause or a slow disk. Nothing restarts, but the
         topology goes on without it: spouts fill its sockets, a snapshot round pauses them
         and its clock is published, so the bolt resumes knowing the clock with the tuples
         up to it (the one *at* it included) still queued. That backlog is what sends
-        tuples through the A/B split at the clock; an idle bolt never sees it."""
+        tuples through the A/B split at the clock; an idle bolt never sees it.
+
+        With ``crash`` (default: a coin toss) the bolt is SIGKILLed as soon as a round
+        committed after it resumed, so that the recovery loads a round whose split ran on
+        the backlog: a tuple at the clock put into B instead of A is lost only then."""
         rng = rng or random.Random()
+        crash = rng.random() < 0.5 if crash is None else crash
         ident, victim = self._pick_processor("bolt", rng, None, epoch=epoch)
         down = seconds if seconds is not None else \
             rng.uniform(1.0, max(1.0, self.processor_session_timeout / 2))
@@ -1303,6 +1310,14 @@ class TopologyRun:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGCONT)
             self._stopped_pids.discard(victim)
+        if crash:
+            resumed = time.time()
+            wait_for(f"a round committed after {ident} resumed",
+                     lambda: (c := self.committed()) is not None and c.committed_at > resumed,
+                     60, self.alive, poll=0.01)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+            fault.detail += ", SIGKILLed after the next commit"
         return fault
 
     def source_topics(self) -> list[str]:
@@ -1762,7 +1777,7 @@ class ChaosReport:
             fenced = sum(ZOMBIE_FENCED in f.detail for f in zombies)
             lines.append(f"zombies: {len(zombies)} sinks resumed after their replacement "
                          f"committed: {fenced} fenced by their table, "
-                         f"{len(zombies) - fenced} ended before writing")
+                         f"{len(zombies) - fenced} ended on their own")
         lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults, "
                      f"{len(self.unexplained)} unexplained")
         for u in self.unexplained[:5]:

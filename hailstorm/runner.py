@@ -25,7 +25,6 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from hailstorm.auth import SECRET_FILE_VAR, RunSecret
@@ -34,6 +33,7 @@ from hailstorm.kafka import partitions_of
 from hailstorm.processors.runtime import Assignment, run_processor
 from hailstorm.spark_runner import SparkOptions, StageRunner, build_session
 from hailstorm.topology import Topology, load_topology
+from hailstorm.zookeeper import zk_client
 from negotiator.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -100,7 +100,7 @@ def write_expected(zk: str, name: str, processors: list[str]) -> None:
     """Create or replace ``/hailstorm/<name>/expected``."""
     paths = TopologyPaths(name)
     data = ExpectedRecord(tuple(processors)).to_json()
-    client = KazooClient(hosts=zk)
+    client = zk_client(zk)
     client.start(timeout=20)
     try:
         for path in paths.directories():
@@ -178,7 +178,7 @@ class Driver:
 
     def committed_since(self, since: float) -> bool:
         """True when the topology committed a round after ``since`` (``time.time()``)."""
-        client = KazooClient(hosts=self.options.zk)
+        client = zk_client(self.options.zk)
         client.start(timeout=10)
         try:
             raw, _stat = client.get(TopologyPaths(self.name).committed)

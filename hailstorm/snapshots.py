@@ -843,6 +843,11 @@ class DirectorySnapshotStore(SnapshotStore):
     def _local_path(self, location: str) -> Path:
         if location.startswith("file:"):
             path = Path(unquote(urlparse(location).path))
+            # A ref is read from ZooKeeper: whoever could write one must not make a bolt
+            # read (and unpickle nothing, but parse) any file of the host.
+            if not path.resolve().is_relative_to(self.root.resolve()):
+                raise SnapshotError(f"{location} is outside the snapshot store {self.root}: "
+                                    "refused")
         else:
             if Path(location).is_absolute() or ".." in Path(location).parts:
                 raise ValueError(f"{location!r} is not a snapshot key of {self}")

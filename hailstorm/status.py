@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm.clock import Partition, clock_to_json, partition_key
+from hailstorm.zookeeper import zk_client
 from negotiator.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -365,9 +366,8 @@ class Collector:
 
     def __init__(self, zk: str, kafka: str | None, snapshots: str | Path | None,
                  timeout: float = 10.0) -> None:
-        from kazoo.client import KazooClient
 
-        self.zk = KazooClient(hosts=zk, timeout=timeout)
+        self.zk = zk_client(zk, timeout)
         self.zk.start(timeout=timeout)
         self.kafka = kafka
         self.snapshot_root = Path(snapshots) if snapshots else None

@@ -23,6 +23,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from hailstorm.config import SNAPSHOTS_VAR
 from hailstorm.metrics import NegotiatorMetrics, start_server
+from hailstorm.zookeeper import zk_client
 from negotiator.layout import NegotiatorRecord, TopologyPaths
 from negotiator.machine import Config, ForgetSnapshots
 from negotiator.shell import Shell
@@ -161,7 +162,7 @@ def negotiator_command(
     )
     topo = name or topology_name(str(topology))
     identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
-    client = KazooClient(hosts=zk, timeout=session_timeout)
+    client = zk_client(zk, session_timeout)
     client.start(timeout=max(15.0, session_timeout))
     metrics = NegotiatorMetrics(topo, identifier)
     server = None if metrics_host == "none" else start_server(metrics.registry, metrics_host)

@@ -98,16 +98,16 @@ MUTATIONS = (
         "tuple-at-clock-to-b",
         "a tuple at the round's clock goes to B instead of A (the boundary off by one)",
         _AT_THE_CLOCK_TO_B,
-        ("--kinds", "stall,processor", "--phases", "Flowing", "--kills", "8"),
+        ("--kinds", "stall", "--phases", "Flowing", "--kills", "6"),
     ),
     Mutation(
         "snapshot-reload",
         "a restarted bolt forgets to reload its snapshot (starts empty, claims the round)",
         (Edit("hailstorm/processors/runtime.py",
-              "                _clock, state = self.store.load_for_instance(\n"
-              "                    refs, self.spec.state, self.id.instance, "
+              "                    _clock, state = self.store.load_for_instance(\n"
+              "                        refs, self.spec.state, self.id.instance, "
               "self.spec.parallelism)",
-              "                state = self.spec.state.empty()"),),
+              "                    state = self.spec.state.empty()"),),
         ("--kinds", "processor", "--phases", "Flowing"),
     ),
 )

@@ -239,6 +239,18 @@ def test_truncated_and_foreign_files(store: DirectorySnapshotStore, tmp_path: Pa
         store.resolve(str(foreign.relative_to(store.root)))
 
 
+def test_refs_outside_the_store_are_refused(store: DirectorySnapshotStore,
+                                            tmp_path: Path) -> None:
+    ref = put(store, per_key(Count()), {"a": 1})
+    outside = tmp_path / "elsewhere.avro"
+    outside.write_bytes(ref.path.read_bytes())
+    for uri in (outside.as_uri(), f"{store.root.as_uri()}/../elsewhere.avro",
+                "file:///etc/passwd"):
+        with pytest.raises(SnapshotError, match="outside the snapshot store"):
+            store.resolve(uri)
+    assert store.resolve(ref.uri) == store.resolve(ref.key)
+
+
 def test_wrong_monoid_is_refused(store: DirectorySnapshotStore) -> None:
     ref = put(store, per_key(Count()), {"a": 1})
     with pytest.raises(SnapshotMismatchError, match=r"holds per_key\(Count\)"):

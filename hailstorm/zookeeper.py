@@ -1,0 +1,62 @@
+"""Every ZooKeeper client hailstorm makes, authenticated when the operator says so.
+
+With ``HAILSTORM_ZK_AUTH=user:password`` set, each client authenticates with the ``digest``
+scheme and every node it creates is readable and writable by that identity only (and
+readable by ``HAILSTORM_ZK_READER=user:password``, when set, for ``hailstorm status`` run by
+someone who must not write). Without it, nodes are open to anyone who reaches ZooKeeper,
+as before: set it wherever ZooKeeper is shared. Processors, negotiators, the driver,
+``status``, ``export`` and the chaos harness all make their clients here, and read the
+variables from their environment (never from a command line).
+"""
+
+from __future__ import annotations
+
+import os
+
+from kazoo.client import KazooClient
+from kazoo.security import ACL, make_digest_acl
+
+from hailstorm.config import ConfigError
+
+__all__ = ["ZK_AUTH_VAR", "ZK_READER_VAR", "zk_acl", "zk_client", "zk_credentials"]
+
+ZK_AUTH_VAR = "HAILSTORM_ZK_AUTH"
+ZK_READER_VAR = "HAILSTORM_ZK_READER"
+
+
+def _credentials(variable: str) -> tuple[str, str] | None:
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    user, sep, password = value.partition(":")
+    if not sep or not user or not password:
+        raise ConfigError(f"${variable} must be user:password (ZooKeeper digest credentials)")
+    return user, password
+
+
+def zk_credentials() -> tuple[str, str] | None:
+    """``(user, password)`` of ``$HAILSTORM_ZK_AUTH`` (None when unset)."""
+    return _credentials(ZK_AUTH_VAR)
+
+
+def zk_acl() -> list[ACL] | None:
+    """The ACL of every node hailstorm creates: everything for ``$HAILSTORM_ZK_AUTH``, read
+    for ``$HAILSTORM_ZK_READER`` (None: ZooKeeper's open default, when unset)."""
+    owner = zk_credentials()
+    if owner is None:
+        return None
+    acl = [make_digest_acl(*owner, all=True)]
+    reader = _credentials(ZK_READER_VAR)
+    if reader is not None:
+        acl.append(make_digest_acl(*reader, read=True))
+    return acl
+
+
+def zk_client(hosts: str, timeout: float = 10.0) -> KazooClient:
+    """A (not yet started) client of ``hosts`` that authenticates as ``$HAILSTORM_ZK_AUTH``
+    and creates nodes with :func:`zk_acl`."""
+    owner = zk_credentials()
+    if owner is None:
+        return KazooClient(hosts=hosts, timeout=timeout)
+    return KazooClient(hosts=hosts, timeout=timeout, default_acl=zk_acl(),
+                       auth_data=[("digest", f"{owner[0]}:{owner[1]}")])

@@ -1,0 +1,97 @@
+"""With HAILSTORM_ZK_AUTH set, every node of a running topology is its owner's: a client
+without the credentials can neither read nor write the master state, the committed record
+or snapshot refs, a read-only identity can read but not write, and the topology itself
+(processors, negotiators, driver, harness: all authenticated) runs exactly as without."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+
+from hailstorm import kafka
+from hailstorm.harness import (
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    compare_with_model,
+    produce,
+    wait_for,
+    wordcount_lines,
+)
+from hailstorm.model import run_model
+from hailstorm.zookeeper import ZK_AUTH_VAR, ZK_READER_VAR
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "topologies" / "wordcount.py"
+TOPIC = "words"
+
+
+@pytest.fixture()
+def run(stack_env: dict[str, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> Iterator[TopologyRun]:
+    monkeypatch.setenv(ZK_AUTH_VAR, f"hailstorm:{uuid.uuid4().hex}")
+    monkeypatch.setenv(ZK_READER_VAR, "watcher:watching")
+    kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], TOPIC, 2)
+    with TopologyRun(StackAddresses.from_env(stack_env), TOPOLOGY,
+                     log_dir=tmp_path / "logs") as deployment:
+        try:
+            yield deployment
+        finally:
+            deployment.stop()
+            for label, text in deployment.logs().items():
+                print(f"--- {label}.log (tail)\n{text[-3000:]}")
+
+
+def _client(zk: str, auth: str | None) -> KazooClient:
+    client = KazooClient(hosts=zk, auth_data=[("digest", auth)] if auth else None)
+    client.start(timeout=20)
+    return client
+
+
+def test_only_the_owner_writes_and_the_reader_reads(run: TopologyRun) -> None:
+    partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
+    produced = Produced(TOPIC)
+    produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=8), partitions)
+    run.start()
+    wait_for("a first commit", run.committed, 240, run.alive)
+    paths = run.paths
+    stranger = _client(run.stack.zk, None)
+    reader = _client(run.stack.zk, "watcher:watching")
+    try:
+        for path in (paths.master, paths.committed, paths.expected):
+            with pytest.raises(NoAuthError):
+                stranger.get(path)
+            with pytest.raises(NoAuthError):
+                stranger.set(path, b"{}")
+            assert reader.get(path)[0]  # the read-only identity reads
+            with pytest.raises(NoAuthError):
+                reader.set(path, b"{}")
+        snapshot = paths.snapshot_node("bolt:counts:0")
+        for client in (stranger, reader):  # no forged snapshot ref
+            with pytest.raises(NoAuthError):
+                client.set(snapshot, b'{"ref": "file:///etc/passwd"}')
+        living = reader.get_children(paths.living)
+        assert living  # ephemeral nodes are protected too
+        with pytest.raises(NoAuthError):
+            stranger.delete(f"{paths.living}/{living[0]}")
+    finally:
+        for client in (stranger, reader):
+            client.stop()
+            client.close()
+
+    produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=9), partitions)
+    target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
+    committed = run.wait_committed(target, 240)
+    produced.fill_before(run.stack.kafka, committed.clock)
+    model = run_model(run.topology, produced.model_messages())
+    comparison = compare_with_model(model, run.committed_bolt_states(committed),
+                                    run.sink_tables())
+    assert comparison.ok, comparison.first(5)
+    run.check_recoveries()
