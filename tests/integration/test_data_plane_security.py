@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deployments import WORDCOUNT, deployed
 
 from hailstorm import kafka
 from hailstorm.auth import MAGIC
@@ -33,8 +34,6 @@ from hailstorm.wire import DataBatch, Hello, encode_frames
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "topologies" / "wordcount.py"
 TOPIC = "words"
 
 
@@ -51,14 +50,8 @@ class _RunsCode:
 @pytest.fixture()
 def run(stack_env: dict[str, str], tmp_path: Path) -> Iterator[TopologyRun]:
     kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], TOPIC, 2)
-    with TopologyRun(StackAddresses.from_env(stack_env), TOPOLOGY,
-                     log_dir=tmp_path / "logs") as deployment:
-        try:
-            yield deployment
-        finally:
-            deployment.stop()
-            for label, text in deployment.logs().items():
-                print(f"--- {label}.log (tail)\n{text[-3000:]}")
+    with deployed(StackAddresses.from_env(stack_env), WORDCOUNT, tmp_path / "logs") as run:
+        yield run
 
 
 def _send(address: tuple[str, int], data: bytes) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deployments import deployed
 
 from hailstorm import kafka
 from hailstorm.devstack import pid_alive
@@ -44,14 +45,8 @@ def stack(stack_env: dict[str, str]) -> StackAddresses:
 @pytest.fixture()
 def deployment(stack: StackAddresses, tmp_path: Path) -> Iterator[TopologyRun]:
     # Garbage snapshots are deleted soon: recoveries must still find what they load.
-    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs",
-                     snapshot_retention=RETENTION) as run:
-        try:
-            yield run
-        finally:
-            run.stop()
-            for label, text in run.logs().items():
-                print(f"--- {label}.log (tail)\n{text[-4000:]}")
+    with deployed(stack, TOPOLOGY, tmp_path / "logs", snapshot_retention=RETENTION) as run:
+        yield run
 
 
 def assert_matches_model(run: TopologyRun, produced: Produced, committed: CommittedRecord,

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deployments import WORDCOUNT, deployed
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
@@ -28,8 +29,6 @@ from hailstorm.zookeeper import ZK_AUTH_VAR, ZK_READER_VAR
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "topologies" / "wordcount.py"
 TOPIC = "words"
 
 
@@ -39,14 +38,8 @@ def run(stack_env: dict[str, str], tmp_path: Path,
     monkeypatch.setenv(ZK_AUTH_VAR, f"hailstorm:{uuid.uuid4().hex}")
     monkeypatch.setenv(ZK_READER_VAR, "watcher:watching")
     kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], TOPIC, 2)
-    with TopologyRun(StackAddresses.from_env(stack_env), TOPOLOGY,
-                     log_dir=tmp_path / "logs") as deployment:
-        try:
-            yield deployment
-        finally:
-            deployment.stop()
-            for label, text in deployment.logs().items():
-                print(f"--- {label}.log (tail)\n{text[-3000:]}")
+    with deployed(StackAddresses.from_env(stack_env), WORDCOUNT, tmp_path / "logs") as run:
+        yield run
 
 
 def _client(zk: str, auth: str | None) -> KazooClient:
