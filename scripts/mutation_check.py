@@ -154,7 +154,8 @@ def run(mutation: Mutation, root: Path, messages: int, kills: int, seed: int,
 
 def verdict(output: str) -> str:
     """The report's lines that say what went wrong (or right)."""
-    keep = ("result:", "  lost:", "  duplicated:", "  wrong:", "zombies:", "restarts:",
+    keep = ("result:", "by hand:", "  lost:", "  duplicated:", "  wrong:", "zombies:",
+            "restarts:",
             "never", "error:", "Error:")
     lines = [line.strip() for line in output.splitlines()
              if line.startswith(keep) or any(k in line for k in ("never recovered",))]

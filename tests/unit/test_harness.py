@@ -17,10 +17,12 @@ from click.testing import CliRunner
 from hailstorm import Count, Table, Topology, per_key
 from hailstorm.cli import main
 from hailstorm.harness import (
+    BY_HAND,
     DEFAULT_FAULT_KINDS,
     FAULT_KINDS,
     MASTER_PHASES,
     SQLITE,
+    WORKLOADS,
     ZOMBIE_ENDED,
     ZOMBIE_FENCED,
     BackgroundProducer,
@@ -38,15 +40,17 @@ from hailstorm.harness import (
     TopologyRun,
     broker_fault_problem,
     busiest_leader,
+    compare_tables,
     compare_with_model,
     keyed_append_rows,
     private_database,
     unexplained,
     zombie_outcome,
 )
-from hailstorm.model import ModelResult, messages, run_model
+from hailstorm.model import Message, ModelResult, messages, run_model
 from hailstorm.sinks.db import create_postgres_database
 from hailstorm.sinks.errors import SinkError
+from hailstorm.topology import load_topology
 from negotiator.layout import RecoveryRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -384,3 +388,26 @@ def test_zombie_faults_need_a_run_that_keeps_stopped_workers() -> None:
     run.zombies = False
     with pytest.raises(HarnessError, match="zombies=True"):
         run.zombie_sink()
+
+
+@pytest.mark.parametrize("topology_name", sorted(BY_HAND))
+def test_tables_by_hand_equal_the_model_on_realistic_data(topology_name: str) -> None:
+    """The hand-written expectations agree with run_model on each topology's own workload
+    (with a few messages its decoder rejects), so a chaos run may hold the tables to both."""
+    topology = load_topology(str(ROOT / "topologies" / f"{topology_name}.py"))
+    generate = next(iter(WORKLOADS[topology_name].values()))
+    values = [*generate(3_000, 4), b"\xff not utf-8", b'{"user": 7}', b"[]"]
+    msgs = [Message(topology.spouts[0].topic, i % 3, i // 3, v) for i, v in enumerate(values)]
+    model = run_model(topology, msgs)
+    expected = BY_HAND[topology_name](msgs)
+    (sink,) = expected
+    assert expected[sink] == model.table(sink)
+    assert compare_tables(expected, {sink: model.table(sink)}).ok
+
+
+def test_compare_tables_counts_lost_duplicated_and_wrong_rows() -> None:
+    want = {"t": {("a",): {"n": 1}, ("b",): {"n": 2}, ("c",): {"n": 3}}}
+    got = {"t": {("a",): {"n": 1}, ("b",): {"n": 5}, ("d",): {"n": 4}}}
+    c = compare_tables(want, got)
+    assert (c.lost, c.duplicated, c.wrong, c.keys_compared) == (1, 1, 1, 4)
+    assert compare_tables(want, {}).lost == 3
