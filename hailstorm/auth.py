@@ -80,11 +80,12 @@ class RunSecret:
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunSecret:
-        """Read a secret file: at least 32 bytes, readable by its owner only."""
+        """Read a secret file: at least 32 bytes (all of them are the key, a trailing
+        newline too), readable by its owner only."""
         path = Path(path)
         try:
             mode = path.stat().st_mode
-            key = path.read_bytes().strip()
+            key = path.read_bytes()  # every byte: every processor reads the same file
         except OSError as exc:
             raise ValueError(f"cannot read the secret file {path}: {exc.strerror}") from None
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -133,16 +134,25 @@ def _recv_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
         left = deadline - time.monotonic()
         if left <= 0:
             raise AuthError("handshake timed out")
-        sock.settimeout(left)
         try:
+            sock.settimeout(left)
             chunk = sock.recv(size - len(data))
         except TimeoutError:
             raise AuthError("handshake timed out") from None
+        except OSError as exc:  # a reset: the peer went away
+            raise AuthError(f"connection lost during the handshake: {exc}") from None
         if not chunk:
             raise AuthError(f"peer closed during the handshake after {len(data)} of {size} "
                             "bytes")
         data += chunk
     return bytes(data)
+
+
+def _send(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except OSError as exc:
+        raise AuthError(f"connection lost during the handshake: {exc}") from None
 
 
 def greet_peer(sock: socket.socket, secret: RunSecret,
@@ -151,13 +161,13 @@ def greet_peer(sock: socket.socket, secret: RunSecret,
     frames it receives). Raises :class:`AuthError` when the server is not of this run."""
     deadline = time.monotonic() + timeout
     client_nonce = secrets.token_bytes(NONCE_SIZE)
-    sock.sendall(MAGIC + client_nonce)
+    _send(sock, MAGIC + client_nonce)
     answer = _recv_exact(sock, NONCE_SIZE + TAG_SIZE, deadline)
     server_nonce, proof = answer[:NONCE_SIZE], answer[NONCE_SIZE:]
     key = secret.key
     if not hmac.compare_digest(proof, _mac(key, _SERVER_PROOF, client_nonce, server_nonce)):
         raise AuthError("the listener did not prove it holds this run's secret")
-    sock.sendall(_mac(key, _CLIENT_PROOF, server_nonce, client_nonce))
+    _send(sock, _mac(key, _CLIENT_PROOF, server_nonce, client_nonce))
     return (FrameSealer(_mac(key, _TO_SERVER, client_nonce, server_nonce)),
             FrameSealer(_mac(key, _TO_CLIENT, client_nonce, server_nonce)))
 
@@ -175,7 +185,7 @@ def accept_peer(sock: socket.socket, secret: RunSecret,
     client_nonce = greeting[len(MAGIC):]
     server_nonce = secrets.token_bytes(NONCE_SIZE)
     key = secret.key
-    sock.sendall(server_nonce + _mac(key, _SERVER_PROOF, client_nonce, server_nonce))
+    _send(sock, server_nonce + _mac(key, _SERVER_PROOF, client_nonce, server_nonce))
     proof = _recv_exact(sock, TAG_SIZE, deadline)
     if not hmac.compare_digest(proof, _mac(key, _CLIENT_PROOF, server_nonce, client_nonce)):
         raise AuthError("the peer did not prove it holds this run's secret")

@@ -24,6 +24,7 @@ import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
@@ -33,7 +34,7 @@ from hailstorm.kafka import partitions_of
 from hailstorm.processors.runtime import Assignment, run_processor
 from hailstorm.spark_runner import SparkOptions, StageRunner, build_session
 from hailstorm.topology import Topology, load_topology
-from hailstorm.zookeeper import zk_client
+from hailstorm.zookeeper import check_not_open, zk_client
 from negotiator.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -105,6 +106,7 @@ def write_expected(zk: str, name: str, processors: list[str]) -> None:
     try:
         for path in paths.directories():
             client.ensure_path(path)
+        check_not_open(client, [paths.root, *paths.directories()])
         try:
             client.set(paths.expected, data)
         except NoNodeError:
@@ -136,11 +138,11 @@ class Driver:
         #: Set by stop() (signals): the driver ends instead of picking up new partitions.
         self.stopping = threading.Event()
         self._grown = threading.Event()
-        fixed = RunSecret.from_env()  # checked here, so a bad file fails before Spark starts
-        #: The data plane's secret, handed to the tasks with their assignments: a new one
-        #: for every run, unless $HAILSTORM_SECRET_FILE names one (then only that variable
-        #: travels, and every executor reads the file).
-        self.secret = None if fixed is not None else RunSecret.generate()
+        #: The data plane's secret is handed to the tasks with their assignments, a new one
+        #: for every stage attempt (:meth:`with_fresh_secret`), unless
+        #: $HAILSTORM_SECRET_FILE names one: then only that variable travels, and every
+        #: executor reads the file (checked here, so a bad file fails before Spark starts).
+        self.fixed_secret = RunSecret.from_env() is not None
 
     def assignments(self) -> list[Assignment]:
         """Discover partitions, write ``expected``; one assignment per processor."""
@@ -157,7 +159,7 @@ class Driver:
                 snapshots=str(Path(o.snapshots).resolve()), host=o.host,
                 metrics_host=o.metrics_host,
                 session_timeout=o.session_timeout, log_level=o.log_level,
-                database_url=o.database_url, secret=self.secret,
+                database_url=o.database_url,
             )
             for pid in processors
         ]
@@ -166,15 +168,24 @@ class Driver:
         """Everything but running: expected ids, the Spark session, the stage runner."""
         assignments = self.assignments()
         spark = replace(self.options.spark, app_name=f"hailstorm-{self.name}")
-        if self.secret is None:
+        if self.fixed_secret:  # executors run elsewhere: an absolute path
             spark = replace(spark, extra_conf=(
-                (f"spark.executorEnv.{SECRET_FILE_VAR}", os.environ[SECRET_FILE_VAR]),
+                (f"spark.executorEnv.{SECRET_FILE_VAR}",
+                 os.path.abspath(os.environ[SECRET_FILE_VAR])),
                 *spark.extra_conf))
         session = build_session(spark, slots=len(assignments))
         self.session = session
-        self.runner = StageRunner(session, assignments, run_processor, spark,
-                                  made_progress=self.committed_since)
+        self.runner = StageRunner(
+            session, assignments, run_processor, spark, made_progress=self.committed_since,
+            prepare_attempt=None if self.fixed_secret else self.with_fresh_secret)
         return self.runner
+
+    @staticmethod
+    def with_fresh_secret(assignments: list[Any]) -> list[Any]:
+        """``assignments`` sharing a new secret, for one stage attempt: a processor left
+        over from an earlier attempt (a zombie) cannot authenticate to the new ones."""
+        secret = RunSecret.generate()
+        return [replace(a, secret=secret) for a in assignments]
 
     def committed_since(self, since: float) -> bool:
         """True when the topology committed a round after ``since`` (``time.time()``)."""

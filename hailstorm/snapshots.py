@@ -648,7 +648,9 @@ class SnapshotStore(ABC):
         """
         if not 0 <= instance < parallelism:
             raise ValueError(f"instance {instance} is out of range for parallelism {parallelism}")
-        round_refs = _check_round([self._ref(r) for r in refs])
+        # Checksums first: a flipped byte in a header's metadata must read as a corrupt
+        # file (the negotiator falls back a round), not as a round that does not fit.
+        round_refs = _check_round([self.verify(r) for r in refs])
         old_parallelism = round_refs[0].parallelism
         clock = round_refs[0].clock
         if parallelism == old_parallelism:

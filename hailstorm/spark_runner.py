@@ -105,6 +105,7 @@ class StageRunner:
         options: SparkOptions,
         on_attempt: Callable[[int], None] | None = None,
         made_progress: Callable[[float], bool] | None = None,
+        prepare_attempt: Callable[[list[Any]], list[Any]] | None = None,
     ) -> None:
         self.session = session
         self.assignments = list(assignments)
@@ -115,6 +116,8 @@ class StageRunner:
         #: topology make progress meanwhile? Then the failure is a fresh one, not a loop,
         #: and the backoff starts over.
         self.made_progress = made_progress or (lambda _since: False)
+        #: Turns the assignments into those of one attempt (e.g. a fresh secret each).
+        self.prepare_attempt = prepare_attempt or (lambda assignments: assignments)
         self.stopping = threading.Event()
         self.attempts = 0
         self.failures = 0
@@ -127,7 +130,8 @@ class StageRunner:
     def run_once(self) -> None:
         """One barrier stage with a task per assignment; returns when every task ended."""
         sc = self.session.sparkContext
-        rdd = sc.parallelize(self.assignments, len(self.assignments))
+        assignments = self.prepare_attempt(self.assignments)
+        rdd = sc.parallelize(assignments, len(assignments))
         sc.setJobDescription(f"{self.options.app_name}: {len(self.assignments)} processors")
         rdd.barrier().mapPartitions(_run_task(self.entry)).collect()
 

@@ -14,11 +14,18 @@ from __future__ import annotations
 import os
 
 from kazoo.client import KazooClient
-from kazoo.security import ACL, make_digest_acl
+from kazoo.security import ACL, Permissions, make_digest_acl
 
 from hailstorm.config import ConfigError
 
-__all__ = ["ZK_AUTH_VAR", "ZK_READER_VAR", "zk_acl", "zk_client", "zk_credentials"]
+__all__ = [
+    "ZK_AUTH_VAR",
+    "ZK_READER_VAR",
+    "check_not_open",
+    "zk_acl",
+    "zk_client",
+    "zk_credentials",
+]
 
 ZK_AUTH_VAR = "HAILSTORM_ZK_AUTH"
 ZK_READER_VAR = "HAILSTORM_ZK_READER"
@@ -60,3 +67,22 @@ def zk_client(hosts: str, timeout: float = 10.0) -> KazooClient:
         return KazooClient(hosts=hosts, timeout=timeout)
     return KazooClient(hosts=hosts, timeout=timeout, default_acl=zk_acl(),
                        auth_data=[("digest", f"{owner[0]}:{owner[1]}")])
+
+
+def check_not_open(client: KazooClient, paths: list[str]) -> None:
+    """With ``$HAILSTORM_ZK_AUTH`` set, refuse (:class:`ConfigError`) any of ``paths`` that
+    anyone may change: a node created before the variable was set, or by somebody else
+    first, keeps its ACL, and whoever may create or delete its children could replace a
+    processor's node or the master state."""
+    if zk_credentials() is None:
+        return
+    for path in paths:
+        acls, _stat = client.get_acls(path)
+        open_to = [a for a in acls if a.id.scheme == "world"
+                   and a.perms & (Permissions.WRITE | Permissions.CREATE | Permissions.DELETE
+                                  | Permissions.ADMIN)]
+        if open_to:
+            raise ConfigError(
+                f"ZooKeeper node {path} may be changed by anyone although ${ZK_AUTH_VAR} is "
+                "set (it was created before, or by someone else): delete the topology's "
+                "nodes and start afresh, or setAcl them to the owner")

@@ -315,11 +315,15 @@ def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) 
     if not roster.expected:
         pending = "no expected processors (the driver writes the list)"
     else:
-        for pid, report in roster.reports.items():
-            if report.error is not None and report.epoch >= e:
-                if report.corrupt is not None:
-                    return _corrupt(state, view, roster, pid, report.corrupt, report.error)
-                return _restart(state, view, roster, f"{pid} failed: {report.error}")
+        failed = [(pid, r) for pid, r in roster.reports.items()
+                  if r.error is not None and r.epoch >= e]
+        # A corrupt snapshot first: the other processors of the stage fail with it, and
+        # restarting for one of them would only meet the same file again.
+        for pid, report in sorted(failed, key=lambda f: f[1].corrupt is None):
+            assert report.error is not None
+            if report.corrupt is not None:
+                return _corrupt(state, view, roster, pid, report.corrupt, report.error)
+            return _restart(state, view, roster, f"{pid} failed: {report.error}")
         unregistered = [p for p in roster.expected if p not in roster.registered]
         not_ready = [
             p for p in roster.expected

@@ -60,7 +60,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.auth import SECRET_FILE_VAR, AuthError, RunSecret, accept_peer, greet_peer
+from hailstorm.auth import (
+    SECRET_FILE_VAR,
+    AuthError,
+    FrameSealer,
+    RunSecret,
+    accept_peer,
+    greet_peer,
+)
 from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.config import DEFAULT_DATABASE_URL, KAFKA_CONFIG_VAR
 from hailstorm.coordination import Coordinator
@@ -126,11 +133,12 @@ FLUSH_INTERVAL = 0.25
 """Seconds a compacting (``preaggregate``) bolt holds rows back: it then emits one row per
 key touched, and the watermark that waited for them (so rounds wait at most this)."""
 
-HANDSHAKE_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 3.0
 """Seconds a connecting peer has to prove it holds the run's secret (a slow one is
-refused)."""
-MAX_HANDSHAKES = 16
-"""Connections a listener authenticates at once; more are refused at once."""
+refused); a peer of the run needs one round trip."""
+MAX_HANDSHAKES = 64
+"""Connections a listener authenticates at once; more are refused at once (an upstream
+refused that way tries again until its ``io_timeout``)."""
 
 COMMIT_ROWS = 100_000
 """A sink commits as soon as this many rows (upsert: keys) wait and the low water mark
@@ -239,18 +247,35 @@ class _Outbound:
     def __init__(self, sender: str, receiver: str, address: tuple[str, int], epoch: int,
                  timeout: float, secret: RunSecret) -> None:
         self.receiver = receiver
-        self.sock = socket.create_connection(address, timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            self.sealer, _ = greet_peer(self.sock, secret, timeout)
-        except AuthError as exc:
-            self.close()
-            raise DataPlaneError(f"{receiver} at {address}: {exc}") from exc
-        except BaseException:
-            self.close()
-            raise
+        self.sock, self.sealer = self._authenticated(address, secret, timeout)
         self.sock.settimeout(timeout)
         send_frames(self.sock, [Hello(sender, epoch, receiver)], sealer=self.sealer)
+
+    def _authenticated(self, address: tuple[str, int], secret: RunSecret,
+                       timeout: float) -> tuple[socket.socket, FrameSealer]:
+        """A connection that passed the handshake. A listener busy with strangers'
+        handshakes refuses at once: try again (backing off) until ``timeout``."""
+        deadline = time.monotonic() + timeout
+        pause = 0.05
+        while True:
+            sock = socket.create_connection(address, timeout=timeout)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sealer, _ = greet_peer(sock, secret, min(timeout, HANDSHAKE_TIMEOUT))
+                return sock, sealer
+            except AuthError as exc:
+                with contextlib.suppress(OSError):
+                    sock.close()
+                if time.monotonic() + pause > deadline:
+                    raise DataPlaneError(f"{self.receiver} at {address}: {exc}") from exc
+                log.warning("handshake with %s at %s failed (%s); trying again",
+                            self.receiver, address, exc)
+                time.sleep(pause)
+                pause = min(2.0, pause * 2)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    sock.close()
+                raise
 
     def send(self, frames: Sequence[Frame]) -> None:
         try:

@@ -88,3 +88,22 @@ def test_only_the_owner_writes_and_the_reader_reads(run: TopologyRun) -> None:
                                     run.sink_tables())
     assert comparison.ok, comparison.first(5)
     run.check_recoveries()
+
+
+def test_a_squatted_open_node_stops_the_driver(stack_env: dict[str, str], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Someone created the topology's nodes first, open to all: the authenticated driver
+    refuses to run on them instead of trusting nodes anyone may change."""
+    monkeypatch.setenv(ZK_AUTH_VAR, f"hailstorm:{uuid.uuid4().hex}")
+    stack = StackAddresses.from_env(stack_env)
+    with deployed(stack, WORDCOUNT, tmp_path / "logs", negotiators=1) as run:
+        squatter = _client(stack.zk, None)
+        try:
+            squatter.create(run.paths.living, makepath=True)  # world:anyone, ALL
+        finally:
+            squatter.stop()
+            squatter.close()
+        run.start()
+        wait_for("the driver to stop", lambda: run.procs["driver"].poll() is not None, 120)
+        assert run.procs["driver"].returncode == 1
+        assert "may be changed by anyone" in run.log("driver")

@@ -125,7 +125,7 @@ def test_secret_file_must_be_private_and_long_enough(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="readable by others"):
         RunSecret.from_file(path)
     path.chmod(0o600)
-    assert RunSecret.from_file(path).key == b"s" * 40
+    assert RunSecret.from_file(path).key == b"s" * 40 + b"\n"  # every byte is the key
     path.write_bytes(b"short")
     with pytest.raises(ValueError, match="at least 32 bytes"):
         RunSecret.from_file(path)

@@ -278,6 +278,15 @@ def test_initialize_corrupt_committed_snapshot_falls_back_to_the_previous_round(
     assert "file:///snap/bolt:counts:0/4" in d.reason and "previous committed round 3" in d.reason
 
 
+def test_initialize_corrupt_snapshot_wins_over_other_failures_of_the_stage() -> None:
+    living = ready(5)  # B0 comes first in the roster, and failed for another reason
+    living[B0] = report(B0, ProcessorState.READY, 5, loaded={}, error="the worker is gone")
+    living[B1] = ProcessorReport(B1, ProcessorState.JOINING, 5, error="corrupt snapshot",
+                                 corrupt="file:///snap/bolt:counts:1/4")
+    d = check(Initialize(5), view(living, committed=COMMITTED, highest=5))
+    assert d.fallback == FallBack(4, "file:///snap/bolt:counts:1/4")
+
+
 def test_initialize_corrupt_snapshot_without_an_earlier_round_names_the_file() -> None:
     living = ready(5)
     living[B0] = _corrupt_report("file:///snap/bolt:counts:0/4")

@@ -239,6 +239,22 @@ def test_truncated_and_foreign_files(store: DirectorySnapshotStore, tmp_path: Pa
         store.resolve(str(foreign.relative_to(store.root)))
 
 
+def test_a_flipped_header_value_reads_as_corrupt_not_as_a_mismatched_round(
+        store: DirectorySnapshotStore) -> None:
+    """A bit flipped in a header's metadata (here instance 1 turned into 0) fails the
+    checksum before the round's files are matched up, so recovery falls back a round."""
+    refs = [put(store, per_key(Count()), {"a": i}, instance=i, parallelism=2, epoch=4)
+            for i in range(2)]
+    data = bytearray(refs[1].path.read_bytes())
+    at = data.find(b"hailstorm.instance") + len(b"hailstorm.instance") + 1
+    assert data[at:at + 1] == b"1"
+    data[at] = ord("0")
+    refs[1].path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptError, match="checksum mismatch") as caught:
+        store.load_for_instance([r.uri for r in refs], per_key(Count()), 0, 1)
+    assert caught.value.uri == refs[1].uri
+
+
 def test_refs_outside_the_store_are_refused(store: DirectorySnapshotStore,
                                             tmp_path: Path) -> None:
     ref = put(store, per_key(Count()), {"a": 1})
