@@ -291,7 +291,10 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         driver = Driver(options)
     except (TopologyError, ValueError) as exc:  # ValueError: a bad $HAILSTORM_SECRET_FILE
         fail(str(exc))
-    driver.prepare()
+    try:
+        driver.prepare()
+    except LookupError as exc:  # a source topic that does not exist
+        fail(str(exc))
     install_signal_handlers(driver)
     failures = driver.run()
     console.print(f"stopped ({failures} failed stage attempts)")

@@ -32,7 +32,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from hailstorm.clock import Clock
-from hailstorm.zookeeper import zk_client
+from hailstorm.zookeeper import ensure_paths, zk_client
 from negotiator.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -128,8 +128,7 @@ class Coordinator:
         If a previous incarnation's node still exists, wait for it to vanish (its session
         expiring), never deleting it; :class:`CoordinationError` after ``timeout`` s.
         """
-        for path in self.paths.directories():
-            self.client.ensure_path(path)
+        ensure_paths(self.client, self.paths.directories())
         node = self.paths.living_node(self.processor)
         report = ProcessorReport(self.processor, ProcessorState.JOINING, 0, info=self.info)
         deadline = time.monotonic() + timeout

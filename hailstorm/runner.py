@@ -34,7 +34,7 @@ from hailstorm.kafka import partitions_of
 from hailstorm.processors.runtime import Assignment, run_processor
 from hailstorm.spark_runner import SparkOptions, StageRunner, build_session
 from hailstorm.topology import Topology, load_topology
-from hailstorm.zookeeper import check_not_open, zk_client
+from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
 from negotiator.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -104,8 +104,7 @@ def write_expected(zk: str, name: str, processors: list[str]) -> None:
     client = zk_client(zk)
     client.start(timeout=20)
     try:
-        for path in paths.directories():
-            client.ensure_path(path)
+        ensure_paths(client, paths.directories())
         check_not_open(client, [paths.root, *paths.directories()])
         try:
             client.set(paths.expected, data)

@@ -11,17 +11,22 @@ variables from their environment (never from a command line).
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterable
 
 from kazoo.client import KazooClient
-from kazoo.security import ACL, Permissions, make_digest_acl
+from kazoo.exceptions import NodeExistsError
+from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions, make_digest_acl
 
 from hailstorm.config import ConfigError
+from negotiator.layout import ROOT
 
 __all__ = [
     "ZK_AUTH_VAR",
     "ZK_READER_VAR",
     "check_not_open",
+    "ensure_paths",
     "zk_acl",
     "zk_client",
     "zk_credentials",
@@ -86,3 +91,18 @@ def check_not_open(client: KazooClient, paths: list[str]) -> None:
                 f"ZooKeeper node {path} may be changed by anyone although ${ZK_AUTH_VAR} is "
                 "set (it was created before, or by someone else): delete the topology's "
                 "nodes and start afresh, or setAcl them to the owner")
+
+
+def ensure_paths(client: KazooClient, paths: Iterable[str]) -> None:
+    """Create ``paths`` and their parents with :func:`zk_acl`, the shared root ``/hailstorm``
+    excepted: it is made so that anyone may read it and add a topology of their own under
+    it (each topology's nodes belong to whoever created them), so that topologies run by
+    different identities can share one ZooKeeper."""
+    owner = zk_credentials()
+    if owner is not None and client.exists(ROOT) is None:
+        shared = [ACL(Permissions.READ | Permissions.CREATE, ANYONE_ID_UNSAFE),
+                  make_digest_acl(*owner, all=True)]
+        with contextlib.suppress(NodeExistsError):
+            client.create(ROOT, acl=shared)
+    for path in paths:
+        client.ensure_path(path)

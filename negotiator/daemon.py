@@ -23,7 +23,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from hailstorm.config import SNAPSHOTS_VAR
 from hailstorm.metrics import NegotiatorMetrics, start_server
-from hailstorm.zookeeper import zk_client
+from hailstorm.zookeeper import ensure_paths, zk_client
 from negotiator.layout import NegotiatorRecord, TopologyPaths
 from negotiator.machine import Config, ForgetSnapshots
 from negotiator.shell import Shell
@@ -59,7 +59,8 @@ class _Announcement:
             try:
                 self.client.set(self.node, data)
             except NoNodeError:
-                self.client.create(self.node, data, ephemeral=True, makepath=True)
+                ensure_paths(self.client, [self.node.rsplit("/", 1)[0]])
+                self.client.create(self.node, data, ephemeral=True)
         except KazooException as exc:
             log.warning("%s: could not write %s: %s", self.identifier, self.node, exc)
 

@@ -34,6 +34,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
+from hailstorm.zookeeper import ensure_paths
 from negotiator.layout import (
     RECOVERIES_KEPT,
     CommittedRecord,
@@ -136,8 +137,7 @@ class Shell:
         try:
             while not self._stopping.is_set():
                 try:
-                    for path in self.paths.directories():
-                        self.client.ensure_path(path)
+                    ensure_paths(self.client, self.paths.directories())
                     self._contend_and_lead()
                 except _TRANSIENT as exc:
                     log.warning("ZooKeeper connection problem (%s); retrying", exc)

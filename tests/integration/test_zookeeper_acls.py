@@ -94,7 +94,8 @@ def test_a_squatted_open_node_stops_the_driver(stack_env: dict[str, str], tmp_pa
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Someone created the topology's nodes first, open to all: the authenticated driver
     refuses to run on them instead of trusting nodes anyone may change."""
-    monkeypatch.setenv(ZK_AUTH_VAR, f"hailstorm:{uuid.uuid4().hex}")
+    monkeypatch.setenv(ZK_AUTH_VAR, f"hailstorm:{uuid.uuid4().hex}")  # not the other test's
+    kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], TOPIC, 2)
     stack = StackAddresses.from_env(stack_env)
     with deployed(stack, WORDCOUNT, tmp_path / "logs", negotiators=1) as run:
         squatter = _client(stack.zk, None)
