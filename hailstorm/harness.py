@@ -1839,7 +1839,7 @@ class ChaosReport:
             if r.fault.kind == "broker":
                 back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
                 line += f"; {r.fault.detail}, back in the cluster after {back}"
-            elif r.fault.kind == "zombie":
+            elif r.fault.kind in ("zombie", "stall"):
                 line += f"; {r.fault.detail}"
             lines.append(line)
         idle = [r.fault for r in self.faults if not r.fault.effective]
