@@ -1240,7 +1240,9 @@ class TopologyRun:
         until its session expired and a round of a newer run (its replacement's) committed,
         then SIGCONT it. It stops itself as it is about to commit (a pause point the harness
         arms for its pid), so it resumes straight into the commit its replacement
-        superseded; a sink with nothing to commit within 10 s gets a SIGSTOP where it is.
+        superseded; a sink with nothing to commit within 10 s gets a SIGSTOP where it is,
+        and one timed for a recovery state (no commits then) at once. The fault records
+        the state it really stopped in.
         The zombie must write nothing: the fault's ``detail`` says where it stopped and how
         it ended (fenced by its table, or first noticing its lost session), read from its
         log. Needs ``TopologyRun(zombies=True)``."""
@@ -1249,22 +1251,16 @@ class TopologyRun:
                                "TopologyRun(zombies=True)")
         ident, victim = self._pick_processor("sink", rng, None, epoch=epoch)
         fault = self._fault("zombie", ident, victim, phase)
-        # Stopped as it is about to commit, so that it resumes straight into its commit.
-        request = pause_request(self.env[PAUSE_DIR_VAR], "sink.before_commit", victim)
-        request.touch()
         self._stopped_pids.add(victim)
-        try:
-            wait_for(f"{ident} to stop before its next commit",
-                     lambda: process_stopped(victim), 10, self.alive, poll=0.01)
-            fault.detail = "stopped before a commit"
-        except HarnessError:
-            try:
-                request.unlink()  # never got there (nothing to commit): stop it anywhere
-            except FileNotFoundError:  # it just did
-                wait_for(f"{ident} to stop", lambda: process_stopped(victim), 10, poll=0.01)
-            else:
-                os.kill(victim, signal.SIGSTOP)
-                fault.detail = "stopped between commits"
+        if phase in RECOVERY_PHASES:  # no commits while recovering: stop it in that state
+            os.kill(victim, signal.SIGSTOP)
+            fault.detail = f"stopped in {fault.phase}"
+        else:
+            fault.detail = self._stop_before_commit(ident, victim)
+            master = self.master()  # the state and time it really stopped in
+            fault.phase = master.state.__class__.__name__ if master else "none"
+            fault.epoch = master.state.epoch if master else 0
+            fault.at = time.time()
         try:
             def replaced() -> bool:  # a round of the run after the fault committed
                 restarts = [r.epoch for r in self.recoveries() if r.at >= fault.at]
@@ -1281,6 +1277,24 @@ class TopologyRun:
                  60, self.alive, poll=0.2)
         fault.detail += "; " + zombie_outcome(self.log("driver"), victim)
         return fault
+
+    def _stop_before_commit(self, ident: str, victim: int) -> str:
+        """Make ``victim`` stop itself as it is about to commit (within 10 s, else SIGSTOP
+        it where it is); says which."""
+        request = pause_request(self.env[PAUSE_DIR_VAR], "sink.before_commit", victim)
+        request.touch()
+        try:
+            wait_for(f"{ident} to stop before its next commit",
+                     lambda: process_stopped(victim), 10, self.alive, poll=0.01)
+            return "stopped before a commit"
+        except HarnessError:
+            try:
+                request.unlink()  # never got there (nothing to commit): stop it anywhere
+            except FileNotFoundError:  # it just did
+                wait_for(f"{ident} to stop", lambda: process_stopped(victim), 10, poll=0.01)
+                return "stopped before a commit"
+            os.kill(victim, signal.SIGSTOP)
+            return "stopped between commits"
 
     def stall_bolt(self, rng: random.Random | None = None, phase: MasterPhase | None = None,
                    epoch: int = 0, seconds: float | None = None,
