@@ -1240,9 +1240,9 @@ class TopologyRun:
         until its session expired and a round of a newer run (its replacement's) committed,
         then SIGCONT it. It stops itself as it is about to commit (a pause point the harness
         arms for its pid), so it resumes straight into the commit its replacement
-        superseded; a sink with nothing to commit within 10 s gets a SIGSTOP where it is,
-        and one timed for a recovery state (no commits then) at once. The fault records
-        the state it really stopped in.
+        superseded; a sink with nothing to commit within 10 s gets a SIGSTOP where it is.
+        The fault records the state it really stopped in (a schedule never times a zombie
+        for a recovery state: sinks do not commit then).
         The zombie must write nothing: the fault's ``detail`` says where it stopped and how
         it ended (fenced by its table, or first noticing its lost session), read from its
         log. Needs ``TopologyRun(zombies=True)``."""
@@ -1252,15 +1252,11 @@ class TopologyRun:
         ident, victim = self._pick_processor("sink", rng, None, epoch=epoch)
         fault = self._fault("zombie", ident, victim, phase)
         self._stopped_pids.add(victim)
-        if phase in RECOVERY_PHASES:  # no commits while recovering: stop it in that state
-            os.kill(victim, signal.SIGSTOP)
-            fault.detail = f"stopped in {fault.phase}"
-        else:
-            fault.detail = self._stop_before_commit(ident, victim)
-            master = self.master()  # the state and time it really stopped in
-            fault.phase = master.state.__class__.__name__ if master else "none"
-            fault.epoch = master.state.epoch if master else 0
-            fault.at = time.time()
+        fault.detail = self._stop_before_commit(ident, victim)
+        master = self.master()  # the state and time it really stopped in
+        fault.phase = master.state.__class__.__name__ if master else "none"
+        fault.epoch = master.state.epoch if master else 0
+        fault.at = time.time()
         try:
             def replaced() -> bool:  # a round of the run after the fault committed
                 restarts = [r.epoch for r in self.recoveries() if r.at >= fault.at]
@@ -1534,6 +1530,16 @@ class ChaosSchedule:
         for i, phase in zip(timed, _cover(self.phases, len(timed),
                                           random.Random(self.seed * 31 + 7)), strict=True):
             phases[i] = phase
+        # A sink commits only outside recoveries, and a zombie is stopped before a commit:
+        # it swaps a recovery state for another fault's.
+        for i, kind in enumerate(kinds):
+            if kind == "zombie" and phases[i] in RECOVERY_PHASES:
+                other = next((j for j in timed if kinds[j] != "zombie"
+                              and phases[j] not in RECOVERY_PHASES), None)
+                if other is None:
+                    phases[i] = "Flowing"
+                else:
+                    phases[i], phases[other] = phases[other], phases[i]
         return [PlannedFault(k, d, ph) for k, d, ph in zip(kinds, delays, phases, strict=True)]
 
     def rng(self) -> random.Random:

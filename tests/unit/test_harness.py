@@ -198,6 +198,16 @@ def test_topic_layout_in_sync_and_leaders() -> None:
     assert not leaderless.fully_in_sync()
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_zombies_are_never_timed_for_a_recovery(seed: int) -> None:
+    kinds = ("processor",) * 4 + ("negotiator",) * 2 + ("zk-session",) * 2 + ("zombie", "stall")
+    plan = ChaosSchedule(kinds=kinds, count=10, seed=seed).plan()
+    assert all(p.phase in ("Flowing", "SpoutsPaused") for p in plan if p.kind == "zombie")
+    assert {p.phase for p in plan} == set(MASTER_PHASES)
+    alone = ChaosSchedule(kinds=("zombie",), count=4, seed=seed).plan()
+    assert all(p.phase in ("Flowing", "SpoutsPaused") for p in alone)
+
+
 def test_broker_is_a_kind_but_not_a_default_one() -> None:
     assert "broker" in FAULT_KINDS and "broker" not in DEFAULT_FAULT_KINDS
     assert ChaosSchedule().kinds == DEFAULT_FAULT_KINDS
