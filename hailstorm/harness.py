@@ -48,7 +48,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -1221,17 +1221,13 @@ class TopologyRun:
         node = self.paths.living_node(ident)
         owner = self.zk.exists(node)
         fault = self._fault("zk-session", ident, victim, phase)
-        os.kill(victim, signal.SIGSTOP)
-        self._stopped_pids.add(victim)
-        try:
+        with self._kept_stopped(victim):
+            os.kill(victim, signal.SIGSTOP)
+
             def expired() -> bool:
                 stat = self.zk.exists(node)
                 return stat is None or owner is None or stat.ephemeralOwner != owner.ephemeralOwner
             wait_for(f"the session of {ident} to expire", expired, timeout, poll=0.25)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGCONT)
-            self._stopped_pids.discard(victim)
         return fault
 
     def zombie_sink(self, rng: random.Random | None = None, timeout: float = 120,
@@ -1251,13 +1247,13 @@ class TopologyRun:
                                "TopologyRun(zombies=True)")
         ident, victim = self._pick_processor("sink", rng, None, epoch=epoch)
         fault = self._fault("zombie", ident, victim, phase)
-        self._stopped_pids.add(victim)
-        fault.detail = self._stop_before_commit(ident, victim)
-        master = self.master()  # the state and time it really stopped in
-        fault.phase = master.state.__class__.__name__ if master else "none"
-        fault.epoch = master.state.epoch if master else 0
-        fault.at = time.time()
-        try:
+        with self._kept_stopped(victim):
+            fault.detail = self._stop_before_commit(ident, victim)
+            master = self.master()  # the state and time it really stopped in
+            fault.phase = master.state.__class__.__name__ if master else "none"
+            fault.epoch = master.state.epoch if master else 0
+            fault.at = time.time()
+
             def replaced() -> bool:  # a round of the run after the fault committed
                 restarts = [r.epoch for r in self.recoveries() if r.at >= fault.at]
                 committed = self.committed()
@@ -1265,14 +1261,22 @@ class TopologyRun:
                     and committed.epoch > min(restarts)
             wait_for(f"a replacement of {ident} to commit", replaced, timeout, self.alive,
                      poll=0.25)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGCONT)
-            self._stopped_pids.discard(victim)
         wait_for(f"the zombie {ident} (pid {victim}) to end", lambda: not pid_alive(victim),
                  60, self.alive, poll=0.2)
         fault.detail += "; " + zombie_outcome(self.log("driver"), victim)
         return fault
+
+    @contextlib.contextmanager
+    def _kept_stopped(self, victim: int) -> Iterator[None]:
+        """While the block stops ``victim`` and waits: SIGCONT it afterwards, whatever
+        happened (and :meth:`stop` knows it may be stopped meanwhile)."""
+        self._stopped_pids.add(victim)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+            self._stopped_pids.discard(victim)
 
     def _stop_before_commit(self, ident: str, victim: int) -> str:
         """Make ``victim`` stop itself as it is about to commit (within 10 s, else SIGSTOP
@@ -1312,14 +1316,9 @@ class TopologyRun:
             rng.uniform(1.0, max(1.0, self.processor_session_timeout / 2))
         fault = self._fault("stall", ident, victim, phase)
         fault.detail = f"stopped {down:.1f} s"
-        os.kill(victim, signal.SIGSTOP)
-        self._stopped_pids.add(victim)
-        try:
+        with self._kept_stopped(victim):
+            os.kill(victim, signal.SIGSTOP)
             time.sleep(down)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGCONT)
-            self._stopped_pids.discard(victim)
         if crash:
             resumed = time.time()
             wait_for(f"a round committed after {ident} resumed",
