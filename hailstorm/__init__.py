@@ -16,7 +16,15 @@ See ``docs/writing-topologies.md``.
 """
 
 from hailstorm.decoders import Avro, DecodeError
-from hailstorm.model import DeadLetter, Message, ModelResult, messages, run_model
+from hailstorm.model import (
+    DeadLetter,
+    Message,
+    ModelResult,
+    RecordHalt,
+    RejectedRow,
+    messages,
+    run_model,
+)
 from hailstorm.monoids import (
     Count,
     CountMinSketch,
@@ -39,6 +47,7 @@ from hailstorm.routing import route
 from hailstorm.topology import (
     BoltSpec,
     Collect,
+    RecordFailed,
     SinkSpec,
     SinkTarget,
     SpoutSpec,
@@ -68,6 +77,9 @@ __all__ = [
     "ModelResult",
     "Monoid",
     "Record",
+    "RecordFailed",
+    "RecordHalt",
+    "RejectedRow",
     "SetUnion",
     "SinkSpec",
     "SinkTarget",

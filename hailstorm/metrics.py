@@ -328,6 +328,10 @@ class ProcessorMetrics:
         self.state_keys = r.gauge("hailstorm_state_keys", "Distinct keys held (keyed bolts).")
         self.rows_committed = r.counter("hailstorm_rows_committed_total",
                                         "Rows committed to the sink's table (sinks).")
+        self.quarantined = r.counter(
+            "hailstorm_quarantined_total",
+            "Records quarantined: written to the dead-letter topic (spouts, bolts) or to the "
+            "table's <table>_rejected table (sinks).")
         self.refused_connections = r.counter(
             "hailstorm_refused_connections_total",
             "Data-plane connections refused before a frame was read (no proof of the run's "

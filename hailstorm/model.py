@@ -20,9 +20,27 @@ from typing import Any
 
 from hailstorm.clock import Partition
 from hailstorm.decoders import DecodeError
-from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology
+from hailstorm.topology import (
+    BoltSpec,
+    RecordFailed,
+    RowError,
+    SinkSpec,
+    SpoutSpec,
+    Table,
+    Topology,
+)
 
-__all__ = ["DeadLetter", "Message", "ModelResult", "Origin", "messages", "run_model"]
+__all__ = [
+    "DeadLetter",
+    "Message",
+    "ModelResult",
+    "Origin",
+    "RecordHalt",
+    "RejectedRow",
+    "messages",
+    "record_text",
+    "run_model",
+]
 
 Origin = tuple[Partition, int]
 """Where a tuple came from: ``((topic, partition), offset)``."""
@@ -71,15 +89,70 @@ def messages(
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A message a spout could not decode or explode."""
+    """A quarantined record: a message a spout could not decode or explode, or a tuple a
+    bolt's function failed on."""
 
-    spout: str
+    node: str
+    """The spout or bolt whose function failed."""
     topic: str
     """The dead-letter topic it would be written to."""
     message: Message
+    """The source message; for a bolt's tuple, its origin with :func:`record_bytes` of
+    the tuple as the value."""
     error: str
     stage: str
-    """``"decode"`` or ``"explode"``."""
+    """``"decode"``, ``"explode"``, ``"key"``, ``"lift"``, ``"event_time"``, ``"monoid"``
+    or ``"emit"`` (see :class:`~hailstorm.topology.RecordFailed`)."""
+
+    @classmethod
+    def of_tuple(cls, topic: str, origin: Origin, t: Any, failure: RecordFailed) -> DeadLetter:
+        """The dead letter of tuple ``t`` (from ``origin``) that ``failure`` quarantined."""
+        (source, partition), offset = origin
+        return cls(failure.node, topic, Message(source, partition, offset, record_bytes(t)),
+                   failure.error, failure.stage)
+
+
+@dataclass(frozen=True)
+class RejectedRow:
+    """A sink tuple that did not become a row of its table: its ``row`` failed (stage
+    ``"row"``), or the database refused the row (stage ``"database"``, runtime only: the
+    model does not know the database's constraints). It lands in ``<table>_rejected``."""
+
+    origin: Origin
+    stage: str
+    error: str
+    record: str
+    """:func:`record_text` of the tuple."""
+
+
+RECORD_TEXT_LIMIT = 64 * 1024
+"""Characters of a quarantined tuple's ``repr`` that are kept."""
+
+
+def record_text(t: Any) -> str:
+    """How a quarantined tuple is shown: its ``repr``, cut at :data:`RECORD_TEXT_LIMIT`."""
+    try:
+        text = repr(t)
+    except Exception as exc:  # a user type whose repr raises
+        text = f"<{type(t).__name__}: repr failed: {type(exc).__name__}>"
+    return text if len(text) <= RECORD_TEXT_LIMIT else text[:RECORD_TEXT_LIMIT] + "..."
+
+
+def record_bytes(t: Any) -> bytes:
+    """:func:`record_text` as UTF-8 (the value of a bolt's dead letter)."""
+    return record_text(t).encode("utf-8", "backslashreplace")
+
+
+def halt_reason_of(node: str, stage: str, origin: Origin, error: str) -> str:
+    """Why a topology with ``on_error="fail"`` stopped on a bad record."""
+    (topic, partition), offset = origin
+    return (f"{node}: {stage} failed on the record at {topic}:{partition}:{offset}: {error} "
+            '(the topology has on_error="fail"; fix the function or the record, or use '
+            'on_error="quarantine" to send bad records to the dead-letter topic)')
+
+
+class RecordHalt(RuntimeError):
+    """:func:`run_model` on a topology with ``on_error="fail"`` met a bad record."""
 
 
 class ModelResult:
@@ -90,6 +163,9 @@ class ModelResult:
         self.messages_processed = 0
         """Messages consumed, including those that became dead letters."""
         self.dead_letters: list[DeadLetter] = []
+        """Quarantined records, in the order met."""
+        self.rejected_rows: dict[str, list[RejectedRow]] = {s.name: [] for s in topology.sinks}
+        """Per table sink, the tuples that did not become rows (``<table>_rejected``)."""
         self._states: dict[str, list[Any]] = {
             b.name: [b.state.empty() for _ in range(b.parallelism)] for b in topology.bolts
         }
@@ -178,11 +254,15 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     """Run ``topology`` over ``messages`` sequentially and return the result.
 
     Messages are processed in the order given. Each goes to every spout reading its
-    topic; a decode/explode failure is recorded in ``dead_letters`` and processing goes
-    on. Tuples travel depth-first: a bolt absorbs a tuple and its emitted tuples reach the
-    downstream nodes before the next tuple is processed. Exceptions raised by bolt
-    functions (key, lift, emit) or by a sink's ``row`` propagate, annotated with the node
-    and the tuple.
+    topic. Tuples travel depth-first: a bolt absorbs a tuple and its emitted tuples reach
+    the downstream nodes before the next tuple is processed.
+
+    Bad records follow the topology's ``on_error`` policy. With ``"quarantine"`` a
+    decode/explode failure and a tuple a bolt's function fails on (see
+    :class:`~hailstorm.topology.RecordFailed`) are recorded in ``dead_letters``, a sink
+    tuple whose row fails in ``rejected_rows``, and processing goes on; with ``"fail"`` the
+    first one raises :class:`RecordHalt`. Other exceptions (a monoid failing on values it
+    accepted) propagate, annotated with the node and the tuple.
     """
     topology.validate()
     result = ModelResult(topology)
@@ -195,12 +275,21 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     states = result._states
     outputs = result._outputs
 
+    fail = topology.on_error == "fail"
+    quarantine = topology.dead_letter_topic
+
     def deliver(source: str, origin: Origin, t: Any) -> None:
         outputs[source].append((origin, t))
         for node in downstream[source]:
             if isinstance(node, SinkSpec):
                 try:
                     result._write(node, origin, t)
+                except RowError as exc:
+                    if fail:
+                        raise RecordHalt(halt_reason_of(node.name, "row", origin, str(exc))) \
+                            from exc
+                    result.rejected_rows[node.name].append(
+                        RejectedRow(origin, "row", str(exc), record_text(t)))
                 except Exception as exc:
                     exc.add_note(f"in sink {node.name!r}, writing tuple {t!r} from {origin}")
                     raise
@@ -208,11 +297,16 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
             instance_states = states[node.name]
             try:
                 instance = node.instance_for(t)
-                state, produced = node.process(instance_states[instance], t)
+                state, produced, failure = node.process(instance_states[instance], t)
             except Exception as exc:
                 exc.add_note(f"in bolt {node.name!r}, processing tuple {t!r} from {origin}")
                 raise
             instance_states[instance] = state
+            if failure is not None:
+                if fail:
+                    raise RecordHalt(halt_reason_of(failure.node, failure.stage, origin,
+                                                    failure.error)) from failure
+                result.dead_letters.append(DeadLetter.of_tuple(quarantine, origin, t, failure))
             for out in produced:
                 deliver(node.name, origin, out)
 
@@ -229,6 +323,9 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
             try:
                 tuples = spout.tuples_of(message.value)
             except DecodeError as exc:
+                if fail:
+                    raise RecordHalt(halt_reason_of(spout.name, exc.stage, origin, str(exc))) \
+                        from exc
                 result.dead_letters.append(
                     DeadLetter(spout.name, spout.dead_letter, message, str(exc), exc.stage)
                 )

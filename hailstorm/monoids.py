@@ -68,7 +68,8 @@ import json
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any, ClassVar, Generic, TypeVar
 
 S = TypeVar("S")
@@ -128,6 +129,21 @@ class Monoid(ABC, Generic[S]):
     def copy(self, state: S) -> S:
         """An independent copy of ``state`` (for handing state ``A`` to a snapshot writer)."""
         return self.combine(self.empty(), state)
+
+    def check(self, value: Any) -> None:
+        """Raise ``TypeError``/``ValueError`` when ``value`` (what a bolt's lift returned) is
+        not a state of this monoid. Bolts call it before absorbing, so a bad record is
+        quarantined instead of breaking the state or its snapshot. The default accepts
+        anything; a user-defined monoid may override it."""
+
+    def check_many(self, values: Sequence[Any]) -> None:
+        """:meth:`check` for a batch: raise if any value is refused (which one is for
+        :meth:`check` to tell). Override it when a batch can be checked faster."""
+        if type(self).check is Monoid.check:
+            return
+        check = self.check
+        for value in values:
+            check(value)
 
     @abstractmethod
     def avro_schema(self) -> Any:
@@ -202,8 +218,46 @@ def _tuplify(x: Any) -> Any:
     return x
 
 
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+"""The range of Avro's ``long``."""
+
+_PRIMITIVE_CLASSES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "long": (int,),
+    "int": (int,),
+    "double": (int, float),
+    "boolean": (bool,),
+    "bytes": (bytes, bytearray),
+}
+
+
+def _accept(value: Any) -> None:
+    """The check of a monoid that checks nothing."""
+
+
+def _check_kinds(values: Sequence[Any], classes: tuple[type, ...] | None, what: Any,
+                 allowed: frozenset[type]) -> None:
+    """:func:`_check_kind` for a batch: by the set of their types when it is ``allowed``,
+    else value by value."""
+    if classes is not None and not set(map(type, values)) <= allowed:
+        for value in values:
+            _check_kind(value, classes, what)
+
+
+def _check_kind(value: Any, classes: tuple[type, ...] | None, what: Any) -> None:
+    """Raise ``TypeError`` unless ``value`` is one of ``classes`` (None: anything);
+    ``what`` names the taker: a string, or a monoid (described only on failure)."""
+    if classes is not None and not isinstance(value, classes):
+        names = " or ".join(c.__name__ for c in classes)
+        taker = what if isinstance(what, str) else what.describe()
+        raise TypeError(f"{taker} takes {names} values, not {type(value).__name__} {value!r:.80}")
+
+
 class _Codec:
     """Maps Python values (keys, items, orders, values) to and from Avro data."""
+
+    classes: tuple[type, ...] | None = None
+    """The Python types a value must have (None: not checked)."""
 
     def schema(self, namespace: str, name: str) -> Any:
         raise NotImplementedError
@@ -221,6 +275,7 @@ class _Codec:
 class _Primitive(_Codec):
     def __init__(self, avro_type: str) -> None:
         self.avro_type = avro_type
+        self.classes = _PRIMITIVE_CLASSES[avro_type]
 
     def schema(self, namespace: str, name: str) -> Any:
         return self.avro_type
@@ -329,6 +384,7 @@ class Sum(Monoid[Any]):
             raise ValueError(f"Sum kind must be 'long' or 'double', not {kind!r}")
         self.kind = kind
         self._zero: int | float = 0 if kind == "long" else 0.0
+        self._classes = _PRIMITIVE_CLASSES[kind]
 
     def empty(self) -> Any:
         return self._zero
@@ -341,6 +397,23 @@ class Sum(Monoid[Any]):
 
     def copy(self, state: Any) -> Any:
         return state
+
+    def check(self, value: Any) -> None:
+        if not isinstance(value, self._classes):
+            _check_kind(value, self._classes, self)
+        if self.kind == "long" and not _LONG_MIN <= value <= _LONG_MAX:
+            raise ValueError(f"{self.describe()}: {value} is out of the 64-bit range")
+        if self.kind == "double" and not math.isfinite(value):
+            raise ValueError(f"{self.describe()}: {value} is not finite")
+
+    def check_many(self, values: Sequence[Any]) -> None:
+        _check_kinds(values, self._classes, self, frozenset(self._classes))
+        if not values:
+            return
+        if (not all(map(math.isfinite, values)) if self.kind == "double"
+                else not _LONG_MIN <= min(values) <= max(values) <= _LONG_MAX):
+            for value in values:
+                self.check(value)
 
     @staticmethod
     def lift(x: Any) -> Any:
@@ -396,6 +469,15 @@ class _Extremum(Monoid[Any]):
 
     def copy(self, state: Any) -> Any:
         return state
+
+    def check(self, value: Any) -> None:
+        if value is not None:
+            _check_kind(value, self._codec.classes, self)
+
+    def check_many(self, values: Sequence[Any]) -> None:
+        classes = self._codec.classes
+        if classes is not None and not set(map(type, values)) <= {*classes, type(None)}:
+            super().check_many(values)
 
     @staticmethod
     def lift(x: Any) -> Any:
@@ -467,6 +549,12 @@ class Mean(Monoid[tuple[float, int]]):
 
     def copy(self, state: tuple[float, int]) -> tuple[float, int]:
         return state
+
+    def check(self, value: Any) -> None:
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise TypeError(f"Mean takes (sum, count) pairs (Mean.lift(x)), not {value!r:.80}")
+        _check_kind(value[0], (int, float), "Mean's sum")
+        _check_kind(value[1], (int,), "Mean's count")
 
     @staticmethod
     def lift(x: float) -> tuple[float, int]:
@@ -973,6 +1061,21 @@ class KeyedMap(Monoid[dict[Any, Any]]):
         """The state of one keyed inner value."""
         return {key: inner_value}
 
+    @property
+    def key_classes(self) -> tuple[type, ...] | None:
+        """The Python types a key of ``key_type`` may have (None: not checked)."""
+        return self._key.classes
+
+    def check_key(self, key: Any) -> None:
+        """Raise ``TypeError`` when ``key`` does not have the declared ``key_type``."""
+        _check_kind(key, self._key.classes, f"{self.describe()}'s key")
+
+    def check_keys(self, keys: Sequence[Any]) -> None:
+        """:meth:`check_key` for a batch."""
+        classes = self._key.classes
+        if classes is not None:
+            _check_kinds(keys, classes, f"{self.describe()}'s key", frozenset(classes))
+
     def get(self, state: dict[Any, Any], key: Any) -> Any:
         """The inner state of ``key`` (a fresh identity when absent)."""
         v = state.get(key, _MISSING)
@@ -1062,6 +1165,22 @@ class _Window(Monoid[WindowState]):
     def window_starts(self, event_time: float) -> list[Any]:
         """Starts of the windows covering ``event_time``."""
         raise NotImplementedError
+
+    def check_time(self, event_time: Any) -> None:
+        """Raise ``TypeError``/``ValueError`` for an event time the state (and its Avro
+        snapshot) cannot hold: ``time_type="long"`` takes 64-bit ints, ``"double"`` finite
+        numbers."""
+        if self.time_type == "long":
+            if type(event_time) is not int:
+                _check_kind(event_time, (int,), f"{self.describe()}'s event time")
+                if isinstance(event_time, bool):
+                    raise TypeError(f"{self.describe()}'s event time is a bool")
+            if not _LONG_MIN <= event_time <= _LONG_MAX:
+                raise ValueError(f"event time {event_time} is out of the 64-bit range")
+        else:
+            _check_kind(event_time, (int, float), f"{self.describe()}'s event time")
+            if not math.isfinite(event_time):
+                raise ValueError(f"event time {event_time} is not finite")
 
     def empty(self) -> WindowState:
         return (None, {})
@@ -1252,6 +1371,9 @@ class Record(Monoid[dict[str, Any]]):
             if not name.isidentifier():
                 raise ValueError(f"Record field {name!r} is not a valid Avro field name")
         self.fields = dict(fields)
+        self._checks = [(name, m.check if type(m).check is not Monoid.check else _accept)
+                        for name, m in self.fields.items()]
+        """Every field with its check (each is looked up, so a missing one is refused)."""
 
     def empty(self) -> dict[str, Any]:
         return {name: m.empty() for name, m in self.fields.items()}
@@ -1266,6 +1388,25 @@ class Record(Monoid[dict[str, Any]]):
 
     def copy(self, state: dict[str, Any]) -> dict[str, Any]:
         return {name: m.copy(state[name]) for name, m in self.fields.items()}
+
+    def check(self, value: Any) -> None:
+        for name, check in self._checks:
+            try:
+                field_value = value[name]
+            except (KeyError, TypeError, IndexError):
+                raise TypeError(
+                    f"{self.describe()} takes dicts with the fields {sorted(self.fields)} "
+                    f"(Record.lift(...)), not {value!r:.80}") from None
+            check(field_value)
+
+    def check_many(self, values: Sequence[Any]) -> None:
+        try:
+            columns = [list(map(itemgetter(name), values)) for name in self.fields]
+        except (KeyError, TypeError, IndexError):
+            super().check_many(values)  # names the value refused
+            return
+        for m, column in zip(self.fields.values(), columns, strict=True):
+            m.check_many(column)
 
     def lift(self, **values: Any) -> dict[str, Any]:
         """A state from per-field states; fields not given are the identity."""

@@ -219,6 +219,7 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             if _role(pid) == "bolt" else None,
             "rows_committed": _int((scraped or {}).get("hailstorm_rows_committed_total"))
             if _role(pid) == "sink" else None,
+            "quarantined": _int((scraped or {}).get("hailstorm_quarantined_total")),
         })
     doc["processors"] = processors
 
@@ -312,7 +313,9 @@ def render(doc: Mapping[str, Any]) -> Any:
     parts.append(table)
 
     procs = Table("processor", "state", "address", "pid", "in", "out", "in/s", "out/s",
-                  "keys/rows", title="processors", title_justify="left")
+                  "keys/rows", "bad", title="processors", title_justify="left",
+                  caption="bad: records quarantined (dead letters, <table>_rejected rows)",
+                  caption_justify="left")
     for p in doc["processors"]:
         state = p["state"] or "missing"
         if p["error"]:
@@ -322,7 +325,7 @@ def render(doc: Mapping[str, Any]) -> Any:
         extra = p["state_keys"] if p["role"] == "bolt" else p["rows_committed"]
         procs.add_row(p["id"], state, p["address"] or "-", str(p["pid"] or "-"),
                       _fmt(p["messages_in"]), _fmt(p["messages_out"]), _fmt(p["in_per_s"]),
-                      _fmt(p["out_per_s"]), _fmt(extra))
+                      _fmt(p["out_per_s"]), _fmt(extra), _fmt(p.get("quarantined")))
     parts.append(procs)
 
     if doc["snapshots"]:

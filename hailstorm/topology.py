@@ -31,13 +31,16 @@ import sys
 import traceback
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, ClassVar, Literal
 
 from hailstorm.decoders import DecodeError, Decoder, DecoderSpec, resolve_decoder
 from hailstorm.monoids import Monoid
 from hailstorm.routing import KeyRouter, partition_by_instance
+from hailstorm.sqltypes import ColumnRule, column_rule
 
 __all__ = [
     "BoltSpec",
@@ -45,6 +48,7 @@ __all__ = [
     "Combined",
     "Edge",
     "Node",
+    "RecordFailed",
     "RowError",
     "SinkSpec",
     "SinkTarget",
@@ -121,6 +125,37 @@ def _rebuild_error(
 
 class RowError(ValueError):
     """A sink tuple cannot be turned into a row of its table."""
+
+
+OnError = Literal["quarantine", "fail"]
+ON_ERROR_POLICIES: tuple[OnError, ...] = ("quarantine", "fail")
+
+
+class RecordFailed(Exception):
+    """A user function failed on one record (a bad record, a "poison pill").
+
+    ``node`` is the node whose function failed, ``stage`` which function (``key``,
+    ``lift``, ``event_time``, ``monoid`` for a value the state's monoid refuses, ``emit``,
+    ``row``) and ``error`` the original exception as text. Per the topology's ``on_error``
+    policy the runtime and :func:`~hailstorm.model.run_model` quarantine the record (a dead
+    letter) or stop the topology.
+    """
+
+    def __init__(self, node: str, stage: str, original: BaseException) -> None:
+        self.node = node
+        self.stage = stage
+        self.error = f"{type(original).__name__}: {original}"
+        super().__init__(f"{node}: {stage} failed: {self.error}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_failure, (self.node, self.stage, self.error))
+
+
+def _rebuild_failure(node: str, stage: str, error: str) -> RecordFailed:
+    failure = RecordFailed(node, stage, Exception())
+    failure.error = error
+    failure.args = (f"{node}: {stage} failed: {error}",)
+    return failure
 
 
 def _check_name(name: object, what: str, node: str | None, topology: str | None) -> None:
@@ -270,10 +305,20 @@ class Table(SinkTarget):
     row: Callable[[Any], Mapping[str, Any]] | None = None
     column_names: tuple[str, ...] = field(init=False, repr=False)
     value_columns: tuple[str, ...] = field(init=False, repr=False)
+    column_rules: tuple[ColumnRule, ...] = field(init=False, repr=False)
+    """What each column can hold, in column order (see :meth:`to_row`)."""
 
     def __post_init__(self) -> None:
         node = f"table {self.name!r}"
         _check_name(self.name, "table name", node, None)
+        if len(self.name) > 63 - len("_rejected"):
+            raise TopologyError(
+                f"table name {self.name!r} is longer than {63 - len('_rejected')} characters, "
+                f"so the name of its table of rejected rows, {self.name + '_rejected'!r}, "
+                "would not fit an SQL identifier (63)",
+                fix=f"shorten it, e.g. {self.name[:54]!r}",
+                node=node,
+            )
         if not isinstance(self.columns, Mapping) or not self.columns:
             raise TopologyError(
                 "columns must be a non-empty dict of column name -> SQL type",
@@ -292,6 +337,10 @@ class Table(SinkTarget):
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "columns", dict(self.columns))
         object.__setattr__(self, "column_names", tuple(self.columns))
+        added = set(self.columns) - set(key) if self.mode == "merge" else set()
+        object.__setattr__(self, "column_rules", tuple(
+            column_rule(sql_type, nullable=column not in key and column not in added)
+            for column, sql_type in self.columns.items()))
         if self.mode not in _MODES:
             raise TopologyError(
                 f"mode {self.mode!r} is not one of {', '.join(_MODES)}",
@@ -345,9 +394,46 @@ class Table(SinkTarget):
                 node=node,
             )
 
-    def to_row(self, t: Any) -> dict[str, Any]:
-        """The ``{column: value}`` row for sink tuple ``t`` (raises :class:`RowError`)."""
-        value = self.row(t) if self.row is not None else t
+    def to_row(self, t: Any, *, check: bool = True) -> dict[str, Any]:
+        """The ``{column: value}`` row for sink tuple ``t``; raises :class:`RowError` when
+        ``row`` fails, the shape does not fit the columns, or (``check``) a value cannot be
+        stored in its column (its type, an integer's range, null in a key column or a
+        merged one, an unhashable key)."""
+        row = self._shaped(t)
+        if check:
+            self._check_row(row)
+        return row
+
+    def _check_row(self, row: Mapping[str, Any]) -> None:
+        for column, rule in zip(self.column_names, self.column_rules, strict=True):
+            problem = rule.problem(row[column])
+            if problem is not None:
+                raise RowError(f"table {self.name!r}: column {column!r} = "
+                               f"{row[column]!r:.80} {problem}")
+        try:
+            hash(self.key_of(row))
+        except TypeError:
+            raise RowError(f"table {self.name!r}: the key {self.key_of(row)!r:.80} is not "
+                           "hashable") from None
+
+    def rows_fit(self, rows: Sequence[Sequence[Any]]) -> bool:
+        """True when every row (values in column order) passes :meth:`to_row`'s checks,
+        checked a column at a time; False: some row may not (check them one by one)."""
+        for index, rule in enumerate(self.column_rules):
+            if not rule.column_fits(list(map(itemgetter(index), rows))):
+                return False
+        return True
+
+    def _shaped(self, t: Any) -> dict[str, Any]:
+        if self.row is None:
+            value = t
+        else:
+            try:
+                value = self.row(t)
+            except Exception as exc:
+                raise RowError(
+                    f"table {self.name!r}: the row function failed: {type(exc).__name__}: {exc}"
+                ) from exc
         if isinstance(value, Mapping):
             row = dict(value)
             if row.keys() != self.columns.keys():
@@ -407,15 +493,15 @@ class SpoutSpec:
         """Decode a message value and explode it into tuples.
 
         Raises :class:`~hailstorm.decoders.DecodeError` when the decoder or the explode
-        function fails (the message belongs in the dead-letter topic). An explode
-        function returning something that is not a collection of tuples is a bug in the
-        topology and raises ``TypeError``.
+        function fails, a generator explode included (the message belongs in the
+        dead-letter topic). An explode function returning something that is not a
+        collection of tuples is a bug in the topology and raises ``TypeError``.
         """
         value = self.decoder.decode(raw)
         if self.explode is None:
             return [value]
         try:
-            exploded = self.explode(value)
+            exploded = _drained(self.explode(value))
         except Exception as exc:
             raise DecodeError(
                 f"spout {self.name!r}: explode failed: {type(exc).__name__}: {exc}",
@@ -433,6 +519,12 @@ class SpoutSpec:
             except DecodeError as exc:
                 results.append(exc)
         return results
+
+
+def _drained(produced: Any) -> Any:
+    """A generator's (or other iterator's) items as a list, so that an exception it raises
+    while producing them is the user function's failure; anything else unchanged."""
+    return list(produced) if isinstance(produced, Iterator) else produced
 
 
 def _as_output_list(produced: Any, what: str) -> list[Any]:
@@ -496,6 +588,11 @@ class BoltSpec:
     """The window monoid when contributions are windowed (lift takes the event time)."""
     instance_of_key: KeyRouter = field(init=False, repr=False)
     """The instance that owns a routing key (memoized :func:`~hailstorm.routing.route`)."""
+    _check_value: Callable[[Any], None] | None = field(init=False, repr=False)
+    _check_key: Callable[[Any], None] | None = field(init=False, repr=False)
+    _key_classes: tuple[type, ...] | None = field(init=False, repr=False)
+    _key_types_passed: set[type] = field(init=False, repr=False, default_factory=set)
+    _value_types_passed: set[type] = field(init=False, repr=False, default_factory=set)
     kind: ClassVar[str] = "bolt"
 
     def __post_init__(self) -> None:
@@ -506,6 +603,11 @@ class BoltSpec:
         object.__setattr__(self, "value_monoid", value_monoid)
         object.__setattr__(self, "window", value_monoid if _is_window(value_monoid) else None)
         object.__setattr__(self, "instance_of_key", KeyRouter(max(1, self.parallelism), 1 << 18))
+        lifted = self.window.inner if self.window is not None else value_monoid  # type: ignore[attr-defined]
+        checks = type(lifted).check is not Monoid.check
+        object.__setattr__(self, "_check_value", lifted.check if checks else None)
+        object.__setattr__(self, "_check_key", self.state.check_key if keyed else None)  # type: ignore[attr-defined]
+        object.__setattr__(self, "_key_classes", self.state.key_classes if keyed else None)  # type: ignore[attr-defined]
 
     @property
     def routing(self) -> Routing:
@@ -515,23 +617,105 @@ class BoltSpec:
     # -- the shared per-tuple functions -------------------------------------------------
 
     def instance_for(self, t: Any) -> int:
-        """The instance (``0 <= i < parallelism``) that receives tuple ``t``."""
+        """The instance (``0 <= i < parallelism``) that receives tuple ``t``: instance 0
+        when ``key`` fails on it (that instance then quarantines it, see
+        :meth:`contribution`)."""
         if self.parallelism == 1 or self.key is None:
             return 0
-        return self.instance_of_key(self.key(t))
+        try:
+            return self.instance_of_key(self.key(t))
+        except Exception:
+            return 0
 
     def split_by_instance(self, tuples: Sequence[Any]) -> list[list[Any]]:
         """Tuples grouped per receiving instance (order kept within each group)."""
         return partition_by_instance(tuples, self.key, self.parallelism)
 
     def contribution(self, t: Any) -> tuple[Any, Any]:
-        """``(state key or None, value)``: what tuple ``t`` adds to the state."""
-        value = self.lift(t)
+        """``(state key or None, value)``: what tuple ``t`` adds to the state.
+
+        Raises :class:`RecordFailed` when a user function fails on ``t`` (``key``, ``lift``,
+        ``event_time``) or the state's monoid refuses the lifted value or the key
+        (``monoid``, see :meth:`~hailstorm.monoids.Monoid.check`); nothing is absorbed then.
+        """
+        key = None
+        value = _NO_VALUE
+        if self.key is not None and (self.keyed or self.parallelism > 1):
+            try:
+                key = self.key(t)
+                if type(key) not in _PLAIN_KEYS:
+                    self._check_routable(key)
+            except Exception as exc:
+                raise RecordFailed(self.name, "key", exc) from exc
+            if self._key_classes is not None and not isinstance(key, self._key_classes):
+                self._refused_by_monoid(self._check_key, key)  # type: ignore[arg-type]
+        try:
+            value = self.lift(t)
+            if self._check_value is not None:
+                self._check_value(value)
+        except Exception as exc:
+            raise RecordFailed(self.name, "lift" if value is _NO_VALUE else "monoid",
+                               exc) from exc
         if self.window is not None:
-            value = self.window.lift(self.event_time(t), value)  # type: ignore[attr-defined,misc]
-        if self.keyed:
-            return self.key(t), value  # type: ignore[misc]
-        return None, value
+            try:
+                event_time = self.event_time(t)  # type: ignore[misc]
+                self.window.check_time(event_time)  # type: ignore[attr-defined]
+                value = self.window.lift(event_time, value)  # type: ignore[attr-defined]
+            except Exception as exc:
+                raise RecordFailed(self.name, "event_time", exc) from exc
+        return (key if self.keyed else None), value
+
+    def _check_routable(self, key: Any) -> None:
+        """Raise ``TypeError`` for a key that cannot be a dict key or be routed."""
+        hash(key)
+        if self.parallelism > 1:
+            self.instance_of_key(key)
+
+    def _unwindowed_contributions(self, tuples: Sequence[Any]) -> list[tuple[Any, Any]]:
+        """:meth:`contribution` of every tuple (no window state); raises whatever a function
+        or check raises first."""
+        values = list(map(self.lift, tuples))
+        if self._check_value is not None:
+            self.value_monoid.check_many(values)
+        if self.key is not None and (self.keyed or self.parallelism > 1):
+            keys = list(map(self.key, tuples))
+            if not set(map(type, keys)) <= _PLAIN_KEYS:
+                for key in keys:
+                    self._check_routable(key)
+            if self.keyed:
+                self.state.check_keys(keys)  # type: ignore[attr-defined]
+                return list(zip(keys, values, strict=True))
+        return list(zip(repeat(None), values))
+
+    def _refused_by_monoid(self, check: Callable[[Any], None], item: Any) -> None:
+        try:
+            check(item)
+        except Exception as exc:
+            raise RecordFailed(self.name, "monoid", exc) from exc
+
+    def contributions(
+        self, tuples: Sequence[Any]
+    ) -> tuple[list[tuple[Any, Any]], Sequence[int], list[tuple[int, RecordFailed]]]:
+        """:meth:`contribution` of a batch: ``(contributions, the index of the tuple of
+        each, (index, failure) of the other tuples)``."""
+        contribution = self.contribution
+        try:
+            if self.window is None:  # functions mapped, values checked, a batch at a time
+                return self._unwindowed_contributions(tuples), range(len(tuples)), []
+            return [contribution(t) for t in tuples], range(len(tuples)), []
+        except Exception:
+            pass  # one by one: the failing tuples are named
+        kept: list[tuple[Any, Any]] = []
+        indices: list[int] = []
+        failures: list[tuple[int, RecordFailed]] = []
+        for index, t in enumerate(tuples):
+            try:
+                kept.append(contribution(t))
+            except RecordFailed as failure:
+                failures.append((index, failure))
+                continue
+            indices.append(index)
+        return kept, indices, failures
 
     def absorb(self, state: Any, key: Any, value: Any) -> Any:
         """Merge a contribution into ``state`` (owned by the caller; may be mutated)."""
@@ -555,40 +739,57 @@ class BoltSpec:
         return self.state.combine_all(states)
 
     def outputs(self, t: Any, value: Any) -> list[Any]:
-        """``emit(t, value)`` as a list of output tuples (empty without emit)."""
+        """``emit(t, value)`` as a list of output tuples (empty without emit); raises
+        :class:`RecordFailed` when emit fails."""
         if self.emit is None:
             return []
-        return _as_output_list(self.emit(t, value), f"bolt {self.name!r}: emit")
+        try:
+            produced = self.emit(t, value)
+            if type(produced) is list:
+                return produced
+            produced = _drained(produced)
+        except Exception as exc:
+            raise RecordFailed(self.name, "emit", exc) from exc
+        return _as_output_list(produced, f"bolt {self.name!r}: emit")
 
     # -- single-state conveniences (the model; a runtime with no snapshot pending) -------
 
-    def process(self, state: Any, t: Any) -> tuple[Any, list[Any]]:
-        """Absorb ``t`` into ``state`` and return ``(state, output tuples)``."""
-        key, value = self.contribution(t)
+    def process(self, state: Any, t: Any) -> tuple[Any, list[Any], RecordFailed | None]:
+        """Absorb ``t`` into ``state``; return ``(state, output tuples, failure)``.
+
+        A failure before absorbing (:meth:`contribution`) leaves the state as it was; a
+        failing emit keeps the absorbed state and outputs nothing.
+        """
+        try:
+            key, value = self.contribution(t)
+        except RecordFailed as failure:
+            return state, [], failure
         state = self.absorb(state, key, value)
         if self.emit is None:
-            return state, []
-        return state, self.outputs(t, self.value_for_emit(key, (state,)))
+            return state, [], None
+        try:
+            return state, self.outputs(t, self.value_for_emit(key, (state,))), None
+        except RecordFailed as failure:
+            return state, [], failure
 
     def process_batch(self, state: Any, tuples: Sequence[Any]) -> tuple[Any, list[tuple[int, Any]]]:
         """Absorb ``tuples`` in order; return ``(state, [(tuple index, output), ...])``.
 
-        Without ``emit`` the batch is pre-aggregated and absorbed once.
+        Without ``emit`` the batch is pre-aggregated and absorbed once. Failing tuples are
+        skipped (see :meth:`process`).
         """
         if self.emit is None:
             return self.absorb_all(state, tuples), []
         emitted: list[tuple[int, Any]] = []
-        single: list[Any] = [state]
         for index, t in enumerate(tuples):
-            key, value = self.contribution(t)
-            single[0] = self.absorb(single[0], key, value)
-            for out in self.outputs(t, self.value_for_emit(key, single)):
-                emitted.append((index, out))
-        return single[0], emitted
+            state, produced, _failure = self.process(state, t)
+            emitted.extend((index, out) for out in produced)
+        return state, emitted
 
-    def absorb_all(self, state: Any, tuples: Iterable[Any]) -> Any:
-        """Absorb many tuples without emitting (pre-aggregates per key)."""
-        return self.absorb_contributions(state, map(self.contribution, tuples))
+    def absorb_all(self, state: Any, tuples: Sequence[Any]) -> Any:
+        """Absorb many tuples without emitting (pre-aggregates per key); failing tuples
+        are skipped."""
+        return self.absorb_contributions(state, self.contributions(tuples)[0])
 
     def absorb_contributions(self, state: Any, contributions: Iterable[tuple[Any, Any]]) -> Any:
         """Absorb many ``(key, value)`` contributions without emitting (pre-aggregates per
@@ -628,9 +829,6 @@ class BoltSpec:
             return key, tuple(self.window.window_starts(self.event_time(t)))  # type: ignore[attr-defined,misc]
         return key
 
-    def _combine_sums(self, tuples: Sequence[Any]) -> Combined:
-        return _combine_sums_of(self, tuples)
-
     def combine_contributions(self, tuples: Sequence[Any]) -> Combined:
         """Pre-aggregate ``tuples`` (what a spout does for a ``preaggregate`` bolt): one
         combined contribution per group, in the order each group was last seen (keyed
@@ -641,20 +839,22 @@ class BoltSpec:
         otherwise everything is one group. With window state, tuples of different windows
         are also different groups, so emit still sees a tuple of every window touched.
         Absorbing the result gives exactly the state that absorbing ``tuples`` one by one
-        gives.
+        gives; tuples failing :meth:`contribution` are left out and listed in ``failures``.
         """
         if self.groups_by_key and getattr(self.state, "additive", False) and tuples:
-            return self._combine_sums(tuples)
+            combined = _combine_sums_of(self, tuples)
+            if combined is not None:
+                return combined
         inner = self.value_monoid
         copy = None if inner.immutable_state else inner.copy
         absorb = inner.absorb
-        contribution = self.contribution
+        contributions, indices, failures = self.contributions(tuples)
         values: dict[Any, Any] = {}
         last: dict[Any, Any] = {}
         by_key = self.groups_by_key
         group_of = self.group_of
-        for t in tuples:
-            key, value = contribution(t)
+        for index, (key, value) in zip(indices, contributions, strict=True):
+            t = tuples[index]
             group = key if by_key else group_of(t, key)
             current = values.get(group, _NO_VALUE)
             if current is _NO_VALUE:  # the first value may be shared: copy before mutating
@@ -670,27 +870,48 @@ class BoltSpec:
             state_keys = list(last)
         else:
             state_keys = [group[0] for group in last]
-        return Combined(list(last.values()), state_keys, [values[g] for g in last])
+        return Combined(list(last.values()), state_keys, [values[g] for g in last], failures)
 
 
 _NO_VALUE: Any = object()
 
+_PLAIN_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
+"""Key types that are hashable and routable as they are (others are checked)."""
 
-def _combine_sums_of(spec: BoltSpec, tuples: Sequence[Any]) -> Combined:
+
+def _combine_sums_of(spec: BoltSpec, tuples: Sequence[Any]) -> Combined | None:
     """:meth:`BoltSpec.combine_contributions` for keyed sums and counts without windows,
     a batch at a time: the key and lift functions are mapped over the batch and the sums
     taken by C code (``Counter`` when every value is 1). Groups come in first-seen order,
-    each with its last tuple."""
-    keys = list(map(spec.key, tuples))  # type: ignore[arg-type]
-    values = list(map(spec.lift, tuples))
-    if values.count(1) == len(values) and set(map(type, values)) == {int}:
-        sums: dict[Any, Any] = Counter(keys)
-    else:
-        sums = {}
-        get = sums.get
-        for key, value in zip(keys, values, strict=True):
-            sums[key] = get(key, 0) + value
-    last = dict(zip(keys, tuples, strict=True))
+    each with its last tuple. None when a function fails or the monoid refuses a key or
+    value (the caller takes the tuple-by-tuple path, which names the culprits)."""
+    try:
+        keys = list(map(spec.key, tuples))  # type: ignore[arg-type]
+        values = list(map(spec.lift, tuples))
+        value_types = set(map(type, values))
+        key_types = set(map(type, keys))
+        if not key_types <= _PLAIN_KEYS:
+            for key in keys:
+                spec._check_routable(key)
+        for check, kinds, items, passed in (
+            (spec._check_key, key_types, keys, spec._key_types_passed),
+            (spec._check_value, value_types, values, spec._value_types_passed),
+        ):
+            if check is None:
+                continue
+            for kind in kinds - passed:  # keyed sums: both checks depend on the type alone
+                check(next(item for item in items if type(item) is kind))
+                passed.add(kind)
+        if value_types == {int} and values.count(1) == len(values):
+            sums: dict[Any, Any] = Counter(keys)
+        else:
+            sums = {}
+            get = sums.get
+            for key, value in zip(keys, values, strict=True):
+                sums[key] = get(key, 0) + value
+        last = dict(zip(keys, tuples, strict=True))
+    except Exception:
+        return None
     return Combined(list(last.values()), list(last), list(sums.values()))
 
 
@@ -703,6 +924,8 @@ class Combined:
     tuples: list[Any]
     keys: list[Any]
     values: list[Any]
+    failures: list[tuple[int, RecordFailed]] = field(default_factory=list)
+    """``(index in the input, failure)`` of the tuples left out."""
 
     def __len__(self) -> int:
         return len(self.tuples)
@@ -762,15 +985,31 @@ class Topology:
     """A named DAG of spouts, bolts and sinks; build it with :meth:`spout`,
     :meth:`bolt` and :meth:`sink`.
 
-    ``dead_letter`` is the topic receiving messages no decoder could read (default
-    ``<name>.dead-letter``; a spout may override it).
+    ``dead_letter`` is the topic receiving quarantined records: messages no decoder could
+    read and records a user function failed on (default ``<name>.dead-letter``; a spout may
+    override it for its messages).
+
+    ``on_error`` is the policy for a record that makes a user function raise (decoder,
+    explode, key, lift, event_time, emit, a sink's row; or a value the state's monoid
+    refuses): ``"quarantine"`` (the default) sends it to the dead-letter topic (a sink's
+    row to its table's ``<table>_rejected`` table) and goes on; ``"fail"`` stops the
+    topology with the record and the error as the reason.
     """
 
-    def __init__(self, name: str, *, dead_letter: str | None = None) -> None:
+    def __init__(self, name: str, *, dead_letter: str | None = None,
+                 on_error: OnError = "quarantine") -> None:
         _check_name(name, "topology name", None, None)
         self.name = name
         self.dead_letter_topic = dead_letter if dead_letter is not None else f"{name}.dead-letter"
         _check_topic(self.dead_letter_topic, "dead-letter topic", None, name)
+        if on_error not in ON_ERROR_POLICIES:
+            raise TopologyError(
+                f"on_error {on_error!r} is not one of {', '.join(ON_ERROR_POLICIES)}",
+                fix='pass on_error="quarantine" (bad records go to the dead-letter topic) '
+                'or on_error="fail" (the topology stops)',
+                topology=name,
+            )
+        self.on_error: OnError = on_error
         self.source: str | None = None
         """How the topology was loaded (the ``load_topology`` ref), if it was."""
         self.module_file: str | None = None
@@ -1114,8 +1353,12 @@ class Topology:
 
     @property
     def dead_letter_topics(self) -> list[str]:
-        """The dead-letter topics the spouts write to (sorted, each once)."""
-        return sorted({s.dead_letter for s in self.spouts})
+        """The dead-letter topics of the spouts and, when there are bolts, the topology's
+        (sorted, each once)."""
+        topics = {s.dead_letter for s in self.spouts}
+        if self.bolts:
+            topics.add(self.dead_letter_topic)
+        return sorted(topics)
 
     def inputs_of(self, node: NodeRef) -> list[SpoutSpec | BoltSpec]:
         """The nodes whose tuples ``node`` receives."""
@@ -1337,6 +1580,7 @@ def render_text(topology: Topology) -> str:
         lines[0] += f"  ({topology.source})"
     lines.append(f"  source topics: {', '.join(topology.source_topics) or '-'}")
     lines.append(f"  dead letters:  {', '.join(topology.dead_letter_topics) or '-'}")
+    lines.append(f"  on error:      {topology.on_error}")
     for node in nodes:
         lines.append("")
         lines.append(f"{node.kind} {node.name}")

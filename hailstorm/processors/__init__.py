@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.topology import BoltSpec, SinkSpec, Table
+from hailstorm.topology import BoltSpec, RecordFailed, SinkSpec, Table
 
 __all__ = [
     "Action",
@@ -39,6 +39,7 @@ __all__ = [
     "Contributions",
     "Destination",
     "Emit",
+    "Failed",
     "ForwardClock",
     "ForwardWatermark",
     "Marks",
@@ -64,6 +65,10 @@ must use the same kind."""
 
 Marks = dict[PartitionKey, int]
 """A clock or watermark keyed by :data:`PartitionKey`."""
+
+Failed = tuple[PartitionKey, int, Any, RecordFailed]
+"""A tuple a user function failed on: ``(partition, offset, tuple, failure)``; the shell
+quarantines it (or halts, per the topology's ``on_error``)."""
 
 
 class ProtocolViolation(RuntimeError):
@@ -170,6 +175,9 @@ class Router:
             for i in range(node.parallelism if isinstance(node, BoltSpec) else 1)
         ]
         """Every instance that receives frames (CLOCK and WATERMARK go to all of them)."""
+        self.failed: list[Failed] = []
+        """``(partition, offset, tuple, failure)`` of the tuples pre-aggregation left out
+        (a user function failed on them): the caller quarantines them and clears this."""
 
     def route(
         self, batch: Batch, boundaries: Sequence[int] = ()
@@ -186,7 +194,7 @@ class Router:
             return routed
         for node in self.downstream:
             if self.preaggregate and isinstance(node, BoltSpec) and node.preaggregate:
-                routed.update(_preaggregated(node, batch, boundaries))
+                routed.update(_preaggregated(node, batch, boundaries, self.failed))
                 continue
             if isinstance(node, SinkSpec):
                 target = node.target
@@ -212,17 +220,21 @@ class Router:
 
 
 def _preaggregated(
-    bolt: BoltSpec, batch: Batch, boundaries: Sequence[int]
+    bolt: BoltSpec, batch: Batch, boundaries: Sequence[int],
+    failed: list[Failed],
 ) -> dict[Destination, Contributions]:
     """``batch`` (one partition, ascending offsets) combined per group for ``bolt``'s
     instances, one run between consecutive ``boundaries`` at a time; each contribution's
-    origin is the last offset of its run."""
+    origin is the last offset of its run. Tuples left out go to ``failed``."""
     offsets = batch.offsets
     cuts = sorted({0, len(offsets), *(bisect_right(offsets, b) for b in boundaries)})
     parts = [Contributions() for _ in range(bolt.parallelism)]
     for start, stop in itertools.pairwise(cuts):
         partition, origin = batch.partitions[stop - 1], offsets[stop - 1]
         combined = bolt.combine_contributions(batch.tuples[start:stop])
+        for index, failure in combined.failures:
+            i = start + index
+            failed.append((batch.partitions[i], offsets[i], batch.tuples[i], failure))
         if bolt.parallelism == 1:
             part = parts[0]
             part.partitions.extend(itertools.repeat(partition, len(combined)))
@@ -253,7 +265,10 @@ def latest_per_key(batch: Batch, table: Table) -> Batch:
     last: dict[Any, int] = {}
     to_row, key_of = table.to_row, table.key_of
     for index, t in enumerate(batch.tuples):
-        last[key_of(to_row(t))] = index
+        try:
+            last[key_of(to_row(t, check=False))] = index
+        except Exception:  # kept: the sink quarantines what does not become a row
+            last[_Unrowable(index)] = index
     if len(last) == len(batch.tuples):
         return batch
     keep = sorted(last.values())
@@ -262,6 +277,13 @@ def latest_per_key(batch: Batch, table: Table) -> Batch:
         [batch.offsets[i] for i in keep],
         [batch.tuples[i] for i in keep],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Unrowable:
+    """The key of a tuple with no row in :func:`latest_per_key` (never equal to a key)."""
+
+    index: int
 
 
 # The cores import the types above from this package, so they come last.

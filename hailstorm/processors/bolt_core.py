@@ -44,7 +44,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 from hailstorm.clock import NOTHING, merge_max
@@ -52,6 +51,7 @@ from hailstorm.processors import (
     Action,
     Batch,
     Emit,
+    Failed,
     ForwardClock,
     ForwardWatermark,
     Marks,
@@ -60,7 +60,7 @@ from hailstorm.processors import (
     WriteSnapshot,
 )
 from hailstorm.processors.watermarks import UpstreamWatermarks
-from hailstorm.topology import BoltSpec
+from hailstorm.topology import BoltSpec, RecordFailed
 
 __all__ = ["BoltCore", "Emitted"]
 
@@ -124,6 +124,9 @@ class BoltCore:
         """Tuples (or pre-aggregated contributions) absorbed so far."""
         self.dropped = 0
         """Tuples dropped because the loaded snapshot already contains them."""
+        self.failed: list[Failed] = []
+        """Tuples a user function failed on (their contributions are not in the state; a
+        failed emit's contribution is): the shell quarantines them and clears this."""
 
     # -- frames -------------------------------------------------------------------------
 
@@ -137,9 +140,11 @@ class BoltCore:
         """Absorb a batch from ``upstream``; return the tuples to emit, in order.
 
         Raises :class:`ProtocolViolation` for a tuple at or below a clock already
-        snapshotted (beyond the loaded clock). Exceptions of the user's functions propagate
-        with a note naming the tuple; the state may then be partly updated, so the
-        processor must fail and recover from its snapshot.
+        snapshotted (beyond the loaded clock). A tuple a user function fails on
+        (:class:`~hailstorm.topology.RecordFailed`) is added to :attr:`failed` and skipped.
+        Other exceptions (a monoid failing on values it accepted) propagate with a note
+        naming the tuple; the state may then be partly updated, so the processor must fail
+        and recover from its snapshot.
         """
         return self._apply(upstream, partitions, offsets, tuples, None)
 
@@ -177,7 +182,9 @@ class BoltCore:
             self._absorb_quietly(upstream, partitions, offsets, tuples, contributions)
             return Batch()
         spec = self.spec
-        contribution = spec.contribution
+        if contributions is None:
+            partitions, offsets, tuples, contributions = self._contributions_of(
+                partitions, offsets, tuples)
         absorb = spec.absorb
         value_for_emit = spec.value_for_emit
         outputs = spec.outputs
@@ -192,8 +199,8 @@ class BoltCore:
         out_offsets = out.offsets.append
         out_tuples = out.tuples.append
         applied = 0
-        given = repeat(None, len(tuples)) if contributions is None else contributions
-        for p, o, t, c in zip(partitions, offsets, tuples, given, strict=True):
+        for p, o, t, (key, value) in zip(partitions, offsets, tuples, contributions,
+                                         strict=True):
             if o <= floor_get(p, NOTHING):
                 self._drop(p, o)
                 continue
@@ -206,9 +213,12 @@ class BoltCore:
             else:
                 i = self._segment_of(p, o)
             try:
-                key, value = contribution(t) if c is None else c
                 segments[i] = absorb(segments[i], key, value)
+                applied += 1
                 produced = outputs(t, value_for_emit(key, segments))
+            except RecordFailed as failure:  # emit: the contribution stays
+                self.failed.append((p, o, t, failure))
+                continue
             except Exception as exc:
                 exc.add_note(f"in bolt {spec.name!r}, processing tuple {t!r} from {(p, o)}")
                 raise
@@ -216,9 +226,25 @@ class BoltCore:
                 out_partitions(p)
                 out_offsets(o)
                 out_tuples(emitted)
-            applied += 1
         self.applied += applied
         return out
+
+    def _contributions_of(
+        self, partitions: Sequence[PartitionKey], offsets: Sequence[int], tuples: Sequence[Any]
+    ) -> tuple[Sequence[PartitionKey], Sequence[int], Sequence[Any], list[tuple[Any, Any]]]:
+        """The contributions of a batch (:meth:`BoltSpec.contributions`) with the tuples
+        they belong to; failed tuples go to :attr:`failed`, except those within the loaded
+        snapshot (quarantined before it was taken)."""
+        contributions, indices, failures = self.spec.contributions(tuples)
+        if failures:
+            floor_get = self._floor.get
+            self.failed.extend((partitions[i], offsets[i], tuples[i], failure)
+                               for i, failure in failures
+                               if offsets[i] > floor_get(partitions[i], NOTHING))
+            partitions = [partitions[i] for i in indices]
+            offsets = [offsets[i] for i in indices]
+            tuples = [tuples[i] for i in indices]
+        return partitions, offsets, tuples, contributions
 
     def on_watermark(self, upstream: str, watermark: Mapping[PartitionKey, int]) -> list[Action]:
         """Record ``upstream``'s watermark; return snapshots now due (oldest first), then
@@ -375,9 +401,10 @@ class BoltCore:
         first_label_get = (self._pending[0].label if pending else self._floor).get
         applied = 0
         spec = self.spec
-        if contributions is None and self.compacting:
-            contributions = self._contributions_of(partitions, offsets, tuples)
-        items = tuples if contributions is None else list(contributions)
+        if contributions is None:
+            partitions, offsets, tuples, contributions = self._contributions_of(
+                partitions, offsets, tuples)
+        items = list(contributions)
         before = self.dropped
         whole = self._whole_segment(partitions, offsets)
         if whole is not None:  # one partition, one segment, nothing to drop: no loop
@@ -398,21 +425,14 @@ class BoltCore:
                     groups[self._segment_of(p, o)].append(t)
                 applied += 1
         segments = self._segments
-        absorb_all = spec.absorb_all if contributions is None else spec.absorb_contributions
+        absorb_contributions = spec.absorb_contributions
         for i, group in enumerate(groups):
             if group:
                 try:
-                    segments[i] = absorb_all(segments[i], group)
+                    segments[i] = absorb_contributions(segments[i], group)
                 except Exception as exc:
-                    culprit = None if contributions is not None else _first_failing(
-                        spec.contribution, zip(partitions, offsets, items, strict=True))
-                    if culprit is not None:  # the same note as the per-tuple path's
-                        p, o, t = culprit
-                        exc.add_note(f"in bolt {spec.name!r}, processing tuple {t!r} "
-                                     f"from {(p, o)}")
-                    else:
-                        exc.add_note(f"in bolt {spec.name!r}, absorbing a batch of "
-                                     f"{len(group)} tuples from {upstream!r}")
+                    exc.add_note(f"in bolt {spec.name!r}, absorbing a batch of "
+                                 f"{len(group)} tuples from {upstream!r}")
                     raise
         if self.compacting:
             self._remember(partitions, offsets, tuples, items, self.dropped > before)
@@ -450,19 +470,6 @@ class BoltCore:
         else:
             self._dirty.update(zip(keys, rows, strict=True))
 
-    def _contributions_of(self, partitions: Sequence[PartitionKey], offsets: Sequence[int],
-                          tuples: Sequence[Any]) -> list[tuple[Any, Any]]:
-        """``contribution(t)`` of every tuple, the failing one named in a note."""
-        contribution = self.spec.contribution
-        try:
-            return [contribution(t) for t in tuples]
-        except Exception as exc:
-            culprit = _first_failing(contribution, zip(partitions, offsets, tuples, strict=True))
-            if culprit is not None:
-                p, o, t = culprit
-                exc.add_note(f"in bolt {self.spec.name!r}, processing tuple {t!r} from {(p, o)}")
-            raise
-
     def _emit_groups(self, rows: Iterable[tuple[Any, tuple[PartitionKey, int, Any]]]) -> Batch:
         """Emit for each ``(key, (partition, offset, tuple))`` with the key's current value."""
         spec = self.spec
@@ -478,6 +485,9 @@ class BoltCore:
             try:
                 value = single[key] if single is not None else value_for_emit(key, segments)
                 produced = outputs(t, value)
+            except RecordFailed as failure:
+                self.failed.append((p, o, t, failure))
+                continue
             except Exception as exc:
                 exc.add_note(f"in bolt {spec.name!r}, emitting for tuple {t!r} from {(p, o)}")
                 raise
@@ -510,14 +520,3 @@ class BoltCore:
             f"last_snapshot={self._last_snapshot}, applied={self.applied})"
         )
 
-
-def _first_failing(contribution: Any, items: Iterable[tuple[Any, int, Any]],
-                   ) -> tuple[Any, int, Any] | None:
-    """The first ``(partition, offset, tuple)`` whose contribution raises (the error path
-    only: it names the tuple a batch failed on)."""
-    for p, o, t in items:
-        try:
-            contribution(t)
-        except Exception:
-            return p, o, t
-    return None

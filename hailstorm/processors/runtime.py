@@ -74,7 +74,7 @@ from hailstorm.coordination import Coordinator
 from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
-from hailstorm.model import DeadLetter, Message
+from hailstorm.model import DeadLetter, RejectedRow
 from hailstorm.processors import (
     Action,
     Batch,
@@ -82,6 +82,7 @@ from hailstorm.processors import (
     Contributions,
     Destination,
     Emit,
+    Failed,
     ForwardClock,
     ForwardWatermark,
     Router,
@@ -90,6 +91,7 @@ from hailstorm.processors import (
     WriteSnapshot,
 )
 from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
+from hailstorm.quarantine import DeadLetterWriter
 from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.snapshots import DirectorySnapshotStore, SnapshotCorruptError
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
@@ -318,6 +320,8 @@ class _Shell:
         self.metrics_server: MetricsServer | None = None
         self._secret: RunSecret | None = None
         self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
+        self.dead_letters = DeadLetterWriter(assignment.kafka, assignment.io_timeout,
+                                             topology.on_error, self.metrics.quarantined)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -412,6 +416,7 @@ class _Shell:
             self.coord.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
+        self.dead_letters.close()
         for thread in self._threads:
             thread.join(2.0)
 
@@ -639,26 +644,6 @@ class _Shell:
 # --------------------------------------------------------------------------- spout
 
 
-def dead_letter_key(message: Message) -> bytes:
-    """``<topic>:<partition>:<offset>`` of the source message: a replay after a failure may
-    write a dead letter again, and this key tells the repeats apart (or lets a compacted
-    topic drop them)."""
-    return f"{message.topic}:{message.partition}:{message.offset}".encode()
-
-
-def dead_letter_headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
-    """Where a dead letter came from and why it failed, as Kafka headers."""
-    m = letter.message
-    return [
-        ("hailstorm.spout", letter.spout.encode()),
-        ("hailstorm.topic", m.topic.encode()),
-        ("hailstorm.partition", str(m.partition).encode()),
-        ("hailstorm.offset", str(m.offset).encode()),
-        ("hailstorm.stage", letter.stage.encode()),
-        ("hailstorm.error", letter.error[:1000].encode("utf-8", "replace")),
-    ]
-
-
 class _SpoutShell(_Shell):
     """One Kafka partition: rewound, paused and resumed by the master state."""
 
@@ -676,22 +661,18 @@ class _SpoutShell(_Shell):
         self.consumer = consumer(self.assignment.kafka)
         self._last_watermark = 0.0
         self._last_transient = 0.0
-        self._dead_letters: Any = None
-        self._dead_letter_errors: list[str] = []
 
     def shutdown(self) -> None:
         consumer = getattr(self, "consumer", None)
         if consumer is not None:
             with contextlib.suppress(Exception):
                 consumer.close()
-        if getattr(self, "_dead_letters", None) is not None:
-            with contextlib.suppress(Exception):
-                self._dead_letters.flush(5)
         super().shutdown()
 
     def on_initialize(self, epoch: int) -> None:
         self.core = SpoutCore(self.spec, self.partition[1],
-                              self.topology.downstream_of(self.spec.name))
+                              self.topology.downstream_of(self.spec.name),
+                              quarantine_topic=self.topology.dead_letter_topic)
         self.report(ProcessorState.READY, epoch)
 
     def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
@@ -719,7 +700,7 @@ class _SpoutShell(_Shell):
             raise DataPlaneError(f"{type(state).__name__} before SpoutsRewind in this run")
         elif isinstance(state, SpoutsPaused):
             position = core.pause()
-            self._flush_dead_letters()  # the round's clock may include their records
+            self.dead_letters.flush()  # the round's clock may include their records
             self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
         elif isinstance(state, Flowing):
             self._send(core.resume(state.epoch, state.clock) if state.clock is not None
@@ -751,40 +732,7 @@ class _SpoutShell(_Shell):
             frames.append(watermark)
             connections[receiver].send(frames)
         if out.dead_letters:
-            self._dead_letter(out.dead_letters)
-
-    def _dead_letter(self, letters: Iterable[Any]) -> None:
-        from hailstorm.kafka import producer
-
-        if self._dead_letters is None:
-            self._dead_letters = producer(self.assignment.kafka)
-        for letter in letters:
-            log.warning("dead letter at offset %d: %s", letter.message.offset, letter.error)
-            self._dead_letters.produce(letter.topic, value=letter.message.value,
-                                       key=dead_letter_key(letter.message),
-                                       headers=dead_letter_headers(letter),
-                                       on_delivery=self._dead_letter_delivered)
-        self._dead_letters.poll(0)
-
-    def _dead_letter_delivered(self, error: Any, message: Any) -> None:
-        if error is not None:
-            self._dead_letter_errors.append(f"{message.topic()}: {error.str()}")
-
-    def _flush_dead_letters(self) -> None:
-        """Wait until Kafka acknowledged every dead letter written so far, or raise.
-
-        Called before the position is reported for a round: once a round's clock covers a
-        rejected record, a replay starts above it and never writes its dead letter again,
-        so the round must not commit while the letter could still be lost with this process.
-        """
-        if self._dead_letters is None:
-            return
-        timeout = self.assignment.io_timeout
-        remaining = self._dead_letters.flush(timeout)
-        if remaining or self._dead_letter_errors:
-            problems = self._dead_letter_errors[:3] or [
-                f"{remaining} not acknowledged within {timeout:.0f} s"]
-            raise RuntimeError(f"dead letters not written: {'; '.join(problems)}")
+            self.dead_letters.write(out.dead_letters)
 
     def _on_consumer_error(self, error: Any, needed: int) -> None:
         """Halt on lost offsets or refused credentials, fail on a fatal client error, and
@@ -949,6 +897,8 @@ class _BoltShell(_Inbound):
                                             frame.tuples, frame.keys, frame.values)
             else:
                 out = core.on_data(sender, frame.partitions, frame.offsets, frame.tuples)
+            if core.failed:
+                self.quarantine(core.failed)
             if out.tuples:
                 self.send_batch(out)
             self.metrics.batch(started, len(frame), len(out.tuples))
@@ -967,7 +917,22 @@ class _BoltShell(_Inbound):
         """Send what a compacting bolt held back: its rows, then its watermark."""
         assert self.core is not None
         self.flushed = time.monotonic()
-        self.act(self.core.flush())
+        actions = self.core.flush()
+        if self.core.failed:
+            self.quarantine(self.core.failed)
+        self.act(actions)
+
+    def quarantine(self, failed: list[Failed]) -> None:
+        """Write the core's failed tuples as dead letters (wire partitions -> names)."""
+        topic = self.topology.dead_letter_topic
+        partition = self.table.partition
+        letters = [DeadLetter.of_tuple(topic, (partition(p), o), t, failure)
+                   for p, o, t, failure in failed]
+        failed.clear()
+        self.dead_letters.write(letters)
+        # Written before anything that follows them (rows, a watermark that lets a round
+        # commit past their origins) leaves this bolt.
+        self.dead_letters.flush()
 
     def act(self, actions: Iterable[Action]) -> None:
         for action in actions:
@@ -983,6 +948,7 @@ class _BoltShell(_Inbound):
                 self._submit(action)
 
     def _submit(self, write: WriteSnapshot) -> None:
+        self.dead_letters.flush()  # the round's clock covers the tuples quarantined so far
         deadline = time.monotonic() + self.assignment.io_timeout
         while True:
             self.check()
@@ -1056,7 +1022,10 @@ class _SinkShell(_Inbound):
                 self.writer.close()
             # One topology's sink is not another's: progress rows are keyed by both names.
             sink_id = f"{self.assignment.name}/{self.assignment.processor}"
-            self.writer = SinkWriter.open(url, table, sink_id, epoch)
+            self.writer = SinkWriter.open(url, table, sink_id, epoch,
+                                          on_reject=self._rejected,
+                                          halt_as=self.spec.name
+                                          if self.topology.on_error == "fail" else None)
             self.committed_through = self.writer.view
             log.info("table %s at %s, progress %s", table.name, redact(url),
                      clock_to_json(self.committed_through))
@@ -1065,6 +1034,13 @@ class _SinkShell(_Inbound):
     def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
         if isinstance(state, Flowing) and state.clock is not None:
             self._round(state.epoch, dict(state.clock))
+
+    def _rejected(self, rejected: RejectedRow) -> None:
+        """A tuple was committed to ``<table>_rejected``."""
+        (topic, number), offset = rejected.origin
+        log.warning("rejected the tuple from %s:%d:%d (%s): %s", topic, number, offset,
+                    rejected.stage, rejected.error)
+        self.metrics.quarantined.inc()
 
     def on_frame(self, sender: str, frame: Frame) -> None:
         if isinstance(frame, DataBatch):

@@ -44,7 +44,7 @@ __all__ = ["SpoutCore", "SpoutOutput"]
 class SpoutOutput:
     """What to send, per destination and in this order: ``clock`` (if any) to every
     destination, then each destination's batch, then ``watermark`` to every destination.
-    ``dead_letters`` go to the spout's dead-letter topic."""
+    ``dead_letters`` go to their topics (each names its own)."""
 
     clock: ForwardClock | None
     batches: dict[Destination, Batch] = field(default_factory=dict)
@@ -60,12 +60,18 @@ class SpoutCore:
     """
 
     def __init__(
-        self, spec: SpoutSpec, partition: int, downstream: Sequence[BoltSpec | SinkSpec]
+        self, spec: SpoutSpec, partition: int, downstream: Sequence[BoltSpec | SinkSpec],
+        quarantine_topic: str | None = None,
     ) -> None:
         self.spec = spec
+        self.quarantine_topic = quarantine_topic or spec.dead_letter
+        """Where tuples go that a downstream bolt's function failed on while this spout
+        pre-aggregated for it (the topology's dead-letter topic)."""
         self.partition: Partition = (spec.topic, partition)
         self.router = Router(downstream, preaggregate=True)
         self._position: int | None = None
+        self._loaded = NOTHING
+        """The bolts' loaded clock here: tuples at or below it are in their snapshots."""
         self._boundaries: list[int] = []
         """Offsets of this partition where downstream state may be split, ascending."""
         self._paused = True
@@ -90,6 +96,7 @@ class SpoutCore:
         """
         self._position = rewind_to.get(self.partition, NOTHING)
         above = (loaded or {}).get(self.partition, NOTHING)
+        self._loaded = above
         self._boundaries = [above] if above > self._position else []
         self._paused = True
         self._held_offsets = []
@@ -211,7 +218,13 @@ class SpoutCore:
         self._position = position
         self.emitted += len(batch)
         self.rejected += len(dead)
-        routed = self.router.route(batch, self._boundaries)
+        router = self.router
+        routed = router.route(batch, self._boundaries)
+        if router.failed:  # those within the loaded snapshots were quarantined before
+            topic, loaded = self.quarantine_topic, self._loaded
+            dead.extend(DeadLetter.of_tuple(topic, (source, offset), t, failure)
+                        for source, offset, t, failure in router.failed if offset > loaded)
+            router.failed.clear()
         return SpoutOutput(None, routed, dead, {p: position})
 
     def __repr__(self) -> str:

@@ -17,6 +17,11 @@ A row arrives with its origin ``(partition, offset)``. A commit through a low wa
   This needs deterministic ``explode``/``emit`` functions: the same message must give the
   same rows in the same order.
 
+A tuple that does not become a row (its ``row`` function fails, or its shape does not fit
+the table: :class:`~hailstorm.topology.RowError`) is kept as a
+:class:`~hailstorm.model.RejectedRow` like an append row (dropped at or below the stored
+progress), and the commit that covers it writes it to ``<table>_rejected``.
+
 Nothing here does I/O; :class:`~hailstorm.sinks.writer.SinkWriter` wraps it in
 transactions.
 """
@@ -29,8 +34,9 @@ from operator import itemgetter
 from typing import Any
 
 from hailstorm.clock import NOTHING, Clock, Partition
+from hailstorm.model import Origin, RejectedRow, record_text
 from hailstorm.processors.watermarks import UNBOUNDED
-from hailstorm.topology import Table
+from hailstorm.topology import RowError, Table
 
 __all__ = ["RowBuffer", "Selection", "advance"]
 
@@ -60,6 +66,10 @@ class Selection:
     rows: list[Values]
     """In :func:`~hailstorm.sinks.sql.write_columns` order (append: + origin and seq)."""
     target: Clock
+    origins: list[Origin] = field(default_factory=list)
+    """The origin of each row (merge: of the last tuple added into it)."""
+    rejected: list[RejectedRow] = field(default_factory=list)
+    """Tuples that did not become rows, to write to ``<table>_rejected``."""
     received: int = 0
     """Buffered rows this commit covers (before pre-aggregation / superseding)."""
     arrivals: int = -1
@@ -72,6 +82,7 @@ class _Pending:
     sender: str
     arrival: int
     values: Values
+    partition: Partition = ("", -1)
 
 
 _Latest = tuple[Partition, int, Values]
@@ -97,6 +108,7 @@ class RowBuffer:
         self._arrival = 0
         self._pending: dict[Partition, list[_Pending]] = {}
         self._latest: dict[Hashable, _Latest] = {}
+        self._rejected: dict[Partition, list[RejectedRow]] = {}
         self.floor = dict(self.floor)
 
     def __len__(self) -> int:
@@ -112,8 +124,13 @@ class RowBuffer:
         return tuple(row[c] for c in self.table.column_names)
 
     def add(self, partition: Partition, offset: int, t: Any, sender: str = "") -> None:
-        """Buffer sink tuple ``t`` from origin ``(partition, offset)`` sent by ``sender``."""
-        values = self.values_of(t)
+        """Buffer sink tuple ``t`` from origin ``(partition, offset)`` sent by ``sender``
+        (a tuple that is no row: as rejected)."""
+        try:
+            values = self.values_of(t)
+        except RowError as exc:
+            self.reject(RejectedRow((partition, offset), "row", str(exc), record_text(t)))
+            return
         self._arrival += 1
         if self.table.mode == "upsert":
             self._latest[self._key(values)] = (partition, offset, values)
@@ -121,8 +138,20 @@ class RowBuffer:
         if offset <= self.floor.get(partition, NOTHING):
             return  # already applied: its delta/row is in the table
         self._pending.setdefault(partition, []).append(
-            _Pending(offset, sender, self._arrival, values)
+            _Pending(offset, sender, self._arrival, values, partition)
         )
+
+    def reject(self, rejected: RejectedRow) -> None:
+        """Keep a tuple that is no row for the commit that covers its origin (unless one
+        already did: at or below the stored progress)."""
+        partition, offset = rejected.origin
+        if offset > self.floor.get(partition, NOTHING):
+            self._rejected.setdefault(partition, []).append(rejected)
+
+    @property
+    def rejected(self) -> int:
+        """Rejected tuples waiting for a commit."""
+        return sum(map(len, self._rejected.values()))
 
     def add_many(self, partitions: Sequence[Partition], offsets: Sequence[int],
                  tuples: Sequence[Any], sender: str = "") -> None:
@@ -133,17 +162,25 @@ class RowBuffer:
             for partition, offset, t in zip(partitions, offsets, tuples, strict=True):
                 add(partition, offset, t, sender)
             return
-        rows = self._rows_of(tuples)
+        try:
+            rows = self._rows_of(tuples)
+            keys = list(map(self._key, rows))
+            latest = dict(zip(keys, zip(partitions, offsets, rows, strict=True), strict=True))
+        except (RowError, TypeError):  # one by one: the tuples that are no row are rejected
+            add = self.add
+            for partition, offset, t in zip(partitions, offsets, tuples, strict=True):
+                add(partition, offset, t, sender)
+            return
         self._arrival += len(rows)
-        self._latest.update(zip(map(self._key, rows),
-                                zip(partitions, offsets, rows, strict=True), strict=True))
+        self._latest.update(latest)
 
     def _rows_of(self, tuples: Sequence[Any]) -> Sequence[Values]:
         """The rows of a batch of sink tuples: as they are when every one is a tuple of
-        the table's width (no ``row`` function), else through :meth:`values_of`."""
+        the table's width (no ``row`` function) whose values fit their columns, else
+        through :meth:`values_of` (raising ``RowError``)."""
         width = len(self.table.column_names)
         if (self.table.row is None and set(map(type, tuples)) <= {tuple}
-                and set(map(len, tuples)) <= {width}):
+                and set(map(len, tuples)) <= {width} and self.table.rows_fit(tuples)):
             return tuples
         return [self.values_of(t) for t in tuples]
 
@@ -153,45 +190,57 @@ class RowBuffer:
         """The rows a commit through ``lwm`` applies (the buffer is unchanged)."""
         lwm = dict(lwm)
         target = advance(self.floor, lwm)
+        rejected = [r for p, entries in self._rejected.items()
+                    for r in entries if r.origin[1] <= lwm.get(p, NOTHING)]
         if self.table.mode == "upsert":
             get = lwm.get
-            rows = [v for p, o, v in self._latest.values() if o <= get(p, NOTHING)]
-            return Selection(lwm, rows, target, len(rows), self._arrival)
+            latest = [(p, o, v) for p, o, v in self._latest.values() if o <= get(p, NOTHING)]
+            rows = [v for _p, _o, v in latest]
+            return Selection(lwm, rows, target, [(p, o) for p, o, _v in latest], rejected,
+                             len(rows), self._arrival)
         eligible: list[tuple[Partition, _Pending]] = []
         for p, entries in self._pending.items():
             low, high = self.floor.get(p, NOTHING), lwm.get(p, NOTHING)
             eligible.extend((p, e) for e in entries if low < e.offset <= high)
         if self.table.mode == "merge":
-            rows = self._aggregate([e.values for _, e in eligible])
+            rows, origins = self._aggregate([e for _, e in eligible])
         else:
-            rows = self._number(eligible)
-        return Selection(lwm, rows, target, len(eligible))
+            rows, origins = self._number(eligible)
+        return Selection(lwm, rows, target, origins, rejected, len(eligible))
 
-    def _aggregate(self, rows: list[Values]) -> list[Values]:
+    def _aggregate(self, entries: list[_Pending]) -> tuple[list[Values], list[Origin]]:
         """Merge rows of the same key (non-key columns added), one row per key."""
-        sums: dict[Hashable, list[Any]] = {}
+        sums: dict[Hashable, tuple[list[Any], Origin]] = {}
         value_index = self._value_index
-        for values in rows:
+        for e in entries:
+            values = e.values
             key = self._key(values)
             current = sums.get(key)
             if current is None:
-                sums[key] = list(values)
+                sums[key] = (list(values), (e.partition, e.offset))
             else:
+                merged = current[0]
                 for i in value_index:
-                    current[i] = current[i] + values[i]
-        return _sorted_by_key([tuple(v) for v in sums.values()], self._key)
+                    merged[i] = merged[i] + values[i]
+                sums[key] = (merged, (e.partition, e.offset))
+        pairs = _sorted_by_key([(tuple(v), o) for v, o in sums.values()],
+                               lambda pair: self._key(pair[0]))
+        return [v for v, _o in pairs], [o for _v, o in pairs]
 
-    def _number(self, eligible: list[tuple[Partition, _Pending]]) -> list[Values]:
+    def _number(self, eligible: list[tuple[Partition, _Pending]],
+                ) -> tuple[list[Values], list[Origin]]:
         """Append rows with their de-dup key ``(topic, partition, offset, seq)``."""
         groups: dict[tuple[Partition, int], list[_Pending]] = {}
         for p, e in eligible:
             groups.setdefault((p, e.offset), []).append(e)
         rows: list[Values] = []
+        origins: list[Origin] = []
         for (partition, offset), entries in sorted(groups.items()):
             entries.sort(key=lambda e: (e.sender, e.arrival))
             topic, number = partition
             rows.extend((*e.values, topic, number, offset, seq) for seq, e in enumerate(entries))
-        return rows
+            origins.extend([(partition, offset)] * len(entries))
+        return rows, origins
 
     def confirm(self, selection: Selection) -> None:
         """Forget what ``selection`` applied once its transaction committed."""
@@ -215,9 +264,12 @@ class RowBuffer:
                     del self._pending[p]
 
     def resync(self, progress: Mapping[Partition, int]) -> None:
-        """Adopt the stored progress (after reading it); merge/append drop rows at or
-        below it (another writer applied them)."""
+        """Adopt the stored progress (after reading it); merge/append rows and rejected
+        tuples at or below it are dropped (a commit already wrote them)."""
         self.floor = dict(progress)
+        for source, rejects in list(self._rejected.items()):
+            floor = self.floor.get(source, NOTHING)
+            self._rejected[source] = [r for r in rejects if r.origin[1] > floor]
         if self.table.mode == "upsert":
             return
         for p, entries in list(self._pending.items()):

@@ -72,6 +72,14 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def is_refused_row(exc: BaseException) -> bool:
+    """True when the database refused a row for its content: a constraint (CHECK, NOT NULL,
+    UNIQUE, foreign key) or a value its column cannot hold. The transaction is aborted; a
+    savepoint before the row recovers it (:meth:`Database.savepoint`)."""
+    return isinstance(exc, psycopg.errors.IntegrityError | psycopg.errors.DataError
+                      | sqlite3.IntegrityError | sqlite3.DataError)
+
+
 def _reason(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"
@@ -249,6 +257,20 @@ class Database:
                 self._sqlite.execute("COMMIT")
         finally:
             self._in_transaction = False
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside :meth:`transaction`: a block whose failure rolls back only the block's
+        statements (and leaves the transaction usable)."""
+        if not self._in_transaction:
+            raise SinkError("a savepoint needs a transaction")
+        self.execute("SAVEPOINT hailstorm_block")
+        try:
+            yield
+        except BaseException:
+            self.execute("ROLLBACK TO SAVEPOINT hailstorm_block")
+            raise
+        self.execute("RELEASE SAVEPOINT hailstorm_block")
 
     def _rollback(self) -> None:
         with contextlib.suppress(Exception):

@@ -6,11 +6,12 @@ the unit tests check it directly.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hailstorm.sqltypes import WIDTH as _WIDTH
+from hailstorm.sqltypes import normalize_type, type_family
 from hailstorm.topology import Table
 
 __all__ = [
@@ -54,39 +55,6 @@ is the newest epoch that claimed the sink."""
 
 
 # --------------------------------------------------------------------------- types
-
-
-def _normalize(sql_type: str) -> str:
-    base = re.sub(r"\(.*?\)", "", sql_type.strip().lower())
-    return " ".join(base.split())
-
-
-_FAMILY: dict[str, str] = {
-    **dict.fromkeys(("smallint", "int2", "integer", "int", "int4", "bigint", "int8"), "integer"),
-    **dict.fromkeys(("real", "float4", "double precision", "float", "float8"), "float"),
-    **dict.fromkeys(("numeric", "decimal"), "numeric"),
-    **dict.fromkeys(
-        ("text", "varchar", "character varying", "character", "char", "bpchar"), "text"
-    ),
-    **dict.fromkeys(("boolean", "bool"), "boolean"),
-    **dict.fromkeys(("bytea", "blob"), "binary"),
-    "date": "date",
-    **dict.fromkeys(("timestamp", "timestamp without time zone"), "timestamp"),
-    **dict.fromkeys(("timestamptz", "timestamp with time zone"), "timestamptz"),
-    **dict.fromkeys(("json", "jsonb"), "json"),
-}
-
-_WIDTH: dict[str, int] = {
-    "smallint": 2, "int2": 2, "integer": 4, "int": 4, "int4": 4, "bigint": 8, "int8": 8,
-    "real": 4, "float4": 4, "double precision": 8, "float": 8, "float8": 8,
-}  # fmt: skip
-
-
-def type_family(sql_type: str) -> str:
-    """The family of an SQL type name (``integer``, ``float``, ``text``...); unknown types
-    are their own family."""
-    base = _normalize(sql_type)
-    return _FAMILY.get(base, base)
 
 
 def sqlite_affinity(declared: str) -> str:
@@ -134,6 +102,31 @@ def shape_of(table: Table) -> TableShape:
             unique=(HIDDEN_COLUMNS,),
         )
     return TableShape(table.name, dict(table.columns), primary_key=tuple(table.key))
+
+
+REJECTED_SUFFIX = "_rejected"
+"""``<table>_rejected`` holds a sink's tuples that did not become rows of ``<table>``."""
+
+REJECTED_COLUMNS = ("sink", "topic", "partition", "offset", "stage", "error", "record")
+
+
+def rejected_shape(table: Table, timestamp_type: str) -> TableShape:
+    """The shape of ``<table>_rejected``: where each rejected tuple came from, the stage
+    (``row``: the row function or the tuple's shape; ``database``: the database refused
+    the row), the error and the tuple (its ``repr``)."""
+    return TableShape(
+        table.name + REJECTED_SUFFIX,
+        {"sink": "text", "topic": "text", "partition": "integer", "offset": "bigint",
+         "stage": "text", "error": "text", "record": "text", "rejected_at": timestamp_type},
+    )  # fmt: skip
+
+
+def insert_rejected(dialect: Dialect, table: Table) -> str:
+    """Insert one rejected tuple (params: :data:`REJECTED_COLUMNS`)."""
+    q = dialect.quote
+    names = ", ".join(q(c) for c in (*REJECTED_COLUMNS, "rejected_at"))
+    return (f"INSERT INTO {q(table.name + REJECTED_SUFFIX)} ({names}) "
+            f"VALUES ({dialect.placeholders(len(REJECTED_COLUMNS))}, {dialect.now()})")
 
 
 def _column_list(columns: Sequence[str]) -> str:
@@ -263,7 +256,7 @@ class PostgresDialect(Dialect):
         want, have = type_family(expected), type_family(actual)
         if want != have:
             return False
-        w, h = _WIDTH.get(_normalize(expected)), _WIDTH.get(_normalize(actual))
+        w, h = _WIDTH.get(normalize_type(expected)), _WIDTH.get(normalize_type(actual))
         return w is None or h is None or h >= w
 
     def now(self) -> str:

@@ -6,8 +6,10 @@
     writer.add(rows)                        # [(((topic, n), offset), tuple), ...]
     progress = writer.commit_through(lwm)   # one transaction: rows <= lwm + progress
 
-A commit applies the buffered rows at or below the low water mark and moves the sink's
-rows of ``hailstorm_progress`` in the **same transaction**, after a compare-and-set on
+A commit applies the buffered rows at or below the low water mark, records the tuples
+that did not become rows (their ``row`` failed, or the database refused them: a
+constraint, a value out of range) in ``<table>_rejected``, and moves the sink's rows of
+``hailstorm_progress``, all in the **same transaction**, after a compare-and-set on
 them: the transaction first locks the sink's sentinel progress row, then fails (rollback,
 :class:`~hailstorm.sinks.errors.FencedError`) when a newer epoch owns the sink or when
 the stored progress is not what this writer last read or wrote. Progress never moves
@@ -17,21 +19,24 @@ backwards. See ``docs/sinks.md``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.failpoints import pause_point
-from hailstorm.model import Origin
+from hailstorm.halt import TopologyHalt
+from hailstorm.model import Origin, RejectedRow, halt_reason_of, record_text
 from hailstorm.sinks.buffer import RowBuffer, Selection
-from hailstorm.sinks.db import Database, RetryPolicy, with_retries
+from hailstorm.sinks.db import Database, RetryPolicy, is_refused_row, with_retries
 from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError
 from hailstorm.sinks.sql import (
     PROGRESS_TABLE,
     SENTINEL_PARTITION,
     SENTINEL_TOPIC,
     TableShape,
+    insert_rejected,
     mismatch_message,
+    rejected_shape,
     shape_differences,
     shape_of,
     write_columns,
@@ -90,6 +95,8 @@ class SinkWriter:
         copy_threshold: int = COPY_THRESHOLD,
         connect_timeout: float = 5.0,
         logger: logging.Logger | None = None,
+        on_reject: Callable[[RejectedRow], None] | None = None,
+        halt_as: str | None = None,
     ) -> None:
         if not isinstance(table, Table):
             raise SinkConfigError(f"a SinkWriter writes a Table, not {table!r}")
@@ -113,6 +120,14 @@ class SinkWriter:
         """Transactions committed by this writer."""
         self.rows_written = 0
         """Rows sent to the database (after pre-aggregation)."""
+        self.rows_rejected = 0
+        """Tuples written to ``<table>_rejected`` (in committed transactions or not)."""
+        self.on_reject = on_reject
+        """Called with each rejected tuple once the transaction that records it committed."""
+        self.halt_as = halt_as
+        """Set (to the sink's name) for ``on_error="fail"``: a tuple to reject raises
+        :class:`~hailstorm.halt.TopologyHalt` naming it, and the commit is rolled back."""
+        self._rejected_table_ready = False
 
     def __repr__(self) -> str:
         return (
@@ -295,7 +310,8 @@ class SinkWriter:
         :class:`DatabaseUnavailableError` when the database stays down.
         """
         selection = self._buffer.select(lwm)
-        if not selection.rows and _same_clock(selection.target, self._view):
+        if (not selection.rows and not selection.rejected
+                and _same_clock(selection.target, self._view)):
             self._buffer.confirm(selection)
             return dict(self._view)
         expected = dict(self._view)
@@ -323,20 +339,63 @@ class SinkWriter:
                         epoch=self.epoch,
                         stored_epoch=newest,
                     )
-                self._apply(db, selection)
+                rejected[:] = [*selection.rejected, *self._apply(db, selection, stored)]
+                if rejected:
+                    self._write_rejected(db, rejected)
                 self._write_progress(db, stored, selection.target)
 
+        rejected: list[RejectedRow] = []
         self._retrying(f"{self.what}: commit", attempt)
+        if rejected:
+            self._rejected_table_ready = True
+            self.rows_rejected += len(rejected)
+            for row in rejected:
+                if self.on_reject is not None:
+                    self.on_reject(row)
         self._view = dict(selection.target)
         self._buffer.confirm(selection)
         self.commits += 1
         self.rows_written += len(selection.rows)
         return dict(self._view)
 
-    def _apply(self, db: Database, selection: Selection) -> None:
+    def _apply(self, db: Database, selection: Selection, stored: Clock) -> list[RejectedRow]:
+        """Write the selected rows; return those the database refused (the others are
+        written: after a refusal, row by row, each behind a savepoint).
+
+        An upsert row at or below the ``stored`` progress (replayed so that the last
+        arrival wins) that is refused again is not returned: the commit that first covered
+        it recorded it (or superseded it by a newer row of its key)."""
         rows = selection.rows
         if not rows:
-            return
+            return []
+        try:
+            with db.savepoint():
+                self._write_rows(db, rows)
+            return []
+        except Exception as exc:
+            if not is_refused_row(exc):
+                raise
+            self.log.warning("%s: the database refused a row (%s); writing the %d rows one "
+                             "by one", self.what, " ".join(str(exc).split()), len(rows))
+        refused: list[RejectedRow] = []
+        statement = write_statement(db.dialect, self.table)
+        for values, origin in zip(rows, selection.origins, strict=True):
+            try:
+                with db.savepoint():
+                    db.execute(statement, values)
+            except Exception as exc:
+                if not is_refused_row(exc):
+                    raise
+                (partition, offset) = origin
+                if offset <= stored.get(partition, NOTHING):
+                    continue
+                shown = values[: len(self.table.column_names)]  # not the hidden columns
+                refused.append(RejectedRow(origin, "database",
+                                           f"{type(exc).__name__}: {' '.join(str(exc).split())}",
+                                           record_text(shown)))
+        return refused
+
+    def _write_rows(self, db: Database, rows: list[Any]) -> None:
         if db.kind == "postgresql" and len(rows) >= self.copy_threshold:
             stage = f"_hs_stage_{self.table.name}"[:63]
             q = db.dialect.quote
@@ -348,6 +407,21 @@ class SinkWriter:
             db.execute(write_statement(db.dialect, self.table, source=stage))
         else:
             db.executemany(write_statement(db.dialect, self.table), rows)
+
+    def _write_rejected(self, db: Database, rejected: list[RejectedRow]) -> None:
+        """Record ``rejected`` in ``<table>_rejected`` (created on first use), or stop
+        (``on_error="fail"``)."""
+        if self.halt_as is not None:
+            first = rejected[0]
+            raise TopologyHalt(halt_reason_of(self.halt_as, first.stage, first.origin,
+                                              first.error))
+        if not self._rejected_table_ready:
+            db.advisory_lock("hailstorm:ddl")
+            ensure_table(db, rejected_shape(self.table, db.dialect.timestamp_type()),
+                         writer=f"sink {self.sink_id}")
+        db.executemany(insert_rejected(db.dialect, self.table), [
+            (self.sink_id, topic, number, offset, r.stage, r.error, r.record)
+            for r in rejected for (topic, number), offset in [r.origin]])
 
     def _write_progress(self, db: Database, stored: Clock, target: Clock) -> None:
         changed = [

@@ -181,7 +181,7 @@ def assert_dead_letters_are_model(bootstrap: str, topic: str, model: ModelResult
         assert headers["hailstorm.topic"] == topic.encode()
         assert headers["hailstorm.partition"] == str(expected.message.partition).encode()
         assert headers["hailstorm.offset"] == str(expected.message.offset).encode()
-        assert headers["hailstorm.spout"] == b"lines"
+        assert headers["hailstorm.node"] == b"lines"
         assert headers["hailstorm.stage"] == expected.stage.encode()
         assert headers["hailstorm.error"] == expected.error.encode()
 

@@ -27,6 +27,7 @@ from databases import query
 
 from hailstorm import SinkSpec, Table, Topology, load_topology, run_model
 from hailstorm.clock import Clock, Partition, dominates
+from hailstorm.halt import TopologyHalt
 from hailstorm.model import Message, Origin
 from hailstorm.sinks import (
     Database,
@@ -424,6 +425,55 @@ def test_an_existing_table_of_the_right_shape_is_used(db_url: str) -> None:
     writer.commit_through({P0: 0})
     writer.close()
     assert table_content(db_url, table) == {("w",): {"word": "w", "count": 3}}
+
+
+@pytest.mark.parametrize("mode", ["upsert", "merge", "append"])
+@pytest.mark.parametrize("copy_threshold", [1000, 2])  # row statements, and COPY (PostgreSQL)
+def test_rows_the_database_refuses_go_to_the_rejected_table_exactly_once(
+    db_url: str, mode: str, copy_threshold: int
+) -> None:
+    name = unique("checked")
+    hidden = ", _hs_topic text NOT NULL, _hs_partition integer NOT NULL, _hs_offset bigint " \
+             "NOT NULL, _hs_seq integer NOT NULL, UNIQUE (_hs_topic, _hs_partition, " \
+             "_hs_offset, _hs_seq)" if mode == "append" else ", PRIMARY KEY (word)"
+    query(db_url, f'CREATE TABLE "{name}" (word text NOT NULL, n bigint{hidden}, '
+                  "CHECK (n < 100))")
+    table = Table(name, {"word": "text", "n": "bigint"}, key=[] if mode == "append" else ["word"],
+                  mode=mode)  # type: ignore[arg-type]
+    sink = unique("sink")
+    rows: list[tuple[Origin, Any]] = [((P0, 0), ("a", 1)), ((P0, 1), ("big", 500)),
+                                      ((P1, 0), ("b", 2)), ((P1, 1), ("bad",))]
+    writer = SinkWriter.open(db_url, table, sink, 1, copy_threshold=copy_threshold)
+    writer.add(rows)
+    writer.commit_through({P0: 1, P1: 1})
+    writer.close()
+    replay = SinkWriter.open(db_url, table, sink, 2, copy_threshold=copy_threshold)
+    replay.add(rows)  # a replay below the progress rejects nothing again
+    replay.commit_through({P0: 1, P1: 1})
+    replay.close()
+    assert {tuple(r) for r in query(db_url, f'SELECT word, n FROM "{name}"')} == {
+        ("a", 1), ("b", 2)}
+    rejected = query(db_url, f'SELECT sink, topic, partition, "offset", stage, record, error '
+                             f'FROM "{name}_rejected" ORDER BY partition')
+    assert [r[:6] for r in rejected] == [
+        (sink, "words", 0, 1, "database", "('big', 500)"),
+        (sink, "words", 1, 1, "row", "('bad',)"),
+    ]
+    assert "check" in rejected[0][6].lower()
+    assert "has 1 values but the table has 2 columns" in rejected[1][6]
+
+
+def test_with_on_error_fail_a_row_to_reject_stops_the_commit(db_url: str) -> None:
+    table = Table(unique("failing"), {"word": "text", "n": "bigint"}, key=["word"])
+    writer = SinkWriter.open(db_url, table, unique("sink"), 1, halt_as="out")
+    writer.add([((P0, 0), ("a", 1)), ((P0, 1), ("b", "two"))])
+    with pytest.raises(TopologyHalt, match=r"^\[halt\] out: row failed on the record at "
+                                            r"words:0:1: table '.*': column 'n' = 'two' is a "
+                                            r"str, not int"):
+        writer.commit_through({P0: 1})
+    assert writer.view == {} and writer.rows_rejected == 0
+    writer.close()
+    assert query(db_url, f'SELECT word FROM "{table.name}"') == []
 
 
 # --------------------------------------------------------------------------- failures

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from hailstorm.clock import Clock, Partition, merge_max
 from hailstorm.model import Message, ModelResult, run_model
-from hailstorm.monoids import Count, SetUnion, per_key
+from hailstorm.monoids import Count, SetUnion, Sum, per_key
 from hailstorm.processors import (
     Action,
     Batch,
@@ -240,18 +240,42 @@ def test_wire_partition_indices_and_packed_columns_work_as_partition_keys() -> N
     assert written == WriteSnapshot(1, {0: 2, 1: 0}, {"x": 3, "y": 1})
 
 
-def test_user_errors_name_the_tuple() -> None:
+def test_user_errors_quarantine_the_tuple() -> None:
     top = Topology("unit")
     words = top.spout("words", topic="w")
-    quiet = top.bolt("quiet", inputs=[words], state=Count(), lift=lambda w: 1 // 0)
-    with pytest.raises(ZeroDivisionError) as zero:
-        feed(BoltCore(quiet, ["s"]), "s", (A, 0, "x"))
-    assert "in bolt 'quiet', processing tuple 'x' from (('w', 0), 0)" in " ".join(
-        zero.value.__notes__)  # a bolt without emit absorbs batches: the note names the tuple
-    loud = top.bolt("loud", inputs=[words], state=Count(), lift=Count.lift, emit=lambda t, v: v)
-    with pytest.raises(TypeError, match="must return a list") as wrong:
-        feed(BoltCore(loud, ["s"]), "s", (A, 3, "x"))
-    assert "processing tuple 'x' from (('w', 0), 3)" in " ".join(wrong.value.__notes__)
+    quiet = top.bolt("quiet", inputs=[words], state=Count(),
+                     lift=lambda w: 1 // 0 if w == "x" else 1)
+    core = BoltCore(quiet, ["s"])
+    feed(core, "s", (A, 0, "x"), (A, 1, "y"))  # a bolt without emit absorbs batches
+    assert core.merged_state() == 1
+    [(p, o, t, failure)] = core.failed
+    assert (p, o, t, failure.node, failure.stage) == (A, 0, "x", "quiet", "lift")
+    assert failure.error == "ZeroDivisionError: integer division or modulo by zero"
+    loud = top.bolt("loud", inputs=[words], state=Count(), lift=Count.lift,
+                    emit=lambda t, v: [v // (t != "x")])
+    core = BoltCore(loud, ["s"])
+    assert feed(core, "s", (A, 3, "x"), (A, 4, "y")) == [(A, 4, 2)]  # emit's contribution stays
+    [(p, o, t, failure)] = core.failed
+    assert (o, failure.stage) == (3, "emit") and failure.error.startswith("ZeroDivisionError")
+    wrong = top.bolt("wrong", inputs=[words], state=Count(), lift=Count.lift,
+                     emit=lambda t, v: v)  # a bug in the topology, not a bad record
+    with pytest.raises(TypeError, match="must return a list") as bug:
+        feed(BoltCore(wrong, ["s"]), "s", (A, 3, "x"))
+    assert "processing tuple 'x' from (('w', 0), 3)" in " ".join(bug.value.__notes__)
+
+
+def test_monoid_errors_propagate_with_the_batch() -> None:
+    class Picky(Sum):
+        def absorb(self, acc: Any, value: Any) -> Any:
+            raise OverflowError("full")
+
+    top = Topology("unit")
+    words = top.spout("words", topic="w")
+    bolt = top.bolt("picky", inputs=[words], state=Picky(), lift=lambda w: 1)
+    with pytest.raises(OverflowError) as full:
+        feed(BoltCore(bolt, ["s"]), "s", (A, 0, "x"))
+    assert "in bolt 'picky', absorbing a batch of 1 tuples from 's'" in " ".join(
+        full.value.__notes__)
 
 
 # --------------------------------------------------------------------------- simulation

@@ -203,7 +203,7 @@ def test_window_average_ignores_numbers_later_than_retention() -> None:
     result = run_model(example("window_average"), late + bad)
     assert set(result.table("window_averages")) == {(395,), (400,)}
     assert result.table("window_counters") == {}
-    assert [(d.spout, d.stage) for d in result.dead_letters] == [("numbers_b", "explode")]
+    assert [(d.node, d.stage) for d in result.dead_letters] == [("numbers_b", "explode")]
 
 
 # --------------------------------------------------------------------------- snapshots

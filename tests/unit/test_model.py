@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,7 +29,8 @@ from hailstorm import (
     run_model,
 )
 from hailstorm.decoders import decode_many, resolve_decoder
-from hailstorm.topology import BoltSpec, RowError
+from hailstorm.model import RecordHalt
+from hailstorm.topology import BoltSpec, OnError, RowError
 
 
 def word_topology(parallelism: int = 1) -> Topology:
@@ -56,7 +58,7 @@ def test_dead_letters_are_counted_and_not_fatal() -> None:
     assert result.messages_processed == 3
     assert len(result.dead_letters) == 1
     dead = result.dead_letters[0]
-    assert (dead.spout, dead.topic, dead.stage) == ("lines", "words.dead-letter", "decode")
+    assert (dead.node, dead.topic, dead.stage) == ("lines", "words.dead-letter", "decode")
     assert dead.message == Message("lines", 0, 1, b"\xff oops")
     assert dead.error.startswith("text decoder: UnicodeDecodeError:")
     assert result.bolt_state("counts") == {"a": 1, "b": 2}
@@ -220,11 +222,14 @@ def test_row_function_and_dicts() -> None:
         plain.to_row(("x", 1, 2))
 
 
-def test_bad_rows_stop_the_model_with_context() -> None:
+def test_bad_rows_are_rejected_rows() -> None:
     table = Table("t", columns={"a": "text", "b": "text"}, key=["a"])
-    with pytest.raises(RowError) as caught:
-        run_model(table_topology(table), messages("t", [[["only-one"]]]))
-    assert "in sink 'out', writing tuple ['only-one'] from (('t', 0), 0)" in caught.value.__notes__
+    result = run_model(table_topology(table), messages("t", [[["only-one"]], [["x", "y"]]]))
+    assert result.table("out") == {("x",): {"a": "x", "b": "y"}}
+    [rejected] = result.rejected_rows["out"]
+    assert (rejected.origin, rejected.stage, rejected.record) == ((("t", 0), 0), "row",
+                                                                  "['only-one']")
+    assert "has 1 values but the table has 2 columns" in rejected.error
 
 
 def test_table_of_a_collect_sink_explains() -> None:
@@ -237,13 +242,77 @@ def test_table_of_a_collect_sink_explains() -> None:
         result.bolt_state("lines")
 
 
-def test_bolt_errors_carry_the_tuple() -> None:
+def test_bolt_errors_quarantine_the_tuple() -> None:
     topology = Topology("t")
     src = topology.spout("src", topic="t", decoder="text")
     topology.bolt("b", inputs=[src], state=Sum(), lift=int)
-    with pytest.raises(ValueError) as caught:
-        run_model(topology, messages("t", ["1", "x"]))
-    assert caught.value.__notes__ == ["in bolt 'b', processing tuple 'x' from (('t', 0), 1)"]
+    result = run_model(topology, messages("t", ["1", "x", "3"]))
+    assert result.bolt_state("b") == 4
+    assert [(d.node, d.topic, d.stage, d.message.offset, d.message.value, d.error)
+            for d in result.dead_letters] == [
+        ("b", "t.dead-letter", "lift", 1, b"'x'",
+         "ValueError: invalid literal for int() with base 10: 'x'"),
+    ]
+    floats = Topology("f")
+    src = floats.spout("src", topic="t", decoder="text")
+    floats.bolt("b", inputs=[src], state=Sum(), lift=float)  # a long Sum refuses floats
+    result = run_model(floats, messages("t", ["1", "2.5"]))
+    assert result.bolt_state("b") == 0
+    assert [(d.stage, d.error) for d in result.dead_letters] == [
+        ("monoid", "TypeError: Sum(long) takes int values, not float 1.0"),
+        ("monoid", "TypeError: Sum(long) takes int values, not float 2.5"),
+    ]
+
+
+def test_keys_events_and_values_the_state_cannot_hold_are_quarantined() -> None:
+    topology = Topology("t")
+    src = topology.spout("src", topic="t", decoder="json")
+    topology.bolt("b", inputs=[src], key=lambda e: e["k"], lift=lambda e: e["n"],
+                  state=per_key(TumblingWindow(60, Sum())), event_time=lambda e: e["at"],
+                  parallelism=2)
+    events = [{"k": "a", "n": 1, "at": 5}, {"k": {"x": 1}, "n": 1, "at": 5},
+              {"k": "a", "n": 2**63, "at": 5}, {"k": "a", "n": 1, "at": 5.5},
+              {"k": ["a"], "n": 1, "at": 5}, {"k": "b", "n": 1, "at": 7}]
+    result = run_model(topology, messages("t", events))
+    assert [(d.stage, d.message.offset) for d in result.dead_letters] == [
+        ("key", 1), ("monoid", 2), ("event_time", 3), ("key", 4)]
+    assert result.dead_letters[0].error == "TypeError: unhashable type: 'dict'"
+    assert result.bolt_state("b") == {"a": (5, {0: 1}), "b": (7, {0: 1})}
+
+
+def poisoned_topology(stage: str, on_error: OnError) -> Topology:
+    """A topology whose ``stage`` function raises on the tuple ``"bad"``."""
+    topology = Topology("t", on_error=on_error)
+
+    def poison(where: str) -> Callable[..., Any]:
+        def function(*args: Any) -> Any:
+            if where == stage and args[0] == "bad":
+                raise ValueError("poison")
+            return {"key": args[0], "lift": 1, "event_time": 0}.get(where, [args[0]])
+        return function
+
+    src = topology.spout("src", topic="t",
+                         decoder=lambda raw: poison("decode")(raw.decode())[0])
+    bolt = topology.bolt("b", inputs=[src], state=per_key(TumblingWindow(60, Count())),
+                         key=poison("key"), lift=poison("lift"), event_time=poison("event_time"),
+                         emit=lambda t, v: poison("emit")(t))
+    topology.sink("out", inputs=[bolt], target=Table(
+        "out", columns={"w": "text"}, mode="append",
+        row=lambda t: {"w": poison("row")(t)[0]}))
+    return topology
+
+
+@pytest.mark.parametrize("stage", ["decode", "key", "lift", "event_time", "emit", "row"])
+def test_each_stage_quarantines_or_stops_per_policy(stage: str) -> None:
+    result = run_model(poisoned_topology(stage, "quarantine"), messages("t", ["ok", "bad", "ok"]))
+    assert list(result.table("out")) == [("t", 0, 0, 0), ("t", 0, 2, 0)]
+    quarantined = [(d.node, d.stage, d.message.offset) for d in result.dead_letters] + [
+        ("out", r.stage, r.origin[1]) for r in result.rejected_rows["out"]]
+    node = {"decode": "src", "row": "out"}.get(stage, "b")
+    assert quarantined == [(node, stage, 1)]
+    with pytest.raises(RecordHalt, match=rf"^{node}: {stage} failed on the record at t:0:1: "
+                                         r".*poison.* \(the topology has on_error=\"fail\""):
+        run_model(poisoned_topology(stage, "fail"), messages("t", ["ok", "bad", "ok"]))
 
 
 # --------------------------------------------------------------------------- shared bolt code

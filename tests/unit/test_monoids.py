@@ -601,3 +601,32 @@ def test_docstring_examples() -> None:
     for module in (monoids_module, testing_module):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize(("monoid", "good", "bad"), [
+    (Sum(), [0, 7, True], [1.5, "3", None]),
+    (Sum("double"), [0, 2.5], ["3", None]),
+    (Count(), [1], [1.0]),
+    (Max("string"), ["a", None], [3]),
+    (Min("double"), [1, 1.5], ["x"]),
+    (Mean(), [Mean.lift(3), (1.5, 2)], [3, (1, 2, 3), ("x", 1), (1.0, 1.0)]),
+    (Record({"n": Count(), "m": Max("long")}), [{"n": 1, "m": None}],
+     [{"n": 1}, {"n": 1.0, "m": 2}, [1, 2]]),
+    (SetUnion(), [{"a"}], []),  # no check of its own: anything goes
+])
+def test_check_refuses_what_would_break_the_state_or_its_snapshot(
+    monoid: Monoid[Any], good: list[Any], bad: list[Any]
+) -> None:
+    for value in good:
+        monoid.check(value)
+    for value in bad:
+        with pytest.raises(TypeError):
+            monoid.check(value)
+
+
+def test_keyed_maps_check_their_keys() -> None:
+    per_key(Count()).check_key("word")
+    per_key(Count(), key_type="long").check_key(3)
+    per_key(Count(), key_type=("string", "long")).check_key(("a", 1))  # tuples: not checked
+    with pytest.raises(TypeError, match=r"per_key\(Count\)'s key takes str values, not int 3"):
+        per_key(Count()).check_key(3)

@@ -31,6 +31,21 @@ def test_an_upsert_sink_gets_the_last_row_of_each_key_in_order() -> None:
     assert latest_per_key(unique, TABLE) is unique
 
 
+def test_tuples_without_a_row_are_passed_on_for_the_sink_to_reject() -> None:
+    batch = Batch([0, 0, 0, 0], [1, 2, 3, 4], [("a", 1), ("bad",), ["x"], ("a", 2)])
+    out = latest_per_key(batch, TABLE)
+    assert out.tuples == [("bad",), ["x"], ("a", 2)]
+
+
+def test_a_failing_key_routes_to_instance_zero_which_quarantines() -> None:
+    top = Topology("routing")
+    lines = top.spout("lines", topic="words", decoder="json")
+    bolt = top.bolt("b", inputs=[lines], key=lambda t: t["k"], state=per_key(Count()),
+                    lift=lambda t: 1, parallelism=4)
+    routed = Router([bolt]).route(Batch([0, 0], [1, 2], [{"k": "x"}, {"j": "y"}]))
+    assert routed[("b", 0)].tuples[-1] == {"j": "y"}
+
+
 def test_router_coalesces_only_for_upsert_sinks() -> None:
     batch = Batch([0, 0], [1, 2], [("a", 1), ("a", 2)])
     upsert = Router(topology().downstream_of("counts")).route(batch)

@@ -40,6 +40,7 @@ from hailstorm.sinks.sql import (
     type_family,
     write_statement,
 )
+from hailstorm.topology import RowError
 
 PG = PostgresDialect()
 LITE = SqliteDialect()
@@ -260,6 +261,77 @@ def test_upsert_keeps_the_latest_arrival_per_key_and_reapplies_old_rows() -> Non
     assert selection.rows == [("w", 6)]  # at or below the progress, applied anyway
     buffer.confirm(selection)
     assert buffer.select({P0: 20, P1: 20}).rows == [("v", 1)]  # w=5 never overwrites w=6
+
+
+@pytest.mark.parametrize("mode", ["upsert", "merge", "append"])
+def test_tuples_that_are_no_row_are_rejected_once(mode: str) -> None:
+    table = Table("t", {"w": "text", "n": "bigint"}, key=[] if mode == "append" else ["w"],
+                  mode=mode)  # type: ignore[arg-type]
+    buffer = RowBuffer(table, floor={P0: 1})
+    buffer.add_many([P0, P0, P0, P1], [1, 2, 3, 0], [("x",), ("y", 2, 3), ("z",), ("b", 2)])
+    assert buffer.rejected == 2  # ("x",) at offset 1 is within the progress: recorded before
+    selection = buffer.select({P0: 2, P1: 0})
+    assert [(r.origin, r.stage, r.record) for r in selection.rejected] == [((P0, 2), "row",
+                                                                            "('y', 2, 3)")]
+    assert "has 3 values but the table has 2 columns" in selection.rejected[0].error
+    assert selection.origins == [(P1, 0)] and len(selection.rows) == 1
+    buffer.confirm(selection)
+    assert buffer.rejected == 1  # (P0, 3) waits for a commit that covers it
+    buffer.resync({P0: 3})  # another writer committed it
+    assert buffer.rejected == 0 and buffer.select({P0: 9, P1: 9}).rejected == []
+
+
+@pytest.mark.parametrize(("columns", "key", "mode", "row", "problem"), [
+    ({"w": "text", "n": "bigint"}, ["w"], "upsert", ("a", True), "is a bool, not int"),
+    ({"w": "text", "n": "bigint"}, ["w"], "upsert", ("a", 2**63), "out of the range"),
+    ({"w": "text", "n": "integer"}, ["w"], "upsert", ("a", 2**31), "out of the range"),
+    ({"w": "text", "n": "bigint"}, ["w"], "upsert", (None, 1), "is null"),
+    ({"w": "text", "n": "bigint"}, ["w"], "upsert", (3, 1), "is a int, not str"),
+    ({"w": "text", "n": "bigint"}, ["w"], "merge", ("a", None), "is null"),
+    ({"w": "text", "n": "double precision"}, ["w"], "merge", ("a", "1"), "is a str"),
+    ({"w": "json", "n": "bigint"}, ["w"], "upsert", ({"a": 1}, 1), "is a dict, not str"),
+])
+def test_values_their_column_cannot_hold_are_row_errors(
+    columns: dict[str, str], key: list[str], mode: str, row: tuple[Any, ...], problem: str
+) -> None:
+    table = Table("t", columns, key=key, mode=mode)  # type: ignore[arg-type]
+    with pytest.raises(RowError, match=problem):
+        table.to_row(row)
+    assert not table.rows_fit([row])
+    assert table.to_row(row, check=False) == dict(zip(columns, row, strict=True))
+
+
+def test_rows_that_fit_pass_a_batch_at_a_time() -> None:
+    table = Table("t", {"w": "text", "n": "bigint", "avg": "double precision",
+                        "seen": "timestamp"}, key=["w"])
+    rows = [("a", 1, 1.5, None), ("b", -(2**63), 2, "2026-11-23 10:00:00")]
+    assert table.rows_fit(rows)
+    for row in rows:
+        table.to_row(row)
+    unhashable = Table("t", {"w": "json", "n": "bigint"}, key=["w", "n"])
+    with pytest.raises(RowError, match="is a list, not str"):
+        unhashable.to_row((["x"], 1))
+
+
+def test_a_batch_with_a_value_its_column_cannot_hold_rejects_only_that_tuple() -> None:
+    buffer = RowBuffer(COUNTS)
+    buffer.add_many([P0, P0, P0], [1, 2, 3], [("a", 1), ("b", 1.5), ("c", 3)])
+    selection = buffer.select({P0: 3})
+    assert selection.rows == [("a", 1), ("c", 3)]
+    assert [(r.origin, r.record) for r in selection.rejected] == [((P0, 2), "('b', 1.5)")]
+
+
+def test_selection_origins_follow_the_rows() -> None:
+    merge = RowBuffer(Table("t", {"w": "text", "n": "bigint"}, ["w"], "merge"))
+    merge.add_many([P0, P1, P0], [4, 2, 6], [("b", 1), ("a", 1), ("b", 1)])
+    selection = merge.select({P0: 9, P1: 9})
+    assert list(zip(selection.rows, selection.origins, strict=True)) == [
+        (("a", 1), (P1, 2)), (("b", 2), (P0, 6))]  # merged: the last tuple's origin
+    upsert = RowBuffer(COUNTS)
+    upsert.add_many([P0, P1], [4, 2], [("b", 1), ("a", 1)])
+    selection = upsert.select({P0: 9, P1: 9})
+    assert list(zip(selection.rows, selection.origins, strict=True)) == [
+        (("b", 1), (P0, 4)), (("a", 1), (P1, 2))]
 
 
 def test_progress_never_moves_backwards() -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hailstorm.clock import Partition
 from hailstorm.model import messages, run_model
-from hailstorm.monoids import Count, per_key
+from hailstorm.monoids import Count, Sum, per_key
 from hailstorm.processors import Batch, ForwardClock, ProtocolViolation, Router
 from hailstorm.processors.spout_core import SpoutCore, SpoutOutput
 from hailstorm.routing import route
@@ -127,7 +127,7 @@ def test_decode_failures_become_dead_letters_and_advance() -> None:
     assert flat(out, ("total", 0)) == [(0, "ok")]
     assert [d.message.offset for d in out.dead_letters] == [1, 2]
     letter = out.dead_letters[0]
-    assert letter.spout == "lines" and letter.topic == "spouts.dead-letter"
+    assert letter.node == "lines" and letter.topic == "spouts.dead-letter"
     assert letter.stage == "decode" and letter.message.value == b"\xff\xfe"
     assert letter.message.topic == "lines" and letter.message.partition == 0
     assert out.watermark == {P: 2} and spout.rejected == 2
@@ -143,6 +143,57 @@ def test_explode_failures_are_dead_letters_too() -> None:
     out = spout.on_records([0, 1], [b"0", b"1"])
     assert [d.stage for d in out.dead_letters] == ["explode"]
     assert flat(out, ("out", 0)) == [(1, 1)]
+
+
+def test_explode_generators_that_raise_are_dead_letters() -> None:
+    def explode(v: int) -> Any:
+        yield 1
+        yield 1 // v
+
+    top = Topology("boom")
+    spec = top.spout("nums", topic="nums", decoder="json", explode=explode)
+    top.sink("out", inputs=[spec], target=Collect())
+    spout = SpoutCore(spec, 0, top.downstream_of(spec))
+    spout.start({})
+    spout.resume()
+    out = spout.on_records([0, 1], [b"0", b"1"])
+    assert [(d.stage, d.message.offset) for d in out.dead_letters] == [("explode", 0)]
+    assert flat(out, ("out", 0)) == [(1, 1), (1, 1)]
+
+
+def test_pre_aggregation_quarantines_what_the_bolt_would() -> None:
+    """A spout combining contributions for a ``preaggregate`` bolt leaves out the tuples
+    the bolt's functions fail on, as dead letters of that bolt (what run_model predicts)."""
+    top = Topology("pre")
+    spec = top.spout("events", topic="events", decoder="json")
+    top.bolt("sums", inputs=[spec], key=lambda e: e["k"], state=per_key(Sum()),
+             lift=lambda e: e["n"], emit=lambda e, n: [(e["k"], n)], preaggregate=True)
+    spout = SpoutCore(spec, 0, top.downstream_of(spec), quarantine_topic="pre.dead-letter")
+    spout.start({})
+    spout.resume()
+    values = [b'{"k": "a", "n": 1}', b'{"n": 2}', b'{"k": "a"}', b'{"k": "b", "n": 1.5}',
+              b'{"k": "a", "n": 3}']
+    out = spout.on_records(list(range(5)), values)
+    part = out.batches[("sums", 0)]
+    assert (part.keys, part.values) == (["a"], [4])  # type: ignore[attr-defined]
+    letters = [(d.node, d.topic, d.stage, d.message.offset) for d in out.dead_letters]
+    expected = run_model(top, messages("events", [v.decode() for v in values])).dead_letters
+    assert letters == [(d.node, d.topic, d.stage, d.message.offset) for d in expected] == [
+        ("sums", "pre.dead-letter", "key", 1), ("sums", "pre.dead-letter", "lift", 2),
+        ("sums", "pre.dead-letter", "monoid", 3)]
+    assert out.dead_letters[0].message.value == b"{'n': 2}"
+
+
+def test_pre_aggregation_does_not_quarantine_again_what_the_bolts_loaded() -> None:
+    top = Topology("pre")
+    spec = top.spout("events", topic="events", decoder="json")
+    top.bolt("sums", inputs=[spec], key=lambda e: e["k"], state=per_key(Sum()),
+             lift=lambda e: e["n"], preaggregate=True)
+    spout = SpoutCore(spec, 0, top.downstream_of(spec))
+    spout.start({("events", 0): -1}, loaded={("events", 0): 1})  # replays 0..1 below it
+    spout.resume()
+    out = spout.on_records([0, 1, 2], [b'{"n": 1}', b'{"k": "a", "n": 1}', b'{"n": 3}'])
+    assert [d.message.offset for d in out.dead_letters] == [2]
 
 
 def test_paused_spout_holds_records_until_resume_sends_the_clock_first() -> None:

@@ -1,0 +1,219 @@
+"""Poison records on the real runtime: every stage's bad record is quarantined (the
+dead-letter topic, ``<table>_rejected``), the topology keeps committing with no restart,
+and the committed state, tables and quarantine are what :func:`run_model` predicts; with
+``on_error="fail"`` the first one stops the topology with its reason."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from deployments import REPO, assert_secret_hidden
+
+from hailstorm import kafka
+from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
+from hailstorm.model import run_model
+from hailstorm.quarantine import VALUE_LIMIT
+from hailstorm.sinks.db import Database
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+POISON = '''
+"""Per-user totals and counts whose functions each refuse some records."""
+from hailstorm import Count, Sum, Table, Topology, per_key
+
+topology = Topology("poison", on_error="{on_error}")
+
+
+def explode(event):  # a generator: it raises while its items are taken
+    if event.get("explode") == "boom":
+        raise ValueError("explode boom")
+    yield event
+
+
+def emit(event, total):
+    if event["user"] == "emit-bad":
+        raise RuntimeError("emit refuses")
+    return [(event["user"], total)]
+
+
+def row(t):
+    if t[0] == "row-bad":
+        raise ValueError("no row for row-bad")
+    return {{"user_id": t[0], "total": t[1]}}
+
+
+events = topology.spout("events", topic="{topic}", decoder="json", explode=explode)
+totals = topology.bolt("totals", inputs=[events], key=lambda e: e["user"],
+                       state=per_key(Sum()), lift=lambda e: e["amount"], emit=emit,
+                       parallelism=2)
+topology.sink("user_totals", inputs=[totals], target=Table(
+    "poison_totals", columns={{"user_id": "text", "total": "bigint"}}, key=["user_id"],
+    row=row))
+counts = topology.bolt("counts", inputs=[events], key=lambda e: e["user"],
+                       state=per_key(Count()), lift=lambda e: 1,
+                       emit=lambda e, n: [(e["user"], n)], preaggregate=True)
+topology.sink("user_counts", inputs=[counts], target=Table(
+    "poison_counts", columns={{"user_id": "text", "events": "bigint"}}, key=["user_id"]))
+'''
+
+OVERSIZED = b'{"user": ' + b"x" * 1_500_000  # malformed JSON over Kafka's default 1 MB
+
+
+def _module(tmp_path: Path, topic: str, on_error: str) -> Path:
+    module = tmp_path / f"poison_{uuid.uuid4().hex[:8]}.py"
+    module.write_text(POISON.format(topic=topic, on_error=on_error))
+    return module
+
+
+def _events(n: int, seed: int) -> list[bytes]:
+    """Good events with every kind of poison mixed in (about 1 in 50)."""
+    rng = random.Random(seed)
+    poison = [
+        b"{not json",                                    # decode
+        json.dumps({"user": "u1", "amount": 1, "explode": "boom"}).encode(),  # explode
+        json.dumps({"amount": 3}).encode(),              # key (both bolts)
+        json.dumps({"user": "u2"}).encode(),             # lift (totals)
+        json.dumps({"user": "u3", "amount": 2.5}).encode(),  # monoid: a long Sum
+        json.dumps({"user": "emit-bad", "amount": 4}).encode(),  # emit (totals)
+        json.dumps({"user": "row-bad", "amount": 5}).encode(),   # the sink's row
+        json.dumps({"user": "db-bad", "amount": 6}).encode(),    # the table's CHECK
+    ]
+    values = []
+    for i in range(n):
+        if rng.random() < 0.02:
+            values.append(poison[i % len(poison)])
+        else:
+            values.append(json.dumps({"user": f"u{rng.randrange(500)}",
+                                      "amount": rng.randrange(1, 100)}).encode())
+    return values
+
+
+def _create_checked_table(url: str) -> None:
+    """The totals table as hailstorm would make it, plus a CHECK it does not know of."""
+    db = Database(url)
+    try:
+        with db.transaction() as tx:
+            tx.execute("CREATE TABLE poison_totals (user_id text NOT NULL, total bigint, "
+                       "PRIMARY KEY (user_id), CONSTRAINT no_db_bad CHECK (user_id <> 'db-bad'))")
+    finally:
+        db.close()
+
+
+def _rows(url: str, sql: str) -> list[tuple[object, ...]]:
+    db = Database(url)
+    try:
+        with db.transaction() as tx:
+            return tx.execute(sql)
+    finally:
+        db.close()
+
+
+def test_every_poison_record_is_quarantined_and_the_rest_is_exact(
+    stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    stack = StackAddresses.from_env(stack_env)
+    topic = f"poison-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, PARTITIONS, config={"max.message.bytes": "3000000"})
+    partitions = kafka.partitions_of(stack.kafka, topic)
+    produced = Produced(topic)
+    big = kafka.producer(stack.kafka, **{"message.max.bytes": 3_000_000})
+    with TopologyRun(stack, _module(tmp_path, topic, "quarantine"),
+                     log_dir=tmp_path / "logs") as run:
+        kafka.create_topic(stack.kafka, run.topology.dead_letter_topic, 1)
+        _create_checked_table(run.database)
+        produce(stack.kafka, produced, _events(4_000, seed=1), partitions)
+        run.start()
+        first = wait_for("a first commit", run.committed, 240, run.alive)
+        produce(stack.kafka, produced, [OVERSIZED], partitions, client=big)
+        produce(stack.kafka, produced, _events(8_000, seed=2), partitions)
+        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        committed = run.wait_committed(target, 240)
+        assert committed.epoch > first.epoch and dict(committed.clock) == target
+
+        model = run_model(run.topology, produced.model_messages())
+        states = run.committed_bolt_states(committed)
+        for bolt in ("totals", "counts"):
+            assert states[bolt].merged == model.bolt_state(bolt), bolt
+        tables = run.sink_tables()
+        assert tables["user_counts"] == model.table("user_counts")
+        expected_totals = dict(model.table("user_totals"))
+        refused = expected_totals.pop(("db-bad",))  # the database's CHECK, unknown to the model
+        assert tables["user_totals"] == expected_totals
+
+        # The dead-letter topic holds exactly the model's dead letters (no restart: once).
+        end = kafka.log_ends(stack.kafka, [(run.topology.dead_letter_topic, 0)])
+        letters = list(kafka.read_range(stack.kafka, run.topology.dead_letter_topic, 0, 0,
+                                        end[(run.topology.dead_letter_topic, 0)] - 1))
+        seen: Counter[tuple[str, str, int, int]] = Counter()
+        truncated = 0
+        for letter in letters:
+            h = letter.headers or {}
+            seen[(h["hailstorm.node"].decode(), h["hailstorm.stage"].decode(),
+                  int(h["hailstorm.partition"]), int(h["hailstorm.offset"]))] += 1
+            if h.get("hailstorm.truncated") == b"true":
+                truncated += 1
+                assert len(letter.value or b"") == VALUE_LIMIT
+                assert int(h["hailstorm.size"]) == len(OVERSIZED)
+        predicted = Counter((d.node, d.stage, d.message.partition, d.message.offset)
+                            for d in model.dead_letters)
+        assert seen == predicted
+        assert truncated == 1  # the oversized one, cut so that it could be written
+        assert {stage for _node, stage, _p, _o in predicted} == {
+            "decode", "explode", "key", "lift", "monoid", "emit"}
+        assert {node for node, stage, _p, _o in predicted if stage == "key"} == {
+            "totals", "counts"}  # counts' on the spouts, which pre-aggregate for it
+
+        # Rows the sink could not make, and rows the database refused, in one table.
+        rejected = _rows(run.database, "SELECT stage, topic, partition, \"offset\", record, "
+                                       "error FROM poison_totals_rejected")
+        by_row = Counter((t, p, o) for stage, t, p, o, _r, _e in rejected if stage == "row")
+        assert by_row == Counter((topic, r.origin[0][1], r.origin[1])
+                                 for r in model.rejected_rows["user_totals"])
+        assert by_row and all("no row for row-bad" in e for s, *_x, e in rejected if s == "row")
+        database = [(r, e) for stage, _t, _p, _o, r, e in rejected if stage == "database"]
+        assert database and all(r.startswith("('db-bad', ") and "no_db_bad" in e
+                                for r, e in database)
+        assert refused["user_id"] == "db-bad"
+        run.check_recoveries()  # nothing restarted
+
+        # The database's password (the dev stack makes one) shows nowhere.
+        status = subprocess.run(
+            [sys.executable, "-m", "hailstorm", "status", run.name, "--json", "--sample", "0"],
+            cwd=REPO, env=run.env, capture_output=True, text=True, timeout=60, check=True)
+        run.stop()
+        password = urlsplit(run.database).password
+        if password:  # a PostgreSQL stack (SQLite has none)
+            assert_secret_hidden(password, run, status.stdout, status.stderr)
+
+
+def test_on_error_fail_stops_the_topology_with_the_record(
+    stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    stack = StackAddresses.from_env(stack_env)
+    topic = f"poison-fail-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, 1)
+    produced = Produced(topic)
+    good = [json.dumps({"user": f"u{i}", "amount": i}).encode() for i in range(50)]
+    with TopologyRun(stack, _module(tmp_path, topic, "fail"), log_dir=tmp_path / "logs") as run:
+        produce(stack.kafka, produced, good, [0])
+        run.start()
+        wait_for("a first commit", run.committed, 240, run.alive)
+        produce(stack.kafka, produced, [json.dumps({"user": "u9"}).encode()], [0])
+        driver = run.procs["driver"]
+        wait_for("the driver to stop", lambda: driver.poll() is not None, 240, poll=0.5)
+        assert driver.returncode == 1
+        errors = [line for line in run.log("driver").splitlines() if line.startswith("error:")]
+        assert errors == [
+            f"error: totals: lift failed on the record at {topic}:0:50: KeyError: 'amount' "
+            '(the topology has on_error="fail"; fix the function or the record, or use '
+            'on_error="quarantine" to send bad records to the dead-letter topic)']
