@@ -402,12 +402,12 @@ class DevStack:
         A Kafka node that stopped is started again on its own data (Kafka keeps its log);
         ZooKeeper and PostgreSQL start afresh.
         """
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # its owner's only
         state = self.load() or StackState(state_dir=str(self.state_dir))
         if not state.database_password:
             state.database_password = secrets.token_urlsafe(18)
-        (self.state_dir / "snapshots").mkdir(exist_ok=True)
-        (self.state_dir / "logs").mkdir(exist_ok=True)
+        (self.state_dir / "snapshots").mkdir(mode=0o700, exist_ok=True)
+        (self.state_dir / "logs").mkdir(exist_ok=True)  # PostgreSQL (its own user) logs here
         self._kafka_libs()  # fail before starting anything when Kafka cannot be had
         try:
             for name in SERVICES:

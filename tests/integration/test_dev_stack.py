@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -152,6 +153,9 @@ def test_dev_up_twice_status_env_down(state_dir: Path) -> None:
     assert first.returncode == 0, first.stderr
     pids = [row.pid for row in DevStack(state_dir).status()]
     assert all(pids)
+    # What it writes is its owner's only: the stack file holds the database's password.
+    assert stat.S_IMODE((state_dir / "stack.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((state_dir / "snapshots").stat().st_mode) == 0o700
 
     second = hailstorm("dev", "up", "--state-dir", str(state_dir))
     assert second.returncode == 0, second.stderr

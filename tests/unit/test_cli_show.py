@@ -67,3 +67,20 @@ def test_show_bad_topology_is_one_clear_line(tmp_path: Path) -> None:
     assert result.stderr.startswith("error: ")
     assert len(result.stderr.strip().splitlines()) == 1
     assert "nowhere" in result.stderr and "Fix:" in result.stderr
+
+
+def test_show_masks_database_passwords(tmp_path: Path) -> None:
+    module = tmp_path / "secret_sink.py"
+    module.write_text(
+        "from hailstorm import Count, Table, Topology\n"
+        "topology = Topology('secret')\n"
+        "lines = topology.spout('lines', topic='t')\n"
+        "counts = topology.bolt('counts', inputs=[lines], state=Count(), lift=Count.lift,\n"
+        "                       emit=lambda t, n: [(n,)])\n"
+        "topology.sink('out', inputs=[counts], target=Table('out', {'n': 'bigint'},\n"
+        "    mode='append', url='postgresql://app:s3cr3t-pw@db:5432/prod'))\n")
+    for extra in ((), ("--dot",)):
+        result = hailstorm("show", str(module), *extra)
+        assert result.returncode == 0, result.stderr
+        assert "s3cr3t-pw" not in result.stdout + result.stderr
+        assert ("app:***@db:5432/prod" in result.stdout) == (not extra)  # DOT: no URL at all
