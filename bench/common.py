@@ -170,6 +170,19 @@ def metric_total(run: Any, role: str, name: str, node: str | None = None,
     return sum(s.get(name, 0.0) for s in samples.values())
 
 
+def pause_figures(run: Any) -> dict[str, Any]:
+    """How long the snapshot rounds of ``run`` (a TopologyRun) held the spouts paused,
+    from its negotiators' metrics: rounds, mean and longest pause in ms."""
+    rounds, total, longest = 0, 0.0, 0.0
+    for samples in run.negotiator_metrics().values():
+        rounds += int(samples.get("hailstorm_negotiator_pause_seconds_count", 0))
+        total += samples.get("hailstorm_negotiator_pause_seconds_sum", 0.0)
+        longest = max(longest, samples.get("hailstorm_negotiator_pause_max_seconds", 0.0))
+    return {"rounds": rounds,
+            "pause_mean_ms": round(1000 * total / rounds, 1) if rounds else None,
+            "pause_max_ms": round(1000 * longest, 1)}
+
+
 def committed_snapshot_sizes(snapshots: Path, committed: Any) -> dict[str, int]:
     """Processor id -> size in bytes of its snapshot file in the committed round
     ``committed`` (a :class:`negotiator.layout.CommittedRecord`)."""

@@ -32,7 +32,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import baseline_consume, bench_logs, embedded_stack, machine, report  # noqa: E402
+from common import (  # noqa: E402
+    baseline_consume,
+    bench_logs,
+    embedded_stack,
+    machine,
+    pause_figures,
+    report,
+)
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
@@ -91,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_for("a commit covering every offset", lambda: run.covers(target),
                      args.timeout, run.alive, poll=0.05)
             hailstorm_s = time.monotonic() - started
+            pauses = pause_figures(run)
             table = run.sink_tables()["user_totals"]
             run.stop()
         print("baseline", flush=True)
@@ -116,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "partitions": PARTITIONS, "bolt_instances": 2,
         "hailstorm_s": round(hailstorm_s, 2), "hailstorm_events_per_s": round(rate),
         "baseline_s": round(baseline_s, 2), "baseline_events_per_s": round(baseline_rate),
-        "ratio_hailstorm_to_baseline": round(rate / baseline_rate, 3),
+        "ratio_hailstorm_to_baseline": round(rate / baseline_rate, 3), **pauses,
         "result_equal": True, **machine(),
     }
     lines = [
@@ -125,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         f"  hailstorm: {rate:,.0f} events/s (committed after {hailstorm_s:.1f} s)",
         f"  baseline:  {baseline_rate:,.0f} events/s (one process, json + dict, "
         f"{baseline_s:.1f} s)",
+        f"  rounds:    {pauses['rounds']} committed; spouts paused {pauses['pause_mean_ms']} ms "
+        f"on average per round, {pauses['pause_max_ms']} ms at most",
         f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline totals",
     ]
     if bytewax is not None:

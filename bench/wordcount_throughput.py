@@ -40,6 +40,7 @@ from common import (  # noqa: E402
     baseline_word_count,
     embedded_stack,
     machine,
+    pause_figures,
     report,
     sample_lines,
 )
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                                  args.timeout, run.alive, poll=0.05)
             committed_s = time.monotonic() - started
             saved_s = bolts_saved_after(run, committed, started_wall)
+            pauses = pause_figures(run)
             state = run.committed_bolt_states(committed)["counts"].merged
             run.stop()
         baseline_s, counts = baseline_word_count(stack.kafka, TOPIC, PARTITIONS, args.lines,
@@ -177,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"bytewax_{job}_lines_per_s": round(rate) for job, rate in bytewax_rates.items()},
         **{f"ratio_hailstorm_to_bytewax_{job}": round(hailstorm_rate / rate, 3)
            for job, rate in bytewax_rates.items()},
+        **pauses,
         "sink": args.sink, "mode": "backlog" if args.backlog else "live",
         "result_equal": True, **machine(),
     }
@@ -196,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{produce_s:.1f} s{', before the start' if args.backlog else ''})\n"
         f"  baseline:  {baseline_rate:,.0f} lines/s (one process, Counter, {baseline_s:.1f} s)\n"
         f"  raw consume: {consume_rate:,.0f} lines/s (confluent-kafka, no processing)\n"
+        f"  rounds:    {pauses['rounds']} committed; spouts paused {pauses['pause_mean_ms']} ms "
+        f"on average per round, {pauses['pause_max_ms']} ms at most\n"
         f"  ratio:     {hailstorm_rate / baseline_rate:.2f}; committed state == baseline Counter"
         + peer_lines))
     return 0

@@ -69,7 +69,9 @@ from hailstorm.workloads import KeyedEvents, ZipfText
 from hailstorm.zookeeper import zk_client
 from negotiator.layout import (
     CommittedRecord,
+    LayoutError,
     MasterRecord,
+    NegotiatorRecord,
     ProcessorReport,
     RecoveryRecord,
     TopologyPaths,
@@ -1111,6 +1113,23 @@ class TopologyRun:
                 raw, _stat = self.zk.get(f"{self.paths.recoveries}/{child}")
                 records.append(RecoveryRecord.from_json(raw))
         return records
+
+    def negotiator_metrics(self) -> dict[str, dict[str, float]]:
+        """The ``/metrics`` samples of every negotiator that serves them (by identifier)."""
+        from hailstorm.metrics import scrape
+
+        try:
+            children = self.zk.get_children(self.paths.negotiators)
+        except NoNodeError:
+            return {}
+        result = {}
+        for child in children:
+            with contextlib.suppress(NoNodeError, OSError, ValueError, LayoutError):
+                raw, _stat = self.zk.get(f"{self.paths.negotiators}/{child}")
+                record = NegotiatorRecord.from_json(raw)
+                if record.metrics is not None:
+                    result[record.identifier] = scrape(record.host, record.metrics)
+        return result
 
     def expect_restart(self, at: float, why: str) -> None:
         """Declare a restart the test caused on purpose (at ``time.time()`` ``at``)."""

@@ -373,6 +373,13 @@ class NegotiatorMetrics:
         self.epoch = r.gauge("hailstorm_negotiator_epoch",
                              "Epoch of the last master state this negotiator wrote or read.")
         self.leader = r.gauge("hailstorm_negotiator_leader", "1 while this negotiator leads.")
+        self.pause_seconds = r.summary(
+            "hailstorm_negotiator_pause_seconds",
+            "How long each snapshot round held the spouts paused: from writing SpoutsPaused "
+            "to writing Flowing with the round's clock.")
+        self.pause_max_seconds = r.gauge(
+            "hailstorm_negotiator_pause_max_seconds",
+            "The longest such pause this negotiator saw.")
         self.fallbacks = r.counter(
             "hailstorm_negotiator_fallbacks_total",
             "Recoveries that fell back to the previous committed round because a snapshot "

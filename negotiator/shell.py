@@ -55,7 +55,14 @@ from negotiator.machine import (
     View,
     step,
 )
-from negotiator.states import Initialize, MasterState, NegotiatorDisconnected, label
+from negotiator.states import (
+    Flowing,
+    Initialize,
+    MasterState,
+    NegotiatorDisconnected,
+    SpoutsPaused,
+    label,
+)
 
 if TYPE_CHECKING:
     from hailstorm.metrics import NegotiatorMetrics
@@ -294,6 +301,11 @@ class Shell:
             self.metrics.rounds_committed.inc(len(decision.commits))
             if isinstance(new, Initialize):
                 self.metrics.recoveries.inc()
+            if isinstance(obs.state, SpoutsPaused) and isinstance(new, Flowing):
+                paused = now - obs.view.entered_at
+                self.metrics.pause_seconds.observe(paused)
+                longest = self.metrics.pause_max_seconds.value
+                self.metrics.pause_max_seconds.set(max(paused, longest or 0.0))
             self.metrics.epoch.set(new.epoch)
         for action in decision.actions:
             if isinstance(action, ForgetSnapshots):

@@ -185,6 +185,9 @@ def test_every_poison_record_is_quarantined_and_the_rest_is_exact(
                                 for r, e in database)
         assert refused["user_id"] == "db-bad"
         run.check_recoveries()  # nothing restarted
+        negotiators = run.negotiator_metrics().values()  # rounds report their pauses
+        assert sum(n["hailstorm_negotiator_pause_seconds_count"] for n in negotiators) >= 2
+        assert 0 < max(n["hailstorm_negotiator_pause_max_seconds"] for n in negotiators) < 30
 
         # The database's password (the dev stack makes one) shows nowhere.
         status = subprocess.run(
