@@ -463,6 +463,26 @@ def test_rows_the_database_refuses_go_to_the_rejected_table_exactly_once(
     assert "has 1 values but the table has 2 columns" in rejected[1][6]
 
 
+@pytest.mark.parametrize("mode", ["upsert", "merge"])
+def test_refused_rows_are_found_among_many_and_the_others_written_once(
+    db_url: str, mode: str
+) -> None:
+    name = unique("halves")
+    query(db_url, f'CREATE TABLE "{name}" (word text NOT NULL, n bigint, PRIMARY KEY (word), '
+                  "CHECK (n < 100))")
+    table = Table(name, {"word": "text", "n": "bigint"}, key=["word"], mode=mode)  # type: ignore[arg-type]
+    refused = {7, 8, 31}
+    rows = [((P0, i), (f"w{i}", 500 if i in refused else i)) for i in range(50)]
+    writer = SinkWriter.open(db_url, table, unique("sink"), 1, copy_threshold=4)
+    writer.add(rows)
+    writer.commit_through({P0: 49})
+    writer.close()
+    assert sorted(query(db_url, f'SELECT word, n FROM "{name}"')) == sorted(
+        (f"w{i}", i) for i in range(50) if i not in refused)
+    assert sorted(r[0] for r in query(db_url, f'SELECT "offset" FROM "{name}_rejected"')) == \
+        sorted(refused)
+
+
 def test_with_on_error_fail_a_row_to_reject_stops_the_commit(db_url: str) -> None:
     table = Table(unique("failing"), {"word": "text", "n": "bigint"}, key=["word"])
     writer = SinkWriter.open(db_url, table, unique("sink"), 1, halt_as="out")
