@@ -244,13 +244,27 @@ def _check_kinds(values: Sequence[Any], classes: tuple[type, ...] | None, what: 
             _check_kind(value, classes, what)
 
 
+def _check_number(value: Any, kind: str, what: Any) -> None:
+    """Raise unless ``value`` fits Avro's ``kind``: ``"long"`` an int within 64 bits,
+    ``"double"`` a finite int or float (``what`` as for :func:`_check_kind`)."""
+    _check_kind(value, _PRIMITIVE_CLASSES[kind], what)
+    if kind == "long" and not _LONG_MIN <= value <= _LONG_MAX:
+        raise ValueError(f"{_taker(what)}: {value} is out of the 64-bit range")
+    if kind == "double" and not math.isfinite(value):
+        raise ValueError(f"{_taker(what)}: {value} is not finite")
+
+
+def _taker(what: Any) -> str:
+    return what if isinstance(what, str) else what.describe()
+
+
 def _check_kind(value: Any, classes: tuple[type, ...] | None, what: Any) -> None:
     """Raise ``TypeError`` unless ``value`` is one of ``classes`` (None: anything);
     ``what`` names the taker: a string, or a monoid (described only on failure)."""
     if classes is not None and not isinstance(value, classes):
         names = " or ".join(c.__name__ for c in classes)
-        taker = what if isinstance(what, str) else what.describe()
-        raise TypeError(f"{taker} takes {names} values, not {type(value).__name__} {value!r:.80}")
+        raise TypeError(
+            f"{_taker(what)} takes {names} values, not {type(value).__name__} {value!r:.80}")
 
 
 class _Codec:
@@ -399,16 +413,11 @@ class Sum(Monoid[Any]):
         return state
 
     def check(self, value: Any) -> None:
-        if not isinstance(value, self._classes):
-            _check_kind(value, self._classes, self)
-        if self.kind == "long" and not _LONG_MIN <= value <= _LONG_MAX:
-            raise ValueError(f"{self.describe()}: {value} is out of the 64-bit range")
-        if self.kind == "double" and not math.isfinite(value):
-            raise ValueError(f"{self.describe()}: {value} is not finite")
+        _check_number(value, self.kind, self)
 
     def check_many(self, values: Sequence[Any]) -> None:
         _check_kinds(values, self._classes, self, frozenset(self._classes))
-        if not values:
+        if not values or values.count(1) == len(values):  # counts: ones only
             return
         if (not all(map(math.isfinite, values)) if self.kind == "double"
                 else not _LONG_MIN <= min(values) <= max(values) <= _LONG_MAX):
@@ -1170,17 +1179,9 @@ class _Window(Monoid[WindowState]):
         """Raise ``TypeError``/``ValueError`` for an event time the state (and its Avro
         snapshot) cannot hold: ``time_type="long"`` takes 64-bit ints, ``"double"`` finite
         numbers."""
-        if self.time_type == "long":
-            if type(event_time) is not int:
-                _check_kind(event_time, (int,), f"{self.describe()}'s event time")
-                if isinstance(event_time, bool):
-                    raise TypeError(f"{self.describe()}'s event time is a bool")
-            if not _LONG_MIN <= event_time <= _LONG_MAX:
-                raise ValueError(f"event time {event_time} is out of the 64-bit range")
-        else:
-            _check_kind(event_time, (int, float), f"{self.describe()}'s event time")
-            if not math.isfinite(event_time):
-                raise ValueError(f"event time {event_time} is not finite")
+        if self.time_type == "long" and isinstance(event_time, bool):
+            raise TypeError(f"{self.describe()}'s event time is a bool")
+        _check_number(event_time, self.time_type, f"{self.describe()}'s event time")
 
     def empty(self) -> WindowState:
         return (None, {})

@@ -127,6 +127,9 @@ class RowError(ValueError):
     """A sink tuple cannot be turned into a row of its table."""
 
 
+REJECTED_SUFFIX = "_rejected"
+"""A table's :attr:`Table.rejected_table` is its name and this."""
+
 OnError = Literal["quarantine", "fail"]
 ON_ERROR_POLICIES: tuple[OnError, ...] = ("quarantine", "fail")
 
@@ -311,12 +314,13 @@ class Table(SinkTarget):
     def __post_init__(self) -> None:
         node = f"table {self.name!r}"
         _check_name(self.name, "table name", node, None)
-        if len(self.name) > 63 - len("_rejected"):
+        longest = 63 - len(REJECTED_SUFFIX)
+        if len(self.name) > longest:
             raise TopologyError(
-                f"table name {self.name!r} is longer than {63 - len('_rejected')} characters, "
-                f"so the name of its table of rejected rows, {self.name + '_rejected'!r}, "
-                "would not fit an SQL identifier (63)",
-                fix=f"shorten it, e.g. {self.name[:54]!r}",
+                f"table name {self.name!r} is longer than {longest} characters, so the name "
+                f"of its table of rejected rows, {self.rejected_table!r}, would not fit an "
+                "SQL identifier (63)",
+                fix=f"shorten it, e.g. {self.name[:longest]!r}",
                 node=node,
             )
         if not isinstance(self.columns, Mapping) or not self.columns:
@@ -393,6 +397,11 @@ class Table(SinkTarget):
                 fix="pass row=lambda t: {...} or leave it out for positional tuples",
                 node=node,
             )
+
+    @property
+    def rejected_table(self) -> str:
+        """``<name>_rejected``: the sink's tuples that did not become rows of this table."""
+        return self.name + REJECTED_SUFFIX
 
     def to_row(self, t: Any, *, check: bool = True) -> dict[str, Any]:
         """The ``{column: value}`` row for sink tuple ``t``; raises :class:`RowError` when
@@ -591,8 +600,6 @@ class BoltSpec:
     _check_value: Callable[[Any], None] | None = field(init=False, repr=False)
     _check_key: Callable[[Any], None] | None = field(init=False, repr=False)
     _key_classes: tuple[type, ...] | None = field(init=False, repr=False)
-    _key_types_passed: set[type] = field(init=False, repr=False, default_factory=set)
-    _value_types_passed: set[type] = field(init=False, repr=False, default_factory=set)
     kind: ClassVar[str] = "bolt"
 
     def __post_init__(self) -> None:
@@ -671,20 +678,29 @@ class BoltSpec:
         if self.parallelism > 1:
             self.instance_of_key(key)
 
-    def _unwindowed_contributions(self, tuples: Sequence[Any]) -> list[tuple[Any, Any]]:
-        """:meth:`contribution` of every tuple (no window state); raises whatever a function
-        or check raises first."""
+    def _keys_and_values(self, tuples: Sequence[Any]) -> tuple[list[Any] | None, list[Any]]:
+        """``key(t)`` (None when the bolt neither keys nor routes by key) and ``lift(t)`` of
+        every tuple, checked as :meth:`contribution` checks them but a batch at a time (no
+        window state); raises whatever a function or check raises first."""
         values = list(map(self.lift, tuples))
         if self._check_value is not None:
             self.value_monoid.check_many(values)
-        if self.key is not None and (self.keyed or self.parallelism > 1):
-            keys = list(map(self.key, tuples))
-            if not set(map(type, keys)) <= _PLAIN_KEYS:
-                for key in keys:
-                    self._check_routable(key)
-            if self.keyed:
-                self.state.check_keys(keys)  # type: ignore[attr-defined]
-                return list(zip(keys, values, strict=True))
+        if self.key is None or not (self.keyed or self.parallelism > 1):
+            return None, values
+        keys = list(map(self.key, tuples))
+        key_types = set(map(type, keys))
+        if not key_types <= _PLAIN_KEYS:
+            for key in keys:
+                self._check_routable(key)
+        if self._key_classes is not None and not key_types <= set(self._key_classes):
+            self.state.check_keys(keys)  # type: ignore[attr-defined]
+        return keys, values
+
+    def _unwindowed_contributions(self, tuples: Sequence[Any]) -> list[tuple[Any, Any]]:
+        """:meth:`contribution` of every tuple (no window state), a batch at a time."""
+        keys, values = self._keys_and_values(tuples)
+        if keys is not None and self.keyed:
+            return list(zip(keys, values, strict=True))
         return list(zip(repeat(None), values))
 
     def _refused_by_monoid(self, check: Callable[[Any], None], item: Any) -> None:
@@ -886,22 +902,9 @@ def _combine_sums_of(spec: BoltSpec, tuples: Sequence[Any]) -> Combined | None:
     each with its last tuple. None when a function fails or the monoid refuses a key or
     value (the caller takes the tuple-by-tuple path, which names the culprits)."""
     try:
-        keys = list(map(spec.key, tuples))  # type: ignore[arg-type]
-        values = list(map(spec.lift, tuples))
+        keys, values = spec._keys_and_values(tuples)
+        assert keys is not None  # keyed state
         value_types = set(map(type, values))
-        key_types = set(map(type, keys))
-        if not key_types <= _PLAIN_KEYS:
-            for key in keys:
-                spec._check_routable(key)
-        for check, kinds, items, passed in (
-            (spec._check_key, key_types, keys, spec._key_types_passed),
-            (spec._check_value, value_types, values, spec._value_types_passed),
-        ):
-            if check is None:
-                continue
-            for kind in kinds - passed:  # keyed sums: both checks depend on the type alone
-                check(next(item for item in items if type(item) is kind))
-                passed.add(kind)
         if value_types == {int} and values.count(1) == len(values):
             sums: dict[Any, Any] = Counter(keys)
         else:

@@ -370,10 +370,7 @@ class _Shell:
             self.coord.changed.set()
             while True:
                 self.check()
-                if self.coord.changed.is_set():
-                    record = self.coord.master()
-                    if record is not None:
-                        self._on_master(record.state)
+                self.follow_master()
                 self.step()
         except BaseException as exc:
             halted = None if isinstance(exc, TopologyHalt) else self._halt_of_this_run()
@@ -467,6 +464,14 @@ class _Shell:
         thread.start()
 
     # -- master state -----------------------------------------------------------------------
+
+    def follow_master(self) -> None:
+        """Act on the master state if it changed since it was last read."""
+        assert self.coord is not None
+        if self.coord.changed.is_set():
+            record = self.coord.master()
+            if record is not None:
+                self._on_master(record.state)
 
     def _on_master(self, state: Any) -> None:
         epoch = state.epoch
@@ -799,10 +804,8 @@ class _SpoutShell(_Shell):
                 offsets.append(offset)
                 values.append(message.value())
         for start in range(0, len(offsets), SPOUT_CHUNK):
-            if start and self.coord.changed.is_set():  # a round may be pausing the spouts
-                record = self.coord.master()
-                if record is not None:
-                    self._on_master(record.state)  # records after a pause are held back
+            if start:  # a round may be pausing the spouts: records after it are held back
+                self.follow_master()
             started = time.perf_counter()
             out = core.on_records(offsets[start:start + SPOUT_CHUNK],
                                   values[start:start + SPOUT_CHUNK])
@@ -969,7 +972,6 @@ class _BoltShell(_Inbound):
                 self._submit(action)
 
     def _submit(self, write: WriteSnapshot) -> None:
-        self.dead_letters.flush()  # the round's clock covers the tuples quarantined so far
         deadline = time.monotonic() + self.assignment.io_timeout
         while True:
             self.check()

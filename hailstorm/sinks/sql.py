@@ -104,9 +104,6 @@ def shape_of(table: Table) -> TableShape:
     return TableShape(table.name, dict(table.columns), primary_key=tuple(table.key))
 
 
-REJECTED_SUFFIX = "_rejected"
-"""``<table>_rejected`` holds a sink's tuples that did not become rows of ``<table>``."""
-
 REJECTED_COLUMNS = ("sink", "topic", "partition", "offset", "stage", "error", "record")
 
 
@@ -115,7 +112,7 @@ def rejected_shape(table: Table, timestamp_type: str) -> TableShape:
     (``row``: the row function or the tuple's shape; ``database``: the database refused
     the row), the error and the tuple (its ``repr``)."""
     return TableShape(
-        table.name + REJECTED_SUFFIX,
+        table.rejected_table,
         {"sink": "text", "topic": "text", "partition": "integer", "offset": "bigint",
          "stage": "text", "error": "text", "record": "text", "rejected_at": timestamp_type},
     )  # fmt: skip
@@ -125,7 +122,7 @@ def insert_rejected(dialect: Dialect, table: Table) -> str:
     """Insert one rejected tuple (params: :data:`REJECTED_COLUMNS`)."""
     q = dialect.quote
     names = ", ".join(q(c) for c in (*REJECTED_COLUMNS, "rejected_at"))
-    return (f"INSERT INTO {q(table.name + REJECTED_SUFFIX)} ({names}) "
+    return (f"INSERT INTO {q(table.rejected_table)} ({names}) "
             f"VALUES ({dialect.placeholders(len(REJECTED_COLUMNS))}, {dialect.now()})")
 
 
