@@ -1,7 +1,7 @@
 """Word count throughput: hailstorm end to end against a single-process baseline.
 
     .venv/bin/python bench/wordcount_throughput.py [--lines 500000] [--snapshot-interval 1]
-        [--sink postgresql|sqlite] [--backlog]
+        [--sink postgresql|sqlite|kafka] [--backlog]
 
 Starts an embedded stack of its own (brought down afterwards), then:
 
@@ -15,7 +15,9 @@ Starts an embedded stack of its own (brought down afterwards), then:
   measures from the moment the master is first Flowing (spouts start reading) until the
   committed clock covers every offset: the same backlog the baseline reads;
 * either way the ``word_counts`` sink writes to the stack's PostgreSQL (``--sink sqlite``:
-  a private SQLite file), and the committed state must equal the baseline's Counter;
+  a private SQLite file; ``--sink kafka``: an upsert ``Topic`` of 4 partitions, written in
+  Kafka transactions, whose newest record per word must then equal the baseline's count),
+  and the committed state must equal the baseline's Counter;
 * baseline (always, in the same run, after the topology was stopped): one process,
   confluent-kafka batch consume, the topology's own ``words_of``, ``collections.Counter``;
   and the raw confluent-kafka consume rate of the same topic (no processing at all).
@@ -54,6 +56,31 @@ from topologies.wordcount import words_of  # noqa: E402
 TOPIC = "words"
 PARTITIONS = 4
 
+TO_KAFKA = """
+from hailstorm import Count, Topic, Topology, per_key
+from topologies.wordcount import words_of
+
+topology = Topology("wordcount")
+lines = topology.spout("lines", topic="words", decoder="text", explode=words_of)
+counts = topology.bolt("counts", inputs=[lines], key=lambda word: word, state=per_key(Count()),
+                       lift=lambda word: 1, emit=lambda word, count: [(word, count)],
+                       parallelism=2, preaggregate=True)
+topology.sink("word_counts", inputs=[counts], target=Topic(
+    "{output}", key=lambda t: t[0], value=lambda t: {{"word": t[0], "count": t[1]}},
+    partitions=4))
+"""
+"""``topologies/wordcount.py`` with its sink writing to a topic instead of a table."""
+
+
+def topic_counts(bootstrap: str, topic: str) -> dict[str, int]:
+    """The newest count per word on the output topic (read_committed)."""
+    import json
+
+    from hailstorm.harness import topic_records
+
+    return {record.key.decode(): json.loads(record.value)["count"]
+            for record in topic_records(bootstrap, topic) if record.key and record.value}
+
 
 def bolts_saved_after(run: TopologyRun, committed: CommittedRecord,
                       started_wall: float) -> float | None:
@@ -75,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=500_000)
     parser.add_argument("--snapshot-interval", type=float, default=1.0)
-    parser.add_argument("--sink", choices=("postgresql", "sqlite"), default="postgresql",
-                        help="Where the word_counts sink writes (the stack's PostgreSQL, or a "
-                        "private SQLite file).")
+    parser.add_argument("--sink", choices=("postgresql", "sqlite", "kafka"),
+                        default="postgresql",
+                        help="Where the word_counts sink writes (the stack's PostgreSQL, a "
+                        "private SQLite file, or an upsert topic in Kafka transactions).")
     parser.add_argument("--backlog", action="store_true",
                         help="Produce every line before starting the topology and time "
                         "reading that backlog (as the baseline does), instead of producing "
@@ -104,7 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         partitions = kafka.partitions_of(stack.kafka, TOPIC)
         logs = Path(tempfile.mkdtemp(prefix="hailstorm-bench-logs-"))
         database = stack.database if args.sink == "postgresql" else None
-        with TopologyRun(stack, REPO / "topologies" / "wordcount.py", log_dir=logs,
+        module = REPO / "topologies" / "wordcount.py"
+        output = f"word-totals-{logs.name[-8:].lower()}"
+        if args.sink == "kafka":
+            module = logs / "wordcount_to_kafka.py"
+            module.write_text(TO_KAFKA.format(output=output))
+        with TopologyRun(stack, module, log_dir=logs,
                          negotiators=1, snapshot_interval=args.snapshot_interval,
                          timeout=60, database=database) as run:
             produced = Produced(TOPIC)
@@ -140,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             committed_s = time.monotonic() - started
             saved_s = bolts_saved_after(run, committed, started_wall)
             pauses = pause_figures(run)
+            sink_metrics = run.processor_metrics().get("sink:word_counts:0", {})
             state = run.committed_bolt_states(committed)["counts"].merged
             run.stop()
+        written = topic_counts(stack.kafka, output) if args.sink == "kafka" else None
         baseline_s, counts = baseline_word_count(stack.kafka, TOPIC, PARTITIONS, args.lines,
                                                  words_of)
         consume_s, _ = baseline_word_count(stack.kafka, TOPIC, PARTITIONS, args.lines,
@@ -154,6 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"MISMATCH: hailstorm committed {sum(state.values())} words, baseline counted "
               f"{sum(counts.values())}", file=sys.stderr)
         return 1
+    if written is not None and written != dict(counts):
+        print(f"MISMATCH: the output topic holds {sum(written.values())} words, baseline "
+              f"counted {sum(counts.values())}", file=sys.stderr)
+        return 1
+    commits = sink_metrics.get("hailstorm_sink_commit_seconds_count", 0)
+    commit_ms = (round(1000 * sink_metrics["hailstorm_sink_commit_seconds_sum"] / commits, 1)
+                 if commits else None)
     for job, peer in peers.items():
         if peer.result != dict(counts):
             print(f"MISMATCH: Bytewax {job} counted {sum(peer.result.values())} words, "
@@ -180,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"ratio_hailstorm_to_bytewax_{job}": round(hailstorm_rate / rate, 3)
            for job, rate in bytewax_rates.items()},
         **pauses,
+        "sink_commits": int(commits), "sink_commit_mean_ms": commit_ms,
         "sink": args.sink, "mode": "backlog" if args.backlog else "live",
         "result_equal": True, **machine(),
     }
@@ -201,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  raw consume: {consume_rate:,.0f} lines/s (confluent-kafka, no processing)\n"
         f"  rounds:    {pauses['rounds']} committed; spouts paused {pauses['pause_mean_ms']} ms "
         f"on average per round, {pauses['pause_max_ms']} ms at most\n"
+        f"  sink:      {int(commits)} commits, {commit_ms} ms each on average\n"
         f"  ratio:     {hailstorm_rate / baseline_rate:.2f}; committed state == baseline Counter"
         + peer_lines))
     return 0

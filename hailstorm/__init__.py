@@ -44,6 +44,7 @@ from hailstorm.monoids import (
     per_key,
 )
 from hailstorm.routing import route
+from hailstorm.topic import Topic
 from hailstorm.topology import (
     BoltSpec,
     Collect,
@@ -88,6 +89,7 @@ __all__ = [
     "Sum",
     "Table",
     "TopK",
+    "Topic",
     "Topology",
     "TopologyError",
     "TumblingWindow",

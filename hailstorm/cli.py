@@ -569,9 +569,10 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seeds the workload, the fault plan and the victims.")
 @click.option("--workload",
-              help="The topology's workload generator (default: its first; wordcount: zipf "
-                   "for realistic text over 50,000 words, uniform for 80 equally likely "
-                   "words; user_totals: zipf for JSON events of 2,000,000 users).")
+              help="The topology's workload generator (default: its first; wordcount and "
+                   "wordstream: zipf for realistic text over 50,000 words, uniform for 80 "
+                   "equally likely words; user_totals: zipf for JSON events of 2,000,000 "
+                   "users).")
 @click.option("--kinds",
               help="Fault kinds to draw from, of processor, negotiator, zk-session, zombie "
                    "(a sink stopped until its replacement committed, then resumed), stall (a "
@@ -618,10 +619,11 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     then resumed), stalls bolts and, with the broker kind, SIGKILLs the Kafka node leading the most
     source partitions and starts it again a few seconds later (--kills of them, at random
     with --seed), each timed for a master state (--phases), waits until everything is
-    committed, compares every bolt's committed state and every sink table (by default in a
-    new PostgreSQL database) with run_model and prints the report. Exits 1 when anything
-    was lost, duplicated or wrong, a fault never recovered, or the topology restarted
-    without a fault to explain it.
+    committed, compares every bolt's committed state, every sink table (by default in a
+    new PostgreSQL database) and every topic sink's output (as a read_committed consumer
+    sees it) with run_model and prints the report. Exits 1 when anything was lost,
+    duplicated or wrong, a fault never recovered, or the topology restarted without a
+    fault to explain it.
 
     Broker faults need a Kafka cluster of at least 3 nodes: the embedded stack then starts
     3 (--brokers), and --use-env refuses a smaller cluster.

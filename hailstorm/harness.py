@@ -64,6 +64,7 @@ from hailstorm.failpoints import FAILPOINTS_DIR_VAR, PAUSE_DIR_VAR, pause_reques
 from hailstorm.model import Message, ModelResult, run_model
 from hailstorm.sinks.urls import is_postgres_url, redact
 from hailstorm.snapshots import DirectorySnapshotStore
+from hailstorm.topic import Topic
 from hailstorm.topology import SinkSpec, Table, Topology, load_topology
 from hailstorm.workloads import KeyedEvents, ZipfText
 from hailstorm.zookeeper import zk_client
@@ -407,6 +408,7 @@ Workload = Callable[[int, int], list[bytes]]
 
 WORKLOADS: dict[str, dict[str, Workload]] = {
     "wordcount": {"zipf": zipf_text_lines, "uniform": wordcount_lines},
+    "wordstream": {"zipf": zipf_text_lines, "uniform": wordcount_lines},
     "user_totals": {"zipf": keyed_events},
 }
 """Workload generators by topology name, then by workload name (the first is the
@@ -680,7 +682,8 @@ def unexplained(recoveries: Iterable[RecoveryRecord], explanations: Sequence[Exp
 _RECOVERING = frozenset({"NegotiatorDisconnected", "Initialize", "SpoutsRewind"})
 
 
-ZOMBIE_FENCED = "resumed after its replacement committed; fenced by its table, wrote nothing"
+ZOMBIE_FENCED = ("resumed after its replacement committed; fenced by its table or topic, wrote "
+                 "nothing")
 ZOMBIE_ENDED = "resumed after its replacement committed; ended on its own, not fenced"
 
 
@@ -781,6 +784,8 @@ class TopologyRun:
         self.planned: list[Explanation] = []
         """Restarts the test declared (:meth:`expect_restart`)."""
         self.processor_pids: set[int] = set()
+        self.topic_starts: dict[str, dict[int, int]] = {}
+        """Per output topic, partition -> offset this run's records start at."""
         self._stopped_pids: set[int] = set()
         self._negotiators_started = 0
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -824,7 +829,13 @@ class TopologyRun:
                            *retention])
 
     def start(self) -> TopologyRun:
-        """Start the negotiators, then the driver."""
+        """Start the negotiators, then the driver. Output topics of topic sinks may hold
+        records of earlier runs: where their logs end now is noted, and
+        :meth:`sink_tables` reads from there."""
+        for sink in self.topology.sinks:
+            if isinstance(sink.target, Topic):
+                self.topic_starts[sink.target.name] = topic_ends(self.stack.kafka,
+                                                                 sink.target.name)
         for _ in range(self.negotiator_count):
             self._spawn_negotiator()
         zombie_args = [f"--master=local[{self.expected_count() + 1}]",
@@ -970,7 +981,8 @@ class TopologyRun:
         return result
 
     def sink_tables(self) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
-        """The content of every sink table: key tuple -> row.
+        """The content of every sink table (and topic, see :func:`topic_rows`): key tuple
+        -> row.
 
         Upsert and merge tables have the shape of :meth:`hailstorm.model.ModelResult.table`;
         append tables are keyed by their rows' origins with :func:`keyed_append_rows`, so
@@ -982,6 +994,10 @@ class TopologyRun:
         result: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {}
         for sink in self.topology.sinks:
             target = sink.target
+            if isinstance(target, Topic):
+                result[sink.name] = topic_rows(self.stack.kafka, target,
+                                               self.topic_starts.get(target.name))
+                continue
             if not isinstance(target, Table):
                 continue
             append = target.mode == "append"
@@ -1129,6 +1145,18 @@ class TopologyRun:
                 record = NegotiatorRecord.from_json(raw)
                 if record.metrics is not None:
                     result[record.identifier] = scrape(record.host, record.metrics)
+        return result
+
+    def processor_metrics(self) -> dict[str, dict[str, float]]:
+        """The ``/metrics`` samples of every processor that serves them (by id)."""
+        from hailstorm.metrics import scrape
+
+        result = {}
+        for ident, report in self.processors().items():
+            host, port = report.info.get("host"), report.info.get("metrics")
+            if host and port:
+                with contextlib.suppress(OSError, ValueError):
+                    result[ident] = scrape(str(host), int(port))
         return result
 
     def expect_restart(self, at: float, why: str) -> None:
@@ -1617,6 +1645,51 @@ def keyed_append_rows(
     return keyed
 
 
+def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Partition -> where ``topic``'s readable log ends now (empty: no such topic)."""
+    try:
+        parts = [(topic, p) for p in kafka.partitions_of(bootstrap, topic)]
+    except LookupError:
+        return {}
+    return {number: end for (_name, number), end in kafka.log_ends(bootstrap, parts).items()}
+
+
+def topic_records(bootstrap: str, topic: str, since: Mapping[int, int] | None = None,
+                  timeout: float = 60.0) -> list[kafka.Record]:
+    """Every record of ``topic`` a ``read_committed`` consumer sees (from the offsets
+    ``since`` gives per partition, else from the start), partition by partition in log
+    order."""
+    since = since or {}
+    records: list[kafka.Record] = []
+    for number, end in sorted(topic_ends(bootstrap, topic).items()):
+        records.extend(kafka.read_range(bootstrap, topic, number, since.get(number, 0), end - 1,
+                                        timeout))
+    return records
+
+
+def topic_rows(bootstrap: str, target: Topic, since: Mapping[int, int] | None = None,
+               ) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """A topic sink's output in :meth:`~hailstorm.model.ModelResult.table`'s shape, as a
+    ``read_committed`` consumer sees it (from ``since``, see :func:`topic_records`): upsert
+    topics keyed ``(key,)`` with the newest
+    record per key; append topics keyed by origin (header ``hailstorm.origin``) with
+    :func:`keyed_append_rows`, so that a duplicated record is an extra row."""
+    from hailstorm.sinks.topic import ORIGIN_HEADER
+
+    records = topic_records(bootstrap, target.name, since)
+    if target.mode == "upsert":
+        return {(r.key,): {"key": r.key, "value": r.value} for r in records}
+    rows = []
+    for r in records:
+        origin = (r.headers or {}).get(ORIGIN_HEADER)
+        if origin is None:
+            raise HarnessError(f"a record of topic {target.name!r} at {r.partition}:{r.offset} "
+                               f"has no {ORIGIN_HEADER} header: not written by its sink")
+        source, partition, offset = origin.decode().split(":")
+        rows.append(((source, int(partition), int(offset)), {"key": r.key, "value": r.value}))
+    return keyed_append_rows(rows)
+
+
 def compare_with_model(
     model: ModelResult,
     states: Mapping[str, BoltStates],
@@ -1686,7 +1759,7 @@ def compare_with_model(
     for sink, table in (tables or {}).items():
         want_rows = model.table(sink)
         spec = model.topology.node(sink)
-        if isinstance(spec, SinkSpec) and isinstance(spec.target, Table) \
+        if isinstance(spec, SinkSpec) and isinstance(spec.target, Table | Topic) \
                 and spec.target.mode == "append":
             want_rows = keyed_append_rows(((k[0], k[1], k[2]), row)
                                           for k, row in want_rows.items())
@@ -1768,8 +1841,21 @@ def user_totals_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
                             for u, n in events.items()}}
 
 
+def wordstream_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
+    """``wordstream``'s ``totals`` topic as :func:`wordcount_by_hand` counts it: the newest
+    record per word is ``{"count": n, "word": w}`` in compact JSON."""
+    counts = wordcount_by_hand(messages)["word_counts"]
+    totals: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for (word,), row in counts.items():
+        key = word.encode()
+        value = f'{{"count":{row["count"]},"word":{json.dumps(word, ensure_ascii=False)}}}'
+        totals[(key,)] = {"key": key, "value": value.encode()}
+    return {"totals": totals}
+
+
 BY_HAND: dict[str, Callable[[Iterable[Message]], dict[str, Rows]]] = {
     "wordcount": wordcount_by_hand,
+    "wordstream": wordstream_by_hand,
     "user_totals": user_totals_by_hand,
 }
 """Sink tables computed without the topology's code, by topology name: chaos runs check the
@@ -1889,14 +1975,15 @@ class ChaosReport:
         if zombies:
             fenced = sum(ZOMBIE_FENCED in f.detail for f in zombies)
             lines.append(f"zombies: {len(zombies)} sinks resumed after their replacement "
-                         f"committed: {fenced} fenced by their table, "
+                         f"committed: {fenced} fenced by their table or topic, "
                          f"{len(zombies) - fenced} ended on their own")
         lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults, "
                      f"{len(self.unexplained)} unexplained")
         for u in self.unexplained[:5]:
             lines.append(f"  unexplained: epoch {u.epoch} from {u.previous}: {u.reason}")
         lines.append(f"final committed round: epoch {self.committed_epoch}; "
-                     f"{c.keys_compared} keys and rows compared (bolt states and sink tables)")
+                     f"{c.keys_compared} keys and rows compared (bolt states, sink tables "
+                     "and topics)")
         lines.append(f"result: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"
                      + (f", instances differing: {', '.join(c.instance_mismatches)}"
                         if c.instance_mismatches else ""))

@@ -246,15 +246,24 @@ def create_topic(
     return True
 
 
-def recreate_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:
-    """Delete ``topic`` with all its records (if it exists), then create it empty with
-    ``partitions``. Destructive: for tests and benchmarks that need a topic of their own."""
+def delete_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> bool:
+    """Delete ``topic`` with all its records; False when it did not exist. Destructive:
+    for tests and benchmarks. The brokers finish asynchronously (creating it again may
+    fail for a moment)."""
     client = admin(bootstrap)
     try:
         client.delete_topics([topic], operation_timeout=timeout)[topic].result(timeout)
     except KafkaException as exc:
         if not (exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
             raise
+        return False
+    return True
+
+
+def recreate_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> None:
+    """Delete ``topic`` with all its records (if it exists), then create it empty with
+    ``partitions``. Destructive: for tests and benchmarks that need a topic of their own."""
+    delete_topic(bootstrap, topic, timeout)
     deadline = time.monotonic() + timeout
     while True:  # the brokers finish deleting asynchronously: creating fails until then
         try:

@@ -327,7 +327,11 @@ class ProcessorMetrics:
                                            "Round of the last snapshot (bolts).")
         self.state_keys = r.gauge("hailstorm_state_keys", "Distinct keys held (keyed bolts).")
         self.rows_committed = r.counter("hailstorm_rows_committed_total",
-                                        "Rows committed to the sink's table (sinks).")
+                                        "Rows committed to the sink's table or topic (sinks).")
+        self.sink_commit_seconds = r.summary(
+            "hailstorm_sink_commit_seconds",
+            "Time of each sink commit: a database transaction, or a Kafka transaction from "
+            "its first record to its commit (sinks).")
         self.quarantined = r.counter(
             "hailstorm_quarantined_total",
             "Records quarantined: written to the dead-letter topic (spouts, bolts) or to the "

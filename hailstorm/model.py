@@ -20,6 +20,7 @@ from typing import Any
 
 from hailstorm.clock import Partition
 from hailstorm.decoders import DecodeError
+from hailstorm.topic import Topic
 from hailstorm.topology import (
     BoltSpec,
     RecordFailed,
@@ -174,7 +175,7 @@ class ModelResult:
         }
         self._sink_rows: dict[str, list[tuple[Origin, Any]]] = {s.name: [] for s in topology.sinks}
         self._tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = {
-            s.name: {} for s in topology.sinks if isinstance(s.target, Table)
+            s.name: {} for s in topology.sinks if isinstance(s.target, Table | Topic)
         }
         self._append_counts: dict[tuple[str, Origin], int] = {}
 
@@ -210,17 +211,21 @@ class ModelResult:
         return self._sink_rows[name]
 
     def table(self, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
-        """Final content of sink ``name``'s table: key tuple -> row.
+        """Final content of sink ``name``'s table (or topic): key tuple -> row.
 
         ``upsert``: the last row per key; ``merge``: rows per key with non-key columns
         added up; ``append``: every row, keyed by ``(topic, partition, offset, n)`` where
         ``n`` numbers the rows caused by the same message.
+
+        A :class:`~hailstorm.topic.Topic` sink's rows are its encoded records
+        ``{"key": bytes, "value": bytes}``: upsert keyed ``(key,)`` (the newest record per
+        key, what a compacted topic keeps), append keyed by origin as above.
         """
         if name not in self._tables:
             node = self.topology.node(name)
             if isinstance(node, SinkSpec):
                 raise KeyError(
-                    f"sink {name!r} writes to {node.target.describe()}, not a Table; "
+                    f"sink {name!r} writes to {node.target.describe()}, not a table; "
                     f"use sink_rows({name!r})"
                 )
             raise KeyError(f"{name!r} is a {node.kind}, not a sink")
@@ -231,23 +236,32 @@ class ModelResult:
     def _write(self, sink: SinkSpec, origin: Origin, t: Any) -> None:
         self._sink_rows[sink.name].append((origin, t))
         target = sink.target
-        if not isinstance(target, Table):
+        table = self._tables.get(sink.name)
+        if table is None:
             return
-        row = target.to_row(t)
-        table = self._tables[sink.name]
-        if target.mode == "append":
-            counter = (sink.name, origin)
-            n = self._append_counts.get(counter, 0)
-            self._append_counts[counter] = n + 1
-            (topic, partition), offset = origin
-            table[(topic, partition, offset, n)] = row
-            return
-        key = target.key_of(row)
-        old = table.get(key)
-        if target.mode == "merge" and old is not None:
-            for column in target.value_columns:
-                row[column] = old[column] + row[column]
-        table[key] = row
+        row: dict[str, Any]
+        if isinstance(target, Topic):
+            record_key, value, _partition, _headers = target.record_of(t)
+            row = {"key": record_key, "value": value}
+            if target.mode == "upsert":
+                table[(record_key,)] = row
+                return
+        else:
+            assert isinstance(target, Table)
+            row = target.to_row(t)
+            if target.mode != "append":
+                key = target.key_of(row)
+                old = table.get(key)
+                if target.mode == "merge" and old is not None:
+                    for column in target.value_columns:
+                        row[column] = old[column] + row[column]
+                table[key] = row
+                return
+        counter = (sink.name, origin)
+        n = self._append_counts.get(counter, 0)
+        self._append_counts[counter] = n + 1
+        (topic, partition), offset = origin
+        table[(topic, partition, offset, n)] = row
 
 
 def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:

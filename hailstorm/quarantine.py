@@ -1,4 +1,4 @@
-"""Writing a processor's quarantined records to the dead-letter topic (a thin Kafka shell).
+"""Writing a processor's quarantined records to the dead-letter topic, exactly once.
 
 A spout quarantines the messages it cannot decode or explode; spouts and bolts quarantine
 the tuples a bolt's function failed on (see :class:`~hailstorm.topology.RecordFailed`).
@@ -9,22 +9,39 @@ A dead letter's value is the source message's value (a spout's) or the ``repr`` 
 tuple (a bolt's), cut at :data:`VALUE_LIMIT` bytes so that an oversized poison record can
 always be quarantined (``hailstorm.size`` then gives the original size); its key is
 ``<topic>:<partition>:<offset>`` of the source message; headers say where it came from and
-why it failed. A processor flushes its dead letters and checks every delivery before it
-reports a round that covers them (:meth:`DeadLetterWriter.flush`).
+why it failed.
+
+Dead letters are written the way a topic sink writes records
+(:class:`~hailstorm.sinks.topic.TopicWriter`): each processor buffers them with their
+origins and commits those at or below a clock in one Kafka transaction with its progress
+(topic ``<topology>.dead-letters.progress``, keyed by the processor). A replay after a
+failure drops the dead letters at or below that progress, so a ``read_committed`` consumer
+of the dead-letter topic sees each once. A processor commits through a clock once every
+dead letter at or below it was written to it (:meth:`DeadLetterWriter.commit_through`):
+a spout through its position, a bolt through the watermark it forwards and the clock of
+every snapshot, before the watermark or the snapshot report leaves it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from hailstorm.clock import Clock, Partition
+from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt
 from hailstorm.metrics import Counter
 from hailstorm.model import DeadLetter, Message, halt_reason_of
+from hailstorm.topic import Topic, TopicRecord
 from hailstorm.topology import OnError
 
-__all__ = ["VALUE_LIMIT", "DeadLetterWriter", "dead_letter_headers", "dead_letter_key"]
+if TYPE_CHECKING:
+    from hailstorm.sinks.topic import TopicWriter
+
+__all__ = ["VALUE_LIMIT", "DeadLetterTopic", "DeadLetterWriter", "dead_letter_headers",
+           "dead_letter_key", "dead_letter_progress_topic"]
 
 log = logging.getLogger("hailstorm.quarantine")
 
@@ -32,14 +49,11 @@ VALUE_LIMIT = 512 * 1024
 """Bytes of a dead letter's value that are written (Kafka's default message limit is
 1 MB; the rest is cut and ``hailstorm.truncated`` is set)."""
 
-SMALL_VALUE_LIMIT = 16 * 1024
-"""The cut used once more when the dead-letter topic refuses even :data:`VALUE_LIMIT`."""
 
 
 def dead_letter_key(message: Message) -> bytes:
-    """``<topic>:<partition>:<offset>`` of the source message: a replay after a failure may
-    write a dead letter again, and this key tells the repeats apart (or lets a compacted
-    topic drop them)."""
+    """``<topic>:<partition>:<offset>`` of the source message (a key that names the record
+    it quarantines)."""
     return f"{message.topic}:{message.partition}:{message.offset}".encode()
 
 
@@ -60,25 +74,57 @@ def dead_letter_headers(letter: DeadLetter, *, truncated: bool = False) -> list[
     return headers
 
 
-class DeadLetterWriter:
-    """One processor's dead letters: produced as they come, flushed before a round reports.
+def dead_letter_progress_topic(topology: str) -> str:
+    """The compacted topic holding how far each processor wrote its dead letters."""
+    return f"{topology}.dead-letters.progress"
 
-    ``kafka`` is the bootstrap address (:func:`hailstorm.kafka.producer`); the producer is
-    made on first use. With ``on_error="fail"`` :meth:`write` raises
+
+@dataclass(frozen=True, eq=False)
+class DeadLetterTopic(Topic):
+    """A dead-letter topic as the target of a transactional writer: its "tuples" are
+    :class:`~hailstorm.model.DeadLetter` s, appended with their key and headers."""
+
+    mode: Any = "append"
+    encoder: Any = "bytes"
+
+    def record_of(self, t: Any) -> TopicRecord:
+        letter: DeadLetter = t
+        value = letter.message.value
+        truncated = value is not None and len(value) > VALUE_LIMIT
+        return (dead_letter_key(letter.message),  # a tombstone's dead letter is one too
+                value[:VALUE_LIMIT] if value is not None and truncated else value,
+                None, tuple(dead_letter_headers(letter, truncated=truncated)))
+
+
+class DeadLetterWriter:
+    """One processor's dead letters, written exactly once (see the module docstring).
+
+    ``owner`` is ``<topology>/<processor id>``; :meth:`start` begins an incarnation
+    (epoch). Writers to Kafka are opened on the first dead letter (most processors never
+    have one). With ``on_error="fail"`` :meth:`write` raises
     :class:`~hailstorm.halt.TopologyHalt` naming the first record instead.
     """
 
     def __init__(self, kafka: str, io_timeout: float, on_error: OnError,
-                 counter: Counter | None = None) -> None:
+                 counter: Counter | None = None, *, owner: str, topology: str) -> None:
         self.kafka = kafka
         self.io_timeout = io_timeout
         self.on_error = on_error
         self.counter = counter
-        self._producer: Any = None
-        self._errors: list[str] = []
+        self.owner = owner
+        self.topology = topology
+        self.epoch = 0
+        self._writers: dict[str, TopicWriter] = {}
+
+    def start(self, epoch: int) -> None:
+        """A new incarnation: what the old one buffered is dropped (a replay brings back
+        what was not committed)."""
+        self.close()
+        self.epoch = epoch
 
     def write(self, letters: Iterable[DeadLetter]) -> None:
-        """Produce ``letters`` (asynchronously; :meth:`flush` waits for them)."""
+        """Buffer ``letters`` for the commit that covers their origins (those an earlier
+        incarnation committed are dropped)."""
         for letter in letters:
             if self.on_error == "fail":
                 raise TopologyHalt(halt_reason_of(letter.node, letter.stage,
@@ -86,79 +132,44 @@ class DeadLetterWriter:
             m = letter.message
             log.warning("quarantined the record at %s:%d:%d (%s %s): %s", m.topic,
                         m.partition, m.offset, letter.node, letter.stage, letter.error)
-            self._produce(letter)
-            if self.counter is not None:
-                self.counter.inc()
-        if self._producer is not None:
-            self._producer.poll(0)
+            self._writer(letter.topic).add([(m.origin, letter)])
 
-    def _produce(self, letter: DeadLetter) -> None:
-        from confluent_kafka import KafkaError, KafkaException
+    def _writer(self, topic: str) -> TopicWriter:
+        writer = self._writers.get(topic)
+        if writer is None:
+            from hailstorm.sinks.topic import TopicWriter
 
-        from hailstorm.kafka import producer
+            writer = TopicWriter.open(
+                self.kafka, DeadLetterTopic(topic), f"{self.owner}/{topic}", self.epoch,
+                progress=dead_letter_progress_topic(self.topology), dead_letter_topic=topic,
+                node=self.owner, io_timeout=self.io_timeout, logger=log)
+            self._writers[topic] = writer
+        return writer
 
-        if self._producer is None:
-            self._producer = producer(self.kafka)
-        value = letter.message.value
-        for limit in (VALUE_LIMIT, SMALL_VALUE_LIMIT):
-            truncated = value is not None and len(value) > limit
-            record = {
-                "value": value[:limit] if value is not None and truncated else value,
-                "key": dead_letter_key(letter.message),
-                "headers": dead_letter_headers(letter, truncated=truncated),
-                "on_delivery": self._delivered,
-            }
-            try:
-                try:
-                    self._producer.produce(letter.topic, **record)
-                except BufferError:  # the local queue is full: make room, then once more
-                    self._producer.flush(self.io_timeout)
-                    self._producer.produce(letter.topic, **record)
-                return
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                    raise
-        raise RuntimeError(f"dead letter for {letter.message.origin} refused as too large "
-                           f"even cut to {SMALL_VALUE_LIMIT} bytes")
+    @property
+    def pending(self) -> int:
+        """Dead letters buffered and not committed yet."""
+        return sum(w.pending for w in self._writers.values())
 
-    def _delivered(self, error: Any, message: Any) -> None:
-        if error is None:
-            return
-        from confluent_kafka import KafkaError
-
-        value = message.value()
-        if (error.code() == KafkaError.MSG_SIZE_TOO_LARGE and value is not None
-                and len(value) > SMALL_VALUE_LIMIT):  # the topic takes less than we cut to
-            headers = [(k, v) for k, v in message.headers() or []
-                       if k not in ("hailstorm.truncated", "hailstorm.size")]
-            size = next((v for k, v in message.headers() or [] if k == "hailstorm.size"),
-                        str(len(value)).encode())
-            self._producer.produce(
-                message.topic(), value=value[:SMALL_VALUE_LIMIT], key=message.key(),
-                headers=[*headers, ("hailstorm.truncated", b"true"), ("hailstorm.size", size)],
-                on_delivery=self._delivered)
-            return
-        self._errors.append(f"{message.topic()}: {error.str()}")
-
-    def flush(self) -> None:
-        """Wait until Kafka acknowledged every dead letter written so far, or raise.
-
-        Call before reporting a round: once a round's clock covers a quarantined record,
-        a replay starts above it and never writes its dead letter again, so the round must
-        not commit while the letter could still be lost with this process.
-        """
-        if self._producer is None:
-            return
-        remaining = self._producer.flush(self.io_timeout)
-        if remaining or self._errors:
-            problems = self._errors[:3] or [
-                f"{remaining} not acknowledged within {self.io_timeout:.0f} s"]
-            raise RuntimeError(f"dead letters not written: {'; '.join(problems)}")
+    def commit_through(self, clock: Mapping[Partition, int]) -> None:
+        """Commit every buffered dead letter with an origin at or below ``clock``, with the
+        progress, in one transaction per dead-letter topic. Call once every dead letter at
+        or below ``clock`` was given to :meth:`write`, before anything that lets a round
+        commit past ``clock`` leaves the processor."""
+        target: Clock = dict(clock)
+        for writer in self._writers.values():
+            if writer.pending:
+                written = writer.rows_written
+                writer.commit_through(target)
+                if self.counter is not None:
+                    self.counter.inc(writer.rows_written - written)
+                failpoint("dead_letters.after_commit")  # tests: die before the round
 
     def close(self) -> None:
-        """Give pending dead letters a few seconds (a replay writes lost ones again)."""
-        if self._producer is not None:
+        """Drop the writers; uncommitted dead letters come back with a replay."""
+        writers, self._writers = self._writers, {}
+        for writer in writers.values():
             try:
-                self._producer.flush(5)
+                writer.close()
             except Exception as exc:  # closing anyway
-                log.debug("dead letters not flushed on close: %s", exc)
+                log.debug("closing the dead-letter writer: %s", exc)

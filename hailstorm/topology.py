@@ -181,7 +181,7 @@ def _suggest_name(name: object) -> str:
     return text[:63]
 
 
-def _check_topic(topic: object, what: str, node: str | None, topology: str | None) -> None:
+def check_topic_name(topic: object, what: str, node: str | None, topology: str | None) -> None:
     if not isinstance(topic, str) or not TOPIC_PATTERN.match(topic) or topic in {".", ".."}:
         raise TopologyError(
             f"{what} {topic!r} is not a valid Kafka topic name (1-249 characters from "
@@ -192,7 +192,7 @@ def _check_topic(topic: object, what: str, node: str | None, topology: str | Non
         )
 
 
-def _function_name(function: Callable[..., Any] | None) -> str:
+def function_name(function: Callable[..., Any] | None) -> str:
     """A short readable name: the qualified name, or a lambda's own source text."""
     if function is None:
         return "-"
@@ -238,6 +238,12 @@ class SinkTarget(ABC):
     @abstractmethod
     def describe(self) -> str:
         """One line for ``hailstorm show``."""
+
+    @property
+    def latest_per_key(self) -> bool:
+        """True when the target keeps only the newest row (record) per key, so how many
+        intermediate rows it receives does not change what it holds."""
+        return False
 
 
 @dataclass(frozen=True, eq=False)
@@ -469,6 +475,10 @@ class Table(SinkTarget):
     def key_of(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
         """The key tuple of ``row`` (in ``key`` order)."""
         return tuple(row[c] for c in self.key)
+
+    @property
+    def latest_per_key(self) -> bool:
+        return self.mode == "upsert"
 
     def describe(self) -> str:
         columns = ", ".join(f"{c} {t}" for c, t in self.columns.items())
@@ -1004,7 +1014,7 @@ class Topology:
         _check_name(name, "topology name", None, None)
         self.name = name
         self.dead_letter_topic = dead_letter if dead_letter is not None else f"{name}.dead-letter"
-        _check_topic(self.dead_letter_topic, "dead-letter topic", None, name)
+        check_topic_name(self.dead_letter_topic, "dead-letter topic", None, name)
         if on_error not in ON_ERROR_POLICIES:
             raise TopologyError(
                 f"on_error {on_error!r} is not one of {', '.join(ON_ERROR_POLICIES)}",
@@ -1056,7 +1066,7 @@ class Topology:
         """
         label = f"spout {name!r}"
         _check_name(name, "spout name", label, self.name)
-        _check_topic(topic, "topic", label, self.name)
+        check_topic_name(topic, "topic", label, self.name)
         try:
             resolved = resolve_decoder(decoder)
         except (TypeError, ValueError) as exc:
@@ -1072,7 +1082,7 @@ class Topology:
                 label,
             )
         dead = dead_letter if dead_letter is not None else self.dead_letter_topic
-        _check_topic(dead, "dead-letter topic", label, self.name)
+        check_topic_name(dead, "dead-letter topic", label, self.name)
         spec = SpoutSpec(name, topic, resolved, explode, dead)
         self._add(spec)
         return spec
@@ -1219,8 +1229,8 @@ class Topology:
         return spec
 
     def sink(self, name: str, inputs: Sequence[NodeRef], target: SinkTarget) -> SinkSpec:
-        """Write the tuples of ``inputs`` to ``target`` (a :class:`Table` or
-        :class:`Collect`)."""
+        """Write the tuples of ``inputs`` to ``target``: a :class:`Table`, a
+        :class:`~hailstorm.topic.Topic` or :class:`Collect`."""
         label = f"sink {name!r}"
         _check_name(name, "sink name", label, self.name)
         names = self._input_names(inputs, label, "sink")
@@ -1298,7 +1308,7 @@ class Topology:
 
     def _check_preaggregate(self, bolt: BoltSpec) -> None:
         """A pre-aggregating bolt sees fewer tuples, so emit runs less often: only upsert
-        tables (latest row per key) may read it, and some spout must feed it."""
+        tables and topics (latest row per key) may read it, and some spout must feed it."""
         label = f"bolt {bolt.name!r}"
         if not any(isinstance(self._nodes[i], SpoutSpec) for i in bolt.inputs):
             raise self._error(
@@ -1311,12 +1321,13 @@ class Topology:
             if bolt.name not in _inputs(reader):
                 continue
             target = reader.target if isinstance(reader, SinkSpec) else None
-            if not (isinstance(target, Table) and target.mode == "upsert"):
+            if target is None or not target.latest_per_key:
                 raise self._error(
                     f"preaggregate=True makes emit run once per key and fetched batch, not "
                     f"once per tuple, so what {reader.kind} {reader.name!r} receives would "
-                    "depend on batch sizes; only upsert tables may read such a bolt",
-                    "remove preaggregate=True, or make the reader an upsert Table sink",
+                    "depend on batch sizes; only upsert tables and topics may read such a bolt",
+                    "remove preaggregate=True, or make the reader an upsert Table or Topic "
+                    "sink",
                     label,
                 )
 
@@ -1548,7 +1559,7 @@ def _node_details(node: Node) -> list[tuple[str, str]]:
             ("decoder", node.decoder.describe()),
         ]
         if node.explode is not None:
-            details.append(("explode", _function_name(node.explode)))
+            details.append(("explode", function_name(node.explode)))
         details.append(("dead letters", node.dead_letter))
         return details
     if isinstance(node, BoltSpec):
@@ -1563,11 +1574,11 @@ def _node_details(node: Node) -> list[tuple[str, str]]:
             ("state", node.state.describe()),
         ]
         if node.key is not None:
-            details.append(("key", _function_name(node.key)))
-        details.append(("lift", _function_name(node.lift)))
+            details.append(("key", function_name(node.key)))
+        details.append(("lift", function_name(node.lift)))
         if node.event_time is not None:
-            details.append(("event time", _function_name(node.event_time)))
-        details.append(("emit", _function_name(node.emit)))
+            details.append(("event time", function_name(node.event_time)))
+        details.append(("emit", function_name(node.emit)))
         if node.preaggregate:
             details.append(("preaggregate", "spouts combine contributions per key and batch"))
         return details

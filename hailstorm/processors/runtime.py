@@ -94,7 +94,9 @@ from hailstorm.processors import (
 from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
 from hailstorm.quarantine import DeadLetterWriter
 from hailstorm.sinks import FencedError, SinkWriter, redact
+from hailstorm.sinks.topic import TopicWriter, progress_topic
 from hailstorm.snapshots import DirectorySnapshotStore, SnapshotCorruptError
+from hailstorm.topic import Topic
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
 from hailstorm.wire import (
     Bye,
@@ -145,6 +147,10 @@ refused); a peer of the run needs one round trip."""
 MAX_HANDSHAKES = 64
 """Connections a listener authenticates at once; more are refused at once (an upstream
 refused that way tries again until its ``io_timeout``)."""
+
+DEAD_LETTER_INTERVAL = 0.5
+"""A spout with dead letters commits them at least this often (seconds), besides before
+it reports a round's pause."""
 
 COMMIT_ROWS = 100_000
 """A sink commits as soon as this many rows (upsert: keys) wait and the low water mark
@@ -334,8 +340,9 @@ class _Shell:
         self.metrics_server: MetricsServer | None = None
         self._secret: RunSecret | None = None
         self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
-        self.dead_letters = DeadLetterWriter(assignment.kafka, assignment.io_timeout,
-                                             topology.on_error, self.metrics.quarantined)
+        self.dead_letters = DeadLetterWriter(
+            assignment.kafka, assignment.io_timeout, topology.on_error, self.metrics.quarantined,
+            owner=f"{assignment.name}/{assignment.processor}", topology=assignment.name)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -479,6 +486,7 @@ class _Shell:
             if self.joined is None:
                 self.joined = epoch
                 log.info("joining the run of Initialize(%d)", epoch)
+                self.dead_letters.start(epoch)
                 self.on_initialize(epoch)
                 self.joined_event.set()
             elif epoch > self.joined:
@@ -680,6 +688,7 @@ class _SpoutShell(_Shell):
         self.consumer = consumer(self.assignment.kafka)
         self._last_watermark = 0.0
         self._last_transient = 0.0
+        self._dead_letters_committed = 0.0
 
     def shutdown(self) -> None:
         consumer = getattr(self, "consumer", None)
@@ -719,7 +728,7 @@ class _SpoutShell(_Shell):
             raise DataPlaneError(f"{type(state).__name__} before SpoutsRewind in this run")
         elif isinstance(state, SpoutsPaused):
             position = core.pause()
-            self.dead_letters.flush()  # the round's clock may include their records
+            self._commit_dead_letters()  # the round's clock may include their records
             self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
         elif isinstance(state, Flowing):
             self._send(core.resume(state.epoch, state.clock) if state.clock is not None
@@ -814,6 +823,15 @@ class _SpoutShell(_Shell):
                                sum(len(b) for b in out.batches.values()))
         if not offsets and time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
             self.send_all([self._watermark(core.watermark())])
+        if self.dead_letters.pending and \
+                time.monotonic() - self._dead_letters_committed >= DEAD_LETTER_INTERVAL:
+            self._commit_dead_letters()
+
+    def _commit_dead_letters(self) -> None:
+        """Commit the dead letters of every message read so far (through the position)."""
+        assert self.core is not None
+        self._dead_letters_committed = time.monotonic()
+        self.dead_letters.commit_through({self.partition: self.core.position})
 
 
 # --------------------------------------------------------------------------- bolt
@@ -953,10 +971,9 @@ class _BoltShell(_Inbound):
         letters = [DeadLetter.of_tuple(topic, (partition(p), o), t, failure)
                    for p, o, t, failure in failed]
         failed.clear()
+        # Committed with the watermark (or snapshot) that covers their origins, before it
+        # leaves this bolt: a round committed past them is never replayed.
         self.dead_letters.write(letters)
-        # Written before anything that follows them (rows, a watermark that lets a round
-        # commit past their origins) leaves this bolt.
-        self.dead_letters.flush()
 
     def act(self, actions: Iterable[Action]) -> None:
         for action in actions:
@@ -967,8 +984,12 @@ class _BoltShell(_Inbound):
                 self.send_all([ClockMarker(action.epoch, dict(action.clock))])
             elif isinstance(action, ForwardWatermark):
                 assert self.joined is not None
+                if self.dead_letters.pending:
+                    self.dead_letters.commit_through(self.table.from_wire(action.watermark))
                 self.send_all([Watermark(self.joined, dict(action.watermark))])
             elif isinstance(action, WriteSnapshot):
+                if self.dead_letters.pending:
+                    self.dead_letters.commit_through(self.table.from_wire(action.clock))
                 self._submit(action)
 
     def _submit(self, write: WriteSnapshot) -> None:
@@ -1013,8 +1034,9 @@ class _SinkShell(_Inbound):
     committed with the sink's progress in one transaction. Bolts never re-emit what a
     committed round holds, so a round may only commit once every sink's table covers its
     clock: when the mark covers a pending round's clock, the sink reports that round like a
-    bolt reports a snapshot. Sinks whose target is not a :class:`Table` keep nothing and
-    only report rounds.
+    bolt reports a snapshot. A :class:`~hailstorm.topic.Topic` target is written the same
+    way, a Kafka transaction per commit (:class:`~hailstorm.sinks.topic.TopicWriter`).
+    Sinks with another target keep nothing and only report rounds.
     """
 
     def setup(self) -> None:
@@ -1023,35 +1045,39 @@ class _SinkShell(_Inbound):
         assert isinstance(spec, SinkSpec)
         self.spec = spec
         self.received = 0
-        self.writer: SinkWriter | None = None
+        self.writer: SinkWriter | TopicWriter | None = None
         self.marks = UpstreamWatermarks()
         self.rounds: dict[int, Clock] = {}
         self.last_commit = time.monotonic()
         self.committed_through: Clock = {}
 
-    @property
-    def target_table(self) -> Table | None:
-        target = self.spec.target
-        return target if isinstance(target, Table) else None
-
     def on_initialize(self, epoch: int) -> None:
         self.received = 0
         self.rounds = {}
         self.marks = UpstreamWatermarks(self.upstream_ids())
-        table = self.target_table
-        if table is not None:
-            url = table.url or self.assignment.database_url or DEFAULT_DATABASE_URL
-            if self.writer is not None:
-                self.writer.close()
-            # One topology's sink is not another's: progress rows are keyed by both names.
-            sink_id = f"{self.assignment.name}/{self.assignment.processor}"
-            self.writer = SinkWriter.open(url, table, sink_id, epoch,
-                                          on_reject=self._rejected,
-                                          halt_as=self.spec.name
-                                          if self.topology.on_error == "fail" else None)
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        # One topology's sink is not another's: progress is keyed by both names.
+        sink_id = f"{self.assignment.name}/{self.assignment.processor}"
+        halt_as = self.spec.name if self.topology.on_error == "fail" else None
+        target = self.spec.target
+        if isinstance(target, Table):
+            url = target.url or self.assignment.database_url or DEFAULT_DATABASE_URL
+            self.writer = SinkWriter.open(url, target, sink_id, epoch,
+                                          on_reject=self._rejected, halt_as=halt_as)
+            log.info("table %s at %s, progress %s", target.name, redact(url),
+                     clock_to_json(self.writer.view))
+        elif isinstance(target, Topic):
+            self.writer = TopicWriter.open(
+                self.assignment.kafka, target, sink_id, epoch,
+                progress=progress_topic(self.topology.name, self.spec.name),
+                dead_letter_topic=self.topology.dead_letter_topic, node=self.spec.name,
+                io_timeout=self.assignment.io_timeout, on_reject=self._rejected,
+                halt_as=halt_as)
+            log.info("topic %s, progress %s", target.name, clock_to_json(self.writer.view))
+        if self.writer is not None:
             self.committed_through = self.writer.view
-            log.info("table %s at %s, progress %s", table.name, redact(url),
-                     clock_to_json(self.committed_through))
         self.report(ProcessorState.READY, epoch)
 
     def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
@@ -1059,7 +1085,7 @@ class _SinkShell(_Inbound):
             self._round(state.epoch, dict(state.clock))
 
     def _rejected(self, rejected: RejectedRow) -> None:
-        """A tuple was committed to ``<table>_rejected``."""
+        """A tuple was committed to ``<table>_rejected`` (a topic's: to the dead letters)."""
         (topic, number), offset = rejected.origin
         log.warning("rejected the tuple from %s:%d:%d (%s): %s", topic, number, offset,
                     rejected.stage, rejected.error)
@@ -1130,7 +1156,9 @@ class _SinkShell(_Inbound):
             if force or due or writer.pending >= COMMIT_ROWS or waited >= COMMIT_INTERVAL:
                 try:
                     waiting = writer.pending
+                    started = time.perf_counter()
                     self.committed_through = writer.commit_through(lwm)
+                    self.metrics.sink_commit_seconds.observe(time.perf_counter() - started)
                     self.metrics.rows_committed.inc(waiting - writer.pending)
                 except FencedError as exc:
                     if exc.superseded:
@@ -1148,8 +1176,10 @@ class _SinkShell(_Inbound):
             if not self._covers(self.committed_through, clock, lwm):
                 self.rounds[epoch] = clock  # the next commit gets there
                 continue
-            table = self.target_table
-            ref = f"table:{table.name}" if table is not None else f"sink:{self.spec.name}"
+            target = self.spec.target
+            ref = (f"table:{target.name}" if isinstance(target, Table) else
+                   f"topic:{target.name}" if isinstance(target, Topic) else
+                   f"sink:{self.spec.name}")
             self.coord.write_snapshot_report(
                 SnapshotReport(self.assignment.processor, epoch, clock, ref)
             )

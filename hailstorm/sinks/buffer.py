@@ -17,6 +17,9 @@ A row arrives with its origin ``(partition, offset)``. A commit through a low wa
   This needs deterministic ``explode``/``emit`` functions: the same message must give the
   same rows in the same order.
 
+A :class:`~hailstorm.topic.Topic` target is buffered the same way (upsert or append): its
+rows are encoded records ``(key, value, partition)``, keyed by their record key.
+
 A tuple that does not become a row (its ``row`` function fails, or its shape does not fit
 the table: :class:`~hailstorm.topology.RowError`) is kept as a
 :class:`~hailstorm.model.RejectedRow` like an append row (dropped at or below the stored
@@ -28,7 +31,7 @@ transactions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -36,9 +39,10 @@ from typing import Any
 from hailstorm.clock import NOTHING, Clock, Partition
 from hailstorm.model import Origin, RejectedRow, record_text
 from hailstorm.processors.watermarks import UNBOUNDED
+from hailstorm.topic import Topic
 from hailstorm.topology import RowError, Table
 
-__all__ = ["RowBuffer", "Selection", "advance"]
+__all__ = ["BufferedWriter", "RowBuffer", "Selection", "advance"]
 
 Values = tuple[Any, ...]
 """A row as values in ``Table.column_names`` order."""
@@ -93,17 +97,19 @@ _Latest = tuple[Partition, int, Values]
 class RowBuffer:
     """The rows of one sink instance between arrival and commit."""
 
-    table: Table
+    table: Table | Topic
     floor: Clock = field(default_factory=dict)
     """The stored progress as last read or written: merge/append drop rows at or below it."""
 
     def __post_init__(self) -> None:
-        names = self.table.column_names
-        self._key_index = tuple(names.index(c) for c in self.table.key)
-        self._value_index = tuple(names.index(c) for c in self.table.value_columns)
-        self._key: Callable[[Values], Hashable] = (
-            itemgetter(*self._key_index) if self._key_index else lambda _values: ()
-        )
+        if isinstance(self.table, Topic):
+            self._value_index: tuple[int, ...] = ()
+            self._key: Callable[[Values], Hashable] = itemgetter(0)
+        else:
+            names = self.table.column_names
+            key_index = tuple(names.index(c) for c in self.table.key)
+            self._value_index = tuple(names.index(c) for c in self.table.value_columns)
+            self._key = itemgetter(*key_index) if key_index else lambda _values: ()
         """A row's key: the key column's value, or a tuple of them for several."""
         self._arrival = 0
         self._pending: dict[Partition, list[_Pending]] = {}
@@ -119,7 +125,10 @@ class RowBuffer:
     # -- arrival ------------------------------------------------------------------------
 
     def values_of(self, t: Any) -> Values:
-        """The row of sink tuple ``t`` as values in column order (raises ``RowError``)."""
+        """The row of sink tuple ``t`` as values in column order, or a topic's record
+        (raises ``RowError``)."""
+        if isinstance(self.table, Topic):
+            return self.table.record_of(t)
         row = self.table.to_row(t)
         return tuple(row[c] for c in self.table.column_names)
 
@@ -178,6 +187,8 @@ class RowBuffer:
         """The rows of a batch of sink tuples: as they are when every one is a tuple of
         the table's width (no ``row`` function) whose values fit their columns, else
         through :meth:`values_of` (raising ``RowError``)."""
+        if isinstance(self.table, Topic):
+            return list(map(self.table.record_of, tuples))
         width = len(self.table.column_names)
         if (self.table.row is None and set(map(type, tuples)) <= {tuple}
                 and set(map(len, tuples)) <= {width} and self.table.rows_fit(tuples)):
@@ -279,6 +290,39 @@ class RowBuffer:
                 self._pending[p] = kept
             else:
                 del self._pending[p]
+
+
+class BufferedWriter:
+    """What the exactly-once writers share (tables, topics): a :class:`RowBuffer` of the
+    sink tuples received and the progress as the writer last read or wrote it."""
+
+    _buffer: RowBuffer
+    _view: Clock
+
+    @property
+    def view(self) -> Clock:
+        """The progress as this writer last read or wrote it."""
+        return dict(self._view)
+
+    def add(self, rows: Iterable[tuple[Origin, Any]], sender: str = "") -> None:
+        """Buffer sink tuples with their origins ``((topic, partition), offset)``, as
+        received from upstream ``sender`` (in arrival order). A tuple that is no row is
+        kept as rejected; merge/append rows at or below the progress are dropped at once.
+        """
+        add = self._buffer.add
+        for (partition, offset), t in rows:
+            add(partition, offset, t, sender)
+
+    def add_columns(self, partitions: Sequence[Partition], offsets: Sequence[int],
+                    tuples: Sequence[Any], sender: str = "") -> None:
+        """:meth:`add` for a columnar batch (``partitions[i]``, ``offsets[i]`` is the origin
+        of ``tuples[i]``)."""
+        self._buffer.add_many(partitions, offsets, tuples, sender)
+
+    @property
+    def pending(self) -> int:
+        """Rows buffered and not yet committed (upsert: keys)."""
+        return len(self._buffer)
 
 
 def _sorted_by_key(rows: list[Values], key: Any) -> list[Values]:

@@ -19,14 +19,14 @@ backwards. See ``docs/sinks.md``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.failpoints import pause_point
 from hailstorm.halt import TopologyHalt
-from hailstorm.model import Origin, RejectedRow, halt_reason_of, record_text
-from hailstorm.sinks.buffer import RowBuffer, Selection
+from hailstorm.model import RejectedRow, halt_reason_of, record_text
+from hailstorm.sinks.buffer import BufferedWriter, RowBuffer, Selection
 from hailstorm.sinks.db import Database, RetryPolicy, is_refused_row, with_retries
 from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError
 from hailstorm.sinks.sql import (
@@ -76,7 +76,7 @@ def _same_clock(a: Mapping[Partition, int], b: Mapping[Partition, int]) -> bool:
     return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
 
 
-class SinkWriter:
+class SinkWriter(BufferedWriter):
     """Applies one sink instance's rows to its table exactly once.
 
     Not thread-safe: one thread drives a writer. Two writers of the same ``sink_id`` (a
@@ -263,40 +263,6 @@ class SinkWriter:
         self._view = dict(stored)
         self._buffer.resync(stored)
         return dict(stored)
-
-    @property
-    def view(self) -> Clock:
-        """The progress as this writer last read or wrote it."""
-        return dict(self._view)
-
-    # -- rows ---------------------------------------------------------------------------
-
-    def add(self, rows: Iterable[tuple[Origin, Any]], sender: str = "") -> None:
-        """Buffer sink tuples with their origins ``((topic, partition), offset)``, as
-        received from upstream ``sender`` (in arrival order).
-
-        Tuples become rows with ``Table.to_row`` (raising ``RowError``). Merge/append rows
-        at or below the progress are dropped at once.
-        """
-        add = self._buffer.add
-        for (partition, offset), t in rows:
-            add(partition, offset, t, sender)
-
-    def add_columns(
-        self,
-        partitions: Sequence[Partition],
-        offsets: Sequence[int],
-        tuples: Sequence[Any],
-        sender: str = "",
-    ) -> None:
-        """:meth:`add` for a columnar batch (``partitions[i]``, ``offsets[i]`` is the origin
-        of ``tuples[i]``)."""
-        self._buffer.add_many(partitions, offsets, tuples, sender)
-
-    @property
-    def pending(self) -> int:
-        """Rows buffered and not yet committed (upsert: keys)."""
-        return len(self._buffer)
 
     # -- commits ------------------------------------------------------------------------
 

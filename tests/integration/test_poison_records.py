@@ -98,6 +98,17 @@ def _events(n: int, seed: int) -> list[bytes]:
     return values
 
 
+def _dead_letters(bootstrap: str, topic: str) -> Counter[tuple[str, str, int, int]]:
+    """The dead letters a read_committed consumer sees: (node, stage, partition, offset)."""
+    end = kafka.log_ends(bootstrap, [(topic, 0)])[(topic, 0)]
+    seen: Counter[tuple[str, str, int, int]] = Counter()
+    for letter in kafka.read_range(bootstrap, topic, 0, 0, end - 1):
+        h = letter.headers or {}
+        seen[(h["hailstorm.node"].decode(), h["hailstorm.stage"].decode(),
+              int(h["hailstorm.partition"]), int(h["hailstorm.offset"]))] += 1
+    return seen
+
+
 def _create_checked_table(url: str) -> None:
     """The totals table as hailstorm would make it, plus a CHECK it does not know of."""
     db = Database(url)
@@ -150,16 +161,14 @@ def test_every_poison_record_is_quarantined_and_the_rest_is_exact(
         refused = expected_totals.pop(("db-bad",))  # the database's CHECK, unknown to the model
         assert tables["user_totals"] == expected_totals
 
-        # The dead-letter topic holds exactly the model's dead letters (no restart: once).
+        # The dead-letter topic holds exactly the model's dead letters.
+        seen = _dead_letters(stack.kafka, run.topology.dead_letter_topic)
         end = kafka.log_ends(stack.kafka, [(run.topology.dead_letter_topic, 0)])
         letters = list(kafka.read_range(stack.kafka, run.topology.dead_letter_topic, 0, 0,
                                         end[(run.topology.dead_letter_topic, 0)] - 1))
-        seen: Counter[tuple[str, str, int, int]] = Counter()
         truncated = 0
         for letter in letters:
             h = letter.headers or {}
-            seen[(h["hailstorm.node"].decode(), h["hailstorm.stage"].decode(),
-                  int(h["hailstorm.partition"]), int(h["hailstorm.offset"]))] += 1
             if h.get("hailstorm.truncated") == b"true":
                 truncated += 1
                 assert len(letter.value or b"") == VALUE_LIMIT
@@ -220,3 +229,35 @@ def test_on_error_fail_stops_the_topology_with_the_record(
             f"error: totals: lift failed on the record at {topic}:0:50: KeyError: 'amount' "
             '(the topology has on_error="fail"; fix the function or the record, or use '
             'on_error="quarantine" to send bad records to the dead-letter topic)']
+
+
+def test_dead_letters_are_written_once_through_restarts(
+    stack_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A processor dies right after committing dead letters, before any round covers
+    them, and a bolt is killed: the replays regenerate those dead letters, and their
+    progress drops them, so the topic holds each exactly once."""
+    monkeypatch.setenv("HAILSTORM_FAILPOINTS", "dead_letters.after_commit@3")
+    monkeypatch.setenv("HAILSTORM_FAILPOINTS_DIR", str(tmp_path / "failpoints"))
+    stack = StackAddresses.from_env(stack_env)
+    topic = f"poison-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, PARTITIONS)
+    partitions = kafka.partitions_of(stack.kafka, topic)
+    produced = Produced(topic)
+    with TopologyRun(stack, _module(tmp_path, topic, "quarantine"),
+                     log_dir=tmp_path / "logs", database=f"sqlite:///{tmp_path}/p.db") as run:
+        kafka.create_topic(stack.kafka, run.topology.dead_letter_topic, 1)
+        run.start()
+        run.wait_flowing(240)
+        for part in range(6):
+            produce(stack.kafka, produced, _events(2_000, seed=10 + part), partitions)
+            if part == 3:
+                run.kill_processor(role="bolt", rng=random.Random(1))
+        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        run.wait_committed(target, 240)
+        assert (tmp_path / "failpoints" / "dead_letters.after_commit").exists(), "never died"
+        run.check_recoveries()
+        model = run_model(run.topology, produced.model_messages())
+        predicted = Counter((d.node, d.stage, d.message.partition, d.message.offset)
+                            for d in model.dead_letters)
+        assert _dead_letters(stack.kafka, run.topology.dead_letter_topic) == predicted

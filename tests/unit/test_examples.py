@@ -61,6 +61,19 @@ def test_wordcount() -> None:
     assert not set(first) & set(second)
 
 
+def test_wordstream_writes_totals_and_line_sizes_to_topics() -> None:
+    topology = example("wordstream")
+    result = run_model(topology, messages("words", ["The cat, the HAT!", "cat"]))
+    assert result.table("totals") == {
+        (b"the",): {"key": b"the", "value": b'{"count":2,"word":"the"}'},
+        (b"cat",): {"key": b"cat", "value": b'{"count":2,"word":"cat"}'},
+        (b"hat",): {"key": b"hat", "value": b'{"count":1,"word":"hat"}'},
+    }
+    sizes = topology.node("line_sizes").target
+    assert [sizes.decode_value(row["value"]) for row in result.table("line_sizes").values()] \
+        == [{"chars": 17, "words": 4}, {"chars": 3, "words": 1}]
+
+
 # --------------------------------------------------------------------------- trending
 
 M0 = 1_699_999_980  # 1_700_000_000 - 1_700_000_000 % 60

@@ -64,7 +64,7 @@ def test_an_upsert_table_may_read_a_preaggregating_bolt() -> None:
     ],
 )
 def test_other_sinks_may_not_read_a_preaggregating_bolt(target: Any) -> None:
-    with pytest.raises(TopologyError, match="only upsert tables may read such a bolt"):
+    with pytest.raises(TopologyError, match="only upsert tables and topics may read such a bolt"):
         wordcount(target)
 
 

@@ -1,0 +1,457 @@
+"""The exactly-once topic writer of one sink instance (a thin Kafka shell).
+
+:class:`TopicWriter` is driven like :class:`~hailstorm.sinks.writer.SinkWriter`::
+
+    writer = TopicWriter.open(kafka, topic, "wordcount/sink:totals:0", epoch, ...)
+    writer.add_columns(partitions, offsets, tuples)
+    progress = writer.commit_through(lwm)   # one Kafka transaction: records + progress
+
+Each commit is **one Kafka transaction** holding the records at or below the low water
+mark, the dead letters of the tuples that did not become records, and the sink's progress
+(a record keyed by the sink id on the compacted topic ``<topology>.<sink>.progress``,
+partition 0). A ``read_committed`` consumer sees all of a commit or none of it. After a
+restart the writer reads its progress and drops append records at or below it; upsert
+records follow :mod:`~hailstorm.sinks.buffer`'s rule (the last arrival per key wins).
+
+Fencing: the transactional id ``hailstorm:<sink id>`` is stable, so a new writer's
+``init_transactions`` aborts whatever transaction an older one left open and fences it:
+a zombie's next send or commit fails (:class:`~hailstorm.sinks.errors.FencedError`,
+``superseded`` when the stored progress belongs to a newer epoch). The progress record
+carries the hailstorm epoch, so a writer that finds a newer epoch's progress stops
+without writing. See ``docs/sinks.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from hailstorm import kafka
+from hailstorm.clock import NOTHING, Clock, Partition, clock_from_json, clock_to_json
+from hailstorm.failpoints import failpoint, pause_point
+from hailstorm.halt import TopologyHalt
+from hailstorm.model import DeadLetter, Message, Origin, RejectedRow, halt_reason_of
+from hailstorm.quarantine import VALUE_LIMIT, dead_letter_headers, dead_letter_key
+from hailstorm.sinks.buffer import BufferedWriter, RowBuffer
+from hailstorm.sinks.db import RetryPolicy
+from hailstorm.sinks.errors import FencedError, SinkConfigError, SinkError
+from hailstorm.topic import Topic
+
+__all__ = ["TopicUnavailableError", "TopicWriter", "progress_topic", "transactional_id"]
+
+log = logging.getLogger("hailstorm.sinks")
+
+PROGRESS_PARTITION = 0
+ORIGIN_HEADER = "hailstorm.origin"
+"""``<topic>:<partition>:<offset>`` of the message a record came from."""
+SEQ_HEADER = "hailstorm.seq"
+"""Append records: the record's number among those of its origin (with the origin, a key
+that tells repeats apart)."""
+
+
+class TopicUnavailableError(SinkError):
+    """Kafka kept failing the sink's transactions through every retry."""
+
+
+def progress_topic(topology: str, sink: str) -> str:
+    """The compacted topic holding the progress of ``sink``'s instances."""
+    return f"{topology}.{sink}.progress"
+
+
+def transactional_id(sink_id: str) -> str:
+    """The stable transactional id of a sink instance: a restarted instance fences its
+    predecessor by initializing it again."""
+    return f"hailstorm:{sink_id}"
+
+
+def progress_value(epoch: int, clock: Mapping[Partition, int]) -> bytes:
+    return json.dumps({"epoch": epoch, "clock": clock_to_json(clock)},
+                      sort_keys=True).encode()
+
+
+def parse_progress(raw: bytes) -> tuple[int, Clock]:
+    """``(epoch, clock)`` of a progress record (raises ValueError for anything else)."""
+    data = json.loads(raw)
+    if not isinstance(data, dict) or not isinstance(data.get("epoch"), int):
+        raise ValueError(f"not a progress record: {raw[:80]!r}")
+    return data["epoch"], clock_from_json(data.get("clock") or {})
+
+
+def _same_clock(a: Mapping[Partition, int], b: Mapping[Partition, int]) -> bool:
+    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
+
+
+class TopicWriter(BufferedWriter):
+    """Writes one sink instance's records to its topic exactly once (for ``read_committed``
+    consumers). Not thread-safe: one thread drives a writer."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: Topic,
+        sink_id: str,
+        epoch: int,
+        *,
+        progress: str,
+        dead_letter_topic: str,
+        node: str = "sink",
+        io_timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        transaction_timeout: float = 60.0,
+        logger: logging.Logger | None = None,
+        on_reject: Callable[[RejectedRow], None] | None = None,
+        halt_as: str | None = None,
+    ) -> None:
+        if not isinstance(topic, Topic):
+            raise SinkConfigError(f"a TopicWriter writes a Topic, not {topic!r}")
+        if epoch < 0:
+            raise SinkConfigError(f"epoch must be >= 0, not {epoch}")
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.sink_id = sink_id
+        self.epoch = epoch
+        self.progress_topic = progress
+        self.dead_letter_topic = dead_letter_topic
+        self.node = node
+        self.io_timeout = io_timeout
+        self.retry = retry or RetryPolicy()
+        self.transaction_timeout = transaction_timeout
+        self.log = logger or log
+        self.on_reject = on_reject
+        self.halt_as = halt_as
+        self._buffer = RowBuffer(topic)
+        self._view: Clock = {}
+        self._producer: Producer | None = None
+        self.partition_count = topic.partitions
+        """Partitions of the output topic (as found by :meth:`setup`)."""
+        self.commits = 0
+        """Transactions committed by this writer."""
+        self.rows_written = 0
+        """Records written in committed transactions (upsert: after superseding)."""
+        self.rows_rejected = 0
+        """Tuples written as dead letters instead of records."""
+        self.last_commit_seconds = 0.0
+        """How long the last transaction took, from its first record to its commit."""
+
+    def __repr__(self) -> str:
+        return f"TopicWriter({self.sink_id!r} -> topic {self.topic.name}, epoch {self.epoch})"
+
+    @property
+    def what(self) -> str:
+        return f"sink {self.sink_id} (topic {self.topic.name})"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, bootstrap: str, topic: Topic, sink_id: str, epoch: int,
+             **options: Any) -> TopicWriter:
+        """Create the topics if missing, fence every older writer of this sink and read
+        the progress. Raises :class:`FencedError` (``superseded``) when a newer epoch
+        already wrote this sink's progress."""
+        writer = cls(bootstrap, topic, sink_id, epoch, **options)
+        writer.setup()
+        writer.progress()
+        return writer
+
+    def setup(self) -> None:
+        """Create the output and progress topics if missing, then start transactions
+        (which aborts and fences any older writer with this sink id)."""
+        kafka.create_topic(self.bootstrap, self.topic.name, self.topic.partitions)
+        kafka.create_topic(self.bootstrap, self.progress_topic, 1,
+                           config={"cleanup.policy": "compact"})
+        self.partition_count = len(kafka.partitions_of(self.bootstrap, self.topic.name))
+        self._start_producer()
+
+    def _start_producer(self) -> None:
+        if self._producer is not None:
+            self._drop_producer()
+        overrides: dict[str, object] = {
+            "transactional.id": transactional_id(self.sink_id),
+            "transaction.timeout.ms": int(self.transaction_timeout * 1000),
+            "enable.idempotence": True,
+        }
+        if isinstance(self.topic.partitioner, str):
+            overrides["partitioner"] = ("murmur2_random" if self.topic.partitioner == "murmur2"
+                                        else "consistent_random")
+        defaults = {"linger.ms": 5, "batch.num.messages": 10000,
+                    "queue.buffering.max.messages": 500000}
+        producer = Producer(kafka.client_settings(self.bootstrap, defaults, overrides))
+        try:
+            producer.init_transactions(self.io_timeout)
+        except KafkaException as exc:
+            kafka.raise_auth_error(exc.args[0] if exc.args else None, self.bootstrap)
+            raise TopicUnavailableError(
+                f"{self.what}: Kafka at {self.bootstrap} did not start the sink's "
+                f"transactions: {_text(exc)}") from None
+        self._producer = producer
+
+    def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.flush(0)
+            except Exception as exc:  # a fenced producer may refuse even this
+                self.log.debug("dropping the producer: %s", exc)
+
+    def close(self) -> None:
+        """Drop the producer; an open transaction is aborted by the broker (or by the next
+        writer's ``init_transactions``); buffered records come back with a replay."""
+        if self._producer is not None:
+            with contextlib.suppress(KafkaException):  # no transaction was open
+                self._producer.abort_transaction(1)
+            self._drop_producer()
+
+    def __enter__(self) -> TopicWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- progress -----------------------------------------------------------------------
+
+    def _read_progress(self) -> tuple[int, Clock]:
+        """``(epoch, clock)`` last committed for this sink id (``(-1, {})``: none).
+
+        Reads partition 0 of the progress topic with ``read_committed`` up to the log end
+        as it was when called: writers of this sink id finished their transactions
+        (``init_transactions`` saw to it), others' open ones are waited for."""
+        settings = kafka.client_settings(self.bootstrap, {"group.id": "hailstorm-unused"}, {
+            **kafka.SPOUT_REQUIRED, "enable.partition.eof": True})
+        end = self._log_end()
+        reader = Consumer(settings)
+        found: tuple[int, Clock] = (NOTHING, {})
+        try:
+            reader.assign([TopicPartition(self.progress_topic, PROGRESS_PARTITION, 0)])
+            deadline = time.monotonic() + self.io_timeout
+            position = 0
+            key = self.sink_id.encode()
+            while position < end:
+                if time.monotonic() > deadline:
+                    raise TopicUnavailableError(
+                        f"{self.what}: the progress topic {self.progress_topic} could not be "
+                        f"read to offset {end} within {self.io_timeout:.0f} s (a transaction "
+                        "of another writer stays open)")
+                for message in reader.consume(1000, timeout=0.2):
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            position = max(position, message.offset() or 0)
+                            continue
+                        raise KafkaException(error)
+                    position = (message.offset() or 0) + 1
+                    value = message.value()
+                    if message.key() == key and value is not None:
+                        found = parse_progress(value)
+        finally:
+            reader.close()
+        return found
+
+    def _log_end(self) -> int:
+        """The progress partition's end including open transactions (read_uncommitted)."""
+        settings = kafka.client_settings(self.bootstrap, {"group.id": "hailstorm-unused"},
+                                         {"isolation.level": "read_uncommitted"})
+        probe = Consumer(settings)
+        try:
+            _low, high = probe.get_watermark_offsets(
+                TopicPartition(self.progress_topic, PROGRESS_PARTITION),
+                timeout=self.io_timeout, cached=False)
+            return int(high)
+        finally:
+            probe.close()
+
+    def _superseded(self, newest: int) -> FencedError:
+        return FencedError(
+            f"{self.what}: fenced: epoch {newest} owns this sink, this writer has epoch "
+            f"{self.epoch} (a zombie of an older run); it must stop. Nothing it wrote is "
+            "visible to read_committed consumers.",
+            superseded=True, epoch=self.epoch, stored_epoch=newest)
+
+    def progress(self) -> Clock:
+        """Read the stored progress (every record at or below it is on the topic) and
+        claim the sink for this writer's epoch (a transaction of the progress record
+        alone, so that an older writer finds it and stops); raise :class:`FencedError`
+        (``superseded``) when a newer epoch stored it."""
+        if self._producer is None:
+            self._start_producer()
+        stored_epoch, stored = self._read_progress()
+        if stored_epoch > self.epoch:
+            raise self._superseded(stored_epoch)
+        if stored_epoch < self.epoch:
+            try:
+                self._transaction([], [], [], stored)
+            except KafkaException as exc:
+                raise self._fenced(exc) from None
+        self._view = dict(stored)
+        self._buffer.resync(stored)
+        return dict(stored)
+
+    # -- commits ------------------------------------------------------------------------
+
+    def commit_through(self, lwm: Mapping[Partition, int]) -> Clock:
+        """Write every buffered record with ``offset <= lwm[p]`` and the new progress
+        ``max(progress, lwm)`` in one transaction; returns the new progress.
+
+        Raises :class:`FencedError` when a newer writer of this sink id took over (see
+        :meth:`progress`), :class:`TopicUnavailableError` when Kafka keeps failing and
+        :class:`~hailstorm.halt.TopologyHalt` for a tuple to reject under
+        ``on_error="fail"``."""
+        selection = self._buffer.select(lwm)
+        if (not selection.rows and not selection.rejected
+                and _same_clock(selection.target, self._view)):
+            self._buffer.confirm(selection)
+            return dict(self._view)
+        if selection.rejected and self.halt_as is not None:
+            first = selection.rejected[0]
+            raise TopologyHalt(halt_reason_of(self.halt_as, first.stage, first.origin,
+                                              first.error))
+        pause_point("sink.before_commit")  # chaos: a zombie that resumes into its commit
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                rejected = self._transaction(selection.rows, selection.origins,
+                                             selection.rejected, selection.target)
+                break
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not isinstance(error, KafkaError) or error.fatal():
+                    raise self._fenced(exc) from None
+                self._abort()
+                if attempt >= self.retry.attempts:
+                    raise TopicUnavailableError(
+                        f"{self.what}: the transaction failed {attempt} times: "
+                        f"{_text(exc)}") from None
+                delay = self.retry.delay(attempt)
+                self.log.warning("%s: the transaction failed (attempt %d of %d): %s; retrying "
+                                 "in %.2f s", self.what, attempt, self.retry.attempts,
+                                 _text(exc), delay)
+                time.sleep(delay)
+        self.rows_rejected += len(rejected)
+        if self.on_reject is not None:
+            for row in rejected:
+                self.on_reject(row)
+        self._view = dict(selection.target)
+        self._buffer.confirm(selection)
+        self.commits += 1
+        self.rows_written += len(selection.rows) + len(selection.rejected) - len(rejected)
+        return dict(self._view)
+
+    def _transaction(self, rows: Sequence[Any], origins: Sequence[Origin],
+                     rejected: Sequence[RejectedRow], target: Clock) -> list[RejectedRow]:
+        """Begin, produce, commit; returns the rejected tuples written as dead letters
+        (``rejected`` and the records the client refused as too large)."""
+        assert self._producer is not None
+        producer = self._producer
+        started = time.monotonic()
+        producer.begin_transaction()
+        refused = list(rejected)
+        name = self.topic.name
+        for values, ((source, number), offset) in zip(rows, origins, strict=True):
+            key, value, partition, extra = values[:4]
+            headers = [*(extra or ()), (ORIGIN_HEADER, f"{source}:{number}:{offset}".encode())]
+            if len(values) > 4:  # append: (..., topic, partition, offset, seq)
+                headers.append((SEQ_HEADER, str(values[-1]).encode()))
+            record: dict[str, Any] = {"key": key, "value": value, "headers": headers}
+            problem = None
+            if partition is not None:
+                record["partition"] = partition
+                if partition >= self.partition_count:
+                    problem = (f"the partitioner chose partition {partition}, but topic {name!r} "
+                               f"has {self.partition_count}")
+            if problem is None:
+                try:
+                    self._produce(name, record)
+                except KafkaException as exc:
+                    if not exc.args or exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                        raise
+                    problem = f"topic {name!r} refused the record: {_text(exc)}"
+            if problem is not None:
+                refused.append(RejectedRow(((source, number), offset), "row", problem,
+                                           repr((value or b"")[:200])))
+        for row in refused:
+            self._produce(self.dead_letter_topic, self._dead_letter(row))
+        self._produce(self.progress_topic, {
+            "key": self.sink_id.encode(), "value": progress_value(self.epoch, target),
+            "partition": PROGRESS_PARTITION})
+        failpoint("sink.before_kafka_commit")  # tests: die with the records sent, uncommitted
+        self._commit()
+        self.last_commit_seconds = time.monotonic() - started
+        return refused
+
+    def _produce(self, topic: str, record: dict[str, Any]) -> None:
+        assert self._producer is not None
+        while True:
+            try:
+                self._producer.produce(topic, **record)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                self._producer.poll(0.05)
+
+    def _commit(self) -> None:
+        """``commit_transaction``, repeated while the error says a repeat may succeed."""
+        assert self._producer is not None
+        deadline = time.monotonic() + self.io_timeout
+        while True:
+            try:
+                self._producer.commit_transaction(self.io_timeout)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if (isinstance(error, KafkaError) and error.retriable()
+                        and not error.txn_requires_abort() and time.monotonic() < deadline):
+                    self.log.warning("%s: commit not confirmed yet (%s); asking again",
+                                     self.what, error.str())
+                    continue
+                raise
+
+    def _abort(self) -> None:
+        assert self._producer is not None
+        try:
+            self._producer.abort_transaction(self.io_timeout)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if isinstance(error, KafkaError) and error.fatal():
+                raise self._fenced(exc) from None
+            self.log.warning("%s: aborting the transaction failed (%s); starting over",
+                             self.what, _text(exc))
+            self._start_producer()
+
+    def _fenced(self, exc: KafkaException) -> FencedError:
+        """The producer is unusable (fenced by a newer writer of this sink id, or another
+        fatal error): nothing of the open transaction becomes visible. A newer epoch's
+        progress means this writer is a zombie (``superseded``); otherwise the caller
+        re-reads the progress (:meth:`progress` starts a new producer) and goes on."""
+        self._drop_producer()
+        try:
+            newest, _clock = self._read_progress()
+        except Exception as read_error:  # the cause is the fencing, not this
+            self.log.warning("%s: reading the progress after %s failed: %s", self.what,
+                             _text(exc), read_error)
+            newest = self.epoch
+        if newest > self.epoch:
+            return self._superseded(newest)
+        return FencedError(
+            f"{self.what}: the transaction failed for good ({_text(exc)}); nothing of it is "
+            "visible. Re-read the progress and go on.",
+            superseded=False, epoch=self.epoch, stored_epoch=max(newest, self.epoch))
+
+    def _dead_letter(self, row: RejectedRow) -> dict[str, Any]:
+        (source, number), offset = row.origin
+        text = row.record.encode("utf-8", "backslashreplace")
+        letter = DeadLetter(self.node, self.dead_letter_topic,
+                            Message(source, number, offset, text), row.error, row.stage)
+        truncated = len(text) > VALUE_LIMIT
+        return {"key": dead_letter_key(letter.message), "value": text[:VALUE_LIMIT],
+                "headers": dead_letter_headers(letter, truncated=truncated)}
+
+
+def _text(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return str(exc.args[0].str())
+    return f"{type(exc).__name__}: {exc}"
