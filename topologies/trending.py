@@ -15,7 +15,11 @@ whatever order it is processed.
   top ten it emits the minute's whole ranking: ``(minute, rank, tag, count)`` for ranks
   1..n, ties broken alphabetically;
 * the sink upserts those rows into ``trending_tags(minute, rank, tag, count)`` keyed by
-  ``(minute, rank)``, so the table holds the current top ten of every minute.
+  ``(minute, rank)``, so the table holds the current top ten of every minute;
+* a second sink writes the same rankings back into Kafka, exactly once: the upsert topic
+  ``trending-tags``, keyed ``[minute, rank]`` (JSON), value
+  ``{"minute": ..., "rank": ..., "tag": ..., "count": ...}``; its newest record per key is
+  the table's row.
 
 Posts that are not JSON, or lack ``ts``/``text``, go to ``trending.dead-letter``.
 State grows by one entry per (minute, tag) and one ranking per minute.
@@ -24,7 +28,7 @@ State grows by one entry per (minute, tag) and one ranking per minute.
 import re
 from typing import Any
 
-from hailstorm import Count, Table, TopK, Topology, per_key
+from hailstorm import Count, Table, Topic, TopK, Topology, per_key
 
 TOP = 10
 HASHTAG = re.compile(r"#(\w+)")
@@ -78,5 +82,15 @@ topology.sink(
         columns={"minute": "bigint", "rank": "integer", "tag": "text", "count": "bigint"},
         key=["minute", "rank"],
         mode="upsert",
+    ),
+)
+
+topology.sink(
+    "trending_topic",
+    inputs=[top_tags],
+    target=Topic(
+        "trending-tags",
+        key=lambda row: [row[0], row[1]],
+        value=lambda row: {"minute": row[0], "rank": row[1], "tag": row[2], "count": row[3]},
     ),
 )
