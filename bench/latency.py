@@ -1,6 +1,7 @@
 """Produce-to-sink latency (p50/p99) at half the maximum throughput.
 
     .venv/bin/python bench/latency.py [--duration 30] [--max-rate R] [--snapshot-interval 1]
+        [--sink sqlite|kafka]
 
 Starts an embedded stack of its own (brought down afterwards) and deploys
 ``bench/latency_topology.py`` (4 spout instances on ``bench-latency``, 2 bolt instances, one
@@ -19,7 +20,9 @@ the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq
    at the poll that first returned it minus the row's ``sent_ns``. Rows appear when the sink
    has written the snapshot round covering them, so the latency includes the wait for the
    round (about half the snapshot interval on average), the round itself and the sink's
-   write; the poll adds up to 10 ms.
+   write; the poll adds up to 10 ms. With ``--sink kafka`` the sink writes the rows to the
+   upsert topic ``bench-latency-out`` in Kafka transactions instead, and a
+   ``read_committed`` consumer takes the time each record first reaches it.
 
 Prints one JSON line of figures (p50, p90, p99, max, the rates) and a human summary.
 """
@@ -27,6 +30,8 @@ Prints one JSON line of figures (p50, p90, p99, max, the rates) and a human summ
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sqlite3
 import sys
 import threading
@@ -40,6 +45,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from common import bench_logs, embedded_stack, machine, percentile, report  # noqa: E402
+from latency_topology import OUTPUT_TOPIC  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
 from hailstorm.harness import SQLITE, HarnessError, StackAddresses, TopologyRun  # noqa: E402
@@ -93,37 +99,16 @@ class PacedProducer(threading.Thread):
             self.error = exc
 
 
-class TableReader:
-    """New rows of the sink table, with the wall time of the poll that first saw them."""
+class Reader:
+    """New rows of the sink's output, with the wall time of the poll that first saw them."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.db: sqlite3.Connection | None = None
-        self.last_rowid = 0
+    def __init__(self) -> None:
         self.arrived: dict[int, tuple[int, int]] = {}
         """seq -> (sent_ns, seen_ns)"""
 
     def poll(self) -> list[int]:
-        """Read the rows added since the last poll; the sequence numbers seen for the first
-        time."""
-        if self.db is None:
-            if not self.path.exists():
-                return []
-            self.db = sqlite3.connect(self.path, timeout=5)
-        try:
-            rows = self.db.execute(
-                f"SELECT rowid, seq, sent_ns FROM {TABLE} WHERE rowid > ? ORDER BY rowid",
-                (self.last_rowid,)).fetchall()
-        except sqlite3.OperationalError:  # table not created yet, or locked
-            return []
-        seen_ns = time.time_ns()
-        new = []
-        for rowid, seq, sent_ns in rows:
-            self.last_rowid = max(self.last_rowid, rowid)
-            if int(seq) not in self.arrived:
-                self.arrived[int(seq)] = (int(sent_ns), seen_ns)
-                new.append(int(seq))
-        return new
+        """The sequence numbers seen for the first time since the last poll."""
+        raise NotImplementedError
 
     def wait_for(self, seqs: range, timeout: float, alive: Callable[[], None],
                  poll: float = 0.01) -> None:
@@ -139,11 +124,81 @@ class TableReader:
             time.sleep(poll)
 
     def close(self) -> None:
+        """Release what the reader holds."""
+
+    def _seen(self, rows: list[tuple[int, int]], seen_ns: int) -> list[int]:
+        new = []
+        for seq, sent_ns in rows:
+            if seq not in self.arrived:
+                self.arrived[seq] = (sent_ns, seen_ns)
+                new.append(seq)
+        return new
+
+
+class TopicReader(Reader):
+    """Records of the output topic as a ``read_committed`` consumer sees them."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__()
+        self.bootstrap, self.topic = bootstrap, topic
+        self.consumer: Any = None
+
+    def poll(self) -> list[int]:
+        from confluent_kafka import TopicPartition
+
+        if self.consumer is None:
+            try:
+                parts = kafka.partitions_of(self.bootstrap, self.topic, timeout=2)
+            except LookupError:
+                return []  # the sink has not created it yet
+            self.consumer = kafka.consumer(self.bootstrap)
+            self.consumer.assign([TopicPartition(self.topic, p, 0) for p in parts])
+        messages = self.consumer.consume(10_000, timeout=0.01)
+        seen_ns = time.time_ns()
+        rows = []
+        for message in messages:
+            if message.error() is None and message.value():
+                record = json.loads(message.value())
+                rows.append((int(record["seq"]), int(record["sent_ns"])))
+        return self._seen(rows, seen_ns)
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+
+
+class TableReader(Reader):
+    """New rows of the sink table (SQLite, polled by rowid)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.db: sqlite3.Connection | None = None
+        self.last_rowid = 0
+
+    def poll(self) -> list[int]:
+        """Read the rows added since the last poll; the sequence numbers seen for the first
+        time."""
+        if self.db is None:
+            if not self.path.exists():
+                return []
+            self.db = sqlite3.connect(self.path, timeout=5)
+        try:
+            rows = self.db.execute(
+                f"SELECT rowid, seq, sent_ns FROM {TABLE} WHERE rowid > ? ORDER BY rowid",
+                (self.last_rowid,)).fetchall()
+        except sqlite3.OperationalError:  # table not created yet, or locked
+            return []
+        seen_ns = time.time_ns()
+        self.last_rowid = max([self.last_rowid, *(rowid for rowid, _s, _n in rows)])
+        return self._seen([(int(seq), int(sent_ns)) for _r, seq, sent_ns in rows], seen_ns)
+
+    def close(self) -> None:
         if self.db is not None:
             self.db.close()
 
 
-def produce_and_wait(stack: StackAddresses, run: TopologyRun, reader: TableReader, first: int,
+def produce_and_wait(stack: StackAddresses, run: TopologyRun, reader: Reader, first: int,
                      count: int, rate: float, timeout: float) -> PacedProducer:
     producer = PacedProducer(stack.kafka, first, count, rate)
     producer.start()
@@ -164,16 +219,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="Messages of the maximum-throughput measurement.")
     parser.add_argument("--snapshot-interval", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--sink", choices=("sqlite", "kafka"), default="sqlite",
+                        help="The sink's target: an upsert table in the run's SQLite file, "
+                        "or an upsert topic written in Kafka transactions.")
     args = parser.parse_args(argv)
+    os.environ["BENCH_LATENCY_SINK"] = args.sink  # the topology module reads it
 
     with embedded_stack() as env:
         stack = StackAddresses.from_env(env)
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
+        kafka.delete_topic(stack.kafka, OUTPUT_TOPIC)
         logs = bench_logs("hailstorm-bench-latency-")
         with TopologyRun(stack, TOPOLOGY, log_dir=logs, negotiators=1,
                          snapshot_interval=args.snapshot_interval, timeout=60,
                          database=SQLITE) as run:  # the reader polls the file
-            reader = TableReader(Path(run.database.removeprefix("sqlite:///")))
+            reader: Reader = (TopicReader(stack.kafka, OUTPUT_TOPIC) if args.sink == "kafka"
+                              else TableReader(Path(run.database.removeprefix("sqlite:///"))))
             run.start()
             run.wait_flowing(300)
             first = 0
@@ -198,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             reader.close()
             run.stop()
     figures: dict[str, Any] = {
-        "snapshot_interval_s": args.snapshot_interval,
+        "snapshot_interval_s": args.snapshot_interval, "sink": args.sink,
         "max_rate_msgs_per_s": round(max_rate), "max_rate_measured": args.max_rate is None,
         "burst": args.burst if burst_s is not None else None,
         "burst_committed_s": None if burst_s is None else round(burst_s, 2),
@@ -219,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
            else "given")
     report("latency", figures, (
         f"snapshot every {args.snapshot_interval:g} s, {PARTITIONS} partitions, 2 bolt "
-        f"instances, SQLite upsert sink, {figures['cores']} cores\n"
+        f"instances, {'Kafka (transactional)' if args.sink == 'kafka' else 'SQLite'} upsert "
+        f"sink, {figures['cores']} cores\n"
         f"  max throughput {max_rate:,.0f} msgs/s ({how})\n"
         f"  at {rate:,.0f} msgs/s for {args.duration:g} s ({count:,} messages, produced at "
         f"{produced_rate:,.0f}/s): produce-to-sink-row latency p50 {lat['p50']} ms, "

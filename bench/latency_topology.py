@@ -6,9 +6,16 @@ Kafka client. The ``seen`` bolt (2 instances) counts per sequence number and emi
 ``(seq, sent_ns, count)``; the sink upserts it into ``bench_latency(seq, sent_ns, count)``.
 A row appears in the table once the sink wrote the round that covers its message, so the
 row's arrival time minus ``sent_ns`` is the produce-to-sink latency.
+
+With ``$BENCH_LATENCY_SINK=kafka`` the sink writes the same rows as JSON records keyed by
+``seq`` to the upsert topic ``bench-latency-out`` instead (Kafka transactions).
 """
 
-from hailstorm import Count, Table, Topology, per_key
+import os
+
+from hailstorm import Count, Table, Topic, Topology, per_key
+
+OUTPUT_TOPIC = "bench-latency-out"
 
 
 def parse(line: str) -> list[tuple[int, int]]:
@@ -33,7 +40,14 @@ seen = topology.bolt(
 topology.sink(
     "bench_latency",
     inputs=[seen],
-    target=Table(
+    target=Topic(
+        OUTPUT_TOPIC,
+        key=lambda t: t[0],
+        value=lambda t: {"seq": t[0], "sent_ns": t[1], "count": t[2]},
+        partitions=4,
+    )
+    if os.environ.get("BENCH_LATENCY_SINK") == "kafka"
+    else Table(
         "bench_latency",
         columns={"seq": "bigint", "sent_ns": "bigint", "count": "bigint"},
         key=["seq"],

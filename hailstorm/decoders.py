@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +64,11 @@ class Decoder:
     def _decode(self, raw: bytes) -> Any:
         raise NotImplementedError
 
+    def decode_all(self, raws: Sequence[bytes]) -> list[Any]:
+        """Decode a batch of values (none a tombstone), raising on the first failure with
+        whatever the decoding raised (:meth:`decode` tells the failures apart)."""
+        return list(map(self._decode, raws))
+
     def describe(self) -> str:
         """Human description for ``hailstorm show``."""
         return self.name
@@ -85,6 +90,9 @@ class TextDecoder(Decoder):
 
     def _decode(self, raw: bytes) -> str:
         return bytes(raw).decode("utf-8")
+
+    def decode_all(self, raws: Sequence[bytes]) -> list[Any]:
+        return [raw.decode("utf-8") for raw in raws]
 
 
 class JsonDecoder(Decoder):

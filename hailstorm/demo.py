@@ -4,12 +4,15 @@ It brings an embedded stack up (ZooKeeper, Apache Kafka, PostgreSQL), starts the
 ``topologies/wordcount.py`` topology (two negotiators, every processor a task of one Spark
 barrier stage), produces text into ``words``, SIGKILLs a bolt's Spark Python worker half-way,
 waits until a committed round covers every message, and checks the ``word_counts`` table in
-PostgreSQL against the sequential reference model over exactly the messages produced. Then
-it stops everything it started and brings the stack down.
+PostgreSQL against the sequential reference model over exactly the messages produced. With
+``output="kafka"`` it runs ``topologies/wordstream.py`` instead and checks the newest record
+per word on the ``word-totals`` topic, read as a ``read_committed`` consumer would. Then it
+stops everything it started and brings the stack down.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
@@ -27,7 +30,9 @@ from hailstorm.sinks import redact
 
 TOPIC = "words"
 PARTITIONS = 4
-TOPOLOGY = Path(__file__).resolve().parents[1] / "topologies" / "wordcount.py"
+TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"
+TOPOLOGY = TOPOLOGIES / "wordcount.py"
+TO_KAFKA = TOPOLOGIES / "wordstream.py"
 
 _VOCABULARY = tuple(
     """storm hail kafka spark monoid clock offset snapshot bolt spout sink negotiator zookeeper
@@ -47,8 +52,10 @@ def sample_lines(count: int, seed: int = 7) -> list[str]:
     return lines
 
 
-def run_demo(state_dir: Path, *, lines: int, keep_running: bool, console: Console) -> bool:
-    """Run the demo; True when the table equals the reference model."""
+def run_demo(state_dir: Path, *, lines: int, keep_running: bool, console: Console,
+             output: str = "postgresql") -> bool:
+    """Run the demo; True when the table (``output="kafka"``: the topic) equals the
+    reference model."""
     stack = DevStack(state_dir, progress=lambda m: console.print(f"[dim]·[/] {m}"))
     started = time.monotonic()
     try:
@@ -56,7 +63,7 @@ def run_demo(state_dir: Path, *, lines: int, keep_running: bool, console: Consol
         console.print(f"[bold]stack up[/] in {time.monotonic() - started:.1f}s: ZooKeeper "
                       f"{env['HAILSTORM_ZK']}, Kafka {env['HAILSTORM_KAFKA']}, PostgreSQL "
                       f"{redact(env['HAILSTORM_DATABASE_URL'])}")
-        return _word_count(env, state_dir, lines, console)
+        return _word_count(env, state_dir, lines, console, output)
     finally:
         if keep_running:
             again = f"hailstorm dev env --state-dir {state_dir}"
@@ -66,7 +73,8 @@ def run_demo(state_dir: Path, *, lines: int, keep_running: bool, console: Consol
             console.print("[bold]stack down[/]: every process the demo started is stopped")
 
 
-def _word_count(env: dict[str, str], state_dir: Path, count: int, console: Console) -> bool:
+def _word_count(env: dict[str, str], state_dir: Path, count: int, console: Console,
+                output: str) -> bool:
     bootstrap = env["HAILSTORM_KAFKA"]
     database = env["HAILSTORM_DATABASE_URL"]
     kafka.create_topic(bootstrap, TOPIC, PARTITIONS)
@@ -75,7 +83,10 @@ def _word_count(env: dict[str, str], state_dir: Path, count: int, console: Conso
     produced = Produced(TOPIC)
     partitions = list(range(PARTITIONS))
     stack = StackAddresses.from_env(env)
-    with TopologyRun(stack, TOPOLOGY, name="wordcount", log_dir=state_dir / "logs" / "demo",
+    to_kafka = output == "kafka"
+    with TopologyRun(stack, TO_KAFKA if to_kafka else TOPOLOGY,
+                     name="wordstream" if to_kafka else "wordcount",
+                     log_dir=state_dir / "logs" / "demo",
                      negotiators=2, snapshot_interval=1.0, database=database) as run:
         t0 = time.monotonic()
         with console.status("starting the topology: 2 negotiators, 7 processors on Spark"):
@@ -99,6 +110,8 @@ def _word_count(env: dict[str, str], state_dir: Path, count: int, console: Conso
         if recovery.flowing_after is not None:
             console.print(f"recovered: flowing again {recovery.flowing_after:.1f}s after the "
                           f"kill; round {committed.epoch} committed every message")
+        if to_kafka:
+            return _check_topic(run, produced, console)
         return _check(run, produced, database, console)
 
 
@@ -107,7 +120,26 @@ def _check(run: TopologyRun, produced: Produced, database: str, console: Console
                 run_model(run.topology, produced.model_messages()).table("word_counts").items()}
     with psycopg.connect(database) as conn:
         got: dict[str, Any] = dict(conn.execute("SELECT word, count FROM word_counts").fetchall())
-    top = Table("word", "PostgreSQL", "reference model", title="top words in word_counts")
+    return _compare(got, expected, "PostgreSQL", "the table", "word_counts", produced, console)
+
+
+def _check_topic(run: TopologyRun, produced: Produced, console: Console) -> bool:
+    model = run_model(run.topology, produced.model_messages())
+    expected = {json.loads(row["value"])["word"]: json.loads(row["value"])["count"]
+                for row in model.table("totals").values()}
+    records = run.sink_tables()["totals"]
+    got = {json.loads(row["value"])["word"]: json.loads(row["value"])["count"]
+           for row in records.values()}
+    sizes = len(run.sink_tables()["line_sizes"])
+    console.print(f"line-sizes holds {sizes:,} records for {produced.count:,} lines (append, "
+                  "Avro, one per line)")
+    same = _compare(got, expected, "Kafka", "the topic", "word-totals", produced, console)
+    return same and sizes == produced.count
+
+
+def _compare(got: dict[str, Any], expected: dict[str, Any], where: str, what: str,
+             name: str, produced: Produced, console: Console) -> bool:
+    top = Table("word", where, "reference model", title=f"top words in {name}")
     for word, n in sorted(got.items(), key=lambda kv: (-kv[1], kv[0]))[:10]:
         top.add_row(word, f"{n:,}", f"{expected.get(word, 0):,}")
     console.print(top)
@@ -115,7 +147,7 @@ def _check(run: TopologyRun, produced: Produced, database: str, console: Console
     wrong = sorted(w for w in set(got) | set(expected) if got.get(w) != expected.get(w))
     console.print(
         f"{len(got)} words, {sum(got.values()):,} occurrences from {produced.count:,} lines: "
-        + ("[bold green]the table equals the reference model exactly[/]" if same else
+        + (f"[bold green]{what} equals the reference model exactly[/]" if same else
            f"[bold red]MISMATCH[/] on {len(wrong)} words, first: {wrong[:5]}")
     )
     return same

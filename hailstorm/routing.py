@@ -141,6 +141,18 @@ class KeyRouter:
         instance = memo[key] = route(key, self.parallelism)
         return instance
 
+    def many(self, keys: Sequence[Any]) -> list[int]:
+        """The instance of each of ``keys``: remembered ones looked up a batch at a time,
+        the others routed (and remembered) one by one."""
+        try:
+            instances = list(map(self._memo.get, keys))
+        except TypeError:  # an unhashable key among them
+            return list(map(self, keys))
+        if None in instances:
+            for i in [i for i, instance in enumerate(instances) if instance is None]:
+                instances[i] = self(keys[i])
+        return instances  # type: ignore[return-value]  # None replaced
+
 
 def partition_by_instance(
     tuples: Sequence[T], key: Callable[[T], Any] | None, parallelism: int

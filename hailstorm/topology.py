@@ -529,8 +529,16 @@ class SpoutSpec:
             ) from exc
         return _as_output_list(exploded, f"spout {self.name!r}: explode")
 
-    def tuples_of_many(self, raws: Iterable[bytes | None]) -> list[list[Any] | DecodeError]:
-        """:meth:`tuples_of` for a batch: each failed message yields its DecodeError."""
+    def tuples_of_many(self, raws: Sequence[bytes | None]) -> list[list[Any] | DecodeError]:
+        """:meth:`tuples_of` for a batch: each failed message yields its DecodeError.
+
+        The batch is decoded and exploded a batch at a time (no per-message Python of
+        hailstorm's own); when anything fails, or an explode returns something other
+        than a list, it is done again message by message, which tells the failures apart
+        (so the decoder and explode must be deterministic, as replays need anyway)."""
+        fast = self._tuples_of_batch(raws)
+        if fast is not None:
+            return list(fast)
         results: list[list[Any] | DecodeError] = []
         for raw in raws:
             try:
@@ -538,6 +546,22 @@ class SpoutSpec:
             except DecodeError as exc:
                 results.append(exc)
         return results
+
+    def _tuples_of_batch(self, raws: Sequence[bytes | None]) -> list[list[Any]] | None:
+        """Every message's tuples when nothing fails and every explode returns a list
+        (else None: the caller takes them one by one)."""
+        if None in raws:  # a tombstone: its DecodeError is for tuples_of to make
+            return None
+        try:
+            values = self.decoder.decode_all(raws)  # type: ignore[arg-type]
+            if self.explode is None:
+                return [[value] for value in values]
+            exploded = list(map(self.explode, values))
+        except Exception:
+            return None
+        if not set(map(type, exploded)) <= {list}:
+            return None
+        return exploded  # type: ignore[return-value]  # every one a list
 
 
 def _drained(produced: Any) -> Any:

@@ -43,6 +43,7 @@ class Mutation:
     edits: tuple[Edit, ...]
     chaos_args: tuple[str, ...]
     """Fault kinds (and more) that give the bug a chance to show."""
+    topology: str = "topologies/wordcount.py"
 
 
 #: The A/B split's rule "a tuple goes to A when offset <= C[p]" is written out in three
@@ -110,6 +111,24 @@ MUTATIONS = (
               "                    state = self.spec.state.empty()"),),
         ("--kinds", "processor", "--phases", "Flowing"),
     ),
+    Mutation(
+        "topic-progress",
+        "a topic sink ignores its stored progress and writes again what it already wrote",
+        (Edit("hailstorm/sinks/topic.py",
+              "        self._view = dict(stored)\n        self._buffer.resync(stored)\n",
+              "        self._view = dict(stored)\n        self._buffer.resync({})\n"),),
+        ("--kinds", "processor", "--phases", "Flowing"),
+        "topologies/wordstream.py",
+    ),
+    Mutation(
+        "topic-fencing",
+        "a topic sink's transactional id changes with the epoch, so a zombie is not fenced",
+        (Edit("hailstorm/sinks/topic.py",
+              '"transactional.id": transactional_id(self.sink_id),',
+              '"transactional.id": f"{transactional_id(self.sink_id)}:{self.epoch}",'),),
+        ("--kinds", "zombie"),
+        "topologies/wordstream.py",
+    ),
 )
 
 
@@ -145,7 +164,7 @@ def run(mutation: Mutation, root: Path, messages: int, kills: int, seed: int,
     copy = mutated_copy(mutation, root, working_tree)
     env = dict(os.environ, PYTHONPATH=str(copy), PYSPARK_PYTHON=sys.executable)
     result = subprocess.run(
-        [sys.executable, "-m", "hailstorm", "chaos", "topologies/wordcount.py",
+        [sys.executable, "-m", "hailstorm", "chaos", mutation.topology,
          "--messages", str(messages), "--kills", str(kills), "--seed", str(seed),
          "--rate", "1500", *mutation.chaos_args],
         cwd=copy, env=env, capture_output=True, text=True, timeout=1800)

@@ -25,6 +25,7 @@ instances), :mod:`~hailstorm.processors.bolt_core` (A/B state split at the snaps
 from __future__ import annotations
 
 import itertools
+import operator
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -244,11 +245,11 @@ def _preaggregated(
             part.values.extend(combined.values)
             continue
         if bolt.keyed:  # the state key is the routing key
-            instances = list(map(bolt.instance_of_key, combined.keys))
+            instances = bolt.instance_of_key.many(combined.keys)
         else:
             instances = list(map(bolt.instance_for, combined.tuples))
         for i, part in enumerate(parts):
-            mine = [instance == i for instance in instances]
+            mine = list(map(operator.eq, instances, itertools.repeat(i)))
             count = mine.count(True)
             if not count:
                 continue

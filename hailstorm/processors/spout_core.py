@@ -26,9 +26,10 @@ clock is never below what the spout already emitted (see :meth:`SpoutCore.resume
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 from hailstorm.clock import NOTHING, Clock, Partition
@@ -194,26 +195,28 @@ class SpoutCore:
 
     def _emit(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> SpoutOutput:
         spec = self.spec
-        tuples_of = spec.tuples_of
         p = self.partition
         position = self.position
-        tuples: list[Any] = []
-        origins: list[int] = []
-        extend_tuples = tuples.extend
-        extend_origins = origins.extend
+        # Offsets ascend within a partition: what is at or below the position was emitted.
+        first = bisect_right(offsets, position)
+        offsets, values = offsets[first:], values[first:]
+        if offsets:
+            position = offsets[-1]
+        results = spec.tuples_of_many(values)
         dead: list[DeadLetter] = []
-        for o, v in zip(offsets, values, strict=True):
-            if o <= position:
-                continue
-            position = o
-            try:
-                exploded = tuples_of(v)
-            except DecodeError as exc:
-                message = Message(p[0], p[1], o, v)
-                dead.append(DeadLetter(spec.name, spec.dead_letter, message, str(exc), exc.stage))
-                continue
-            extend_tuples(exploded)
-            extend_origins(repeat(o, len(exploded)))
+        exploded: list[list[Any]] = []
+        if set(map(type, results)) <= {list}:
+            exploded = results  # type: ignore[assignment]  # every one a list
+        else:
+            for i, result in enumerate(results):
+                if isinstance(result, DecodeError):
+                    message = Message(p[0], p[1], offsets[i], values[i])
+                    dead.append(DeadLetter(spec.name, spec.dead_letter, message, str(result),
+                                           result.stage))
+                    result = []
+                exploded.append(result)
+        tuples: list[Any] = list(chain.from_iterable(exploded))
+        origins = list(chain.from_iterable(map(repeat, offsets, map(len, exploded))))
         batch = Batch([p] * len(tuples), origins, tuples)
         self._position = position
         self.emitted += len(batch)

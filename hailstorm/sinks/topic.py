@@ -374,6 +374,12 @@ class TopicWriter(BufferedWriter):
             if problem is not None:
                 refused.append(RejectedRow(((source, number), offset), "row", problem,
                                            repr((value or b"")[:200])))
+        if self.halt_as is not None and len(refused) > len(rejected):
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(self.io_timeout)
+            first = refused[len(rejected)]
+            raise TopologyHalt(halt_reason_of(self.halt_as, first.stage, first.origin,
+                                              first.error))
         for row in refused:
             self._produce(self.dead_letter_topic, self._dead_letter(row))
         self._produce(self.progress_topic, {

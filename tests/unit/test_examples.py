@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,10 @@ def test_trending_keeps_the_top_ten() -> None:
         (9, "g", 1),
         (10, "h", 1),
     ]
+    # The same rankings, newest record per [minute, rank], on the trending-tags topic.
+    assert {tuple(json.loads(key)): json.loads(row["value"])
+            for (key,), row in result.table("trending_topic").items()} == {
+        (60, row["rank"]): row for row in result.table("trending_tags").values()}
 
 
 # --------------------------------------------------------------------------- pageviews

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm import (
@@ -443,3 +443,31 @@ def test_spout_batch_helper() -> None:
     assert results[0] == [1, 2]
     assert isinstance(results[1], DecodeError)
     assert results[2] == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([b"a b", b"", b"\xff", None, b"boom", b"gen x", b"none",
+                                 "é c".encode()]), max_size=12),
+       st.sampled_from(["text", "bytes"]))
+def test_a_batch_is_decoded_and_exploded_as_one_message_at_a_time(
+    raws: list[bytes | None], decoder: str,
+) -> None:
+    """The batch fast path gives what tuples_of gives message by message: tuples, or the
+    DecodeError of a tombstone, an undecodable value or a failing explode."""
+    def explode(value: str | bytes) -> object:
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        if text == "boom":
+            raise ValueError("boom")
+        if text.startswith("gen"):
+            return (w for w in text.split())
+        return None if text == "none" else text.split()
+
+    spout = Topology("t").spout("s", topic="t", decoder=decoder, explode=explode)
+    batch = spout.tuples_of_many(raws)
+    for raw, result in zip(raws, batch, strict=True):
+        try:
+            expected: object = spout.tuples_of(raw)
+        except DecodeError as exc:
+            assert isinstance(result, DecodeError) and str(result) == str(exc)
+            continue
+        assert result == expected

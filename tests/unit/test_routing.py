@@ -13,7 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hailstorm.routing import encode_key, partition_by_instance, route, route_many, stable_hash
+from hailstorm.routing import (
+    KeyRouter,
+    encode_key,
+    partition_by_instance,
+    route,
+    route_many,
+    stable_hash,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -119,8 +126,6 @@ def test_partition_by_instance_is_an_order_keeping_partition(
 
 
 def test_the_key_router_remembers_what_route_says_within_its_bound() -> None:
-    from hailstorm.routing import KeyRouter
-
     router = KeyRouter(3, limit=4)
     keys = ["a", "b", 1, 1.0, True, ("x", 2), None, "c", "d", "e"]
     assert [router(k) for k in keys] == [route(k, 3) for k in keys]
@@ -129,3 +134,12 @@ def test_the_key_router_remembers_what_route_says_within_its_bound() -> None:
     assert router(["unhashable", 1]) == route(["unhashable", 1], 3)
     with pytest.raises(ValueError):
         KeyRouter(0)
+
+
+@given(st.lists(st.one_of(st.text(max_size=3), st.integers(-5, 5),
+                          st.lists(st.integers(0, 3), max_size=2)), max_size=30),
+       st.integers(1, 4))
+def test_a_batch_of_keys_routes_as_each_key_does(keys: list[object], parallelism: int) -> None:
+    router = KeyRouter(parallelism, limit=4)  # a small memo: it starts afresh too
+    assert router.many(keys) == [route(k, parallelism) for k in keys]
+    assert router.many(keys) == [route(k, parallelism) for k in keys]
