@@ -112,8 +112,13 @@ def ensure_kafka_libs(progress: Progress | None = None) -> Path:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: a random UUID in URL-safe base64 without padding, never starting
+    with ``-`` (Kafka's own ``Uuid.randomUuid`` draws again then: the storage tool would read
+    such an id as an option; about one id in 64)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 # --------------------------------------------------------------------------- node config

@@ -31,7 +31,7 @@ POISON = '''
 """Per-user totals and counts whose functions each refuse some records."""
 from hailstorm import Count, Sum, Table, Topology, per_key
 
-topology = Topology("poison", on_error="{on_error}")
+topology = Topology("poison", on_error="{on_error}", dead_letter="{topic}.dead-letter")
 
 
 def explode(event):  # a generator: it raises while its items are taken
