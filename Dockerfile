@@ -17,7 +17,7 @@ COPY pyproject.toml README.md ./
 COPY hailstorm ./hailstorm
 COPY negotiator ./negotiator
 COPY topologies ./topologies
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir '.[s3]'
 
 ENTRYPOINT []
 CMD ["hailstorm", "--help"]

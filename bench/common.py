@@ -183,12 +183,12 @@ def pause_figures(run: Any) -> dict[str, Any]:
             "pause_max_ms": round(1000 * longest, 1)}
 
 
-def committed_snapshot_sizes(snapshots: Path, committed: Any) -> dict[str, int]:
+def committed_snapshot_sizes(snapshots: Path | str, committed: Any) -> dict[str, int]:
     """Processor id -> size in bytes of its snapshot file in the committed round
     ``committed`` (a :class:`negotiator.layout.CommittedRecord`)."""
-    from hailstorm.snapshots import DirectorySnapshotStore
+    from hailstorm.snapshots import open_store
 
-    store = DirectorySnapshotStore(snapshots)
+    store = open_store(snapshots)
     return {ident: store.resolve(location).size_bytes
             for ident, location in sorted(committed.snapshots.items())}
 

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hailstorm import config
-from hailstorm.devstack import DevStack, DevStackError
+from hailstorm.devstack import DEFAULT_SPARK_CORES, SPARK_MASTER_VAR, DevStack, DevStackError
 from hailstorm.halt import TopologyHalted
 from hailstorm.kafka import KafkaAuthError, KafkaConfigError, KafkaUnreachable
 from hailstorm.spark_runner import RestartsExhausted
@@ -72,7 +72,8 @@ def main() -> None:
 
 @main.group()
 def dev() -> None:
-    """The embedded dev stack: ZooKeeper, Apache Kafka and PostgreSQL on 127.0.0.1."""
+    """The embedded dev stack: ZooKeeper, Apache Kafka and PostgreSQL (and a Spark
+    standalone cluster with --spark-workers) on 127.0.0.1."""
 
 
 @dev.command("up")
@@ -89,6 +90,14 @@ def dev() -> None:
               default="plaintext", show_default=True,
               help="sasl_ssl: clients connect with SCRAM-SHA-256 over TLS (a CA the stack "
               "makes); 'dev env' then exports HAILSTORM_KAFKA_CONFIG.")
+@click.option("--spark-workers", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="N",
+              help="Also start a Spark standalone master and N workers (pyspark's own "
+              "classes); 'dev env' then exports HAILSTORM_SPARK_MASTER, which 'hailstorm run' "
+              "uses.")
+@click.option("--spark-cores", type=click.IntRange(min=1), default=DEFAULT_SPARK_CORES,
+              show_default=True, metavar="N",
+              help="Task slots each Spark worker offers (a processor instance takes one).")
 @click.option(
     "--timeout",
     type=float,
@@ -99,7 +108,7 @@ def dev() -> None:
 @_handle_errors
 def dev_up(
     state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, brokers: int,
-    kafka_security: str, timeout: float
+    kafka_security: str, spark_workers: int, spark_cores: int, timeout: float
 ) -> None:
     """Start the stack (idempotent: running services are left alone).
 
@@ -112,6 +121,8 @@ def dev_up(
         postgres_port=postgres_port,
         kafka_brokers=brokers,
         kafka_security=kafka_security,
+        spark_workers=spark_workers,
+        spark_cores=spark_cores,
         startup_timeout=timeout,
         progress=lambda message: console.print(f"[dim]·[/] {message}"),
     )
@@ -156,7 +167,7 @@ def dev_status(state_dir: Path) -> None:
 @_handle_errors
 def dev_env(state_dir: Path) -> None:
     """Print 'export' lines for HAILSTORM_ZK, _KAFKA, _DATABASE_URL and _SNAPSHOTS (and
-    _KAFKA_CONFIG for a sasl_ssl stack)."""
+    _KAFKA_CONFIG for a sasl_ssl stack, _SPARK_MASTER for one with Spark workers)."""
     for name, value in DevStack(state_dir).env().items():
         click.echo(f"export {name}={_shell_quote(value)}")
 
@@ -229,12 +240,16 @@ def show(topology_ref: str, dot: bool) -> None:
 
 @main.command()
 @click.argument("topology_ref", metavar="TOPOLOGY")
-@click.option("--master", metavar="URL", help="Spark master (default: local[N], N = processors).")
+@click.option("--master", metavar="URL", envvar=SPARK_MASTER_VAR,
+              help=f"Spark master (default: ${SPARK_MASTER_VAR}, which 'hailstorm dev up "
+              "--spark-workers N' exports, else local[N], N = processors).")
 @click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
 @click.option("--kafka", metavar="BOOTSTRAP", help=f"Kafka (default: ${config.KAFKA_VAR}).")
 @kafka_config_option
 @click.option(
-    "--snapshots", metavar="DIR", help=f"Snapshot directory (default: ${config.SNAPSHOTS_VAR})."
+    "--snapshots", metavar="DIR|URL",
+    help=f"Snapshot store: a directory or a URL such as s3://bucket/prefix (default: "
+    f"${config.SNAPSHOTS_VAR})."
 )
 @click.option(
     "--database", metavar="URL",
@@ -275,7 +290,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     import logging
 
     from hailstorm.runner import Driver, RunOptions
-    from hailstorm.spark_runner import SparkOptions, install_signal_handlers
+    from hailstorm.spark_runner import NotEnoughSlots, SparkOptions, install_signal_handlers
     from hailstorm.topology import TopologyError
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
@@ -287,7 +302,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     options = RunOptions(
         topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
         kafka_config=settings.kafka_config,
-        snapshots=str(settings.snapshot_dir()), name=name, host=host,
+        snapshots=settings.snapshot_location(), name=name, host=host,
         metrics_host=metrics_host, log_level=log_level,
         database_url=_absolute_sqlite(settings.database()),
         spark=SparkOptions(master=master, extra_conf=spark_conf,
@@ -300,7 +315,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         fail(str(exc))
     try:
         driver.prepare()
-    except LookupError as exc:  # a source topic that does not exist
+    except (LookupError, NotEnoughSlots) as exc:  # a source topic that does not exist
         fail(str(exc))
     install_signal_handlers(driver)
     failures = driver.run()
@@ -342,7 +357,7 @@ _add_negotiator_command()
 @click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
 @click.option("--kafka", metavar="BOOTSTRAP", help=f"Kafka (default: ${config.KAFKA_VAR}).")
 @kafka_config_option
-@click.option("--snapshots", "snapshot_dir", metavar="DIR",
+@click.option("--snapshots", "snapshot_dir", metavar="DIR|URL",
               help=f"Snapshot store (default: ${config.SNAPSHOTS_VAR}).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--watch", type=click.FloatRange(min=0.2), is_flag=False, flag_value=2.0,
@@ -372,19 +387,19 @@ def status_command(topology_ref: str | None, name: str | None, zk: str | None,
 # --------------------------------------------------------------------------- snapshots, export
 
 
-def _topology_arg(ref: str, store_root: Path) -> tuple[str, Any]:
+def _topology_arg(ref: str, store: Any) -> tuple[str, Any]:
     """TOPOLOGY as ``(name, loaded topology or None)``: a bare name that has snapshots in the
     store is used as is (no import); anything else is loaded as a module."""
     from hailstorm.topology import NAME_PATTERN, TopologyError, load_topology
 
     bare = bool(NAME_PATTERN.match(ref))
-    if bare and (store_root / ref).is_dir():
+    if bare and store.has_topology(ref):
         return ref, None
     try:
         topology = load_topology(ref)
     except TopologyError as exc:
         if bare:
-            fail(f"no snapshots of topology {ref!r} under {store_root}, and {ref!r} is not "
+            fail(f"no snapshots of topology {ref!r} under {store.location}, and {ref!r} is not "
                  "an importable topology module either")
         fail(str(exc))
     return topology.name, topology
@@ -406,8 +421,8 @@ def _committed_or_none(zk: str | None, name: str) -> Any:
 @main.command("snapshots")
 @click.argument("topology_ref", metavar="TOPOLOGY")
 @click.option(
-    "--snapshots", "snapshot_dir", metavar="DIR",
-    help=f"Snapshot directory (default: ${config.SNAPSHOTS_VAR}).",
+    "--snapshots", "snapshot_dir", metavar="DIR|URL",
+    help=f"Snapshot store: a directory or a URL (default: ${config.SNAPSHOTS_VAR}).",
 )
 @click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
 @click.option("--show", "show_bolt", metavar="BOLT", help="Print BOLT's snapshot as JSON lines.")
@@ -425,22 +440,22 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
     import json
 
     from hailstorm.clock import clock_to_json
-    from hailstorm.snapshots import DirectorySnapshotStore, SnapshotError
+    from hailstorm.snapshots import SnapshotError, open_store
     from hailstorm.topology import BoltSpec
 
     settings = config.Settings.from_env(zk=zk, snapshots=snapshot_dir)
-    store = DirectorySnapshotStore(settings.snapshot_dir())
-    name, topology = _topology_arg(topology_ref, store.root)
+    store = open_store(settings.snapshot_location())
+    name, topology = _topology_arg(topology_ref, store)
     committed = _committed_or_none(settings.zk, name)
     try:
         refs = store.list(name)
     except (OSError, ValueError, SnapshotError) as exc:
-        fail(f"cannot list the snapshots of {name} under {store.root}: {exc}")
+        fail(f"cannot list the snapshots of {name} under {store.location}: {exc}")
     if show_bolt is None:
         if not refs:
-            fail(f"no snapshots of topology {name!r} under {store.root}")
+            fail(f"no snapshots of topology {name!r} under {store.location}")
         live = committed.live_refs() if committed is not None else frozenset()
-        table = Table(title=f"snapshots of {name} in {store.root}")
+        table = Table(title=f"snapshots of {name} in {store.location}")
         for column in ("bolt", "inst", "epoch", "records", "bytes", "created (UTC)", "live"):
             table.add_column(column, no_wrap=True)
         table.add_column("clock", overflow="fold")
@@ -453,7 +468,7 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
         return
     chosen = [r for r in refs if r.bolt == show_bolt]
     if not chosen:
-        fail(f"no snapshots of bolt {show_bolt!r} of {name} under {store.root}")
+        fail(f"no snapshots of bolt {show_bolt!r} of {name} under {store.location}")
     if epoch is None and committed is not None and any(
         p.startswith(f"bolt:{show_bolt}:") for p in committed.snapshots
     ):
@@ -487,8 +502,8 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
 @click.option("--table", "table_name", metavar="NAME", help="Table to fill (default: BOLT).")
 @click.option("--epoch", type=int, help="Round to export (default: committed, else latest).")
 @click.option(
-    "--snapshots", "snapshot_dir", metavar="DIR",
-    help=f"Snapshot directory (default: ${config.SNAPSHOTS_VAR}).",
+    "--snapshots", "snapshot_dir", metavar="DIR|URL",
+    help=f"Snapshot store: a directory or a URL (default: ${config.SNAPSHOTS_VAR}).",
 )
 @click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
 @click.option("--master", metavar="URL", help="Spark master (default: local[2]).")
@@ -506,7 +521,7 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
     """
     from hailstorm.export import RichExportListener, export_bolt
     from hailstorm.sinks import SinkError, scrub
-    from hailstorm.snapshots import DirectorySnapshotStore, SnapshotError
+    from hailstorm.snapshots import SnapshotError, open_store
     from hailstorm.spark_runner import SparkOptions, build_session
     from hailstorm.topology import TopologyError, load_topology
 
@@ -516,7 +531,7 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
         topology = load_topology(topology_ref)
     except TopologyError as exc:
         fail(str(exc))
-    store = DirectorySnapshotStore(settings.snapshot_dir())
+    store = open_store(settings.snapshot_location())
     sessions: list[Any] = []
 
     def session() -> Any:
@@ -700,7 +715,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
             if use_env:
                 settings = config.Settings.from_env()
                 addresses = StackAddresses(settings.require_zk(), settings.require_kafka(),
-                                           settings.snapshot_dir(), settings.database_url)
+                                           settings.snapshot_location(), settings.database_url)
                 if database == "postgresql" and not is_postgres_url(settings.database_url):
                     fail("--database postgresql with --use-env needs $HAILSTORM_DATABASE_URL "
                          "to name a PostgreSQL server (or pass --database sqlite)")

@@ -71,9 +71,11 @@ class Settings:
         """The sink database URL; SQLite in the working directory when unset."""
         return self.database_url or DEFAULT_DATABASE_URL
 
-    def snapshot_dir(self) -> Path:
-        """Where snapshots live; under the dev state directory when unset."""
-        return Path(self.snapshots or Path(DEFAULT_STATE_DIR) / "snapshots")
+    def snapshot_location(self) -> str:
+        """Where snapshots live: a directory, or an fsspec URL such as ``s3://bucket/prefix``
+        (see :func:`hailstorm.snapshots.open_store`); under the dev state directory when
+        unset."""
+        return self.snapshots or str(Path(DEFAULT_STATE_DIR) / "snapshots")
 
 
 def _require(value: str | None, var: str, flag: str) -> str:

@@ -81,6 +81,18 @@ def kafka_node_name(node: int) -> str:
     return f"kafka-{node}"
 
 
+SPARK_MASTER = "spark-master"
+SPARK_MASTER_VAR = "HAILSTORM_SPARK_MASTER"
+"""The Spark master URL ``hailstorm run`` uses when ``--master`` is not given."""
+DEFAULT_SPARK_CORES = 8
+"""Task slots per dev worker: processors wait on sockets and ZooKeeper most of the time, so
+a slot is not a core's worth of work."""
+
+
+def spark_worker_name(worker: int) -> str:
+    return f"spark-worker-{worker}"
+
+
 @dataclass
 class KafkaClusterState:
     """The dev Kafka cluster: its id, every node's ports, and how clients connect."""
@@ -119,11 +131,23 @@ class StackState:
     services: dict[str, ServiceRecord] = field(default_factory=dict)
     database_password: str = ""
     kafka: KafkaClusterState | None = None
+    spark_workers: int = 0
+    """Workers of the stack's Spark standalone cluster (0: no cluster)."""
+    spark_cores: int = 0
+    """Task slots each Spark worker offers."""
 
     def service_names(self) -> list[str]:
         """Every record name this stack has when complete, in start order."""
         nodes = sorted(self.kafka.nodes) if self.kafka else [1]
-        return ["zookeeper", *(kafka_node_name(n) for n in nodes), "postgres"]
+        spark = ([SPARK_MASTER, *(spark_worker_name(i) for i in range(1, self.spark_workers + 1))]
+                 if self.spark_workers else [])
+        return ["zookeeper", *(kafka_node_name(n) for n in nodes), "postgres", *spark]
+
+    @property
+    def spark_master_url(self) -> str | None:
+        """``spark://127.0.0.1:<port>`` of the stack's cluster (None: it has none)."""
+        record = self.services.get(SPARK_MASTER)
+        return f"spark://{LOOPBACK}:{record.port}" if record is not None else None
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -151,6 +175,8 @@ class StackState:
         }
         if self.kafka_client_config is not None:
             variables[KAFKA_CONFIG_VAR] = str(self.kafka_client_config)
+        if self.spark_master_url is not None:
+            variables[SPARK_MASTER_VAR] = self.spark_master_url
         return variables
 
     def to_json(self) -> str:
@@ -159,6 +185,8 @@ class StackState:
                 "state_dir": self.state_dir,
                 "database_password": self.database_password,
                 "kafka": self.kafka.to_jsonable() if self.kafka else None,
+                "spark_workers": self.spark_workers,
+                "spark_cores": self.spark_cores,
                 "services": {n: asdict(r) for n, r in self.services.items()},
             },
             indent=2,
@@ -172,6 +200,8 @@ class StackState:
             state_dir=data["state_dir"],
             database_password=data.get("database_password", ""),
             kafka=KafkaClusterState.from_jsonable(kafka) if kafka else None,
+            spark_workers=int(data.get("spark_workers", 0)),
+            spark_cores=int(data.get("spark_cores", 0)),
             services={n: ServiceRecord(**r) for n, r in data.get("services", {}).items()},
         )
 
@@ -359,9 +389,14 @@ class DevStack:
         postgres_port: int = 0,
         kafka_brokers: int = 1,
         kafka_security: str = "plaintext",
+        spark_workers: int = 0,
+        spark_cores: int = DEFAULT_SPARK_CORES,
         startup_timeout: float = 60.0,
         progress: Progress | None = None,
     ) -> None:
+        if spark_workers < 0 or spark_cores < 1:
+            raise DevStackError(f"--spark-workers must be >= 0 and --spark-cores >= 1, not "
+                                f"{spark_workers} and {spark_cores}")
         if kafka_brokers < 1:
             raise DevStackError(f"--brokers must be at least 1, not {kafka_brokers}")
         if kafka_security not in ("plaintext", "sasl_ssl"):
@@ -372,6 +407,8 @@ class DevStack:
         self.ports = {"zookeeper": zk_port, "kafka": kafka_port, "postgres": postgres_port}
         self.kafka_brokers = kafka_brokers
         self.kafka_security = kafka_security
+        self.spark_workers = spark_workers
+        self.spark_cores = spark_cores
         self.startup_timeout = startup_timeout
         self.progress: Progress = progress or (lambda _message: None)
 
@@ -425,6 +462,7 @@ class DevStack:
                 state.services[name] = starter(state)
                 self._save(state)
                 self.progress(f"{name} ready on {LOOPBACK}:{state.services[name].port}")
+            self._up_spark(state)
         except BaseException:
             self._save(state)
             raise
@@ -461,6 +499,8 @@ class DevStack:
             self._save(state)
         for name in SERVICES:
             self._cleanup_data(name)
+        for worker in range(1, state.spark_workers + 1):
+            shutil.rmtree(self.state_dir / spark_worker_name(worker), ignore_errors=True)
         # Snapshots name offsets of a broker that is gone now: never let them outlive it.
         shutil.rmtree(self.state_dir / "snapshots", ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
@@ -488,6 +528,70 @@ class DevStack:
                 f"the dev stack under {self.state_dir} is not up: run 'hailstorm dev up' first"
             )
         return state.env()
+
+    # -- the Spark standalone cluster
+
+    def _up_spark(self, state: StackState) -> None:
+        """Start the Spark master and workers that should run and do not (none unless
+        asked for: ``spark_workers``)."""
+        if self.spark_workers and not state.spark_workers:
+            state.spark_workers, state.spark_cores = self.spark_workers, self.spark_cores
+        if not state.spark_workers:
+            return
+        master = state.services.get(SPARK_MASTER)
+        if master is None or not pid_alive(master.pid, master.marker):
+            self.progress("starting the Spark master")
+            state.services[SPARK_MASTER] = self._start_spark_master()
+            self._save(state)
+        url = state.spark_master_url
+        assert url is not None
+        for worker in range(1, state.spark_workers + 1):
+            name = spark_worker_name(worker)
+            record = state.services.get(name)
+            if record is not None and pid_alive(record.pid, record.marker):
+                continue
+            self.progress(f"starting {name} ({state.spark_cores} task slots)")
+            state.services[name] = self._start_spark_worker(state, worker, url)
+            self._save(state)
+        self.progress(f"Spark cluster ready at {url}: {state.spark_workers} workers, "
+                      f"{state.spark_workers * state.spark_cores} task slots")
+
+    def _spark_argv(self, main_class: str, *args: str) -> list[str]:
+        return [java_binary(), "-Xmx512m", "-cp", f"{pyspark_jars()}/*", main_class, *args]
+
+    def _spark_env(self) -> dict[str, str]:
+        import pyspark
+
+        home = str(Path(pyspark.__file__).parent)  # pip's pyspark is a Spark home (bin/, jars/)
+        # Without a RELEASE file Spark's launcher looks for build directories to learn the
+        # Scala version when a worker starts an executor: pyspark 4 is built for 2.13.
+        return dict(os.environ, SPARK_HOME=home, SPARK_SCALA_VERSION="2.13",
+                    SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(self.state_dir / "logs"))
+
+    def _start_spark_master(self) -> ServiceRecord:
+        port, ui = free_port(), free_port()
+        argv = self._spark_argv("org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
+                                "--port", str(port), "--webui-port", str(ui))
+        record, process = self._spawn(SPARK_MASTER, argv, port, marker=f"--webui-port {ui}",
+                                      env=self._spark_env())
+        return _await_ready(record, lambda: _listens(port), lambda: process.poll() is None,
+                            self.startup_timeout)
+
+    def _start_spark_worker(self, state: StackState, worker: int, url: str) -> ServiceRecord:
+        name = spark_worker_name(worker)
+        work = self.state_dir / name
+        work.mkdir(exist_ok=True)
+        port, ui = free_port(), free_port()
+        argv = self._spark_argv("org.apache.spark.deploy.worker.Worker", url,
+                                "--host", LOOPBACK, "--port", str(port),
+                                "--webui-port", str(ui), "--cores", str(state.spark_cores),
+                                "--memory", "2g", "--work-dir", str(work))
+        record, process = self._spawn(name, argv, port, marker=str(work),
+                                      env=self._spark_env())
+        log = Path(record.log)
+        return _await_ready(
+            record, lambda: "Successfully registered with master" in _tail(log, 200),
+            lambda: process.poll() is None, self.startup_timeout)
 
     # -- Kafka nodes (the chaos harness stops and restarts them)
 
@@ -856,6 +960,14 @@ class DevStack:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _listens(port: int) -> bool:
+    try:
+        socket.create_connection((LOOPBACK, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def four_letter_word(port: int, word: bytes, timeout: float = 2.0) -> bytes:

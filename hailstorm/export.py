@@ -41,10 +41,11 @@ from hailstorm.sinks.sql import EXPORTS_TABLE, TableShape
 from hailstorm.sinks.urls import parse_url, redact
 from hailstorm.sinks.writer import ensure_table
 from hailstorm.snapshots import (
-    DirectorySnapshotStore,
     SnapshotError,
     SnapshotRef,
+    SnapshotStore,
     jsonable,
+    open_store,
     snapshot_key,
 )
 from hailstorm.topology import NAME_PATTERN, BoltSpec, Topology
@@ -210,7 +211,7 @@ class Round:
 
 
 def complete_rounds(
-    store: DirectorySnapshotStore, topology: str, bolt: str
+    store: SnapshotStore, topology: str, bolt: str
 ) -> dict[int, tuple[SnapshotRef, ...]]:
     """Epoch -> the refs of every round of ``bolt`` that has all its instances."""
     by_epoch: dict[int, list[SnapshotRef]] = {}
@@ -251,7 +252,7 @@ def read_committed(zk: str, topology: str, timeout: float = 5.0) -> Any:
 
 
 def _committed_round(
-    store: DirectorySnapshotStore, topology: str, bolt: str, committed: Any
+    store: SnapshotStore, topology: str, bolt: str, committed: Any
 ) -> Round | None:
     prefix = f"bolt:{bolt}:"
     located: list[SnapshotRef] = []
@@ -277,7 +278,7 @@ def _committed_round(
 
 
 def choose_round(
-    store: DirectorySnapshotStore,
+    store: SnapshotStore,
     topology: str,
     bolt: str,
     *,
@@ -288,13 +289,13 @@ def choose_round(
     """The round to read: ``epoch`` if given, else the committed round (ZooKeeper, when
     ``zk`` is given and holds one for this bolt), else the latest complete round."""
     rounds = complete_rounds(store, topology, bolt)
-    where = f"{store.root}/{topology}/{bolt}"
+    where = f"{store.location}/{topology}/{bolt}"
     if epoch is not None:
         refs = rounds.get(epoch)
         if refs is None:
             known = ", ".join(map(str, rounds)) or "none"
             raise ExportError(
-                f"no complete round {epoch} of {topology}/{bolt} under {store.root} "
+                f"no complete round {epoch} of {topology}/{bolt} under {store.location} "
                 f"(complete rounds: {known})"
             )
         return Round(epoch, dict(refs[0].clock), refs, "--epoch")
@@ -391,7 +392,7 @@ def _read_instance_task(
     """The Spark task: snapshot keys in, rows (per_key) or states (whole) out."""
 
     def run(keys: Iterator[str]) -> Iterator[Any]:
-        from hailstorm.snapshots import DirectorySnapshotStore
+        from hailstorm.snapshots import open_store
         from hailstorm.topology import BoltSpec, load_topology
 
         state_monoid = monoid
@@ -401,7 +402,7 @@ def _read_instance_task(
             assert isinstance(spec, BoltSpec)
             state_monoid = spec.state
         mapping = state_mapping(state_monoid)
-        store = DirectorySnapshotStore(root)
+        store = open_store(root)
         for key in keys:
             _, state = store.load(key, state_monoid)
             if mapping.layout == "whole":
@@ -429,7 +430,7 @@ def export_bolt(
     bolt: str,
     url: str,
     table: str,
-    store: DirectorySnapshotStore,
+    store: SnapshotStore,
     session: Any,
     epoch: int | None = None,
     zk: str | None = None,
@@ -520,7 +521,7 @@ def export_bolt(
     def read_rows() -> Iterator[Any]:
         keys = [r.key for r in chosen.refs]
         module = topology.module_file or topology.source
-        task = _read_instance_task(str(store.root), module, bolt, None if module else monoid)
+        task = _read_instance_task(store.location, module, bolt, None if module else monoid)
         spark = session() if callable(session) else session
         sc = spark.sparkContext
         sc.setJobDescription(f"hailstorm export {topology.name}/{bolt} round {chosen.epoch}")
@@ -576,9 +577,9 @@ def export_bolt(
     return outcome
 
 
-def snapshot_store(root: str | Path) -> DirectorySnapshotStore:
-    """The snapshot store under ``root`` (``HAILSTORM_SNAPSHOTS``)."""
-    return DirectorySnapshotStore(root)
+def snapshot_store(root: str | Path) -> SnapshotStore:
+    """The snapshot store at ``root`` (``HAILSTORM_SNAPSHOTS``: a directory or a URL)."""
+    return open_store(root)
 
 
 class RichExportListener(ExportListener):

@@ -59,11 +59,11 @@ from kazoo.exceptions import NoNodeError
 
 from hailstorm import kafka
 from hailstorm.clock import Partition
-from hailstorm.devstack import pid_alive, stop_pid
+from hailstorm.devstack import SPARK_MASTER_VAR, pid_alive, stop_pid
 from hailstorm.failpoints import FAILPOINTS_DIR_VAR, PAUSE_DIR_VAR, pause_request
 from hailstorm.model import Message, ModelResult, run_model
 from hailstorm.sinks.urls import is_postgres_url, redact
-from hailstorm.snapshots import DirectorySnapshotStore
+from hailstorm.snapshots import open_store
 from hailstorm.topic import Topic
 from hailstorm.topology import SinkSpec, Table, Topology, load_topology
 from hailstorm.workloads import KeyedEvents, ZipfText
@@ -168,7 +168,8 @@ class StackAddresses:
 
     zk: str
     kafka: str
-    snapshots: Path
+    snapshots: Path | str
+    """A directory, or a URL of another snapshot store (:func:`~hailstorm.snapshots.open_store`)."""
     database: str | None = None
     """The stack's sink database; runs create a database of their own on its server
     (:func:`private_database`)."""
@@ -177,7 +178,9 @@ class StackAddresses:
     def from_env(cls, env: Mapping[str, str]) -> StackAddresses:
         """From ``HAILSTORM_ZK``, ``HAILSTORM_KAFKA``, ``HAILSTORM_SNAPSHOTS`` (and
         ``HAILSTORM_DATABASE_URL``)."""
-        return cls(env["HAILSTORM_ZK"], env["HAILSTORM_KAFKA"], Path(env["HAILSTORM_SNAPSHOTS"]),
+        snapshots = env["HAILSTORM_SNAPSHOTS"]
+        return cls(env["HAILSTORM_ZK"], env["HAILSTORM_KAFKA"],
+                   snapshots if "://" in snapshots else Path(snapshots),
                    env.get("HAILSTORM_DATABASE_URL"))
 
 
@@ -748,6 +751,7 @@ class TopologyRun:
         brokers: BrokerControl | None = None,
         broker_downtime: tuple[float, float] = (3.0, 8.0),
         zombies: bool = False,
+        master: str | None = None,
     ) -> None:
         self.stack = stack
         self.topology_ref = str(topology_ref)
@@ -793,6 +797,12 @@ class TopologyRun:
             PYSPARK_PYTHON=sys.executable, HAILSTORM_ZK=stack.zk,
             HAILSTORM_KAFKA=stack.kafka, HAILSTORM_SNAPSHOTS=str(stack.snapshots),
             HAILSTORM_DATABASE_URL=self.database)
+        self.master_url = master
+        """The Spark master the driver uses (None: ``local[N]``, whatever the environment
+        says)."""
+        self.env.pop(SPARK_MASTER_VAR, None)
+        if master is not None:
+            self.env[SPARK_MASTER_VAR] = master
         if zombies:  # sinks stop where the harness asks them to (failpoints.pause_point)
             pause_dir = log_dir / "pause"
             pause_dir.mkdir(exist_ok=True)
@@ -963,7 +973,7 @@ class TopologyRun:
         committed = committed or self.committed()
         if committed is None:
             raise HarnessError("nothing committed yet")
-        store = DirectorySnapshotStore(self.stack.snapshots)
+        store = open_store(self.stack.snapshots)
         result = {}
         for bolt in self.topology.bolts:
             instances, clocks = [], []

@@ -32,7 +32,7 @@ from hailstorm.auth import SECRET_FILE_VAR, RunSecret
 from hailstorm.clock import Partition
 from hailstorm.kafka import partitions_of
 from hailstorm.processors.runtime import Assignment, run_processor
-from hailstorm.spark_runner import SparkOptions, StageRunner, build_session
+from hailstorm.spark_runner import SparkOptions, StageRunner, build_session, check_slots
 from hailstorm.topology import Topology, load_topology
 from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
 from negotiator.layout import (
@@ -155,7 +155,8 @@ class Driver:
             Assignment(
                 topology_ref=o.topology_ref, name=self.name, processor=pid, zk=o.zk,
                 kafka=o.kafka, kafka_config=o.kafka_config,
-                snapshots=str(Path(o.snapshots).resolve()), host=o.host,
+                snapshots=o.snapshots if "://" in o.snapshots else
+                str(Path(o.snapshots).resolve()), host=o.host,
                 metrics_host=o.metrics_host,
                 session_timeout=o.session_timeout, log_level=o.log_level,
                 database_url=o.database_url,
@@ -174,6 +175,8 @@ class Driver:
                 *spark.extra_conf))
         session = build_session(spark, slots=len(assignments))
         self.session = session
+        if not session.sparkContext.master.startswith("local"):
+            check_slots(session, len(assignments), wait=spark.slot_wait)
         self.runner = StageRunner(
             session, assignments, run_processor, spark, made_progress=self.committed_since,
             prepare_attempt=None if self.fixed_secret else self.with_fresh_secret)

@@ -57,6 +57,7 @@ import json
 import math
 import os
 import re
+import tempfile
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -71,11 +72,13 @@ import fastavro
 from fastavro.write import Writer
 
 from hailstorm.clock import Clock, clock_from_json, clock_to_json
+from hailstorm.failpoints import failpoint
 from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.routing import route as default_route
 
 __all__ = [
     "DirectorySnapshotStore",
+    "FsspecSnapshotStore",
     "SnapshotCorruptError",
     "SnapshotError",
     "SnapshotExistsError",
@@ -83,6 +86,7 @@ __all__ = [
     "SnapshotRef",
     "SnapshotStore",
     "jsonable",
+    "open_store",
     "snapshot_key",
     "write_snapshot",
 ]
@@ -525,7 +529,6 @@ class SnapshotStore(ABC):
     recorded in ZooKeeper).
     """
 
-    @abstractmethod
     def put(
         self,
         *,
@@ -539,6 +542,22 @@ class SnapshotStore(ABC):
         state: Any,
     ) -> SnapshotRef:
         """Durably and atomically store ``state`` as the snapshot of this round."""
+        started = time.perf_counter()
+        key = snapshot_key(topology, bolt, instance, epoch)
+
+        def write(raw: IO[bytes]) -> str:
+            return write_snapshot(raw, topology=topology, bolt=bolt, instance=instance,
+                                  parallelism=parallelism, epoch=epoch, clock=clock,
+                                  monoid=monoid, state=state)[1]
+
+        ref = self._store(key, write)
+        return replace(ref, duration_s=time.perf_counter() - started)
+
+    @abstractmethod
+    def _store(self, key: str, write: Callable[[IO[bytes]], str]) -> SnapshotRef:
+        """Make the file ``write`` writes (to an empty seekable stream; it returns the
+        checksum) the snapshot at ``key``, durably and atomically, never overwriting
+        other content; return its ref."""
 
     @abstractmethod
     def open(self, ref: SnapshotRef) -> IO[bytes]:
@@ -557,13 +576,33 @@ class SnapshotStore(ABC):
         """Remove one snapshot (no error if already gone)."""
 
     @abstractmethod
+    def _files(self, topology: str) -> Iterator[tuple[str, int, int, Any, bool]]:
+        """``(bolt, instance, epoch, locator, is_temp)`` of every snapshot-like file of
+        ``topology`` (``locator`` is what :meth:`_remove` and :meth:`_written_at` take)."""
+
+    @abstractmethod
+    def _remove(self, locators: Iterable[Any]) -> builtins.list[str]:
+        """Remove the files (gone already is fine); the keys of those removed."""
+
+    @abstractmethod
+    def _written_at(self, locator: Any) -> float:
+        """When the file was written (POSIX time; ``inf`` when it is gone)."""
+
     def delete_older_than(self, topology: str, epoch: int) -> builtins.list[str]:
         """Remove the rounds before ``epoch``; keeps each bolt's latest round regardless.
 
         Returns the removed keys.
         """
+        files = list(self._files(topology))
+        newest: dict[str, int] = {}
+        for bolt, _, e, _, temp in files:
+            if not temp:
+                newest[bolt] = max(e, newest.get(bolt, -1))
+        return self._remove(
+            locator for bolt, _, e, locator, temp in files
+            if e < epoch and (temp or e != newest[bolt])
+        )
 
-    @abstractmethod
     def forget_rounds(
         self,
         topology: str,
@@ -579,8 +618,23 @@ class SnapshotStore(ABC):
 
         Returns the removed keys.
         """
+        keep = frozenset(keep_epochs)
+        return self._remove(
+            locator for _, _, e, locator, _ in self._files(topology)
+            if e <= up_to_epoch and e not in keep
+            and (written_before is None or self._written_at(locator) < written_before)
+        )
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the store is (a directory or a URL), for messages."""
 
     # -- built on the primitives -------------------------------------------------------
+
+    def has_topology(self, topology: str) -> bool:
+        """True when some snapshot file of ``topology`` is in the store."""
+        return next(iter(self._files(topology)), None) is not None
 
     def _ref(self, ref: SnapshotRef | str) -> SnapshotRef:
         return ref if isinstance(ref, SnapshotRef) else self.resolve(ref)
@@ -734,6 +788,21 @@ def _check_round(refs: list[SnapshotRef]) -> list[SnapshotRef]:
     return ordered
 
 
+def _same_content(old: IO[bytes], new: IO[bytes], name: str) -> bool:
+    """True when two snapshot files hold the same round (what ``hailstorm.created`` and the
+    checksum say aside), the old one verified; both are left anywhere."""
+    ignored = {"hailstorm.created", CHECKSUM_KEY}
+    old_header = _read_header(old, name)
+    new_header = _read_header(new, f"{name} (new)")
+    same_meta = {k: v for k, v in old_header.meta.items() if k not in ignored} == {
+        k: v for k, v in new_header.meta.items() if k not in ignored
+    }
+    if same_meta and _records_digest(old, old_header) == _records_digest(new, new_header):
+        _verify(old, name, old_header)
+        return True
+    return False
+
+
 def _mtime(path: Path) -> float:
     """When ``path`` was last written (``inf`` when it is gone: nothing to remove)."""
     try:
@@ -762,6 +831,10 @@ class DirectorySnapshotStore(SnapshotStore):
     def __repr__(self) -> str:
         return f"DirectorySnapshotStore({str(self.root)!r})"
 
+    @property
+    def location(self) -> str:
+        return str(self.root)
+
     def _path(self, key: str) -> Path:
         return self.root / key
 
@@ -777,20 +850,7 @@ class DirectorySnapshotStore(SnapshotStore):
                 d.mkdir(mode=0o700)  # state is the topology's data: its owner's only
             _fsync_dir(d.parent)
 
-    def put(
-        self,
-        *,
-        topology: str,
-        bolt: str,
-        instance: int,
-        parallelism: int,
-        epoch: int,
-        clock: Clock,
-        monoid: Monoid[Any],
-        state: Any,
-    ) -> SnapshotRef:
-        started = time.perf_counter()
-        key = snapshot_key(topology, bolt, instance, epoch)
+    def _store(self, key: str, write: Callable[[IO[bytes]], str]) -> SnapshotRef:
         final = self._path(key)
         self._make_dirs(final.parent)
         temp = final.with_name(f".{final.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
@@ -798,17 +858,7 @@ class DirectorySnapshotStore(SnapshotStore):
                      0o600)
         try:
             with open(fd, "wb") as raw:
-                write_snapshot(
-                    raw,
-                    topology=topology,
-                    bolt=bolt,
-                    instance=instance,
-                    parallelism=parallelism,
-                    epoch=epoch,
-                    clock=clock,
-                    monoid=monoid,
-                    state=state,
-                )
+                write(raw)
                 os.fsync(raw.fileno())
             if final.exists():
                 existing = self._same_or_raise(final, temp, key)
@@ -820,20 +870,12 @@ class DirectorySnapshotStore(SnapshotStore):
                 temp.unlink()
             raise
         _fsync_dir(final.parent)
-        ref = self._read_ref(final, key)
-        return replace(ref, duration_s=time.perf_counter() - started)
+        return self._read_ref(final, key)
 
     def _same_or_raise(self, final: Path, temp: Path, key: str) -> SnapshotRef:
         """The existing snapshot if ``temp`` has the same content, else raise."""
-        ignored = {"hailstorm.created", CHECKSUM_KEY}
         with open(final, "rb") as old, open(temp, "rb") as new:
-            old_header = _read_header(old, str(final))
-            new_header = _read_header(new, str(temp))
-            same_meta = {k: v for k, v in old_header.meta.items() if k not in ignored} == {
-                k: v for k, v in new_header.meta.items() if k not in ignored
-            }
-            if same_meta and _records_digest(old, old_header) == _records_digest(new, new_header):
-                _verify(old, str(final), old_header)
+            if _same_content(old, new, str(final)):
                 return self._read_ref(final, key)
         raise SnapshotExistsError(
             f"{final} already exists with different content: snapshots are never overwritten"
@@ -908,30 +950,8 @@ class DirectorySnapshotStore(SnapshotStore):
             return
         _fsync_dir(path.parent)
 
-    def delete_older_than(self, topology: str, epoch: int) -> builtins.list[str]:
-        files = list(self._files(topology))
-        newest: dict[str, int] = {}
-        for bolt, _, e, _, temp in files:
-            if not temp:
-                newest[bolt] = max(e, newest.get(bolt, -1))
-        return self._remove(
-            path for bolt, _, e, path, temp in files
-            if e < epoch and (temp or e != newest[bolt])
-        )
-
-    def forget_rounds(
-        self,
-        topology: str,
-        up_to_epoch: int,
-        keep_epochs: Iterable[int],
-        written_before: float | None = None,
-    ) -> builtins.list[str]:
-        keep = frozenset(keep_epochs)
-        return self._remove(
-            path for _, _, e, path, _ in self._files(topology)
-            if e <= up_to_epoch and e not in keep
-            and (written_before is None or _mtime(path) < written_before)
-        )
+    def _written_at(self, locator: Any) -> float:
+        return _mtime(locator)
 
     def _remove(self, paths: Iterable[Path]) -> builtins.list[str]:
         """Unlink ``paths`` (gone already is fine), fsync their directories; their keys."""
@@ -943,3 +963,149 @@ class DirectorySnapshotStore(SnapshotStore):
         for directory in {path.parent for path in removed}:
             _fsync_dir(directory)
         return [self._key_of(path) for path in removed]
+
+
+_UPLOAD_CHUNK = 5 * 1024 * 1024
+"""Bytes per upload part (S3's smallest): a larger snapshot goes up as a multipart upload,
+which becomes visible only when completed."""
+
+
+class FsspecSnapshotStore(SnapshotStore):
+    """Snapshots under an fsspec URL: ``s3://bucket/prefix`` (s3fs), ``gs://``, ``memory://``
+    or whatever else fsspec reaches, for clusters whose hosts share no filesystem.
+
+    Object stores have no atomic rename, so a round file is written straight to its final
+    key by one upload (an S3 PUT, or a multipart upload completed at the end: readers see
+    the whole object or none; an upload cut short leaves nothing at the key) and then
+    **verified**: the key must not exist before, and must hold exactly the checksum just
+    written after. A retried write of the same round is accepted when the content is the
+    same, as for :class:`DirectorySnapshotStore`; other content already there is
+    :class:`SnapshotExistsError`. Credentials and endpoints come from the backend's usual
+    configuration (for S3: ``AWS_*`` environment variables, ``~/.aws``), never from the URL.
+    """
+
+    def __init__(self, url: str, **storage_options: Any) -> None:
+        import fsspec
+
+        self.url = url.rstrip("/")
+        self.fs, base = fsspec.core.url_to_fs(self.url, **storage_options)
+        self.base = str(base).rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"FsspecSnapshotStore({self.url!r})"
+
+    @property
+    def location(self) -> str:
+        return self.url
+
+    def _full(self, key: str) -> str:
+        return f"{self.base}/{key}"
+
+    def _uri(self, key: str) -> str:
+        return f"{self.url}/{key}"
+
+    def _key_of(self, location: str) -> str:
+        """The key of ``location`` (a key, or a URI of this store); anything outside the
+        store is refused (refs are read from ZooKeeper)."""
+        if "://" in location:
+            if not location.startswith(self.url + "/"):
+                raise SnapshotError(f"{location} is outside the snapshot store {self.url}: "
+                                    "refused")
+            location = location[len(self.url) + 1:]
+        parts = location.split("/")
+        if location.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"{location!r} is not a snapshot key of {self}")
+        return location
+
+    def _store(self, key: str, write: Callable[[IO[bytes]], str]) -> SnapshotRef:
+        final = self._full(key)
+        with tempfile.TemporaryFile() as raw:
+            checksum = write(raw)
+            if self.fs.exists(final):
+                return self._same_or_raise(final, raw, key)
+            raw.seek(0)
+            with self.fs.open(final, "wb", block_size=_UPLOAD_CHUNK) as out:
+                first = True
+                while chunk := raw.read(_UPLOAD_CHUNK):
+                    out.write(chunk)
+                    if first:
+                        first = False
+                        failpoint("snapshots.upload")  # tests: die with an upload under way
+            self.fs.invalidate_cache(final)
+            ref = self.resolve(key)
+            if ref.checksum != checksum:  # another writer's object won the key
+                return self._same_or_raise(final, raw, key)
+        return self.verify(ref)
+
+    def _same_or_raise(self, final: str, raw: IO[bytes], key: str) -> SnapshotRef:
+        raw.seek(0)
+        with self.fs.open(final, "rb") as old:
+            if _same_content(old, raw, self._uri(key)):
+                return self.resolve(key)
+        raise SnapshotExistsError(f"{self._uri(key)} already exists with different content: "
+                                  "snapshots are never overwritten")
+
+    def open(self, ref: SnapshotRef) -> IO[bytes]:
+        return cast(IO[bytes], self.fs.open(self._full(self._key_of(ref.uri)), "rb"))
+
+    def resolve(self, location: str) -> SnapshotRef:
+        key = self._key_of(location)
+        uri = self._uri(key)
+        with self.fs.open(self._full(key), "rb") as fo:
+            header = _read_header(fo, uri)
+            size = fo.seek(0, io.SEEK_END)
+        return _ref_from_header(header, key, uri, size, uri)
+
+    def _files(self, topology: str) -> Iterator[tuple[str, int, int, Any, bool]]:
+        _check_name("topology", topology)
+        top = self._full(topology)
+        self.fs.invalidate_cache(top)
+        try:
+            found = self.fs.find(top)
+        except FileNotFoundError:
+            return
+        for path in found:
+            relative = str(path)[len(self.base) + 1:].split("/")
+            if len(relative) != 4 or not relative[2].isdigit():
+                continue
+            _, bolt, instance, name = relative
+            match = _FILE_NAME.match(name)
+            if match:
+                yield bolt, int(instance), int(match.group(1)), str(path), False
+
+    def list(self, topology: str) -> builtins.list[SnapshotRef]:
+        refs = [self.resolve(path[len(self.base) + 1:])
+                for _, _, _, path, _ in self._files(topology)]
+        return sorted(refs, key=lambda r: (r.bolt, r.instance, r.epoch))
+
+    def delete(self, ref: SnapshotRef | str) -> None:
+        key = self._key_of(ref.uri if isinstance(ref, SnapshotRef) else ref)
+        self._remove([self._full(key)])
+
+    def _remove(self, locators: Iterable[Any]) -> builtins.list[str]:
+        removed = []
+        for path in sorted(locators):
+            try:
+                self.fs.rm_file(path)
+            except FileNotFoundError:
+                continue
+            removed.append(str(path)[len(self.base) + 1:])
+        return removed
+
+    def _written_at(self, locator: Any) -> float:
+        try:
+            return float(self.fs.modified(locator).timestamp())
+        except FileNotFoundError:
+            return math.inf
+
+
+def open_store(location: str | os.PathLike[str]) -> SnapshotStore:
+    """The snapshot store at ``location``: a directory (a path, or a ``file://`` URL), or
+    any other fsspec URL (``s3://bucket/prefix``...)."""
+    text = str(location)
+    scheme = urlparse(text).scheme if "://" in text else ""
+    if not scheme:
+        return DirectorySnapshotStore(text)
+    if scheme == "file":
+        return DirectorySnapshotStore(unquote(urlparse(text).path))
+    return FsspecSnapshotStore(text)

@@ -44,6 +44,9 @@ class SparkOptions:
     #: without progress in between (None: never give up).
     max_attempts: int | None = None
     extra_conf: tuple[tuple[str, str], ...] = ()
+    #: How long a cluster may take to offer a slot per processor (executors registering,
+    #: a lost worker coming back) before the driver stops with :class:`NotEnoughSlots`.
+    slot_wait: float = 60.0
 
 
 def default_master(slots: int) -> str:
@@ -82,6 +85,35 @@ def build_session(options: SparkOptions, slots: int, py_files: Sequence[Path] = 
     for path in py_files:
         session.sparkContext.addPyFile(str(path))
     return session
+
+
+class NotEnoughSlots(RuntimeError):
+    """The Spark cluster offers fewer task slots than the barrier stage has tasks."""
+
+
+def cluster_slots(session: Any) -> int:
+    """How many tasks the cluster can run at once now (what Spark's barrier check counts)."""
+    jsc = session.sparkContext._jsc.sc()
+    profile = jsc.resourceProfileManager().defaultResourceProfile()
+    return int(jsc.maxNumConcurrentTasks(profile))
+
+
+def check_slots(session: Any, needed: int, wait: float = 30.0, poll: float = 0.5) -> int:
+    """Wait (up to ``wait`` s, while executors register) until the cluster offers ``needed``
+    task slots; raise :class:`NotEnoughSlots` naming both numbers otherwise. A barrier stage
+    cannot start with fewer, and Spark would refuse and resubmit it for minutes."""
+    deadline = time.monotonic() + wait
+    while True:
+        slots = cluster_slots(session)
+        if slots >= needed:
+            return slots
+        if time.monotonic() >= deadline:
+            master = session.sparkContext.master
+            raise NotEnoughSlots(
+                f"the Spark cluster at {master} offers {slots} task slots, but the topology "
+                f"has {needed} processor instances and each needs one (give its workers more "
+                "cores, add workers, or lower parallelism)")
+        time.sleep(poll)
 
 
 def _run_task(entry: ProcessorEntry) -> Callable[[Iterator[Any]], Iterator[int]]:
@@ -156,6 +188,9 @@ class StageRunner:
                 if self.stopping.is_set():
                     break
                 self.failures += 1
+                if _SLOTS_REFUSED in str(exc):  # a worker left: wait for one, not forever
+                    check_slots(self.session, len(self.assignments),
+                                wait=self.options.slot_wait)
                 halted = halt_reason(str(exc))
                 if halted is not None:
                     log.error("stage attempt %d: the topology halted: %s", self.attempts, halted)
@@ -183,6 +218,10 @@ class StageRunner:
                     break
                 backoff = min(self.options.backoff_max, backoff * 2)
         return self.failures
+
+
+_SLOTS_REFUSED = "SPARK-24819"
+"""In the error of a barrier stage Spark refused for lack of task slots."""
 
 
 class RestartsExhausted(RuntimeError):

@@ -468,12 +468,12 @@ class Collector:
     def _snapshot_sizes(self, snaps: Any, problems: list[str]) -> dict[str, int | None]:
         if self.snapshot_root is None:
             return {}
-        from hailstorm.snapshots import DirectorySnapshotStore, SnapshotError
+        from hailstorm.snapshots import SnapshotError, open_store
 
-        store = DirectorySnapshotStore(self.snapshot_root)
+        store = open_store(self.snapshot_root)
         sizes: dict[str, int | None] = {}
         for snap in snaps:
-            if not snap.ref.startswith("file:"):
+            if "://" not in snap.ref:
                 continue
             if snap.ref not in self._sizes:
                 try:

@@ -14,7 +14,6 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from types import FrameType
 
 import click
@@ -70,11 +69,11 @@ class SnapshotCollector:
     (never fatal: a failure is logged, and the next commit tries again, since every round
     at or below it is garbage then too)."""
 
-    def __init__(self, topology: str, directory: Path, retention: float) -> None:
-        from hailstorm.snapshots import DirectorySnapshotStore
+    def __init__(self, topology: str, location: str, retention: float) -> None:
+        from hailstorm.snapshots import open_store
 
         self.topology = topology
-        self.store = DirectorySnapshotStore(directory)
+        self.store = open_store(location)
         self.retention = retention
 
     def forget(self, action: ForgetSnapshots) -> None:
@@ -119,8 +118,8 @@ def _timeout(value: float | None, default: float) -> float:
               help="This negotiator's name in the election (default: host:pid).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-@click.option("--snapshots", "snapshot_dir", envvar=SNAPSHOTS_VAR, metavar="DIR",
-              help=f"The processors' snapshot directory (default: ${SNAPSHOTS_VAR}): after "
+@click.option("--snapshots", "snapshot_dir", envvar=SNAPSHOTS_VAR, metavar="DIR|URL",
+              help=f"The processors' snapshot store (default: ${SNAPSHOTS_VAR}): after "
                    "each commit the leader deletes the snapshots no recovery can load any "
                    "more. Without it, nothing is deleted.")
 @click.option("--snapshot-retention", type=click.FloatRange(min=0), default=60.0,
@@ -171,7 +170,7 @@ def negotiator_command(
                              None if server is None else server.port)
     announce.write(False)
     collector = None if not snapshot_dir else SnapshotCollector(
-        topo, Path(snapshot_dir), snapshot_retention)
+        topo, snapshot_dir, snapshot_retention)
     if collector is None:
         log.info("%s: no snapshot directory (--snapshots): garbage snapshots stay", identifier)
     shell = Shell(client, topo, config, identifier, metrics=metrics,

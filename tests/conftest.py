@@ -87,6 +87,13 @@ def kafka_cluster_stack() -> Iterator[DevStack]:
         yield stack
 
 
+@pytest.fixture(scope="module")
+def spark_cluster_stack() -> Iterator[DevStack]:
+    """A stack with a Spark standalone master and three workers of four task slots each."""
+    with embedded_stack("hailstorm-spark-", spark_workers=3, spark_cores=4) as stack:
+        yield stack
+
+
 @pytest.fixture(scope="session")
 def stack_env(dev_stack: StackState) -> dict[str, str]:
     """The ``HAILSTORM_*`` variables of the session stack."""

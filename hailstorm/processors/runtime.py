@@ -30,7 +30,7 @@ stops reading its sockets and back-pressure reaches the spouts through TCP.
   reports its position for a round.
 * Bolt: the main thread owns the :class:`~hailstorm.processors.BoltCore` (frames from the
   queue, clocks from CLOCK frames or the master); :class:`WriteSnapshot` goes to a writer
-  thread that stores it (:class:`~hailstorm.snapshots.DirectorySnapshotStore`) and then
+  thread that stores it (:func:`~hailstorm.snapshots.open_store`) and then
   writes the :class:`~negotiator.layout.SnapshotReport`.
 * Sink: counts (and for upsert/merge tables keeps, in memory) the rows it receives; the
   exactly-once database sinks are a separate component.
@@ -95,7 +95,7 @@ from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
 from hailstorm.quarantine import DeadLetterWriter
 from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.sinks.topic import TopicWriter, progress_topic
-from hailstorm.snapshots import DirectorySnapshotStore, SnapshotCorruptError
+from hailstorm.snapshots import SnapshotCorruptError, open_store
 from hailstorm.topic import Topic
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
 from hailstorm.wire import (
@@ -890,7 +890,7 @@ class _BoltShell(_Inbound):
         self.spec = spec
         self.router = Router(self.topology.downstream_of(spec.name),
                              compacted=spec.preaggregate)
-        self.store = DirectorySnapshotStore(self.assignment.snapshots)
+        self.store = open_store(self.assignment.snapshots)
         self.flushed = time.monotonic()
         self.core: BoltCore | None = None
         self.writes: queue.Queue[WriteSnapshot] = queue.Queue(8)
