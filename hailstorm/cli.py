@@ -277,11 +277,17 @@ def show(topology_ref: str, dot: bool) -> None:
 @click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               callback=lambda _ctx, _param, items: _spark_conf(items),
               help="A Spark setting, as for spark-submit (repeatable).")
+@click.option("--slot-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              metavar="SECONDS",
+              help="On a cluster, how long to wait for a task slot per processor instance "
+              "(executors registering, a lost worker coming back) before stopping with the "
+              "numbers.")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshots: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
-        log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...]) -> None:
+        log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
+        slot_wait: float) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
 
     Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
@@ -306,7 +312,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         metrics_host=metrics_host, log_level=log_level,
         database_url=_absolute_sqlite(settings.database()),
         spark=SparkOptions(master=master, extra_conf=spark_conf,
-                           max_attempts=max_restarts or None),
+                           max_attempts=max_restarts or None, slot_wait=slot_wait),
         partition_check_interval=partition_check_interval,
     )
     try:
@@ -490,6 +496,53 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
                 click.echo(json.dumps(row, separators=(",", ":")))
     except SnapshotError as exc:
         fail(str(exc))
+
+
+@main.command("query")
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.argument("bolt")
+@click.argument("keys", nargs=-1, metavar="[KEY]...")
+@click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
+@click.option("--epoch", type=int, help="Round to read (default: committed, else latest).")
+@click.option("--snapshots", "snapshot_dir", metavar="DIR|URL",
+              help=f"Snapshot store (default: ${config.SNAPSHOTS_VAR}).")
+@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
+@_handle_errors
+def query_command(topology_ref: str, bolt: str, keys: tuple[str, ...], name: str | None,
+                  epoch: int | None, snapshot_dir: str | None, zk: str | None) -> None:
+    """Print BOLT's value of each KEY (all keys without any) in the committed round.
+
+    One JSON object per line: key, value (null when the round has no such key), found,
+    and the round's epoch and clock, which the values are exactly at. The committed round
+    comes from ZooKeeper when it is reachable, else the latest complete round of the
+    snapshot store is read; the topology may be running, stopped or gone, and Spark is not
+    needed. A KEY is JSON when it parses to a key the state can hold ('42', '["fr", 3]'),
+    else text. Exits 1 when a KEY is not in the round.
+    """
+    from hailstorm.export import ExportError
+    from hailstorm.query import parse_key, query_committed
+    from hailstorm.snapshots import SnapshotError, open_store
+    from hailstorm.topology import BoltSpec, TopologyError, load_topology
+
+    settings = config.Settings.from_env(zk=zk, snapshots=snapshot_dir)
+    try:
+        topology = load_topology(topology_ref)
+        spec = topology.node(bolt)
+    except (TopologyError, KeyError) as exc:
+        fail(str(exc))
+    if not isinstance(spec, BoltSpec):
+        fail(f"{bolt!r} is a {spec.kind} of {topology.name}, not a bolt")
+    store = open_store(settings.snapshot_location())
+    wanted = [parse_key(k, spec) for k in keys] if keys else None
+    try:
+        result = query_committed(store, name or topology.name, spec, wanted, zk=settings.zk,
+                                 epoch=epoch)
+    except (ExportError, SnapshotError, OSError) as exc:
+        fail(str(exc))
+    for line in result.to_json_lines():
+        click.echo(line)
+    if result.missing:
+        sys.exit(1)
 
 
 @main.command("export")

@@ -158,7 +158,7 @@ class DeadLetterWriter:
         commit past ``clock`` leaves the processor."""
         target: Clock = dict(clock)
         for writer in self._writers.values():
-            if writer.pending:
+            if writer.holds_through(target):  # (else nothing to write: no transaction)
                 written = writer.rows_written
                 writer.commit_through(target)
                 if self.counter is not None:

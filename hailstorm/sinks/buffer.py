@@ -162,6 +162,18 @@ class RowBuffer:
         """Rejected tuples waiting for a commit."""
         return sum(map(len, self._rejected.values()))
 
+    def holds_through(self, lwm: Mapping[Partition, int]) -> bool:
+        """True when a commit through ``lwm`` would apply a row or a rejected tuple."""
+        def covered(p: Partition, offset: int) -> bool:
+            return offset <= lwm.get(p, NOTHING)
+
+        if self.table.mode == "upsert":
+            rows = any(covered(p, o) for p, o, _v in self._latest.values())
+        else:
+            rows = any(covered(p, e.offset) for p, entries in self._pending.items()
+                       for e in entries)
+        return rows or any(covered(*r.origin) for rs in self._rejected.values() for r in rs)
+
     def add_many(self, partitions: Sequence[Partition], offsets: Sequence[int],
                  tuples: Sequence[Any], sender: str = "") -> None:
         """:meth:`add` for a batch (``partitions[i]``, ``offsets[i]`` is the origin of
@@ -323,6 +335,10 @@ class BufferedWriter:
     def pending(self) -> int:
         """Rows buffered and not yet committed (upsert: keys)."""
         return len(self._buffer)
+
+    def holds_through(self, lwm: Mapping[Partition, int]) -> bool:
+        """True when a commit through ``lwm`` would write a row (or a rejected tuple)."""
+        return self._buffer.holds_through(lwm)
 
 
 def _sorted_by_key(rows: list[Values], key: Any) -> list[Values]:

@@ -228,15 +228,18 @@ class TopicWriter(BufferedWriter):
         found: tuple[int, Clock] = (NOTHING, {})
         try:
             reader.assign([TopicPartition(self.progress_topic, PROGRESS_PARTITION, 0)])
-            deadline = time.monotonic() + self.io_timeout
+            # A stopped writer's open transaction holds the read up until the broker aborts
+            # it (transaction.timeout.ms): wait longer than that.
+            patience = max(self.io_timeout, self.transaction_timeout + 15)
+            deadline = time.monotonic() + patience
             position = 0
             key = self.sink_id.encode()
             while position < end:
                 if time.monotonic() > deadline:
                     raise TopicUnavailableError(
                         f"{self.what}: the progress topic {self.progress_topic} could not be "
-                        f"read to offset {end} within {self.io_timeout:.0f} s (a transaction "
-                        "of another writer stays open)")
+                        f"read to offset {end} within {patience:.0f} s (a transaction of "
+                        "another writer stays open)")
                 for message in reader.consume(1000, timeout=0.2):
                     error = message.error()
                     if error is not None:

@@ -164,3 +164,16 @@ def test_word_count_recovers_exactly_from_snapshots_in_s3(
     model = run_model(run.topology, produced.model_messages())
     comparison = compare_with_model(model, states, tables)
     assert comparison.ok, comparison.first()
+
+    # hailstorm query reads the committed round from S3 (the topology is stopped now).
+    expected = model.bolt_state("counts")
+    words = sorted(expected, key=lambda w: -expected[w])[:3]
+    query = subprocess.run(
+        [sys.executable, "-m", "hailstorm", "query", str(REPO / "topologies" / "wordcount.py"),
+         "counts", *words, "--name", run.name, "--snapshots", snapshots, "--zk", stack.zk],
+        cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=120)
+    assert query.returncode == 0, query.stderr
+    answers = [json.loads(line) for line in query.stdout.splitlines()]
+    assert {a["key"]: a["value"] for a in answers} == {w: expected[w] for w in words}
+    assert len({a["epoch"] for a in answers}) == 1  # one round (rounds went on after the
+    assert answers[0]["epoch"] >= committed.epoch  # wait above, with no new data)

@@ -216,3 +216,16 @@ def test_committed_records_are_exactly_the_models_through_crashes(
     else:
         origins = [row[4:] for row in log]
         assert sorted(origins) == sorted((p[0], p[1], o, 0) for p, o, _t in arrivals)
+
+
+def test_a_buffer_says_whether_a_commit_would_write_anything() -> None:
+    buffer = RowBuffer(Topic("log", mode="append"), floor={P0: 4})
+    buffer.add(P0, 4, "old")  # at the progress: dropped
+    assert not buffer.holds_through({P0: 10})
+    buffer.add(P0, 6, "x")
+    assert not buffer.holds_through({P0: 5}) and buffer.holds_through({P0: 6})
+    upsert = RowBuffer(totals())
+    upsert.add(P1, 3, ("a", 1))
+    assert not upsert.holds_through({P0: 9}) and upsert.holds_through({P1: 3})
+    upsert.add(P0, 1, object())  # no record: rejected, also something to write
+    assert upsert.holds_through({P0: 1})

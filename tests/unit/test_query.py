@@ -1,0 +1,81 @@
+"""Reading a bolt's committed state by key (``hailstorm query``). The snapshot store is a
+directory here; ZooKeeper is not configured, so the latest complete round is read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hailstorm.cli import main
+from hailstorm.query import parse_key, query_committed
+from hailstorm.routing import route
+from hailstorm.snapshots import DirectorySnapshotStore
+from hailstorm.topology import BoltSpec, load_topology
+
+REPO = Path(__file__).resolve().parents[2]
+CLOCK = {("words", 0): 9, ("words", 1): 4}
+
+
+def _counts() -> BoltSpec:
+    spec = load_topology(str(REPO / "topologies" / "wordcount.py")).node("counts")
+    assert isinstance(spec, BoltSpec)
+    return spec
+
+
+def _save_round(store: DirectorySnapshotStore, counts: dict[str, int], epoch: int) -> None:
+    bolt = _counts()
+    parts: list[dict[str, int]] = [{}, {}]
+    for word, n in counts.items():
+        parts[route(word, 2)][word] = n
+    for instance, part in enumerate(parts):
+        store.put(topology="wordcount", bolt="counts", instance=instance, parallelism=2,
+                  epoch=epoch, clock=CLOCK, monoid=bolt.state, state=part)
+
+
+def test_keys_are_read_from_the_instance_that_owns_them(tmp_path: Path) -> None:
+    store = DirectorySnapshotStore(tmp_path)
+    _save_round(store, {"storm": 3, "hail": 1}, epoch=2)
+    _save_round(store, {"storm": 5, "hail": 2, "kafka": 7}, epoch=4)
+    result = query_committed(store, "wordcount", _counts(), ["storm", "kafka", "nope"])
+    assert (result.epoch, result.clock, result.source) == (4, CLOCK, "latest complete round")
+    assert result.values == {"storm": 5, "kafka": 7} and result.missing == ["nope"]
+    assert query_committed(store, "wordcount", _counts(), epoch=2).values == {
+        "storm": 3, "hail": 1}
+    lines = [json.loads(line) for line in result.to_json_lines()]
+    assert lines[-1] == {"key": "nope", "value": None, "found": False, "epoch": 4,
+                         "clock": {"words:0": 9, "words:1": 4}}
+
+
+def test_the_command_prints_json_lines_and_fails_on_a_missing_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("HAILSTORM_ZK", raising=False)
+    store = DirectorySnapshotStore(tmp_path)
+    _save_round(store, {"storm": 5, "hail": 2}, epoch=3)
+    topology = str(REPO / "topologies" / "wordcount.py")
+    found = CliRunner().invoke(main, ["query", topology, "counts", "storm", "--snapshots",
+                                      str(tmp_path)])
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.output)["value"] == 5
+    everything = CliRunner().invoke(main, ["query", topology, "counts", "--snapshots",
+                                           str(tmp_path)])
+    assert sorted(json.loads(line)["key"] for line in everything.output.splitlines()) == [
+        "hail", "storm"]
+    missing = CliRunner().invoke(main, ["query", topology, "counts", "nope", "--snapshots",
+                                        str(tmp_path)])
+    assert missing.exit_code == 1 and '"found":false' in missing.output
+    not_a_bolt = CliRunner().invoke(main, ["query", topology, "lines", "--snapshots",
+                                           str(tmp_path)])
+    assert not_a_bolt.exit_code != 0 and "not a bolt" in not_a_bolt.output
+
+
+def test_keys_typed_on_the_command_line() -> None:
+    words = _counts()
+    assert parse_key("storm", words) == "storm"
+    assert parse_key("42", words) == "42"  # the state's keys are strings
+    trending = load_topology(str(REPO / "topologies" / "trending.py")).node("tag_counts")
+    assert isinstance(trending, BoltSpec)
+    assert parse_key('[60, "python"]', trending) == (60, "python")
