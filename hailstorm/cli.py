@@ -16,7 +16,7 @@ from hailstorm import config
 from hailstorm.devstack import DEFAULT_SPARK_CORES, SPARK_MASTER_VAR, DevStack, DevStackError
 from hailstorm.halt import TopologyHalted
 from hailstorm.kafka import KafkaAuthError, KafkaConfigError, KafkaUnreachable
-from hailstorm.spark_runner import RestartsExhausted
+from hailstorm.spark_runner import NotEnoughSlots, RestartsExhausted
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
@@ -37,7 +37,7 @@ def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except (DevStackError, config.ConfigError, KafkaConfigError, KafkaAuthError,
-                KafkaUnreachable, TopologyHalted, RestartsExhausted) as exc:
+                KafkaUnreachable, TopologyHalted, RestartsExhausted, NotEnoughSlots) as exc:
             fail(str(exc))
         except KeyboardInterrupt:
             fail("interrupted")
@@ -296,7 +296,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     import logging
 
     from hailstorm.runner import Driver, RunOptions
-    from hailstorm.spark_runner import NotEnoughSlots, SparkOptions, install_signal_handlers
+    from hailstorm.spark_runner import SparkOptions, install_signal_handlers
     from hailstorm.topology import TopologyError
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
@@ -321,7 +321,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         fail(str(exc))
     try:
         driver.prepare()
-    except (LookupError, NotEnoughSlots) as exc:  # a source topic that does not exist
+    except LookupError as exc:  # a source topic that does not exist
         fail(str(exc))
     install_signal_handlers(driver)
     failures = driver.run()

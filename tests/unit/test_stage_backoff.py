@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hailstorm.spark_runner import RestartsExhausted, SparkOptions, StageRunner
+from hailstorm.spark_runner import NotEnoughSlots, RestartsExhausted, SparkOptions, StageRunner
 
 
 class ScriptedRunner(StageRunner):
@@ -64,3 +64,31 @@ def test_progress_resets_the_count_of_failures() -> None:
     runner = ScriptedRunner(failures=5, progress=[False, True, False, True, False],
                             max_attempts=3)
     assert runner.run() == 5  # never 3 in a row without a commit in between
+
+
+class _Cluster:
+    """Just enough of a SparkSession for the slot check: a cluster of ``slots``."""
+
+    def __init__(self, slots: int) -> None:
+        jsc = type("JSC", (), {
+            "resourceProfileManager": lambda _s: type("RPM", (), {
+                "defaultResourceProfile": lambda _r: "default"})(),
+            "maxNumConcurrentTasks": lambda _s, _profile: slots})()
+        self.sparkContext = type("SC", (), {
+            "_jsc": type("J", (), {"sc": lambda _s: jsc})(), "master": "spark://m:7077"})()
+
+
+def test_a_stage_spark_refuses_for_lack_of_slots_stops_with_both_numbers() -> None:
+    runner = ScriptedRunner(failures=3, progress=[])
+    runner.session = _Cluster(slots=4)
+    runner.assignments = list(range(7))
+    runner.options = SparkOptions(slot_wait=0)
+
+    def refused() -> None:
+        raise RuntimeError("[SPARK-24819]: Barrier execution mode does not allow run a barrier "
+                           "stage that requires more slots than the total number of slots")
+
+    runner.run_once = refused  # type: ignore[method-assign]
+    with pytest.raises(NotEnoughSlots, match="offers 4 task slots, but the topology has 7"):
+        runner.run()
+    assert runner.attempts == 1
