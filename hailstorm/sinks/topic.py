@@ -165,6 +165,8 @@ class TopicWriter(BufferedWriter):
         kafka.create_topic(self.bootstrap, self.topic.name, self.topic.partitions)
         kafka.create_topic(self.bootstrap, self.progress_topic, 1,
                            config={"cleanup.policy": "compact"})
+        if self.dead_letter_topic != self.topic.name:  # where tuples that are no record go
+            kafka.create_topic(self.bootstrap, self.dead_letter_topic, 1)
         self.partition_count = len(kafka.partitions_of(self.bootstrap, self.topic.name))
         self._start_producer()
 
