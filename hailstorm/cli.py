@@ -514,10 +514,10 @@ def query_command(topology_ref: str, bolt: str, keys: tuple[str, ...], name: str
 
     One JSON object per line: key, value (null when the round has no such key), found,
     and the round's epoch and clock, which the values are exactly at. The committed round
-    comes from ZooKeeper when it is reachable, else the latest complete round of the
-    snapshot store is read; the topology may be running, stopped or gone, and Spark is not
-    needed. A KEY is JSON when it parses to a key the state can hold ('42', '["fr", 3]'),
-    else text. Exits 1 when a KEY is not in the round.
+    comes from ZooKeeper when one is given (--zk, $HAILSTORM_ZK), else the latest complete
+    round of the snapshot store is read; the topology may be running, stopped or gone, and
+    Spark is not needed. A KEY is JSON when it parses to a key the state can hold ('42',
+    '["fr", 3]'), else text. Exits 1 when a KEY is not in the round.
     """
     from hailstorm.export import ExportError
     from hailstorm.query import parse_key, query_committed
