@@ -574,7 +574,7 @@ class DevStack:
                                 "--port", str(port), "--webui-port", str(ui))
         record, process = self._spawn(SPARK_MASTER, argv, port, marker=f"--webui-port {ui}",
                                       env=self._spark_env())
-        return _await_ready(record, lambda: _listens(port), lambda: process.poll() is None,
+        return _await_ready(record, lambda: listens(port), lambda: process.poll() is None,
                             self.startup_timeout)
 
     def _start_spark_worker(self, state: StackState, worker: int, url: str) -> ServiceRecord:
@@ -962,7 +962,8 @@ class DevStack:
 # --------------------------------------------------------------------------- helpers
 
 
-def _listens(port: int) -> bool:
+def listens(port: int) -> bool:
+    """True when something accepts connections on ``port`` of 127.0.0.1."""
     try:
         socket.create_connection((LOOPBACK, port), timeout=1).close()
     except OSError:

@@ -22,7 +22,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from hailstorm.devstack import free_port, listens
 from hailstorm.kafka_broker import cache_dir
 
 __all__ = ["S3PROXY_VERSION", "S3Server", "S3SetupError", "ensure_s3proxy_jar"]
@@ -72,12 +72,6 @@ def ensure_s3proxy_jar() -> Path:
     return jar
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class S3Server:
     """One S3Proxy process over a directory of ``workdir`` (context manager)."""
 
@@ -107,7 +101,7 @@ class S3Server:
                                "default-jre-headless)")
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        self.port = _free_port()
+        self.port = free_port()
         properties = self.workdir / "s3proxy.properties"
         fd = os.open(properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -130,8 +124,7 @@ class S3Server:
             if self.process.poll() is not None:
                 raise S3SetupError(f"S3Proxy exited with {self.process.returncode}: "
                                    f"{self.log()[-2000:]}")
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            if listens(self.port):
                 return self
             if time.monotonic() > deadline:
                 self.stop()

@@ -223,38 +223,21 @@ class TopicWriter(BufferedWriter):
         Reads partition 0 of the progress topic with ``read_committed`` up to the log end
         as it was when called: writers of this sink id finished their transactions
         (``init_transactions`` saw to it), others' open ones are waited for."""
-        settings = kafka.client_settings(self.bootstrap, {"group.id": "hailstorm-unused"}, {
-            **kafka.SPOUT_REQUIRED, "enable.partition.eof": True})
-        end = self._log_end()
-        reader = Consumer(settings)
+        # A stopped writer's open transaction holds the read up until the broker aborts
+        # it (transaction.timeout.ms): wait longer than that.
+        patience = max(self.io_timeout, self.transaction_timeout + 15)
+        key = self.sink_id.encode()
         found: tuple[int, Clock] = (NOTHING, {})
         try:
-            reader.assign([TopicPartition(self.progress_topic, PROGRESS_PARTITION, 0)])
-            # A stopped writer's open transaction holds the read up until the broker aborts
-            # it (transaction.timeout.ms): wait longer than that.
-            patience = max(self.io_timeout, self.transaction_timeout + 15)
-            deadline = time.monotonic() + patience
-            position = 0
-            key = self.sink_id.encode()
-            while position < end:
-                if time.monotonic() > deadline:
-                    raise TopicUnavailableError(
-                        f"{self.what}: the progress topic {self.progress_topic} could not be "
-                        f"read to offset {end} within {patience:.0f} s (a transaction of "
-                        "another writer stays open)")
-                for message in reader.consume(1000, timeout=0.2):
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            position = max(position, message.offset() or 0)
-                            continue
-                        raise KafkaException(error)
-                    position = (message.offset() or 0) + 1
-                    value = message.value()
-                    if message.key() == key and value is not None:
-                        found = parse_progress(value)
-        finally:
-            reader.close()
+            for record in kafka.read_range(self.bootstrap, self.progress_topic,
+                                           PROGRESS_PARTITION, 0, self._log_end() - 1,
+                                           timeout=patience):
+                if record.key == key and record.value is not None:
+                    found = parse_progress(record.value)
+        except TimeoutError as exc:
+            raise TopicUnavailableError(
+                f"{self.what}: the progress topic {self.progress_topic} could not be read: "
+                f"{exc} (a transaction of another writer stays open)") from None
         return found
 
     def _log_end(self) -> int:
