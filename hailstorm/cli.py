@@ -257,8 +257,8 @@ def show(topology_ref: str, dot: bool) -> None:
 )
 @click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address processors listen on for each other's data; 'auto' listens on "
-              "every interface and advertises each executor's host name (clusters).")
+              help="Address processors listen on for each other's data; 'auto': the address "
+              "each executor's host reaches ZooKeeper from (clusters).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
               help="Address processors serve /metrics on (a free port each, shown by "
               "'hailstorm status'); 'auto' serves on every interface, 'none' serves nothing. "

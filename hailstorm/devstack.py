@@ -1,7 +1,8 @@
 """The embedded development stack: real ZooKeeper, Apache Kafka and PostgreSQL.
 
-Every service listens on 127.0.0.1 only, on a free port unless one is configured, and keeps
-its data, log and pid under one state directory. ``up`` is idempotent; ``down`` stops exactly
+Every service listens on 127.0.0.1 only (unless the stack is given test hosts, see
+:class:`Host`), on a free port unless one is configured, and keeps its data, log and pid under
+one state directory. ``up`` is idempotent; ``down`` stops exactly
 the processes ``up`` started, by pid (the recorded command line is checked first so a recycled
 pid is never signalled), and removes their data.
 
@@ -21,16 +22,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import ipaddress
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +68,39 @@ class DevStackError(RuntimeError):
     """A dev-stack problem, phrased as one line that says what to do."""
 
 
+NETNS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where a service runs: the address it listens on and advertises, and the network
+    namespace its process is started in (None: this process's own).
+
+    The default is this machine's loopback. Tests place services on test hosts they make
+    with network namespaces (:mod:`hailstorm.netns`); the namespace must already exist.
+    """
+
+    address: str = LOOPBACK
+    netns: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            ipaddress.IPv4Address(self.address)
+        except ValueError:
+            raise DevStackError(f"a host's address must be an IPv4 address, not "
+                                f"{self.address!r}") from None
+        if self.netns is not None and not NETNS_NAME.fullmatch(self.netns):
+            raise DevStackError(f"bad network namespace name {self.netns!r}: letters, digits, "
+                                "'_', '.', '-'")
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` as started on this host (``ip netns exec`` execs it: the pid stays)."""
+        return argv if self.netns is None else ["ip", "netns", "exec", self.netns, *argv]
+
+
+LOCAL = Host()
+
+
 @dataclass
 class ServiceRecord:
     """What ``up`` started for one service (one record per Kafka node)."""
@@ -79,6 +115,11 @@ class ServiceRecord:
 
 def kafka_node_name(node: int) -> str:
     return f"kafka-{node}"
+
+
+def placement_of(name: str) -> str:
+    """The key of a service record in a stack's placement: every Kafka node is "kafka"."""
+    return "kafka" if name.startswith("kafka-") else name
 
 
 SPARK_MASTER = "spark-master"
@@ -101,15 +142,18 @@ class KafkaClusterState:
     security: str
     nodes: dict[int, NodePorts]
     password: str = ""
+    host: str = LOOPBACK
+    """The address every node listens on and advertises."""
 
     def layout(self) -> ClusterLayout:
-        return ClusterLayout(LOOPBACK, dict(self.nodes), self.security)
+        return ClusterLayout(self.host, dict(self.nodes), self.security)
 
     def to_jsonable(self) -> dict[str, object]:
         return {
             "cluster_id": self.cluster_id,
             "security": self.security,
             "password": self.password,
+            "host": self.host,
             "nodes": {str(n): asdict(p) for n, p in self.nodes.items()},
         }
 
@@ -119,6 +163,7 @@ class KafkaClusterState:
             cluster_id=data["cluster_id"],
             security=data["security"],
             password=data.get("password", ""),
+            host=data.get("host", LOOPBACK),
             nodes={int(n): NodePorts(**p) for n, p in data["nodes"].items()},
         )
 
@@ -135,6 +180,17 @@ class StackState:
     """Workers of the stack's Spark standalone cluster (0: no cluster)."""
     spark_cores: int = 0
     """Task slots each Spark worker offers."""
+    hosts: dict[str, Host] = field(default_factory=dict)
+    """Where services run that do not run on this machine's loopback: "zookeeper", "kafka"
+    (every node), "postgres", "spark-master", "spark-worker-<n>" -> host."""
+
+    def host(self, name: str) -> Host:
+        """The host of service record ``name``."""
+        return self.hosts.get(placement_of(name), LOCAL)
+
+    def address(self, name: str) -> str:
+        """``host:port`` of service record ``name``."""
+        return f"{self.host(name).address}:{self.services[name].port}"
 
     def service_names(self) -> list[str]:
         """Every record name this stack has when complete, in start order."""
@@ -145,9 +201,8 @@ class StackState:
 
     @property
     def spark_master_url(self) -> str | None:
-        """``spark://127.0.0.1:<port>`` of the stack's cluster (None: it has none)."""
-        record = self.services.get(SPARK_MASTER)
-        return f"spark://{LOOPBACK}:{record.port}" if record is not None else None
+        """``spark://<host>:<port>`` of the stack's cluster (None: it has none)."""
+        return f"spark://{self.address(SPARK_MASTER)}" if SPARK_MASTER in self.services else None
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -163,14 +218,10 @@ class StackState:
 
     def env(self) -> dict[str, str]:
         """The ``HAILSTORM_*`` variables every other command reads."""
-        zk = self.services["zookeeper"].port
-        pg = self.services["postgres"].port
         variables = {
-            "HAILSTORM_ZK": f"{LOOPBACK}:{zk}",
+            "HAILSTORM_ZK": self.address("zookeeper"),
             "HAILSTORM_KAFKA": self.kafka_bootstrap,
-            "HAILSTORM_DATABASE_URL": (
-                f"postgresql://{DATABASE_USER}:{self.database_password}@{LOOPBACK}:{pg}/{DATABASE}"
-            ),
+            "HAILSTORM_DATABASE_URL": self.database_url(DATABASE),
             "HAILSTORM_SNAPSHOTS": str(Path(self.state_dir) / "snapshots"),
         }
         if self.kafka_client_config is not None:
@@ -178,6 +229,11 @@ class StackState:
         if self.spark_master_url is not None:
             variables[SPARK_MASTER_VAR] = self.spark_master_url
         return variables
+
+    def database_url(self, database: str) -> str:
+        """The URL of ``database`` on the stack's PostgreSQL server."""
+        return (f"postgresql://{DATABASE_USER}:{self.database_password}@"
+                f"{self.address('postgres')}/{database}")
 
     def to_json(self) -> str:
         return json.dumps(
@@ -187,6 +243,7 @@ class StackState:
                 "kafka": self.kafka.to_jsonable() if self.kafka else None,
                 "spark_workers": self.spark_workers,
                 "spark_cores": self.spark_cores,
+                "hosts": {n: asdict(h) for n, h in self.hosts.items()},
                 "services": {n: asdict(r) for n, r in self.services.items()},
             },
             indent=2,
@@ -202,6 +259,7 @@ class StackState:
             kafka=KafkaClusterState.from_jsonable(kafka) if kafka else None,
             spark_workers=int(data.get("spark_workers", 0)),
             spark_cores=int(data.get("spark_cores", 0)),
+            hosts={n: Host(**h) for n, h in data.get("hosts", {}).items()},
             services={n: ServiceRecord(**r) for n, r in data.get("services", {}).items()},
         )
 
@@ -393,7 +451,11 @@ class DevStack:
         spark_cores: int = DEFAULT_SPARK_CORES,
         startup_timeout: float = 60.0,
         progress: Progress | None = None,
+        hosts: Mapping[str, Host] | None = None,
     ) -> None:
+        """``hosts`` places services on other hosts than this machine's loopback (see
+        :attr:`StackState.hosts`); it is recorded by the first ``up`` and kept until
+        ``down``."""
         if spark_workers < 0 or spark_cores < 1:
             raise DevStackError(f"--spark-workers must be >= 0 and --spark-cores >= 1, not "
                                 f"{spark_workers} and {spark_cores}")
@@ -411,6 +473,13 @@ class DevStack:
         self.spark_cores = spark_cores
         self.startup_timeout = startup_timeout
         self.progress: Progress = progress or (lambda _message: None)
+        self.hosts = dict(hosts or {})
+        placeable = {"zookeeper", "kafka", "postgres", SPARK_MASTER,
+                     *(spark_worker_name(i) for i in range(1, spark_workers + 1))}
+        unknown = sorted(set(self.hosts) - placeable)
+        if unknown:
+            raise DevStackError(f"cannot place {', '.join(unknown)}: the services are "
+                                f"{', '.join(sorted(placeable))}")
 
     # -- state file
 
@@ -440,7 +509,10 @@ class DevStack:
         ZooKeeper and PostgreSQL start afresh.
         """
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # its owner's only
-        state = self.load() or StackState(state_dir=str(self.state_dir))
+        state = self.load() or StackState(state_dir=str(self.state_dir), hosts=self.hosts)
+        if self.hosts and state.hosts != self.hosts:
+            raise DevStackError(f"the stack under {self.state_dir} runs on other hosts; run "
+                                "'hailstorm dev down' before moving it")
         if not state.database_password:
             state.database_password = secrets.token_urlsafe(18)
         (self.state_dir / "snapshots").mkdir(mode=0o700, exist_ok=True)
@@ -461,7 +533,7 @@ class DevStack:
                 starter = self._start_zookeeper if name == "zookeeper" else self._start_postgres
                 state.services[name] = starter(state)
                 self._save(state)
-                self.progress(f"{name} ready on {LOOPBACK}:{state.services[name].port}")
+                self.progress(f"{name} ready on {state.address(name)}")
             self._up_spark(state)
         except BaseException:
             self._save(state)
@@ -541,7 +613,7 @@ class DevStack:
         master = state.services.get(SPARK_MASTER)
         if master is None or not pid_alive(master.pid, master.marker):
             self.progress("starting the Spark master")
-            state.services[SPARK_MASTER] = self._start_spark_master()
+            state.services[SPARK_MASTER] = self._start_spark_master(state)
             self._save(state)
         url = state.spark_master_url
         assert url is not None
@@ -559,35 +631,40 @@ class DevStack:
     def _spark_argv(self, main_class: str, *args: str) -> list[str]:
         return [java_binary(), "-Xmx512m", "-cp", f"{pyspark_jars()}/*", main_class, *args]
 
-    def _spark_env(self) -> dict[str, str]:
+    def _spark_env(self, host: Host) -> dict[str, str]:
         import pyspark
 
         home = str(Path(pyspark.__file__).parent)  # pip's pyspark is a Spark home (bin/, jars/)
         # Without a RELEASE file Spark's launcher looks for build directories to learn the
         # Scala version when a worker starts an executor: pyspark 4 is built for 2.13.
+        # SPARK_LOCAL_IP: the executors a worker starts bind and advertise its address too
+        # (they would resolve this machine's host name otherwise).
         return dict(os.environ, SPARK_HOME=home, SPARK_SCALA_VERSION="2.13",
-                    SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(self.state_dir / "logs"))
+                    SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(self.state_dir / "logs"),
+                    SPARK_LOCAL_IP=host.address)
 
-    def _start_spark_master(self) -> ServiceRecord:
+    def _start_spark_master(self, state: StackState) -> ServiceRecord:
+        host = state.host(SPARK_MASTER)
         port, ui = free_port(), free_port()
-        argv = self._spark_argv("org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
+        argv = self._spark_argv("org.apache.spark.deploy.master.Master", "--host", host.address,
                                 "--port", str(port), "--webui-port", str(ui))
-        record, process = self._spawn(SPARK_MASTER, argv, port, marker=f"--webui-port {ui}",
-                                      env=self._spark_env())
-        return _await_ready(record, lambda: listens(port), lambda: process.poll() is None,
-                            self.startup_timeout)
+        record, process = self._spawn(SPARK_MASTER, host, argv, port,
+                                      marker=f"--webui-port {ui}", env=self._spark_env(host))
+        return _await_ready(record, lambda: listens(port, host.address),
+                            lambda: process.poll() is None, self.startup_timeout)
 
     def _start_spark_worker(self, state: StackState, worker: int, url: str) -> ServiceRecord:
         name = spark_worker_name(worker)
+        host = state.host(name)
         work = self.state_dir / name
         work.mkdir(exist_ok=True)
         port, ui = free_port(), free_port()
         argv = self._spark_argv("org.apache.spark.deploy.worker.Worker", url,
-                                "--host", LOOPBACK, "--port", str(port),
+                                "--host", host.address, "--port", str(port),
                                 "--webui-port", str(ui), "--cores", str(state.spark_cores),
                                 "--memory", "2g", "--work-dir", str(work))
-        record, process = self._spawn(name, argv, port, marker=str(work),
-                                      env=self._spark_env())
+        record, process = self._spawn(name, host, argv, port, marker=str(work),
+                                      env=self._spark_env(host))
         log = Path(record.log)
         return _await_ready(
             record, lambda: "Successfully registered with master" in _tail(log, 200),
@@ -620,7 +697,7 @@ class DevStack:
         record = state.services.get(kafka_node_name(node))
         if record is not None and pid_alive(record.pid, record.marker):
             return record
-        record, process = self._spawn_kafka_node(state.kafka, node)
+        record, process = self._spawn_kafka_node(state, node)
         state.services[record.name] = record
         self._save(state)
         return self._await_kafka_node(state, record, process, self.startup_timeout)
@@ -635,7 +712,7 @@ class DevStack:
         ports = state.kafka.nodes[node]
         config = self._client_config(state, plaintext=True)
         own = ports.internal if ports.internal is not None else ports.client
-        bootstrap = f"{LOOPBACK}:{own}"
+        bootstrap = f"{state.kafka.host}:{own}"
         config["bootstrap.servers"] = bootstrap
         return _await_ready(
             record,
@@ -656,6 +733,7 @@ class DevStack:
     def _spawn(
         self,
         name: str,
+        host: Host,
         argv: list[str],
         port: int,
         marker: str,
@@ -664,7 +742,7 @@ class DevStack:
         log = self.state_dir / "logs" / f"{name}.log"
         with open(log, "ab") as out:
             process = subprocess.Popen(
-                argv,
+                host.command(argv),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -676,6 +754,7 @@ class DevStack:
         return record, process
 
     def _start_zookeeper(self, state: StackState) -> ServiceRecord:
+        host = state.host("zookeeper")
         java = java_binary()
         jars = pyspark_jars()
         port = self._port("zookeeper", "--zk-port")
@@ -688,7 +767,7 @@ class DevStack:
                     "tickTime=500",
                     f"dataDir={data}",
                     f"clientPort={port}",
-                    f"clientPortAddress={LOOPBACK}",
+                    f"clientPortAddress={host.address}",
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,srvr,mntr",
                     "maxSessionTimeout=60000",
@@ -708,10 +787,10 @@ class DevStack:
             str(config),
         ]
         # Our own child: poll() (not /proc) tells whether it still runs, even before exec.
-        record, process = self._spawn("zookeeper", argv, port, marker=str(config))
+        record, process = self._spawn("zookeeper", host, argv, port, marker=str(config))
         return _await_ready(
             record,
-            lambda: four_letter_word(port, b"ruok") == b"imok",
+            lambda: four_letter_word(port, b"ruok", host=host.address) == b"imok",
             lambda: process.poll() is None,
             self.startup_timeout,
         )
@@ -740,7 +819,7 @@ class DevStack:
             for name in [n for n in state.services if n.startswith("kafka-")]:
                 record = state.services.pop(name)
                 stop_pid(record.pid, record.marker, sig=signal.SIGKILL, timeout=5)
-            cluster = self._new_kafka_cluster()
+            cluster = self._new_kafka_cluster(state.host("kafka"))
             state.kafka = cluster
         assert cluster is not None
         started: list[tuple[ServiceRecord, subprocess.Popen[bytes]]] = []
@@ -752,7 +831,7 @@ class DevStack:
                 if running is not None and pid_alive(running.pid, running.marker):
                     continue
                 self.progress(f"starting kafka node {node}")
-                record, process = self._spawn_kafka_node(cluster, node)
+                record, process = self._spawn_kafka_node(state, node)
                 state.services[record.name] = record
                 started.append((record, process))
             self._save(state)
@@ -773,7 +852,7 @@ class DevStack:
                 stop_pid(record.pid, None, sig=signal.SIGKILL, timeout=5)
             raise
         for node in sorted(cluster.nodes):
-            self.progress(f"kafka node {node} ready on {LOOPBACK}:{cluster.nodes[node].client}")
+            self.progress(f"kafka node {node} ready on {state.address(kafka_node_name(node))}")
 
     def _kafka_libs(self) -> Path:
         try:
@@ -781,7 +860,7 @@ class DevStack:
         except KafkaSetupError as exc:
             raise DevStackError(str(exc)) from None
 
-    def _new_kafka_cluster(self) -> KafkaClusterState:
+    def _new_kafka_cluster(self, host: Host) -> KafkaClusterState:
         secured = self.kafka_security == "sasl_ssl"
         nodes = {}
         for node in range(1, self.kafka_brokers + 1):
@@ -790,7 +869,7 @@ class DevStack:
                                     internal=free_port() if secured else None)
         return KafkaClusterState(
             cluster_id=new_cluster_id(), security=self.kafka_security, nodes=nodes,
-            password=secrets.token_urlsafe(18) if secured else "",
+            password=secrets.token_urlsafe(18) if secured else "", host=host.address,
         )
 
     def _kafka_dir(self, node: int) -> Path:
@@ -802,7 +881,7 @@ class DevStack:
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(mode=0o700)
         (base / "log4j2.yaml").write_text(LOG4J2_CONFIG)
-        tls = make_dev_tls(base / "tls", LOOPBACK) if cluster.security == "sasl_ssl" else None
+        tls = make_dev_tls(base / "tls", cluster.host) if cluster.security == "sasl_ssl" else None
         if tls is not None:
             self._write_client_config(cluster, tls.ca_cert)
         layout = cluster.layout()
@@ -846,7 +925,8 @@ class DevStack:
         if plaintext:
             assert state.kafka is not None
             internal = [p.internal for _, p in sorted(state.kafka.nodes.items())]
-            return {"bootstrap.servers": ",".join(f"{LOOPBACK}:{p}" for p in internal)}
+            host = state.kafka.host
+            return {"bootstrap.servers": ",".join(f"{host}:{p}" for p in internal)}
         return dict(read_properties(path))
 
     def _add_kafka_user(self, state: StackState) -> None:
@@ -867,8 +947,10 @@ class DevStack:
             future.result(self.startup_timeout)
 
     def _spawn_kafka_node(
-        self, cluster: KafkaClusterState, node: int
+        self, state: StackState, node: int
     ) -> tuple[ServiceRecord, subprocess.Popen[bytes]]:
+        cluster = state.kafka
+        assert cluster is not None
         libs = self._kafka_libs()
         config = self._kafka_dir(node) / "server.properties"
         argv = [
@@ -884,13 +966,14 @@ class DevStack:
             "kafka.Kafka",
             str(config),
         ]
-        return self._spawn(kafka_node_name(node), argv, cluster.nodes[node].client,
-                           marker=str(config))
+        return self._spawn(kafka_node_name(node), state.host("kafka"), argv,
+                           cluster.nodes[node].client, marker=str(config))
 
     def _start_postgres(self, state: StackState) -> ServiceRecord:
         bin_dir = postgres_bin_dir()
         port = self._port("postgres", "--postgres-port")
-        run_as = _postgres_runner(self.state_dir)
+        host = state.host("postgres")
+        run_as = _postgres_runner(self.state_dir, host)
         base = self.state_dir / "postgres"
         data = base / "data"
         log = self.state_dir / "logs" / "postgres.log"
@@ -921,8 +1004,11 @@ class DevStack:
             )
         finally:
             password_file.unlink(missing_ok=True)
+        if host.address != LOOPBACK:  # initdb lets loopback clients in only
+            with open(data / "pg_hba.conf", "a") as hba:
+                hba.write("host all all samenet scram-sha-256\n")
         options = (
-            f"-p {port} -k {base} -c listen_addresses={LOOPBACK} "
+            f"-p {port} -k {base} -c listen_addresses={host.address} "
             "-c fsync=on -c max_connections=200 -c shared_buffers=64MB"
         )
         run_as.run(
@@ -943,7 +1029,8 @@ class DevStack:
         )
         pid = int((data / "postmaster.pid").read_text().splitlines()[0])
         record = ServiceRecord("postgres", port, pid, str(log), marker=str(data))
-        url = f"postgresql://{DATABASE_USER}:{state.database_password}@{LOOPBACK}:{port}/postgres"
+        state.services["postgres"] = record
+        url = state.database_url("postgres")
         return _await_ready(
             record,
             lambda: _create_database(url),
@@ -962,18 +1049,19 @@ class DevStack:
 # --------------------------------------------------------------------------- helpers
 
 
-def listens(port: int) -> bool:
-    """True when something accepts connections on ``port`` of 127.0.0.1."""
+def listens(port: int, host: str = LOOPBACK) -> bool:
+    """True when something accepts connections on ``host:port``."""
     try:
-        socket.create_connection((LOOPBACK, port), timeout=1).close()
+        socket.create_connection((host, port), timeout=1).close()
     except OSError:
         return False
     return True
 
 
-def four_letter_word(port: int, word: bytes, timeout: float = 2.0) -> bytes:
+def four_letter_word(port: int, word: bytes, timeout: float = 2.0,
+                     host: str = LOOPBACK) -> bytes:
     """Send a ZooKeeper four-letter command and return the answer."""
-    with socket.create_connection((LOOPBACK, port), timeout=timeout) as s:
+    with socket.create_connection((host, port), timeout=timeout) as s:
         s.sendall(word)
         chunks = []
         while chunk := s.recv(4096):
@@ -998,6 +1086,7 @@ class _Runner:
     """Runs PostgreSQL's tools as the right user (``postgres`` when we are root)."""
 
     user: pwd.struct_passwd | None
+    host: Host = LOCAL
 
     def own(self, path: Path, create: bool = False) -> None:
         if create:
@@ -1010,7 +1099,8 @@ class _Runner:
         if self.user is not None:
             argv = ["runuser", "-u", self.user.pw_name, "--", *argv]
         result = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
+            self.host.command(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            check=False,
         )
         with open(log, "a") as out:
             out.write(result.stdout + result.stderr)
@@ -1019,9 +1109,9 @@ class _Runner:
             raise DevStackError(f"postgres: {tool} failed ({last[0]}); see {log}")
 
 
-def _postgres_runner(state_dir: Path) -> _Runner:
+def _postgres_runner(state_dir: Path, host: Host) -> _Runner:
     if os.geteuid() != 0:
-        return _Runner(None)
+        return _Runner(None, host)
     try:
         user = pwd.getpwnam("postgres")
     except KeyError:
@@ -1040,7 +1130,7 @@ def _postgres_runner(state_dir: Path) -> _Runner:
                 f"PostgreSQL runs as user 'postgres' (initdb refuses root) and cannot enter "
                 f"{directory}: chmod o+x {directory} or pick another --state-dir"
             )
-    return _Runner(user)
+    return _Runner(user, host)
 
 
 @contextlib.contextmanager

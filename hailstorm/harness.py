@@ -235,6 +235,10 @@ class Produced:
         with self._lock:
             return dict(self._last)
 
+    def clock(self) -> dict[Partition, int]:
+        """The clock of a round that includes everything written so far."""
+        return {(self.topic, p): o for p, o in self.last_offsets().items()}
+
     def fill_before(self, bootstrap: str, clock: Mapping[Partition, int] | None = None) -> int:
         """Add what the topic held before this run's first message, so the model sees it.
 
@@ -752,6 +756,9 @@ class TopologyRun:
         broker_downtime: tuple[float, float] = (3.0, 8.0),
         zombies: bool = False,
         master: str | None = None,
+        processor_host: str | None = None,
+        driver_address: str | None = None,
+        spark_conf: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.stack = stack
         self.topology_ref = str(topology_ref)
@@ -803,6 +810,12 @@ class TopologyRun:
         self.env.pop(SPARK_MASTER_VAR, None)
         if master is not None:
             self.env[SPARK_MASTER_VAR] = master
+        self.processor_host = processor_host
+        """The driver's ``--host`` (None: its default, loopback)."""
+        self.spark_conf = list(spark_conf)
+        """The driver's ``--conf`` settings (besides those of ``zombies``)."""
+        if driver_address is not None:  # what the driver binds and tells executors
+            self.env["SPARK_LOCAL_IP"] = driver_address
         if zombies:  # sinks stop where the harness asks them to (failpoints.pause_point)
             pause_dir = log_dir / "pause"
             pause_dir.mkdir(exist_ok=True)
@@ -850,8 +863,10 @@ class TopologyRun:
             self._spawn_negotiator()
         zombie_args = [f"--master=local[{self.expected_count() + 1}]",
                        *(f"--conf={k}={v}" for k, v in ZOMBIE_SPARK_CONF)] if self.zombies else []
+        host_args = [] if self.processor_host is None else ["--host", self.processor_host]
+        conf_args = [f"--conf={k}={v}" for k, v in self.spark_conf]
         self.spawn("driver", ["-m", "hailstorm", "run", self.topology_ref, "--name", self.name,
-                              *zombie_args])
+                              *zombie_args, *host_args, *conf_args])
         return self
 
     def alive(self) -> None:
@@ -966,6 +981,17 @@ class TopologyRun:
             f"a commit covering {dict(covering)}", lambda: self.covers(covering), timeout,
             self.alive)
         return result
+
+    def final_comparison(self, produced: Produced, timeout: float = 300) -> Comparison:
+        """Wait for a committed round that includes everything ``produced``, check that
+        every recovery is explained (:meth:`check_recoveries`), and compare the round's
+        bolt states and the sink tables with :func:`run_model` over the same input."""
+        committed = self.wait_committed(produced.clock(), timeout)
+        states = self.committed_bolt_states(committed)
+        tables = self.sink_tables()
+        self.check_recoveries()
+        return compare_with_model(run_model(self.topology, produced.model_messages()),
+                                  states, tables)
 
     def committed_bolt_states(self, committed: CommittedRecord | None = None
                               ) -> dict[str, BoltStates]:

@@ -186,8 +186,8 @@ class Assignment:
     """Path of the librdkafka properties file (present on every executor's host): only the
     path travels with the task, the secrets in it stay in the file."""
     host: str = "127.0.0.1"
-    """Address the data-plane listener binds to and advertises; ``auto`` binds every
-    interface and advertises the executor's host name (for clusters)."""
+    """Address the data-plane listener binds to and advertises; ``auto``: the address the
+    executor's host reaches ZooKeeper from (for clusters, :func:`route_address`)."""
     metrics_host: str = "127.0.0.1"
     """Address ``/metrics`` is served on (``none``: not served). Loopback by default: the
     endpoint is not authenticated."""
@@ -211,11 +211,25 @@ class Assignment:
         return secret
 
 
-def listen_address(host: str) -> tuple[str, str]:
-    """(address to bind, address to advertise) for the ``--host`` setting."""
-    if host == "auto":
-        return "0.0.0.0", socket.gethostname()
-    return host, host
+def route_address(zk: str) -> str:
+    """The address of this host on the way to the first ZooKeeper server of ``zk``
+    (``host:port,...[/chroot]``): on a cluster, the interface the other hosts share with
+    the coordinator. Connecting a UDP socket only asks the routing table; nothing is sent."""
+    first = zk.split("/", 1)[0].split(",")[0].strip()
+    host, colon, port = first.rpartition(":")
+    if not colon or "]" in port:  # no port given
+        host, port = first, "2181"
+    family, kind, proto, _, target = socket.getaddrinfo(host.strip("[]"), int(port),
+                                                        type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.connect(target)
+        return str(probe.getsockname()[0])
+
+
+def listen_address(host: str, zk: str) -> str:
+    """The address the data-plane listener binds to and advertises for the ``--host``
+    setting (``auto``: :func:`route_address`)."""
+    return route_address(zk) if host == "auto" else host
 
 
 GC_THRESHOLDS = (50_000, 20, 100)
@@ -355,15 +369,15 @@ class _Shell:
     def run(self) -> None:
         try:
             self._secret = self.assignment.run_secret()
-            bind, advertised = listen_address(self.assignment.host)
-            info: dict[str, Any] = {"pid": os.getpid(), "host": advertised}
+            address = listen_address(self.assignment.host, self.assignment.zk)
+            info: dict[str, Any] = {"pid": os.getpid(), "host": address}
             metrics_host = self.assignment.metrics_host
-            self.metrics_server = None if metrics_host == "none" else \
-                start_server(self.metrics.registry, listen_address(metrics_host)[0])
+            self.metrics_server = None if metrics_host == "none" else start_server(
+                self.metrics.registry, "0.0.0.0" if metrics_host == "auto" else metrics_host)
             if self.metrics_server is not None:
                 info["metrics"] = self.metrics_server.port
             if self.listens:
-                self.listener = socket.create_server((bind, 0))
+                self.listener = socket.create_server((address, 0))
                 self.listener.settimeout(0.5)
                 info["port"] = self.listener.getsockname()[1]
                 self._start_thread("accept", self._accept_loop)

@@ -22,11 +22,9 @@ from hailstorm.harness import (
     Produced,
     StackAddresses,
     TopologyRun,
-    compare_with_model,
     produce,
     wordcount_lines,
 )
-from hailstorm.model import run_model
 
 pytestmark = pytest.mark.integration
 
@@ -62,20 +60,14 @@ def test_word_count_recovers_exactly_from_a_killed_worker(cluster: DevStack,
         run.start()
         run.wait_flowing(300)
         produce(stack.kafka, produced, lines[:5000], partitions)
-        run.wait_committed({(topic, p): o for p, o in produced.last_offsets().items()}, 300)
+        run.wait_committed(produced.clock(), 300)
         state = cluster.load()
         assert state is not None
         worker = state.services[spark_worker_name(random.Random(3).randint(1, 3))]
         run.expect_restart(time.time(), f"SIGKILL of the Spark worker JVM {worker.name}")
         os.kill(worker.pid, signal.SIGKILL)  # its executors follow it (WorkerWatcher)
         produce(stack.kafka, produced, lines[5000:], partitions)
-        committed = run.wait_committed(
-            {(topic, p): o for p, o in produced.last_offsets().items()}, 300)
-        states = run.committed_bolt_states(committed)
-        tables = run.sink_tables()
-        run.check_recoveries()
-    model = run_model(run.topology, produced.model_messages())
-    comparison = compare_with_model(model, states, tables)
+        comparison = run.final_comparison(produced)
     assert comparison.ok, comparison.first()
     # The worker comes back with dev up (the other services are left alone).
     cluster.up()

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from hailstorm.devstack import (
     SPARK_MASTER,
     SPARK_MASTER_VAR,
+    DevStack,
+    DevStackError,
+    Host,
+    KafkaClusterState,
     ServiceRecord,
     StackState,
     spark_worker_name,
 )
+from hailstorm.kafka_broker import NodePorts
 
 
 def _record(name: str, port: int) -> ServiceRecord:
@@ -39,8 +48,43 @@ def test_a_stack_without_spark_exports_no_master() -> None:
 
 
 def _env_without_kafka(state: StackState) -> dict[str, str]:
-    from hailstorm.devstack import KafkaClusterState
-    from hailstorm.kafka_broker import NodePorts
-
     state.kafka = KafkaClusterState("id", "plaintext", {1: NodePorts(client=9092, controller=9093)})
     return state.env()
+
+
+def test_services_on_test_hosts_are_exported_at_their_addresses() -> None:
+    hosts = {"zookeeper": Host("10.200.0.11", "t-zk"), "kafka": Host("10.200.0.12", "t-kafka"),
+             "postgres": Host("10.200.0.13", "t-pg"), SPARK_MASTER: Host("10.200.0.14", "t-m")}
+    state = StackState(state_dir="/tmp/x", database_password="pw", hosts=hosts, spark_workers=1)
+    for name, port in (("zookeeper", 2181), ("postgres", 5432), (SPARK_MASTER, 7077)):
+        state.services[name] = _record(name, port)
+    state.kafka = KafkaClusterState("id", "plaintext",
+                                    {1: NodePorts(client=9092, controller=9093)},
+                                    host="10.200.0.12")
+    again = StackState.from_json(state.to_json())
+    assert again.hosts == hosts and again.kafka == state.kafka
+    env = again.env()
+    assert env["HAILSTORM_ZK"] == "10.200.0.11:2181"
+    assert env["HAILSTORM_KAFKA"] == "10.200.0.12:9092"
+    assert env["HAILSTORM_DATABASE_URL"].endswith("@10.200.0.13:5432/hailstorm")
+    assert env[SPARK_MASTER_VAR] == "spark://10.200.0.14:7077"
+    assert again.host("kafka-1") == hosts["kafka"]
+    assert again.host(spark_worker_name(1)) == Host()  # not placed: this machine's loopback
+
+
+def test_a_host_starts_its_commands_in_its_namespace() -> None:
+    assert Host().command(["java", "-version"]) == ["java", "-version"]
+    assert Host("10.0.0.2", "ns1").command(["java"]) == ["ip", "netns", "exec", "ns1", "java"]
+
+
+@pytest.mark.parametrize("address, netns", [("example.org", None), ("10.0.0.300", None),
+                                            ("10.0.0.2", "-rf"), ("10.0.0.2", "a/b"),
+                                            ("10.0.0.2", "")])
+def test_a_bad_host_is_refused(address: str, netns: str | None) -> None:
+    with pytest.raises(DevStackError):
+        Host(address, netns)
+
+
+def test_a_stack_refuses_to_place_a_service_it_does_not_have(tmp_path: Path) -> None:
+    with pytest.raises(DevStackError, match="cannot place spark-worker-3"):
+        DevStack(tmp_path, spark_workers=2, hosts={spark_worker_name(3): Host("10.0.0.2")})

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from hailstorm.processors import Router
-from hailstorm.processors.runtime import Assignment, RestartRequired, _Shell
+from hailstorm.processors.runtime import (
+    Assignment,
+    RestartRequired,
+    _Shell,
+    listen_address,
+    route_address,
+)
 from hailstorm.topology import load_topology
 from hailstorm.wire import PartitionTable
 from negotiator.layout import Flowing, Initialize, SpoutsPaused, SpoutsRewind
@@ -88,3 +94,14 @@ def test_a_sink_round_needs_only_the_partitions_its_upstreams_carry() -> None:
     assert not _SinkShell._covers({}, clock, carried)
     # A partition some upstream carries is never skipped, even when nothing came from it.
     assert not _SinkShell._covers({clicks: 10}, clock, {clicks: 12, views: 1500})
+
+
+@pytest.mark.parametrize("zk", ["127.0.0.1:2181", "127.0.0.1:2181,10.9.9.9:2181/hailstorm",
+                                "localhost", "[::1]:2181"])
+def test_auto_host_is_the_address_on_the_way_to_zookeeper(zk: str) -> None:
+    expected = "::1" if "::1" in zk else "127.0.0.1"
+    assert listen_address("auto", zk) == route_address(zk) == expected
+
+
+def test_a_given_host_is_used_as_it_is() -> None:
+    assert listen_address("10.1.2.3", "127.0.0.1:2181") == "10.1.2.3"
