@@ -1,219 +1,89 @@
-"""Metrics: a tiny registry rendered in the Prometheus text exposition format, and a
-background HTTP server that serves it on ``/metrics``.
+"""Metrics on ``prometheus_client``: one registry per processor or negotiator whose every
+sample carries the same constant labels, served on ``/metrics`` by prometheus_client's
+HTTP server from a daemon thread.
 
-No dependency: counters, gauges and summaries (count and sum, plus the last observed value
-as a ``<name>_last`` gauge) are all a processor or the negotiator needs. Every update is
-guarded: a metric can never raise into the code that counts (metrics must never crash a
-processor).
+    metrics = ProcessorMetrics("wordcount", "bolt:counts:0")
+    metrics.messages_in.inc(10)
+    server = start_server(metrics.registry, "127.0.0.1")   # server.port
+    render(metrics.registry)   # the text exposition format
 
-    registry = Registry()
-    messages = registry.counter("hailstorm_messages_in_total", "Tuples received.")
-    messages.inc(10)
-    server = MetricsServer(registry, "127.0.0.1").start()   # server.port
-    registry.render()   # the text format
-
-:func:`parse` reads the text format back (samples by name and labels); ``hailstorm status``
-uses it on what it scrapes.
+:func:`parse` reads the text format back (prometheus_client's parser); ``hailstorm status``
+uses it on what it scrapes. Counters show no ``_created`` series (they would only add noise
+to every scrape).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import re
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["Counter", "Gauge", "MetricsServer", "NegotiatorMetrics", "ProcessorMetrics",
+           "Registry", "Summary", "parse", "parse_samples", "render", "scrape", "start_server"]
 
 log = logging.getLogger("hailstorm.metrics")
+M = TypeVar("M", Counter, Gauge, Summary)
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
-
-def format_value(value: float) -> str:
-    """A sample value as Prometheus writes it (integers without a fraction)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
-
-
-def escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def format_labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{escape_label(str(v))}"' for k, v in sorted(labels.items()))
-    return "{" + inner + "}"
-
-
-class _Metric:
-    kind = "untyped"
-
-    def __init__(self, name: str, help_text: str, labels: Mapping[str, str]) -> None:
-        if not _NAME.match(name):
-            raise ValueError(f"bad metric name {name!r}")
-        for key in labels:
-            if not _LABEL.match(key):
-                raise ValueError(f"bad label name {key!r}")
-        self.name = name
-        self.help = help_text
-        self.labels = dict(labels)
-        self._lock = threading.Lock()
-
-    def samples(self) -> list[tuple[str, float]]:
-        raise NotImplementedError
-
-    def render(self) -> list[str]:
-        lines = [f"# HELP {self.name} {self.help.replace(chr(10), ' ')}",
-                 f"# TYPE {self.name} {self.kind}"]
-        labels = format_labels(self.labels)
-        lines += [f"{name}{labels} {format_value(v)}" for name, v in self.samples()]
-        return lines
-
-
-class Counter(_Metric):
-    """A monotonically increasing count."""
-
-    kind = "counter"
-
-    def __init__(self, name: str, help_text: str, labels: Mapping[str, str]) -> None:
-        super().__init__(name, help_text, labels)
-        self.value = 0.0
-
-    def inc(self, amount: float = 1.0) -> None:
-        try:
-            if amount > 0:
-                with self._lock:
-                    self.value += amount
-        except Exception:  # never raise into the counting code
-            log.debug("counter %s: bad increment %r", self.name, amount, exc_info=True)
-
-    def samples(self) -> list[tuple[str, float]]:
-        return [(self.name, self.value)]
-
-
-class Gauge(_Metric):
-    """A value that goes up and down (set directly or computed at render time)."""
-
-    kind = "gauge"
-
-    def __init__(self, name: str, help_text: str, labels: Mapping[str, str],
-                 function: Callable[[], float | None] | None = None) -> None:
-        super().__init__(name, help_text, labels)
-        self.value = 0.0
-        self.function = function
-
-    def set(self, value: float | None) -> None:
-        try:
-            if value is not None:
-                self.value = float(value)
-        except Exception:
-            log.debug("gauge %s: bad value %r", self.name, value, exc_info=True)
-
-    def samples(self) -> list[tuple[str, float]]:
-        if self.function is not None:
-            try:
-                value = self.function()
-            except Exception:
-                value = None
-            if value is not None:
-                self.value = float(value)
-        return [(self.name, self.value)]
-
-
-class Summary(_Metric):
-    """Observations: ``<name>_count`` and ``<name>_sum`` (a summary without quantiles)."""
-
-    kind = "summary"
-
-    def __init__(self, name: str, help_text: str, labels: Mapping[str, str]) -> None:
-        super().__init__(name, help_text, labels)
-        self.count = 0
-        self.sum = 0.0
-        self.last: float | None = None
-
-    def observe(self, value: float) -> None:
-        try:
-            value = float(value)
-            with self._lock:
-                self.count += 1
-                self.sum += value
-                self.last = value
-        except Exception:
-            log.debug("summary %s: bad observation %r", self.name, value, exc_info=True)
-
-    def samples(self) -> list[tuple[str, float]]:
-        return [(f"{self.name}_count", self.count), (f"{self.name}_sum", self.sum)]
+prometheus_client.disable_created_metrics()
 
 
 class Registry:
-    """Metrics by name, in registration order; ``labels`` are added to every sample."""
+    """A prometheus_client registry whose metrics all carry ``labels``."""
 
     def __init__(self, labels: Mapping[str, str] | None = None) -> None:
         self.labels = dict(labels or {})
-        self._metrics: dict[str, _Metric] = {}
-        self._lock = threading.Lock()
-
-    def _add(self, metric: _Metric) -> Any:
-        with self._lock:
-            existing = self._metrics.get(metric.name)
-            if existing is not None:
-                if type(existing) is not type(metric):
-                    raise ValueError(f"{metric.name} is already a {existing.kind}")
-                return existing
-            self._metrics[metric.name] = metric
-            return metric
+        self.collector = CollectorRegistry(auto_describe=True)
 
     def counter(self, name: str, help_text: str) -> Counter:
-        result: Counter = self._add(Counter(name, help_text, self.labels))
-        return result
+        """A counter; ``name`` ends in ``_total`` (as exposed)."""
+        return self._bound(Counter(name, help_text, list(self.labels),
+                                   registry=self.collector))
 
-    def gauge(self, name: str, help_text: str,
-              function: Callable[[], float | None] | None = None) -> Gauge:
-        result: Gauge = self._add(Gauge(name, help_text, self.labels, function))
-        return result
+    def gauge(self, name: str, help_text: str) -> Gauge:
+        return self._bound(Gauge(name, help_text, list(self.labels), registry=self.collector))
 
     def summary(self, name: str, help_text: str) -> Summary:
-        result: Summary = self._add(Summary(name, help_text, self.labels))
-        return result
+        """Observations: ``<name>_count`` and ``<name>_sum``."""
+        return self._bound(Summary(name, help_text, list(self.labels),
+                                   registry=self.collector))
 
-    def render(self) -> str:
-        """The whole registry in the Prometheus text exposition format (version 0.0.4)."""
-        with self._lock:
-            metrics = list(self._metrics.values())
-        lines: list[str] = []
-        for metric in metrics:
-            lines += metric.render()
-        return "\n".join(lines) + "\n"
+    def _bound(self, metric: M) -> M:
+        return metric.labels(**self.labels) if self.labels else metric
 
 
-# --------------------------------------------------------------------------- parsing
+def read_at_scrape(gauge: Gauge, function: Callable[[], float | None]) -> None:
+    """Let ``gauge`` show ``function()`` at every scrape; when it fails or returns None the
+    gauge keeps its last value (a metric never raises into a scrape)."""
+    last = [0.0]
 
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
-)
-_LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+    def read() -> float:
+        try:
+            value = function()
+        except Exception:
+            value = None
+        if value is not None:
+            last[0] = float(value)
+        return last[0]
+
+    gauge.set_function(read)
 
 
-def _unescape(value: str) -> str:
-    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
+def render(registry: Registry) -> str:
+    """The whole registry in the Prometheus text exposition format."""
+    return prometheus_client.generate_latest(registry.collector).decode()
 
 
 def parse(text: str) -> dict[str, float]:
     """Samples of a text exposition by name (labels ignored, values of equal names summed).
 
-    Raises :class:`ValueError` on a line that is neither a comment nor a sample.
+    Raises :class:`ValueError` on text that is not the exposition format.
     """
     samples: dict[str, float] = {}
     for name, _labels, value in parse_samples(text):
@@ -223,19 +93,12 @@ def parse(text: str) -> dict[str, float]:
 
 def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
     """Every sample of a text exposition as ``(name, labels, value)``."""
-    result: list[tuple[str, dict[str, str], float]] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            raise ValueError(f"line {number} is not a sample: {line!r}")
-        labels = {k: _unescape(v) for k, v in _LABEL_PAIR.findall(match["labels"] or "")}
-        raw = match["value"]
-        value = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}.get(raw)
-        result.append((match["name"], labels, float(raw) if value is None else value))
-    return result
+    try:
+        return [(sample.name, dict(sample.labels), float(sample.value))
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples]
+    except (ValueError, IndexError, KeyError) as exc:
+        raise ValueError(f"not the Prometheus text format: {exc}") from None
 
 
 def scrape(host: str, port: int, timeout: float = 2.0) -> dict[str, float]:
@@ -244,59 +107,33 @@ def scrape(host: str, port: int, timeout: float = 2.0) -> dict[str, float]:
         return parse(resp.read().decode())
 
 
-# --------------------------------------------------------------------------- serving
-
-
 class MetricsServer:
-    """Serves a registry on ``http://<host>:<port>/metrics`` from a daemon thread."""
+    """prometheus_client's HTTP server for one registry, on a daemon thread."""
 
-    def __init__(self, registry: Registry, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.registry = registry
-        self.host = host
-        self.port = port
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> MetricsServer:
-        registry = self.registry
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] != "/metrics":
-                    self.send_error(404, "only /metrics here")
-                    return
-                try:
-                    body = registry.render().encode()
-                except Exception as exc:  # pragma: no cover - render guards itself
-                    self.send_error(500, f"{type(exc).__name__}")
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("metrics: " + format, *args)
-
-        server = ThreadingHTTPServer((self.host, self.port), Handler)
-        server.daemon_threads = True
+    def __init__(self, server: Any, thread: threading.Thread) -> None:
         self._server = server
-        self.port = int(server.server_address[1])
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="metrics", daemon=True)
-        self._thread.start()
-        return self
+        self._thread = thread
+        self.port = int(server.server_port)
 
     def stop(self) -> None:
-        server = self._server
+        server, self._server = self._server, None
         if server is not None:
-            self._server = None
             try:
                 server.shutdown()
                 server.server_close()
             except Exception:
                 log.debug("stopping the metrics server failed", exc_info=True)
+
+
+def start_server(registry: Registry, host: str) -> MetricsServer | None:
+    """Serve ``registry`` on ``host``, a free port; None (logged) when that fails."""
+    try:
+        server, thread = prometheus_client.start_http_server(0, addr=host,
+                                                             registry=registry.collector)
+    except Exception as exc:
+        log.warning("no metrics server on %s: %s", host, exc)
+        return None
+    return MetricsServer(server, thread)
 
 
 # --------------------------------------------------------------------------- the metrics
@@ -388,12 +225,10 @@ class NegotiatorMetrics:
             "hailstorm_negotiator_fallbacks_total",
             "Recoveries that fell back to the previous committed round because a snapshot "
             "of the committed one was corrupt.")
+        self._longest_pause = 0.0
 
-
-def start_server(registry: Registry, host: str) -> MetricsServer | None:
-    """Serve ``registry`` on ``host``, port 0; None (logged) when that fails."""
-    try:
-        return MetricsServer(registry, host, 0).start()
-    except Exception as exc:
-        log.warning("no metrics server on %s: %s", host, exc)
-        return None
+    def pause(self, seconds: float) -> None:
+        """A snapshot round held the spouts paused for ``seconds``."""
+        self.pause_seconds.observe(seconds)
+        self._longest_pause = max(self._longest_pause, seconds)
+        self.pause_max_seconds.set(self._longest_pause)

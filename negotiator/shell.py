@@ -303,9 +303,7 @@ class Shell:
                 self.metrics.recoveries.inc()
             if isinstance(obs.state, SpoutsPaused) and isinstance(new, Flowing):
                 paused = now - obs.view.entered_at
-                self.metrics.pause_seconds.observe(paused)
-                longest = self.metrics.pause_max_seconds.value
-                self.metrics.pause_max_seconds.set(max(paused, longest or 0.0))
+                self.metrics.pause(paused)
             self.metrics.epoch.set(new.epoch)
         for action in decision.actions:
             if isinstance(action, ForgetSnapshots):
