@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hailstorm import config
+from hailstorm.auth import SECRET_FILE_VAR
 from hailstorm.devstack import DEFAULT_SPARK_CORES, SPARK_MASTER_VAR, DevStack, DevStackError
 from hailstorm.halt import TopologyHalted
 from hailstorm.kafka import KafkaAuthError, KafkaConfigError, KafkaUnreachable
@@ -504,12 +505,16 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
 @click.argument("keys", nargs=-1, metavar="[KEY]...")
 @click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
 @click.option("--epoch", type=int, help="Round to read (default: committed, else latest).")
+@click.option("--live/--committed", default=False, show_default=True,
+              help="Ask the running instances (needs the run's "
+                   f"${SECRET_FILE_VAR} and ZooKeeper), or read the committed round.")
 @click.option("--snapshots", "snapshot_dir", metavar="DIR|URL",
               help=f"Snapshot store (default: ${config.SNAPSHOTS_VAR}).")
 @click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
 @_handle_errors
 def query_command(topology_ref: str, bolt: str, keys: tuple[str, ...], name: str | None,
-                  epoch: int | None, snapshot_dir: str | None, zk: str | None) -> None:
+                  epoch: int | None, live: bool, snapshot_dir: str | None,
+                  zk: str | None) -> None:
     """Print BOLT's value of each KEY (all keys without any) in the committed round.
 
     One JSON object per line: key, value (null when the round has no such key), found,
@@ -518,6 +523,12 @@ def query_command(topology_ref: str, bolt: str, keys: tuple[str, ...], name: str
     round of the snapshot store is read; the topology may be running, stopped or gone, and
     Spark is not needed. A KEY is JSON when it parses to a key the state can hold ('42',
     '["fr", 3]'), else text. Exits 1 when a KEY is not in the round.
+
+    With --live each KEY is asked of the running instance that owns it (authenticated with
+    the run's secret file, so the run must have been started with one). Each line then also
+    names the processor, and clock is its low water mark (every record up to it is in the
+    value), absorbed the highest offsets that may be in it, and exact whether the value is
+    exactly the state at clock.
     """
     from hailstorm.export import ExportError
     from hailstorm.query import parse_key, query_committed
@@ -532,12 +543,41 @@ def query_command(topology_ref: str, bolt: str, keys: tuple[str, ...], name: str
         fail(str(exc))
     if not isinstance(spec, BoltSpec):
         fail(f"{bolt!r} is a {spec.kind} of {topology.name}, not a bolt")
-    store = open_store(settings.snapshot_location())
     wanted = [parse_key(k, spec) for k in keys] if keys else None
+    if live:
+        _query_live(settings, name or topology.name, spec, wanted, epoch)
+        return
+    store = open_store(settings.snapshot_location())
     try:
         result = query_committed(store, name or topology.name, spec, wanted, zk=settings.zk,
                                  epoch=epoch)
     except (ExportError, SnapshotError, OSError) as exc:
+        fail(str(exc))
+    for line in result.to_json_lines():
+        click.echo(line)
+    if result.missing:
+        sys.exit(1)
+
+
+def _query_live(settings: config.Settings, topology: str, spec: Any, keys: list[Any] | None,
+                epoch: int | None) -> None:
+    from hailstorm.auth import RunSecret
+    from hailstorm.query import QueryError, query_live
+
+    if epoch is not None:
+        fail("--live reads the running round: it takes no --epoch")
+    if not settings.zk:
+        fail(f"--live finds the instances through ZooKeeper: give --zk or ${config.ZK_VAR}")
+    try:
+        secret = RunSecret.from_env()
+    except ValueError as exc:
+        fail(str(exc))
+    if secret is None:
+        fail(f"--live authenticates with the run's secret: start the run with "
+             f"${SECRET_FILE_VAR} set and give the query the same file")
+    try:
+        result = query_live(settings.zk, topology, spec, keys, secret)
+    except QueryError as exc:
         fail(str(exc))
     for line in result.to_json_lines():
         click.echo(line)

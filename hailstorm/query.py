@@ -1,4 +1,5 @@
-"""Reading a bolt's state without stopping the topology: the committed round, by key.
+"""Reading a bolt's state without stopping the topology: the committed round, or the live
+instances, by key.
 
 The committed round's snapshots are consistent at its clock (every bolt saved exactly the
 records up to it), so they answer "what was the count of ``storm`` at clock C" while the
@@ -10,23 +11,39 @@ topology runs on, is stopped, or is gone; Spark is not needed::
 
 A key is looked up in the one snapshot file of the instance that owns it (the bolt's
 routing at the round's parallelism); without keys every key of the round is returned.
+
+Live (:func:`query_live`): each key is asked of the running instance that owns it, over its
+data-plane port after the same authentication as any peer (so the query needs the run's
+secret: a run started with ``$HAILSTORM_SECRET_FILE``, and the same file). The instance
+answers from its current state, between two batches, with two clocks: ``through``, its low
+water mark (every record up to it is in the value), and ``absorbed`` (no record beyond it
+is). When ``through`` covers ``absorbed`` the value is exactly the state at that clock;
+otherwise some records between the two are in it and some are not yet.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.clock import Clock, clock_to_json
+from hailstorm.auth import AuthError, RunSecret, greet_peer
+from hailstorm.clock import NOTHING, Clock, clock_to_json
 from hailstorm.export import choose_round
 from hailstorm.monoids import KeyedMap
 from hailstorm.routing import route
 from hailstorm.snapshots import SnapshotStore, jsonable
 from hailstorm.topology import BoltSpec
+from hailstorm.wire import Answer, FrameError, FrameReader, Query, recv_frames, send_frames
 
-__all__ = ["QueryResult", "parse_key", "query_committed"]
+__all__ = ["LiveAnswer", "LiveResult", "QueryError", "QueryResult", "parse_key",
+           "query_committed", "query_live"]
+
+
+class QueryError(RuntimeError):
+    """A live query could not be answered (the message says why and what to do)."""
 
 
 @dataclass(frozen=True)
@@ -103,3 +120,153 @@ def query_committed(store: SnapshotStore, topology: str, bolt: BoltSpec,
             else:
                 result.missing.append(key)
     return result
+
+
+@dataclass(frozen=True)
+class LiveAnswer:
+    """What one running bolt instance answered."""
+
+    processor: str
+    epoch: int
+    """The latest round whose clock the instance knows."""
+    through: Clock | None
+    """Its low water mark: every record up to it is in the values (None: an upstream has
+    not sent a watermark yet)."""
+    absorbed: Clock
+    """No record beyond it is in the values."""
+    values: dict[Any, Any] = field(default_factory=dict)
+    missing: list[Any] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        """The values are exactly the state at :attr:`through`."""
+        through = self.through
+        return through is not None and all(
+            through.get(p, NOTHING) >= o for p, o in self.absorbed.items())
+
+
+@dataclass(frozen=True)
+class LiveResult:
+    """A bolt's live values: one :class:`LiveAnswer` per instance asked."""
+
+    topology: str
+    bolt: str
+    answers: list[LiveAnswer]
+
+    @property
+    def values(self) -> dict[Any, Any]:
+        return {k: v for answer in self.answers for k, v in answer.values.items()}
+
+    @property
+    def missing(self) -> list[Any]:
+        return [k for answer in self.answers for k in answer.missing]
+
+    def to_json_lines(self) -> list[str]:
+        """One JSON object per key: ``key``, ``value`` (null when missing), ``found``,
+        ``processor``, ``epoch``, ``clock`` (the instance's low water mark), ``absorbed``
+        and ``exact``."""
+        lines = []
+        for answer in self.answers:
+            common = {"processor": answer.processor, "epoch": answer.epoch,
+                      "clock": None if answer.through is None else clock_to_json(answer.through),
+                      "absorbed": clock_to_json(answer.absorbed), "exact": answer.exact}
+            rows = [{"key": jsonable(k), "value": jsonable(v), "found": True}
+                    for k, v in answer.values.items()]
+            rows += [{"key": jsonable(k), "value": None, "found": False}
+                     for k in answer.missing]
+            lines += [json.dumps({**row, **common}, separators=(",", ":"), ensure_ascii=False)
+                      for row in rows]
+        return lines
+
+
+def query_live(zk: str, topology: str, bolt: BoltSpec, keys: Sequence[Any] | None,
+               secret: RunSecret, *, timeout: float = 10.0) -> LiveResult:
+    """``bolt``'s current values of ``keys``, asked of the instances that own them in the
+    running round (``keys`` None: the whole state of a bolt without keyed state).
+
+    Raises :class:`QueryError` when the topology does not run, an owner is not serving
+    (the topology is restarting: ask again), or an instance refuses the secret.
+    """
+    from hailstorm.status import Collector
+
+    if keys is None and bolt.keyed:
+        raise QueryError(f"bolt {bolt.name!r} keeps a state per key: name the keys to ask "
+                         "for (the committed round, without --live, lists every key)")
+    collector = Collector(zk, None, None, timeout=timeout)
+    try:
+        inputs = collector.read(topology)
+    finally:
+        collector.close()
+    if inputs.master is None:
+        raise QueryError(f"topology {topology!r} has no master state in ZooKeeper at {zk}: "
+                         "it is not running")
+    wanted: dict[int, list[Any] | None] = {}
+    if keys is None:
+        wanted = {i: None for i in range(bolt.parallelism)}
+    else:
+        for key in keys:
+            instances = wanted.setdefault(route(key, bolt.parallelism), [])
+            assert instances is not None
+            instances.append(key)
+    answers = []
+    for instance, instance_keys in sorted(wanted.items()):
+        processor = f"bolt:{bolt.name}:{instance}"
+        report = inputs.reports.get(processor)
+        if report is None or "port" not in report.info:
+            raise QueryError(f"{processor} is not serving (the topology is starting or "
+                             "recovering): ask again, or drop --live to read the committed "
+                             "round")
+        address = (str(report.info["host"]), int(report.info["port"]))
+        fields = _ask(address, secret, Query(bolt.name, instance, instance_keys), timeout)
+        if fields.get("error"):
+            raise QueryError(f"{processor} at {address[0]}:{address[1]}: {fields['error']}")
+        answers.append(LiveAnswer(processor, int(fields["epoch"]), fields["through"],
+                                  fields["absorbed"], fields["values"], fields["missing"]))
+    if keys is None and len(answers) > 1:  # unkeyed state: one partial state per instance
+        whole = bolt.state.combine_all([a.values[None] for a in answers])
+        first = answers[0]
+        answers = [LiveAnswer(
+            ",".join(a.processor for a in answers), first.epoch,
+            _lowest([a.through for a in answers]),
+            _highest([a.absorbed for a in answers]), {None: whole})]
+    return LiveResult(topology, bolt.name, answers)
+
+
+def _lowest(clocks: list[Clock | None]) -> Clock | None:
+    """Pointwise minimum over partitions all of ``clocks`` have (None if any is None)."""
+    if any(c is None for c in clocks):
+        return None
+    present = [c for c in clocks if c is not None]
+    shared = set.intersection(*(set(c) for c in present))
+    return {p: min(c[p] for c in present) for p in shared}
+
+
+def _highest(clocks: list[Clock]) -> Clock:
+    merged: Clock = {}
+    for clock in clocks:
+        for p, o in clock.items():
+            merged[p] = max(o, merged.get(p, NOTHING))
+    return merged
+
+
+def _ask(address: tuple[str, int], secret: RunSecret, query: Query,
+         timeout: float) -> dict[str, Any]:
+    """Send ``query`` to the instance at ``address``; its ANSWER's fields."""
+    where = f"{address[0]}:{address[1]}"
+    try:
+        with socket.create_connection(address, timeout=timeout) as sock:
+            sealer, checker = greet_peer(sock, secret, timeout)
+            send_frames(sock, [query], sealer=sealer)
+            reader = FrameReader(checker=checker)
+            while True:
+                frames = recv_frames(sock, reader)
+                if not frames:
+                    raise QueryError(f"{where} closed the connection without an answer")
+                if isinstance(frames[0], Answer):
+                    return frames[0].fields
+                raise QueryError(f"{where} answered with a {type(frames[0]).__name__} frame")
+    except AuthError:
+        raise QueryError(f"{where} did not accept the secret: give the query the run's "
+                         "$HAILSTORM_SECRET_FILE") from None
+    except (OSError, FrameError) as exc:
+        raise QueryError(f"asking {where}: {exc}") from None

@@ -19,7 +19,12 @@ WATERMARK   epoch int64 BE, count uint32 BE, partition indices int32 LE[count],
             offsets int64 LE[count]
 CLOCK       same layout as WATERMARK
 BYE         empty
+QUERY       one pickle of a dict: ``bolt``, ``instance``, ``keys`` (a list, or None for all)
+ANSWER      one pickle of a dict: the instance's answer (:mod:`hailstorm.query`)
 ==========  ==================================================================================
+
+QUERY opens a connection of its own instead of HELLO (``hailstorm query --live``, after the
+same authentication as any peer); the bolt sends one ANSWER and closes it.
 
 DATA: ``count uint32 BE, codec u8, partition indices int32 LE[count], origin offsets
 int64 LE[count], tuples``. Partitions travel as small integers agreed through a
@@ -68,6 +73,7 @@ from hailstorm.clock import Clock, Partition
 __all__ = [
     "HEADER_SIZE",
     "MAX_FRAME_SIZE",
+    "Answer",
     "Bye",
     "ClockMarker",
     "DataBatch",
@@ -78,6 +84,7 @@ __all__ = [
     "FrameTooLargeError",
     "Hello",
     "PartitionTable",
+    "Query",
     "Watermark",
     "decode_frame",
     "encode_frame",
@@ -119,6 +126,8 @@ class FrameKind(IntEnum):
     WATERMARK = 3
     CLOCK = 4
     BYE = 5
+    QUERY = 6
+    ANSWER = 7
 
 
 _KINDS = frozenset(int(k) for k in FrameKind)
@@ -237,7 +246,23 @@ class Bye:
     """Last frame on a connection: the sender closes it on purpose."""
 
 
-Frame = Hello | DataBatch | Watermark | ClockMarker | Bye
+@dataclass(frozen=True)
+class Query:
+    """A live query: the values of ``keys`` (None: all) held by a bolt instance."""
+
+    bolt: str
+    instance: int
+    keys: list[Any] | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A bolt instance's answer to a :class:`Query` (fields: :mod:`hailstorm.query`)."""
+
+    fields: dict[str, Any]
+
+
+Frame = Hello | DataBatch | Watermark | ClockMarker | Bye | Query | Answer
 """Any decoded frame."""
 
 
@@ -363,6 +388,11 @@ def _payload_parts(frame: Frame) -> tuple[FrameKind, list[Any]]:
         ]
     if isinstance(frame, Bye):
         return FrameKind.BYE, []
+    if isinstance(frame, Query):
+        request = {"bolt": frame.bolt, "instance": frame.instance, "keys": frame.keys}
+        return FrameKind.QUERY, [pickle.dumps(request, protocol=_PICKLE_PROTOCOL)]
+    if isinstance(frame, Answer):
+        return FrameKind.ANSWER, [pickle.dumps(frame.fields, protocol=_PICKLE_PROTOCOL)]
     raise TypeError(f"not a frame: {frame!r}")
 
 
@@ -458,6 +488,16 @@ def _decode_hello(payload: memoryview) -> Hello:
     return Hello(sender, epoch, receiver)
 
 
+def _unpickle_dict(payload: memoryview) -> dict[str, Any]:
+    try:
+        value = pickle.loads(payload)
+    except Exception as e:
+        raise FrameError(f"unreadable pickle: {e}") from e
+    if not isinstance(value, dict):
+        raise FrameError(f"a dict expected, got {type(value).__name__}")
+    return value
+
+
 def decode_frame(kind: int, payload: bytes | bytearray | memoryview) -> Frame:
     """Decode the payload of one frame of ``kind``; raises :class:`FrameError` if invalid."""
     if kind not in _KINDS:
@@ -473,6 +513,13 @@ def decode_frame(kind: int, payload: bytes | bytearray | memoryview) -> Frame:
                 return ClockMarker(*_decode_marks(view))
             if kind == FrameKind.HELLO:
                 return _decode_hello(view)
+            if kind == FrameKind.QUERY:
+                request = _unpickle_dict(view)
+                keys = request.get("keys")
+                return Query(str(request["bolt"]), int(request["instance"]),
+                             None if keys is None else list(keys))
+            if kind == FrameKind.ANSWER:
+                return Answer(_unpickle_dict(view))
             if len(view):
                 raise FrameError("BYE frame with a payload")
             return Bye()

@@ -365,6 +365,27 @@ class BoltCore:
         """A copy of the whole state (all segments merged): for tests and inspection."""
         return self._monoid.combine_all(self._segments)
 
+    @property
+    def absorbed(self) -> Marks:
+        """The highest offset per partition whose tuples may be in the state (the loaded
+        clock raised by every tuple absorbed since): nothing above it is."""
+        return merge_max(self._loaded, self._seen)
+
+    def lookup(self, keys: Iterable[Any]) -> tuple[dict[Any, Any], list[Any]]:
+        """``(values, missing)``: the current value of each key of a keyed state (every
+        segment merged; a copy), and the keys it does not hold."""
+        inner = self._monoid.inner  # type: ignore[attr-defined]
+        values: dict[Any, Any] = {}
+        missing: list[Any] = []
+        for key in keys:
+            parts = [segment[key] for segment in self._segments if key in segment]
+            if parts:
+                values[key] = inner.combine_all(parts) if len(parts) > 1 else \
+                    inner.copy(parts[0])
+            else:
+                missing.append(key)
+        return values, missing
+
     # -- internals ----------------------------------------------------------------------
 
     def _segment_of(self, partition: PartitionKey, offset: int) -> int:

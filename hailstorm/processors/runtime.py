@@ -58,7 +58,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hailstorm.auth import (
@@ -74,7 +74,7 @@ from hailstorm.config import DEFAULT_DATABASE_URL, KAFKA_CONFIG_VAR
 from hailstorm.coordination import Coordinator
 from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt, halt_reason
-from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
+from hailstorm.metrics import MetricsServer, ProcessorMetrics, read_at_scrape, start_server
 from hailstorm.model import DeadLetter, RejectedRow
 from hailstorm.processors import (
     Action,
@@ -93,12 +93,14 @@ from hailstorm.processors import (
 )
 from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
 from hailstorm.quarantine import DeadLetterWriter
+from hailstorm.routing import route
 from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.sinks.topic import TopicWriter, progress_topic
 from hailstorm.snapshots import SnapshotCorruptError, open_store
 from hailstorm.topic import Topic
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
 from hailstorm.wire import (
+    Answer,
     Bye,
     ClockMarker,
     DataBatch,
@@ -106,6 +108,7 @@ from hailstorm.wire import (
     FrameReader,
     Hello,
     PartitionTable,
+    Query,
     Watermark,
     recv_frames,
     send_frames,
@@ -608,9 +611,21 @@ class _Shell:
                 ids += [str(ProcessorId.bolt(name, i)) for i in range(source.parallelism)]
         return ids
 
-    def deliver(self, sender: str, frame: Frame) -> None:
+    def deliver(self, sender: str, frame: Frame | LiveQuery) -> None:
         """Hand a received frame to the main thread (blocking: back-pressure)."""
         raise NotImplementedError
+
+    def _answer_query(self, sock: socket.socket, sealer: FrameSealer, query: Query) -> None:
+        """Answer a live query; nothing that goes wrong with it fails this processor."""
+        try:
+            send_frames(sock, [Answer(self.answer(query))], sealer=sealer)
+        except Exception as exc:
+            log.warning("answering a live query failed: %s", exc)
+
+    def answer(self, query: Query) -> dict[str, Any]:
+        """The fields of the ANSWER to a live query (only bolts hold state)."""
+        return {"processor": self.assignment.processor,
+                "error": f"{self.assignment.processor} is not a bolt: it holds no state"}
 
     def _accept_loop(self) -> None:
         assert self.listener is not None
@@ -640,23 +655,27 @@ class _Shell:
     def _receive(self, sock: socket.socket, address: Any) -> None:
         try:
             try:
-                checker, _ = accept_peer(sock, self.secret, HANDSHAKE_TIMEOUT)
+                checker, sealer = accept_peer(sock, self.secret, HANDSHAKE_TIMEOUT)
             except (AuthError, OSError) as exc:
                 self._refuse(sock, address, exc)
                 return
             finally:
                 self._handshakes.release()
-            self._serve(sock, FrameReader(checker=checker))
+            self._serve(sock, FrameReader(checker=checker), sealer)
         finally:
             self._accepted.discard(sock)
             with contextlib.suppress(OSError):
                 sock.close()
 
-    def _serve(self, sock: socket.socket, reader: FrameReader) -> None:
-        """Frames of an authenticated peer of this run: HELLO, then data until BYE."""
+    def _serve(self, sock: socket.socket, reader: FrameReader, sealer: FrameSealer) -> None:
+        """Frames of an authenticated peer of this run: HELLO, then data until BYE; or a
+        QUERY, answered with one ANSWER."""
         sender = "?"
         sock.settimeout(self.assignment.io_timeout)
         first = recv_frames(sock, reader)
+        if first and isinstance(first[0], Query):
+            self._answer_query(sock, sealer, first[0])
+            return
         if not first or not isinstance(first[0], Hello):
             raise DataPlaneError(f"an authenticated connection without HELLO: {first[:1]}")
         hello = first[0]
@@ -851,15 +870,23 @@ class _SpoutShell(_Shell):
 # --------------------------------------------------------------------------- bolt
 
 
+@dataclass(frozen=True)
+class LiveQuery:
+    """A live query handed to a bolt's main thread, which puts the answer in ``reply``."""
+
+    query: Query
+    reply: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1))
+
+
 class _Inbound(_Shell):
     """Bolts and sinks: a listener, one reader thread per upstream, a bounded queue."""
 
     listens = True
 
     def setup(self) -> None:
-        self.inbound: queue.Queue[tuple[str, Frame]] = queue.Queue(QUEUE_FRAMES)
+        self.inbound: queue.Queue[tuple[str, Frame | LiveQuery]] = queue.Queue(QUEUE_FRAMES)
 
-    def deliver(self, sender: str, frame: Frame) -> None:
+    def deliver(self, sender: str, frame: Frame | LiveQuery) -> None:
         deadline = time.monotonic() + self.assignment.io_timeout
         while not self.stopping.is_set():
             try:
@@ -887,7 +914,7 @@ class _Inbound(_Shell):
                 return
             self.on_frame(sender, frame)
 
-    def on_frame(self, sender: str, frame: Frame) -> None:
+    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
         raise NotImplementedError
 
     def on_idle(self) -> None:
@@ -909,8 +936,8 @@ class _BoltShell(_Inbound):
         self.core: BoltCore | None = None
         self.writes: queue.Queue[WriteSnapshot] = queue.Queue(8)
         self._start_thread("snapshots", self._writer)
-        self.metrics.state_keys.function = lambda: None if self.core is None else \
-            self.core.key_count
+        read_at_scrape(self.metrics.state_keys,
+                       lambda: None if self.core is None else self.core.key_count)
 
     def on_initialize(self, epoch: int) -> None:
         assert self.coord is not None
@@ -943,9 +970,61 @@ class _BoltShell(_Inbound):
             assert self.core is not None
             self.act(self.core.on_clock(state.epoch, self.table.to_wire(state.clock)))
 
-    def on_frame(self, sender: str, frame: Frame) -> None:
+    def answer(self, query: Query) -> dict[str, Any]:
+        """Ask the main thread (which owns the state) for the values of a live query."""
+        me = self.assignment.processor
+        if (query.bolt, query.instance) != (self.spec.name, self.id.instance):
+            return {"processor": me, "error": f"{me} is not bolt:{query.bolt}:{query.instance}"}
+        if self.core is None:
+            return {"processor": me, "error": f"{me} has not loaded its state yet"}
+        pending = LiveQuery(query)
+        self.deliver("query", pending)
+        try:
+            return pending.reply.get(timeout=self.assignment.io_timeout)
+        except queue.Empty:
+            return {"processor": me, "error": f"{me} did not answer within "
+                                              f"{self.assignment.io_timeout} s"}
+
+    def _look_up(self, query: Query) -> dict[str, Any]:
+        """The answer to a live query, on the main thread: the values, the epoch, the low
+        water mark (everything up to it is in the values) and the absorbed clock (nothing
+        beyond it is)."""
         core = self.core
         assert core is not None
+        me = self.assignment.processor
+        epoch = core.latest_epoch  # the latest round whose clock it knows
+        fields: dict[str, Any] = {"processor": me, "values": {}, "missing": [],
+                                  "epoch": self.joined if epoch is None else epoch}
+        if query.keys is None:
+            if self.spec.keyed:
+                return {"processor": me, "error": f"bolt {self.spec.name!r} keeps a state "
+                                                  "per key: name the keys"}
+            fields["values"] = {None: core.merged_state()}
+        elif not self.spec.keyed:
+            return {"processor": me, "error": f"bolt {self.spec.name!r} is not keyed: "
+                                              "query it without keys"}
+        else:
+            parallelism = self.spec.parallelism
+            strays = [k for k in query.keys if route(k, parallelism) != self.id.instance]
+            if strays:
+                return {"processor": me, "error": f"{me} does not own the keys {strays!r}"}
+            fields["values"], fields["missing"] = core.lookup(query.keys)
+        watermark = core.low_water_mark
+        fields["through"] = None if watermark is None else self.table.from_wire(watermark)
+        fields["absorbed"] = self.table.from_wire(core.absorbed)
+        return fields
+
+    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
+        core = self.core
+        assert core is not None
+        if isinstance(frame, LiveQuery):
+            try:
+                answer = self._look_up(frame.query)
+            except Exception as exc:  # a query never fails the bolt
+                answer = {"processor": self.assignment.processor,
+                          "error": f"{type(exc).__name__}: {exc}"}
+            frame.reply.put(answer)
+            return
         if isinstance(frame, DataBatch):
             started = time.perf_counter()
             if frame.keys is not None and frame.values is not None:
@@ -1105,7 +1184,7 @@ class _SinkShell(_Inbound):
                     rejected.stage, rejected.error)
         self.metrics.quarantined.inc()
 
-    def on_frame(self, sender: str, frame: Frame) -> None:
+    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
         if isinstance(frame, DataBatch):
             if frame.contributions:
                 raise DataPlaneError(f"{sender} sent pre-aggregated contributions to a sink")

@@ -104,6 +104,22 @@ def test_clock_splits_state_and_emit_sees_both_halves() -> None:
     assert core.pending_clock is None and core.last_snapshot == (1, {A: 2, B: 0})
 
 
+def test_lookup_merges_the_segments_and_absorbed_bounds_the_state() -> None:
+    core = BoltCore(counts_spec(monoid=per_key(SetUnion("string"))), ["s"], {A: 1}, {"x": {"a"}})
+    assert core.absorbed == {A: 1}
+    feed(core, "s", (A, 2, "x"))
+    core.on_clock(1, {A: 2})
+    feed(core, "s", (A, 3, "x"), (B, 0, "y"))  # x now in both segments
+    values, missing = core.lookup(["x", "y", "z"])
+    assert values == {"x": {"x"} | {"a"}, "y": {"y"}} and missing == ["z"]
+    values["x"].add("mutated")  # a copy: the state is not touched
+    assert core.lookup(["x"])[0] == {"x": {"a", "x"}}
+    assert core.absorbed == {A: 3, B: 0}
+    assert core.low_water_mark is None  # "s" sent no watermark yet
+    core.on_watermark("s", {A: 3, B: 0})
+    assert core.low_water_mark == {A: 3, B: 0}
+
+
 def test_the_snapshot_state_is_a_private_copy() -> None:
     spec = counts_spec(monoid=per_key(SetUnion("string")))
     core = BoltCore(spec, ["s"])

@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hailstorm.auth import SECRET_FILE_VAR, RunSecret
 from hailstorm.cli import main
-from hailstorm.query import parse_key, query_committed
+from hailstorm.query import (
+    LiveAnswer,
+    LiveResult,
+    QueryError,
+    parse_key,
+    query_committed,
+    query_live,
+)
 from hailstorm.routing import route
 from hailstorm.snapshots import DirectorySnapshotStore
 from hailstorm.topology import BoltSpec, load_topology
@@ -79,3 +87,37 @@ def test_keys_typed_on_the_command_line() -> None:
     trending = load_topology(str(REPO / "topologies" / "trending.py")).node("tag_counts")
     assert isinstance(trending, BoltSpec)
     assert parse_key('[60, "python"]', trending) == (60, "python")
+
+
+def test_a_live_answer_is_exact_when_its_watermark_covers_what_it_absorbed() -> None:
+    answer = LiveAnswer("bolt:counts:0", 3, {("words", 0): 9, ("words", 1): 4},
+                        {("words", 0): 9, ("words", 1): 2}, {"storm": 3}, ["nope"])
+    assert answer.exact
+    assert not LiveAnswer("p", 3, None, {}, {}).exact  # an upstream is silent
+    assert not LiveAnswer("p", 3, {("words", 0): 8}, {("words", 0): 9}).exact
+    rows = [json.loads(line) for line in LiveResult("wordcount", "counts",
+                                                    [answer]).to_json_lines()]
+    assert rows == [
+        {"key": "storm", "value": 3, "found": True, "processor": "bolt:counts:0", "epoch": 3,
+         "clock": {"words:0": 9, "words:1": 4}, "absorbed": {"words:0": 9, "words:1": 2},
+         "exact": True},
+        {"key": "nope", "value": None, "found": False, "processor": "bolt:counts:0",
+         "epoch": 3, "clock": {"words:0": 9, "words:1": 4},
+         "absorbed": {"words:0": 9, "words:1": 2}, "exact": True},
+    ]
+
+
+def test_live_queries_need_zookeeper_and_the_run_secret(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    topology = str(REPO / "topologies" / "wordcount.py")
+    monkeypatch.delenv("HAILSTORM_ZK", raising=False)
+    monkeypatch.delenv(SECRET_FILE_VAR, raising=False)
+    no_zk = CliRunner().invoke(main, ["query", topology, "counts", "storm", "--live"])
+    assert no_zk.exit_code == 1 and "through ZooKeeper" in no_zk.output
+    no_secret = CliRunner().invoke(main, ["query", topology, "counts", "storm", "--live",
+                                          "--zk", "127.0.0.1:1"])
+    assert no_secret.exit_code == 1 and f"${SECRET_FILE_VAR}" in no_secret.output
+    epoch = CliRunner().invoke(main, ["query", topology, "counts", "--live", "--epoch", "2"])
+    assert epoch.exit_code == 1 and "no --epoch" in epoch.output
+    with pytest.raises(QueryError, match="name the keys"):
+        query_live("127.0.0.1:1", "wordcount", _counts(), None, RunSecret.generate())

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from hailstorm import wire
 from hailstorm.wire import (
+    Answer,
     Bye,
     ClockMarker,
     DataBatch,
@@ -27,6 +28,7 @@ from hailstorm.wire import (
     FrameTooLargeError,
     Hello,
     PartitionTable,
+    Query,
     Watermark,
     decode_frame,
     encode_frame,
@@ -116,6 +118,20 @@ def test_watermark_and_clock_round_trip(epoch: int, offsets: dict[int, int]) -> 
 def test_bye_round_trip() -> None:
     assert encode_frame(Bye()) == struct.pack(">IB", 0, FrameKind.BYE)
     assert roundtrip(Bye()) == Bye()
+
+
+def test_query_and_answer_round_trip() -> None:
+    assert roundtrip(Query("counts", 1, ["storm", ("fr", 3)])) == \
+        Query("counts", 1, ["storm", ("fr", 3)])
+    assert roundtrip(Query("total", 0)) == Query("total", 0, None)
+    fields = {"epoch": 4, "values": {"storm": 3}, "through": {("w", 0): 9}, "missing": []}
+    assert roundtrip(Answer(fields)) == Answer(fields)
+
+
+def test_a_query_that_is_not_a_dict_is_a_corrupted_frame() -> None:
+    payload = pickle.dumps(["not", "a", "dict"])
+    with pytest.raises(FrameError, match="corrupted QUERY frame"):
+        wire.decode_frame(FrameKind.QUERY, payload)
 
 
 def test_exotic_values_survive_exactly() -> None:
