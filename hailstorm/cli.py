@@ -23,10 +23,17 @@ console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
 
 
+class CommandError(click.ClickException):
+    """A command's expected failure: click prints one clear line (never wrapped), exit 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(click.style("error:", fg="red", bold=True) + f" {self.format_message()}",
+                   err=True, file=file)
+
+
 def fail(message: str) -> NoReturn:
-    """Print one clear error line (never wrapped) and exit 1."""
-    click.echo(click.style("error:", fg="red", bold=True) + f" {message}", err=True)
-    sys.exit(1)
+    """Stop the command with :class:`CommandError`."""
+    raise CommandError(message)
 
 
 def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -45,13 +52,6 @@ def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
     return wrapper
 
-
-kafka_config_option = click.option(
-    "--kafka-config", metavar="FILE", envvar=config.KAFKA_CONFIG_VAR, show_envvar=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="librdkafka properties (name=value lines: security.protocol, sasl.*, ssl.*, ...) "
-    "for every Kafka client; keep secrets here, never on the command line.",
-)
 
 state_dir_option = click.option(
     "--state-dir",
@@ -244,14 +244,10 @@ def show(topology_ref: str, dot: bool) -> None:
 @click.option("--master", metavar="URL", envvar=SPARK_MASTER_VAR,
               help=f"Spark master (default: ${SPARK_MASTER_VAR}, which 'hailstorm dev up "
               "--spark-workers N' exports, else local[N], N = processors).")
-@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
-@click.option("--kafka", metavar="BOOTSTRAP", help=f"Kafka (default: ${config.KAFKA_VAR}).")
-@kafka_config_option
-@click.option(
-    "--snapshots", metavar="DIR|URL",
-    help=f"Snapshot store: a directory or a URL such as s3://bucket/prefix (default: "
-    f"${config.SNAPSHOTS_VAR})."
-)
+@config.zk_option()
+@config.kafka_option()
+@config.kafka_config_option()
+@config.snapshots_option()
 @click.option(
     "--database", metavar="URL",
     help=f"Sink database (default: ${config.DATABASE_VAR}, else {config.DEFAULT_DATABASE_URL}).",
@@ -285,7 +281,7 @@ def show(topology_ref: str, dot: bool) -> None:
               "numbers.")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
-        kafka_config: str | None, snapshots: str | None, database: str | None,
+        kafka_config: str | None, snapshot_dir: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
         log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
         slot_wait: float) -> None:
@@ -304,7 +300,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     settings = config.Settings.from_env(
-        zk=zk, kafka=kafka, snapshots=snapshots, database_url=database, kafka_config=kafka_config
+        zk=zk, kafka=kafka, snapshots=snapshot_dir, database_url=database, kafka_config=kafka_config
     )
     options = RunOptions(
         topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
@@ -361,11 +357,10 @@ _add_negotiator_command()
 @main.command("status")
 @click.argument("topology_ref", metavar="TOPOLOGY", required=False)
 @click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
-@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
-@click.option("--kafka", metavar="BOOTSTRAP", help=f"Kafka (default: ${config.KAFKA_VAR}).")
-@kafka_config_option
-@click.option("--snapshots", "snapshot_dir", metavar="DIR|URL",
-              help=f"Snapshot store (default: ${config.SNAPSHOTS_VAR}).")
+@config.zk_option()
+@config.kafka_option()
+@config.kafka_config_option()
+@config.snapshots_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.option("--watch", type=click.FloatRange(min=0.2), is_flag=False, flag_value=2.0,
               default=None, metavar="[SECONDS]", help="Refresh live every SECONDS (2).")
@@ -427,11 +422,8 @@ def _committed_or_none(zk: str | None, name: str) -> Any:
 
 @main.command("snapshots")
 @click.argument("topology_ref", metavar="TOPOLOGY")
-@click.option(
-    "--snapshots", "snapshot_dir", metavar="DIR|URL",
-    help=f"Snapshot store: a directory or a URL (default: ${config.SNAPSHOTS_VAR}).",
-)
-@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
+@config.snapshots_option()
+@config.zk_option()
 @click.option("--show", "show_bolt", metavar="BOLT", help="Print BOLT's snapshot as JSON lines.")
 @click.option(
     "--epoch", type=int, help="With --show: this round (default: committed, else latest)."
@@ -508,9 +500,8 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
 @click.option("--live/--committed", default=False, show_default=True,
               help="Ask the running instances (needs the run's "
                    f"${SECRET_FILE_VAR} and ZooKeeper), or read the committed round.")
-@click.option("--snapshots", "snapshot_dir", metavar="DIR|URL",
-              help=f"Snapshot store (default: ${config.SNAPSHOTS_VAR}).")
-@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
+@config.snapshots_option()
+@config.zk_option()
 @_handle_errors
 def query_command(topology_ref: str, bolt: str, keys: tuple[str, ...], name: str | None,
                   epoch: int | None, live: bool, snapshot_dir: str | None,
@@ -594,11 +585,8 @@ def _query_live(settings: config.Settings, topology: str, spec: Any, keys: list[
 )
 @click.option("--table", "table_name", metavar="NAME", help="Table to fill (default: BOLT).")
 @click.option("--epoch", type=int, help="Round to export (default: committed, else latest).")
-@click.option(
-    "--snapshots", "snapshot_dir", metavar="DIR|URL",
-    help=f"Snapshot store: a directory or a URL (default: ${config.SNAPSHOTS_VAR}).",
-)
-@click.option("--zk", metavar="HOSTS", help=f"ZooKeeper (default: ${config.ZK_VAR}).")
+@config.snapshots_option()
+@config.zk_option()
 @click.option("--master", metavar="URL", help="Spark master (default: local[2]).")
 @click.option("--force", is_flag=True,
               help="Replace a table holding a newer round or another bolt's export.")

@@ -7,8 +7,12 @@ cluster's addresses and every command works unchanged.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import click
 
 ZK_VAR = "HAILSTORM_ZK"
 KAFKA_VAR = "HAILSTORM_KAFKA"
@@ -85,3 +89,38 @@ def _require(value: str | None, var: str, flag: str) -> str:
             "after 'hailstorm dev up'"
         )
     return value
+
+
+# --------------------------------------------------------------------------- options
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def zk_option() -> Decorator:
+    """``--zk HOSTS``, else ``$HAILSTORM_ZK``."""
+    return click.option("--zk", envvar=ZK_VAR, show_envvar=True, metavar="HOSTS",
+                        help="ZooKeeper connection string (host:port,...[/chroot]).")
+
+
+def kafka_option() -> Decorator:
+    """``--kafka BOOTSTRAP``, else ``$HAILSTORM_KAFKA``."""
+    return click.option("--kafka", envvar=KAFKA_VAR, show_envvar=True, metavar="BOOTSTRAP",
+                        help="Kafka bootstrap servers (host:port,...).")
+
+
+def kafka_config_option() -> Decorator:
+    """``--kafka-config FILE``, else ``$HAILSTORM_KAFKA_CONFIG``."""
+    return click.option(
+        "--kafka-config", metavar="FILE", envvar=KAFKA_CONFIG_VAR, show_envvar=True,
+        type=click.Path(exists=True, dir_okay=False),
+        help="librdkafka properties (name=value lines: security.protocol, sasl.*, ssl.*, ...) "
+        "for every Kafka client; keep secrets here, never on the command line.")
+
+
+def snapshots_option(
+    help: str = "Snapshot store: a directory or a URL such as s3://bucket/prefix.",
+) -> Decorator:
+    """``--snapshots DIR|URL`` (parameter ``snapshot_dir``), else ``$HAILSTORM_SNAPSHOTS``."""
+    return click.option("--snapshots", "snapshot_dir", envvar=SNAPSHOTS_VAR, show_envvar=True,
+                        metavar="DIR|URL", help=help)
+

@@ -20,14 +20,13 @@ import click
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
-from hailstorm.config import SNAPSHOTS_VAR
+from hailstorm.config import ZK_VAR, snapshots_option, zk_option
 from hailstorm.metrics import NegotiatorMetrics, start_server
 from hailstorm.zookeeper import ensure_paths, zk_client
 from negotiator.layout import NegotiatorRecord, TopologyPaths
 from negotiator.machine import Config, ForgetSnapshots
 from negotiator.shell import Shell
 
-ZK_ENV = "HAILSTORM_ZK"
 log = logging.getLogger("negotiator")
 
 
@@ -95,8 +94,7 @@ def _timeout(value: float | None, default: float) -> float:
 
 @click.command("negotiator", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("topology", required=False)
-@click.option("--zk", envvar=ZK_ENV, metavar="HOSTS",
-              help=f"ZooKeeper connection string (default: ${ZK_ENV}).")
+@zk_option()
 @click.option("--name", metavar="NAME",
               help="Use NAME as the topology's ZooKeeper name instead of importing TOPOLOGY.")
 @click.option("--snapshot-interval", type=click.FloatRange(min=0, min_open=True), default=5.0,
@@ -118,10 +116,9 @@ def _timeout(value: float | None, default: float) -> float:
               help="This negotiator's name in the election (default: host:pid).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-@click.option("--snapshots", "snapshot_dir", envvar=SNAPSHOTS_VAR, metavar="DIR|URL",
-              help=f"The processors' snapshot store (default: ${SNAPSHOTS_VAR}): after "
-                   "each commit the leader deletes the snapshots no recovery can load any "
-                   "more. Without it, nothing is deleted.")
+@snapshots_option(help="The processors' snapshot store: after each commit the leader "
+                       "deletes the snapshots no recovery can load any more. Without it, "
+                       "nothing is deleted.")
 @click.option("--snapshot-retention", type=click.FloatRange(min=0), default=60.0,
               show_default=True, metavar="SECONDS",
               help="Delete a garbage snapshot only once it is this old, so that readers of a "
@@ -145,7 +142,7 @@ def negotiator_command(
     /hailstorm/<name>/expected; processors register under /hailstorm/<name>/living.
     """
     if not zk:
-        raise click.UsageError(f"no ZooKeeper: pass --zk HOSTS or set {ZK_ENV}")
+        raise click.UsageError(f"no ZooKeeper: pass --zk HOSTS or set {ZK_VAR}")
     if not topology and not name:
         raise click.UsageError("missing TOPOLOGY (a module path or dotted name) or --name")
     logging.basicConfig(
