@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what hailstorm needs on a fresh Debian machine: Java (ZooKeeper, Kafka), Maven (it
 # fetches Apache Kafka from Maven Central), openssl (the dev stack's TLS), kcat (the Kafka
-# semantics tests produce with it), PostgreSQL's server binaries, a repo-local virtualenv with
+# semantics tests produce with it), PostgreSQL's server binaries, iproute2 (the multi-host test
+# makes its test hosts with ip netns), a repo-local virtualenv with
 # the package and its test extras, and the pinned Apache Kafka artifacts (cached in
 # ~/.cache/hailstorm, outside the repository).
 # Safe to run again: it only does what is missing.
@@ -13,6 +14,7 @@ command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)  # tests: a Kafka client of its own
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # tests: test hosts in network namespaces
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   need_apt+=(postgresql)
 fi
