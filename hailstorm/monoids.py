@@ -1130,7 +1130,7 @@ WindowState = tuple[Any, dict[Any, Any]]
 """``(max_event_time_seen or None, {window_start: inner_state})``."""
 
 
-class _Window(Monoid[WindowState]):
+class Window(Monoid[WindowState]):
     """Event-time windows over ``inner``.
 
     State ``(max_event_time_seen, {window_start: inner_state})``; the identity is
@@ -1279,10 +1279,10 @@ class _Window(Monoid[WindowState]):
         return f", retention={self.retention}{self.unit}"
 
 
-class TumblingWindow(_Window):
+class TumblingWindow(Window):
     """Fixed, non-overlapping windows ``[n * size, (n + 1) * size)`` over ``inner``.
 
-    See :class:`_Window` for state, expiry (``retention``, default ``size``) and laws.
+    See :class:`Window` for state, expiry (``retention``, default ``size``) and laws.
 
     >>> w = TumblingWindow(60, Count())
     >>> w.combine(w.lift(59, 1), w.lift(61, 1))
@@ -1313,11 +1313,11 @@ class TumblingWindow(_Window):
         return f"tumbling({self.size}{self.unit}, {self.inner.describe()}{self._extra()})"
 
 
-class SlidingWindow(_Window):
+class SlidingWindow(Window):
     """Overlapping windows ``[n * slide, n * slide + size)`` over ``inner``.
 
     A value lands in every window covering its event time (``ceil(size / slide)`` of them).
-    See :class:`_Window` for state, expiry (``retention``, default ``size``) and laws.
+    See :class:`Window` for state, expiry (``retention``, default ``size``) and laws.
     """
 
     name = "sliding"

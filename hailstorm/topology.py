@@ -38,7 +38,7 @@ from operator import itemgetter
 from typing import Any, ClassVar, Literal
 
 from hailstorm.decoders import DecodeError, Decoder, DecoderSpec, resolve_decoder
-from hailstorm.monoids import Monoid
+from hailstorm.monoids import KeyedMap, Monoid, Window
 from hailstorm.routing import KeyRouter, partition_by_instance
 from hailstorm.sqltypes import ColumnRule, column_rule
 
@@ -491,7 +491,9 @@ class Table(SinkTarget):
 
 
 def _redact_url(url: str) -> str:
-    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
+    from hailstorm.sinks.urls import redact  # the one redaction rule (sinks import lazily)
+
+    return redact(url)
 
 
 # --------------------------------------------------------------------------- nodes
@@ -627,8 +629,10 @@ class BoltSpec:
     """True when the state is a ``KeyedMap`` (state = dict key -> value)."""
     value_monoid: Monoid[Any] = field(init=False, repr=False)
     """The monoid of one contribution: the ``KeyedMap``'s inner monoid, or the state."""
-    window: Monoid[Any] | None = field(init=False, repr=False)
+    window: Window | None = field(init=False, repr=False)
     """The window monoid when contributions are windowed (lift takes the event time)."""
+    additive: bool = field(init=False, repr=False)
+    """Keyed sums and counts: contributions are numbers added in place."""
     instance_of_key: KeyRouter = field(init=False, repr=False)
     """The instance that owns a routing key (memoized :func:`~hailstorm.routing.route`)."""
     _check_value: Callable[[Any], None] | None = field(init=False, repr=False)
@@ -637,18 +641,21 @@ class BoltSpec:
     kind: ClassVar[str] = "bolt"
 
     def __post_init__(self) -> None:
-        keyed_map = _keyed_map_class()
-        keyed = keyed_map is not None and isinstance(self.state, keyed_map)
-        value_monoid = _inner_monoid(self.state) if keyed else self.state
-        object.__setattr__(self, "keyed", keyed)
+        keyed_map = self.state if isinstance(self.state, KeyedMap) else None
+        value_monoid = keyed_map.inner if keyed_map is not None else self.state
+        window = value_monoid if isinstance(value_monoid, Window) else None
+        object.__setattr__(self, "keyed", keyed_map is not None)
+        object.__setattr__(self, "additive", keyed_map is not None and keyed_map.additive)
         object.__setattr__(self, "value_monoid", value_monoid)
-        object.__setattr__(self, "window", value_monoid if _is_window(value_monoid) else None)
+        object.__setattr__(self, "window", window)
         object.__setattr__(self, "instance_of_key", KeyRouter(max(1, self.parallelism), 1 << 18))
-        lifted = self.window.inner if self.window is not None else value_monoid  # type: ignore[attr-defined]
+        lifted = window.inner if window is not None else value_monoid
         checks = type(lifted).check is not Monoid.check
         object.__setattr__(self, "_check_value", lifted.check if checks else None)
-        object.__setattr__(self, "_check_key", self.state.check_key if keyed else None)  # type: ignore[attr-defined]
-        object.__setattr__(self, "_key_classes", self.state.key_classes if keyed else None)  # type: ignore[attr-defined]
+        object.__setattr__(self, "_check_key",
+                           keyed_map.check_key if keyed_map is not None else None)
+        object.__setattr__(self, "_key_classes",
+                           keyed_map.key_classes if keyed_map is not None else None)
 
     @property
     def routing(self) -> Routing:
@@ -700,8 +707,8 @@ class BoltSpec:
         if self.window is not None:
             try:
                 event_time = self.event_time(t)  # type: ignore[misc]
-                self.window.check_time(event_time)  # type: ignore[attr-defined]
-                value = self.window.lift(event_time, value)  # type: ignore[attr-defined]
+                self.window.check_time(event_time)
+                value = self.window.lift(event_time, value)
             except Exception as exc:
                 raise RecordFailed(self.name, "event_time", exc) from exc
         return (key if self.keyed else None), value
@@ -844,7 +851,7 @@ class BoltSpec:
     def absorb_contributions(self, state: Any, contributions: Iterable[tuple[Any, Any]]) -> Any:
         """Absorb many ``(key, value)`` contributions without emitting (pre-aggregates per
         key; the values are not mutated)."""
-        if self.keyed and getattr(self.state, "additive", False):  # numbers: add in place
+        if self.additive:  # numbers: add in place
             get = state.get
             for key, value in contributions:
                 state[key] = get(key, 0) + value
@@ -876,7 +883,7 @@ class BoltSpec:
         if not self.keyed:
             key = self.key(t) if self.key is not None and self.parallelism > 1 else None
         if self.window is not None:
-            return key, tuple(self.window.window_starts(self.event_time(t)))  # type: ignore[attr-defined,misc]
+            return key, tuple(self.window.window_starts(self.event_time(t)))  # type: ignore[misc]
         return key
 
     def combine_contributions(self, tuples: Sequence[Any]) -> Combined:
@@ -891,7 +898,7 @@ class BoltSpec:
         Absorbing the result gives exactly the state that absorbing ``tuples`` one by one
         gives; tuples failing :meth:`contribution` are left out and listed in ``failures``.
         """
-        if self.groups_by_key and getattr(self.state, "additive", False) and tuples:
+        if self.groups_by_key and self.additive and tuples:
             combined = _combine_sums_of(self, tuples)
             if combined is not None:
                 return combined
@@ -990,29 +997,6 @@ class Edge:
     source: str
     target: str
     routing: Routing
-
-
-def _keyed_map_class() -> type | None:
-    from hailstorm import monoids
-
-    cls = getattr(monoids, "KeyedMap", None)
-    return cls if isinstance(cls, type) else None
-
-
-def _inner_monoid(keyed_map: Monoid[Any]) -> Monoid[Any]:
-    for attribute in ("inner", "value_monoid", "monoid"):
-        inner = getattr(keyed_map, attribute, None)
-        if isinstance(inner, Monoid):
-            return inner
-    raise TypeError(f"cannot find the inner monoid of {keyed_map!r}")
-
-
-def _is_window(monoid: Monoid[Any]) -> bool:
-    """Window monoids (``TumblingWindow``, ``SlidingWindow``) place a lifted value in the
-    windows covering an event time: ``lift(event_time, value)`` and ``window_starts``."""
-    return callable(getattr(monoid, "window_starts", None)) and callable(
-        getattr(monoid, "lift", None)
-    )
 
 
 # --------------------------------------------------------------------------- topology
