@@ -52,6 +52,7 @@ from hailstorm.topology import NAME_PATTERN, BoltSpec, Topology
 from hailstorm.zookeeper import zk_client
 
 __all__ = [
+    "BoltExport",
     "ExportError",
     "ExportListener",
     "ExportResult",
@@ -448,133 +449,156 @@ def export_bolt(
     ``before_commit`` runs inside the write transaction just before it commits (tests use
     it to look at the table from another connection).
     """
-    listener = listener or ExportListener()
-    if not NAME_PATTERN.match(table):
-        raise SinkConfigError(
-            f"table name {table!r} must match {NAME_PATTERN.pattern} (it becomes an SQL name)"
-        )
-    try:
-        spec = topology.node(bolt)
-    except KeyError as exc:
-        raise ExportError(str(exc.args[0])) from None
-    if not isinstance(spec, BoltSpec):
-        raise ExportError(f"{bolt!r} is a {spec.kind}, not a bolt: only bolts keep state")
-    monoid = spec.state
-    mapping = state_mapping(monoid)
-    shape = mapping.shape(table)
-    parse_url(url)
-    policy = retry or RetryPolicy()
+    export = BoltExport(topology, bolt, url, table, force=force, chunk_rows=chunk_rows,
+                        listener=listener or ExportListener(), before_commit=before_commit)
+    return export.run(store, session, epoch=epoch, zk=zk, retry=retry or RetryPolicy())
 
-    listener.phase(f"choosing the round of {topology.name}/{bolt}")
-    chosen = choose_round(store, topology.name, bolt, epoch=epoch, zk=zk, on_note=log.warning)
-    for ref in chosen.refs:
-        if ref.monoid != monoid.describe():
-            raise ExportError(
-                f"{ref.uri} holds {ref.monoid} state but bolt {bolt!r} keeps "
-                f"{monoid.describe()}: is this the right topology module?"
-            )
-    total = sum(r.records for r in chosen.refs) if mapping.layout == "per_key" else 1
 
-    def result(status: Literal["exported", "already exported"], rows: int,
-               previous: int | None = None) -> ExportResult:  # fmt: skip
-        return ExportResult(status, table, topology.name, bolt, chosen.epoch, chosen.clock,
-                            rows, chosen.source, previous)  # fmt: skip
+class BoltExport:
+    """One export of a bolt's round into a table: checked at construction, then
+    :meth:`run` chooses the round, looks at the table (already exported? refused?) and
+    writes the rows with the round's record in one transaction, each step retried."""
 
-    def check(db: Database) -> tuple[bool, int | None]:
+    def __init__(self, topology: Topology, bolt: str, url: str, table: str, *, force: bool,
+                 chunk_rows: int, listener: ExportListener,
+                 before_commit: Callable[[], None] | None) -> None:
+        if not NAME_PATTERN.match(table):
+            raise SinkConfigError(
+                f"table name {table!r} must match {NAME_PATTERN.pattern} (it becomes an SQL "
+                "name)")
+        try:
+            spec = topology.node(bolt)
+        except KeyError as exc:
+            raise ExportError(str(exc.args[0])) from None
+        if not isinstance(spec, BoltSpec):
+            raise ExportError(f"{bolt!r} is a {spec.kind}, not a bolt: only bolts keep state")
+        parse_url(url)
+        self.topology, self.bolt, self.url, self.table = topology, bolt, url, table
+        self.monoid = spec.state
+        self.mapping = state_mapping(self.monoid)
+        self.shape = self.mapping.shape(table)
+        self.force = force
+        self.chunk_rows = chunk_rows
+        self.listener = listener
+        self.before_commit = before_commit
+        self.what = f"export of {topology.name}/{bolt} into {table}"
+
+    def run(self, store: SnapshotStore, session: Any, *, epoch: int | None, zk: str | None,
+            retry: RetryPolicy) -> ExportResult:
+        name, bolt = self.topology.name, self.bolt
+        self.listener.phase(f"choosing the round of {name}/{bolt}")
+        chosen = choose_round(store, name, bolt, epoch=epoch, zk=zk, on_note=log.warning)
+        for ref in chosen.refs:
+            if ref.monoid != self.monoid.describe():
+                raise ExportError(
+                    f"{ref.uri} holds {ref.monoid} state but bolt {bolt!r} keeps "
+                    f"{self.monoid.describe()}: is this the right topology module?"
+                )
+        done, _ = with_retries(lambda _attempt: self._look(chosen), what=self.what,
+                               url=self.url, policy=retry)
+        if done:
+            return self._result(chosen, "already exported", 0)
+        outcome: ExportResult = with_retries(
+            lambda _attempt: self._write(chosen, store, session), what=self.what,
+            url=self.url, policy=retry)
+        return outcome
+
+    def _result(self, chosen: Round, status: Literal["exported", "already exported"],
+                rows: int, previous: int | None = None) -> ExportResult:
+        return ExportResult(status, self.table, self.topology.name, self.bolt, chosen.epoch,
+                            chosen.clock, rows, chosen.source, previous)
+
+    def _prepare(self, db: Database, chosen: Round) -> tuple[bool, int | None]:
+        """Lock the export, make its tables, and :meth:`_check` them."""
+        db.advisory_lock(f"hailstorm:export:{self.table}")
+        ensure_table(db, _exports_shape(db), writer="hailstorm export")
+        ensure_table(db, self.shape,
+                     writer=f"the export of {self.topology.name}/{self.bolt}")
+        return self._check(db, chosen)
+
+    def _check(self, db: Database, chosen: Round) -> tuple[bool, int | None]:
         """(already exported?, epoch now in the table); raises when it must be refused."""
-        stored = _read_export(db, table, lock=True)
+        stored = _read_export(db, self.table, lock=True)
         if stored is None:
             return False, None
         s_topology, s_bolt, s_epoch = stored
-        same_source = (s_topology, s_bolt) == (topology.name, bolt)
+        name, bolt, table = self.topology.name, self.bolt, self.table
+        same_source = (s_topology, s_bolt) == (name, bolt)
         if same_source and s_epoch == chosen.epoch:
             return True, s_epoch
-        if not force and not same_source:
+        if not self.force and not same_source:
             raise ExportError(
-                f"table {table} at {redact(url)} holds an export of {s_topology}/{s_bolt}, "
-                f"not {topology.name}/{bolt}; pass --force to replace it, or pick another "
+                f"table {table} at {redact(self.url)} holds an export of {s_topology}/"
+                f"{s_bolt}, not {name}/{bolt}; pass --force to replace it, or pick another "
                 "--table"
             )
-        if not force and s_epoch > chosen.epoch:
+        if not self.force and s_epoch > chosen.epoch:
             raise ExportError(
-                f"table {table} at {redact(url)} holds round {s_epoch}, newer than round "
+                f"table {table} at {redact(self.url)} holds round {s_epoch}, newer than round "
                 f"{chosen.epoch}; pass --force to export the older round anyway"
             )
         return False, s_epoch
 
-    def first_look(_: int) -> tuple[bool, int | None]:
-        db = Database(url)
+    def _look(self, chosen: Round) -> tuple[bool, int | None]:
+        db = Database(self.url)
         try:
             with db.transaction():
-                db.advisory_lock(f"hailstorm:export:{table}")
-                ensure_table(db, _exports_shape(db), writer="hailstorm export")
-                ensure_table(db, shape, writer=f"the export of {topology.name}/{bolt}")
-                return check(db)
+                return self._prepare(db, chosen)
         finally:
             db.close()
 
-    what = f"export of {topology.name}/{bolt} into {table}"
-    done, _ = with_retries(first_look, what=what, url=url, policy=policy)
-    if done:
-        return result("already exported", 0)
-
-    def read_rows() -> Iterator[Any]:
+    def _rows(self, chosen: Round, store: SnapshotStore, session: Any) -> Iterator[Any]:
+        """The table's rows: one Spark task per instance file."""
         keys = [r.key for r in chosen.refs]
-        module = topology.module_file or topology.source
-        task = _read_instance_task(store.location, module, bolt, None if module else monoid)
+        module = self.topology.module_file or self.topology.source
+        task = _read_instance_task(store.location, module, self.bolt,
+                                   None if module else self.monoid)
         spark = session() if callable(session) else session
         sc = spark.sparkContext
-        sc.setJobDescription(f"hailstorm export {topology.name}/{bolt} round {chosen.epoch}")
-        rdd = sc.parallelize(keys, len(keys)).mapPartitions(task)
-        items = rdd.toLocalIterator(prefetchPartitions=True)
-        if mapping.layout == "whole":
-            yield from mapping.rows(monoid.combine_all(items))
+        sc.setJobDescription(f"hailstorm export {self.topology.name}/{self.bolt} round "
+                             f"{chosen.epoch}")
+        items = sc.parallelize(keys, len(keys)).mapPartitions(task).toLocalIterator(
+            prefetchPartitions=True)
+        if self.mapping.layout == "whole":
+            yield from self.mapping.rows(self.monoid.combine_all(items))
         else:
             yield from items
 
-    def write(_: int) -> ExportResult:
-        db = Database(url)
+    def _write(self, chosen: Round, store: SnapshotStore, session: Any) -> ExportResult:
+        table, columns = self.table, self.mapping.column_names
+        total = sum(r.records for r in chosen.refs) if self.mapping.layout == "per_key" else 1
+        db = Database(self.url)
         try:
             with db.transaction():
-                db.advisory_lock(f"hailstorm:export:{table}")
-                ensure_table(db, _exports_shape(db), writer="hailstorm export")
-                ensure_table(db, shape, writer=f"the export of {topology.name}/{bolt}")
-                already, previous = check(db)
+                already, previous = self._prepare(db, chosen)
                 if already:
-                    return result("already exported", 0)
+                    return self._result(chosen, "already exported", 0)
                 q = db.dialect.quote
                 db.execute(f"DELETE FROM {q(table)}")
-                listener.phase(
-                    f"reading {len(chosen.refs)} snapshot file(s) of round {chosen.epoch} and "
-                    f"writing {table}"
-                )
+                self.listener.phase(f"reading {len(chosen.refs)} snapshot file(s) of round "
+                                    f"{chosen.epoch} and writing {table}")
                 written = 0
-                listener.rows(0, total)
-                insert = (
-                    f"INSERT INTO {q(table)} ({', '.join(q(c) for c in mapping.column_names)}) "
-                    f"VALUES ({db.dialect.placeholders(len(mapping.column_names))})"
-                )
-                for chunk in _chunks(read_rows(), chunk_rows):
+                self.listener.rows(0, total)
+                insert = (f"INSERT INTO {q(table)} ({', '.join(q(c) for c in columns)}) "
+                          f"VALUES ({db.dialect.placeholders(len(columns))})")
+                for chunk in _chunks(self._rows(chosen, store, session), self.chunk_rows):
                     if db.kind == "postgresql":
-                        db.copy_rows(table, mapping.column_names, chunk)
+                        db.copy_rows(table, columns, chunk)
                     else:
                         db.executemany(insert, chunk)
                     written += len(chunk)
-                    listener.rows(written, total)
+                    self.listener.rows(written, total)
                 db.execute(
                     _record_export_sql(db),
-                    (table, topology.name, bolt, chosen.epoch,
+                    (table, self.topology.name, self.bolt, chosen.epoch,
                      json.dumps(clock_to_json(chosen.clock), separators=(",", ":"))),
                 )  # fmt: skip
-                if before_commit is not None:
-                    before_commit()
-                listener.phase("committing")
-            return result("exported", written, previous)
+                if self.before_commit is not None:
+                    self.before_commit()
+                self.listener.phase("committing")
+            return self._result(chosen, "exported", written, previous)
         finally:
             db.close()
-
-    outcome: ExportResult = with_retries(write, what=what, url=url, policy=policy)
-    return outcome
 
 
 def snapshot_store(root: str | Path) -> SnapshotStore:
