@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hailstorm.auth import AuthError, RunSecret, greet_peer
-from hailstorm.clock import NOTHING, Clock, clock_to_json
+from hailstorm.clock import Clock, clock_to_json, dominates, low_water_mark, merge_max
 from hailstorm.export import choose_round
 from hailstorm.monoids import KeyedMap
 from hailstorm.routing import route
@@ -140,9 +140,7 @@ class LiveAnswer:
     @property
     def exact(self) -> bool:
         """The values are exactly the state at :attr:`through`."""
-        through = self.through
-        return through is not None and all(
-            through.get(p, NOTHING) >= o for p, o in self.absorbed.items())
+        return self.through is not None and dominates(self.through, self.absorbed)
 
 
 @dataclass(frozen=True)
@@ -228,25 +226,16 @@ def query_live(zk: str, topology: str, bolt: BoltSpec, keys: Sequence[Any] | Non
         answers = [LiveAnswer(
             ",".join(a.processor for a in answers), first.epoch,
             _lowest([a.through for a in answers]),
-            _highest([a.absorbed for a in answers]), {None: whole})]
+            merge_max(*(a.absorbed for a in answers)), {None: whole})]
     return LiveResult(topology, bolt.name, answers)
 
 
 def _lowest(clocks: list[Clock | None]) -> Clock | None:
-    """Pointwise minimum over partitions all of ``clocks`` have (None if any is None)."""
-    if any(c is None for c in clocks):
-        return None
+    """The low water mark of ``clocks`` over every partition any has (None if one is)."""
     present = [c for c in clocks if c is not None]
-    shared = set.intersection(*(set(c) for c in present))
-    return {p: min(c[p] for c in present) for p in shared}
-
-
-def _highest(clocks: list[Clock]) -> Clock:
-    merged: Clock = {}
-    for clock in clocks:
-        for p, o in clock.items():
-            merged[p] = max(o, merged.get(p, NOTHING))
-    return merged
+    if len(present) < len(clocks):
+        return None
+    return low_water_mark(present, set().union(*present))
 
 
 def _ask(address: tuple[str, int], secret: RunSecret, query: Query,
