@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from hailstorm.clock import Partition
 from hailstorm.kafka import partitions_of
 from hailstorm.processors.runtime import Assignment, run_processor
 from hailstorm.spark_runner import SparkOptions, StageRunner, build_session, check_slots
-from hailstorm.topology import Topology, load_topology
+from hailstorm.topology import Topology, graph_of, load_topology
 from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
 from negotiator.layout import (
     CommittedRecord,
@@ -97,10 +98,11 @@ def expected_ids(topology: Topology, partitions: dict[str, list[Partition]]) -> 
     )
 
 
-def write_expected(zk: str, name: str, processors: list[str]) -> None:
-    """Create or replace ``/hailstorm/<name>/expected``."""
+def write_expected(zk: str, name: str, processors: list[str],
+                   graph: Mapping[str, Any] | None = None) -> None:
+    """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``)."""
     paths = TopologyPaths(name)
-    data = ExpectedRecord(tuple(processors)).to_json()
+    data = ExpectedRecord(tuple(processors), graph).to_json()
     client = zk_client(zk)
     client.start(timeout=20)
     try:
@@ -148,7 +150,7 @@ class Driver:
         o = self.options
         self.partitions = source_partitions(self.topology, o.kafka)
         processors = expected_ids(self.topology, self.partitions)
-        write_expected(o.zk, self.name, processors)
+        write_expected(o.zk, self.name, processors, graph_of(self.topology))
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))
         return [

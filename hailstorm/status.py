@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from negotiator.layout import (
     MasterRecord,
     NegotiatorRecord,
     ProcessorReport,
+    RecoveryRecord,
     SnapshotReport,
     TopologyPaths,
     parse_processor_id,
@@ -38,6 +39,9 @@ from negotiator.layout import (
 LAG_NOTE = ("lag: offsets from what spouts read (and what is committed) to the log end "
             "(read_committed: the last stable offset); a transaction's commit marker counts as "
             "one offset; a log end below what was read is marked '!': records were lost")
+
+RECOVERIES_SHOWN = 20
+"""How many of the latest recovery records a status document holds."""
 
 Scrape = Mapping[str, float]
 """Metric samples of one processor by name (labels dropped)."""
@@ -55,6 +59,8 @@ class Inputs:
     reports: dict[str, ProcessorReport] = field(default_factory=dict)
     snapshots: dict[str, SnapshotReport] = field(default_factory=dict)
     negotiators: list[NegotiatorRecord] = field(default_factory=list)
+    recoveries: list[RecoveryRecord] = field(default_factory=list)
+    """The latest moves to Initialize (starts and recoveries), oldest first."""
     log_ends: dict[Partition, int] | None = None
     """High watermark (next offset to be written) per source partition; None: unknown."""
     scrapes: dict[str, Scrape | None] = field(default_factory=dict)
@@ -139,12 +145,10 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
         })
     doc["negotiators"] = negotiators
 
-    doc["committed"] = None if committed is None else {
-        "epoch": committed.epoch,
-        "clock": clock_to_json(committed.clock),
-        "committed_at": committed.committed_at,
-        "age_s": _age(now, committed.committed_at),
-    }
+    sizes = inputs.snapshot_sizes
+    doc["committed"] = None if committed is None else _round_entry(committed, now, sizes)
+    doc["committed_previous"] = None if committed is None or committed.previous is None \
+        else _round_entry(committed.previous, now, sizes)
 
     # ---- partitions
     partitions: set[Partition] = set()
@@ -239,8 +243,42 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "duration_s": None if duration is None else round(duration, 4),
         })
     doc["snapshots"] = snapshots
+    doc["recoveries"] = [
+        {"epoch": r.epoch, "at": r.at, "age_s": _age(now, r.at), "previous": r.previous,
+         "reason": r.reason, "start": r.is_start}
+        for r in inputs.recoveries
+    ]
+    doc["graph"] = None if inputs.expected is None else inputs.expected.graph
     doc["problems"] = [*inputs.problems, *lost]
     return doc
+
+
+def is_store_ref(ref: str) -> bool:
+    """Whether a snapshot ref names a file of the snapshot store (a sink's ref names the
+    table its rounds are committed in)."""
+    return "://" in ref
+
+
+def _round_size(committed: CommittedRecord, sizes: Mapping[str, int | None]) -> int | None:
+    """Bytes of a round's snapshot files (None unless every one's size is known)."""
+    known = [sizes.get(ref) for ref in committed.snapshots.values() if is_store_ref(ref)]
+    if not known or any(size is None for size in known):
+        return None
+    return sum(size for size in known if size is not None)
+
+
+def _round_entry(committed: CommittedRecord, now: float,
+                 sizes: Mapping[str, int | None]) -> dict[str, Any]:
+    return {
+        "epoch": committed.epoch,
+        "clock": clock_to_json(committed.clock),
+        "committed_at": committed.committed_at,
+        "age_s": _age(now, committed.committed_at),
+        "snapshot_s": None if committed.snapshot_s is None else round(committed.snapshot_s, 4),
+        "pause_s": None if committed.pause_s is None else round(committed.pause_s, 4),
+        "snapshots": dict(sorted(committed.snapshots.items())),
+        "size_bytes": _round_size(committed, sizes),
+    }
 
 
 def _round(value: float | None) -> float | None:
@@ -335,6 +373,11 @@ def render(doc: Mapping[str, Any]) -> Any:
             snaps.add_row(s["processor"], str(s["epoch"]), "yes" if s["committed"] else "no",
                           _fmt(s["size_bytes"], " B"), _fmt(s["duration_s"], " s"), s["ref"])
         parts.append(snaps)
+    recoveries = [r for r in doc.get("recoveries", []) if not r["start"]]
+    if recoveries:
+        last = recoveries[-1]
+        parts.append(Text(f"last recovery: round {last['epoch']}, "
+                          f"{_fmt(last['age_s'], ' s')} ago: {last['reason']}", style="dim"))
     for problem in doc.get("problems", []):
         parts.append(Text(f"warning: {problem}", style="yellow"))
     return Group(*parts)
@@ -436,6 +479,11 @@ class Collector:
                              SnapshotReport.from_json)
                 if snap is not None:
                     inputs.snapshots[snap.processor] = snap
+        for child in self._children(paths.recoveries)[-RECOVERIES_SHOWN:]:
+            recovery = parse(f"recoveries/{child}", self._get(f"{paths.recoveries}/{child}"),
+                             RecoveryRecord.from_json)
+            if recovery is not None:
+                inputs.recoveries.append(recovery)
         for child in self._children(paths.negotiators):
             record = parse(f"negotiators/{child}", self._get(f"{paths.negotiators}/{child}"),
                            NegotiatorRecord.from_json)
@@ -448,7 +496,11 @@ class Collector:
                 inputs.log_ends = self._log_ends(partitions)
             except Exception as exc:
                 problems.append(f"Kafka watermarks unavailable: {exc}")
-        inputs.snapshot_sizes = self._snapshot_sizes(inputs.snapshots.values(), problems)
+        refs = {snap.ref for snap in inputs.snapshots.values()}
+        for record in (inputs.committed, inputs.committed and inputs.committed.previous):
+            if record:
+                refs |= set(record.snapshots.values())
+        inputs.snapshot_sizes = self._snapshot_sizes(sorted(refs), problems)
         return inputs
 
     def _log_ends(self, partitions: set[Partition]) -> dict[Partition, int]:
@@ -465,23 +517,25 @@ class Collector:
             ends[(topic, number)] = int(high)
         return ends
 
-    def _snapshot_sizes(self, snaps: Any, problems: list[str]) -> dict[str, int | None]:
+    def _snapshot_sizes(self, refs: Iterable[str], problems: list[str],
+                        ) -> dict[str, int | None]:
         if self.snapshot_root is None:
             return {}
         from hailstorm.snapshots import SnapshotError, open_store
 
         store = open_store(self.snapshot_root)
         sizes: dict[str, int | None] = {}
-        for snap in snaps:
-            if "://" not in snap.ref:
+        for ref in refs:
+            if not is_store_ref(ref):
                 continue
-            if snap.ref not in self._sizes:
+            if ref not in self._sizes:
                 try:
-                    self._sizes[snap.ref] = store.resolve(snap.ref).size_bytes
+                    self._sizes[ref] = store.resolve(ref).size_bytes
                 except (OSError, ValueError, SnapshotError) as exc:
-                    problems.append(f"snapshot {snap.ref}: {exc}")
+                    problems.append(f"snapshot {ref}: {exc}")
                     continue
-            sizes[snap.ref] = self._sizes[snap.ref]
+            sizes[ref] = self._sizes[ref]
+        self._sizes = {ref: self._sizes[ref] for ref in sizes}  # forget superseded rounds
         return sizes
 
 
@@ -533,13 +587,10 @@ def status(collector: Collector, topology: str, sample: float = 1.0,
     return assemble(inputs), (taken, scraped)
 
 
-def run_status(zk: str, kafka: str | None, snapshots: str | None, ref: str | None,
-               name: str | None, *, as_json: bool, watch: float | None, sample: float,
-               out: Any) -> None:
-    """The ``hailstorm status`` command body (``out``: a rich Console). Raises
-    :class:`ValueError` (a TopologyError) for an unknown topology."""
-    import json
-
+def open_collector(zk: str, kafka: str | None, snapshots: str | None, ref: str | None,
+                   name: str | None) -> tuple[Collector, str]:
+    """A :class:`Collector` and the ZooKeeper name of the topology ``ref``/``name`` names.
+    Raises :class:`ValueError` for an unreachable ZooKeeper or an unknown topology."""
     from hailstorm.topology import TopologyError
 
     try:
@@ -548,10 +599,21 @@ def run_status(zk: str, kafka: str | None, snapshots: str | None, ref: str | Non
         raise ValueError(f"cannot reach ZooKeeper at {zk}: {exc or type(exc).__name__}") \
             from None
     try:
-        try:
-            topology = resolve_name(ref, name, collector.known)
-        except TopologyError as exc:
-            raise ValueError(str(exc)) from None
+        return collector, resolve_name(ref, name, collector.known)
+    except TopologyError as exc:
+        collector.close()
+        raise ValueError(str(exc)) from None
+
+
+def run_status(zk: str, kafka: str | None, snapshots: str | None, ref: str | None,
+               name: str | None, *, as_json: bool, watch: float | None, sample: float,
+               out: Any) -> None:
+    """The ``hailstorm status`` command body (``out``: a rich Console). Raises
+    :class:`ValueError` (a TopologyError) for an unknown topology."""
+    import json
+
+    collector, topology = open_collector(zk, kafka, snapshots, ref, name)
+    try:
         if watch is None:
             doc, _ = status(collector, topology, sample)
             if as_json:

@@ -56,6 +56,7 @@ __all__ = [
     "Table",
     "Topology",
     "TopologyError",
+    "graph_of",
     "load_topology",
     "render_dot",
     "render_text",
@@ -1621,6 +1622,39 @@ def _dot_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _caption(node: Node) -> list[str]:
+    """What a node is, in a line or two: its topic and decoder, its state, its target."""
+    if isinstance(node, SpoutSpec):
+        return [f"topic {node.topic}", node.decoder.describe()]
+    if isinstance(node, BoltSpec):
+        return [node.state.describe()]
+    if isinstance(node.target, Table):
+        table = node.target
+        caption = [f"table {table.name}", table.mode]
+        if table.key:
+            caption[1] += f" on ({', '.join(table.key)})"
+        return caption
+    return [node.target.describe()]
+
+
+def graph_of(topology: Topology) -> dict[str, Any]:
+    """The DAG as plain JSON data (what the driver publishes for ``hailstorm ui``): nodes
+    with kind, parallelism (spouts: None, one instance per partition) and caption; edges
+    with routing; the dead-letter topics."""
+    return {
+        "nodes": [
+            {"name": node.name, "kind": node.kind,
+             "parallelism": None if isinstance(node, SpoutSpec) else
+             node.parallelism if isinstance(node, BoltSpec) else 1,
+             "caption": _caption(node)}
+            for node in topology.nodes
+        ],
+        "edges": [{"source": e.source, "target": e.target, "routing": e.routing}
+                  for e in topology.edges],
+        "dead_letter_topics": list(topology.dead_letter_topics),
+    }
+
+
 def render_dot(topology: Topology) -> str:
     """Graphviz DOT: spouts (cds), bolts (rounded boxes), sinks (cylinders); edges are
     labelled with their routing, ``key`` or ``all`` (ends with a newline)."""
@@ -1631,19 +1665,9 @@ def render_dot(topology: Topology) -> str:
         '  edge [fontname="Helvetica", fontsize=10];',
     ]
     for node in topology.nodes:
-        if isinstance(node, SpoutSpec):
-            caption = [f"topic {node.topic}", node.decoder.describe()]
-        elif isinstance(node, BoltSpec):
-            caption = [node.state.describe()]
-            if node.parallelism > 1:
-                caption.append(f"x{node.parallelism}")
-        elif isinstance(node.target, Table):
-            table = node.target
-            caption = [f"table {table.name}", table.mode]
-            if table.key:
-                caption[1] += f" on ({', '.join(table.key)})"
-        else:
-            caption = [node.target.describe()]
+        caption = _caption(node)
+        if isinstance(node, BoltSpec) and node.parallelism > 1:
+            caption.append(f"x{node.parallelism}")
         label = "\n".join([f"{node.kind} {node.name}", *caption])
         lines.append(
             f"  {_dot_string(node.name)} [label={_dot_string(label)}, "

@@ -36,7 +36,7 @@ import enum
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hailstorm.clock import Clock, Partition, clock_from_json, clock_to_json
@@ -296,6 +296,10 @@ def _clock_or_none(data: Any) -> Clock | None:
     return clock_from_json(data)
 
 
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def _json_clock_or_none(clock: Mapping[Partition, int] | None) -> dict[str, int] | None:
     return None if clock is None else clock_to_json(clock)
 
@@ -484,13 +488,20 @@ class SnapshotReport:
 class CommittedRecord:
     """The ``committed`` znode: the last round at which every bolt instance had a durable
     snapshot, with each instance's snapshot ref, and the record it replaced (``previous``,
-    kept one level deep: its own ``previous`` is dropped)."""
+    kept one level deep: its own ``previous`` is dropped).
+
+    ``snapshot_s``: from the round's clock being set (``Flowing(e, C)``) to this commit;
+    ``pause_s``: how long the spouts stood paused for it (``SpoutsPaused(e)`` to
+    ``Flowing(e, C)``); None where the committing negotiator did not see that transition
+    (it took over during the round)."""
 
     epoch: int
     clock: Clock
     snapshots: Mapping[str, str]
     committed_at: float = 0.0
     previous: CommittedRecord | None = None
+    snapshot_s: float | None = None
+    pause_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -499,6 +510,8 @@ class CommittedRecord:
             "snapshots": dict(sorted(self.snapshots.items())),
             "committed_at": self.committed_at,
             "previous": None if self.previous is None else self.previous.to_dict(),
+            "snapshot_s": self.snapshot_s,
+            "pause_s": self.pause_s,
         }
 
     def to_json(self) -> bytes:
@@ -517,6 +530,8 @@ class CommittedRecord:
                 {str(k): str(v) for k, v in dict(d["snapshots"]).items()},
                 float(d.get("committed_at", 0.0)),
                 None if prev is None else CommittedRecord.from_json(prev),
+                _float_or_none(d.get("snapshot_s")),
+                _float_or_none(d.get("pause_s")),
             )
 
         result: CommittedRecord = _load("committed record", raw, build)
@@ -524,11 +539,12 @@ class CommittedRecord:
 
     def succeeded_by(
         self, epoch: int, clock: Mapping[Partition, int], snapshots: Mapping[str, str],
-        committed_at: float,
+        committed_at: float, snapshot_s: float | None = None, pause_s: float | None = None,
     ) -> CommittedRecord:
         """The record that commits a newer round and keeps this one as ``previous``."""
-        keep = CommittedRecord(self.epoch, self.clock, self.snapshots, self.committed_at)
-        return CommittedRecord(epoch, dict(clock), dict(snapshots), committed_at, keep)
+        keep = replace(self, previous=None)
+        return CommittedRecord(epoch, dict(clock), dict(snapshots), committed_at, keep,
+                               snapshot_s, pause_s)
 
     def live_refs(self) -> frozenset[str]:
         """Snapshot refs still needed: this round's and the previous committed round's."""
@@ -559,10 +575,13 @@ class ExpectedRecord:
     """The ``expected`` znode, written by the driver: every processor id of the deployment.
 
     The negotiator waits for exactly these in Initialize; the spout ids also define the
-    source partitions (the domain of every clock).
+    source partitions (the domain of every clock). ``graph`` is the topology's DAG as
+    :func:`hailstorm.topology.graph_of` gives it, for the web console (absent in records of
+    older drivers).
     """
 
     processors: tuple[str, ...]
+    graph: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for text in self.processors:
@@ -576,7 +595,10 @@ class ExpectedRecord:
         )
 
     def to_json(self) -> bytes:
-        return encode({"processors": list(self.processors)})
+        data: dict[str, Any] = {"processors": list(self.processors)}
+        if self.graph is not None:
+            data["graph"] = dict(self.graph)
+        return encode(data)
 
     @classmethod
     def from_json(cls, raw: bytes | Mapping[str, Any]) -> ExpectedRecord:
@@ -584,7 +606,10 @@ class ExpectedRecord:
             procs = d["processors"]
             if not isinstance(procs, list):
                 raise LayoutError("'processors' must be a list")
-            return cls(tuple(str(p) for p in procs))
+            graph = d.get("graph")
+            if graph is not None and not isinstance(graph, dict):
+                raise LayoutError("'graph' must be an object")
+            return cls(tuple(str(p) for p in procs), graph)
 
         result: ExpectedRecord = _load("expected record", raw, build)
         return result

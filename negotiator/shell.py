@@ -121,6 +121,9 @@ class Shell:
         self._lock: Any = None
         self._noted: set[tuple[str, str]] = set()
         self._last_wait = ""
+        self._pauses: dict[int, float] = {}
+        """Round epoch -> how long its spouts stood paused (the latest round this
+        negotiator moved from SpoutsPaused to Flowing), for the committed record."""
         self.leader_since: float | None = None
         """When this negotiator last became leader (None while standby)."""
 
@@ -268,8 +271,13 @@ class Shell:
             # The round before becomes the committed one (its own previous is not kept).
             txn.set_data(self.paths.committed, committed.previous.to_json(),
                          version=obs.committed_version)
+        if isinstance(obs.state, SpoutsPaused) and isinstance(new, Flowing):
+            self._pauses = {obs.state.epoch: now - obs.view.entered_at}
         for commit in decision.commits:
-            committed = self._succeed(committed, commit, now)
+            snapshot_s = now - obs.view.entered_at if isinstance(obs.state, Flowing) \
+                and obs.state.epoch == commit.epoch else None
+            committed = self._succeed(committed, commit, now, snapshot_s,
+                                      self._pauses.get(commit.epoch))
             if obs.committed_version is None:
                 txn.create(self.paths.committed, committed.to_json())
             else:
@@ -302,8 +310,7 @@ class Shell:
             if isinstance(new, Initialize):
                 self.metrics.recoveries.inc()
             if isinstance(obs.state, SpoutsPaused) and isinstance(new, Flowing):
-                paused = now - obs.view.entered_at
-                self.metrics.pause(paused)
+                self.metrics.pause(self._pauses[obs.state.epoch])
             self.metrics.epoch.set(new.epoch)
         for action in decision.actions:
             if isinstance(action, ForgetSnapshots):
@@ -326,11 +333,12 @@ class Shell:
 
     @staticmethod
     def _succeed(old: CommittedRecord | None, commit: CommitClock, now: float,
-                 ) -> CommittedRecord:
+                 snapshot_s: float | None, pause_s: float | None) -> CommittedRecord:
         if old is None:
             return CommittedRecord(commit.epoch, dict(commit.clock), dict(commit.snapshots),
-                                   now)
-        return old.succeeded_by(commit.epoch, commit.clock, commit.snapshots, now)
+                                   now, None, snapshot_s, pause_s)
+        return old.succeeded_by(commit.epoch, commit.clock, commit.snapshots, now,
+                                snapshot_s, pause_s)
 
     def _log_notes(self, decision: Decision) -> None:
         for action in decision.actions:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -54,6 +56,11 @@ def test_expected_processor_ids() -> None:
     record = ExpectedRecord(tuple(ids))
     assert record.partitions == {P0, P1}
     assert ExpectedRecord.from_json(record.to_json()) == record
+    graph = {"nodes": [{"name": "lines", "kind": "spout"}], "edges": []}
+    with_graph = ExpectedRecord.from_json(ExpectedRecord(tuple(ids), graph).to_json())
+    assert with_graph.graph == graph and with_graph.processors == record.processors
+    with pytest.raises(LayoutError, match="'graph' must be an object"):
+        ExpectedRecord.from_json({"processors": ids, "graph": [1]})
 
 
 def test_paths() -> None:
@@ -132,7 +139,11 @@ def test_snapshot_report_round_trip() -> None:
 def test_committed_record_keeps_one_previous() -> None:
     first = CommittedRecord(3, {P0: 1}, {"bolt:c:0": "r3"}, 1.0)
     second = first.succeeded_by(5, {P0: 4}, {"bolt:c:0": "r5"}, 2.0)
-    third = second.succeeded_by(7, {P0: 9}, {"bolt:c:0": "r7"}, 3.0)
+    third = second.succeeded_by(7, {P0: 9}, {"bolt:c:0": "r7"}, 3.0, 0.5, 0.125)
+    fourth = third.succeeded_by(9, {P0: 12}, {"bolt:c:0": "r9"}, 4.0)
+    assert (third.snapshot_s, third.pause_s) == (0.5, 0.125)
+    assert fourth.previous == replace(third, previous=None), "timings stay with their round"
+    assert CommittedRecord.from_json(fourth.to_json()) == fourth
     assert third.previous is not None and third.previous.epoch == 5
     assert third.previous.previous is None
     assert CommittedRecord.from_json(third.to_json()) == third

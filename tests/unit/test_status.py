@@ -15,6 +15,7 @@ from negotiator.layout import (
     NegotiatorRecord,
     ProcessorReport,
     ProcessorState,
+    RecoveryRecord,
     SnapshotReport,
 )
 
@@ -22,6 +23,7 @@ P0, P1 = ("words", 0), ("words", 1)
 EXPECTED = ExpectedRecord(("spout:lines:words:0", "spout:lines:words:1", "bolt:counts:0",
                            "sink:out:0"))
 REF = "file:///snaps/wc/counts/0/epoch-000000000007.avro"
+OLD = "file:///snaps/wc/counts/0/epoch-000000000005.avro"
 
 
 def inputs(**overrides: object) -> Inputs:
@@ -29,7 +31,10 @@ def inputs(**overrides: object) -> Inputs:
         topology="wc",
         now=1000.0,
         master=MasterRecord(Flowing(8, None), 990.0, "neg-a", "round 7 committed"),
-        committed=CommittedRecord(7, {P0: 41, P1: 9}, {"bolt:counts:0": REF}, 995.0),
+        committed=CommittedRecord(7, {P0: 41, P1: 9}, {"bolt:counts:0": REF}, 995.0,
+                                  CommittedRecord(5, {P0: 20, P1: 3}, {"bolt:counts:0": OLD},
+                                                  993.5),
+                                  snapshot_s=0.25, pause_s=0.0625),
         expected=EXPECTED,
         reports={
             "spout:lines:words:0": ProcessorReport(
@@ -71,7 +76,13 @@ def test_master_committed_and_negotiators() -> None:
     assert doc["state"] == "Flowing" and doc["epoch"] == 8 and doc["leader"] == "neg-a"
     assert doc["master"]["age_s"] == 10.0 and doc["master"]["clock"] is None
     assert doc["committed"] == {"epoch": 7, "clock": {"words:0": 41, "words:1": 9},
-                                "committed_at": 995.0, "age_s": 5.0}
+                                "committed_at": 995.0, "age_s": 5.0, "snapshot_s": 0.25,
+                                "pause_s": 0.0625, "snapshots": {"bolt:counts:0": REF},
+                                "size_bytes": 4096}
+    assert doc["committed_previous"] == {
+        "epoch": 5, "clock": {"words:0": 20, "words:1": 3}, "committed_at": 993.5,
+        "age_s": 6.5, "snapshot_s": None, "pause_s": None, "snapshots": {"bolt:counts:0": OLD},
+        "size_bytes": None}
     assert [n["id"] for n in doc["negotiators"]] == ["neg-a", "neg-b"]
     assert doc["negotiators"][0] | {} == {
         "id": "neg-a", "host": "h3", "metrics": 9101, "leader": True,
@@ -166,3 +177,28 @@ def test_resolve_name() -> None:
         resolve_name("nosuch", None, lambda n: False)
     with pytest.raises(TopologyError):
         resolve_name(None, None, lambda n: False)
+
+
+def test_recoveries_and_graph_are_passed_on() -> None:
+    graph = {"nodes": [{"name": "lines", "kind": "spout", "parallelism": None,
+                        "caption": ["topic words"]}], "edges": [], "dead_letter_topics": []}
+    doc = assemble(inputs(
+        expected=ExpectedRecord(EXPECTED.processors, graph),
+        recoveries=[RecoveryRecord(3, 900.0, "NegotiatorDisconnected", "leader elected"),
+                    RecoveryRecord(6, 980.0, "Flowing", "bolt:counts:0 lost", "neg-a")]))
+    assert doc["graph"] == graph
+    assert doc["recoveries"] == [
+        {"epoch": 3, "at": 900.0, "age_s": 100.0, "previous": "NegotiatorDisconnected",
+         "reason": "leader elected", "start": True},
+        {"epoch": 6, "at": 980.0, "age_s": 20.0, "previous": "Flowing",
+         "reason": "bolt:counts:0 lost", "start": False}]
+    assert assemble(inputs(expected=None))["graph"] is None
+
+
+def test_a_rounds_size_counts_the_store_files_only() -> None:
+    committed = CommittedRecord(7, {P0: 41}, {"bolt:counts:0": REF, "sink:out:0": "table:out"},
+                                995.0)
+    doc = assemble(inputs(committed=committed, snapshot_sizes={REF: 4096}))
+    assert doc["committed"]["size_bytes"] == 4096
+    assert assemble(inputs(committed=committed, snapshot_sizes={}))["committed"][
+        "size_bytes"] is None
