@@ -386,6 +386,42 @@ def status_command(topology_ref: str | None, name: str | None, zk: str | None,
         fail(str(exc))
 
 
+@main.command("ui")
+@click.argument("topology_ref", metavar="TOPOLOGY", required=False)
+@click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to serve on. Anything but loopback shows the topology to whoever "
+                   "reaches it (the console only reads, but it shows names, addresses and "
+                   "dead-letter errors).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True,
+              help="Port to serve on (0: a free one; the URL is printed).")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=1.0, show_default=True,
+              help="Seconds between two samples of the topology.")
+@config.zk_option()
+@config.kafka_option()
+@config.kafka_config_option()
+@config.snapshots_option()
+@_handle_errors
+def ui_command(topology_ref: str | None, name: str | None, host: str, port: int,
+               interval: float, zk: str | None, kafka: str | None, kafka_config: str | None,
+               snapshot_dir: str | None) -> None:
+    """A web console for a running TOPOLOGY (a module path, dotted name or bare topology
+    name): the graph with live rates and instance phases, lag, snapshot rounds,
+    recoveries and dead letters. Read-only; serves until Ctrl-C."""
+    from hailstorm.console.server import run_console
+
+    settings = config.Settings.from_env(zk=zk, kafka=kafka, snapshots=snapshot_dir,
+                                        kafka_config=kafka_config)
+    if settings.kafka:
+        settings.require_kafka()
+    try:
+        run_console(settings.require_zk(), settings.kafka, settings.snapshots, topology_ref,
+                    name, host=host, port=port, interval=interval,
+                    announce=lambda line: click.echo(line, err=True))
+    except ValueError as exc:
+        fail(str(exc))
+
+
 # --------------------------------------------------------------------------- snapshots, export
 
 

@@ -1,0 +1,163 @@
+"""``hailstorm ui`` in headless Chromium against a running word count.
+
+The page must load, show every processor instance and edge, show rates that move, list a
+dead letter with its reason, and show a SIGKILLed bolt as recovering and then flowing
+again. Set ``HAILSTORM_CONSOLE_SCREENSHOTS=DIR`` to keep the screenshots (``docs/images``
+holds the ones ``docs/operations.md`` shows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hailstorm import kafka
+from hailstorm.harness import (
+    BackgroundProducer,
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    produce,
+    wait_for,
+    wordcount_lines,
+)
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "topologies" / "wordcount.py"
+TOPIC = "words"
+CHROMIUM = "/usr/bin/chromium"
+# As root in a sandbox without a network: no sandbox, and none of Chromium's own traffic.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture
+def console(stack_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[TopologyRun, str]]:
+    """A flowing word count and ``hailstorm ui`` serving it; yields the run and the URL."""
+    stack = StackAddresses.from_env(stack_env)
+    kafka.recreate_topic(stack.kafka, TOPIC, 4)
+    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs") as run:
+        run.start()
+        run.wait_flowing(timeout=300)
+        ui = subprocess.Popen(
+            [sys.executable, "-m", "hailstorm", "ui", run.name, "--port", "0",
+             "--interval", "0.5"],
+            cwd=REPO, env=run.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            announced: list[str] = []
+            reader = threading.Thread(
+                target=lambda: announced.extend(iter(ui.stderr.readline, "")),  # type: ignore[union-attr]
+                daemon=True)
+            reader.start()
+            line = wait_for("the console's URL", lambda: next(
+                (x for x in announced if "http://" in x), None) or ui.poll() is not None, 60)
+            assert ui.poll() is None, f"hailstorm ui exited: {''.join(announced)}"
+            match = re.search(r"http://\S+/", str(line))
+            assert match, line
+            yield run, match.group(0)
+        finally:
+            ui.terminate()
+            try:
+                ui.wait(10)
+            except subprocess.TimeoutExpired:
+                ui.kill()
+                ui.wait(10)
+
+
+def test_console_shows_a_running_word_count_through_a_killed_bolt(
+    console: tuple[TopologyRun, str], tmp_path: Path,
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run scripts/bootstrap.sh"
+    run, url = console
+    expected = sorted(json.loads(run.zk.get(run.paths.expected)[0])["processors"])
+    partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    produced = Produced(TOPIC)
+    with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(400_000, seed=5),
+                            partitions, rate=2_500), sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page.goto(url)
+            page.wait_for_selector("body[data-loaded=true]", timeout=30_000)
+
+            def instances() -> dict[str, str]:
+                return dict(page.eval_on_selector_all(
+                    "#dag [data-instance]",
+                    "nodes => nodes.map(n => [n.dataset.instance, n.dataset.phase])"))
+
+            # Every instance of the deployment, every edge of the topology.
+            wait_for("every instance flowing on the page",
+                     lambda: sorted(instances()) == expected
+                     and set(instances().values()) == {"flowing"}, 60, run.alive)
+            edges = page.eval_on_selector_all("#dag path[data-edge]",
+                                              "nodes => nodes.map(n => n.dataset.edge)")
+            assert sorted(edges) == ["counts->word_counts", "lines->counts"]
+
+            def rates() -> list[str]:
+                return [str(x) for x in page.eval_on_selector_all(
+                    "[data-edge-rate], [data-rate-in]", "nodes => nodes.map(n => n.textContent)")]
+
+            def moving() -> list[str] | None:
+                values = rates()
+                return values if any(re.search(r"[1-9]", v) for v in values) else None
+
+            first = wait_for("non-zero rates", moving, 60, run.alive)
+            page.screenshot(path=shots / "console-flowing-1.png", full_page=True)
+            second = wait_for("the rates to change", lambda: (
+                time.sleep(1.0), rates())[1] != first and rates(), 30, run.alive)
+            page.screenshot(path=shots / "console-flowing-2.png", full_page=True)
+            assert second != first
+            rounds = page.eval_on_selector_all("#rounds [data-round-row]",
+                                               "nodes => nodes.length")
+            assert rounds > 0, "committed rounds are listed"
+
+            # A record that is not UTF-8 is quarantined: the page lists it with its reason.
+            poison = Produced(TOPIC)
+            produce(run.stack.kafka, poison, [b"\xff\xfe not text"], partitions[:1])
+            ((number, offset),) = poison.last_offsets().items()
+            source = f"{TOPIC}:{number}:{offset}"
+            letter = wait_for(f"the dead letter of {source} on the page", lambda: next(
+                (line for line in page.inner_text("#dead-letters tbody").splitlines()
+                 if source in line), None), 90, run.alive)
+            assert "utf-8" in letter.lower() and "decode" in letter, letter
+            page.screenshot(path=shots / "console-dead-letter.png", full_page=True)
+            assert int(page.inner_text("#dead-letter-total").replace(",", "")) >= 1
+
+            # A SIGKILLed bolt: recovering, then flowing again.
+            fault = run.kill_processor(role="bolt")
+            victim = fault.target
+            wait_for(f"{victim} gone or recovering on the page",
+                     lambda: instances().get(victim) in ("recovering", "dead"), 120, poll=0.1)
+            wait_for(f"{victim} recovering on the page",
+                     lambda: instances().get(victim) == "recovering", 120, poll=0.1)
+            page.screenshot(path=shots / "console-recovering.png", full_page=True)
+            wait_for("every instance flowing again",
+                     lambda: sorted(instances()) == expected
+                     and set(instances().values()) == {"flowing"}, 240)
+            recoveries = page.inner_text("#recoveries tbody")
+            assert "start" in recoveries and len(recoveries.splitlines()) >= 2, recoveries
+            page.screenshot(path=shots / "console-recovered.png", full_page=True)
+        finally:
+            browser.close()
+    keep = os.environ.get("HAILSTORM_CONSOLE_SCREENSHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for shot in shots.iterdir():
+            shutil.copy(shot, Path(keep) / shot.name)
