@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -20,6 +19,7 @@ from psycopg import sql
 from hailstorm.sinks.errors import DatabaseUnavailableError, SinkError
 from hailstorm.sinks.sql import Dialect, TableShape, dialect_for
 from hailstorm.sinks.urls import DatabaseUrl, parse_url, redact, scrub
+from hailstorm.topology import NAME_PATTERN
 
 __all__ = ["Database", "RetryPolicy", "create_postgres_database", "is_transient", "with_retries"]
 
@@ -335,16 +335,13 @@ class Database:
         return TableShape(name, columns, primary, tuple(unique))
 
 
-_DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-
-
 def create_postgres_database(server_url: str, name: str) -> str:
     """Create the database ``name`` on the PostgreSQL server of ``server_url`` (any
     database on it) and return ``server_url`` pointing at the new one (options kept).
 
     ``name`` must be a lower-case identifier of at most 63 characters (PostgreSQL's limit).
     """
-    if not _DATABASE_NAME.fullmatch(name):
+    if not NAME_PATTERN.match(name):  # the name rule of topologies, nodes and tables
         raise SinkError(f"database name {name!r}: use at most 63 lower-case letters, digits "
                         "and underscores, not starting with a digit")
     parsed = parse_url(server_url)
