@@ -49,18 +49,26 @@ def node_of(processor: str) -> str | None:
         return None
 
 
+def master_phase(master: Mapping[str, Any] | None) -> Phase:
+    """The phase of the topology as a whole, from the master record (None: no master)."""
+    if master is None or master.get("state") in RECOVERING_STATES:
+        return "recovering"
+    return "paused" if master.get("state") == "SpoutsPaused" else "flowing"
+
+
 def phase_of(processor: Mapping[str, Any], master: Mapping[str, Any] | None) -> Phase:
     """The phase of one instance (a processor row of the status document): ``dead`` when it
     failed, or is missing while the master does not know yet; ``recovering`` while the
     master (re)starts the topology, whether the instance registered again or not yet."""
     if processor.get("error"):
         return "dead"
-    if master is None or master.get("state") in RECOVERING_STATES:
+    topology = master_phase(master)
+    if topology == "recovering":
         return "recovering"
     if not processor.get("registered"):
         return "dead"
     if processor.get("role") == "spout" and (
-            master.get("state") == "SpoutsPaused" or processor.get("state") == "paused"):
+            topology == "paused" or processor.get("state") == "paused"):
         return "paused"
     return "flowing"
 
@@ -250,6 +258,7 @@ class History:
         quarantined = {str(p["id"]): p["quarantined"] for p in processors
                        if p.get("quarantined")}
         return {
+            "master_phase": master_phase(doc.get("master")),
             "layout": drawn,
             "phases": phases,
             "phase_counts": {phase: sum(1 for v in phases.values() if v == phase)

@@ -3,10 +3,6 @@
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
-const PHASE_OF_MASTER = {
-  Flowing: "flowing", SpoutsPaused: "paused", Initialize: "recovering",
-  SpoutsRewind: "recovering", NegotiatorDisconnected: "dead",
-};
 
 function el(tag, attrs = {}, text = null) {
   const node = document.createElement(tag);
@@ -80,7 +76,7 @@ function drawHeader(doc) {
   const label = status ? status.state : "waiting for the first sample";
   state.textContent = label;
   state.dataset.state = label;
-  state.dataset.phase = status && status.master ? (PHASE_OF_MASTER[status.master.state] || "dead") : "dead";
+  state.dataset.phase = status ? doc.view.master_phase : "dead";
   document.getElementById("epoch").textContent = status && status.epoch !== null ? `round ${status.epoch}` : "";
   document.getElementById("leader").textContent = status && status.leader ? `leader ${status.leader}` : "";
   const committed = status && status.committed;
