@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,36 @@ def pause_figures(run: Any) -> dict[str, Any]:
     return {"rounds": rounds,
             "pause_mean_ms": round(1000 * total / rounds, 1) if rounds else None,
             "pause_max_ms": round(1000 * longest, 1)}
+
+
+class TableProgress:
+    """Through which offset of each partition of ``topic`` the sinks writing to the
+    database at ``url`` committed their tables (their ``hailstorm_progress`` rows, the
+    least over the sinks). Once it covers every offset, a reader of the tables sees every
+    result, exactly once; that comes before the snapshot round covering the same offsets
+    commits (that round is what a recovery restarts from, not what readers wait for)."""
+
+    def __init__(self, url: str, topic: str) -> None:
+        from hailstorm.sinks import PROGRESS_TABLE
+        from hailstorm.sinks.db import Database
+
+        self._db = Database(url)
+        p = self._db.dialect.param
+        self._query = (f'SELECT "partition", MIN("offset") FROM {PROGRESS_TABLE} '
+                       f'WHERE topic = {p} GROUP BY "partition"')
+        self._topic = topic
+
+    def covers(self, target: Mapping[int, int]) -> bool:
+        """Whether every partition's progress reached its offset in ``target``."""
+        try:
+            with self._db.transaction() as db:
+                rows = dict(db.execute(self._query, (self._topic,)))
+        except Exception:  # the table appears when the sink first opens
+            return False
+        return all(rows.get(p, -1) >= o for p, o in target.items())
+
+    def close(self) -> None:
+        self._db.close()
 
 
 def committed_snapshot_sizes(snapshots: Path | str, committed: Any) -> dict[str, int]:

@@ -13,7 +13,10 @@ Starts an embedded stack of its own (brought down afterwards), then:
   the cores, and the rate cannot exceed the producer's;
 * hailstorm, ``--backlog``: produces the N lines first, then starts the topology and
   measures from the moment the master is first Flowing (spouts start reading) until the
-  committed clock covers every offset: the same backlog the baseline reads;
+  committed clock covers every offset: the same backlog the baseline reads. It also
+  reports when the sink's table first held every result (its ``hailstorm_progress``
+  covering every offset: what a reader of the table waits for; the round that covers the
+  same offsets commits later, and is what a recovery restarts from);
 * either way the ``word_counts`` sink writes to the stack's PostgreSQL (``--sink sqlite``:
   a private SQLite file; ``--sink kafka``: an upsert ``Topic`` of 4 partitions, written in
   Kafka transactions, whose newest record per word must then equal the baseline's count),
@@ -39,6 +42,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import (  # noqa: E402
     VOCABULARIES,
+    TableProgress,
     baseline_word_count,
     embedded_stack,
     machine,
@@ -158,9 +162,14 @@ def main(argv: list[str] | None = None) -> int:
                 produce_s = time.monotonic() - started
             target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
             clock_s: float | None = None
+            table_s: float | None = None
+            tables = None if args.sink == "kafka" else TableProgress(run.database, TOPIC)
 
             def committed_or_clock() -> object:
-                nonlocal clock_s
+                nonlocal clock_s, table_s
+                if table_s is None and tables is not None and tables.covers(
+                        {p: o for (_t, p), o in target.items()}):
+                    table_s = time.monotonic() - started
                 master = run.master()
                 clock = getattr(master.state, "clock", None) if master else None
                 if clock_s is None and clock is not None and all(
@@ -171,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             committed = wait_for("a commit covering every offset", committed_or_clock,
                                  args.timeout, run.alive, poll=0.05)
             committed_s = time.monotonic() - started
+            if tables is not None:
+                tables.close()
             saved_s = bolts_saved_after(run, committed, started_wall)
             pauses = pause_figures(run)
             sink_metrics = run.processor_metrics().get("sink:word_counts:0", {})
@@ -214,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         "hailstorm_snapshot_clock_s": None if clock_s is None else round(clock_s, 2),
         "hailstorm_bolts_saved_s": None if saved_s is None else round(saved_s, 2),
         "hailstorm_lines_per_s": round(hailstorm_rate),
+        "hailstorm_table_s": None if table_s is None else round(table_s, 2),
+        "hailstorm_table_lines_per_s": None if table_s is None else round(args.lines / table_s),
+        "ratio_table_to_baseline": None if table_s is None
+        else round(args.lines / table_s / baseline_rate, 3),
         "baseline_s": round(baseline_s, 2), "baseline_lines_per_s": round(baseline_rate),
         "ratio_hailstorm_to_baseline": round(hailstorm_rate / baseline_rate, 3),
         "raw_consume_s": round(consume_s, 2), "raw_consume_lines_per_s": round(consume_rate),
@@ -237,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.snapshot_interval} s, sink in {args.sink}, {figures['cores']} cores, "
         f"{figures['mode']}\n"
         f"  hailstorm: {hailstorm_rate:,.0f} lines/s end to end (committed after "
-        f"{committed_s:.1f} s; bolts had saved it after "
+        f"{committed_s:.1f} s; every result in the table after "
+        f"{'?' if table_s is None else round(table_s, 2)} s; bolts had saved it after "
         f"{'?' if saved_s is None else round(saved_s, 1)} s; producing took "
         f"{produce_s:.1f} s{', before the start' if args.backlog else ''})\n"
         f"  baseline:  {baseline_rate:,.0f} lines/s (one process, Counter, {baseline_s:.1f} s)\n"

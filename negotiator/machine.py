@@ -12,7 +12,9 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
     Initialize(e)     -> SpoutsRewind(e, LWM)               every expected processor ready
                                                             for e; LWM = min of bolt loads
     SpoutsRewind(e,C) -> Flowing(e, None)                   every spout rewound to C for e
-    Flowing(e, None)  -> SpoutsPaused(new)                  snapshot interval elapsed
+    Flowing(e, None)  -> SpoutsPaused(new)                  snapshot interval elapsed since
+                                                            round e started (at least half
+                                                            an interval after its commit)
     SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
                                                             C = max of their positions
     Flowing(e, C)     -> Flowing(e, None) + CommitClock     every bolt instance durably
@@ -70,7 +72,8 @@ class Config:
     """Timing of the machine, in seconds."""
 
     snapshot_interval: float = 5.0
-    """How long Flowing(None) lasts before the next snapshot round starts."""
+    """Time from one snapshot round's start to the next's: Flowing(None) lasts this long
+    minus how long the round it follows took (see :func:`next_round_due`)."""
     initialize_timeout: float = 60.0
     """Initialize: every processor registered and ready (bolts loaded their snapshots)."""
     rewind_timeout: float = 60.0
@@ -414,11 +417,32 @@ def _rewind(state: SpoutsRewind, view: View, config: Config, roster: _Roster) ->
     return _wait(roster, view, deadline, f"rewind epoch {e}: waiting for {_names(waiting)}")
 
 
+MIN_FLOWING_SHARE = 0.5
+"""Flowing(None) lasts at least this share of the snapshot interval, however long the round
+before it took: rounds slower than the interval do not run back to back."""
+
+
+def next_round_due(state: Flowing, view: View, config: Config) -> float:
+    """When Flowing(e, None) starts the next round: a snapshot interval after round ``e``
+    started (its ``pause_s`` and ``snapshot_s`` before the commit that entered this state),
+    so rounds keep the interval's cadence instead of drifting by each round's duration;
+    but never sooner than :data:`MIN_FLOWING_SHARE` of the interval after that commit.
+    Where the round's durations are unknown (another negotiator ran it, or no round
+    committed in this epoch) the whole interval counts from entering the state."""
+    committed = view.committed
+    took = 0.0
+    if (committed is not None and committed.epoch == state.epoch
+            and committed.pause_s is not None and committed.snapshot_s is not None):
+        took = committed.pause_s + committed.snapshot_s
+    flowing = max(config.snapshot_interval - took, MIN_FLOWING_SHARE * config.snapshot_interval)
+    return view.entered_at + flowing
+
+
 def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
     casualty = _casualty(roster)
     if casualty:
         return _restart(state, view, roster, casualty)
-    due = view.entered_at + config.snapshot_interval
+    due = next_round_due(state, view, config)
     if view.now >= due:
         epoch = max(state.epoch, view.highest_epoch) + 1
         return Decision(

@@ -21,6 +21,7 @@ from negotiator.layout import (
     parse_processor_id,
 )
 from negotiator.machine import (
+    MIN_FLOWING_SHARE,
     CommitClock,
     Config,
     Decision,
@@ -28,6 +29,7 @@ from negotiator.machine import (
     ForgetSnapshots,
     Ignored,
     View,
+    next_round_due,
     step,
 )
 from negotiator.states import (
@@ -420,6 +422,45 @@ def test_flowing_interval_elapsed_pauses_spouts_in_a_new_epoch() -> None:
     d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 5))
     assert d.next_state == SpoutsPaused(8)
     assert d.reason == "snapshot interval 5.0s elapsed"
+
+
+def test_the_next_round_is_due_an_interval_after_the_previous_one_started() -> None:
+    # Round 7 paused the spouts 0.5 s and saved 1.5 s before the commit that entered
+    # Flowing(7, None) at T0: it started at T0 - 2, so the next one is due at T0 + 3.
+    round7 = CommittedRecord(7, {P0: 8}, {}, T0, pause_s=0.5, snapshot_s=1.5)
+    d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 2.9, committed=round7))
+    assert d.next_state is None and d.wake_at == T0 + 3
+    d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 3, committed=round7))
+    assert d.next_state == SpoutsPaused(8)
+
+
+def test_a_round_slower_than_the_interval_still_leaves_half_an_interval_of_flowing() -> None:
+    slow = CommittedRecord(7, {P0: 8}, {}, T0, pause_s=1.0, snapshot_s=9.0)
+    d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 1, committed=slow))
+    assert d.wake_at == T0 + 2.5
+
+
+@pytest.mark.parametrize("committed", [
+    CommittedRecord(6, {P0: 8}, {}, T0, pause_s=0.5, snapshot_s=1.5),  # an older round
+    CommittedRecord(7, {P0: 8}, {}, T0, pause_s=None, snapshot_s=1.5),  # taken over mid-round
+    CommittedRecord(7, {P0: 8}, {}, T0, pause_s=0.5, snapshot_s=None),
+    None,
+])
+def test_without_the_rounds_durations_the_whole_interval_counts_from_the_state(
+        committed: CommittedRecord | None) -> None:
+    d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 1, committed=committed))
+    assert d.wake_at == T0 + 5
+
+
+@given(interval=st.floats(0.01, 100), pause=st.floats(0, 1000), save=st.floats(0, 1000))
+def test_rounds_keep_the_interval_and_at_least_half_of_it_flowing(
+        interval: float, pause: float, save: float) -> None:
+    cfg = Config.uniform(snapshot_interval=interval)
+    committed = CommittedRecord(7, {P0: 8}, {}, T0, pause_s=pause, snapshot_s=save)
+    due = next_round_due(Flowing(7), view(FLOWING_LIVING, committed=committed), cfg)
+    assert due >= T0 + MIN_FLOWING_SHARE * interval - 1e-9
+    assert due == pytest.approx(max(T0 - pause - save + interval,
+                                    T0 + MIN_FLOWING_SHARE * interval))
 
 
 def test_flowing_interval_respects_highest_recorded_epoch() -> None:
