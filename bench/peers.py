@@ -143,6 +143,45 @@ def _user_totals(messages: Any) -> Any:
     return op.stateful_map("totals", keyed, running)
 
 
+TOP_SPENDERS = 10
+"""How many users :func:`_top_spenders` ranks per country (``topologies/top_spenders.py``)."""
+
+
+def _top_spenders(messages: Any) -> Any:
+    """Top ten spenders per country in two keyed stages, as ``topologies/top_spenders.py``:
+    a running total per (country, user) with ``stateful_map``, then, keyed by country, a
+    ``stateful_flat_map`` keeping the ten best users (ties by user id) that emits the
+    country's whole ranking whenever the user is (still) in it."""
+    import bytewax.operators as op
+
+    events = op.map("parse", messages, lambda m: json.loads(m.value))
+    by_user = op.key_on("country_user", events, lambda e: f"{e['country']}/{e['user']}")
+
+    def running(total: int | None, event: dict[str, Any]) -> tuple[int, tuple[str, str, int]]:
+        total = (total or 0) + event["amount"]
+        return total, (event["country"], event["user"], total)
+
+    spends = op.map("drop_key", op.stateful_map("totals", by_user, running), lambda kv: kv[1])
+    by_country = op.key_on("country", spends, lambda spend: spend[0])
+
+    def rank(kv: tuple[str, int]) -> tuple[int, str]:
+        return -kv[1], kv[0]
+
+    def top(best: dict[str, int] | None, spend: tuple[str, str, int]
+            ) -> tuple[dict[str, int], list[tuple[tuple[str, int], ...]]]:
+        best = best if best is not None else {}
+        _, user, spent = spend
+        if spent > best.get(user, -1):
+            best[user] = spent
+            if len(best) > TOP_SPENDERS:
+                del best[max(best.items(), key=rank)[0]]
+        if user not in best:
+            return best, []
+        return best, [tuple(sorted(best.items(), key=rank))]
+
+    return op.stateful_flat_map("top", by_country, top)
+
+
 def _latest(result: dict[Any, Any], part: dict[Any, Any]) -> None:
     """Keys are owned by one worker each: the parts do not overlap."""
     result.update(part)
@@ -152,6 +191,7 @@ JOBS: dict[str, tuple[Callable[[Any], Any], Callable[[dict[Any, Any], dict[Any, 
     "word_count": (_word_count, _latest),
     "word_count_final": (_word_count_final, _latest),
     "user_totals": (_user_totals, _latest),
+    "top_spenders": (_top_spenders, _latest),
 }
 
 

@@ -233,10 +233,13 @@ def example_runs() -> list[tuple[str, list[Message]]]:
         ("trending", messages("posts", [{"ts": 60, "text": "#a #b"}, {"ts": 130, "text": "#a"}])),
         ("pageviews", messages("page-views", [page_view("/", "u", 5, 10)])),
         ("window_average", A + B),
+        ("top_spenders", messages("events", [{"user": "u1", "amount": 3, "country": "DE"},
+                                             {"user": "u2", "amount": 5, "country": "DE"}])),
     ]
 
 
-@pytest.mark.parametrize("name", ["wordcount", "trending", "pageviews", "window_average"])
+@pytest.mark.parametrize(
+    "name", ["wordcount", "trending", "pageviews", "window_average", "top_spenders"])
 def test_every_example_state_survives_an_avro_snapshot(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

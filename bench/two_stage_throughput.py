@@ -1,0 +1,200 @@
+"""A two-stage pipeline (bolt -> bolt -> sink): hailstorm against the baseline and Bytewax.
+
+    .venv/bin/python bench/two_stage_throughput.py [--events 2000000] [--users 2000000]
+
+Starts an embedded stack of its own (brought down afterwards), produces ``--events`` JSON
+events (:class:`hailstorm.workloads.KeyedEvents`: users drawn by Zipf's law, s = 0.6, from
+``--users``, each user in one of 10 countries) to the topic ``events`` (4 partitions),
+then, on that same backlog:
+
+* hailstorm: ``topologies/top_spenders.py`` (4 spouts; the ``totals`` bolt, a running sum
+  per (country, user), 2 instances; the ``top`` bolt, TopK(10) per country over those
+  running sums, 2 instances; the ``top_spenders`` upsert table in the stack's PostgreSQL;
+  a round every second), timed from the master's first ``Flowing`` until the committed
+  clock covers every offset. The first bolt feeds a bolt, so the spouts cannot
+  pre-aggregate for it: every event crosses both stages;
+* baseline: one process, confluent-kafka batch consume, ``json.loads``, a dict of totals
+  per country and user, then, once at the end (inside the timing), each country's top ten
+  with ``heapq.nsmallest``. It emits no running rankings and writes nothing;
+* Bytewax (when installed: ``pip install -e '.[bench]'``): the same two keyed stages,
+  ``stateful_map`` running totals per (country, user), then per country a
+  ``stateful_flat_map`` keeping the top ten and emitting the ranking when it holds the
+  user; 2 processes, recovery on, 1 s epochs, results kept in memory (no database).
+
+The result does not depend on timing or arrival order: totals only grow, a country keeps
+each user's highest total, and ties are broken by user id (see the topology's docstring).
+The committed table must equal the baseline's top ten per country, and Bytewax's too.
+Prints one JSON line of figures and a human summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import (  # noqa: E402
+    baseline_consume,
+    bench_logs,
+    embedded_stack,
+    machine,
+    pause_figures,
+    report,
+)
+from peers import bytewax_available, run_bytewax  # noqa: E402
+
+from hailstorm import kafka  # noqa: E402
+from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
+from hailstorm.workloads import KeyedEvents  # noqa: E402
+from topologies.top_spenders import TOP  # noqa: E402
+
+TOPIC = "events"
+PARTITIONS = 4
+BOLT_INSTANCES = {"totals": 2, "top": 2}
+
+Ranking = tuple[tuple[str, int], ...]
+"""A country's ``(user, spent)`` pairs, best first."""
+
+
+def _rank(kv: tuple[str, int]) -> tuple[int, str]:
+    """Best first: spent descending, then user id ascending (TopK's order)."""
+    return -kv[1], kv[0]
+
+
+class TopSpenders:
+    """The baseline's work: totals per country and user, a batch at a time; the top ten
+    per country once, at the end (:meth:`rankings`)."""
+
+    def __init__(self) -> None:
+        self.by_country: dict[str, dict[str, int]] = {}
+
+    def __call__(self, batch: list[bytes | None]) -> None:
+        by_country = self.by_country
+        for value in batch:
+            if value is None:
+                continue
+            event = json.loads(value)
+            users = by_country.get(event["country"])
+            if users is None:
+                users = by_country[event["country"]] = {}
+            user = event["user"]
+            users[user] = users.get(user, 0) + event["amount"]
+
+    def rankings(self) -> dict[str, Ranking]:
+        """Each country's top ten, best first."""
+        return {country: tuple(heapq.nsmallest(TOP, users.items(), key=_rank))
+                for country, users in self.by_country.items()}
+
+
+def table_rankings(table: dict[tuple[Any, ...], dict[str, Any]]) -> dict[str, Ranking] | None:
+    """The ``top_spenders`` table as rankings per country; None unless every country's
+    ranks are exactly 1..n."""
+    rows: dict[str, list[tuple[int, str, int]]] = {}
+    for row in table.values():
+        rows.setdefault(row["country"], []).append((row["rank"], row["user_id"], row["spent"]))
+    result: dict[str, Ranking] = {}
+    for country, ranked in rows.items():
+        ranked.sort()
+        if [r for r, _, _ in ranked] != list(range(1, len(ranked) + 1)):
+            return None
+        result[country] = tuple((user, spent) for _, user, spent in ranked)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--users", type=int, default=2_000_000)
+    parser.add_argument("--no-bytewax", action="store_true", help="Skip the Bytewax peer.")
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args(argv)
+
+    print(f"generating {args.events:,} events over {args.users:,} users", flush=True)
+    values = list(KeyedEvents(keys=args.users).events(args.events))
+    with embedded_stack() as env:
+        stack = StackAddresses.from_env(env)
+        kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
+        partitions = kafka.partitions_of(stack.kafka, TOPIC)
+        produced = Produced(TOPIC)
+        produce(stack.kafka, produced, values, partitions)
+        del values
+        with TopologyRun(stack, REPO / "topologies" / "top_spenders.py",
+                         log_dir=bench_logs("hailstorm-bench-logs-"), negotiators=1,
+                         timeout=60, database=stack.database) as run:
+            run.start()
+            wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.02)
+            started = time.monotonic()
+            target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
+            print("hailstorm: flowing", flush=True)
+            wait_for("a commit covering every offset", lambda: run.covers(target),
+                     args.timeout, run.alive, poll=0.05)
+            hailstorm_s = time.monotonic() - started
+            pauses = pause_figures(run)
+            table = run.sink_tables()["top_spenders"]
+            run.stop()
+        print("baseline", flush=True)
+        baseline = TopSpenders()
+        consumed_s = baseline_consume(stack.kafka, TOPIC, PARTITIONS, args.events, baseline)
+        ranked_at = time.perf_counter()
+        expected = baseline.rankings()
+        baseline_s = consumed_s + time.perf_counter() - ranked_at
+        bytewax = None
+        if bytewax_available() and not args.no_bytewax:
+            print("Bytewax", flush=True)
+            bytewax = run_bytewax("top_spenders", stack.kafka, TOPIC)
+    distinct = sum(len(users) for users in baseline.by_country.values())
+    committed = table_rankings(table)
+    if committed != expected:
+        print(f"MISMATCH: hailstorm's table has {len(table)} rows"
+              f"{'' if committed is not None else ' with gaps in the ranks'}, the baseline "
+              f"{sum(len(r) for r in expected.values())}", file=sys.stderr)
+        return 1
+    if bytewax is not None and bytewax.result != expected:
+        print("MISMATCH: Bytewax's top spenders differ from the baseline's", file=sys.stderr)
+        return 1
+    rate = args.events / hailstorm_s
+    baseline_rate = args.events / baseline_s
+    figures: dict[str, Any] = {
+        "events": args.events, "users": args.users, "distinct_users": distinct,
+        "countries": len(expected), "top": TOP, "table_rows": len(table),
+        "partitions": PARTITIONS, "bolt_instances": BOLT_INSTANCES,
+        "hailstorm_s": round(hailstorm_s, 2), "hailstorm_events_per_s": round(rate),
+        "baseline_s": round(baseline_s, 2), "baseline_events_per_s": round(baseline_rate),
+        "ratio_hailstorm_to_baseline": round(rate / baseline_rate, 3), **pauses,
+        "result_equal": True, **machine(),
+    }
+    lines = [
+        f"{args.events:,} events, {distinct:,} distinct users in {len(expected)} countries, "
+        f"{PARTITIONS} partitions, two keyed stages (running totals -> top {TOP} per "
+        f"country), PostgreSQL upsert table, round every 1 s, {figures['cores']} cores, "
+        "backlog",
+        f"  hailstorm: {rate:,.0f} events/s (committed after {hailstorm_s:.1f} s)",
+        f"  baseline:  {baseline_rate:,.0f} events/s (one process, json + dict, top {TOP} "
+        f"once at the end, {baseline_s:.1f} s)",
+        f"  rounds:    {pauses['rounds']} committed; spouts paused {pauses['pause_mean_ms']} ms "
+        f"on average per round, {pauses['pause_max_ms']} ms at most",
+        f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline's top {TOP} "
+        "per country",
+    ]
+    if bytewax is not None:
+        bytewax_rate = args.events / bytewax.seconds
+        figures["bytewax_s"] = round(bytewax.seconds, 2)
+        figures["bytewax_events_per_s"] = round(bytewax_rate)
+        figures["ratio_hailstorm_to_bytewax"] = round(rate / bytewax_rate, 3)
+        lines.append(f"  Bytewax:   {bytewax_rate:,.0f} events/s (stateful_map -> "
+                     f"stateful_flat_map, 2 processes, recovery on, 1 s epochs, no database); "
+                     f"hailstorm is {rate / bytewax_rate:.2f}x; its rankings == baseline's")
+    report("two_stage_throughput", figures, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
