@@ -1,11 +1,12 @@
 """Produce-to-sink latency (p50/p99) at half the maximum throughput.
 
     .venv/bin/python bench/latency.py [--duration 30] [--max-rate R] [--snapshot-interval 1]
-        [--sink sqlite|kafka]
+        [--sink postgresql|sqlite|kafka]
 
 Starts an embedded stack of its own (brought down afterwards) and deploys
 ``bench/latency_topology.py`` (4 spout instances on ``bench-latency``, 2 bolt instances, one
-upsert sink into the run's SQLite file; one negotiator). Every message is
+upsert sink into a PostgreSQL database of the run's own on the stack's server, or the run's
+SQLite file; one negotiator). Every message is
 ``"<seq> <sent_ns>"``: ``sent_ns`` is ``time.time_ns()`` just before the message is handed to
 the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq``.
 
@@ -15,13 +16,15 @@ the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq
    rows of a burst can wait for the next snapshot round once the spouts are idle, which
    would tie a full-burst figure to the snapshot interval.)
 2. **latency**: messages are produced at half that rate, paced every 2 ms, for
-   ``--duration`` seconds. A reader polls the table (``SELECT ... WHERE rowid > last`` every
-   10 ms, on the same machine and clock) and takes, for every new row, ``time.time_ns()``
-   at the poll that first returned it minus the row's ``sent_ns``. Rows appear when the sink
-   has written the snapshot round covering them, so the latency includes the wait for the
-   round (about half the snapshot interval on average), the round itself and the sink's
-   write; the poll adds up to 10 ms. With ``--sink kafka`` the sink writes the rows to the
-   upsert topic ``bench-latency-out`` in Kafka transactions instead, and a
+   ``--duration`` seconds. A reader polls the table every 10 ms, on the same machine and
+   clock (SQLite: ``SELECT ... WHERE rowid > last``; PostgreSQL: the rows above the least
+   per-partition ``seq`` seen, see :class:`PostgresTableReader`) and takes, for every new
+   row, ``time.time_ns()`` at the poll that first returned it minus the row's ``sent_ns``.
+   Rows appear when the sink commits through its low-water mark (every 0.5 s while frames
+   come, 100 ms after the last one, and for every snapshot round), so the latency includes
+   the producer's batching, the spout, the bolt, the sink's buffering and its transaction;
+   the poll adds up to 10 ms. With ``--sink kafka`` the sink writes the rows to the upsert
+   topic ``bench-latency-out`` in Kafka transactions instead, and a
    ``read_committed`` consumer takes the time each record first reaches it.
 
 Prints one JSON line of figures (p50, p90, p99, max, the rates) and a human summary.
@@ -54,6 +57,7 @@ TOPIC = "bench-latency"
 TABLE = "bench_latency"
 PARTITIONS = 4
 TOPOLOGY = REPO / "bench" / "latency_topology.py"
+SINK_NAMES = {"postgresql": "PostgreSQL", "sqlite": "SQLite", "kafka": "Kafka (transactional)"}
 BURST_FRACTION = 0.9
 """The max rate is taken when this fraction of the burst is in the table: the last rows of a
 burst can wait for the next snapshot round (idle spouts), which would tie it to the interval."""
@@ -198,6 +202,48 @@ class TableReader(Reader):
             self.db.close()
 
 
+class PostgresTableReader(Reader):
+    """New rows of the sink table in PostgreSQL.
+
+    A row has no insertion order there, but a partition's rows become visible as a prefix
+    (the sink commits every row at or below its low-water mark at once) and the producer
+    sends ``seq`` to partition ``seq % PARTITIONS`` in order; so each poll asks only for
+    the rows above the least, over the partitions, of the highest ``seq`` seen, through
+    the primary-key index."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        from hailstorm.sinks.db import Database
+
+        self.db = Database(url)
+        self.highest = dict.fromkeys(range(PARTITIONS), -1)
+
+    def poll(self) -> list[int]:
+        low = min(self.highest.values())
+        try:
+            with self.db.transaction() as db:
+                rows = db.execute(f"SELECT seq, sent_ns FROM {TABLE} WHERE seq > %s", (low,))
+        except Exception:  # the table appears when the sink first opens
+            return []
+        seen_ns = time.time_ns()
+        for seq, _sent in rows:
+            part = seq % PARTITIONS
+            self.highest[part] = max(self.highest[part], seq)
+        return self._seen([(int(seq), int(sent_ns)) for seq, sent_ns in rows], seen_ns)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def reader_for(sink: str, run: TopologyRun, stack: StackAddresses) -> Reader:
+    """The reader of ``sink``'s output in ``run``."""
+    if sink == "kafka":
+        return TopicReader(stack.kafka, OUTPUT_TOPIC)
+    if sink == "postgresql":
+        return PostgresTableReader(run.database)
+    return TableReader(Path(run.database.removeprefix("sqlite:///")))
+
+
 def produce_and_wait(stack: StackAddresses, run: TopologyRun, reader: Reader, first: int,
                      count: int, rate: float, timeout: float) -> PacedProducer:
     producer = PacedProducer(stack.kafka, first, count, rate)
@@ -219,9 +265,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="Messages of the maximum-throughput measurement.")
     parser.add_argument("--snapshot-interval", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--sink", choices=("sqlite", "kafka"), default="sqlite",
-                        help="The sink's target: an upsert table in the run's SQLite file, "
-                        "or an upsert topic written in Kafka transactions.")
+    parser.add_argument("--sink", choices=("postgresql", "sqlite", "kafka"),
+                        default="postgresql",
+                        help="The sink's target: an upsert table in a database of the run's "
+                        "own on the stack's PostgreSQL, in the run's SQLite file, or an "
+                        "upsert topic written in Kafka transactions.")
     args = parser.parse_args(argv)
     os.environ["BENCH_LATENCY_SINK"] = args.sink  # the topology module reads it
 
@@ -232,9 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         logs = bench_logs("hailstorm-bench-latency-")
         with TopologyRun(stack, TOPOLOGY, log_dir=logs, negotiators=1,
                          snapshot_interval=args.snapshot_interval, timeout=60,
-                         database=SQLITE) as run:  # the reader polls the file
-            reader: Reader = (TopicReader(stack.kafka, OUTPUT_TOPIC) if args.sink == "kafka"
-                              else TableReader(Path(run.database.removeprefix("sqlite:///"))))
+                         database=SQLITE if args.sink == "sqlite" else None) as run:
+            reader = reader_for(args.sink, run, stack)
             run.start()
             run.wait_flowing(300)
             first = 0
@@ -280,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
            else "given")
     report("latency", figures, (
         f"snapshot every {args.snapshot_interval:g} s, {PARTITIONS} partitions, 2 bolt "
-        f"instances, {'Kafka (transactional)' if args.sink == 'kafka' else 'SQLite'} upsert "
+        f"instances, {SINK_NAMES[args.sink]} upsert "
         f"sink, {figures['cores']} cores\n"
         f"  max throughput {max_rate:,.0f} msgs/s ({how})\n"
         f"  at {rate:,.0f} msgs/s for {args.duration:g} s ({count:,} messages, produced at "
