@@ -28,7 +28,18 @@ Metadata (Avro file metadata, UTF-8 strings):
 ``hailstorm.records``     number of records
 ``hailstorm.created``     ISO 8601 UTC time the write started
 ``hailstorm.checksum``    ``"sha256:<64 hex digits>"``
+``hailstorm.base``        only in a *delta*: the key of the snapshot it builds on
 ========================  ========================================================
+
+Deltas. A keyed state may be written as a delta: the records of only the keys whose value
+changed since an earlier snapshot of the same bolt instance (its ``base``, itself a full
+snapshot or a delta), each with its whole new value. The state is the base's with those
+keys replaced (keys are never removed from a keyed state). A delta is a valid Avro file of
+the same schema; read alone it holds only the changed keys, so readers go through
+:meth:`SnapshotStore.load` (or ``hailstorm snapshots``), which follows the chain. A chain
+shares its files between rounds: garbage collection keeps every file a kept round builds
+on, and a corrupt file fails every round built on it (reported as the round's own file, so
+the negotiator falls back as for a corrupt full snapshot).
 
 The checksum is the SHA-256 of the entire file as written, with the 64 hex digits of the
 checksum itself replaced by ``"0" * 64``: the header with its placeholder and every record
@@ -97,6 +108,7 @@ LAYOUT_WHOLE = "whole"
 
 _PREFIX = "hailstorm."
 CHECKSUM_KEY = "hailstorm.checksum"
+BASE_KEY = "hailstorm.base"
 _CHECKSUM_PLACEHOLDER = b"sha256:" + b"0" * 64
 
 _CODEC = "deflate"
@@ -107,6 +119,8 @@ _MAX_HEADER = 16 * 1024 * 1024
 _READ_CHUNK = 1024 * 1024
 
 _FILE_NAME = re.compile(r"^epoch-(\d{12})\.avro$")
+_KEY = re.compile(r"^[^/]+/(?P<bolt>[^/]+)/(?P<instance>\d+)/epoch-(?P<epoch>\d{12})\.avro$")
+"""A snapshot key (:func:`snapshot_key`), as a delta names its base."""
 _TEMP_NAME = re.compile(r"^\.epoch-(\d{12})\.avro\..+\.tmp$")
 _NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
 
@@ -201,6 +215,8 @@ class SnapshotRef:
     created: str
     checksum: str
     duration_s: float | None = field(default=None, compare=False)
+    base: str | None = None
+    """A delta's base snapshot (a key of the same store), or None for a full snapshot."""
 
     @property
     def path(self) -> Path:
@@ -228,6 +244,7 @@ class SnapshotRef:
             "created": self.created,
             "checksum": self.checksum,
             "duration_s": self.duration_s,
+            "base": self.base,
         }
 
 
@@ -325,9 +342,12 @@ def write_snapshot(
     clock: Clock,
     monoid: Monoid[Any],
     state: Any,
+    base: str | None = None,
 ) -> tuple[int, str]:
     """Write a snapshot file to the seekable binary ``raw``; returns ``(records, checksum)``.
 
+    With ``base`` (the key of an earlier snapshot of the same instance) the file is a
+    delta: ``state`` holds only the keys whose values changed since ``base``.
     ``raw`` must be empty and positioned at 0. The caller makes it durable.
     """
     key = snapshot_key(topology, bolt, instance, epoch)
@@ -336,6 +356,8 @@ def write_snapshot(
     layout, schema = _record_schema(monoid)
     if layout == LAYOUT_PER_KEY and not isinstance(state, dict):
         raise TypeError(f"{monoid.describe()} state must be a dict, not {type(state).__name__}")
+    if base is not None and layout != LAYOUT_PER_KEY:
+        raise ValueError(f"{monoid.describe()} is not keyed: it has no delta snapshots")
     expected = len(state) if layout == LAYOUT_PER_KEY else 1
     metadata = {
         "hailstorm.format": FORMAT_VERSION,
@@ -351,6 +373,8 @@ def write_snapshot(
         "hailstorm.created": datetime.now(UTC).isoformat(timespec="milliseconds"),
         CHECKSUM_KEY: _CHECKSUM_PLACEHOLDER.decode(),
     }
+    if base is not None:
+        metadata[BASE_KEY] = base
     sink = _HashingSink(raw)
     writer = Writer(
         cast(IO[bytes], sink),
@@ -470,6 +494,7 @@ def _ref_from_header(header: _Header, key: str, uri: str, size: int, name: str) 
             size_bytes=size,
             created=meta["hailstorm.created"],
             checksum=meta[CHECKSUM_KEY],
+            base=meta.get(BASE_KEY),
         )
     except (ValueError, TypeError, AttributeError) as e:
         raise SnapshotCorruptError(name, f"invalid metadata ({e})") from e
@@ -540,15 +565,25 @@ class SnapshotStore(ABC):
         clock: Clock,
         monoid: Monoid[Any],
         state: Any,
+        base: SnapshotRef | None = None,
     ) -> SnapshotRef:
-        """Durably and atomically store ``state`` as the snapshot of this round."""
+        """Durably and atomically store ``state`` as the snapshot of this round; with
+        ``base`` (an earlier snapshot of the same instance in this store) as a delta
+        holding only the keys whose values changed since ``base``."""
         started = time.perf_counter()
         key = snapshot_key(topology, bolt, instance, epoch)
+        if base is not None and (
+            (base.topology, base.bolt, base.instance, base.parallelism)
+            != (topology, bolt, instance, parallelism) or base.epoch >= epoch
+        ):
+            raise ValueError(f"{base.uri} cannot be the base of {key}: it is of another bolt "
+                             "instance or parallelism, or not of an earlier round")
 
         def write(raw: IO[bytes]) -> str:
             return write_snapshot(raw, topology=topology, bolt=bolt, instance=instance,
                                   parallelism=parallelism, epoch=epoch, clock=clock,
-                                  monoid=monoid, state=state)[1]
+                                  monoid=monoid, state=state,
+                                  base=None if base is None else base.key)[1]
 
         ref = self._store(key, write)
         return replace(ref, duration_s=time.perf_counter() - started)
@@ -588,6 +623,33 @@ class SnapshotStore(ABC):
     def _written_at(self, locator: Any) -> float:
         """When the file was written (POSIX time; ``inf`` when it is gone)."""
 
+    @abstractmethod
+    def _ref_at(self, locator: Any) -> SnapshotRef:
+        """The snapshot at ``locator`` (as :meth:`_files` gives it), from its header."""
+
+    def _with_bases(self, files: builtins.list[tuple[str, int, int, Any, bool]],
+                    kept: set[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
+        """``kept`` (``(bolt, instance, epoch)`` of snapshot files) and every file a kept
+        delta builds on, however deep."""
+        locators = {(b, i, e): loc for b, i, e, loc, temp in files if not temp}
+        result: set[tuple[str, int, int]] = set()
+        todo = [k for k in kept if k in locators]
+        while todo:
+            ident = todo.pop()
+            if ident in result:
+                continue
+            result.add(ident)
+            try:
+                base = self._ref_at(locators[ident]).base
+            except SnapshotError:
+                continue  # unreadable: nothing to follow (loading it reports it)
+            match = _KEY.match(base) if base is not None else None
+            if match is not None:
+                found = (match["bolt"], int(match["instance"]), int(match["epoch"]))
+                if found in locators:
+                    todo.append(found)
+        return result
+
     def delete_older_than(self, topology: str, epoch: int) -> builtins.list[str]:
         """Remove the rounds before ``epoch``; keeps each bolt's latest round regardless.
 
@@ -598,9 +660,11 @@ class SnapshotStore(ABC):
         for bolt, _, e, _, temp in files:
             if not temp:
                 newest[bolt] = max(e, newest.get(bolt, -1))
+        kept = self._with_bases(files, {(bolt, i, e) for bolt, i, e, _, temp in files
+                                        if not temp and (e >= epoch or e == newest[bolt])})
         return self._remove(
-            locator for bolt, _, e, locator, temp in files
-            if e < epoch and (temp or e != newest[bolt])
+            locator for bolt, i, e, locator, temp in files
+            if e < epoch and (temp or (bolt, i, e) not in kept)
         )
 
     def forget_rounds(
@@ -619,9 +683,12 @@ class SnapshotStore(ABC):
         Returns the removed keys.
         """
         keep = frozenset(keep_epochs)
+        files = list(self._files(topology))
+        kept = self._with_bases(files, {(b, i, e) for b, i, e, _, temp in files
+                                        if not temp and (e in keep or e > up_to_epoch)})
         return self._remove(
-            locator for _, _, e, locator, _ in self._files(topology)
-            if e <= up_to_epoch and e not in keep
+            locator for b, i, e, locator, temp in files
+            if e <= up_to_epoch and (temp or (b, i, e) not in kept)
             and (written_before is None or self._written_at(locator) < written_before)
         )
 
@@ -672,15 +739,49 @@ class SnapshotStore(ABC):
         for chunk in _chunks(self._records(ref, monoid), _CHUNK_KEYS):
             yield monoid.from_avro(chunk)
 
+    def chain(self, ref: SnapshotRef | str) -> builtins.list[SnapshotRef]:
+        """``ref`` and the snapshots it builds on, newest first (one ref for a full
+        snapshot). A missing base, or one that cannot be this delta's, is reported as
+        :class:`SnapshotCorruptError` of ``ref`` itself."""
+        head = self._ref(ref)
+        refs = [head]
+        while (base := refs[-1].base) is not None:
+            newer = refs[-1]
+            try:
+                older = self.resolve(base)
+            except (SnapshotError, OSError, ValueError) as e:
+                raise SnapshotCorruptError(head.uri, f"its base {base} cannot be read: {e}") \
+                    from e
+            if (older.topology, older.bolt, older.instance, older.parallelism, older.monoid,
+                    older.layout) != (newer.topology, newer.bolt, newer.instance,
+                                      newer.parallelism, newer.monoid, newer.layout) \
+                    or older.epoch >= newer.epoch:
+                raise SnapshotCorruptError(head.uri, f"its base {older.uri} is not an earlier "
+                                           "snapshot of the same bolt instance")
+            refs.append(older)
+        return refs
+
     def load(self, ref: SnapshotRef | str, monoid: Monoid[Any]) -> tuple[Clock, Any]:
-        """``(clock, state)`` of one snapshot, after verifying its checksum."""
+        """``(clock, state)`` of one snapshot (a delta with the snapshots it builds on),
+        after verifying the checksum of every file read. A damaged file anywhere in a
+        delta's chain raises :class:`SnapshotCorruptError` naming ``ref``."""
         ref = self._ref(ref)
         if ref.layout == LAYOUT_WHOLE:
             [record] = list(self._records(ref, monoid))
             return ref.clock, monoid.from_avro(record["state"])
         state: dict[Any, Any] = {}
-        for part in self._keyed_parts(ref, monoid):
-            state = _merge_into(monoid, state, part)
+        links = self.chain(ref)
+        for link in reversed(links):
+            try:
+                for part in self._keyed_parts(link, monoid):
+                    if link is links[-1]:
+                        state = _merge_into(monoid, state, part)
+                    else:  # a delta: whole new values of the keys that changed
+                        state.update(part)
+            except SnapshotCorruptError as e:
+                if link is ref:
+                    raise
+                raise SnapshotCorruptError(ref.uri, f"it builds on {link.uri}: {e}") from e
         return ref.clock, state
 
     def load_for_instance(
@@ -719,7 +820,9 @@ class SnapshotStore(ABC):
             return clock, monoid.combine_all(states)
         state: dict[Any, Any] = {}
         for ref in round_refs:
-            for part in self._keyed_parts(ref, monoid):
+            parts = (self._keyed_parts(ref, monoid) if ref.base is None
+                     else [self.load(ref, monoid)[1]])
+            for part in parts:
                 mine = {k: v for k, v in part.items() if route(k, parallelism) == instance}
                 state = _merge_into(monoid, state, mine)
         return clock, state
@@ -734,9 +837,19 @@ class SnapshotStore(ABC):
         bytes as base64); without, the raw Avro records.
         """
         ref = self._ref(ref)
-        if monoid is None:
+        if monoid is None and ref.base is not None:
+            latest: dict[str, Any] = {}  # a delta's records replace its bases' by key
+            for link in reversed(self.chain(ref)):
+                for record in self._records(link, None):
+                    latest[json.dumps(jsonable(record["key"]), sort_keys=True)] = record
+            for record in latest.values():
+                yield jsonable(record)
+        elif monoid is None:
             for record in self._records(ref, None):
                 yield jsonable(record)
+        elif ref.base is not None:
+            for k, v in self.load(ref, monoid)[1].items():
+                yield {"key": jsonable(k), "value": jsonable(v)}
         elif ref.layout == LAYOUT_WHOLE:
             for record in self._records(ref, monoid):
                 yield {"state": jsonable(monoid.from_avro(record["state"]))}
@@ -953,6 +1066,9 @@ class DirectorySnapshotStore(SnapshotStore):
     def _written_at(self, locator: Any) -> float:
         return _mtime(locator)
 
+    def _ref_at(self, locator: Any) -> SnapshotRef:
+        return self._read_ref(locator, self._key_of(locator))
+
     def _remove(self, paths: Iterable[Path]) -> builtins.list[str]:
         """Unlink ``paths`` (gone already is fine), fsync their directories; their keys."""
         removed: list[Path] = []
@@ -1097,6 +1213,9 @@ class FsspecSnapshotStore(SnapshotStore):
             return float(self.fs.modified(locator).timestamp())
         except FileNotFoundError:
             return math.inf
+
+    def _ref_at(self, locator: Any) -> SnapshotRef:
+        return self.resolve(str(locator)[len(self.base) + 1:])
 
 
 def open_store(location: str | os.PathLike[str]) -> SnapshotStore:

@@ -128,6 +128,10 @@ class WriteSnapshot:
     epoch: int
     clock: Marks
     state: Any
+    delta: bool = False
+    """``state`` holds only the keys (of a keyed state) whose values changed since this
+    instance's previous snapshot (the last one handed out, or the one it loaded): write it
+    as a delta on top of that one."""
 
 
 @dataclass(frozen=True, slots=True)

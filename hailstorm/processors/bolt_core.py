@@ -27,6 +27,14 @@ Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
   have been superseded. Since the watermark waits for the flush, no row a watermark
   covers is still held back.
 
+Delta snapshots (keyed state): the core knows which keys of ``A`` changed since the last
+snapshot it handed out (tuples absorbed into ``A``, and ``B``'s keys when ``B`` folds into
+``A``), so a round's snapshot may hold only those keys, on top of the previous one. It
+writes the whole state instead when it was not loaded from one snapshot it may build on,
+after :data:`DELTA_CHAIN_MAX` deltas, or when the keys written in deltas since the last
+whole snapshot would exceed the state's size: loading then reads at most about twice the
+state, and whole snapshots cost at most as much as the deltas between them.
+
 Several rounds may be pending at once (each later clock opens one more segment); they are
 written oldest first. Snapshot labels are raised pointwise to the loaded clock and to
 earlier rounds' clocks, so a label always states exactly what its state contains.
@@ -44,6 +52,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from hailstorm.clock import NOTHING, merge_max
@@ -69,6 +78,11 @@ Emitted = Batch
 
 _FRESH: Any = object()
 
+DELTA_CHAIN_MAX = 32
+"""Deltas in a row at most before a whole snapshot (bounds the files a load reads)."""
+
+_key_of = itemgetter(0)
+
 
 @dataclass(frozen=True, slots=True)
 class _Round:
@@ -86,6 +100,8 @@ class BoltCore:
     instance of every input node, whether or not any data flows from it): each must have
     sent a watermark before anything is snapshotted or forwarded. The core takes ownership
     of ``loaded_state`` (it is updated in place); it defaults to the monoid's identity.
+    ``loaded_whole``: ``loaded_state`` is exactly the content of one snapshot of this
+    instance, which the next snapshot may build on as a delta.
     """
 
     def __init__(
@@ -94,6 +110,7 @@ class BoltCore:
         upstreams: Iterable[str],
         loaded_clock: Mapping[PartitionKey, int] | None = None,
         loaded_state: Any = _FRESH,
+        loaded_whole: bool = False,
     ) -> None:
         self.spec = spec
         self._monoid = spec.state
@@ -118,6 +135,13 @@ class BoltCore:
         tuple, so emitting later could give other rows)."""
         self._dirty: dict[Any, tuple[PartitionKey, int, Any]] = {}
         """Key -> (partition, offset, tuple) of its last tuple since the last flush."""
+        self._changed: set[Any] | None = set() if loaded_whole and spec.keyed else None
+        """Keys of segment 0 changed since the last snapshot handed out (or the loaded
+        one); None when the next snapshot must be whole."""
+        self._chain = 0
+        """Deltas handed out since the last whole snapshot (or the load)."""
+        self._chain_keys = 0
+        """Keys those deltas held."""
         self._holding = False
         """The outgoing watermark moved since the last flush (compacting bolts)."""
         self.applied = 0
@@ -194,6 +218,7 @@ class BoltCore:
         segments = self._segments
         pending = len(self._pending)
         first_label_get = (self._pending[0].label if pending else self._floor).get
+        changed = self._changed
         out = Batch()
         out_partitions = out.partitions.append
         out_offsets = out.offsets.append
@@ -215,6 +240,8 @@ class BoltCore:
             try:
                 segments[i] = absorb(segments[i], key, value)
                 applied += 1
+                if i == 0 and changed is not None:
+                    changed.add(key)
                 produced = outputs(t, value_for_emit(key, segments))
             except RecordFailed as failure:  # emit: the contribution stays
                 self.failed.append((p, o, t, failure))
@@ -455,6 +482,8 @@ class BoltCore:
                     exc.add_note(f"in bolt {spec.name!r}, absorbing a batch of "
                                  f"{len(group)} tuples from {upstream!r}")
                     raise
+        if groups[0] and self._changed is not None:
+            self._changed.update(map(_key_of, groups[0]))
         if self.compacting:
             self._remember(partitions, offsets, tuples, items, self.dropped > before)
         self.applied += applied
@@ -527,13 +556,31 @@ class BoltCore:
         while self._pending and self._watermarks.covers(self._pending[0].clock):
             done = self._pending.pop(0)
             before = segments[0]
-            actions.append(WriteSnapshot(done.epoch, dict(done.label), monoid.copy(before)))
+            actions.append(self._snapshot_of(done, before))
+            if self._changed is not None:
+                self._changed = set(segments[1])  # B's keys change A as it folds in
             segments[0:2] = [monoid.absorb(before, segments[1])]
             for p, o in done.label.items():
                 if o > floor.get(p, NOTHING):
                     floor[p] = o
             self._last_snapshot = (done.epoch, dict(done.label))
         return actions
+
+    def _snapshot_of(self, done: _Round, state: Any) -> WriteSnapshot:
+        """The snapshot of round ``done`` (``state`` is its segment): a delta of the keys
+        changed since the last one where the policy allows (see the module), else whole."""
+        changed = self._changed
+        if (changed is not None and self._chain < DELTA_CHAIN_MAX
+                and self._chain_keys + len(changed) <= len(state)):
+            self._chain += 1
+            self._chain_keys += len(changed)
+            copy = self._monoid.inner.copy  # type: ignore[attr-defined]
+            delta = {k: copy(state[k]) for k in changed}
+            return WriteSnapshot(done.epoch, dict(done.label), delta, delta=True)
+        self._chain = self._chain_keys = 0
+        if self.spec.keyed:
+            self._changed = set()  # the next may build on this one
+        return WriteSnapshot(done.epoch, dict(done.label), self._monoid.copy(state))
 
     def __repr__(self) -> str:
         return (

@@ -96,7 +96,7 @@ from hailstorm.quarantine import DeadLetterWriter
 from hailstorm.routing import route
 from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.sinks.topic import TopicWriter, progress_topic
-from hailstorm.snapshots import SnapshotCorruptError, open_store
+from hailstorm.snapshots import SnapshotCorruptError, SnapshotRef, open_store
 from hailstorm.topic import Topic
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
 from hailstorm.wire import (
@@ -963,7 +963,8 @@ class _BoltShell(_Inbound):
         self.store = open_store(self.assignment.snapshots)
         self.flushed = time.monotonic()
         self.core: BoltCore | None = None
-        self.writes: queue.Queue[WriteSnapshot] = queue.Queue(8)
+        self.writes: queue.Queue[tuple[_Chain, WriteSnapshot]] = queue.Queue(8)
+        self.chain = _Chain(None)
         self._start_thread("snapshots", self._writer)
         read_at_scrape(self.metrics.state_keys,
                        lambda: None if self.core is None else self.core.key_count)
@@ -973,6 +974,7 @@ class _BoltShell(_Inbound):
         committed = self.coord.committed()
         loaded: Clock = {}
         state: Any = self.spec.state.empty()
+        base: SnapshotRef | None = None
         if committed is not None:
             refs = [ref for pid, ref in sorted(committed.snapshots.items())
                     if (p := parse_processor_id(pid)).role is Role.BOLT
@@ -989,10 +991,23 @@ class _BoltShell(_Inbound):
                                 error=f"corrupt snapshot {exc}", corrupt=exc.uri)
                     raise
                 loaded = dict(committed.clock)
-        self.core = BoltCore(self.spec, self.upstream_ids(), self.table.to_wire(loaded), state)
+                base = self._own_snapshot(refs)
+        # Writes still queued from before this Initialize build on their own chain.
+        self.chain = _Chain(base)
+        self.core = BoltCore(self.spec, self.upstream_ids(), self.table.to_wire(loaded), state,
+                             loaded_whole=base is not None)
         gc.freeze()  # the loaded state is long-lived: collections need not walk it again
         log.info("loaded %s", f"the committed round at {loaded}" if loaded else "nothing")
         self.report(ProcessorState.READY, epoch, loaded=loaded)
+
+    def _own_snapshot(self, refs: list[str]) -> SnapshotRef | None:
+        """This instance's file among a round's ``refs`` when it is exactly what the
+        instance loaded (same parallelism): the next snapshot may build on it."""
+        for location in refs:
+            ref = self.store.resolve(location)
+            if ref.instance == self.id.instance and ref.parallelism == self.spec.parallelism:
+                return ref
+        return None
 
     def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
         if isinstance(state, Flowing) and state.clock is not None:
@@ -1119,7 +1134,7 @@ class _BoltShell(_Inbound):
         while True:
             self.check()
             try:
-                self.writes.put(write, timeout=POLL)
+                self.writes.put((self.chain, write), timeout=POLL)
                 return
             except queue.Full:
                 if time.monotonic() > deadline:
@@ -1128,21 +1143,34 @@ class _BoltShell(_Inbound):
     def _writer(self) -> None:
         while not self.stopping.is_set():
             try:
-                write = self.writes.get(timeout=0.5)
+                chain, write = self.writes.get(timeout=0.5)
             except queue.Empty:
                 continue
             clock = self.table.from_wire(write.clock)
+            if write.delta and chain.ref is None:
+                raise DataPlaneError(f"round {write.epoch}: a delta snapshot with nothing "
+                                     "to build on")
             ref = self.store.put(
                 topology=self.assignment.name, bolt=self.spec.name, instance=self.id.instance,
                 parallelism=self.spec.parallelism, epoch=write.epoch, clock=clock,
                 monoid=self.spec.state, state=write.state,
+                base=chain.ref if write.delta else None,
             )
+            chain.ref = ref
             self.metrics.snapshot(write.epoch, ref.duration_s, ref.size_bytes)
             assert self.coord is not None
             self.coord.write_snapshot_report(
                 SnapshotReport(self.assignment.processor, write.epoch, clock, ref.uri))
             log.info("saved round %d (%d records, %.3f s)", write.epoch, ref.records,
                      ref.duration_s or 0.0)
+
+
+@dataclass
+class _Chain:
+    """The snapshot a bolt instance's next delta builds on: the last one it wrote, or the
+    one it loaded (None: the next must be whole). One per Initialize."""
+
+    ref: SnapshotRef | None
 
 
 # --------------------------------------------------------------------------- sink

@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from hailstorm.clock import Clock, Partition, merge_max
@@ -68,6 +68,17 @@ def feed(core: BoltCore, upstream: str, *items: tuple[Partition, int, Any]) -> l
 
 def snapshots(actions: Sequence[Action]) -> list[WriteSnapshot]:
     return [a for a in actions if isinstance(a, WriteSnapshot)]
+
+
+def rebuilt(written: Sequence[WriteSnapshot], loaded: Any = None) -> list[Any]:
+    """The whole state of each snapshot: a delta's keys replace those of the snapshot
+    before it (the first builds on ``loaded``), as the snapshot store loads them."""
+    states: list[Any] = []
+    for w in written:
+        before = states[-1] if states else loaded
+        assert not w.delta or before is not None, f"round {w.epoch}: a delta on nothing"
+        states.append({**before, **w.state} if w.delta else w.state)
+    return states
 
 
 # --------------------------------------------------------------------------- unit tests
@@ -201,7 +212,7 @@ def test_pipelined_rounds_are_written_in_order() -> None:
     [first] = snapshots(core.on_watermark("s", {A: 3}))
     assert first == WriteSnapshot(1, {A: 2}, {"x": 1})
     [second] = snapshots(core.on_watermark("s", {A: 6}))
-    assert second == WriteSnapshot(2, {A: 5}, {"x": 3})
+    assert second == WriteSnapshot(2, {A: 5}, {"x": 3}, delta=True)  # x changed since 1
     assert core.merged_state() == {"x": 4} and core.pending_epochs == []
 
 
@@ -218,7 +229,7 @@ def test_a_later_clock_behind_an_earlier_one_keeps_the_earlier_bound() -> None:
     core.on_clock(1, {A: 4})
     core.on_watermark("s", {A: 4})
     [written] = snapshots(core.on_clock(2, {A: 2}))  # clocks never move back
-    assert written == WriteSnapshot(2, {A: 4}, {"x": 1})
+    assert written == WriteSnapshot(2, {A: 4}, {}, delta=True)  # nothing changed since 1
 
 
 def test_without_emit_batches_are_pre_aggregated_on_each_side_of_the_clock() -> None:
@@ -231,7 +242,8 @@ def test_without_emit_batches_are_pre_aggregated_on_each_side_of_the_clock() -> 
         assert feed(core, "s", *batch) == []
         assert core.applied == 4 and core.dropped == 1
         written = snapshots(core.on_watermark("s", {A: 9}))
-        assert [w.state for w in written] == [{"x": 2, "y": 1}, {"x": 3, "y": 1}][:pending]
+        assert rebuilt(written) == [{"x": 2, "y": 1}, {"x": 3, "y": 1}][:pending]
+        assert [w.state for w in written[1:]] == [{"x": 3}][:pending - 1]  # x changed
         assert core.merged_state() == {"x": 3, "y": 2}
 
 
@@ -443,7 +455,8 @@ class Simulation:
                     self.queues[(u, bolt_id)] = deque()
                 clock = self.scenario.loaded.get(bolt.name, {})
                 state = self.model_state(bolt.name, int(bolt_id.split("/")[1]), clock)
-                self.bolts[bolt_id] = BoltCore(bolt, upstreams, clock, state)
+                self.bolts[bolt_id] = BoltCore(bolt, upstreams, clock, state,
+                                               loaded_whole=bool(clock))
                 self.written[bolt_id] = []
             self.routers[bolt.name] = Router(top.downstream_of(bolt))
         self.rewind = rewind = {
@@ -649,10 +662,12 @@ def test_every_snapshot_equals_the_model_at_its_clock(scenario: Scenario) -> Non
         name, instance = bolt_id.split("/")
         loaded = scenario.loaded.get(name, {})
         assert [w.epoch for w in written] == epochs, f"{bolt_id} skipped a round"
-        for w in written:
+        start = sim.model(loaded).instance_states(name)[int(instance)] if loaded else None
+        event(f"{name}: {'a delta' if any(w.delta for w in written) else 'no delta'}")
+        for w, state in zip(written, rebuilt(written, start), strict=True):
             assert w.clock == merge_max(loaded, sim.clocks[w.epoch])
             expected = sim.model(w.clock).instance_states(name)[int(instance)]
-            assert w.state == expected, f"{bolt_id} round {w.epoch} at {w.clock}"
+            assert state == expected, f"{bolt_id} round {w.epoch} at {w.clock}"
         final = sim.model(None).instance_states(name)[int(instance)]
         assert sim.bolts[bolt_id].merged_state() == final, f"{bolt_id} final state"
         assert sim.bolts[bolt_id].pending_epochs == []

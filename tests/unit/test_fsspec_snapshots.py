@@ -30,10 +30,11 @@ def store() -> FsspecSnapshotStore:
 
 
 def put(store: FsspecSnapshotStore, monoid: Monoid[Any], state: Any, *, bolt: str = "counts",
-        instance: int = 0, parallelism: int = 1, epoch: int = 1) -> SnapshotRef:
+        instance: int = 0, parallelism: int = 1, epoch: int = 1,
+        base: SnapshotRef | None = None) -> SnapshotRef:
     return store.put(topology="wordcount", bolt=bolt, instance=instance,
                      parallelism=parallelism, epoch=epoch, clock=CLOCK, monoid=monoid,
-                     state=state)
+                     state=state, base=base)
 
 
 def test_locations_pick_their_store(tmp_path: Path) -> None:
@@ -106,3 +107,15 @@ def test_listing_resharding_and_garbage_collection(store: FsspecSnapshotStore) -
     store.delete(ref)
     store.delete(ref.key)  # gone already: no error
     assert len(store.list("wordcount")) == 1
+
+
+def test_deltas_load_through_their_chain_and_keep_it_from_collection(
+        store: FsspecSnapshotStore) -> None:
+    monoid = per_key(Count())
+    first = put(store, monoid, {"a": 1, "b": 2}, epoch=1)
+    second = put(store, monoid, {"b": 3}, epoch=2, base=first)
+    put(store, monoid, {"x": 1}, epoch=3)  # an abandoned whole round
+    assert store.load(second.uri, monoid)[1] == {"a": 1, "b": 3}
+    assert store.forget_rounds("wordcount", 3, {2}) == [
+        "wordcount/counts/0/epoch-000000000003.avro"]
+    assert [r.epoch for r in store.list("wordcount")] == [1, 2]

@@ -75,6 +75,7 @@ def put(
     parallelism: int = 1,
     epoch: int = 1,
     clock: Clock = CLOCK,
+    base: SnapshotRef | None = None,
 ) -> SnapshotRef:
     return store.put(
         topology="wordcount",
@@ -85,6 +86,7 @@ def put(
         clock=clock,
         monoid=monoid,
         state=state,
+        base=base,
     )
 
 
@@ -506,3 +508,110 @@ def test_forget_rounds_spares_recent_files(store: DirectorySnapshotStore) -> Non
     os.utime(recent.path, (2_000.0, 2_000.0))
     assert store.forget_rounds("wordcount", 3, {3}, written_before=1_500.0) == [old.key]
     assert [r.epoch for r in store.list("wordcount")] == [2, 3]
+
+
+# --------------------------------------------------------------------------- deltas
+
+
+def chain_of_three(store: DirectorySnapshotStore, instance: int = 0,
+                   parallelism: int = 1) -> list[SnapshotRef]:
+    """Round 1 whole, 2 and 3 deltas: the state at 3 is {"a": 5, "b": 2, "c": 1, "d": 7}."""
+    monoid = per_key(Count())
+    kw: dict[str, Any] = {"instance": instance, "parallelism": parallelism}
+    first = put(store, monoid, {"a": 1, "b": 2, "c": 1}, epoch=1, **kw)
+    second = put(store, monoid, {"a": 4}, epoch=2, base=first, **kw)
+    third = put(store, monoid, {"a": 5, "d": 7}, epoch=3, base=second, **kw)
+    return [first, second, third]
+
+
+def test_a_delta_loads_as_its_base_with_its_keys_replaced(
+        store: DirectorySnapshotStore) -> None:
+    first, second, third = chain_of_three(store)
+    assert (first.base, second.base, third.base) == (None, first.key, second.key)
+    assert (second.records, third.records) == (1, 2)
+    monoid = per_key(Count())
+    assert store.load(second.key, monoid) == (CLOCK, {"a": 4, "b": 2, "c": 1})
+    assert store.load(third.uri, monoid)[1] == {"a": 5, "b": 2, "c": 1, "d": 7}
+    assert [r.epoch for r in store.chain(third)] == [3, 2, 1]
+    assert store.load_for_instance([third.key], monoid, 0, 1)[1] == {
+        "a": 5, "b": 2, "c": 1, "d": 7}
+    rows = list(store.to_json_rows(third, monoid))
+    assert sorted((r["key"], r["value"]) for r in rows) == [("a", 5), ("b", 2), ("c", 1),
+                                                             ("d", 7)]
+    raw = list(store.to_json_rows(third))  # no monoid: the records, a delta's replacing
+    assert sorted((r["key"], r["value"]) for r in raw) == [("a", 5), ("b", 2), ("c", 1),
+                                                            ("d", 7)]
+    with open(third.path, "rb") as fo:  # alone, a delta is a plain Avro file of its keys
+        assert [r["key"] for r in fastavro.reader(fo)] == ["a", "d"]
+    assert store.list("wordcount")[2].to_json()["base"] == second.key
+
+
+def test_deltas_re_shard_like_whole_snapshots(store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    heads = []
+    for instance in (0, 1):
+        state = {f"k{i}": i + 1 for i in range(40) if route(f"k{i}", 2) == instance}
+        first = put(store, monoid, state, instance=instance, parallelism=2, epoch=1)
+        changed = {k: v * 10 for k, v in state.items() if int(k[1:]) % 3 == 0}
+        heads.append(put(store, monoid, changed, instance=instance, parallelism=2, epoch=2,
+                         base=first))
+    whole = {f"k{i}": (i + 1) * (10 if i % 3 == 0 else 1) for i in range(40)}
+    for parallelism in (1, 3):
+        got: dict[str, int] = {}
+        for instance in range(parallelism):
+            part = store.load_for_instance([h.key for h in heads], monoid, instance,
+                                           parallelism)[1]
+            assert all(route(k, parallelism) == instance for k in part)
+            got.update(part)
+        assert got == whole
+
+
+def test_a_delta_builds_only_on_an_earlier_round_of_its_own_instance(
+        store: DirectorySnapshotStore) -> None:
+    monoid = per_key(Count())
+    first = put(store, monoid, {"a": 1}, epoch=2)
+    for wrong in ({"epoch": 2}, {"epoch": 1}, {"epoch": 3, "instance": 1, "parallelism": 2},
+                  {"epoch": 3, "bolt": "other"}):
+        with pytest.raises(ValueError, match="cannot be the base"):
+            put(store, monoid, {"a": 2}, base=first, **wrong)
+    with pytest.raises(ValueError, match="not keyed"):
+        put(store, Count(), 3, bolt="total", epoch=3,
+            base=put(store, Count(), 2, bolt="total", epoch=2))
+
+
+def test_a_damaged_or_missing_base_is_the_corruption_of_the_round_built_on_it(
+        store: DirectorySnapshotStore) -> None:
+    first, second, third = chain_of_three(store)
+    monoid = per_key(Count())
+    data = bytearray(first.path.read_bytes())
+    data[-5] ^= 0xFF
+    first.path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptError) as caught:
+        store.load(third.key, monoid)
+    assert caught.value.uri == third.uri and first.uri in str(caught.value)
+    with pytest.raises(SnapshotCorruptError) as caught:
+        store.load_for_instance([third.uri], monoid, 0, 1)
+    assert caught.value.uri == third.uri  # what the negotiator finds in the round
+    second.path.unlink()
+    with pytest.raises(SnapshotCorruptError, match=r"base .* cannot be read") as caught:
+        store.load(third.key, monoid)
+    assert caught.value.uri == third.uri
+
+
+def test_garbage_collection_keeps_what_kept_rounds_build_on(
+        store: DirectorySnapshotStore) -> None:
+    first, second, third = chain_of_three(store)
+    monoid = per_key(Count())
+    fourth = put(store, monoid, {"a": 1, "b": 1}, epoch=4)  # whole again
+    put(store, monoid, {"b": 9}, epoch=5, base=fourth)
+    # Round 5 committed, 3 the previous one: 1 and 2 are what 3 builds on.
+    assert store.forget_rounds("wordcount", 5, {5, 3}) == []
+    assert store.load(third.key, monoid)[1] == {"a": 5, "b": 2, "c": 1, "d": 7}
+    # Round 6 (a delta on 5) committed: 1 to 3 are garbage now; 4 is what 5 builds on.
+    sixth = put(store, monoid, {"c": 3}, epoch=6, base=store.resolve(
+        "wordcount/counts/0/epoch-000000000005.avro"))
+    assert sorted(store.forget_rounds("wordcount", 6, {6, 5})) == [r.key for r in
+                                                                   (first, second, third)]
+    assert store.load(sixth.key, monoid)[1] == {"a": 1, "b": 9, "c": 3}
+    assert store.delete_older_than("wordcount", 6) == []  # 6 is newest; 4 and 5 under it
+    assert [r.epoch for r in store.list("wordcount")] == [4, 5, 6]
