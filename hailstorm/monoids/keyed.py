@@ -6,17 +6,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from hailstorm.monoids.avro import check_kind, check_kinds, codec, record, sorted_items
-from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
+from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid, S
 from hailstorm.monoids.scalars import Count, Sum
+from hailstorm.monoids.windows import V, Window, WindowState
 
-__all__ = ["KeyedMap", "Record", "per_key"]
+__all__ = ["K", "KeyedMap", "L", "Record", "per_key"]
+
+K = TypeVar("K")
+"""The keys of a :class:`KeyedMap` (``per_key`` types them ``str`` for the default
+``key_type="string"``)."""
+L = TypeVar("L")
+"""What a bolt's ``lift`` returns for a :class:`KeyedMap`: an inner state, or for windows
+the window's inner state."""
 
 
-class KeyedMap(Monoid[dict[Any, Any]]):
+class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
     """One ``inner`` state per key: state ``dict`` key -> inner state.
+
+    Typed ``KeyedMap[K, S, L]``: keys ``K``, inner states ``S`` and the values ``L`` a
+    bolt's ``lift`` returns (``S``, or ``V`` for windows over ``Monoid[V]``); build it with
+    :func:`per_key`, whose overloads fill them in.
 
     A missing key means the inner identity. Entries are never removed, even when their value
     equals the identity (a present key records that the key was seen; the laws hold
@@ -34,7 +46,8 @@ class KeyedMap(Monoid[dict[Any, Any]]):
 
     name = "per_key"
 
-    def __init__(self, inner: Monoid[Any], key_type: Any = "string") -> None:
+    def __init__(self: KeyedMap[Any, S, Any], inner: Monoid[S], key_type: Any = "string"
+                 ) -> None:
         self.inner = inner
         self.key_type = key_type
         self._key = codec(key_type, hashable=True)
@@ -132,8 +145,20 @@ class KeyedMap(Monoid[dict[Any, Any]]):
         return f"per_key({self.inner.describe()}{key})"
 
 
-def per_key(inner: Monoid[Any], key_type: Any = "string") -> KeyedMap:
-    """``KeyedMap(inner, key_type)``: one ``inner`` state per key."""
+@overload
+def per_key(inner: Window[V], key_type: Literal["string"] = ...
+            ) -> KeyedMap[str, WindowState[V], V]: ...
+@overload
+def per_key(inner: Monoid[S], key_type: Literal["string"] = ...) -> KeyedMap[str, S, S]: ...
+@overload
+def per_key(inner: Window[V], key_type: Any) -> KeyedMap[Any, WindowState[V], V]: ...
+@overload
+def per_key(inner: Monoid[S], key_type: Any) -> KeyedMap[Any, S, S]: ...
+
+
+def per_key(inner: Monoid[Any], key_type: Any = "string") -> KeyedMap[Any, Any, Any]:
+    """``KeyedMap(inner, key_type)``: one ``inner`` state per key (typed by ``key_type``:
+    see :data:`K`)."""
     return KeyedMap(inner, key_type)
 
 

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from hailstorm.monoids.avro import check_number, record
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
@@ -12,11 +12,14 @@ from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
 __all__ = ["SlidingWindow", "TumblingWindow", "Window", "WindowState"]
 
 
-WindowState = tuple[Any, dict[Any, Any]]
+V = TypeVar("V")
+"""The inner monoid's states."""
+
+WindowState = tuple[Any, dict[Any, V]]
 """``(max_event_time_seen or None, {window_start: inner_state})``."""
 
 
-class Window(Monoid[WindowState]):
+class Window(Monoid[WindowState[V]]):
     """Event-time windows over ``inner``.
 
     State ``(max_event_time_seen, {window_start: inner_state})``; the identity is
@@ -39,7 +42,7 @@ class Window(Monoid[WindowState]):
     def __init__(
         self,
         size: float,
-        inner: Monoid[Any],
+        inner: Monoid[V],
         retention: float | None,
         time_type: str,
         unit: str,
@@ -69,10 +72,10 @@ class Window(Monoid[WindowState]):
             raise TypeError(f"{self.describe()}'s event time is a bool")
         check_number(event_time, self.time_type, f"{self.describe()}'s event time")
 
-    def empty(self) -> WindowState:
+    def empty(self) -> WindowState[Any]:
         return (None, {})
 
-    def lift(self, event_time: float, inner_value: Any) -> WindowState:
+    def lift(self, event_time: float, inner_value: Any) -> WindowState[Any]:
         """The state of ``inner_value`` observed at ``event_time`` (in every covering window)."""
         starts = self.window_starts(event_time)
         buckets = {starts[0]: inner_value}
@@ -81,12 +84,12 @@ class Window(Monoid[WindowState]):
             buckets[s] = copy(inner_value)
         return (event_time, buckets)
 
-    def combine(self, a: WindowState, b: WindowState) -> WindowState:
+    def combine(self, a: WindowState[Any], b: WindowState[Any]) -> WindowState[Any]:
         if len(a[1]) < len(b[1]):
             a, b = b, a
         return self.absorb(self.copy(a), b)
 
-    def absorb(self, acc: WindowState, value: WindowState) -> WindowState:
+    def absorb(self, acc: WindowState[Any], value: WindowState[Any]) -> WindowState[Any]:
         t_acc, buckets = acc
         t_val, incoming = value
         if t_val is None:
@@ -111,14 +114,14 @@ class Window(Monoid[WindowState]):
                 buckets[s] = inner.absorb(cur, v)
         return (t, buckets)
 
-    def copy(self, state: WindowState) -> WindowState:
+    def copy(self, state: WindowState[Any]) -> WindowState[Any]:
         t, buckets = state
         if self._immutable:
             return (t, dict(buckets))
         copy = self.inner.copy
         return (t, {s: copy(v) for s, v in buckets.items()})
 
-    def windows(self, state: WindowState) -> list[tuple[Any, Any, Any]]:
+    def windows(self, state: WindowState[Any]) -> list[tuple[Any, Any, Any]]:
         """``[(start, end, inner_state), ...]`` sorted by start."""
         return [(s, s + self.size, v) for s, v in sorted(state[1].items())]
 
@@ -144,7 +147,7 @@ class Window(Monoid[WindowState]):
             ],
         )
 
-    def to_avro(self, state: WindowState) -> Any:
+    def to_avro(self, state: WindowState[Any]) -> Any:
         t, buckets = state
         to_avro = self.inner.to_avro
         return {
@@ -152,7 +155,7 @@ class Window(Monoid[WindowState]):
             "buckets": [{"start": s, "value": to_avro(v)} for s, v in sorted(buckets.items())],
         }
 
-    def from_avro(self, data: Any) -> WindowState:
+    def from_avro(self, data: Any) -> WindowState[Any]:
         from_avro = self.inner.from_avro
         return (
             data["max_event_time"],
@@ -165,7 +168,7 @@ class Window(Monoid[WindowState]):
         return f", retention={self.retention}{self.unit}"
 
 
-class TumblingWindow(Window):
+class TumblingWindow(Window[V]):
     """Fixed, non-overlapping windows ``[n * size, (n + 1) * size)`` over ``inner``.
 
     See :class:`Window` for state, expiry (``retention``, default ``size``) and laws.
@@ -184,7 +187,7 @@ class TumblingWindow(Window):
     def __init__(
         self,
         size: float,
-        inner: Monoid[Any],
+        inner: Monoid[V],
         retention: float | None = None,
         *,
         time_type: str = "long",
@@ -199,7 +202,7 @@ class TumblingWindow(Window):
         return f"tumbling({self.size}{self.unit}, {self.inner.describe()}{self._extra()})"
 
 
-class SlidingWindow(Window):
+class SlidingWindow(Window[V]):
     """Overlapping windows ``[n * slide, n * slide + size)`` over ``inner``.
 
     A value lands in every window covering its event time (``ceil(size / slide)`` of them).
@@ -214,7 +217,7 @@ class SlidingWindow(Window):
         self,
         size: float,
         slide: float,
-        inner: Monoid[Any],
+        inner: Monoid[V],
         retention: float | None = None,
         *,
         time_type: str = "long",

@@ -49,11 +49,15 @@ from hailstorm.topology.specs import (
     BoltSpec,
     Combined,
     Edge,
+    Emit,
+    Explode,
+    Inputs,
     Node,
     NodeRef,
     Routing,
     SinkSpec,
     SpoutSpec,
+    Stream,
 )
 from hailstorm.topology.tables import REJECTED_SUFFIX, Collect, SinkTarget, Table, TableMode
 
@@ -66,6 +70,9 @@ __all__ = [
     "Collect",
     "Combined",
     "Edge",
+    "Emit",
+    "Explode",
+    "Inputs",
     "Node",
     "NodeRef",
     "OnError",
@@ -75,6 +82,7 @@ __all__ = [
     "SinkSpec",
     "SinkTarget",
     "SpoutSpec",
+    "Stream",
     "Table",
     "TableMode",
     "Topology",

@@ -6,11 +6,11 @@ pre-aggregation). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar, overload
 
-from hailstorm.decoders import DecoderSpec, resolve_decoder
-from hailstorm.monoids import Monoid
+from hailstorm.decoders import Decoder, DecoderSpec, resolve_decoder
+from hailstorm.monoids import KeyedMap, Monoid, Window, WindowState
 from hailstorm.topology.errors import (
     ON_ERROR_POLICIES,
     OnError,
@@ -18,10 +18,28 @@ from hailstorm.topology.errors import (
     check_name,
     check_topic_name,
 )
-from hailstorm.topology.specs import BoltSpec, Edge, Node, NodeRef, SinkSpec, SpoutSpec
+from hailstorm.topology.specs import (
+    BoltSpec,
+    Edge,
+    Emit,
+    Explode,
+    Inputs,
+    Node,
+    NodeRef,
+    SinkSpec,
+    SpoutSpec,
+)
 from hailstorm.topology.tables import SinkTarget
 
 __all__ = ["Topology"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+D = TypeVar("D")
+K = TypeVar("K")
+L = TypeVar("L")
+S = TypeVar("S")
+V = TypeVar("V")
 
 
 class Topology:
@@ -79,6 +97,33 @@ class Topology:
         self._nodes[node.name] = node
         self._order = None
 
+    # The overloads type a spout's tuples by its decoder and explode (bytes, text, what a
+    # decoder function returns, what explode returns a list of; Any for JSON and Avro).
+    @overload
+    def spout(self, name: str, topic: str, decoder: Literal["bytes"] = ..., explode: None = ...,
+              dead_letter: str | None = ...) -> SpoutSpec[bytes]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Literal["bytes"] = ...,
+              explode: Explode[bytes, T] = ..., dead_letter: str | None = ...) -> SpoutSpec[T]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Literal["text"], explode: None = ...,
+              dead_letter: str | None = ...) -> SpoutSpec[str]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Literal["text"], explode: Explode[str, T],
+              dead_letter: str | None = ...) -> SpoutSpec[T]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Callable[[bytes], D], explode: None = ...,
+              dead_letter: str | None = ...) -> SpoutSpec[D]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Callable[[bytes], D],
+              explode: Explode[D, T], dead_letter: str | None = ...) -> SpoutSpec[T]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: str | Decoder, explode: None = ...,
+              dead_letter: str | None = ...) -> SpoutSpec[Any]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: str | Decoder, explode: Explode[Any, T],
+              dead_letter: str | None = ...) -> SpoutSpec[T]: ...
+
     def spout(
         self,
         name: str,
@@ -86,7 +131,7 @@ class Topology:
         decoder: DecoderSpec = "bytes",
         explode: Callable[[Any], Iterable[Any] | None] | None = None,
         dead_letter: str | None = None,
-    ) -> SpoutSpec:
+    ) -> SpoutSpec[Any]:
         """Read ``topic`` (one instance per partition).
 
         ``decoder``: ``"bytes"``, ``"text"``, ``"json"``, ``Avro(schema)`` or a function
@@ -164,10 +209,47 @@ class Topology:
             )
         return tuple(names)
 
+    # The overloads tie a bolt's functions to its inputs' tuples T and its state: lift
+    # returns what the state absorbs (KeyedMap[K, S, L]: an L; Window[V]: a V; Monoid[S]: an
+    # S), emit receives the value of the tuple's key (an S) or the whole state, a KeyedMap's
+    # key function returns its key type K, and the bolt sends what emit returns a list of.
+    # A bolt without emit sends nothing (BoltSpec[T, Any]).
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
+             lift: Callable[[T], L], emit: None = ..., key: Callable[[T], K] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
+             lift: Callable[[T], V], emit: None = ..., key: Callable[[T], Any] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
+             lift: Callable[[T], S], emit: None = ..., key: Callable[[T], Any] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
+             lift: Callable[[T], L], emit: Emit[T, S, U], key: Callable[[T], K] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, U]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
+             lift: Callable[[T], V], emit: Emit[T, WindowState[V], U],
+             key: Callable[[T], Any] | None = ..., parallelism: int = ...,
+             event_time: Callable[[T], Any] | None = ..., preaggregate: bool = ...,
+             ) -> BoltSpec[T, U]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
+             lift: Callable[[T], S], emit: Emit[T, S, U], key: Callable[[T], Any] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, U]: ...
+
     def bolt(
         self,
         name: str,
-        inputs: Sequence[NodeRef],
+        inputs: Inputs[Any],
         state: Monoid[Any],
         lift: Callable[[Any], Any],
         emit: Callable[[Any, Any], Iterable[Any] | None] | None = None,
@@ -175,7 +257,7 @@ class Topology:
         parallelism: int = 1,
         event_time: Callable[[Any], Any] | None = None,
         preaggregate: bool = False,
-    ) -> BoltSpec:
+    ) -> BoltSpec[Any, Any]:
         """Keep ``state`` (a commutative monoid) over the tuples of ``inputs``.
 
         ``lift(t)`` is the monoid value a tuple contributes; with keyed state
@@ -258,7 +340,7 @@ class Topology:
         self._add(spec)
         return spec
 
-    def sink(self, name: str, inputs: Sequence[NodeRef], target: SinkTarget) -> SinkSpec:
+    def sink(self, name: str, inputs: Inputs[Any], target: SinkTarget) -> SinkSpec:
         """Write the tuples of ``inputs`` to ``target``: a :class:`Table`, a
         :class:`~hailstorm.topic.Topic` or :class:`Collect`."""
         label = f"sink {name!r}"
@@ -336,7 +418,7 @@ class Topology:
         self._order = order
         return order
 
-    def _check_preaggregate(self, bolt: BoltSpec) -> None:
+    def _check_preaggregate(self, bolt: BoltSpec[Any, Any]) -> None:
         """A pre-aggregating bolt sees fewer tuples, so emit runs less often: only upsert
         tables and topics (latest row per key) may read it, and some spout must feed it."""
         label = f"bolt {bolt.name!r}"
@@ -376,12 +458,12 @@ class Topology:
             ) from None
 
     @property
-    def spouts(self) -> list[SpoutSpec]:
+    def spouts(self) -> list[SpoutSpec[Any]]:
         """Spouts, in topological order."""
         return [n for n in self.nodes if isinstance(n, SpoutSpec)]
 
     @property
-    def bolts(self) -> list[BoltSpec]:
+    def bolts(self) -> list[BoltSpec[Any, Any]]:
         """Bolts, in topological order."""
         return [n for n in self.nodes if isinstance(n, BoltSpec)]
 
@@ -404,13 +486,13 @@ class Topology:
             topics.add(self.dead_letter_topic)
         return sorted(topics)
 
-    def inputs_of(self, node: NodeRef) -> list[SpoutSpec | BoltSpec]:
+    def inputs_of(self, node: NodeRef) -> list[SpoutSpec[Any] | BoltSpec[Any, Any]]:
         """The nodes whose tuples ``node`` receives."""
         spec = self.node(node if isinstance(node, str) else node.name)
         self._topological_order()
         return [self._nodes[n] for n in _inputs(spec)]  # type: ignore[misc]
 
-    def downstream_of(self, node: NodeRef) -> list[BoltSpec | SinkSpec]:
+    def downstream_of(self, node: NodeRef) -> list[BoltSpec[Any, Any] | SinkSpec]:
         """The nodes that receive ``node``'s tuples, in topological order."""
         name = node if isinstance(node, str) else node.name
         self.node(name)

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from hailstorm.decoders import DecodeError, Decoder
 from hailstorm.monoids import KeyedMap, Monoid, Window
@@ -23,26 +23,63 @@ __all__ = [
     "BoltSpec",
     "Combined",
     "Edge",
+    "Emit",
+    "Explode",
+    "Inputs",
     "Node",
     "NodeRef",
     "Routing",
     "SinkSpec",
     "SpoutSpec",
+    "Stream",
 ]
+
+T = TypeVar("T")
+"""The tuples a bolt reads."""
+T_co = TypeVar("T_co", covariant=True)
+"""The tuples a node sends."""
 
 Routing = Literal["key", "all"]
 """How a node's inputs reach its instances: ``"key"`` by the key function, ``"all"``
 otherwise."""
 
 
+class Stream(Generic[T_co]):
+    """A node other nodes can read, typed by the tuples it sends: a spout or a bolt.
+
+    Only types use the parameter (as Bytewax's ``Stream[X]``): :meth:`Topology.spout
+    <hailstorm.topology.Topology.spout>` returns a ``SpoutSpec[T]`` and
+    :meth:`~hailstorm.topology.Topology.bolt` a ``BoltSpec[T, U]``, so a type checker
+    matches the ``key``, ``lift`` and ``emit`` functions of a bolt against the tuples of
+    its inputs and its state, and the tuples ``emit`` returns against its readers."""
+
+    __slots__ = ()
+
+
+D = TypeVar("D")
+E = TypeVar("E")
+U = TypeVar("U")
+
+Inputs = Sequence[Stream[T] | str] | Stream[T] | str
+"""What a bolt or a sink reads: its input nodes (or their names), or a single one."""
+
+Explode = Callable[[D], Iterable[T] | None]
+"""A spout's ``explode``: a decoded value ``D`` -> the tuples ``T`` it becomes."""
+
+Emit = Callable[[T, E], Iterable[U] | None]
+"""A bolt's ``emit``: a tuple ``T`` and the value ``E`` of its key (or the whole state) ->
+the tuples ``U`` to send."""
+
+
 @dataclass(frozen=True, eq=False)
-class SpoutSpec:
-    """Reads one Kafka topic; one instance per partition at run time."""
+class SpoutSpec(Stream[T_co]):
+    """Reads one Kafka topic; one instance per partition at run time. Its tuples are
+    ``T_co``: what ``explode`` returns a list of, or the decoded value."""
 
     name: str
     topic: str
     decoder: Decoder
-    explode: Callable[[Any], Iterable[Any] | None] | None
+    explode: Callable[[Any], Iterable[T_co] | None] | None
     dead_letter: str
     kind: ClassVar[str] = "spout"
 
@@ -128,8 +165,8 @@ def _as_output_list(produced: Any, what: str) -> list[Any]:
 
 
 @dataclass(frozen=True, eq=False)
-class BoltSpec:
-    """Keeps commutative-monoid state and emits tuples.
+class BoltSpec(Stream[T_co], Generic[T, T_co]):
+    """Keeps commutative-monoid state and emits tuples: reads tuples ``T``, sends ``T_co``.
 
     Per tuple ``t`` the runtime:
 
@@ -153,11 +190,11 @@ class BoltSpec:
     name: str
     inputs: tuple[str, ...]
     state: Monoid[Any]
-    lift: Callable[[Any], Any]
-    emit: Callable[[Any, Any], Iterable[Any] | None] | None
-    key: Callable[[Any], Any] | None
+    lift: Callable[[T], Any]
+    emit: Callable[[T, Any], Iterable[T_co] | None] | None
+    key: Callable[[T], Any] | None
     parallelism: int
-    event_time: Callable[[Any], Any] | None
+    event_time: Callable[[T], Any] | None
     preaggregate: bool = False
     """Spouts combine contributions per key and batch before sending them (declared safe
     by the topology's author; checked by :meth:`Topology.validate`)."""
@@ -165,7 +202,7 @@ class BoltSpec:
     """True when the state is a ``KeyedMap`` (state = dict key -> value)."""
     value_monoid: Monoid[Any] = field(init=False, repr=False)
     """The monoid of one contribution: the ``KeyedMap``'s inner monoid, or the state."""
-    window: Window | None = field(init=False, repr=False)
+    window: Window[Any] | None = field(init=False, repr=False)
     """The window monoid when contributions are windowed (lift takes the event time)."""
     additive: bool = field(init=False, repr=False)
     """Keyed sums and counts: contributions are numbers added in place."""
@@ -472,7 +509,7 @@ _PLAIN_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
 """Key types that are hashable and routable as they are (others are checked)."""
 
 
-def _combine_sums_of(spec: BoltSpec, tuples: Sequence[Any]) -> Combined | None:
+def _combine_sums_of(spec: BoltSpec[Any, Any], tuples: Sequence[Any]) -> Combined | None:
     """:meth:`BoltSpec.combine_contributions` for keyed sums and counts without windows,
     a batch at a time: the key and lift functions are mapped over the batch and the sums
     taken by C code (``Counter`` when every value is 1). Groups come in first-seen order,
@@ -522,8 +559,8 @@ class SinkSpec:
     routing: ClassVar[Routing] = "all"
 
 
-Node = SpoutSpec | BoltSpec | SinkSpec
-NodeRef = SpoutSpec | BoltSpec | SinkSpec | str
+Node = SpoutSpec[Any] | BoltSpec[Any, Any] | SinkSpec
+NodeRef = SpoutSpec[Any] | BoltSpec[Any, Any] | SinkSpec | str
 
 
 @dataclass(frozen=True)
