@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hailstorm.sqltypes import WIDTH as _WIDTH
-from hailstorm.sqltypes import normalize_type, type_family
 from hailstorm.topology import Table
+from hailstorm.topology.tables import WIDTH as _WIDTH
+from hailstorm.topology.tables import normalize_type, type_family
 
 __all__ = [
     "EXPORTS_TABLE",

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import strategies as st
 
 import hailstorm.monoids as monoids_module
+import hailstorm.monoids.windows as windows_module
 import hailstorm.testing as testing_module
 from hailstorm.monoids import (
     Count,
@@ -598,8 +599,9 @@ def test_bad_configuration_is_rejected() -> None:
 
 
 def test_docstring_examples() -> None:
-    for module in (monoids_module, testing_module):
-        result = doctest.testmod(module)
+    public = {name: getattr(monoids_module, name) for name in monoids_module.__all__}
+    for module in (monoids_module, windows_module, testing_module):
+        result = doctest.testmod(module, extraglobs=public)
         assert result.failed == 0 and result.attempted > 0
 
 

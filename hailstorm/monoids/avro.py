@@ -1,0 +1,209 @@
+"""The Avro codec layer of the library monoids (private to :mod:`hailstorm.monoids`).
+
+A :class:`Codec` maps Python keys, items, orders and values to and from Avro data, built
+from a type spec by :func:`codec`; :func:`record` builds a named record schema; the checks
+(:func:`check_kind`, :func:`check_number`) refuse values an Avro type cannot hold, so a bad
+record is quarantined instead of breaking a state's snapshot. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "LONG_MAX",
+    "LONG_MIN",
+    "PRIMITIVE_CLASSES",
+    "Codec",
+    "check_kind",
+    "check_kinds",
+    "check_number",
+    "codec",
+    "record",
+    "sorted_items",
+]
+
+_PRIMITIVES = frozenset({"string", "long", "int", "double", "boolean", "bytes"})
+
+
+def record(namespace: str, name: str, fields: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": f"{namespace}.{name}",
+        "fields": [{"name": n, "type": t} for n, t in fields],
+    }
+
+
+def sorted_items(d: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """Items sorted by key when keys are comparable (deterministic snapshots), else as is."""
+    try:
+        return sorted(d.items(), key=lambda kv: kv[0])
+    except TypeError:
+        return list(d.items())
+
+
+def _tuplify(x: Any) -> Any:
+    if isinstance(x, list):
+        return tuple(_tuplify(v) for v in x)
+    return x
+
+
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+"""The range of Avro's ``long``."""
+
+PRIMITIVE_CLASSES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "long": (int,),
+    "int": (int,),
+    "double": (int, float),
+    "boolean": (bool,),
+    "bytes": (bytes, bytearray),
+}
+
+
+def check_kinds(values: Sequence[Any], classes: tuple[type, ...] | None, what: Any,
+                 allowed: frozenset[type]) -> None:
+    """:func:`check_kind` for a batch: by the set of their types when it is ``allowed``,
+    else value by value."""
+    if classes is not None and not set(map(type, values)) <= allowed:
+        for value in values:
+            check_kind(value, classes, what)
+
+
+def check_number(value: Any, kind: str, what: Any) -> None:
+    """Raise unless ``value`` fits Avro's ``kind``: ``"long"`` an int within 64 bits,
+    ``"double"`` a finite int or float (``what`` as for :func:`check_kind`)."""
+    check_kind(value, PRIMITIVE_CLASSES[kind], what)
+    if kind == "long" and not LONG_MIN <= value <= LONG_MAX:
+        raise ValueError(f"{_taker(what)}: {value} is out of the 64-bit range")
+    if kind == "double" and not math.isfinite(value):
+        raise ValueError(f"{_taker(what)}: {value} is not finite")
+
+
+def _taker(what: Any) -> str:
+    return what if isinstance(what, str) else what.describe()
+
+
+def check_kind(value: Any, classes: tuple[type, ...] | None, what: Any) -> None:
+    """Raise ``TypeError`` unless ``value`` is one of ``classes`` (None: anything);
+    ``what`` names the taker: a string, or a monoid (described only on failure)."""
+    if classes is not None and not isinstance(value, classes):
+        names = " or ".join(c.__name__ for c in classes)
+        raise TypeError(
+            f"{_taker(what)} takes {names} values, not {type(value).__name__} {value!r:.80}")
+
+
+class Codec:
+    """Maps Python values (keys, items, orders, values) to and from Avro data."""
+
+    classes: tuple[type, ...] | None = None
+    """The Python types a value must have (None: not checked)."""
+
+    def schema(self, namespace: str, name: str) -> Any:
+        raise NotImplementedError
+
+    def encode(self, x: Any) -> Any:
+        return x
+
+    def decode(self, d: Any) -> Any:
+        return d
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class _Primitive(Codec):
+    def __init__(self, avro_type: str) -> None:
+        self.avro_type = avro_type
+        self.classes = PRIMITIVE_CLASSES[avro_type]
+
+    def schema(self, namespace: str, name: str) -> Any:
+        return self.avro_type
+
+    def describe(self) -> str:
+        return self.avro_type
+
+
+class _Json(Codec):
+    """Any JSON data, stored as a canonical JSON string.
+
+    For keys/items (``hashable``) JSON arrays decode as tuples, otherwise as lists.
+    """
+
+    def __init__(self, hashable: bool) -> None:
+        self.hashable = hashable
+
+    def schema(self, namespace: str, name: str) -> Any:
+        return "string"
+
+    def encode(self, x: Any) -> Any:
+        return json.dumps(x, sort_keys=True, separators=(",", ":"))
+
+    def decode(self, d: Any) -> Any:
+        v = json.loads(d)
+        return _tuplify(v) if self.hashable else v
+
+    def describe(self) -> str:
+        return "json"
+
+
+class _Tuple(Codec):
+    """A tuple stored as a record with fields ``k0, k1, ...``."""
+
+    def __init__(self, parts: list[Codec]) -> None:
+        self.parts = parts
+        self.fields = [f"k{i}" for i in range(len(parts))]
+
+    def schema(self, namespace: str, name: str) -> Any:
+        pairs = zip(self.fields, self.parts, strict=True)
+        return record(namespace, name, [(f, p.schema(namespace, f"{name}_{f}")) for f, p in pairs])
+
+    def encode(self, x: Any) -> Any:
+        if len(x) != len(self.parts):
+            raise ValueError(f"expected a {len(self.parts)}-tuple, got {x!r}")
+        return {f: p.encode(v) for f, p, v in zip(self.fields, self.parts, x, strict=True)}
+
+    def decode(self, d: Any) -> Any:
+        return tuple(p.decode(d[f]) for f, p in zip(self.fields, self.parts, strict=True))
+
+    def describe(self) -> str:
+        return "(" + ", ".join(p.describe() for p in self.parts) + ")"
+
+
+class _Raw(Codec):
+    """An explicit Avro schema; values pass through unchanged."""
+
+    def __init__(self, schema: Any) -> None:
+        self.raw = schema
+
+    def schema(self, namespace: str, name: str) -> Any:
+        return self.raw
+
+    def describe(self) -> str:
+        return "avro"
+
+
+def codec(spec: Any, *, hashable: bool) -> Codec:
+    """Build a codec from a type spec.
+
+    ``spec`` is an Avro primitive name (``"string"``, ``"long"``, ``"int"``, ``"double"``,
+    ``"boolean"``, ``"bytes"``), ``"json"``, a tuple of specs (a tuple value stored as a
+    record ``{k0, k1, ...}``), or, for non-key values only, any other Avro schema (dict or
+    union list) whose values pass through fastavro unchanged.
+    """
+    if isinstance(spec, str):
+        if spec in _PRIMITIVES:
+            return _Primitive(spec)
+        if spec == "json":
+            return _Json(hashable)
+    elif isinstance(spec, tuple):
+        if not spec:
+            raise ValueError("a tuple type needs at least one element")
+        return _Tuple([codec(s, hashable=True) for s in spec])
+    elif isinstance(spec, dict | list) and not hashable:
+        return _Raw(spec)
+    kinds = "an Avro primitive, 'json', or a tuple of those"
+    raise ValueError(f"unsupported type {spec!r}: use {kinds}")

@@ -1,0 +1,96 @@
+"""The :class:`Monoid` contract every state type follows, and what all monoids share. Pure.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+__all__ = ["DEFAULT_NAMESPACE", "MISSING", "Monoid", "S"]
+
+S = TypeVar("S")
+"""The type of a monoid's states."""
+
+#: Namespace of the records of a top-level state schema.
+DEFAULT_NAMESPACE = "hailstorm.state"
+
+
+class Monoid(ABC, Generic[S]):
+    """A commutative monoid over states of type ``S``."""
+
+    #: Short name shown by ``hailstorm show`` and used in Avro schema names.
+    name: str = "monoid"
+
+    #: True when states are never mutated in place (ints, tuples, frozensets...): containers
+    #: such as :class:`KeyedMap` then store values without copying them.
+    immutable_state: ClassVar[bool] = False
+
+    @abstractmethod
+    def empty(self) -> S:
+        """The identity element (a fresh value each call)."""
+
+    @abstractmethod
+    def combine(self, a: S, b: S) -> S:
+        """Associative, commutative merge; must not mutate ``a`` or ``b``."""
+
+    def absorb(self, acc: S, value: S) -> S:
+        """Merge ``value`` into ``acc`` (which the caller owns and may be mutated)."""
+        return self.combine(acc, value)
+
+    def combine_all(self, values: Iterable[S]) -> S:
+        """Fold many states into one."""
+        acc = self.empty()
+        for v in values:
+            acc = self.absorb(acc, v)
+        return acc
+
+    def copy(self, state: S) -> S:
+        """An independent copy of ``state`` (for handing state ``A`` to a snapshot writer)."""
+        return self.combine(self.empty(), state)
+
+    def check(self, value: Any) -> None:
+        """Raise ``TypeError``/``ValueError`` when ``value`` (what a bolt's lift returned) is
+        not a state of this monoid. Bolts call it before absorbing, so a bad record is
+        quarantined instead of breaking the state or its snapshot. The default accepts
+        anything; a user-defined monoid may override it."""
+
+    def check_many(self, values: Sequence[Any]) -> None:
+        """:meth:`check` for a batch: raise if any value is refused (which one is for
+        :meth:`check` to tell). Override it when a batch can be checked faster."""
+        if type(self).check is Monoid.check:
+            return
+        check = self.check
+        for value in values:
+            check(value)
+
+    @abstractmethod
+    def avro_schema(self) -> Any:
+        """Avro schema (fastavro form) of the serialized state."""
+
+    def avro_schema_in(self, namespace: str) -> Any:
+        """Avro schema with named types placed under ``namespace`` (used when nested).
+
+        The default ignores ``namespace``: a user-defined monoid whose schema defines named
+        types must keep those names unique itself.
+        """
+        return self.avro_schema()
+
+    @abstractmethod
+    def to_avro(self, state: S) -> Any:
+        """State -> a value matching :meth:`avro_schema`."""
+
+    @abstractmethod
+    def from_avro(self, data: Any) -> S:
+        """Inverse of :meth:`to_avro`."""
+
+    def describe(self) -> str:
+        """Human description for ``hailstorm show`` (e.g. ``per_key(Count)``)."""
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.describe()}>"
+
+
+MISSING: Any = object()
+"""A sentinel for "no entry" in the states' dict lookups (states may hold None)."""

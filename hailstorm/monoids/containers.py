@@ -1,0 +1,153 @@
+"""Monoids holding items: :class:`SetUnion` (distinct items, exact) and :class:`TopK`
+(the ``k`` best items by score). Pure.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from hailstorm.monoids.avro import codec, record
+from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
+
+__all__ = ["SetUnion", "TopK"]
+
+
+class SetUnion(Monoid[set[Any]]):
+    """Set of distinct items (exact). State: a mutable ``set`` (``absorb`` is in place)."""
+
+    name = "SetUnion"
+
+    def __init__(self, item_type: Any = "string") -> None:
+        self.item_type = item_type
+        self._item = codec(item_type, hashable=True)
+
+    def empty(self) -> set[Any]:
+        return set()
+
+    def combine(self, a: set[Any], b: set[Any]) -> set[Any]:
+        return a | b
+
+    def absorb(self, acc: set[Any], value: set[Any]) -> set[Any]:
+        acc |= value
+        return acc
+
+    def copy(self, state: set[Any]) -> set[Any]:
+        return set(state)
+
+    @staticmethod
+    def lift(item: Any) -> set[Any]:
+        """The state of one item."""
+        return {item}
+
+    def avro_schema(self) -> Any:
+        return self.avro_schema_in(DEFAULT_NAMESPACE)
+
+    def avro_schema_in(self, namespace: str) -> Any:
+        return {"type": "array", "items": self._item.schema(namespace, "SetUnionItem")}
+
+    def to_avro(self, state: set[Any]) -> Any:
+        try:
+            items = sorted(state)
+        except TypeError:
+            items = list(state)
+        enc = self._item.encode
+        return [enc(x) for x in items]
+
+    def from_avro(self, data: Any) -> set[Any]:
+        dec = self._item.decode
+        return {dec(x) for x in data}
+
+    def describe(self) -> str:
+        return f"SetUnion({self._item.describe()})"
+
+
+def _rank(kv: tuple[Any, Any]) -> tuple[Any, Any]:
+    """Sort key of a TopK entry: best first (score descending, then item ascending)."""
+    return (-kv[1], kv[0])
+
+
+class TopK(Monoid[dict[Any, Any]]):
+    """The ``k`` best items by score: state ``dict`` item -> score with at most ``k`` entries.
+
+    Merging takes, per item, the maximum score, then keeps the ``k`` best entries ordered by
+    score descending and item ascending (ties are broken on the item, so merge order never
+    matters). This is associative and commutative: an entry dropped by a partial merge has
+    ``k`` entries ranked above it whose scores can only grow.
+
+    With monotonically growing scores (lift each item with its *running total*, e.g. the
+    output of an upstream ``per_key(Count)`` bolt) the state is exactly the top ``k`` of the
+    current totals. Lifting per-tuple increments instead gives the top ``k`` single
+    increments, not totals.
+    """
+
+    name = "TopK"
+
+    def __init__(self, k: int, item_type: Any = "string", score_type: str = "double") -> None:
+        if k < 1:
+            raise ValueError("TopK needs k >= 1")
+        if score_type not in ("long", "double"):
+            raise ValueError("score_type must be 'long' or 'double'")
+        self.k = k
+        self.item_type = item_type
+        self.score_type = score_type
+        self._item = codec(item_type, hashable=True)
+
+    def empty(self) -> dict[Any, Any]:
+        return {}
+
+    def combine(self, a: dict[Any, Any], b: dict[Any, Any]) -> dict[Any, Any]:
+        if len(a) < len(b):
+            a, b = b, a
+        return self.absorb(dict(a), b)
+
+    def absorb(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
+        get = acc.get
+        for item, score in value.items():
+            cur = get(item, MISSING)
+            if cur is MISSING or score > cur:
+                acc[item] = score
+        excess = len(acc) - self.k
+        if excess > 0:
+            if excess == 1:
+                del acc[max(acc.items(), key=_rank)[0]]
+            else:
+                keep = heapq.nsmallest(self.k, acc.items(), key=_rank)
+                acc.clear()
+                acc.update(keep)
+        return acc
+
+    def copy(self, state: dict[Any, Any]) -> dict[Any, Any]:
+        return dict(state)
+
+    @staticmethod
+    def lift(item: Any, score: float) -> dict[Any, Any]:
+        """The state of one scored item."""
+        return {item: score}
+
+    @staticmethod
+    def top(state: dict[Any, Any]) -> list[tuple[Any, Any]]:
+        """``[(item, score), ...]`` best first."""
+        return sorted(state.items(), key=_rank)
+
+    def avro_schema(self) -> Any:
+        return self.avro_schema_in(DEFAULT_NAMESPACE)
+
+    def avro_schema_in(self, namespace: str) -> Any:
+        entry = record(
+            namespace,
+            "TopKEntry",
+            [("item", self._item.schema(namespace, "TopKItem")), ("score", self.score_type)],
+        )
+        return {"type": "array", "items": entry}
+
+    def to_avro(self, state: dict[Any, Any]) -> Any:
+        enc = self._item.encode
+        return [{"item": enc(i), "score": s} for i, s in self.top(state)]
+
+    def from_avro(self, data: Any) -> dict[Any, Any]:
+        dec = self._item.decode
+        return {dec(e["item"]): e["score"] for e in data}
+
+    def describe(self) -> str:
+        return f"TopK({self.k})"

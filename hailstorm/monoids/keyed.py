@@ -1,0 +1,250 @@
+"""Monoids made of monoids: :class:`KeyedMap` (``per_key``: one inner state per key) and
+:class:`Record` (a product: one state per named field). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import itemgetter
+from typing import Any, Generic, Literal, TypeVar, overload
+
+from hailstorm.monoids.avro import check_kind, check_kinds, codec, record, sorted_items
+from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid, S
+from hailstorm.monoids.scalars import Count, Sum
+from hailstorm.monoids.windows import V, Window, WindowState
+
+__all__ = ["K", "KeyedMap", "L", "Record", "per_key"]
+
+K = TypeVar("K")
+"""The keys of a :class:`KeyedMap` (``per_key`` types them ``str`` for the default
+``key_type="string"``)."""
+L = TypeVar("L")
+"""What a bolt's ``lift`` returns for a :class:`KeyedMap`: an inner state, or for windows
+the window's inner state."""
+
+
+class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
+    """One ``inner`` state per key: state ``dict`` key -> inner state.
+
+    Typed ``KeyedMap[K, S, L]``: keys ``K``, inner states ``S`` and the values ``L`` a
+    bolt's ``lift`` returns (``S``, or ``V`` for windows over ``Monoid[V]``); build it with
+    :func:`per_key`, whose overloads fill them in.
+
+    A missing key means the inner identity. Entries are never removed, even when their value
+    equals the identity (a present key records that the key was seen; the laws hold
+    structurally either way). ``absorb(acc, {k: v})`` costs one inner ``absorb`` per key of
+    the value and copies ``v`` only when ``k`` is new (and the inner state is mutable).
+
+    ``key_type``: an Avro primitive (``"string"``, ``"long"``, ``"int"``, ``"double"``,
+    ``"boolean"``, ``"bytes"``), a tuple of such specs for tuple keys, or ``"json"`` (keys
+    stored as canonical JSON strings, arrays decoded as tuples).
+
+    Avro: an array of ``PerKeyEntry {key, value}`` records sorted by key; a tuple key is a
+    ``PerKeyKey {k0, k1, ...}`` record, so ``("fr", 3)`` reads offline as
+    ``{"key": {"k0": "fr", "k1": 3}, "value": ...}``.
+    """
+
+    name = "per_key"
+
+    def __init__(self: KeyedMap[Any, S, Any], inner: Monoid[S], key_type: Any = "string"
+                 ) -> None:
+        self.inner = inner
+        self.key_type = key_type
+        self._key = codec(key_type, hashable=True)
+        self._additive = type(inner) in (Count, Sum)
+        self._immutable = inner.immutable_state
+
+    @property
+    def additive(self) -> bool:
+        """Values are numbers combined by ``+`` (the inner monoid is a Count or a Sum)."""
+        return self._additive
+
+    def empty(self) -> dict[Any, Any]:
+        return {}
+
+    def combine(self, a: dict[Any, Any], b: dict[Any, Any]) -> dict[Any, Any]:
+        if len(a) < len(b):
+            a, b = b, a
+        return self.absorb(self.copy(a), b)
+
+    def absorb(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
+        if self._additive:
+            get = acc.get
+            for k, v in value.items():
+                acc[k] = get(k, 0) + v
+        elif self._immutable:
+            get = acc.get
+            combine = self.inner.combine
+            for k, v in value.items():
+                cur = get(k, MISSING)
+                acc[k] = v if cur is MISSING else combine(cur, v)
+        else:
+            inner = self.inner
+            for k, v in value.items():
+                cur = acc.get(k, MISSING)
+                acc[k] = inner.copy(v) if cur is MISSING else inner.absorb(cur, v)
+        return acc
+
+    def copy(self, state: dict[Any, Any]) -> dict[Any, Any]:
+        if self._immutable:
+            return dict(state)
+        copy = self.inner.copy
+        return {k: copy(v) for k, v in state.items()}
+
+    @staticmethod
+    def lift(key: Any, inner_value: Any) -> dict[Any, Any]:
+        """The state of one keyed inner value."""
+        return {key: inner_value}
+
+    @property
+    def key_classes(self) -> tuple[type, ...] | None:
+        """The Python types a key of ``key_type`` may have (None: not checked)."""
+        return self._key.classes
+
+    def check_key(self, key: Any) -> None:
+        """Raise ``TypeError`` when ``key`` does not have the declared ``key_type``."""
+        check_kind(key, self._key.classes, f"{self.describe()}'s key")
+
+    def check_keys(self, keys: Sequence[Any]) -> None:
+        """:meth:`check_key` for a batch."""
+        classes = self._key.classes
+        if classes is not None:
+            check_kinds(keys, classes, f"{self.describe()}'s key", frozenset(classes))
+
+    def get(self, state: dict[Any, Any], key: Any) -> Any:
+        """The inner state of ``key`` (a fresh identity when absent)."""
+        v = state.get(key, MISSING)
+        return self.inner.empty() if v is MISSING else v
+
+    def avro_schema(self) -> Any:
+        return self.avro_schema_in(DEFAULT_NAMESPACE)
+
+    def avro_schema_in(self, namespace: str) -> Any:
+        entry = record(
+            namespace,
+            "PerKeyEntry",
+            [
+                ("key", self._key.schema(namespace, "PerKeyKey")),
+                ("value", self.inner.avro_schema_in(f"{namespace}.per_key")),
+            ],
+        )
+        return {"type": "array", "items": entry}
+
+    def to_avro(self, state: dict[Any, Any]) -> Any:
+        enc = self._key.encode
+        to_avro = self.inner.to_avro
+        return [{"key": enc(k), "value": to_avro(v)} for k, v in sorted_items(state)]
+
+    def from_avro(self, data: Any) -> dict[Any, Any]:
+        dec = self._key.decode
+        from_avro = self.inner.from_avro
+        return {dec(e["key"]): from_avro(e["value"]) for e in data}
+
+    def describe(self) -> str:
+        key = "" if self.key_type == "string" else f", key={self._key.describe()}"
+        return f"per_key({self.inner.describe()}{key})"
+
+
+@overload
+def per_key(inner: Window[V], key_type: Literal["string"] = ...
+            ) -> KeyedMap[str, WindowState[V], V]: ...
+@overload
+def per_key(inner: Monoid[S], key_type: Literal["string"] = ...) -> KeyedMap[str, S, S]: ...
+@overload
+def per_key(inner: Window[V], key_type: Any) -> KeyedMap[Any, WindowState[V], V]: ...
+@overload
+def per_key(inner: Monoid[S], key_type: Any) -> KeyedMap[Any, S, S]: ...
+
+
+def per_key(inner: Monoid[Any], key_type: Any = "string") -> KeyedMap[Any, Any, Any]:
+    """``KeyedMap(inner, key_type)``: one ``inner`` state per key (typed by ``key_type``:
+    see :data:`K`)."""
+    return KeyedMap(inner, key_type)
+
+
+def _accept(value: Any) -> None:
+    """The check of a monoid that checks nothing."""
+
+
+class Record(Monoid[dict[str, Any]]):
+    """A product of monoids: state ``dict`` field -> that field's state, merged fieldwise.
+
+    ``Record({"views": Count(), "users": HyperLogLog(10), "latency": Mean()})`` keeps three
+    aggregates side by side; :meth:`lift` builds a state from per-field values (missing
+    fields are the identity).
+    """
+
+    name = "Record"
+
+    def __init__(self, fields: dict[str, Monoid[Any]]) -> None:
+        if not fields:
+            raise ValueError("Record needs at least one field")
+        for name in fields:
+            if not name.isidentifier():
+                raise ValueError(f"Record field {name!r} is not a valid Avro field name")
+        self.fields = dict(fields)
+        self._checks = [(name, m.check if type(m).check is not Monoid.check else _accept)
+                        for name, m in self.fields.items()]
+        """Every field with its check (each is looked up, so a missing one is refused)."""
+
+    def empty(self) -> dict[str, Any]:
+        return {name: m.empty() for name, m in self.fields.items()}
+
+    def combine(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        return {name: m.combine(a[name], b[name]) for name, m in self.fields.items()}
+
+    def absorb(self, acc: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+        for name, m in self.fields.items():
+            acc[name] = m.absorb(acc[name], value[name])
+        return acc
+
+    def copy(self, state: dict[str, Any]) -> dict[str, Any]:
+        return {name: m.copy(state[name]) for name, m in self.fields.items()}
+
+    def check(self, value: Any) -> None:
+        for name, check in self._checks:
+            try:
+                field_value = value[name]
+            except (KeyError, TypeError, IndexError):
+                raise TypeError(
+                    f"{self.describe()} takes dicts with the fields {sorted(self.fields)} "
+                    f"(Record.lift(...)), not {value!r:.80}") from None
+            check(field_value)
+
+    def check_many(self, values: Sequence[Any]) -> None:
+        try:
+            columns = [list(map(itemgetter(name), values)) for name in self.fields]
+        except (KeyError, TypeError, IndexError):
+            super().check_many(values)  # names the value refused
+            return
+        for m, column in zip(self.fields.values(), columns, strict=True):
+            m.check_many(column)
+
+    def lift(self, **values: Any) -> dict[str, Any]:
+        """A state from per-field states; fields not given are the identity."""
+        unknown = set(values) - set(self.fields)
+        if unknown:
+            raise KeyError(f"Record has no field(s) {sorted(unknown)}")
+        return {
+            name: values[name] if name in values else m.empty() for name, m in self.fields.items()
+        }
+
+    def avro_schema(self) -> Any:
+        return self.avro_schema_in(DEFAULT_NAMESPACE)
+
+    def avro_schema_in(self, namespace: str) -> Any:
+        return record(
+            namespace,
+            "Record",
+            [(name, m.avro_schema_in(f"{namespace}.{name}")) for name, m in self.fields.items()],
+        )
+
+    def to_avro(self, state: dict[str, Any]) -> Any:
+        return {name: m.to_avro(state[name]) for name, m in self.fields.items()}
+
+    def from_avro(self, data: Any) -> dict[str, Any]:
+        return {name: m.from_avro(data[name]) for name, m in self.fields.items()}
+
+    def describe(self) -> str:
+        inner = ", ".join(f"{name}={m.describe()}" for name, m in self.fields.items())
+        return f"Record({inner})"

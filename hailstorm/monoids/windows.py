@@ -1,0 +1,244 @@
+"""Event-time window monoids: :class:`TumblingWindow` and :class:`SlidingWindow`, both a
+:class:`Window` over an inner monoid. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from hailstorm.monoids.avro import check_number, record
+from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
+
+__all__ = ["SlidingWindow", "TumblingWindow", "Window", "WindowState"]
+
+
+V = TypeVar("V")
+"""The inner monoid's states."""
+
+WindowState = tuple[Any, dict[Any, V]]
+"""``(max_event_time_seen or None, {window_start: inner_state})``."""
+
+
+class Window(Monoid[WindowState[V]]):
+    """Event-time windows over ``inner``.
+
+    State ``(max_event_time_seen, {window_start: inner_state})``; the identity is
+    ``(None, {})``. Window ``s`` covers ``[s, s + size)``. Event times come from the caller
+    (:meth:`lift`) in any unit, consistently with ``size`` (integers recommended: epoch
+    seconds or milliseconds; ``time_type="double"`` allows floats).
+
+    Expiry: after a merge, a bucket whose end ``s + size <= max_event_time_seen -
+    retention`` is dropped, and so is incoming data for such a window (it is too late).
+    ``retention`` defaults to ``size``, which keeps the current and the previous window.
+    Merge stays associative and commutative: the threshold only grows with the maximum
+    time and filtering by key commutes with merging, so any merge order ends with the same
+    buckets. A single far-future event time expires everything older; sanitize times
+    upstream.
+    """
+
+    _kind = "window"
+    _record_name = "Window"
+
+    def __init__(
+        self,
+        size: float,
+        inner: Monoid[V],
+        retention: float | None,
+        time_type: str,
+        unit: str,
+    ) -> None:
+        if size <= 0:
+            raise ValueError("window size must be > 0")
+        if retention is not None and retention < 0:
+            raise ValueError("retention must be >= 0")
+        if time_type not in ("long", "double"):
+            raise ValueError("time_type must be 'long' or 'double'")
+        self.size = size
+        self.inner = inner
+        self.retention = size if retention is None else retention
+        self.time_type = time_type
+        self.unit = unit
+        self._immutable = inner.immutable_state
+
+    def window_starts(self, event_time: float) -> list[Any]:
+        """Starts of the windows covering ``event_time``."""
+        raise NotImplementedError
+
+    def check_time(self, event_time: Any) -> None:
+        """Raise ``TypeError``/``ValueError`` for an event time the state (and its Avro
+        snapshot) cannot hold: ``time_type="long"`` takes 64-bit ints, ``"double"`` finite
+        numbers."""
+        if self.time_type == "long" and isinstance(event_time, bool):
+            raise TypeError(f"{self.describe()}'s event time is a bool")
+        check_number(event_time, self.time_type, f"{self.describe()}'s event time")
+
+    def empty(self) -> WindowState[Any]:
+        return (None, {})
+
+    def lift(self, event_time: float, inner_value: Any) -> WindowState[Any]:
+        """The state of ``inner_value`` observed at ``event_time`` (in every covering window)."""
+        starts = self.window_starts(event_time)
+        buckets = {starts[0]: inner_value}
+        copy = self.inner.copy
+        for s in starts[1:]:
+            buckets[s] = copy(inner_value)
+        return (event_time, buckets)
+
+    def combine(self, a: WindowState[Any], b: WindowState[Any]) -> WindowState[Any]:
+        if len(a[1]) < len(b[1]):
+            a, b = b, a
+        return self.absorb(self.copy(a), b)
+
+    def absorb(self, acc: WindowState[Any], value: WindowState[Any]) -> WindowState[Any]:
+        t_acc, buckets = acc
+        t_val, incoming = value
+        if t_val is None:
+            return acc
+        if t_acc is None or t_val > t_acc:
+            t = t_val
+            horizon = t - self.retention - self.size  # a start <= horizon is expired
+            if buckets:
+                for s in [s for s in buckets if s <= horizon]:
+                    del buckets[s]
+        else:
+            t = t_acc
+            horizon = t - self.retention - self.size
+        inner = self.inner
+        for s, v in incoming.items():
+            if s <= horizon:
+                continue
+            cur = buckets.get(s, MISSING)
+            if cur is MISSING:
+                buckets[s] = v if self._immutable else inner.copy(v)
+            else:
+                buckets[s] = inner.absorb(cur, v)
+        return (t, buckets)
+
+    def copy(self, state: WindowState[Any]) -> WindowState[Any]:
+        t, buckets = state
+        if self._immutable:
+            return (t, dict(buckets))
+        copy = self.inner.copy
+        return (t, {s: copy(v) for s, v in buckets.items()})
+
+    def windows(self, state: WindowState[Any]) -> list[tuple[Any, Any, Any]]:
+        """``[(start, end, inner_state), ...]`` sorted by start."""
+        return [(s, s + self.size, v) for s, v in sorted(state[1].items())]
+
+    def avro_schema(self) -> Any:
+        return self.avro_schema_in(DEFAULT_NAMESPACE)
+
+    def avro_schema_in(self, namespace: str) -> Any:
+        name = self._record_name
+        bucket = record(
+            namespace,
+            f"{name}Bucket",
+            [
+                ("start", self.time_type),
+                ("value", self.inner.avro_schema_in(f"{namespace}.{self._kind}")),
+            ],
+        )
+        return record(
+            namespace,
+            name,
+            [
+                ("max_event_time", ["null", self.time_type]),
+                ("buckets", {"type": "array", "items": bucket}),
+            ],
+        )
+
+    def to_avro(self, state: WindowState[Any]) -> Any:
+        t, buckets = state
+        to_avro = self.inner.to_avro
+        return {
+            "max_event_time": t,
+            "buckets": [{"start": s, "value": to_avro(v)} for s, v in sorted(buckets.items())],
+        }
+
+    def from_avro(self, data: Any) -> WindowState[Any]:
+        from_avro = self.inner.from_avro
+        return (
+            data["max_event_time"],
+            {b["start"]: from_avro(b["value"]) for b in data["buckets"]},
+        )
+
+    def _extra(self) -> str:
+        if self.retention == self.size:
+            return ""
+        return f", retention={self.retention}{self.unit}"
+
+
+class TumblingWindow(Window[V]):
+    """Fixed, non-overlapping windows ``[n * size, (n + 1) * size)`` over ``inner``.
+
+    See :class:`Window` for state, expiry (``retention``, default ``size``) and laws.
+
+    >>> w = TumblingWindow(60, Count())
+    >>> w.combine(w.lift(59, 1), w.lift(61, 1))
+    (61, {0: 1, 60: 1})
+    >>> w.combine(w.lift(130, 1), w.lift(59, 1))  # [0, 60) ended at 60 <= 130 - 60
+    (130, {120: 1})
+    """
+
+    name = "tumbling"
+    _kind = "tumbling"
+    _record_name = "Tumbling"
+
+    def __init__(
+        self,
+        size: float,
+        inner: Monoid[V],
+        retention: float | None = None,
+        *,
+        time_type: str = "long",
+        unit: str = "s",
+    ) -> None:
+        super().__init__(size, inner, retention, time_type, unit)
+
+    def window_starts(self, event_time: float) -> list[Any]:
+        return [event_time - event_time % self.size]
+
+    def describe(self) -> str:
+        return f"tumbling({self.size}{self.unit}, {self.inner.describe()}{self._extra()})"
+
+
+class SlidingWindow(Window[V]):
+    """Overlapping windows ``[n * slide, n * slide + size)`` over ``inner``.
+
+    A value lands in every window covering its event time (``ceil(size / slide)`` of them).
+    See :class:`Window` for state, expiry (``retention``, default ``size``) and laws.
+    """
+
+    name = "sliding"
+    _kind = "sliding"
+    _record_name = "Sliding"
+
+    def __init__(
+        self,
+        size: float,
+        slide: float,
+        inner: Monoid[V],
+        retention: float | None = None,
+        *,
+        time_type: str = "long",
+        unit: str = "s",
+    ) -> None:
+        if slide <= 0:
+            raise ValueError("slide must be > 0")
+        super().__init__(size, inner, retention, time_type, unit)
+        self.slide = slide
+
+    def window_starts(self, event_time: float) -> list[Any]:
+        s = event_time - event_time % self.slide
+        low = event_time - self.size
+        starts = []
+        while s > low:
+            starts.append(s)
+            s -= self.slide
+        return starts
+
+    def describe(self) -> str:
+        return (
+            f"sliding({self.size}{self.unit} every {self.slide}{self.unit}, "
+            f"{self.inner.describe()}{self._extra()})"
+        )

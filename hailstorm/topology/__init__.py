@@ -1,0 +1,97 @@
+"""Declaring topologies: spouts, bolts and sinks wired into a DAG.
+
+A topology lives in a plain Python module that defines a module-level ``topology``::
+
+    topology = Topology("wordcount")
+    lines = topology.spout("lines", topic="words", decoder="text",
+                           explode=lambda line: re.findall(r"[a-z]+", line.lower()))
+    counts = topology.bolt("counts", inputs=[lines], key=lambda word: word,
+                           state=per_key(Count()), lift=lambda word: 1,
+                           emit=lambda word, count: [(word, count)], parallelism=2)
+    topology.sink("word_counts", inputs=[counts], target=Table(...))
+
+Everything here is a pure description plus the pure per-tuple functions the distributed
+runtime and the sequential reference model (:mod:`hailstorm.model`) share:
+:meth:`SpoutSpec.tuples_of`, :meth:`BoltSpec.contribution`, :meth:`BoltSpec.absorb`,
+:meth:`BoltSpec.value_for_emit`, :meth:`BoltSpec.outputs` (plus the batch helpers built on
+them) and :meth:`Table.to_row`. Mistakes raise :class:`TopologyError` naming the module,
+the node and the fix.
+
+One owner per concept; this package re-exports what the rest of hailstorm imports:
+
+* :mod:`~hailstorm.topology.errors`: the name rule (:data:`NAME_PATTERN`), topic names,
+  :class:`TopologyError`, :class:`RowError`, :class:`RecordFailed`;
+* :mod:`~hailstorm.topology.source`: readable names of user functions (a lambda's source);
+* :mod:`~hailstorm.topology.tables`: sink targets (:class:`Table`, :class:`Collect`) and the
+  one vocabulary of SQL column types;
+* :mod:`~hailstorm.topology.specs`: the nodes and their per-tuple execution code;
+* :mod:`~hailstorm.topology.builder`: :class:`Topology`, the DAG builder and its checks;
+* :mod:`~hailstorm.topology.loading`: importing a topology module (:func:`load_topology`);
+* :mod:`~hailstorm.topology.render`: :func:`render_text`, :func:`render_dot`, :func:`graph_of`.
+"""
+
+from hailstorm.topology.builder import Topology
+from hailstorm.topology.errors import (
+    NAME_PATTERN,
+    ON_ERROR_POLICIES,
+    TOPIC_PATTERN,
+    OnError,
+    RecordFailed,
+    RowError,
+    TopologyError,
+    check_name,
+    check_topic_name,
+)
+from hailstorm.topology.loading import load_topology
+from hailstorm.topology.render import graph_of, render_dot, render_text
+from hailstorm.topology.source import function_name
+from hailstorm.topology.specs import (
+    BoltSpec,
+    Combined,
+    Edge,
+    Emit,
+    Explode,
+    Inputs,
+    Node,
+    NodeRef,
+    Routing,
+    SinkSpec,
+    SpoutSpec,
+    Stream,
+)
+from hailstorm.topology.tables import REJECTED_SUFFIX, Collect, SinkTarget, Table, TableMode
+
+__all__ = [
+    "NAME_PATTERN",
+    "ON_ERROR_POLICIES",
+    "REJECTED_SUFFIX",
+    "TOPIC_PATTERN",
+    "BoltSpec",
+    "Collect",
+    "Combined",
+    "Edge",
+    "Emit",
+    "Explode",
+    "Inputs",
+    "Node",
+    "NodeRef",
+    "OnError",
+    "RecordFailed",
+    "Routing",
+    "RowError",
+    "SinkSpec",
+    "SinkTarget",
+    "SpoutSpec",
+    "Stream",
+    "Table",
+    "TableMode",
+    "Topology",
+    "TopologyError",
+    "check_name",
+    "check_topic_name",
+    "function_name",
+    "graph_of",
+    "load_topology",
+    "render_dot",
+    "render_text",
+]

@@ -1,0 +1,541 @@
+"""The DAG builder: :class:`Topology`, whose :meth:`~Topology.spout`,
+:meth:`~Topology.bolt` and :meth:`~Topology.sink` check each node as it is added and whose
+:meth:`~Topology.validate` checks the whole graph (unknown inputs, cycles, dead ends,
+pre-aggregation). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar, overload
+
+from hailstorm.decoders import Decoder, DecoderSpec, resolve_decoder
+from hailstorm.monoids import KeyedMap, Monoid, Window, WindowState
+from hailstorm.topology.errors import (
+    ON_ERROR_POLICIES,
+    OnError,
+    TopologyError,
+    check_name,
+    check_topic_name,
+)
+from hailstorm.topology.specs import (
+    BoltSpec,
+    Edge,
+    Emit,
+    Explode,
+    Inputs,
+    Node,
+    NodeRef,
+    SinkSpec,
+    SpoutSpec,
+)
+from hailstorm.topology.tables import SinkTarget
+
+__all__ = ["Topology"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+D = TypeVar("D")
+K = TypeVar("K")
+L = TypeVar("L")
+S = TypeVar("S")
+V = TypeVar("V")
+
+
+class Topology:
+    """A named DAG of spouts, bolts and sinks; build it with :meth:`spout`,
+    :meth:`bolt` and :meth:`sink`.
+
+    ``dead_letter`` is the topic receiving quarantined records: messages no decoder could
+    read and records a user function failed on (default ``<name>.dead-letter``; a spout may
+    override it for its messages).
+
+    ``on_error`` is the policy for a record that makes a user function raise (decoder,
+    explode, key, lift, event_time, emit, a sink's row; or a value the state's monoid
+    refuses): ``"quarantine"`` (the default) sends it to the dead-letter topic (a sink's
+    row to its table's ``<table>_rejected`` table) and goes on; ``"fail"`` stops the
+    topology with the record and the error as the reason.
+    """
+
+    def __init__(self, name: str, *, dead_letter: str | None = None,
+                 on_error: OnError = "quarantine") -> None:
+        check_name(name, "topology name", None, None)
+        self.name = name
+        self.dead_letter_topic = dead_letter if dead_letter is not None else f"{name}.dead-letter"
+        check_topic_name(self.dead_letter_topic, "dead-letter topic", None, name)
+        if on_error not in ON_ERROR_POLICIES:
+            raise TopologyError(
+                f"on_error {on_error!r} is not one of {', '.join(ON_ERROR_POLICIES)}",
+                fix='pass on_error="quarantine" (bad records go to the dead-letter topic) '
+                'or on_error="fail" (the topology stops)',
+                topology=name,
+            )
+        self.on_error: OnError = on_error
+        self.source: str | None = None
+        """How the topology was loaded (the ``load_topology`` ref), if it was."""
+        self.module_file: str | None = None
+        """Absolute path of the module file that defined it, if known."""
+        self._nodes: dict[str, Node] = {}
+        self._order: list[Node] | None = None
+
+    def __repr__(self) -> str:
+        return f"Topology({self.name!r}, nodes={list(self._nodes)})"
+
+    # -- building -----------------------------------------------------------------------
+
+    def _error(self, problem: str, fix: str, node: str | None = None) -> TopologyError:
+        return TopologyError(problem, fix=fix, node=node, topology=self.name, module=self.source)
+
+    def _add(self, node: Node) -> None:
+        if node.name in self._nodes:
+            other = self._nodes[node.name]
+            raise self._error(
+                f"the name {node.name!r} is already used by a {other.kind}",
+                f"give this {node.kind} a different name",
+                f"{node.kind} {node.name!r}",
+            )
+        self._nodes[node.name] = node
+        self._order = None
+
+    # The overloads type a spout's tuples by its decoder and explode (bytes, text, what a
+    # decoder function returns, what explode returns a list of; Any for JSON and Avro).
+    @overload
+    def spout(self, name: str, topic: str, decoder: Literal["bytes"] = ..., explode: None = ...,
+              dead_letter: str | None = ...) -> SpoutSpec[bytes]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Literal["bytes"] = ...,
+              explode: Explode[bytes, T] = ..., dead_letter: str | None = ...) -> SpoutSpec[T]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Literal["text"], explode: None = ...,
+              dead_letter: str | None = ...) -> SpoutSpec[str]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Literal["text"], explode: Explode[str, T],
+              dead_letter: str | None = ...) -> SpoutSpec[T]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Callable[[bytes], D], explode: None = ...,
+              dead_letter: str | None = ...) -> SpoutSpec[D]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: Callable[[bytes], D],
+              explode: Explode[D, T], dead_letter: str | None = ...) -> SpoutSpec[T]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: str | Decoder, explode: None = ...,
+              dead_letter: str | None = ...) -> SpoutSpec[Any]: ...
+    @overload
+    def spout(self, name: str, topic: str, decoder: str | Decoder, explode: Explode[Any, T],
+              dead_letter: str | None = ...) -> SpoutSpec[T]: ...
+
+    def spout(
+        self,
+        name: str,
+        topic: str,
+        decoder: DecoderSpec = "bytes",
+        explode: Callable[[Any], Iterable[Any] | None] | None = None,
+        dead_letter: str | None = None,
+    ) -> SpoutSpec[Any]:
+        """Read ``topic`` (one instance per partition).
+
+        ``decoder``: ``"bytes"``, ``"text"``, ``"json"``, ``Avro(schema)`` or a function
+        ``bytes -> value``. ``explode`` maps the decoded value to a list of tuples (by
+        default the value itself is the one tuple). Messages that fail to decode or
+        explode go to ``dead_letter`` (default: the topology's dead-letter topic).
+        """
+        label = f"spout {name!r}"
+        check_name(name, "spout name", label, self.name)
+        check_topic_name(topic, "topic", label, self.name)
+        try:
+            resolved = resolve_decoder(decoder)
+        except (TypeError, ValueError) as exc:
+            raise self._error(
+                str(exc),
+                "pass decoder='text' (or 'bytes', 'json', Avro(schema), a function)",
+                label,
+            ) from exc
+        if explode is not None and not callable(explode):
+            raise self._error(
+                f"explode must be a function value -> list of tuples, got {explode!r}",
+                "pass explode=lambda value: [...] or leave it out",
+                label,
+            )
+        dead = dead_letter if dead_letter is not None else self.dead_letter_topic
+        check_topic_name(dead, "dead-letter topic", label, self.name)
+        spec = SpoutSpec(name, topic, resolved, explode, dead)
+        self._add(spec)
+        return spec
+
+    def _input_names(self, inputs: object, label: str, kind: str) -> tuple[str, ...]:
+        if isinstance(inputs, str | SpoutSpec | BoltSpec | SinkSpec):
+            inputs = [inputs]
+        if not isinstance(inputs, Iterable) or isinstance(inputs, bytes | Mapping):
+            raise self._error(
+                f"inputs must be a list of spouts/bolts (or their names), got {inputs!r}",
+                f"pass inputs=[...] listing the nodes this {kind} reads",
+                label,
+            )
+        names: list[str] = []
+        for ref in inputs:
+            if isinstance(ref, SinkSpec):
+                raise self._error(
+                    f"input {ref.name!r} is a sink, and sinks emit nothing",
+                    "read from the bolt or spout that feeds that sink instead",
+                    label,
+                )
+            if isinstance(ref, SpoutSpec | BoltSpec):
+                if self._nodes.get(ref.name) is not ref:
+                    raise self._error(
+                        f"input {ref.name!r} belongs to another topology",
+                        f"use a node created by this topology ({self.name!r})",
+                        label,
+                    )
+                names.append(ref.name)
+            elif isinstance(ref, str):
+                names.append(ref)
+            else:
+                raise self._error(
+                    f"input {ref!r} is not a spout, bolt or node name",
+                    "list the values returned by topology.spout(...)/topology.bolt(...)",
+                    label,
+                )
+        if not names:
+            raise self._error(
+                f"a {kind} needs at least one input",
+                f"pass inputs=[...] naming the spouts/bolts this {kind} reads",
+                label,
+            )
+        for duplicate in {n for n in names if names.count(n) > 1}:
+            raise self._error(
+                f"input {duplicate!r} is listed twice, so each of its tuples would arrive twice",
+                "list each input once",
+                label,
+            )
+        return tuple(names)
+
+    # The overloads tie a bolt's functions to its inputs' tuples T and its state: lift
+    # returns what the state absorbs (KeyedMap[K, S, L]: an L; Window[V]: a V; Monoid[S]: an
+    # S), emit receives the value of the tuple's key (an S) or the whole state, a KeyedMap's
+    # key function returns its key type K, and the bolt sends what emit returns a list of.
+    # A bolt without emit sends nothing (BoltSpec[T, Any]).
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
+             lift: Callable[[T], L], emit: None = ..., key: Callable[[T], K] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
+             lift: Callable[[T], V], emit: None = ..., key: Callable[[T], Any] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
+             lift: Callable[[T], S], emit: None = ..., key: Callable[[T], Any] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
+             lift: Callable[[T], L], emit: Emit[T, S, U], key: Callable[[T], K] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, U]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
+             lift: Callable[[T], V], emit: Emit[T, WindowState[V], U],
+             key: Callable[[T], Any] | None = ..., parallelism: int = ...,
+             event_time: Callable[[T], Any] | None = ..., preaggregate: bool = ...,
+             ) -> BoltSpec[T, U]: ...
+    @overload
+    def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
+             lift: Callable[[T], S], emit: Emit[T, S, U], key: Callable[[T], Any] | None = ...,
+             parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
+             preaggregate: bool = ...) -> BoltSpec[T, U]: ...
+
+    def bolt(
+        self,
+        name: str,
+        inputs: Inputs[Any],
+        state: Monoid[Any],
+        lift: Callable[[Any], Any],
+        emit: Callable[[Any, Any], Iterable[Any] | None] | None = None,
+        key: Callable[[Any], Any] | None = None,
+        parallelism: int = 1,
+        event_time: Callable[[Any], Any] | None = None,
+        preaggregate: bool = False,
+    ) -> BoltSpec[Any, Any]:
+        """Keep ``state`` (a commutative monoid) over the tuples of ``inputs``.
+
+        ``lift(t)`` is the monoid value a tuple contributes; with keyed state
+        (``per_key(...)``) it is stored under ``key(t)``, with window state it lands in the
+        windows of ``event_time(t)``. ``emit(t, value)`` returns the list of tuples to send
+        downstream, where ``value`` is the current value for ``key(t)`` (keyed state) or
+        the whole state. ``parallelism > 1`` splits the state by ``key``.
+
+        ``preaggregate=True`` lets the spouts feeding this bolt combine the contributions of
+        each fetched batch per key (and window) before sending them, never across a snapshot
+        clock. The state is the same; emit then runs once per group and batch with its last
+        tuple instead of once per tuple, so only upsert tables may read the bolt, and the
+        table keys of emit's rows must depend on ``key(t)`` (and the windows) alone.
+        """
+        label = f"bolt {name!r}"
+        check_name(name, "bolt name", label, self.name)
+        names = self._input_names(inputs, label, "bolt")
+        if not isinstance(state, Monoid):
+            raise self._error(
+                f"state must be a Monoid (e.g. Count(), per_key(Sum())), got {state!r}",
+                "pass state=<a monoid from hailstorm.monoids>",
+                label,
+            )
+        for argument, function, example in (
+            ("lift", lift, "lift=lambda t: 1"),
+            ("key", key, "key=lambda t: t[0]"),
+            ("emit", emit, "emit=lambda t, value: [(t, value)]"),
+            ("event_time", event_time, "event_time=lambda t: t['ts']"),
+        ):
+            if function is not None and not callable(function):
+                raise self._error(
+                    f"{argument} must be a function, got {function!r}", f"pass {example}", label
+                )
+            if argument == "lift" and function is None:
+                raise self._error(
+                    "lift is required: it turns a tuple into the monoid value to absorb",
+                    "pass lift=lambda t: ... (e.g. lift=lambda t: 1 for Count())",
+                    label,
+                )
+        if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+            raise self._error(
+                f"parallelism must be an integer >= 1, got {parallelism!r}",
+                "use parallelism=1 (one instance) or more",
+                label,
+            )
+        if not isinstance(preaggregate, bool):
+            raise self._error(
+                f"preaggregate must be True or False, got {preaggregate!r}",
+                "pass preaggregate=True to let spouts combine contributions per batch",
+                label,
+            )
+        spec = BoltSpec(
+            name, names, state, lift, emit, key, parallelism, event_time, preaggregate
+        )
+        if spec.keyed and key is None:
+            raise self._error(
+                f"state {state.describe()} is keyed, so each tuple needs a key",
+                "pass key=lambda t: ... returning the key the value is stored under",
+                label,
+            )
+        if parallelism > 1 and key is None:
+            raise self._error(
+                f"parallelism={parallelism} needs a key function to route each tuple to "
+                "the instance that owns its part of the state",
+                "pass key=lambda t: ..., or use parallelism=1",
+                label,
+            )
+        if spec.window is not None and event_time is None:
+            raise self._error(
+                f"state {state.describe()} is windowed, so each tuple needs an event time",
+                "pass event_time=lambda t: ... returning the tuple's timestamp",
+                label,
+            )
+        if spec.window is None and event_time is not None:
+            raise self._error(
+                f"event_time is only used by window state, and {state.describe()} has none",
+                "remove event_time=..., or wrap the state in TumblingWindow/SlidingWindow",
+                label,
+            )
+        self._add(spec)
+        return spec
+
+    def sink(self, name: str, inputs: Inputs[Any], target: SinkTarget) -> SinkSpec:
+        """Write the tuples of ``inputs`` to ``target``: a :class:`Table`, a
+        :class:`~hailstorm.topic.Topic` or :class:`Collect`."""
+        label = f"sink {name!r}"
+        check_name(name, "sink name", label, self.name)
+        names = self._input_names(inputs, label, "sink")
+        if not isinstance(target, SinkTarget):
+            raise self._error(
+                f"target must be a SinkTarget such as Table(...) or Collect(), got {target!r}",
+                'pass target=Table("name", columns={...}, key=[...], mode="upsert")',
+                label,
+            )
+        spec = SinkSpec(name, names, target)
+        self._add(spec)
+        return spec
+
+    # -- validation and introspection -------------------------------------------------
+
+    def validate(self) -> None:
+        """Check the whole graph (unknown inputs, cycles, dead ends); raise
+        :class:`TopologyError`. Node-local rules were checked when nodes were added."""
+        self._topological_order()
+
+    def _topological_order(self) -> list[Node]:
+        if self._order is not None:
+            return self._order
+        if not self._nodes:
+            raise self._error(
+                "the topology has no nodes", "add a spout, a bolt and a sink to it", None
+            )
+        for node in self._nodes.values():
+            for name in _inputs(node):
+                if name not in self._nodes:
+                    known = ", ".join(n for n, x in self._nodes.items() if x.kind != "sink")
+                    raise self._error(
+                        f"input {name!r} is not a node of this topology (known: {known})",
+                        "fix the spelling, or define that spout/bolt",
+                        f"{node.kind} {node.name!r}",
+                    )
+                if self._nodes[name].kind == "sink":
+                    raise self._error(
+                        f"input {name!r} is a sink, and sinks emit nothing",
+                        "read from the bolt or spout that feeds that sink instead",
+                        f"{node.kind} {node.name!r}",
+                    )
+        cycle = _find_cycle(self._nodes)
+        if cycle:
+            raise self._error(
+                "the graph has a cycle: " + " -> ".join(cycle),
+                "a topology must be acyclic; remove one of these inputs",
+                f"{self._nodes[cycle[0]].kind} {cycle[0]!r}",
+            )
+        for node in self._nodes.values():
+            if isinstance(node, BoltSpec) and node.emit is None:
+                readers = [n.name for n in self._nodes.values() if node.name in _inputs(n)]
+                if readers:
+                    raise self._error(
+                        f"{', '.join(map(repr, readers))} read(s) this bolt, but it has no "
+                        "emit function, so nothing would ever arrive",
+                        "pass emit=lambda t, value: [...] to this bolt",
+                        f"bolt {node.name!r}",
+                    )
+        for node in self._nodes.values():
+            if isinstance(node, BoltSpec) and node.preaggregate:
+                self._check_preaggregate(node)
+        placed: set[str] = set()
+        order: list[Node] = []
+        remaining = list(self._nodes.values())
+        while remaining:  # definition order, each node after its inputs
+            for node in remaining:
+                if all(i in placed for i in _inputs(node)):
+                    order.append(node)
+                    placed.add(node.name)
+                    remaining.remove(node)
+                    break
+        self._order = order
+        return order
+
+    def _check_preaggregate(self, bolt: BoltSpec[Any, Any]) -> None:
+        """A pre-aggregating bolt sees fewer tuples, so emit runs less often: only upsert
+        tables and topics (latest row per key) may read it, and some spout must feed it."""
+        label = f"bolt {bolt.name!r}"
+        if not any(isinstance(self._nodes[i], SpoutSpec) for i in bolt.inputs):
+            raise self._error(
+                "preaggregate=True only applies to tuples coming from spouts, and no input "
+                "of this bolt is a spout",
+                "remove preaggregate=True",
+                label,
+            )
+        for reader in self._nodes.values():
+            if bolt.name not in _inputs(reader):
+                continue
+            target = reader.target if isinstance(reader, SinkSpec) else None
+            if target is None or not target.latest_per_key:
+                raise self._error(
+                    f"preaggregate=True makes emit run once per key and fetched batch, not "
+                    f"once per tuple, so what {reader.kind} {reader.name!r} receives would "
+                    "depend on batch sizes; only upsert tables and topics may read such a bolt",
+                    "remove preaggregate=True, or make the reader an upsert Table or Topic "
+                    "sink",
+                    label,
+                )
+
+    @property
+    def nodes(self) -> list[Node]:
+        """All nodes, each after its inputs (definition order otherwise)."""
+        return list(self._topological_order())
+
+    def node(self, name: str) -> Node:
+        """The node called ``name`` (``KeyError`` if none)."""
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise KeyError(
+                f"topology {self.name!r} has no node {name!r} (nodes: {', '.join(self._nodes)})"
+            ) from None
+
+    @property
+    def spouts(self) -> list[SpoutSpec[Any]]:
+        """Spouts, in topological order."""
+        return [n for n in self.nodes if isinstance(n, SpoutSpec)]
+
+    @property
+    def bolts(self) -> list[BoltSpec[Any, Any]]:
+        """Bolts, in topological order."""
+        return [n for n in self.nodes if isinstance(n, BoltSpec)]
+
+    @property
+    def sinks(self) -> list[SinkSpec]:
+        """Sinks, in topological order."""
+        return [n for n in self.nodes if isinstance(n, SinkSpec)]
+
+    @property
+    def source_topics(self) -> list[str]:
+        """The Kafka topics the spouts read (sorted, each once)."""
+        return sorted({s.topic for s in self.spouts})
+
+    @property
+    def dead_letter_topics(self) -> list[str]:
+        """The dead-letter topics of the spouts and, when there are bolts, the topology's
+        (sorted, each once)."""
+        topics = {s.dead_letter for s in self.spouts}
+        if self.bolts:
+            topics.add(self.dead_letter_topic)
+        return sorted(topics)
+
+    def inputs_of(self, node: NodeRef) -> list[SpoutSpec[Any] | BoltSpec[Any, Any]]:
+        """The nodes whose tuples ``node`` receives."""
+        spec = self.node(node if isinstance(node, str) else node.name)
+        self._topological_order()
+        return [self._nodes[n] for n in _inputs(spec)]  # type: ignore[misc]
+
+    def downstream_of(self, node: NodeRef) -> list[BoltSpec[Any, Any] | SinkSpec]:
+        """The nodes that receive ``node``'s tuples, in topological order."""
+        name = node if isinstance(node, str) else node.name
+        self.node(name)
+        return [n for n in self.nodes if name in _inputs(n)]  # type: ignore[misc]
+
+    @property
+    def edges(self) -> list[Edge]:
+        """Every connection with its routing (``"key"`` for keyed bolts, else ``"all"``)."""
+        return [
+            Edge(source, n.name, n.routing)
+            for n in self.nodes
+            if not isinstance(n, SpoutSpec)
+            for source in n.inputs
+        ]
+
+
+def _inputs(node: Node) -> tuple[str, ...]:
+    return () if isinstance(node, SpoutSpec) else node.inputs
+
+
+def _find_cycle(nodes: Mapping[str, Node]) -> list[str] | None:
+    """A cycle as ``[a, b, ..., a]`` following data flow, or None."""
+    downstream: dict[str, list[str]] = {name: [] for name in nodes}
+    for node in nodes.values():
+        for source in _inputs(node):
+            downstream[source].append(node.name)
+    white, grey, black = 0, 1, 2
+    color = dict.fromkeys(nodes, white)
+    for start in nodes:
+        if color[start] != white:
+            continue
+        path: list[str] = [start]
+        iterators = [iter(downstream[start])]
+        color[start] = grey
+        while iterators:
+            nxt = next(iterators[-1], None)
+            if nxt is None:
+                color[path.pop()] = black
+                iterators.pop()
+            elif color[nxt] == grey:
+                return [*path[path.index(nxt) :], nxt]
+            elif color[nxt] == white:
+                color[nxt] = grey
+                path.append(nxt)
+                iterators.append(iter(downstream[nxt]))
+    return None

@@ -1,0 +1,148 @@
+"""What a topology may be called and what goes wrong in one: the one name rule
+(:data:`NAME_PATTERN`, checked by :func:`check_name`), Kafka's topic-name rule,
+:class:`TopologyError` for invalid topologies, :class:`RowError` for a sink tuple that is no
+row of its table, and :class:`RecordFailed` for a user function failing on one record. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+__all__ = [
+    "NAME_PATTERN",
+    "ON_ERROR_POLICIES",
+    "TOPIC_PATTERN",
+    "OnError",
+    "RecordFailed",
+    "RowError",
+    "TopologyError",
+    "check_name",
+    "check_topic_name",
+]
+
+NAME_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+"""Topology, node, table and column names: safe as ZooKeeper path segments, Kafka topic
+names and unquoted SQL identifiers."""
+
+TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+"""Kafka's rule for topic names (``.`` and ``..`` are also refused)."""
+
+
+class TopologyError(Exception):
+    """A topology (or its module) is invalid.
+
+    The message reads ``<module>: topology 'x', bolt 'y': <problem>. Fix: <fix>``; the
+    parts are also available as attributes (``module`` is filled in by
+    :func:`load_topology`).
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        fix: str = "",
+        node: str | None = None,
+        topology: str | None = None,
+        module: str | None = None,
+    ) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+        self.node = node
+        self.topology = topology
+        self.module = module
+
+    def __str__(self) -> str:
+        where = []
+        if self.topology:
+            where.append(f"topology {self.topology!r}")
+        if self.node:
+            where.append(self.node)
+        text = self.problem.rstrip(".")
+        if where:
+            text = f"{', '.join(where)}: {text}"
+        if self.module:
+            text = f"{self.module}: {text}"
+        if self.fix:
+            text = f"{text}. Fix: {self.fix.rstrip('.')}."
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_error, (self.problem, self.fix, self.node, self.topology, self.module))
+
+
+def _rebuild_error(
+    problem: str, fix: str, node: str | None, topology: str | None, module: str | None
+) -> TopologyError:
+    return TopologyError(problem, fix=fix, node=node, topology=topology, module=module)
+
+
+class RowError(ValueError):
+    """A sink tuple cannot be turned into a row of its table."""
+
+
+OnError = Literal["quarantine", "fail"]
+"""What the runtime does with a record a user function fails on (see :class:`RecordFailed`)."""
+ON_ERROR_POLICIES: tuple[OnError, ...] = ("quarantine", "fail")
+
+
+class RecordFailed(Exception):
+    """A user function failed on one record (a bad record, a "poison pill").
+
+    ``node`` is the node whose function failed, ``stage`` which function (``key``,
+    ``lift``, ``event_time``, ``monoid`` for a value the state's monoid refuses, ``emit``,
+    ``row``) and ``error`` the original exception as text. Per the topology's ``on_error``
+    policy the runtime and :func:`~hailstorm.model.run_model` quarantine the record (a dead
+    letter) or stop the topology.
+    """
+
+    def __init__(self, node: str, stage: str, original: BaseException) -> None:
+        self.node = node
+        self.stage = stage
+        self.error = f"{type(original).__name__}: {original}"
+        super().__init__(f"{node}: {stage} failed: {self.error}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_failure, (self.node, self.stage, self.error))
+
+
+def _rebuild_failure(node: str, stage: str, error: str) -> RecordFailed:
+    failure = RecordFailed(node, stage, Exception())
+    failure.error = error
+    failure.args = (f"{node}: {stage} failed: {error}",)
+    return failure
+
+
+def check_name(name: object, what: str, node: str | None, topology: str | None) -> None:
+    """Raise :class:`TopologyError` unless ``name`` (the ``what`` of ``node`` in
+    ``topology``) follows :data:`NAME_PATTERN`."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise TopologyError(
+            f"{what} {name!r} is not a valid name (it must match {NAME_PATTERN.pattern}: "
+            "lowercase letters, digits and '_', not starting with a digit, at most 63 "
+            "characters) because it becomes a ZooKeeper path segment, part of Kafka topic "
+            "names and an SQL identifier",
+            fix=f"rename it, e.g. {_suggest_name(name)!r}",
+            node=node,
+            topology=topology,
+        )
+
+
+def _suggest_name(name: object) -> str:
+    text = re.sub(r"[^a-z0-9_]+", "_", str(name).lower()).strip("_") or "name"
+    if text[0].isdigit():
+        text = f"_{text}"
+    return text[:63]
+
+
+def check_topic_name(topic: object, what: str, node: str | None, topology: str | None) -> None:
+    """Raise :class:`TopologyError` unless ``topic`` follows :data:`TOPIC_PATTERN`."""
+    if not isinstance(topic, str) or not TOPIC_PATTERN.match(topic) or topic in {".", ".."}:
+        raise TopologyError(
+            f"{what} {topic!r} is not a valid Kafka topic name (1-249 characters from "
+            "a-z A-Z 0-9 . _ -, and not '.' or '..')",
+            fix="use a name such as 'page-views' or 'words'",
+            node=node,
+            topology=topology,
+        )
