@@ -58,8 +58,8 @@ Destination = tuple[str, int]
 """A receiving processor instance: ``(node name, instance index)``."""
 
 PartitionKey = Any
-"""How a core names a source partition: ``(topic, n)`` (:data:`hailstorm.clock.Partition`)
-or, to spare per-tuple conversions, its :class:`hailstorm.wire.PartitionTable` index (batch
+"""How a core names a source partition: ``(topic, n)`` (:data:`hailstorm.protocol.clock.Partition`)
+or, to spare per-tuple conversions, its :class:`hailstorm.protocol.wire.PartitionTable` index (batch
 columns can then be passed straight from and to wire frames). Cores only use it as a
 dictionary key; everything one core is given (data, watermarks, clocks, its loaded clock)
 must use the same kind."""

@@ -46,7 +46,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.clock import NOTHING, merge_max
 from hailstorm.processors import (
     Action,
     Batch,
@@ -60,6 +59,7 @@ from hailstorm.processors import (
     WriteSnapshot,
 )
 from hailstorm.processors.watermarks import UpstreamWatermarks
+from hailstorm.protocol.clock import NOTHING, merge_max
 from hailstorm.topology import BoltSpec, RecordFailed
 
 __all__ = ["BoltCore", "Emitted"]

@@ -18,7 +18,7 @@ Data plane: upstream instances connect to their downstream instances (addresses 
 in it). A connection first proves both ends hold the run's secret (:mod:`hailstorm.auth`;
 a listener refuses, logs and counts anything else without failing, and authenticates at
 most :data:`MAX_HANDSHAKES` at once, each within :data:`HANDSHAKE_TIMEOUT` s); every frame
-then carries a MAC checked before it is decoded. Frames (:mod:`hailstorm.wire`) are sent
+then carries a MAC checked before it is decoded. Frames (:mod:`hailstorm.protocol.wire`) are sent
 with blocking ``sendall`` (socket timeout
 :attr:`Assignment.io_timeout`); receivers put them into a bounded queue, so a slow bolt
 stops reading its sockets and back-pressure reaches the spouts through TCP.
@@ -31,7 +31,7 @@ stops reading its sockets and back-pressure reaches the spouts through TCP.
 * Bolt: the main thread owns the :class:`~hailstorm.processors.BoltCore` (frames from the
   queue, clocks from CLOCK frames or the master); :class:`WriteSnapshot` goes to a writer
   thread that stores it (:func:`~hailstorm.snapshots.open_store`) and then
-  writes the :class:`~negotiator.layout.SnapshotReport`.
+  writes the :class:`~hailstorm.protocol.layout.SnapshotReport`.
 * Sink: counts (and for upsert/merge tables keeps, in memory) the rows it receives; the
   exactly-once database sinks are a separate component.
 
@@ -69,7 +69,6 @@ from hailstorm.auth import (
     accept_peer,
     greet_peer,
 )
-from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json, partition_key
 from hailstorm.config import DEFAULT_DATABASE_URL, KAFKA_CONFIG_VAR
 from hailstorm.coordination import Coordinator
 from hailstorm.failpoints import failpoint
@@ -92,14 +91,19 @@ from hailstorm.processors import (
     WriteSnapshot,
 )
 from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
-from hailstorm.quarantine import DeadLetterWriter
-from hailstorm.routing import route
-from hailstorm.sinks import FencedError, SinkWriter, redact
-from hailstorm.sinks.topic import TopicWriter, progress_topic
-from hailstorm.snapshots import SnapshotCorruptError, open_store
-from hailstorm.topic import Topic
-from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
-from hailstorm.wire import (
+from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_to_json, partition_key
+from hailstorm.protocol.layout import (
+    Flowing,
+    Initialize,
+    ProcessorId,
+    ProcessorState,
+    Role,
+    SnapshotReport,
+    SpoutsPaused,
+    SpoutsRewind,
+    parse_processor_id,
+)
+from hailstorm.protocol.wire import (
     Answer,
     Bye,
     ClockMarker,
@@ -113,17 +117,13 @@ from hailstorm.wire import (
     recv_frames,
     send_frames,
 )
-from negotiator.layout import (
-    Flowing,
-    Initialize,
-    ProcessorId,
-    ProcessorState,
-    Role,
-    SnapshotReport,
-    SpoutsPaused,
-    SpoutsRewind,
-    parse_processor_id,
-)
+from hailstorm.quarantine import DeadLetterWriter
+from hailstorm.routing import route
+from hailstorm.sinks import FencedError, SinkWriter, redact
+from hailstorm.sinks.topic import TopicWriter, progress_topic
+from hailstorm.snapshots import SnapshotCorruptError, open_store
+from hailstorm.topic import Topic
+from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology, load_topology
 
 __all__ = ["Assignment", "RestartRequired", "run_processor"]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hailstorm.clock import NOTHING
 from hailstorm.processors import Marks, PartitionKey
+from hailstorm.protocol.clock import NOTHING
 
 __all__ = ["UNBOUNDED", "UpstreamWatermarks"]
 

@@ -30,7 +30,7 @@ from hailstorm.harness import (
 )
 from hailstorm.model import run_model
 from hailstorm.processors.runtime import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES
-from hailstorm.wire import DataBatch, Hello, encode_frames
+from hailstorm.protocol.wire import DataBatch, Hello, encode_frames
 
 pytestmark = pytest.mark.integration
 

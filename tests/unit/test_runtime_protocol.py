@@ -15,9 +15,9 @@ from hailstorm.processors.runtime import (
     listen_address,
     route_address,
 )
+from hailstorm.protocol.layout import Flowing, Initialize, SpoutsPaused, SpoutsRewind
+from hailstorm.protocol.wire import PartitionTable
 from hailstorm.topology import load_topology
-from hailstorm.wire import PartitionTable
-from negotiator.layout import Flowing, Initialize, SpoutsPaused, SpoutsRewind
 
 PARTS = [("words", 0), ("words", 1)]
 WORDCOUNT = str(Path(__file__).resolve().parents[2] / "topologies" / "wordcount.py")
