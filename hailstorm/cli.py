@@ -17,7 +17,7 @@ from hailstorm.auth import SECRET_FILE_VAR
 from hailstorm.devstack import DEFAULT_SPARK_CORES, SPARK_MASTER_VAR, DevStack, DevStackError
 from hailstorm.halt import TopologyHalted
 from hailstorm.kafka import KafkaAuthError, KafkaConfigError, KafkaUnreachable
-from hailstorm.spark_runner import NotEnoughSlots, RestartsExhausted
+from hailstorm.runtime.spark_stage import NotEnoughSlots, RestartsExhausted
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
@@ -292,8 +292,8 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     """
     import logging
 
-    from hailstorm.runner import Driver, RunOptions
-    from hailstorm.spark_runner import SparkOptions, install_signal_handlers
+    from hailstorm.runtime.driver import Driver, RunOptions
+    from hailstorm.runtime.spark_stage import SparkOptions, install_signal_handlers
     from hailstorm.topology import TopologyError
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
@@ -647,9 +647,9 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
     nothing; a newer round replaces the table's content atomically.
     """
     from hailstorm.export import RichExportListener, export_bolt
+    from hailstorm.runtime.spark_stage import SparkOptions, build_session
     from hailstorm.sinks import SinkError, scrub
     from hailstorm.snapshots import SnapshotError, open_store
-    from hailstorm.spark_runner import SparkOptions, build_session
     from hailstorm.topology import TopologyError, load_topology
 
     settings = config.Settings.from_env(zk=zk, snapshots=snapshot_dir, database_url=url)

@@ -438,7 +438,7 @@ def export_bolt(
 ) -> ExportResult:
     """Export ``bolt``'s snapshot round into ``table`` at ``url`` (module docstring).
 
-    ``session`` is a SparkSession (:func:`hailstorm.spark_runner.build_session`) or a
+    ``session`` is a SparkSession (:func:`hailstorm.runtime.spark_stage.build_session`) or a
     function returning one, called only when rows must be read (not for a round that is
     already exported).
     ``before_commit`` runs inside the write transaction just before it commits (tests use

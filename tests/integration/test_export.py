@@ -25,9 +25,9 @@ from hailstorm.cli import main
 from hailstorm.export import ExportError, ExportListener, export_bolt
 from hailstorm.protocol.layout import CommittedRecord, TopologyPaths
 from hailstorm.routing import route
+from hailstorm.runtime.spark_stage import SparkOptions, build_session
 from hailstorm.sinks import SchemaMismatchError
 from hailstorm.snapshots import DirectorySnapshotStore
-from hailstorm.spark_runner import SparkOptions, build_session
 from hailstorm.topology import BoltSpec, Topology
 
 pytestmark = pytest.mark.integration

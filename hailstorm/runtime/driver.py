@@ -4,8 +4,8 @@
 2. compute the expected processor ids (one spout instance per source partition, every bolt
    instance, one instance per sink) and write them to ``/hailstorm/<name>/expected``;
 3. build the Spark session and run one barrier stage with a task per processor
-   (:func:`hailstorm.processors.runtime.run_processor`), resubmitted after every failure
-   (:class:`hailstorm.spark_runner.StageRunner`) until stopped;
+   (:func:`hailstorm.runtime.task.run_processor`), resubmitted after every failure
+   (:class:`hailstorm.runtime.spark_stage.StageRunner`) until stopped;
 4. while it runs, look at the source topics' partitions every
    :attr:`RunOptions.partition_check_interval` seconds. Partitions added to a topic are
    picked up: the driver stops the stage, writes the new expected ids, and starts a Spark
@@ -29,7 +29,6 @@ from typing import Any
 
 from hailstorm.auth import SECRET_FILE_VAR, RunSecret
 from hailstorm.kafka import partitions_of
-from hailstorm.processors.runtime import Assignment, run_processor
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import (
     ExpectedRecord,
@@ -37,7 +36,9 @@ from hailstorm.protocol.layout import (
     expected_processor_ids,
 )
 from hailstorm.protocol.records import TopologyRecords
-from hailstorm.spark_runner import SparkOptions, StageRunner, build_session, check_slots
+from hailstorm.runtime.processor import Assignment
+from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_session, check_slots
+from hailstorm.runtime.task import run_processor
 from hailstorm.topology import Topology, graph_of, load_topology
 from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
 
