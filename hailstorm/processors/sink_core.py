@@ -35,8 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
-from hailstorm.protocol.clock import NOTHING, Clock, Partition
+from hailstorm.processors.watermarks import UpstreamWatermarks
+from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition
 
 __all__ = [
     "COMMIT_INTERVAL",

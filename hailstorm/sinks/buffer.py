@@ -37,8 +37,7 @@ from operator import itemgetter
 from typing import Any
 
 from hailstorm.model import Origin, RejectedRow, record_text
-from hailstorm.processors.watermarks import UNBOUNDED
-from hailstorm.protocol.clock import NOTHING, Clock, Partition
+from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition
 from hailstorm.topic import Topic
 from hailstorm.topology import RowError, Table
 
