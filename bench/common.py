@@ -215,7 +215,7 @@ class TableProgress:
 
 def committed_snapshot_sizes(snapshots: Path | str, committed: Any) -> dict[str, int]:
     """Processor id -> size in bytes of its snapshot file in the committed round
-    ``committed`` (a :class:`negotiator.layout.CommittedRecord`)."""
+    ``committed`` (a :class:`hailstorm.protocol.layout.CommittedRecord`)."""
     from hailstorm.snapshots import open_store
 
     store = open_store(snapshots)

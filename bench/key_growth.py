@@ -36,7 +36,7 @@ topology name:
    little or nothing, whatever N; the build rounds write the keys each one added. Each
    round's ``pause_s`` (how long the spouts stood paused: ``SpoutsPaused`` to
    ``Flowing(e, C)``) and ``snapshot_s`` (from ``Flowing(e, C)`` to the commit) come from
-   the committed records (``negotiator/layout.py``), polled every 0.05 s (each record also
+   the committed records (``hailstorm/protocol/layout.py``), polled every 0.05 s (each record also
    keeps the one before it, so none is missed); the build rounds are reported apart, and
    the negotiator's own figures over every round (``common.pause_figures``) too;
 5. **memory**: every processor reports the pid of its Spark Python worker in ZooKeeper
@@ -99,8 +99,8 @@ from hailstorm.harness import (  # noqa: E402
     TopologyRun,
     wait_for,
 )
+from hailstorm.protocol.layout import CommittedRecord  # noqa: E402
 from hailstorm.snapshots import open_store  # noqa: E402
-from negotiator.layout import CommittedRecord  # noqa: E402
 
 PARTITIONS = 4
 BOLT = "counts"

@@ -6,8 +6,8 @@ line of figures, then a human summary. For each candidate encoding of a list of 
 throughput (MB/s of encoded bytes, tuples/s), the encode+decode round trip in tuples/s,
 bytes per tuple, and whether the round trip is exact (equal values *and* equal types, so a
 tuple coming back as a list or a bytearray as bytes counts as a failure). It also times whole
-DATA frames through :mod:`hailstorm.wire` (packed origin columns + the chosen encoding +
-:class:`~hailstorm.wire.FrameReader`), to show the frame overhead over the bare encoding,
+DATA frames through :mod:`hailstorm.protocol.wire` (packed origin columns + the chosen encoding +
+:class:`~hailstorm.protocol.wire.FrameReader`), to show the frame overhead over the bare encoding,
 and again with the data plane's per-frame MAC (``FRAME+MAC``, :mod:`hailstorm.auth`).
 
 The chosen encoding must be exact on every workload; among exact ones it is the fastest round
@@ -32,8 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hailstorm import wire
 from hailstorm.auth import FrameSealer
+from hailstorm.protocol import wire
 
 Codec = tuple[Callable[[list[Any]], bytes], Callable[[bytes], Any]]
 
@@ -45,7 +45,7 @@ CANDIDATES: dict[str, Codec] = {
 }
 
 CHOSEN = "pickle5"
-"""What hailstorm.wire uses (checked against the module below)."""
+"""What hailstorm.protocol.wire uses (checked against the module below)."""
 
 
 def _words(rng: random.Random, n: int) -> list[str]:
@@ -154,7 +154,7 @@ def measure_codec(name: str, values: list[Any], repeat: int) -> dict[str, Any]:
 
 
 def measure_frame(values: list[Any], repeat: int, sealed: bool = False) -> dict[str, Any]:
-    """Whole DATA frames through hailstorm.wire: encode_frames + FrameReader.feed; with
+    """Whole DATA frames through hailstorm.protocol.wire: encode_frames + FrameReader.feed; with
     ``sealed`` each frame also gets (and is checked against) its data-plane MAC, as between
     processors."""
     n = len(values)

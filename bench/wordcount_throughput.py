@@ -54,7 +54,7 @@ from peers import bytewax_available, run_bytewax  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
 from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
-from negotiator.layout import CommittedRecord, SnapshotReport  # noqa: E402
+from hailstorm.protocol.layout import CommittedRecord, SnapshotReport  # noqa: E402
 from topologies.wordcount import words_of  # noqa: E402
 
 TOPIC = "words"

@@ -17,7 +17,7 @@ from hailstorm.auth import SECRET_FILE_VAR
 from hailstorm.devstack import DEFAULT_SPARK_CORES, SPARK_MASTER_VAR, DevStack, DevStackError
 from hailstorm.halt import TopologyHalted
 from hailstorm.kafka import KafkaAuthError, KafkaConfigError, KafkaUnreachable
-from hailstorm.spark_runner import NotEnoughSlots, RestartsExhausted
+from hailstorm.runtime.spark_stage import NotEnoughSlots, RestartsExhausted
 
 console = Console(stderr=True, highlight=False)
 out = Console(highlight=False, soft_wrap=True)
@@ -292,8 +292,8 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     """
     import logging
 
-    from hailstorm.runner import Driver, RunOptions
-    from hailstorm.spark_runner import SparkOptions, install_signal_handlers
+    from hailstorm.runtime.driver import Driver, RunOptions
+    from hailstorm.runtime.spark_stage import SparkOptions, install_signal_handlers
     from hailstorm.topology import TopologyError
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
@@ -344,14 +344,24 @@ def _absolute_sqlite(url: str) -> str:
     return url
 
 
-def _add_negotiator_command() -> None:
-    """``hailstorm negotiator`` is the daemon of the separate ``negotiator`` package."""
-    from negotiator.daemon import negotiator_command
-
-    main.add_command(negotiator_command, "negotiator")
+NEGOTIATOR_MODULE = "negotiator"
+"""The daemon ``hailstorm negotiator`` runs, by module name: ``python -m negotiator``."""
 
 
-_add_negotiator_command()
+@main.command("negotiator", add_help_option=False,
+              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def negotiator_command(args: tuple[str, ...]) -> None:
+    """Run the negotiator daemon of a topology.
+
+    The same command as `python -m negotiator`; `hailstorm negotiator --help` lists its
+    options."""
+    # The negotiator package depends on hailstorm (its protocol), never the reverse: the
+    # daemon is run by module name in this process, as `python -m negotiator` runs it.
+    import runpy
+
+    sys.argv = [NEGOTIATOR_MODULE, *args]
+    runpy.run_module(NEGOTIATOR_MODULE, run_name="__main__", alter_sys=True)
 
 
 @main.command("status")
@@ -474,7 +484,7 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
     """
     import json
 
-    from hailstorm.clock import clock_to_json
+    from hailstorm.protocol.clock import clock_to_json
     from hailstorm.snapshots import SnapshotError, open_store
     from hailstorm.topology import BoltSpec
 
@@ -637,9 +647,9 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
     nothing; a newer round replaces the table's content atomically.
     """
     from hailstorm.export import RichExportListener, export_bolt
+    from hailstorm.runtime.spark_stage import SparkOptions, build_session
     from hailstorm.sinks import SinkError, scrub
     from hailstorm.snapshots import SnapshotError, open_store
-    from hailstorm.spark_runner import SparkOptions, build_session
     from hailstorm.topology import TopologyError, load_topology
 
     settings = config.Settings.from_env(zk=zk, snapshots=snapshot_dir, database_url=url)

@@ -28,12 +28,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 from kazoo.retry import KazooRetry
 
-from hailstorm.clock import Clock
-from hailstorm.zookeeper import ensure_paths, zk_client
-from negotiator.layout import (
+from hailstorm.protocol.clock import Clock
+from hailstorm.protocol.layout import (
     CommittedRecord,
     ExpectedRecord,
     LayoutError,
@@ -43,6 +42,8 @@ from negotiator.layout import (
     SnapshotReport,
     TopologyPaths,
 )
+from hailstorm.protocol.records import TopologyRecords
+from hailstorm.zookeeper import ensure_paths, zk_client
 
 __all__ = ["CoordinationError", "Coordinator"]
 
@@ -92,6 +93,8 @@ class Coordinator:
         self.client = zk_client(hosts, session_timeout)
         self.client.add_listener(self._on_state)
         self.client.start(timeout=connect_timeout)
+        self.records = TopologyRecords(self.client, self.paths, call=self._call)
+        """Reads and writes of the records, retried across connection losses."""
 
     # -- session ------------------------------------------------------------------------
 
@@ -166,7 +169,7 @@ class Coordinator:
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info, corrupt
         )
-        self._call(self.client.set, self.paths.living_node(self.processor), report.to_json())
+        self.records.write_report(report)
         self._last_report = report
 
     def report_error(self, message: str) -> None:
@@ -217,60 +220,29 @@ class Coordinator:
         """
         self.changed.clear()
         try:
-            raw, _stat = self._call(self.client.get, self.paths.master, watch=self._watch)
-        except NoNodeError:
-            if self._call(self.client.exists, self.paths.master, watch=self._watch) is not None:
-                self.changed.set()  # created in between: read again
-            return None
-        try:
-            return MasterRecord.from_json(raw)
+            return self.records.master(watch=self._watch)
         except LayoutError as exc:
             log.warning("unreadable master record (%s); waiting for the negotiator", exc)
             return None
 
     def committed(self) -> CommittedRecord | None:
         """The ``committed`` record, or None when nothing was committed yet."""
-        try:
-            raw, _stat = self._call(self.client.get, self.paths.committed)
-        except NoNodeError:
-            return None
-        return CommittedRecord.from_json(raw)
+        return self.records.committed()
 
     def expected(self) -> ExpectedRecord:
         """The ``expected`` record (the driver writes it before starting processors)."""
-        try:
-            raw, _stat = self._call(self.client.get, self.paths.expected)
-        except NoNodeError:
+        expected = self.records.expected()
+        if expected is None:
             raise CoordinationError(
                 f"{self.paths.expected} does not exist: start the topology with 'hailstorm run'"
-            ) from None
-        return ExpectedRecord.from_json(raw)
+            )
+        return expected
 
     def reports(self) -> dict[str, ProcessorReport]:
         """Every readable processor report under ``living``, by processor id."""
-        result: dict[str, ProcessorReport] = {}
-        try:
-            children = self._call(self.client.get_children, self.paths.living)
-        except NoNodeError:
-            return result
-        for child in children:
-            try:
-                raw, _stat = self._call(self.client.get, f"{self.paths.living}/{child}")
-                report = ProcessorReport.from_json(raw)
-            except (NoNodeError, LayoutError):
-                continue
-            if report.processor == child:
-                result[child] = report
-        return result
+        return {child: report for child, report in self.records.reports().items()
+                if report is not None and report.processor == child}
 
     def write_snapshot_report(self, report: SnapshotReport) -> None:
         """Set (or create) ``snapshots/<bolt>/<instance>``."""
-        path = self.paths.snapshot_node(report.processor)
-        data = report.to_json()
-        try:
-            self._call(self.client.set, path, data)
-        except NoNodeError:
-            try:
-                self._call(self.client.create, path, data, makepath=True)
-            except NodeExistsError:
-                self._call(self.client.set, path, data)
+        self.records.write_snapshot_report(report)

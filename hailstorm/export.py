@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hailstorm.clock import Clock, clock_to_json
 from hailstorm.monoids import Count, KeyedMap, Max, Min, Monoid, Record, Sum
+from hailstorm.protocol.clock import Clock, clock_to_json
 from hailstorm.sinks.db import Database, RetryPolicy, with_retries
 from hailstorm.sinks.errors import SinkConfigError, SinkError
 from hailstorm.sinks.sql import EXPORTS_TABLE, TableShape
@@ -230,11 +230,9 @@ def complete_rounds(
 
 
 def read_committed(zk: str, topology: str, timeout: float = 5.0) -> Any:
-    """The topology's :class:`~negotiator.layout.CommittedRecord` (None when there is
+    """The topology's :class:`~hailstorm.protocol.layout.CommittedRecord` (None when there is
     none); raises ``ExportError`` when ZooKeeper cannot be reached."""
-    from kazoo.exceptions import NoNodeError
-
-    from negotiator.layout import CommittedRecord, TopologyPaths
+    from hailstorm.protocol.records import TopologyRecords
 
     client = zk_client(zk, timeout)
     try:
@@ -243,13 +241,10 @@ def read_committed(zk: str, topology: str, timeout: float = 5.0) -> Any:
         client.close()
         raise ExportError(f"cannot reach ZooKeeper at {zk}: {exc}") from None
     try:
-        raw, _ = client.get(TopologyPaths(topology).committed)
-    except NoNodeError:
-        return None
+        return TopologyRecords(client, topology).committed()
     finally:
         client.stop()
         client.close()
-    return CommittedRecord.from_json(raw)
 
 
 def _committed_round(
@@ -443,7 +438,7 @@ def export_bolt(
 ) -> ExportResult:
     """Export ``bolt``'s snapshot round into ``table`` at ``url`` (module docstring).
 
-    ``session`` is a SparkSession (:func:`hailstorm.spark_runner.build_session`) or a
+    ``session`` is a SparkSession (:func:`hailstorm.runtime.spark_stage.build_session`) or a
     function returning one, called only when rows must be read (not for a round that is
     already exported).
     ``before_commit`` runs inside the write transaction just before it commits (tests use

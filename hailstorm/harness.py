@@ -55,28 +55,26 @@ from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
 
 from confluent_kafka import KafkaException, Producer
-from kazoo.exceptions import NoNodeError
 
 from hailstorm import kafka
-from hailstorm.clock import Partition
 from hailstorm.devstack import SPARK_MASTER_VAR, pid_alive, stop_pid
 from hailstorm.failpoints import FAILPOINTS_DIR_VAR, PAUSE_DIR_VAR, pause_request
 from hailstorm.model import Message, ModelResult, run_model
+from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import (
+    CommittedRecord,
+    MasterRecord,
+    ProcessorReport,
+    RecoveryRecord,
+    TopologyPaths,
+)
+from hailstorm.protocol.records import TopologyRecords
 from hailstorm.sinks.urls import is_postgres_url, redact
 from hailstorm.snapshots import open_store
 from hailstorm.topic import Topic
 from hailstorm.topology import SinkSpec, Table, Topology, load_topology
 from hailstorm.workloads import KeyedEvents, ZipfText
 from hailstorm.zookeeper import zk_client
-from negotiator.layout import (
-    CommittedRecord,
-    LayoutError,
-    MasterRecord,
-    NegotiatorRecord,
-    ProcessorReport,
-    RecoveryRecord,
-    TopologyPaths,
-)
 
 __all__ = [
     "DEFAULT_FAULT_KINDS",
@@ -822,6 +820,7 @@ class TopologyRun:
             self.env[PAUSE_DIR_VAR] = str(pause_dir)
         self.zk = zk_client(stack.zk)
         self.zk.start(timeout=20)
+        self.records = TopologyRecords(self.zk, self.paths)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -920,28 +919,16 @@ class TopologyRun:
     # -- ZooKeeper views ------------------------------------------------------------------
 
     def master(self) -> MasterRecord | None:
-        try:
-            return MasterRecord.from_json(self.zk.get(self.paths.master)[0])
-        except NoNodeError:
-            return None
+        return self.records.master()
 
     def committed(self) -> CommittedRecord | None:
-        try:
-            return CommittedRecord.from_json(self.zk.get(self.paths.committed)[0])
-        except NoNodeError:
-            return None
+        return self.records.committed()
 
     def processors(self) -> dict[str, ProcessorReport]:
-        """The living processors' reports (``info["pid"]`` is the worker's pid)."""
+        """The living processors' readable reports (``info["pid"]`` is the worker's pid)."""
         result: dict[str, ProcessorReport] = {}
-        try:
-            children = self.zk.get_children(self.paths.living)
-        except NoNodeError:
-            return result
-        for child in children:
-            try:
-                report = ProcessorReport.from_json(self.zk.get(f"{self.paths.living}/{child}")[0])
-            except NoNodeError:
+        for child, report in self.records.reports().items():
+            if report is None:
                 continue
             result[child] = report
             if "pid" in report.info:
@@ -1155,31 +1142,16 @@ class TopologyRun:
 
     def recoveries(self) -> list[RecoveryRecord]:
         """Every move to Initialize the negotiators recorded, oldest first."""
-        try:
-            children = sorted(self.zk.get_children(self.paths.recoveries))
-        except NoNodeError:
-            return []
-        records = []
-        for child in children:
-            with contextlib.suppress(NoNodeError):
-                raw, _stat = self.zk.get(f"{self.paths.recoveries}/{child}")
-                records.append(RecoveryRecord.from_json(raw))
-        return records
+        return self.records.recoveries()
 
     def negotiator_metrics(self) -> dict[str, dict[str, float]]:
         """The ``/metrics`` samples of every negotiator that serves them (by identifier)."""
         from hailstorm.metrics import scrape
 
-        try:
-            children = self.zk.get_children(self.paths.negotiators)
-        except NoNodeError:
-            return {}
         result = {}
-        for child in children:
-            with contextlib.suppress(NoNodeError, OSError, ValueError, LayoutError):
-                raw, _stat = self.zk.get(f"{self.paths.negotiators}/{child}")
-                record = NegotiatorRecord.from_json(raw)
-                if record.metrics is not None:
+        for record in self.records.negotiators():
+            if record.metrics is not None:
+                with contextlib.suppress(OSError, ValueError):
                     result[record.identifier] = scrape(record.host, record.metrics)
         return result
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.clock import Partition
 from hailstorm.decoders import DecodeError
+from hailstorm.protocol.clock import Partition
 from hailstorm.topic import Topic
 from hailstorm.topology import (
     BoltSpec,

@@ -29,11 +29,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hailstorm.clock import Clock, Partition
 from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt
 from hailstorm.metrics import Counter
 from hailstorm.model import DeadLetter, Message, halt_reason_of
+from hailstorm.protocol.clock import Clock, Partition
 from hailstorm.topic import Topic, TopicRecord
 from hailstorm.topology import OnError
 

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hailstorm.auth import AuthError, RunSecret, greet_peer
-from hailstorm.clock import Clock, clock_to_json, dominates, low_water_mark, merge_max
 from hailstorm.export import choose_round
 from hailstorm.monoids import KeyedMap
+from hailstorm.protocol.clock import Clock, clock_to_json, dominates, low_water_mark, merge_max
+from hailstorm.protocol.wire import Answer, FrameError, FrameReader, Query, recv_frames, send_frames
 from hailstorm.routing import route
 from hailstorm.snapshots import SnapshotStore, jsonable
 from hailstorm.topology import BoltSpec
-from hailstorm.wire import Answer, FrameError, FrameReader, Query, recv_frames, send_frames
 
 __all__ = ["LiveAnswer", "LiveResult", "QueryError", "QueryResult", "parse_key",
            "query_committed", "query_live"]

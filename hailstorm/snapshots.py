@@ -22,7 +22,7 @@ Metadata (Avro file metadata, UTF-8 strings):
 ``hailstorm.instance``    instance index of the writer
 ``hailstorm.parallelism`` parallelism of the bolt when written
 ``hailstorm.epoch``       round number
-``hailstorm.clock``       the round's clock, JSON (:func:`hailstorm.clock.clock_to_json`)
+``hailstorm.clock``       the round's clock, JSON (:func:`hailstorm.protocol.clock.clock_to_json`)
 ``hailstorm.monoid``      ``monoid.describe()``
 ``hailstorm.layout``      ``"per_key"`` (one record per key) or ``"whole"``
 ``hailstorm.records``     number of records
@@ -82,9 +82,9 @@ from urllib.parse import unquote, urlparse
 import fastavro
 from fastavro.write import Writer
 
-from hailstorm.clock import Clock, clock_from_json, clock_to_json
 from hailstorm.failpoints import failpoint
 from hailstorm.monoids import KeyedMap, Monoid
+from hailstorm.protocol.clock import Clock, clock_from_json, clock_to_json
 from hailstorm.routing import route as default_route
 
 __all__ = [

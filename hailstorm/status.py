@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hailstorm.clock import Partition, clock_to_json, partition_key
-from hailstorm.zookeeper import zk_client
-from negotiator.layout import (
+from hailstorm.protocol.clock import Partition, clock_to_json, partition_key
+from hailstorm.protocol.layout import (
     CommittedRecord,
     ExpectedRecord,
     LayoutError,
@@ -35,6 +34,8 @@ from negotiator.layout import (
     TopologyPaths,
     parse_processor_id,
 )
+from hailstorm.protocol.records import TopologyRecords
+from hailstorm.zookeeper import zk_client
 
 LAG_NOTE = ("lag: offsets from what spouts read (and what is committed) to the log end "
             "(read_committed: the last stable offset); a transaction's commit marker counts as "
@@ -431,64 +432,26 @@ class Collector:
     def known(self, name: str) -> bool:
         return self.zk.exists(TopologyPaths(name).root) is not None
 
-    def _get(self, path: str) -> bytes | None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _stat = self.zk.get(path)
-            return bytes(data)
-        except NoNodeError:
-            return None
-
-    def _children(self, path: str) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return sorted(self.zk.get_children(path))
-        except NoNodeError:
-            return []
-
     def read(self, topology: str) -> Inputs:
         """ZooKeeper, Kafka and the snapshot store (no metrics yet)."""
-        paths = TopologyPaths(topology)
         inputs = Inputs(topology, time.time())
         problems = inputs.problems
 
-        def parse(what: str, raw: bytes | None, build: Callable[[bytes], Any]) -> Any:
-            if raw is None:
-                return None
-            try:
-                return build(raw)
-            except LayoutError as exc:
-                problems.append(f"unreadable {what}: {exc}")
-                return None
+        def unreadable(subject: str, exc: LayoutError) -> None:
+            problems.append(f"unreadable {subject}: {exc}")
 
-        inputs.master = parse("master", self._get(paths.master), MasterRecord.from_json)
-        inputs.committed = parse("committed", self._get(paths.committed),
-                                 CommittedRecord.from_json)
-        inputs.expected = parse("expected", self._get(paths.expected), ExpectedRecord.from_json)
-        for child in self._children(paths.living):
-            report = parse(f"living/{child}", self._get(f"{paths.living}/{child}"),
-                           ProcessorReport.from_json)
+        records = TopologyRecords(self.zk, topology, on_unreadable=unreadable)
+        inputs.master = records.master()
+        inputs.committed = records.committed()
+        inputs.expected = records.expected()
+        for report in records.reports().values():
             if report is not None:
                 inputs.reports[report.processor] = report
-        for bolt in self._children(paths.snapshots):
-            for instance in self._children(f"{paths.snapshots}/{bolt}"):
-                snap = parse(f"snapshots/{bolt}/{instance}",
-                             self._get(f"{paths.snapshots}/{bolt}/{instance}"),
-                             SnapshotReport.from_json)
-                if snap is not None:
-                    inputs.snapshots[snap.processor] = snap
-        for child in self._children(paths.recoveries)[-RECOVERIES_SHOWN:]:
-            recovery = parse(f"recoveries/{child}", self._get(f"{paths.recoveries}/{child}"),
-                             RecoveryRecord.from_json)
-            if recovery is not None:
-                inputs.recoveries.append(recovery)
-        for child in self._children(paths.negotiators):
-            record = parse(f"negotiators/{child}", self._get(f"{paths.negotiators}/{child}"),
-                           NegotiatorRecord.from_json)
-            if record is not None:
-                inputs.negotiators.append(record)
+        for snap in records.snapshot_reports().values():
+            if snap is not None:
+                inputs.snapshots[snap.processor] = snap
+        inputs.recoveries = records.recoveries(last=RECOVERIES_SHOWN)
+        inputs.negotiators = records.negotiators()
 
         partitions = set(inputs.expected.partitions) if inputs.expected is not None else set()
         if self.kafka and partitions:

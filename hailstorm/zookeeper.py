@@ -20,7 +20,7 @@ from kazoo.exceptions import NodeExistsError
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions, make_digest_acl
 
 from hailstorm.config import ConfigError
-from negotiator.layout import ROOT
+from hailstorm.protocol.layout import ROOT
 
 __all__ = [
     "ZK_AUTH_VAR",

@@ -1,15 +1,15 @@
 """The hailstorm negotiator: drives a topology's master state in ZooKeeper.
 
-- :mod:`negotiator.states` — the master states and the legal transition relation (data);
 - :mod:`negotiator.machine` — :func:`~negotiator.machine.step`, the pure state machine;
-- :mod:`negotiator.layout` — ZooKeeper paths, processor ids and JSON records (shared with
-  processors and the driver);
 - :mod:`negotiator.shell` — the kazoo shell: election, watches, CAS writes;
 - :mod:`negotiator.daemon` — the ``python -m negotiator`` / ``hailstorm negotiator`` command.
+
+The master states, the ZooKeeper layout and its records belong to :mod:`hailstorm.protocol`
+(shared with processors, the driver and the tools); this package depends on it, never the
+reverse: nothing in :mod:`hailstorm` imports :mod:`negotiator`.
 """
 
-from negotiator.machine import Config, Decision, View, step
-from negotiator.states import (
+from hailstorm.protocol.states import (
     Flowing,
     Initialize,
     MasterState,
@@ -17,6 +17,7 @@ from negotiator.states import (
     SpoutsPaused,
     SpoutsRewind,
 )
+from negotiator.machine import Config, Decision, View, step
 
 __all__ = [
     "Config",

@@ -22,8 +22,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from hailstorm.config import ZK_VAR, snapshots_option, zk_option
 from hailstorm.metrics import NegotiatorMetrics, start_server
+from hailstorm.protocol.layout import NegotiatorRecord, TopologyPaths
 from hailstorm.zookeeper import ensure_paths, zk_client
-from negotiator.layout import NegotiatorRecord, TopologyPaths
 from negotiator.machine import Config, ForgetSnapshots
 from negotiator.shell import Shell
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hailstorm.clock import (
+from hailstorm.protocol.clock import (
     NOTHING,
     Clock,
     Partition,
@@ -40,7 +40,7 @@ from hailstorm.clock import (
     low_water_mark,
     merge_max,
 )
-from negotiator.layout import (
+from hailstorm.protocol.layout import (
     CommittedRecord,
     LayoutError,
     ProcessorId,
@@ -50,7 +50,7 @@ from negotiator.layout import (
     SnapshotReport,
     parse_processor_id,
 )
-from negotiator.states import (
+from hailstorm.protocol.states import (
     Flowing,
     Initialize,
     MasterState,

@@ -29,23 +29,28 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
-    NoNodeError,
     SessionExpiredError,
 )
-from kazoo.protocol.states import ZnodeStat
 
-from hailstorm.zookeeper import ensure_paths
-from negotiator.layout import (
+from hailstorm.protocol.layout import (
     RECOVERIES_KEPT,
     CommittedRecord,
-    ExpectedRecord,
     LayoutError,
     MasterRecord,
-    ProcessorReport,
     RecoveryRecord,
     SnapshotReport,
     TopologyPaths,
 )
+from hailstorm.protocol.records import TopologyRecords
+from hailstorm.protocol.states import (
+    Flowing,
+    Initialize,
+    MasterState,
+    NegotiatorDisconnected,
+    SpoutsPaused,
+    label,
+)
+from hailstorm.zookeeper import ensure_paths
 from negotiator.machine import (
     CommitClock,
     Config,
@@ -55,14 +60,6 @@ from negotiator.machine import (
     View,
     step,
 )
-from negotiator.states import (
-    Flowing,
-    Initialize,
-    MasterState,
-    NegotiatorDisconnected,
-    SpoutsPaused,
-    label,
-)
 
 if TYPE_CHECKING:
     from hailstorm.metrics import NegotiatorMetrics
@@ -70,6 +67,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("negotiator")
 
 _TRANSIENT = (ConnectionLoss, ConnectionClosedError, SessionExpiredError)
+
+_UNREADABLE = {
+    "master": "unreadable master record ({}): reinitializing",
+    "committed": "unreadable committed record ({})",
+    "expected": "unreadable expected record ({})",
+}
+"""What the leader notes (once) about an unreadable record it reads."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,7 @@ class Shell:
         self.on_forget = on_forget
         self.metrics = metrics
         self.on_leadership = on_leadership
+        self.records = TopologyRecords(client, self.paths, on_unreadable=self._unreadable)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._leading = False
@@ -351,88 +356,46 @@ class Shell:
     def _watch(self, _event: object) -> None:
         self._wake.set()
 
-    def _get(self, path: str) -> tuple[bytes | None, ZnodeStat | None]:
-        """Data and stat of ``path`` (None, None when absent), with a watch either way."""
-        for _ in range(3):
-            try:
-                data, stat = self.client.get(path, watch=self._watch)
-                return data, stat
-            except NoNodeError:
-                if self.client.exists(path, watch=self._watch) is None:
-                    return None, None
-        return None, None
-
-    def _children(self, path: str) -> list[str]:
-        try:
-            return sorted(self.client.get_children(path, watch=self._watch))
-        except NoNodeError:
-            self.client.exists(path, watch=self._watch)
-            return []
+    def _unreadable(self, subject: str, exc: LayoutError) -> None:
+        """Note an unreadable master, committed or expected record once (an unreadable
+        report reads as None: the machine ignores it and says so)."""
+        why = _UNREADABLE.get(subject)
+        if why is not None:
+            self._note_once(subject, why.format(exc))
 
     def observe(self) -> Observation:
         """Re-read everything the machine looks at (arming watches on all of it)."""
-        paths = self.paths
-        self.client.sync(paths.root)
+        records = self.records
+        self.client.sync(self.paths.root)
         now = self.clock()
         epochs = [0]
 
-        raw, stat = self._get(paths.master)
-        master: MasterRecord | None = None
-        if raw is not None:
-            try:
-                master = MasterRecord.from_json(raw)
-                epochs.append(master.state.epoch)
-            except LayoutError as exc:
-                self._note_once("master", f"unreadable master record ({exc}): reinitializing")
+        master_read = records.read_master(self._watch)
+        master = master_read.record
+        if master is not None:
+            epochs.append(master.state.epoch)
 
-        raw_c, stat_c = self._get(paths.committed)
-        committed: CommittedRecord | None = None
-        if raw_c is not None:
-            try:
-                committed = CommittedRecord.from_json(raw_c)
-                epochs.append(committed.epoch)
-            except LayoutError as exc:
-                self._note_once("committed", f"unreadable committed record ({exc})")
+        committed_read = records.read_committed(self._watch)
+        committed = committed_read.record
+        if committed is not None:
+            epochs.append(committed.epoch)
 
-        raw_e, _ = self._get(paths.expected)
-        expected: frozenset[str] | None = None
-        if raw_e is not None:
-            try:
-                expected = frozenset(ExpectedRecord.from_json(raw_e).processors)
-            except LayoutError as exc:
-                self._note_once("expected", f"unreadable expected record ({exc})")
+        expected_record = records.expected(self._watch)
+        expected = None if expected_record is None else frozenset(expected_record.processors)
 
-        living: dict[str, ProcessorReport | None] = {}
-        for name in self._children(paths.living):
-            raw_l, stat_l = self._get(f"{paths.living}/{name}")
-            if stat_l is None:
-                continue  # gone between the listing and the read
-            try:
-                report = ProcessorReport.from_json(raw_l or b"")
-            except LayoutError:
-                living[name] = None
-            else:
-                living[name] = report
-                epochs.append(report.epoch)
+        living = records.reports(self._watch)
+        epochs += [report.epoch for report in living.values() if report is not None]
 
         snapshots: dict[str, SnapshotReport | None] = {}
-        for bolt in self._children(paths.snapshots):
-            for instance in self._children(f"{paths.snapshots}/{bolt}"):
-                raw_s, stat_s = self._get(f"{paths.snapshots}/{bolt}/{instance}")
-                if stat_s is None:
-                    continue
-                # Bolt and sink names are unique in a topology: the node name says which.
-                key = f"bolt:{bolt}:{instance}"
-                if expected is not None and key not in expected:
-                    sink_key = f"sink:{bolt}:{instance}"
-                    key = sink_key if sink_key in expected else key
-                try:
-                    snap = SnapshotReport.from_json(raw_s or b"")
-                except LayoutError:
-                    snapshots[key] = None
-                else:
-                    snapshots[key] = snap
-                    epochs.append(snap.epoch)
+        for (bolt, instance), snap in records.snapshot_reports(self._watch).items():
+            # Bolt and sink names are unique in a topology: the node name says which.
+            key = f"bolt:{bolt}:{instance}"
+            if expected is not None and key not in expected:
+                sink_key = f"sink:{bolt}:{instance}"
+                key = sink_key if sink_key in expected else key
+            snapshots[key] = snap
+            if snap is not None:
+                epochs.append(snap.epoch)
 
         highest = max(epochs)
         state: MasterState
@@ -445,13 +408,7 @@ class Shell:
                 # two machines must not expire a wait early. Waits restart at the takeover.
                 entered_at = self.leader_since
         view = View(now, entered_at, expected, living, snapshots, committed, highest)
-        return Observation(
-            state,
-            None if stat is None else stat.version,
-            committed,
-            None if stat_c is None else stat_c.version,
-            view,
-        )
+        return Observation(state, master_read.version, committed, committed_read.version, view)
 
     def _note_once(self, subject: str, why: str) -> None:
         if (subject, why) not in self._noted:

@@ -104,7 +104,7 @@ MUTATIONS = (
     Mutation(
         "snapshot-reload",
         "a restarted bolt forgets to reload its snapshot (starts empty, claims the round)",
-        (Edit("hailstorm/processors/runtime.py",
+        (Edit("hailstorm/runtime/bolt.py",
               "                    _clock, state = self.store.load_for_instance(\n"
               "                        refs, self.spec.state, self.id.instance, "
               "self.spec.parallelism)",

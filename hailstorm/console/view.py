@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from negotiator.layout import LayoutError, parse_processor_id
+from hailstorm.protocol.layout import LayoutError, parse_processor_id
 
 Phase = Literal["flowing", "paused", "recovering", "dead"]
 """How an instance is drawn: moving data, a spout standing paused for a snapshot round,

@@ -19,7 +19,9 @@ frames flow on each connection, in order:
 
 Modules: :mod:`~hailstorm.processors.watermarks` (low water mark over upstream
 instances), :mod:`~hailstorm.processors.bolt_core` (A/B state split at the snapshot clock),
-:mod:`~hailstorm.processors.spout_core` (one Kafka partition: rewind, pause, resume, route).
+:mod:`~hailstorm.processors.spout_core` (one Kafka partition: rewind, pause, resume, route),
+:mod:`~hailstorm.processors.sink_core` (a sink's commit cadence and when a round is covered).
+The shells around them are :mod:`hailstorm.runtime`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "PartitionKey",
     "ProtocolViolation",
     "Router",
+    "SinkCore",
     "SpoutCore",
     "SpoutOutput",
     "UpstreamWatermarks",
@@ -58,8 +61,8 @@ Destination = tuple[str, int]
 """A receiving processor instance: ``(node name, instance index)``."""
 
 PartitionKey = Any
-"""How a core names a source partition: ``(topic, n)`` (:data:`hailstorm.clock.Partition`)
-or, to spare per-tuple conversions, its :class:`hailstorm.wire.PartitionTable` index (batch
+"""How a core names a source partition: ``(topic, n)`` (:data:`hailstorm.protocol.clock.Partition`)
+or, to spare per-tuple conversions, its :class:`hailstorm.protocol.wire.PartitionTable` index (batch
 columns can then be passed straight from and to wire frames). Cores only use it as a
 dictionary key; everything one core is given (data, watermarks, clocks, its loaded clock)
 must use the same kind."""
@@ -293,5 +296,6 @@ class _Unrowable:
 
 # The cores import the types above from this package, so they come last.
 from hailstorm.processors.bolt_core import BoltCore  # noqa: E402
+from hailstorm.processors.sink_core import SinkCore  # noqa: E402
 from hailstorm.processors.spout_core import SpoutCore, SpoutOutput  # noqa: E402
 from hailstorm.processors.watermarks import UpstreamWatermarks  # noqa: E402

@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from hailstorm.clock import NOTHING, merge_max
 from hailstorm.processors import (
     Action,
     Batch,
@@ -69,6 +68,7 @@ from hailstorm.processors import (
     WriteSnapshot,
 )
 from hailstorm.processors.watermarks import UpstreamWatermarks
+from hailstorm.protocol.clock import NOTHING, merge_max
 from hailstorm.topology import BoltSpec, RecordFailed
 
 __all__ = ["BoltCore", "Emitted"]

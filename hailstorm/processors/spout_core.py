@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Any
 
-from hailstorm.clock import NOTHING, Clock, Partition
 from hailstorm.decoders import DecodeError
 from hailstorm.model import DeadLetter, Message
 from hailstorm.processors import Batch, Destination, ForwardClock, ProtocolViolation, Router
+from hailstorm.protocol.clock import NOTHING, Clock, Partition
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec
 
 __all__ = ["SpoutCore", "SpoutOutput"]

@@ -11,21 +11,18 @@ where an upstream that has not sent any watermark yet counts as ``-1`` for *ever
 partition: until it speaks, it may carry anything, so it holds everything back (a late
 upstream must never let a snapshot through).
 
-``+inf`` is represented by :data:`UNBOUNDED`, larger than any Kafka offset, so low water
-marks are ordinary clocks.
+``+inf`` is represented by :data:`~hailstorm.protocol.clock.UNBOUNDED`, larger than any
+Kafka offset, so low water marks are ordinary clocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hailstorm.clock import NOTHING
 from hailstorm.processors import Marks, PartitionKey
+from hailstorm.protocol.clock import NOTHING, UNBOUNDED
 
 __all__ = ["UNBOUNDED", "UpstreamWatermarks"]
-
-UNBOUNDED = 2**63 - 1
-"""Low water mark of a partition no upstream carries (``+inf``; above any Kafka offset)."""
 
 
 class UpstreamWatermarks:

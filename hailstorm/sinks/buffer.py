@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from hailstorm.clock import NOTHING, Clock, Partition
 from hailstorm.model import Origin, RejectedRow, record_text
-from hailstorm.processors.watermarks import UNBOUNDED
+from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition
 from hailstorm.topic import Topic
 from hailstorm.topology import RowError, Table
 

@@ -22,10 +22,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hailstorm.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.failpoints import pause_point
 from hailstorm.halt import TopologyHalt
 from hailstorm.model import RejectedRow, halt_reason_of, record_text
+from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.sinks.buffer import BufferedWriter, RowBuffer, Selection
 from hailstorm.sinks.db import Database, RetryPolicy, is_refused_row, with_retries
 from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError

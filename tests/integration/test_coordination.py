@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from hailstorm.coordination import CoordinationError, Coordinator
-from negotiator.layout import (
+from hailstorm.protocol.layout import (
     Flowing,
     MasterRecord,
     ProcessorReport,

@@ -29,8 +29,8 @@ from hailstorm.harness import (
     wordcount_lines,
 )
 from hailstorm.model import run_model
-from hailstorm.processors.runtime import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES
-from hailstorm.wire import DataBatch, Hello, encode_frames
+from hailstorm.protocol.wire import DataBatch, Hello, encode_frames
+from hailstorm.runtime.data_plane import HANDSHAKE_TIMEOUT, MAX_HANDSHAKES
 
 pytestmark = pytest.mark.integration
 

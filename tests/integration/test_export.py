@@ -23,12 +23,12 @@ from kazoo.client import KazooClient
 from hailstorm import Count, Mean, Record, Sum, load_topology, per_key
 from hailstorm.cli import main
 from hailstorm.export import ExportError, ExportListener, export_bolt
+from hailstorm.protocol.layout import CommittedRecord, TopologyPaths
 from hailstorm.routing import route
+from hailstorm.runtime.spark_stage import SparkOptions, build_session
 from hailstorm.sinks import SchemaMismatchError
 from hailstorm.snapshots import DirectorySnapshotStore
-from hailstorm.spark_runner import SparkOptions, build_session
 from hailstorm.topology import BoltSpec, Topology
-from negotiator.layout import CommittedRecord, TopologyPaths
 
 pytestmark = pytest.mark.integration
 

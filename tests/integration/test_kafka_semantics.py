@@ -29,7 +29,6 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from hailstorm import kafka
-from hailstorm.clock import Partition
 from hailstorm.devstack import StackState
 from hailstorm.harness import (
     StackAddresses,
@@ -40,7 +39,8 @@ from hailstorm.harness import (
 )
 from hailstorm.kafka import Record
 from hailstorm.model import Message, ModelResult, run_model
-from negotiator.layout import CommittedRecord
+from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import CommittedRecord
 
 pytestmark = pytest.mark.integration
 

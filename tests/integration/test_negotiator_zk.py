@@ -23,8 +23,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from hailstorm.clock import Clock, dominates
-from negotiator.layout import (
+from hailstorm.protocol.clock import Clock, dominates
+from hailstorm.protocol.layout import (
     CommittedRecord,
     ExpectedRecord,
     MasterRecord,
@@ -38,9 +38,9 @@ from negotiator.layout import (
     expected_processor_ids,
     parse_processor_id,
 )
+from hailstorm.protocol.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind
 from negotiator.machine import Config
 from negotiator.shell import Shell
-from negotiator.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind
 
 pytestmark = pytest.mark.integration
 

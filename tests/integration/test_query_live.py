@@ -19,9 +19,9 @@ from deployments import WORDCOUNT, deployed
 
 from hailstorm import kafka
 from hailstorm.auth import SECRET_FILE_VAR
-from hailstorm.clock import clock_to_json
 from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
 from hailstorm.model import run_model
+from hailstorm.protocol.clock import clock_to_json
 from hailstorm.routing import route
 
 pytestmark = pytest.mark.integration

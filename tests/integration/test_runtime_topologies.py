@@ -23,9 +23,9 @@ from hailstorm.harness import (
     wordcount_lines,
 )
 from hailstorm.model import run_model
+from hailstorm.protocol.layout import CommittedRecord
 from hailstorm.routing import route
 from hailstorm.snapshots import DirectorySnapshotStore
-from negotiator.layout import CommittedRecord
 
 pytestmark = pytest.mark.integration
 

@@ -26,9 +26,9 @@ import pytest
 from databases import query
 
 from hailstorm import SinkSpec, Table, Topology, load_topology, run_model
-from hailstorm.clock import Clock, Partition, dominates
 from hailstorm.halt import TopologyHalt
 from hailstorm.model import Message, Origin
+from hailstorm.protocol.clock import Clock, Partition, dominates
 from hailstorm.sinks import (
     Database,
     DatabaseUnavailableError,

@@ -12,7 +12,7 @@ import pytest
 from spark_entries import record_pid_and_wait
 
 from hailstorm.devstack import pid_alive
-from hailstorm.spark_runner import SparkOptions, StageRunner, build_session
+from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_session
 
 pytestmark = pytest.mark.integration
 

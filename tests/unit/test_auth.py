@@ -1,5 +1,6 @@
-"""The data plane's handshake and frame MACs (hailstorm.auth, hailstorm.wire): a peer of the
-run gets through; anyone else, or anything altered, is refused before a frame is decoded."""
+"""The data plane's handshake and frame MACs (hailstorm.auth, hailstorm.protocol.wire): a peer
+of the run gets through; anyone else, or anything altered, is refused before a frame is
+decoded."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from hailstorm.auth import (
     accept_peer,
     greet_peer,
 )
-from hailstorm.wire import (
+from hailstorm.protocol.wire import (
     DataBatch,
     FrameError,
     FrameReader,

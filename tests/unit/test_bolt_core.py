@@ -16,7 +16,6 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from hailstorm.clock import Clock, Partition, merge_max
 from hailstorm.model import Message, ModelResult, run_model
 from hailstorm.monoids import Count, SetUnion, Sum, per_key
 from hailstorm.processors import (
@@ -33,6 +32,7 @@ from hailstorm.processors import (
     SpoutOutput,
     WriteSnapshot,
 )
+from hailstorm.protocol.clock import Clock, Partition, merge_max
 from hailstorm.topology import BoltSpec, Topology
 
 A: Partition = ("w", 0)

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm import Count, Sum, Table, Topology, TumblingWindow, per_key
-from hailstorm.clock import Partition
 from hailstorm.model import Message, run_model
 from hailstorm.processors import (
     Batch,
@@ -20,6 +19,7 @@ from hailstorm.processors import (
     ForwardWatermark,
     WriteSnapshot,
 )
+from hailstorm.protocol.clock import Partition
 from hailstorm.sinks.buffer import RowBuffer
 from hailstorm.topology import BoltSpec
 

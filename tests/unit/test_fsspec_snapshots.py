@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hailstorm.clock import Clock
 from hailstorm.monoids import Count, Mean, Monoid, per_key
+from hailstorm.protocol.clock import Clock
 from hailstorm.snapshots import (
     DirectorySnapshotStore,
     FsspecSnapshotStore,

@@ -48,10 +48,10 @@ from hailstorm.harness import (
     zombie_outcome,
 )
 from hailstorm.model import Message, ModelResult, messages, run_model
+from hailstorm.protocol.layout import RecoveryRecord
 from hailstorm.sinks.db import create_postgres_database
 from hailstorm.sinks.errors import SinkError
 from hailstorm.topology import load_topology
-from negotiator.layout import RecoveryRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 

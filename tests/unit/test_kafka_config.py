@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError
 from hailstorm import kafka
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.kafka_broker import ClusterLayout, NodePorts, TlsFiles, server_properties
-from hailstorm.runner import grown_partitions
+from hailstorm.runtime.driver import grown_partitions
 
 SECURED = """\
 # a comment

@@ -11,14 +11,26 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from hailstorm.clock import Clock, dominates
-from negotiator.layout import (
+from hailstorm.protocol.clock import Clock, dominates
+from hailstorm.protocol.layout import (
     CommittedRecord,
     ProcessorReport,
     ProcessorState,
     SnapshotReport,
     expected_processor_ids,
     parse_processor_id,
+)
+from hailstorm.protocol.states import (
+    LEGAL_TRANSITIONS,
+    Flowing,
+    Initialize,
+    MasterState,
+    NegotiatorDisconnected,
+    Phase,
+    SpoutsPaused,
+    SpoutsRewind,
+    is_legal,
+    label,
 )
 from negotiator.machine import (
     MIN_FLOWING_SHARE,
@@ -31,18 +43,6 @@ from negotiator.machine import (
     View,
     next_round_due,
     step,
-)
-from negotiator.states import (
-    LEGAL_TRANSITIONS,
-    Flowing,
-    Initialize,
-    MasterState,
-    NegotiatorDisconnected,
-    Phase,
-    SpoutsPaused,
-    SpoutsRewind,
-    is_legal,
-    label,
 )
 
 P0, P1 = ("words", 0), ("words", 1)

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm import Collect, Count, SetUnion, Sum, Table, Topology, TumblingWindow, per_key
-from hailstorm.clock import Partition
 from hailstorm.processors import (
     Batch,
     BoltCore,
@@ -23,8 +22,9 @@ from hailstorm.processors import (
     WriteSnapshot,
 )
 from hailstorm.processors.spout_core import SpoutCore
+from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.wire import DataBatch, FrameError, FrameReader, decode_frame, encode_frame
 from hailstorm.topology import BoltSpec, TopologyError
-from hailstorm.wire import DataBatch, FrameError, FrameReader, decode_frame, encode_frame
 
 P: Partition = ("lines", 0)
 UPSERT = Table("totals", columns={"word": "text", "count": "bigint"}, key=["word"])

@@ -8,22 +8,18 @@ from typing import Any
 import pytest
 
 from hailstorm.processors import Router
-from hailstorm.processors.runtime import (
-    Assignment,
-    RestartRequired,
-    _Shell,
-    listen_address,
-    route_address,
-)
+from hailstorm.processors.sink_core import covers
+from hailstorm.protocol.layout import Flowing, Initialize, SpoutsPaused, SpoutsRewind
+from hailstorm.protocol.wire import PartitionTable
+from hailstorm.runtime.data_plane import listen_address, route_address
+from hailstorm.runtime.processor import Assignment, RestartRequired, Shell
 from hailstorm.topology import load_topology
-from hailstorm.wire import PartitionTable
-from negotiator.layout import Flowing, Initialize, SpoutsPaused, SpoutsRewind
 
 PARTS = [("words", 0), ("words", 1)]
 WORDCOUNT = str(Path(__file__).resolve().parents[2] / "topologies" / "wordcount.py")
 
 
-class Recorder(_Shell):
+class Recorder(Shell):
     def __init__(self, processor: str) -> None:
         topology = load_topology(WORDCOUNT)
         super().__init__(Assignment(WORDCOUNT, "wc", processor, "zk", "kafka", "/tmp/none"),
@@ -84,16 +80,14 @@ def test_wiring_of_wordcount() -> None:
 def test_a_sink_round_needs_only_the_partitions_its_upstreams_carry() -> None:
     """A sink fed by one spout of a two-topic topology: the round clock names the other
     topic's partitions too, which no row of this sink can come from."""
-    from hailstorm.processors.runtime import _SinkShell
-
     clicks, views = ("clicks", 0), ("views", 0)
     clock = {clicks: 10, views: 1999}
     carried = {clicks: 12}  # the low water mark: only clicks:0 has an upstream
-    assert _SinkShell._covers({clicks: 10}, clock, carried)
-    assert not _SinkShell._covers({clicks: 9}, clock, carried)
-    assert not _SinkShell._covers({}, clock, carried)
+    assert covers({clicks: 10}, clock, carried)
+    assert not covers({clicks: 9}, clock, carried)
+    assert not covers({}, clock, carried)
     # A partition some upstream carries is never skipped, even when nothing came from it.
-    assert not _SinkShell._covers({clicks: 10}, clock, {clicks: 12, views: 1500})
+    assert not covers({clicks: 10}, clock, {clicks: 12, views: 1500})
 
 
 @pytest.mark.parametrize("zk", ["127.0.0.1:2181", "127.0.0.1:2181,10.9.9.9:2181/hailstorm",

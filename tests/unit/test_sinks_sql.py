@@ -13,9 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm import Count, HyperLogLog, Max, Mean, Record, Sum, Table, per_key
-from hailstorm.clock import Clock, Partition
 from hailstorm.export import state_mapping
-from hailstorm.processors.watermarks import UNBOUNDED
+from hailstorm.protocol.clock import UNBOUNDED, Clock, Partition
 from hailstorm.sinks import (
     DatabaseUnavailableError,
     RetryPolicy,

@@ -12,7 +12,6 @@ from typing import Any
 import fastavro
 import pytest
 
-from hailstorm.clock import Clock, clock_to_json
 from hailstorm.monoids import (
     Count,
     HyperLogLog,
@@ -24,6 +23,7 @@ from hailstorm.monoids import (
     TumblingWindow,
     per_key,
 )
+from hailstorm.protocol.clock import Clock, clock_to_json
 from hailstorm.routing import route
 from hailstorm.snapshots import (
     DirectorySnapshotStore,

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hailstorm.clock import Partition
 from hailstorm.model import messages, run_model
 from hailstorm.monoids import Count, Sum, per_key
 from hailstorm.processors import Batch, ForwardClock, ProtocolViolation, Router
 from hailstorm.processors.spout_core import SpoutCore, SpoutOutput
+from hailstorm.protocol.clock import Partition
 from hailstorm.routing import route
 from hailstorm.topology import Collect, Topology
 

@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from hailstorm.spark_runner import NotEnoughSlots, RestartsExhausted, SparkOptions, StageRunner
+from hailstorm.runtime.spark_stage import (
+    NotEnoughSlots,
+    RestartsExhausted,
+    SparkOptions,
+    StageRunner,
+)
 
 
 class ScriptedRunner(StageRunner):

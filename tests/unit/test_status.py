@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from hailstorm.status import Inputs, assemble, rates, render, resolve_name
-from hailstorm.topology import TopologyError
-from negotiator.layout import (
+from hailstorm.protocol.layout import (
     CommittedRecord,
     ExpectedRecord,
     Flowing,
@@ -18,6 +16,8 @@ from negotiator.layout import (
     RecoveryRecord,
     SnapshotReport,
 )
+from hailstorm.status import Inputs, assemble, rates, render, resolve_name
+from hailstorm.topology import TopologyError
 
 P0, P1 = ("words", 0), ("words", 1)
 EXPECTED = ExpectedRecord(("spout:lines:words:0", "spout:lines:words:1", "bolt:counts:0",

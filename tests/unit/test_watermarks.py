@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hailstorm.clock import Partition
 from hailstorm.processors.watermarks import UNBOUNDED, UpstreamWatermarks
+from hailstorm.protocol.clock import Partition
 
 P0: Partition = ("t", 0)
 P1: Partition = ("t", 1)

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hailstorm import wire
-from hailstorm.wire import (
+from hailstorm.protocol import wire
+from hailstorm.protocol.wire import (
     Answer,
     Bye,
     ClockMarker,

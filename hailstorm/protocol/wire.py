@@ -53,6 +53,9 @@ names the sender within the run.
 
 Integers in the packed columns are little-endian on the wire (byte-swapped on big-endian
 hosts); header fields are big-endian.
+
+Size: over 600 lines because it is one format: each frame's encoder sits next to its
+decoder and the framing they share, and this docstring is the format's specification.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ from enum import IntEnum
 from typing import Any
 
 from hailstorm.auth import TAG_SIZE, AuthError, FrameSealer
-from hailstorm.clock import Clock, Partition
+from hailstorm.protocol.clock import Clock, Partition
 
 __all__ = [
     "HEADER_SIZE",

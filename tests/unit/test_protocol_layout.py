@@ -1,4 +1,4 @@
-"""ZooKeeper layout of the negotiator: ids, paths and JSON records."""
+"""The ZooKeeper layout (hailstorm.protocol.layout): ids, paths and JSON records."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from negotiator.layout import (
+from hailstorm.protocol.layout import (
     CommittedRecord,
     ExpectedRecord,
     LayoutError,
@@ -24,7 +24,7 @@ from negotiator.layout import (
     is_garbage,
     parse_processor_id,
 )
-from negotiator.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind
+from hailstorm.protocol.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind
 
 P0, P1 = ("words", 0), ("words", 1)
 
@@ -162,7 +162,7 @@ def test_is_garbage() -> None:
 
 
 def test_negotiator_nodes_and_records() -> None:
-    from negotiator.layout import NegotiatorRecord, TopologyPaths
+    from hailstorm.protocol.layout import NegotiatorRecord, TopologyPaths
 
     paths = TopologyPaths("wc")
     assert paths.negotiators == "/hailstorm/wc/negotiators"

@@ -19,7 +19,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hailstorm.clock import Clock, Partition, clock_to_json
+from hailstorm.protocol.clock import Clock, Partition, clock_to_json
 
 
 class Phase(enum.Enum):

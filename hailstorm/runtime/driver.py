@@ -4,8 +4,8 @@
 2. compute the expected processor ids (one spout instance per source partition, every bolt
    instance, one instance per sink) and write them to ``/hailstorm/<name>/expected``;
 3. build the Spark session and run one barrier stage with a task per processor
-   (:func:`hailstorm.processors.runtime.run_processor`), resubmitted after every failure
-   (:class:`hailstorm.spark_runner.StageRunner`) until stopped;
+   (:func:`hailstorm.runtime.task.run_processor`), resubmitted after every failure
+   (:class:`hailstorm.runtime.spark_stage.StageRunner`) until stopped;
 4. while it runs, look at the source topics' partitions every
    :attr:`RunOptions.partition_check_interval` seconds. Partitions added to a topic are
    picked up: the driver stops the stage, writes the new expected ids, and starts a Spark
@@ -27,21 +27,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
-
 from hailstorm.auth import SECRET_FILE_VAR, RunSecret
-from hailstorm.clock import Partition
 from hailstorm.kafka import partitions_of
-from hailstorm.processors.runtime import Assignment, run_processor
-from hailstorm.spark_runner import SparkOptions, StageRunner, build_session, check_slots
-from hailstorm.topology import Topology, graph_of, load_topology
-from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
-from negotiator.layout import (
-    CommittedRecord,
+from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import (
     ExpectedRecord,
     TopologyPaths,
     expected_processor_ids,
 )
+from hailstorm.protocol.records import TopologyRecords
+from hailstorm.runtime.processor import Assignment
+from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_session, check_slots
+from hailstorm.runtime.task import run_processor
+from hailstorm.topology import Topology, graph_of, load_topology
+from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
 
 __all__ = ["Driver", "RunOptions", "expected_ids", "source_partitions", "write_expected"]
 
@@ -102,19 +101,12 @@ def write_expected(zk: str, name: str, processors: list[str],
                    graph: Mapping[str, Any] | None = None) -> None:
     """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``)."""
     paths = TopologyPaths(name)
-    data = ExpectedRecord(tuple(processors), graph).to_json()
     client = zk_client(zk)
     client.start(timeout=20)
     try:
         ensure_paths(client, paths.directories())
         check_not_open(client, [paths.root, *paths.directories()])
-        try:
-            client.set(paths.expected, data)
-        except NoNodeError:
-            try:
-                client.create(paths.expected, data, makepath=True)
-            except NodeExistsError:
-                client.set(paths.expected, data)
+        TopologyRecords(client, paths).write_expected(ExpectedRecord(tuple(processors), graph))
     finally:
         client.stop()
         client.close()
@@ -196,13 +188,11 @@ class Driver:
         client = zk_client(self.options.zk)
         client.start(timeout=10)
         try:
-            raw, _stat = client.get(TopologyPaths(self.name).committed)
-        except NoNodeError:
-            return False
+            committed = TopologyRecords(client, self.name).committed()
         finally:
             client.stop()
             client.close()
-        return CommittedRecord.from_json(raw).committed_at >= since
+        return committed is not None and committed.committed_at >= since
 
     def run(self) -> int:
         """Run until stopped; returns the number of failed stage attempts."""

@@ -21,6 +21,10 @@ Clock = dict[Partition, int]
 NOTHING = -1
 """Offset recorded for a partition from which nothing has been included yet."""
 
+UNBOUNDED = 2**63 - 1
+"""Low water mark of a partition no upstream carries (``+inf``; above any Kafka offset), so
+that low water marks are ordinary clocks."""
+
 
 def offset_in(clock: Mapping[Partition, int], partition: Partition) -> int:
     """Offset of the last message of ``partition`` included in ``clock`` (-1 if absent)."""

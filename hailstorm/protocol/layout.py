@@ -26,8 +26,12 @@ Processor ids (also the ``living`` node names)::
 Component names and topics must match ``[A-Za-z0-9._-]+`` (Kafka's topic alphabet), so ``:``
 is an unambiguous separator and every id is a legal znode name.
 
-All of this is pure (no I/O): processors, the driver and the negotiator share it.
+All of this is pure (no I/O): processors, the driver and the negotiator share it;
+:class:`~hailstorm.protocol.records.TopologyRecords` reads and writes it on ZooKeeper.
 See ``docs/negotiator.md`` for the protocol.
+
+Size: over 600 lines because it is the one definition of the layout drawn above: the ids,
+the paths and each node's record (with its JSON form both ways) are kept together.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hailstorm.clock import Clock, Partition, clock_from_json, clock_to_json
-from negotiator.states import (
+from hailstorm.protocol.clock import Clock, Partition, clock_from_json, clock_to_json
+from hailstorm.protocol.states import (
     Flowing,
     Initialize,
     MasterState,

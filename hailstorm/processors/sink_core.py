@@ -1,0 +1,183 @@
+"""A sink's round and commit policy, pure: when to commit its table, when to report a round.
+
+A sink buffers the rows it receives (its writer, in the shell) and commits them with its
+progress in one transaction. Two rules make that exactly once:
+
+* **rows are committed through the low water mark** over the upstream instances, never
+  beyond: a row above it may still be followed by rows below it;
+* **a round is reported only once the table covers its clock**: bolts never re-emit what a
+  committed round holds, so a round may only commit once every sink's table holds
+  everything up to its clock. When the low water mark covers a pending round's clock
+  (``CLOCK`` from upstream, or ``Flowing(e, C)`` from the master), the sink commits at once
+  and then reports the round, as a bolt reports a snapshot. Partitions no upstream carries
+  are complete by definition (:func:`covers`).
+
+When to commit otherwise (rows of one key arriving between two commits are written once):
+as soon as a round is due or arrived, when :data:`COMMIT_ROWS` rows wait, at most every
+:data:`COMMIT_INTERVAL` seconds while the mark moves or rows wait, and when the stream went
+quiet with rows waiting (bolts forward a watermark only when it moves, so the tail of a
+burst would otherwise wait for the next round).
+
+:class:`SinkCore` takes what arrived (watermarks, round clocks, idleness, with how many rows
+wait and the time) and returns actions: :class:`Commit` (the shell commits the writer
+through ``through`` and hands the new progress back to :meth:`SinkCore.committed`, or
+:meth:`SinkCore.fenced` when the database refused) and :class:`ReportRound`. A sink without
+a table or topic (``writes=False``) commits nothing: its progress is the low water mark.
+No I/O, no clock of its own.
+
+A round announced again after it was reported (every upstream instance forwards the CLOCK,
+and the master announces ``Flowing(e, C)`` too) counts as new and is reported again once
+covered: the same report, and writing it again changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hailstorm.processors.watermarks import UpstreamWatermarks
+from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition
+
+__all__ = [
+    "COMMIT_INTERVAL",
+    "COMMIT_ROWS",
+    "Commit",
+    "ReportRound",
+    "SinkAction",
+    "SinkCore",
+    "covers",
+]
+
+COMMIT_ROWS = 100_000
+"""A sink commits as soon as this many rows (upsert: keys) wait and the low water mark
+allows: a bound on its buffer."""
+COMMIT_INTERVAL = 0.5
+"""Otherwise a sink commits at most this often (seconds), or when a round is due: rows of
+the same key arriving meanwhile are written once."""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Commit the buffered rows at or below ``through`` (the low water mark), then tell
+    :meth:`SinkCore.committed` the writer's progress (or :meth:`SinkCore.fenced`)."""
+
+    through: Clock
+    due: tuple[int, ...]
+    """Epochs of the pending rounds the mark covers: reported once the table covers them."""
+
+
+@dataclass(frozen=True)
+class ReportRound:
+    """The table covers round ``epoch``'s ``clock``: report it (``snapshots/<sink>/<i>``)."""
+
+    epoch: int
+    clock: Clock
+
+
+SinkAction = Commit | ReportRound
+
+
+def covers(through: Mapping[Partition, int], clock: Mapping[Partition, int],
+           carried: Mapping[Partition, int]) -> bool:
+    """``through`` includes everything of ``clock`` this sink can receive: partitions no
+    upstream carries (absent from ``carried``) are complete by definition, or a sink fed by
+    one spout of a two-topic topology would wait for the other topic forever."""
+    return all(through.get(p, NOTHING) >= o for p, o in clock.items() if p in carried)
+
+
+class SinkCore:
+    """One sink instance's rounds and commit cadence in the run it joined (``epoch``).
+
+    ``partitions`` are the source partitions in wire-index order (watermarks arrive keyed
+    by index); ``committed`` is what the table already holds when the run starts;
+    ``last_commit`` is when the cadence starts counting (the shell's start).
+    """
+
+    def __init__(
+        self,
+        epoch: int,
+        upstreams: Iterable[str],
+        partitions: Sequence[Partition],
+        *,
+        writes: bool,
+        last_commit: float,
+        committed: Mapping[Partition, int] | None = None,
+    ) -> None:
+        self.epoch = epoch
+        self.marks = UpstreamWatermarks(upstreams)
+        self.partitions = tuple(partitions)
+        self.writes = writes
+        self.rounds: dict[int, Clock] = {}
+        """Rounds announced and not reported yet: epoch -> clock."""
+        self.last_commit = last_commit
+        self.committed_through: Clock = dict(committed or {})
+        """What the table holds as far as this sink knows (without a target: the mark)."""
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def on_watermark(self, sender: str, watermark: Mapping[int, int], *, pending: int,
+                     now: float) -> list[SinkAction]:
+        """An upstream's WATERMARK (keyed by wire index); ``pending``: rows waiting."""
+        advanced = self.marks.observe(sender, watermark)
+        if advanced or pending:
+            return self._decide(force=False, pending=pending, now=now)
+        return []
+
+    def on_round(self, epoch: int, clock: Mapping[Partition, int], *, pending: int,
+                 now: float) -> list[SinkAction]:
+        """A round's clock (CLOCK from upstream, or ``Flowing(epoch, clock)``): the first
+        time a round of this run is announced, commit at once."""
+        if epoch < self.epoch or epoch in self.rounds:
+            return []
+        self.rounds[epoch] = dict(clock)
+        return self._decide(force=True, pending=pending, now=now)
+
+    def on_idle(self, *, pending: int, now: float) -> list[SinkAction]:
+        """Nothing arrived for a while: commit the rows that wait, if any."""
+        if pending:
+            return self._decide(force=False, pending=pending, now=now)
+        return []
+
+    def committed(self, commit: Commit, progress: Mapping[Partition, int],
+                  now: float) -> list[ReportRound]:
+        """The shell committed ``commit``; ``progress`` is what the table holds now."""
+        self.committed_through = dict(progress)
+        self.last_commit = now
+        return self._settle(commit.due, commit.through)
+
+    def fenced(self, progress: Mapping[Partition, int]) -> None:
+        """The commit was refused (another writer moved the progress): ``progress`` is what
+        the table holds. Nothing is reported; the next commit tries again."""
+        self.committed_through = dict(progress)
+
+    # -- policy ---------------------------------------------------------------------------
+
+    def low_water_mark(self) -> Clock:
+        """The low water mark of the partitions some upstream carries (the others are
+        absent: no row of theirs can ever reach this sink)."""
+        marks = self.marks.lwm(range(len(self.partitions)))
+        return {self.partitions[i]: offset for i, offset in marks.items()
+                if offset < UNBOUNDED}
+
+    def _decide(self, *, force: bool, pending: int, now: float) -> list[SinkAction]:
+        if not self.marks.complete:
+            return []
+        lwm = self.low_water_mark()
+        due = tuple(e for e, clock in sorted(self.rounds.items()) if covers(lwm, clock, lwm))
+        if not self.writes:
+            self.committed_through = lwm
+            return list(self._settle(due, lwm))
+        if force or due or pending >= COMMIT_ROWS or now - self.last_commit >= COMMIT_INTERVAL:
+            return [Commit(lwm, due)]
+        return []
+
+    def _settle(self, due: Sequence[int], carried: Mapping[Partition, int]) -> list[ReportRound]:
+        """Report every round of ``due`` the table covers; the others wait for a commit."""
+        reports = []
+        for epoch in due:
+            clock = self.rounds.pop(epoch)
+            if covers(self.committed_through, clock, carried):
+                reports.append(ReportRound(epoch, clock))
+            else:
+                self.rounds[epoch] = clock  # the next commit gets there
+        return reports

@@ -1,0 +1,243 @@
+"""The one typed reader and writer of a topology's ZooKeeper records.
+
+:class:`TopologyRecords` wraps a started kazoo client and the topology's
+:class:`~hailstorm.protocol.layout.TopologyPaths`; processors (through
+:class:`~hailstorm.coordination.Coordinator`), the driver, the negotiator's shell,
+``hailstorm status``, ``hailstorm export`` and the chaos harness read and write the records
+of :mod:`~hailstorm.protocol.layout` only through it. The rules, in this one place:
+
+* a node that does not exist reads as ``None`` (a directory that does not exist lists as
+  empty, a child that vanished between the listing and its read is left out);
+* an unreadable record (:class:`~hailstorm.protocol.layout.LayoutError`) is told to
+  ``on_unreadable(subject, error)`` and then reads as ``None``; without ``on_unreadable`` a
+  single record (``master``, ``committed``, ``expected``) raises the error, while a listing
+  (``living``, ``snapshots``, ``recoveries``, ``negotiators``) never fails for one bad child:
+  it holds ``None`` for it (or leaves it out where the listing is of records only).
+  ``subject`` names the node below the topology's root (``"master"``,
+  ``"living/<id>"``, ``"snapshots/<name>/<instance>"``...);
+* with a ``watch``, every read arms it (a node that does not exist is watched for its
+  creation): the negotiator and processors are woken by any change of what they read;
+* ``call(operation, *args, **kwargs)`` runs every kazoo operation (a processor retries them
+  across connection losses); by default they run as they are.
+
+Writes of persistent records are set-or-create (``expected``, ``snapshots/<name>/<instance>``).
+The negotiator's transaction (master, committed and recovery records compare-and-set in one
+ZooKeeper transaction) and the ephemeral nodes' creation stay with their owners: they are
+about sessions and fencing, not about the records' shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from hailstorm.protocol.layout import (
+    CommittedRecord,
+    ExpectedRecord,
+    LayoutError,
+    MasterRecord,
+    NegotiatorRecord,
+    ProcessorReport,
+    RecoveryRecord,
+    SnapshotReport,
+    TopologyPaths,
+)
+
+__all__ = ["Read", "TopologyRecords", "Unreadable", "Watch"]
+
+R = TypeVar("R")
+
+Watch = Callable[[Any], None]
+"""A kazoo watch callback (called once with the event)."""
+
+Unreadable = Callable[[str, LayoutError], None]
+"""Told the subject (node below the topology's root) and the error of an unreadable record."""
+
+_GET_TRIES = 3
+"""Reads of a watched node that vanishes and reappears in between before it counts as
+absent (its watch fires anyway then)."""
+
+
+@dataclass(frozen=True)
+class Read(Generic[R]):
+    """One record and the version of its node (for a compare-and-set write)."""
+
+    record: R | None
+    """The record (None: no node, or an unreadable record)."""
+    version: int | None
+    """The node's data version (None: no node)."""
+
+
+def _direct(operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return operation(*args, **kwargs)
+
+
+class TopologyRecords:
+    """The records of one topology on a started kazoo client (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        topology: str | TopologyPaths,
+        *,
+        call: Callable[..., Any] = _direct,
+        on_unreadable: Unreadable | None = None,
+    ) -> None:
+        self.client = client
+        self.paths = topology if isinstance(topology, TopologyPaths) else TopologyPaths(topology)
+        self._call = call
+        self._on_unreadable = on_unreadable
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def _get(self, path: str, watch: Watch | None) -> tuple[bytes | None, ZnodeStat | None]:
+        """Data and stat of ``path`` (None, None when absent); with ``watch`` armed either
+        way."""
+        client, call = self.client, self._call
+        if watch is None:
+            try:
+                data, stat = call(client.get, path)
+            except NoNodeError:
+                return None, None
+            return data, stat
+        for _ in range(_GET_TRIES):
+            try:
+                data, stat = call(client.get, path, watch=watch)
+                return data, stat
+            except NoNodeError:
+                if call(client.exists, path, watch=watch) is None:
+                    return None, None
+        return None, None
+
+    def _children(self, path: str, watch: Watch | None = None) -> list[str]:
+        """The children of ``path``, sorted ([] when absent; watched for its creation)."""
+        try:
+            if watch is None:
+                return sorted(self._call(self.client.get_children, path))
+            return sorted(self._call(self.client.get_children, path, watch=watch))
+        except NoNodeError:
+            if watch is not None:
+                self._call(self.client.exists, path, watch=watch)
+            return []
+
+    def _parse(self, subject: str, raw: bytes | None, parse: Callable[[bytes], R],
+               *, listing: bool = False) -> R | None:
+        try:
+            return parse(raw or b"")
+        except LayoutError as exc:
+            if self._on_unreadable is not None:
+                self._on_unreadable(subject, exc)
+            elif not listing:
+                raise
+            return None
+
+    def _read(self, subject: str, parse: Callable[[bytes], R],
+              watch: Watch | None) -> Read[R]:
+        raw, stat = self._get(f"{self.paths.root}/{subject}", watch)
+        if stat is None:
+            return Read(None, None)
+        return Read(self._parse(subject, raw, parse), stat.version)
+
+    def _put(self, path: str, data: bytes) -> None:
+        """Set ``path`` to ``data``, creating it (and its parents) when absent."""
+        call, client = self._call, self.client
+        try:
+            call(client.set, path, data)
+        except NoNodeError:
+            try:
+                call(client.create, path, data, makepath=True)
+            except NodeExistsError:
+                call(client.set, path, data)
+
+    # -- single records -------------------------------------------------------------------
+
+    def read_master(self, watch: Watch | None = None) -> Read[MasterRecord]:
+        """The ``master`` record and its node's version."""
+        return self._read("master", MasterRecord.from_json, watch)
+
+    def read_committed(self, watch: Watch | None = None) -> Read[CommittedRecord]:
+        """The ``committed`` record and its node's version."""
+        return self._read("committed", CommittedRecord.from_json, watch)
+
+    def master(self, watch: Watch | None = None) -> MasterRecord | None:
+        """The ``master`` record (None: no negotiator has written one)."""
+        return self.read_master(watch).record
+
+    def committed(self, watch: Watch | None = None) -> CommittedRecord | None:
+        """The ``committed`` record (None: no round committed yet)."""
+        return self.read_committed(watch).record
+
+    def expected(self, watch: Watch | None = None) -> ExpectedRecord | None:
+        """The ``expected`` record (None: no driver has written one)."""
+        return self._read("expected", ExpectedRecord.from_json, watch).record
+
+    # -- listings -------------------------------------------------------------------------
+
+    def reports(self, watch: Watch | None = None) -> dict[str, ProcessorReport | None]:
+        """Every ``living/<id>`` node's report by node name (None: unreadable)."""
+        living = self.paths.living
+        reports: dict[str, ProcessorReport | None] = {}
+        for name in self._children(living, watch):
+            raw, stat = self._get(f"{living}/{name}", watch)
+            if stat is not None:
+                reports[name] = self._parse(f"living/{name}", raw, ProcessorReport.from_json,
+                                            listing=True)
+        return reports
+
+    def snapshot_reports(
+        self, watch: Watch | None = None
+    ) -> dict[tuple[str, str], SnapshotReport | None]:
+        """Every ``snapshots/<name>/<instance>`` node's report by ``(name, instance)`` as the
+        nodes are named (None: unreadable)."""
+        root = self.paths.snapshots
+        reports: dict[tuple[str, str], SnapshotReport | None] = {}
+        for name in self._children(root, watch):
+            for instance in self._children(f"{root}/{name}", watch):
+                raw, stat = self._get(f"{root}/{name}/{instance}", watch)
+                if stat is not None:
+                    reports[(name, instance)] = self._parse(
+                        f"snapshots/{name}/{instance}", raw, SnapshotReport.from_json,
+                        listing=True)
+        return reports
+
+    def _records(self, directory: str, names: list[str],
+                 parse: Callable[[bytes], R]) -> list[R]:
+        records = []
+        for name in names:
+            raw, stat = self._get(f"{self.paths.root}/{directory}/{name}", None)
+            if stat is not None:
+                record = self._parse(f"{directory}/{name}", raw, parse, listing=True)
+                if record is not None:
+                    records.append(record)
+        return records
+
+    def recoveries(self, last: int | None = None) -> list[RecoveryRecord]:
+        """The recovery records (the ``last`` ones when given), oldest first."""
+        names = self._children(self.paths.recoveries)
+        return self._records("recoveries", names if last is None else names[-last:],
+                             RecoveryRecord.from_json)
+
+    def negotiators(self) -> list[NegotiatorRecord]:
+        """The records of the negotiators running now, by node name."""
+        return self._records("negotiators", self._children(self.paths.negotiators),
+                             NegotiatorRecord.from_json)
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def write_expected(self, record: ExpectedRecord) -> None:
+        """Set (or create) ``expected``."""
+        self._put(self.paths.expected, record.to_json())
+
+    def write_snapshot_report(self, report: SnapshotReport) -> None:
+        """Set (or create) ``snapshots/<name>/<instance>``."""
+        self._put(self.paths.snapshot_node(report.processor), report.to_json())
+
+    def write_report(self, report: ProcessorReport) -> None:
+        """Set the processor's existing ``living/<id>`` node (its owner created it)."""
+        self._call(self.client.set, self.paths.living_node(report.processor),
+                   report.to_json())

@@ -1,0 +1,66 @@
+"""The I/O around the pure cores: processor shells, the driver and the Spark stage.
+
+Modules:
+
+* :mod:`~hailstorm.runtime.task` — :func:`~hailstorm.runtime.task.run_processor`, the Spark
+  task body (one per processor instance);
+* :mod:`~hailstorm.runtime.processor` — what every processor shell does (ZooKeeper
+  protocol, failures, the inbound data plane) and :class:`~hailstorm.runtime.processor.Assignment`;
+* :mod:`~hailstorm.runtime.data_plane` — outbound connections, addresses, the handshake's
+  limits;
+* :mod:`~hailstorm.runtime.spout`, :mod:`~hailstorm.runtime.bolt`,
+  :mod:`~hailstorm.runtime.sink` — the three shells around
+  :class:`~hailstorm.processors.SpoutCore`, :class:`~hailstorm.processors.BoltCore` and
+  :class:`~hailstorm.processors.sink_core.SinkCore`;
+* :mod:`~hailstorm.runtime.driver` — ``hailstorm run``: expected ids, the stage, new
+  partitions;
+* :mod:`~hailstorm.runtime.spark_stage` — one barrier stage of every processor, resubmitted
+  with backoff.
+
+This ``__init__`` imports nothing, so the command line can import the Spark stage's errors
+without loading Kafka, the sinks or the shells.
+
+Each processor:
+
+* opens its data-plane listener (bolts and sinks) on ``assignment.host``, port 0;
+* registers ``living/<id>`` (ephemeral) with ``info = {host, port, pid, metrics}``
+  (:class:`~hailstorm.coordination.Coordinator`) and follows the master state as in
+  docs/negotiator.md, on its main thread;
+* joins the first ``Initialize(e)`` it sees. Seeing a newer ``Initialize`` (or a
+  ``SpoutsRewind`` of another epoch) later ends the processor with :class:`RestartRequired`:
+  the barrier stage fails, the driver resubmits it and fresh processors register. So one
+  incarnation lives in exactly one run, and data connections are tagged with that epoch in
+  their HELLO (a receiver refuses any other epoch).
+
+Data plane: upstream instances connect to their downstream instances (addresses from the
+``living`` reports) once the run passed ``Initialize`` (every expected processor was ready
+in it). A connection first proves both ends hold the run's secret (:mod:`hailstorm.auth`;
+a listener refuses, logs and counts anything else without failing, and authenticates at
+most :data:`MAX_HANDSHAKES` at once, each within :data:`HANDSHAKE_TIMEOUT` s); every frame
+then carries a MAC checked before it is decoded. Frames (:mod:`hailstorm.protocol.wire`) are sent
+with blocking ``sendall`` (socket timeout
+:attr:`Assignment.io_timeout`); receivers put them into a bounded queue, so a slow bolt
+stops reading its sockets and back-pressure reaches the spouts through TCP.
+
+* Spout: one thread owns the :class:`~hailstorm.processors.SpoutCore` and a confluent-kafka
+  consumer assigned to its partition (no group); consumes in batches while flowing, sends
+  CLOCK/DATA/WATERMARK in order, and a watermark at least every
+  :data:`WATERMARK_INTERVAL` s. Dead letters are acknowledged by Kafka before the spout
+  reports its position for a round.
+* Bolt: the main thread owns the :class:`~hailstorm.processors.BoltCore` (frames from the
+  queue, clocks from CLOCK frames or the master); :class:`WriteSnapshot` goes to a writer
+  thread that stores it (:func:`~hailstorm.snapshots.open_store`) and then
+  writes the :class:`~hailstorm.protocol.layout.SnapshotReport`.
+* Sink: buffers the rows it receives in its table's (or topic's) writer; the pure
+  :class:`~hailstorm.processors.sink_core.SinkCore` says when to commit them and when a
+  round is covered, and the shell reports it.
+
+Failures: an exception in any thread is recorded, the main thread raises it, reports it as
+``error`` (keeping the session up to 3 s so the negotiator sees the error rather than a lost
+node), closes the session and the sockets, and the exception leaves the Spark task. A
+ZooKeeper error (even a transient connection loss) is fatal too: the topology restarts from
+its committed snapshots. A processor whose Spark worker vanished (re-parented) ends itself.
+A :class:`~hailstorm.halt.TopologyHalt` (lost Kafka offsets, refused credentials) ends the
+run for good: every processor that ends because of it ends with it too, so the driver stops.
+Every wait is bounded.
+"""

@@ -1,0 +1,274 @@
+"""The bolt shell: a :class:`~hailstorm.processors.BoltCore` on the main thread (frames from
+the inbound queue, clocks from CLOCK frames or the master), a snapshot writer thread that
+stores A and then writes the :class:`~hailstorm.protocol.layout.SnapshotReport`, and the
+answers to live queries."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import queue
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from hailstorm.metrics import read_at_scrape
+from hailstorm.model import DeadLetter
+from hailstorm.processors import (
+    Action,
+    BoltCore,
+    Emit,
+    Failed,
+    ForwardClock,
+    ForwardWatermark,
+    Router,
+    WriteSnapshot,
+)
+from hailstorm.protocol.clock import Clock
+from hailstorm.protocol.layout import (
+    Flowing,
+    ProcessorState,
+    Role,
+    SnapshotReport,
+    SpoutsPaused,
+    SpoutsRewind,
+    parse_processor_id,
+)
+from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Query, Watermark
+from hailstorm.routing import route
+from hailstorm.runtime.data_plane import DataPlaneError
+from hailstorm.runtime.processor import POLL, InboundShell, LiveQuery
+from hailstorm.snapshots import SnapshotCorruptError, SnapshotRef, open_store
+from hailstorm.topology import BoltSpec
+
+__all__ = ["BoltShell"]
+
+log = logging.getLogger("hailstorm.processor")
+
+FLUSH_INTERVAL = 0.25
+"""Seconds a compacting (``preaggregate``) bolt holds rows back: it then emits one row per
+key touched, and the watermark that waited for them (so rounds wait at most this)."""
+
+
+class BoltShell(InboundShell):
+    """One bolt instance: BoltCore on the main thread, a snapshot writer thread."""
+
+    def setup(self) -> None:
+        super().setup()
+        spec = self.topology.node(self.id.name)
+        assert isinstance(spec, BoltSpec)
+        self.spec = spec
+        self.router = Router(self.topology.downstream_of(spec.name),
+                             compacted=spec.preaggregate)
+        self.store = open_store(self.assignment.snapshots)
+        self.flushed = time.monotonic()
+        self.core: BoltCore | None = None
+        self.writes: queue.Queue[tuple[Chain, WriteSnapshot]] = queue.Queue(8)
+        self.chain = Chain(None)
+        self._start_thread("snapshots", self._writer)
+        read_at_scrape(self.metrics.state_keys,
+                       lambda: None if self.core is None else self.core.key_count)
+
+    def on_initialize(self, epoch: int) -> None:
+        assert self.coord is not None
+        committed = self.coord.committed()
+        loaded: Clock = {}
+        state: Any = self.spec.state.empty()
+        base: SnapshotRef | None = None
+        if committed is not None:
+            refs = [ref for pid, ref in sorted(committed.snapshots.items())
+                    if (p := parse_processor_id(pid)).role is Role.BOLT
+                    and p.name == self.spec.name]
+            if refs:
+                try:
+                    _clock, state = self.store.load_for_instance(
+                        refs, self.spec.state, self.id.instance, self.spec.parallelism)
+                except SnapshotCorruptError as exc:
+                    # Named to the negotiator, which falls back to the previous round.
+                    log.error("committed round %d: snapshot %s is corrupt: %s",
+                              committed.epoch, exc.uri, exc)
+                    self.report(ProcessorState.JOINING, epoch,
+                                error=f"corrupt snapshot {exc}", corrupt=exc.uri)
+                    raise
+                loaded = dict(committed.clock)
+                base = self._own_snapshot(refs)
+        # Writes still queued from before this Initialize build on their own chain.
+        self.chain = Chain(base)
+        self.core = BoltCore(self.spec, self.upstream_ids(), self.table.to_wire(loaded), state,
+                             loaded_whole=base is not None)
+        gc.freeze()  # the loaded state is long-lived: collections need not walk it again
+        log.info("loaded %s", f"the committed round at {loaded}" if loaded else "nothing")
+        self.report(ProcessorState.READY, epoch, loaded=loaded)
+
+    def _own_snapshot(self, refs: list[str]) -> SnapshotRef | None:
+        """This instance's file among a round's ``refs`` when it is exactly what the
+        instance loaded (same parallelism): the next snapshot may build on it."""
+        for location in refs:
+            ref = self.store.resolve(location)
+            if ref.instance == self.id.instance and ref.parallelism == self.spec.parallelism:
+                return ref
+        return None
+
+    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+        if isinstance(state, Flowing) and state.clock is not None:
+            assert self.core is not None
+            self.act(self.core.on_clock(state.epoch, self.table.to_wire(state.clock)))
+
+    def answer(self, query: Query) -> dict[str, Any]:
+        """Ask the main thread (which owns the state) for the values of a live query."""
+        me = self.assignment.processor
+        if (query.bolt, query.instance) != (self.spec.name, self.id.instance):
+            return {"processor": me, "error": f"{me} is not bolt:{query.bolt}:{query.instance}"}
+        if self.core is None:
+            return {"processor": me, "error": f"{me} has not loaded its state yet"}
+        pending = LiveQuery(query)
+        self.deliver("query", pending)
+        try:
+            return pending.reply.get(timeout=self.assignment.io_timeout)
+        except queue.Empty:
+            return {"processor": me, "error": f"{me} did not answer within "
+                                              f"{self.assignment.io_timeout} s"}
+
+    def _look_up(self, query: Query) -> dict[str, Any]:
+        """The answer to a live query, on the main thread: the values, the epoch, the low
+        water mark (everything up to it is in the values) and the absorbed clock (nothing
+        beyond it is)."""
+        core = self.core
+        assert core is not None
+        me = self.assignment.processor
+        epoch = core.latest_epoch  # the latest round whose clock it knows
+        fields: dict[str, Any] = {"processor": me, "values": {}, "missing": [],
+                                  "epoch": self.joined if epoch is None else epoch}
+        if query.keys is None:
+            if self.spec.keyed:
+                return {"processor": me, "error": f"bolt {self.spec.name!r} keeps a state "
+                                                  "per key: name the keys"}
+            fields["values"] = {None: core.merged_state()}
+        elif not self.spec.keyed:
+            return {"processor": me, "error": f"bolt {self.spec.name!r} is not keyed: "
+                                              "query it without keys"}
+        else:
+            parallelism = self.spec.parallelism
+            strays = [k for k in query.keys if route(k, parallelism) != self.id.instance]
+            if strays:
+                return {"processor": me, "error": f"{me} does not own the keys {strays!r}"}
+            fields["values"], fields["missing"] = core.lookup(query.keys)
+        watermark = core.low_water_mark
+        fields["through"] = None if watermark is None else self.table.from_wire(watermark)
+        fields["absorbed"] = self.table.from_wire(core.absorbed)
+        return fields
+
+    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
+        core = self.core
+        assert core is not None
+        if isinstance(frame, LiveQuery):
+            try:
+                answer = self._look_up(frame.query)
+            except Exception as exc:  # a query never fails the bolt
+                answer = {"processor": self.assignment.processor,
+                          "error": f"{type(exc).__name__}: {exc}"}
+            frame.reply.put(answer)
+            return
+        if isinstance(frame, DataBatch):
+            started = time.perf_counter()
+            if frame.keys is not None and frame.values is not None:
+                out = core.on_contributions(sender, frame.partitions, frame.offsets,
+                                            frame.tuples, frame.keys, frame.values)
+            else:
+                out = core.on_data(sender, frame.partitions, frame.offsets, frame.tuples)
+            if core.failed:
+                self.quarantine(core.failed)
+            if out.tuples:
+                self.send_batch(out)
+            self.metrics.batch(started, len(frame), len(out.tuples))
+        elif isinstance(frame, Watermark):
+            self.act(core.on_watermark(sender, frame.watermark))
+        elif isinstance(frame, ClockMarker):
+            self.act(core.on_clock(frame.epoch, frame.clock))
+        if core.compacting and time.monotonic() - self.flushed >= FLUSH_INTERVAL:
+            self.flush()
+
+    def on_idle(self) -> None:
+        if self.core is not None and self.core.unflushed:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what a compacting bolt held back: its rows, then its watermark."""
+        assert self.core is not None
+        self.flushed = time.monotonic()
+        actions = self.core.flush()
+        if self.core.failed:
+            self.quarantine(self.core.failed)
+        self.act(actions)
+
+    def quarantine(self, failed: list[Failed]) -> None:
+        """Write the core's failed tuples as dead letters (wire partitions -> names)."""
+        topic = self.topology.dead_letter_topic
+        partition = self.table.partition
+        letters = [DeadLetter.of_tuple(topic, (partition(p), o), t, failure)
+                   for p, o, t, failure in failed]
+        failed.clear()
+        # Committed with the watermark (or snapshot) that covers their origins, before it
+        # leaves this bolt: a round committed past them is never replayed.
+        self.dead_letters.write(letters)
+
+    def act(self, actions: Iterable[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Emit):
+                self.send_batch(action.batch)
+                self.metrics.messages_out.inc(len(action.batch))
+            elif isinstance(action, ForwardClock):
+                self.send_all([ClockMarker(action.epoch, dict(action.clock))])
+            elif isinstance(action, ForwardWatermark):
+                assert self.joined is not None
+                if self.dead_letters.pending:
+                    self.dead_letters.commit_through(self.table.from_wire(action.watermark))
+                self.send_all([Watermark(self.joined, dict(action.watermark))])
+            elif isinstance(action, WriteSnapshot):
+                if self.dead_letters.pending:
+                    self.dead_letters.commit_through(self.table.from_wire(action.clock))
+                self._submit(action)
+
+    def _submit(self, write: WriteSnapshot) -> None:
+        deadline = time.monotonic() + self.assignment.io_timeout
+        while True:
+            self.check()
+            try:
+                self.writes.put((self.chain, write), timeout=POLL)
+                return
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    raise DataPlaneError("the snapshot writer is stuck") from None
+
+    def _writer(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                chain, write = self.writes.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            clock = self.table.from_wire(write.clock)
+            if write.delta and chain.ref is None:
+                raise DataPlaneError(f"round {write.epoch}: a delta snapshot with nothing "
+                                     "to build on")
+            ref = self.store.put(
+                topology=self.assignment.name, bolt=self.spec.name, instance=self.id.instance,
+                parallelism=self.spec.parallelism, epoch=write.epoch, clock=clock,
+                monoid=self.spec.state, state=write.state,
+                base=chain.ref if write.delta else None,
+            )
+            chain.ref = ref
+            self.metrics.snapshot(write.epoch, ref.duration_s, ref.size_bytes)
+            assert self.coord is not None
+            self.coord.write_snapshot_report(
+                SnapshotReport(self.assignment.processor, write.epoch, clock, ref.uri))
+            log.info("saved round %d (%d records, %.3f s)", write.epoch, ref.records,
+                     ref.duration_s or 0.0)
+
+
+@dataclass
+class Chain:
+    """The snapshot a bolt instance's next delta builds on: the last one it wrote, or the
+    one it loaded (None: the next must be whole). One per Initialize."""
+
+    ref: SnapshotRef | None

@@ -1,0 +1,545 @@
+"""What every processor shell does: registration and the master state (docs/negotiator.md),
+failures, downstream connections, and for bolts and sinks the inbound data plane (a
+listener, one reader thread per upstream, a bounded queue to the main thread).
+
+:class:`Assignment` is what one Spark task runs; :class:`Shell` and :class:`InboundShell`
+are the bases of :mod:`~hailstorm.runtime.spout`, :mod:`~hailstorm.runtime.bolt` and
+:mod:`~hailstorm.runtime.sink`. See :mod:`hailstorm.runtime` for the whole picture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hailstorm.auth import SECRET_FILE_VAR, AuthError, FrameSealer, RunSecret, accept_peer
+from hailstorm.coordination import Coordinator
+from hailstorm.halt import TopologyHalt, halt_reason
+from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
+from hailstorm.processors import Batch, Destination, Router
+from hailstorm.protocol.layout import (
+    Flowing,
+    Initialize,
+    ProcessorId,
+    ProcessorState,
+    SpoutsPaused,
+    SpoutsRewind,
+    parse_processor_id,
+)
+from hailstorm.protocol.wire import (
+    Answer,
+    Bye,
+    DataBatch,
+    Frame,
+    FrameReader,
+    Hello,
+    PartitionTable,
+    Query,
+    recv_frames,
+    send_frames,
+)
+from hailstorm.quarantine import DeadLetterWriter
+from hailstorm.runtime.data_plane import (
+    HANDSHAKE_TIMEOUT,
+    MAX_HANDSHAKES,
+    DataPlaneError,
+    Outbound,
+    listen_address,
+)
+from hailstorm.topology import BoltSpec, SpoutSpec, Topology
+
+__all__ = [
+    "POLL",
+    "QUEUE_FRAMES",
+    "Assignment",
+    "InboundShell",
+    "LiveQuery",
+    "RestartRequired",
+    "Shell",
+]
+
+log = logging.getLogger("hailstorm.processor")
+
+POLL = 0.1
+"""Longest a main loop waits for data before looking at ZooKeeper and failures again."""
+QUEUE_FRAMES = 64
+"""Frames buffered between the socket readers and a bolt's (or sink's) main thread."""
+
+
+class RestartRequired(RuntimeError):
+    """The topology restarted (a newer Initialize): this incarnation ends, a new one joins."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What one Spark task runs: a processor instance and where everything is."""
+
+    topology_ref: str
+    """Module path or dotted name of the topology (importable on the executor)."""
+    name: str
+    """The topology's name in ZooKeeper and in the snapshot store."""
+    processor: str
+    """The processor id (``spout:...``, ``bolt:...``, ``sink:...``)."""
+    zk: str
+    kafka: str
+    snapshots: str
+    """Root directory of the snapshot store (shared by every executor)."""
+    kafka_config: str | None = None
+    """Path of the librdkafka properties file (present on every executor's host): only the
+    path travels with the task, the secrets in it stay in the file."""
+    host: str = "127.0.0.1"
+    """Address the data-plane listener binds to and advertises; ``auto``: the address the
+    executor's host reaches ZooKeeper from (for clusters, :func:`route_address`)."""
+    metrics_host: str = "127.0.0.1"
+    """Address ``/metrics`` is served on (``none``: not served). Loopback by default: the
+    endpoint is not authenticated."""
+    session_timeout: float = 6.0
+    register_timeout: float = 60.0
+    io_timeout: float = 60.0
+    """Longest blocking connect/send/queue wait before the processor gives up."""
+    log_level: str = "INFO"
+    database_url: str = ""
+    """Sink tables' database when their Table names none (empty: SQLite, hailstorm.db)."""
+    secret: RunSecret | None = None
+    """The run's data-plane secret (:mod:`hailstorm.auth`; its ``repr`` shows no key). None:
+    read ``$HAILSTORM_SECRET_FILE`` on the executor."""
+
+    def run_secret(self) -> RunSecret:
+        """The data-plane secret; a processor never runs without one."""
+        secret = self.secret or RunSecret.from_env()
+        if secret is None:
+            raise DataPlaneError(f"no data-plane secret: the driver hands one to every task, "
+                                 f"or set ${SECRET_FILE_VAR}")
+        return secret
+
+
+class Shell:
+    """What every processor does: ZooKeeper protocol, failures, downstream connections."""
+
+    listens = False
+
+    def __init__(self, assignment: Assignment, topology: Topology) -> None:
+        self.assignment = assignment
+        self.topology = topology
+        self.id = parse_processor_id(assignment.processor)
+        self.stopping = threading.Event()
+        self.joined: int | None = None
+        self.joined_event = threading.Event()
+        self._answered: set[tuple[str, int, bool]] = set()
+        self._failure: BaseException | None = None
+        self._failure_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._parent = os.getppid()
+        self.coord: Coordinator | None = None
+        self.table = PartitionTable([])
+        self.outbound: dict[str, Outbound] | None = None
+        self.listener: socket.socket | None = None
+        self._accepted: set[socket.socket] = set()
+        self.router: Router | None = None
+        self.metrics = ProcessorMetrics(assignment.name, assignment.processor)
+        self.metrics_server: MetricsServer | None = None
+        self._secret: RunSecret | None = None
+        self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
+        self.dead_letters = DeadLetterWriter(
+            assignment.kafka, assignment.io_timeout, topology.on_error, self.metrics.quarantined,
+            owner=f"{assignment.name}/{assignment.processor}", topology=assignment.name)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def secret(self) -> RunSecret:
+        if self._secret is None:
+            self._secret = self.assignment.run_secret()
+        return self._secret
+
+    def run(self) -> None:
+        try:
+            self._secret = self.assignment.run_secret()
+            address = listen_address(self.assignment.host, self.assignment.zk)
+            info: dict[str, Any] = {"pid": os.getpid(), "host": address}
+            metrics_host = self.assignment.metrics_host
+            self.metrics_server = None if metrics_host == "none" else start_server(
+                self.metrics.registry, "0.0.0.0" if metrics_host == "auto" else metrics_host)
+            if self.metrics_server is not None:
+                info["metrics"] = self.metrics_server.port
+            if self.listens:
+                self.listener = socket.create_server((address, 0))
+                self.listener.settimeout(0.5)
+                info["port"] = self.listener.getsockname()[1]
+                self._start_thread("accept", self._accept_loop)
+            a = self.assignment
+            self.coord = Coordinator(a.zk, a.name, a.processor, info,
+                                     session_timeout=a.session_timeout)
+            self.coord.register(a.register_timeout)
+            self.table = PartitionTable(self.coord.expected().partitions)
+            self.setup()
+            log.info("registered; waiting for Initialize")
+            self.coord.changed.set()
+            while True:
+                self.check()
+                self.follow_master()
+                self.step()
+        except BaseException as exc:
+            halted = None if isinstance(exc, TopologyHalt) else self._halt_of_this_run()
+            if halted is not None:
+                log.warning("ending (%s: %s): the topology halted", type(exc).__name__, exc)
+                raise halted from exc
+            if isinstance(exc, RestartRequired):
+                log.warning("%s", exc)
+            else:
+                log.error("failed:\n%s", "".join(traceback.format_exception(exc)))
+                if self.coord is not None:
+                    self.coord.fail_visibly(f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self.shutdown()
+
+    def _halt_of_this_run(self) -> TopologyHalt | None:
+        """The :class:`TopologyHalt` that made the negotiator restart the run this
+        incarnation joined, if one did (None otherwise, or when ZooKeeper cannot tell).
+
+        A halting processor reports its error and lingers until the negotiator restarts the
+        run, so the other processors end at about the same time: they see the newer
+        ``Initialize``, or the halting one's closed connections. Spark names only the first
+        failed task of a barrier stage as the cause; each of them ends with the halt too, so
+        that whichever it names, the driver stops instead of resubmitting.
+        """
+        if self.coord is None or self.joined is None:
+            return None
+        try:
+            record = self.coord.master()
+        except Exception:
+            return None
+        if record is None or record.state.epoch <= self.joined:
+            return None
+        reason = halt_reason(record.reason)
+        return TopologyHalt(reason) if reason is not None else None
+
+    def setup(self) -> None:
+        """Role-specific preparation after registration (before any master state)."""
+
+    def step(self) -> None:
+        """Role-specific work; must return within about :data:`POLL` seconds."""
+        assert self.coord is not None
+        self.coord.changed.wait(POLL)
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        for out in (self.outbound or {}).values():
+            out.close()
+        for sock in [*self._accepted, *([self.listener] if self.listener else [])]:
+            with contextlib.suppress(OSError):
+                sock.close()
+        if self.coord is not None:
+            self.coord.close()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+        self.dead_letters.close()
+        for thread in self._threads:
+            thread.join(2.0)
+
+    def fail(self, exc: BaseException) -> None:
+        """Record a fatal error of any thread; the main thread raises it."""
+        with self._failure_lock:
+            if self._failure is None:
+                self._failure = exc
+        if self.coord is not None:
+            self.coord.changed.set()
+
+    def check(self) -> None:
+        """Raise the first recorded failure, a lost session, or an orphaned process."""
+        if self._failure is not None:
+            raise self._failure
+        assert self.coord is not None
+        self.coord.check()
+        if os.getppid() != self._parent:
+            raise RuntimeError("the Spark worker that started this processor is gone")
+
+    def _start_thread(self, name: str, target: Any, *args: Any) -> None:
+        def guarded() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:
+                if not self.stopping.is_set():
+                    self.fail(exc)
+
+        thread = threading.Thread(
+            target=guarded, name=f"{self.assignment.processor}:{name}", daemon=True
+        )
+        self._threads = [t for t in self._threads if t.is_alive()]  # refused connections'
+        self._threads.append(thread)
+        thread.start()
+
+    # -- master state -----------------------------------------------------------------------
+
+    def follow_master(self) -> None:
+        """Act on the master state if it changed since it was last read."""
+        assert self.coord is not None
+        if self.coord.changed.is_set():
+            record = self.coord.master()
+            if record is not None:
+                self._on_master(record.state)
+
+    def _on_master(self, state: Any) -> None:
+        epoch = state.epoch
+        if isinstance(state, Initialize):
+            if self.joined is None:
+                self.joined = epoch
+                log.info("joining the run of Initialize(%d)", epoch)
+                self.dead_letters.start(epoch)
+                self.on_initialize(epoch)
+                self.joined_event.set()
+            elif epoch > self.joined:
+                raise RestartRequired(
+                    f"the topology restarted (Initialize({epoch}), this incarnation joined "
+                    f"Initialize({self.joined})); ending so a new incarnation joins"
+                )
+            return
+        if self.joined is None or epoch < self.joined:
+            return  # a new incarnation waits for the next Initialize
+        if isinstance(state, SpoutsRewind) and epoch != self.joined:
+            raise RestartRequired(f"SpoutsRewind({epoch}) of a run this incarnation missed")
+        clock = getattr(state, "clock", None)
+        key = (type(state).__name__, epoch, clock is not None)
+        if key in self._answered:
+            return
+        self._answered.add(key)
+        self.on_state(state)
+
+    def on_initialize(self, epoch: int) -> None:
+        raise NotImplementedError
+
+    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+        """React to a state after Initialize (each ``(state, epoch)`` once)."""
+
+    def report(self, state: ProcessorState, epoch: int, **kw: Any) -> None:
+        assert self.coord is not None
+        self.coord.report(state, epoch, **kw)
+
+    # -- downstream -----------------------------------------------------------------------
+
+    @functools.cached_property
+    def downstream_ids(self) -> dict[Destination, str]:
+        """Processor id of every downstream instance the router sends to."""
+        assert self.router is not None
+        ids: dict[Destination, str] = {}
+        for name, i in self.router.destinations:
+            node = self.topology.node(name)
+            pid = ProcessorId.bolt(name, i) if isinstance(node, BoltSpec) else \
+                ProcessorId.sink(name, i)
+            ids[(name, i)] = str(pid)
+        return ids
+
+    def connections(self) -> dict[str, Outbound]:
+        """Connections to every downstream instance, opened on first use."""
+        if self.outbound is not None:
+            return self.outbound
+        assert self.coord is not None and self.joined is not None
+        wanted = sorted(set(self.downstream_ids.values()))
+        reports = self.coord.reports()
+        outbound: dict[str, Outbound] = {}
+        try:
+            for receiver in wanted:
+                report = reports.get(receiver)
+                if (report is None or report.state is ProcessorState.JOINING
+                        or report.epoch < self.joined or "port" not in report.info):
+                    raise DataPlaneError(
+                        f"{receiver} is not ready in the run of epoch {self.joined} "
+                        f"(report: {report})"
+                    )
+                address = (str(report.info["host"]), int(report.info["port"]))
+                outbound[receiver] = Outbound(
+                    self.assignment.processor, receiver, address, self.joined,
+                    self.assignment.io_timeout, self.secret,
+                )
+        except BaseException:
+            for out in outbound.values():
+                out.close()
+            raise
+        self.outbound = outbound
+        log.info("connected to %s", ", ".join(wanted) or "nothing")
+        return outbound
+
+    def send_all(self, frames: Sequence[Frame]) -> None:
+        for out in self.connections().values():
+            out.send(frames)
+
+    def send_batch(self, batch: Batch, before: Sequence[Frame] = (),
+                   after: Sequence[Frame] = ()) -> None:
+        """``before`` to every destination, ``batch`` routed, then ``after`` to all."""
+        assert self.router is not None
+        connections = self.connections()
+        ids = self.downstream_ids
+        per_receiver: dict[str, list[Frame]] = {r: list(before) for r in connections}
+        for dest, part in self.router.route(batch).items():
+            per_receiver[ids[dest]].append(DataBatch.of(part.partitions, part.offsets,
+                                                        part.tuples))
+        for receiver, frames in per_receiver.items():
+            frames.extend(after)
+            if frames:
+                connections[receiver].send(frames)
+
+    # -- inbound (bolts and sinks) ------------------------------------------------------
+
+    def upstream_ids(self) -> list[str]:
+        """Every upstream instance that may connect to this one."""
+        node = self.topology.node(self.id.name)
+        ids: list[str] = []
+        for name in getattr(node, "inputs", ()):
+            source = self.topology.node(name)
+            if isinstance(source, SpoutSpec):
+                ids += [str(ProcessorId.spout(name, p)) for p in self.table
+                        if p[0] == source.topic]
+            elif isinstance(source, BoltSpec):
+                ids += [str(ProcessorId.bolt(name, i)) for i in range(source.parallelism)]
+        return ids
+
+    def deliver(self, sender: str, frame: Frame | LiveQuery) -> None:
+        """Hand a received frame to the main thread (blocking: back-pressure)."""
+        raise NotImplementedError
+
+    def _answer_query(self, sock: socket.socket, sealer: FrameSealer, query: Query) -> None:
+        """Answer a live query; nothing that goes wrong with it fails this processor."""
+        try:
+            send_frames(sock, [Answer(self.answer(query))], sealer=sealer)
+        except Exception as exc:
+            log.warning("answering a live query failed: %s", exc)
+
+    def answer(self, query: Query) -> dict[str, Any]:
+        """The fields of the ANSWER to a live query (only bolts hold state)."""
+        return {"processor": self.assignment.processor,
+                "error": f"{self.assignment.processor} is not a bolt: it holds no state"}
+
+    def _accept_loop(self) -> None:
+        assert self.listener is not None
+        while not self.stopping.is_set():
+            try:
+                sock, address = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self.stopping.is_set():
+                    return
+                raise
+            if not self._handshakes.acquire(blocking=False):
+                self._refuse(sock, address, f"over {MAX_HANDSHAKES} handshakes at once")
+                continue
+            self._accepted.add(sock)
+            self._start_thread("receive", self._receive, sock, address)
+
+    def _refuse(self, sock: socket.socket, address: Any, why: object) -> None:
+        """Close a connection that did not authenticate: logged and counted, never a failure
+        of this processor (a port scan or a stranger must not restart the topology)."""
+        log.warning("refused a data-plane connection from %s: %s", address, why)
+        self.metrics.refused_connections.inc()
+        with contextlib.suppress(OSError):
+            sock.close()
+
+    def _receive(self, sock: socket.socket, address: Any) -> None:
+        try:
+            try:
+                checker, sealer = accept_peer(sock, self.secret, HANDSHAKE_TIMEOUT)
+            except (AuthError, OSError) as exc:
+                self._refuse(sock, address, exc)
+                return
+            finally:
+                self._handshakes.release()
+            self._serve(sock, FrameReader(checker=checker), sealer)
+        finally:
+            self._accepted.discard(sock)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _serve(self, sock: socket.socket, reader: FrameReader, sealer: FrameSealer) -> None:
+        """Frames of an authenticated peer of this run: HELLO, then data until BYE; or a
+        QUERY, answered with one ANSWER."""
+        sender = "?"
+        sock.settimeout(self.assignment.io_timeout)
+        first = recv_frames(sock, reader)
+        if first and isinstance(first[0], Query):
+            self._answer_query(sock, sealer, first[0])
+            return
+        if not first or not isinstance(first[0], Hello):
+            raise DataPlaneError(f"an authenticated connection without HELLO: {first[:1]}")
+        hello = first[0]
+        sender = hello.sender
+        if not self.joined_event.wait(self.assignment.io_timeout):
+            raise DataPlaneError(f"{sender} connected before this processor joined a run")
+        if hello.epoch != self.joined or hello.receiver != self.assignment.processor:
+            log.warning("refusing %s: HELLO for %s in epoch %d (this run: %s)",
+                        sender, hello.receiver, hello.epoch, self.joined)
+            return
+        if sender not in self.upstream_ids():
+            raise DataPlaneError(f"{sender} is not an upstream of {self.id}")
+        log.debug("accepted %s", sender)
+        sock.settimeout(None)  # idle upstreams are normal; liveness is ZooKeeper's job
+        frames: list[Frame] = first[1:]
+        while True:
+            for frame in frames:
+                if isinstance(frame, Bye):
+                    raise DataPlaneError(f"{sender} closed its connection")
+                self.deliver(sender, frame)
+            frames = recv_frames(sock, reader)
+            if not frames:
+                raise DataPlaneError(f"{sender} closed its connection")
+
+
+@dataclass(frozen=True)
+class LiveQuery:
+    """A live query handed to a bolt's main thread, which puts the answer in ``reply``."""
+
+    query: Query
+    reply: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1))
+
+
+class InboundShell(Shell):
+    """Bolts and sinks: a listener, one reader thread per upstream, a bounded queue."""
+
+    listens = True
+
+    def setup(self) -> None:
+        self.inbound: queue.Queue[tuple[str, Frame | LiveQuery]] = queue.Queue(QUEUE_FRAMES)
+
+    def deliver(self, sender: str, frame: Frame | LiveQuery) -> None:
+        deadline = time.monotonic() + self.assignment.io_timeout
+        while not self.stopping.is_set():
+            try:
+                self.inbound.put((sender, frame), timeout=POLL)
+                return
+            except queue.Full:
+                if time.monotonic() > deadline:
+                    raise DataPlaneError(
+                        f"the main thread took no frame for {self.assignment.io_timeout} s"
+                    ) from None
+
+    def step(self) -> None:
+        try:
+            sender, frame = self.inbound.get(timeout=POLL)
+        except queue.Empty:
+            self.on_idle()
+            return
+        self.on_frame(sender, frame)
+        for _ in range(QUEUE_FRAMES):  # drain what is there before looking at ZooKeeper
+            if self._failure is not None:
+                return
+            try:
+                sender, frame = self.inbound.get_nowait()
+            except queue.Empty:
+                return
+            self.on_frame(sender, frame)
+
+    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
+        raise NotImplementedError
+
+    def on_idle(self) -> None:
+        """Nothing arrived for :data:`POLL` seconds."""

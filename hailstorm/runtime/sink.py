@@ -1,0 +1,177 @@
+"""The sink shell: rows into a table (or a topic) exactly once, the commit and round policy
+decided by the pure :class:`~hailstorm.processors.sink_core.SinkCore`."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+from hailstorm.config import DEFAULT_DATABASE_URL
+from hailstorm.failpoints import failpoint
+from hailstorm.model import RejectedRow
+from hailstorm.processors.sink_core import Commit, ReportRound, SinkAction, SinkCore
+from hailstorm.protocol.clock import Clock, clock_to_json
+from hailstorm.protocol.layout import (
+    Flowing,
+    ProcessorState,
+    SnapshotReport,
+    SpoutsPaused,
+    SpoutsRewind,
+)
+from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
+from hailstorm.runtime.data_plane import DataPlaneError
+from hailstorm.runtime.processor import InboundShell, LiveQuery
+from hailstorm.sinks import FencedError, SinkWriter, redact
+from hailstorm.sinks.topic import TopicWriter, progress_topic
+from hailstorm.topic import Topic
+from hailstorm.topology import SinkSpec, Table
+
+__all__ = ["SinkShell"]
+
+log = logging.getLogger("hailstorm.processor")
+
+
+class SinkShell(InboundShell):
+    """One sink instance: rows go to its table exactly once, and it takes part in rounds.
+
+    Rows are buffered in a :class:`~hailstorm.sinks.SinkWriter`; the pure
+    :class:`~hailstorm.processors.sink_core.SinkCore` says when to commit them (through the
+    low water mark over the upstream instances, with the sink's progress in one
+    transaction) and when a round's clock is covered so that the sink reports the round,
+    like a bolt reports a snapshot. A :class:`~hailstorm.topic.Topic` target is written the
+    same way, a Kafka transaction per commit (:class:`~hailstorm.sinks.topic.TopicWriter`).
+    Sinks with another target keep nothing and only report rounds.
+    """
+
+    def setup(self) -> None:
+        super().setup()
+        spec = self.topology.node(self.id.name)
+        assert isinstance(spec, SinkSpec)
+        self.spec = spec
+        self.received = 0
+        self.writer: SinkWriter | TopicWriter | None = None
+        self.core: SinkCore | None = None
+        self.started = time.monotonic()
+
+    def on_initialize(self, epoch: int) -> None:
+        self.received = 0
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        # One topology's sink is not another's: progress is keyed by both names.
+        sink_id = f"{self.assignment.name}/{self.assignment.processor}"
+        halt_as = self.spec.name if self.topology.on_error == "fail" else None
+        target = self.spec.target
+        if isinstance(target, Table):
+            url = target.url or self.assignment.database_url or DEFAULT_DATABASE_URL
+            self.writer = SinkWriter.open(url, target, sink_id, epoch,
+                                          on_reject=self._rejected, halt_as=halt_as)
+            log.info("table %s at %s, progress %s", target.name, redact(url),
+                     clock_to_json(self.writer.view))
+        elif isinstance(target, Topic):
+            self.writer = TopicWriter.open(
+                self.assignment.kafka, target, sink_id, epoch,
+                progress=progress_topic(self.topology.name, self.spec.name),
+                dead_letter_topic=self.topology.dead_letter_topic, node=self.spec.name,
+                io_timeout=self.assignment.io_timeout, on_reject=self._rejected,
+                halt_as=halt_as)
+            log.info("topic %s, progress %s", target.name, clock_to_json(self.writer.view))
+        self.core = SinkCore(epoch, self.upstream_ids(), self.table.partitions,
+                             writes=self.writer is not None, last_commit=self.started,
+                             committed=None if self.writer is None else self.writer.view)
+        self.report(ProcessorState.READY, epoch)
+
+    @property
+    def pending(self) -> int:
+        """Rows (upsert: keys) waiting in the writer for a commit."""
+        return 0 if self.writer is None else self.writer.pending
+
+    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+        if isinstance(state, Flowing) and state.clock is not None:
+            self._round(state.epoch, dict(state.clock))
+
+    def _rejected(self, rejected: RejectedRow) -> None:
+        """A tuple was committed to ``<table>_rejected`` (a topic's: to the dead letters)."""
+        (topic, number), offset = rejected.origin
+        log.warning("rejected the tuple from %s:%d:%d (%s): %s", topic, number, offset,
+                    rejected.stage, rejected.error)
+        self.metrics.quarantined.inc()
+
+    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
+        if isinstance(frame, DataBatch):
+            if frame.contributions:
+                raise DataPlaneError(f"{sender} sent pre-aggregated contributions to a sink")
+            started = time.perf_counter()
+            self.received += len(frame)
+            if self.writer is not None:
+                indexed = self.table.partitions
+                try:
+                    if frame.partitions and min(frame.partitions) < 0:
+                        raise IndexError
+                    partitions = list(map(indexed.__getitem__, frame.partitions))
+                except IndexError:
+                    raise DataPlaneError(f"{sender} sent rows of an unknown partition") from None
+                self.writer.add_columns(partitions, frame.offsets, frame.tuples, sender=sender)
+            self.metrics.batch(started, len(frame), 0)
+        elif isinstance(frame, Watermark):
+            assert self.core is not None
+            self.act(self.core.on_watermark(sender, frame.watermark, pending=self.pending,
+                                            now=time.monotonic()))
+        elif isinstance(frame, ClockMarker):
+            self._round(frame.epoch, self.table.from_wire(frame.clock))
+
+    def on_idle(self) -> None:
+        if self.core is not None:
+            self.act(self.core.on_idle(pending=self.pending, now=time.monotonic()))
+
+    def _round(self, epoch: int, clock: Clock) -> None:
+        if self.core is not None:
+            self.act(self.core.on_round(epoch, clock, pending=self.pending,
+                                        now=time.monotonic()))
+
+    def act(self, actions: Iterable[SinkAction]) -> None:
+        for action in actions:
+            if isinstance(action, Commit):
+                self.act(self._commit(action))
+            else:
+                self._report_round(action)
+
+    def _commit(self, commit: Commit) -> list[ReportRound]:
+        """Commit the writer through ``commit.through``; the rounds it covered."""
+        writer, core = self.writer, self.core
+        assert writer is not None and core is not None
+        try:
+            waiting = writer.pending
+            started = time.perf_counter()
+            progress = writer.commit_through(commit.through)
+            self.metrics.sink_commit_seconds.observe(time.perf_counter() - started)
+            self.metrics.rows_committed.inc(waiting - writer.pending)
+        except FencedError as exc:
+            if exc.superseded:
+                raise
+            log.warning("%s; re-reading progress", exc)
+            core.fenced(writer.progress())
+            return []
+        now = time.monotonic()
+        failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
+        return core.committed(commit, progress, now)
+
+    def _report_round(self, report: ReportRound) -> None:
+        assert self.coord is not None
+        target = self.spec.target
+        ref = (f"table:{target.name}" if isinstance(target, Table) else
+               f"topic:{target.name}" if isinstance(target, Topic) else
+               f"sink:{self.spec.name}")
+        self.coord.write_snapshot_report(
+            SnapshotReport(self.assignment.processor, report.epoch, report.clock, ref)
+        )
+        log.info("round %d: table committed through %s", report.epoch,
+                 clock_to_json(report.clock))
+
+    def shutdown(self) -> None:
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                self.writer.close()
+        super().shutdown()

@@ -1,0 +1,227 @@
+"""The spout shell: one Kafka partition around a :class:`~hailstorm.processors.SpoutCore`,
+rewound, paused and resumed by the master state; CLOCK, DATA and WATERMARK frames to every
+downstream instance, dead letters committed before a round's pause is reported."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from hailstorm.halt import TopologyHalt
+from hailstorm.processors import Contributions, Router, SpoutCore, SpoutOutput
+from hailstorm.protocol.clock import NOTHING, Partition, partition_key
+from hailstorm.protocol.layout import Flowing, ProcessorState, SpoutsPaused, SpoutsRewind
+from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
+from hailstorm.runtime.data_plane import DataPlaneError
+from hailstorm.runtime.processor import POLL, Shell
+from hailstorm.topology import SpoutSpec
+
+__all__ = ["SpoutShell"]
+
+log = logging.getLogger("hailstorm.processor")
+
+WATERMARK_INTERVAL = 0.2
+"""Longest time between two watermarks a spout sends (also when idle or paused)."""
+CONSUME_BATCH = 5000
+"""Kafka messages per consume call."""
+LOG_START_RETRIES = 3
+"""How often a spout starts again from a log start that retention moved before its first
+fetch (then the lost offsets stop the topology as any others)."""
+SPOUT_CHUNK = 500
+"""Messages a spout decodes and sends at a time: between two chunks it looks at the master
+state, so that a snapshot round's pause waits for one chunk, not a whole consume batch."""
+DEAD_LETTER_INTERVAL = 0.5
+"""A spout with dead letters commits them at least this often (seconds), besides before
+it reports a round's pause."""
+
+
+class SpoutShell(Shell):
+    """One Kafka partition: rewound, paused and resumed by the master state."""
+
+    def setup(self) -> None:
+        from hailstorm.kafka import consumer
+
+        spec = self.topology.node(self.id.name)
+        assert isinstance(spec, SpoutSpec) and self.id.partition is not None
+        self.spec = spec
+        self.partition: Partition = self.id.partition
+        self.index = self.table.index(self.partition)
+        self.router = Router(self.topology.downstream_of(spec.name))
+        self.core: SpoutCore | None = None
+        self.started = False
+        self.consumer = consumer(self.assignment.kafka)
+        self._last_watermark = 0.0
+        self._last_transient = 0.0
+        self._dead_letters_committed = 0.0
+        self.from_log_start = False
+        """Reading a partition no committed round has seen from its log start."""
+        self.log_start_retries = 0
+
+    def shutdown(self) -> None:
+        consumer = getattr(self, "consumer", None)
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                consumer.close()
+        super().shutdown()
+
+    def on_initialize(self, epoch: int) -> None:
+        self.core = SpoutCore(self.spec, self.partition[1],
+                              self.topology.downstream_of(self.spec.name),
+                              quarantine_topic=self.topology.dead_letter_topic)
+        self.report(ProcessorState.READY, epoch)
+
+    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+        from confluent_kafka import TopicPartition
+
+        core = self.core
+        assert core is not None
+        p = self.partition
+        if isinstance(state, SpoutsRewind):
+            assert self.coord is not None
+            committed = self.coord.committed()  # what bolts with a snapshot loaded
+            seek = core.start(state.clock, committed.clock if committed is not None else None)
+            # A partition no committed round has seen (a first start, or a partition added
+            # since) is read from where its log starts: retention may have deleted offset 0
+            # long ago, and that is no gap for this topology. Otherwise the exact offset,
+            # also for a partition committed as empty (-1): a record it missed is an error.
+            unseen = committed is None or p not in committed.clock
+            self.from_log_start = unseen and seek == NOTHING + 1
+            start = self._log_start() if self.from_log_start else seek
+            self.consumer.assign([TopicPartition(p[0], p[1], start)])
+            self.started = True
+            self.send_all([self._watermark(core.watermark())])
+            self.report(ProcessorState.REWOUND, state.epoch, position={p: core.position})
+            log.info("rewound to %d (reading from %d)", core.position, seek)
+        elif not self.started:
+            raise DataPlaneError(f"{type(state).__name__} before SpoutsRewind in this run")
+        elif isinstance(state, SpoutsPaused):
+            position = core.pause()
+            self._commit_dead_letters()  # the round's clock may include their records
+            self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
+        elif isinstance(state, Flowing):
+            self._send(core.resume(state.epoch, state.clock) if state.clock is not None
+                       else core.resume())
+            self.report(ProcessorState.FLOWING, state.epoch, position={p: core.position})
+
+    def _log_start(self) -> int:
+        """The partition's first offset, asked of the broker. An explicit offset, not
+        ``OFFSET_BEGINNING``: librdkafka resolves a logical offset on its offset-query
+        timer, which held back a spout's first fetch by 0.5 to 1.5 s."""
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+        try:
+            low, _high = self.consumer.get_watermark_offsets(
+                TopicPartition(*self.partition), timeout=self.assignment.io_timeout)
+            return int(low)
+        except KafkaException as exc:
+            log.warning("log start of %s unknown (%s): reading from the beginning",
+                        partition_key(self.partition), exc)
+            return OFFSET_BEGINNING
+
+    def _watermark(self, marks: Mapping[Partition, int]) -> Watermark:
+        assert self.joined is not None
+        self._last_watermark = time.monotonic()
+        return Watermark(self.joined, self.table.to_wire(marks))
+
+    def _send(self, out: SpoutOutput) -> None:
+        """CLOCK (if any), this batch's part, then the watermark, to every destination."""
+        connections = self.connections()
+        ids = self.downstream_ids
+        per_receiver: dict[str, list[Frame]] = {r: [] for r in connections}
+        if out.clock is not None:
+            marker = ClockMarker(out.clock.epoch, self.table.to_wire(out.clock.clock))
+            for frames in per_receiver.values():
+                frames.append(marker)
+        for dest, part in out.batches.items():  # the core routed; re-key by wire index
+            partitions = [self.index] * len(part)
+            per_receiver[ids[dest]].append(
+                DataBatch.of(partitions, part.offsets, part.tuples, part.keys, part.values)
+                if isinstance(part, Contributions)
+                else DataBatch.of(partitions, part.offsets, part.tuples))
+        watermark = self._watermark(out.watermark)
+        for receiver, frames in per_receiver.items():
+            frames.append(watermark)
+            connections[receiver].send(frames)
+        if out.dead_letters:
+            self.dead_letters.write(out.dead_letters)
+
+    def _on_consumer_error(self, error: Any, needed: int) -> None:
+        """Halt on lost offsets or refused credentials, fail on a fatal client error, and
+        let librdkafka recover from the rest (a broker restarting, a leader moving)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        from hailstorm.kafka import consumer_error_kind, lost_offsets_message
+
+        kind = consumer_error_kind(error)
+        if kind == "eof":
+            return
+        topic, partition = self.partition
+        if kind == "lost" and self.from_log_start and needed == NOTHING + 1 \
+                and self.log_start_retries < LOG_START_RETRIES:
+            # Nothing read yet from where the log started: retention moved its start
+            # between the query and the fetch. Start again from the new one.
+            self.log_start_retries += 1
+            self.consumer.assign([TopicPartition(topic, partition, self._log_start())])
+            return
+        if kind == "lost":
+            low: int | None
+            high: int | None
+            try:
+                low, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10)
+            except KafkaException:
+                low = high = None
+            raise TopologyHalt(lost_offsets_message(topic, partition, needed, low, high))
+        if kind == "auth":
+            raise TopologyHalt(f"Kafka refused the spout's credentials: {error.str()}")
+        if kind == "fatal":
+            raise KafkaException(error)
+        now = time.monotonic()
+        if now - self._last_transient >= 10:
+            self._last_transient = now
+            log.warning("kafka (recovering by itself): %s", error.str())
+
+    def step(self) -> None:
+        assert self.coord is not None
+        core = self.core
+        if core is None or not self.started or core.paused:
+            if core is not None and self.started and \
+                    time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
+                self.send_all([self._watermark(core.watermark())])
+            self.coord.changed.wait(POLL / 2)
+            return
+        messages = self.consumer.consume(CONSUME_BATCH, timeout=POLL / 2)
+        offsets: list[int] = []
+        values: list[bytes | None] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._on_consumer_error(error, core.position + 1)
+                continue
+            offset = message.offset()
+            if offset is not None:
+                offsets.append(offset)
+                values.append(message.value())
+        for start in range(0, len(offsets), SPOUT_CHUNK):
+            if start:  # a round may be pausing the spouts: records after it are held back
+                self.follow_master()
+            started = time.perf_counter()
+            out = core.on_records(offsets[start:start + SPOUT_CHUNK],
+                                  values[start:start + SPOUT_CHUNK])
+            self._send(out)
+            self.metrics.batch(started, min(SPOUT_CHUNK, len(offsets) - start),
+                               sum(len(b) for b in out.batches.values()))
+        if not offsets and time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
+            self.send_all([self._watermark(core.watermark())])
+        if self.dead_letters.pending and \
+                time.monotonic() - self._dead_letters_committed >= DEAD_LETTER_INTERVAL:
+            self._commit_dead_letters()
+
+    def _commit_dead_letters(self) -> None:
+        """Commit the dead letters of every message read so far (through the position)."""
+        assert self.core is not None
+        self._dead_letters_committed = time.monotonic()
+        self.dead_letters.commit_through({self.partition: self.core.position})

@@ -1,0 +1,59 @@
+"""The Spark task body: :func:`run_processor` runs one processor instance (see
+:mod:`hailstorm.runtime.driver`) until it fails or the topology restarts."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+
+from hailstorm.config import KAFKA_CONFIG_VAR
+from hailstorm.protocol.layout import Role, parse_processor_id
+from hailstorm.runtime.bolt import BoltShell
+from hailstorm.runtime.processor import Assignment, Shell
+from hailstorm.runtime.sink import SinkShell
+from hailstorm.runtime.spout import SpoutShell
+from hailstorm.topology import load_topology
+
+__all__ = ["run_processor"]
+
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The cyclic garbage collector's thresholds in processors (Python's default: 700, 10, 10).
+A processor allocates many short-lived containers per batch (tuples, decoded values) and
+keeps a large, long-lived, acyclic state; with the default, collections run every 700
+allocations and keep promoting batch data into the generations that hold the state, so
+full collections walk the whole state again and again. Refcounting frees almost all of a
+processor's garbage anyway."""
+
+
+def run_processor(assignment: Assignment) -> None:
+    """Run one processor instance until it fails or the topology restarts (then raise)."""
+    gc.set_threshold(*GC_THRESHOLDS)
+    _configure_logging(assignment)
+    if assignment.kafka_config:
+        os.environ[KAFKA_CONFIG_VAR] = assignment.kafka_config
+    topology = load_topology(assignment.topology_ref)
+    pid = parse_processor_id(assignment.processor)
+    shell: Shell
+    if pid.role is Role.SPOUT:
+        shell = SpoutShell(assignment, topology)
+    elif pid.role is Role.BOLT:
+        shell = BoltShell(assignment, topology)
+    else:
+        shell = SinkShell(assignment, topology)
+    shell.run()
+
+
+def _configure_logging(assignment: Assignment) -> None:
+    root = logging.getLogger("hailstorm")
+    if not root.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter(
+                f"%(asctime)s %(levelname)s [{assignment.processor} pid={os.getpid()}] "
+                "%(message)s"
+            )
+        )
+        root.addHandler(handler)
+        root.propagate = False
+    root.setLevel(assignment.log_level.upper())

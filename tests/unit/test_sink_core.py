@@ -1,0 +1,210 @@
+"""The sink's round and commit policy (hailstorm.processors.sink_core), without a database:
+a model writer commits through whatever the core asks, and random interleavings of
+watermarks, round clocks, idleness, waiting rows, time and refused commits check the rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hailstorm.processors.sink_core import (
+    COMMIT_INTERVAL,
+    COMMIT_ROWS,
+    Commit,
+    ReportRound,
+    SinkAction,
+    SinkCore,
+    covers,
+)
+from hailstorm.protocol.clock import Clock, Partition
+
+P0: Partition = ("t", 0)
+P1: Partition = ("t", 1)
+OTHER: Partition = ("u", 0)
+"""A partition of the topology no upstream of this sink carries."""
+PARTITIONS = [P0, P1, OTHER]  # wire indices 0, 1, 2
+JOINED = 5
+
+
+def test_covers_skips_only_the_partitions_no_upstream_carries() -> None:
+    clicks, views = ("clicks", 0), ("views", 0)
+    clock = {clicks: 10, views: 1999}
+    carried = {clicks: 12}
+    assert covers({clicks: 10}, clock, carried)
+    assert not covers({clicks: 9}, clock, carried)
+    assert not covers({}, clock, carried)
+    assert not covers({clicks: 10}, clock, {clicks: 12, views: 1500})
+
+
+def test_nothing_happens_before_every_upstream_spoke() -> None:
+    core = SinkCore(JOINED, ["a", "b"], PARTITIONS, writes=True, last_commit=0.0)
+    assert core.on_round(JOINED, {P0: -1}, pending=3, now=9.0) == []
+    assert core.on_watermark("a", {0: 4, 1: 4}, pending=3, now=9.0) == []
+    assert core.on_idle(pending=3, now=9.0) == []
+    actions = core.on_watermark("b", {0: 2}, pending=3, now=9.0)
+    assert actions == [Commit({P0: 2, P1: 4}, (JOINED,))]
+
+
+def test_a_round_is_reported_only_after_the_commit_that_covers_it() -> None:
+    core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
+    assert core.on_watermark("a", {0: 3, 1: 3}, pending=0, now=0.1) == []
+    [commit] = core.on_round(JOINED, {P0: 3, P1: 1, OTHER: 50}, pending=0, now=0.2)
+    assert commit == Commit({P0: 3, P1: 3}, (JOINED,))
+    assert core.committed(commit, {P0: 2, P1: 3}, now=0.3) == []  # the table lags
+    assert core.rounds == {JOINED: {P0: 3, P1: 1, OTHER: 50}}
+    [commit] = core.on_watermark("a", {0: 4}, pending=1, now=0.4)
+    assert core.committed(commit, {P0: 4, P1: 3}, now=0.4) == [
+        ReportRound(JOINED, {P0: 3, P1: 1, OTHER: 50})]
+    assert core.rounds == {}
+
+
+def test_the_cadence_without_a_round() -> None:
+    core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
+    core.on_watermark("a", {0: 0}, pending=0, now=0.0)
+    assert core.on_watermark("a", {0: 1}, pending=10, now=0.2) == []  # too soon
+    assert core.on_idle(pending=10, now=0.3) == []
+    assert core.on_watermark("a", {0: 2}, pending=COMMIT_ROWS, now=0.3) == [
+        Commit({P0: 2}, ())]  # a full buffer does not wait
+    [commit] = core.on_idle(pending=10, now=COMMIT_INTERVAL)
+    assert core.committed(commit, {P0: 2}, now=COMMIT_INTERVAL) == []
+    assert core.on_idle(pending=0, now=10.0) == []  # nothing waits: nothing to do
+
+
+def test_rounds_of_earlier_runs_and_repeated_clocks_are_ignored() -> None:
+    core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
+    core.on_watermark("a", {0: 9, 1: 9}, pending=0, now=0.0)
+    assert core.on_round(JOINED - 1, {P0: 1}, pending=0, now=0.1) == []
+    assert len(core.on_round(JOINED, {P0: 1}, pending=0, now=0.1)) == 1
+    assert core.on_round(JOINED, {P0: 1}, pending=0, now=0.1) == []
+    core.fenced({P0: 0})  # refused: nothing reported, the round waits
+    assert core.rounds == {JOINED: {P0: 1}} and core.committed_through == {P0: 0}
+    [again] = core.on_watermark("a", {0: 10}, pending=0, now=0.2)
+    assert core.committed(again, {P0: 10, P1: 9}, now=0.2) == [ReportRound(JOINED, {P0: 1})]
+
+
+def test_without_a_target_the_mark_is_the_progress() -> None:
+    core = SinkCore(JOINED, ["a"], PARTITIONS, writes=False, last_commit=0.0)
+    assert core.on_round(JOINED, {P0: 5, OTHER: 7}, pending=0, now=0.0) == []
+    assert core.on_watermark("a", {0: 4}, pending=0, now=0.0) == []
+    assert core.on_watermark("a", {0: 5}, pending=0, now=0.0) == [
+        ReportRound(JOINED, {P0: 5, OTHER: 7})]
+    assert core.committed_through == {P0: 5}
+
+
+# --------------------------------------------------------------------------- interleavings
+
+UPSTREAMS = ["a", "b"]
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("watermark"), st.just("a"),  # "a" carries both partitions
+                  st.fixed_dictionaries({0: st.integers(-1, 30), 1: st.integers(-1, 30)})),
+        st.tuples(st.just("watermark"), st.just("b"),  # "b" only the first
+                  st.fixed_dictionaries({0: st.integers(-1, 30)})),
+        st.tuples(st.just("round"), st.integers(JOINED - 2, JOINED + 4),
+                  st.fixed_dictionaries({P0: st.integers(-1, 30), P1: st.integers(-1, 30),
+                                         OTHER: st.integers(-1, 99)})),
+        st.tuples(st.just("idle")),
+        st.tuples(st.just("rows"), st.sampled_from([0, 1, 50, COMMIT_ROWS])),
+        st.tuples(st.just("tick"), st.sampled_from([0.0, 0.1, 0.3, COMMIT_INTERVAL])),
+        st.tuples(st.just("refuse"), st.booleans()),
+    ),
+    max_size=60,
+)
+
+
+class Sim:
+    """A sink shell with a model writer (it commits through exactly what it is asked)."""
+
+    def __init__(self, writes: bool) -> None:
+        self.core = SinkCore(JOINED, UPSTREAMS, PARTITIONS, writes=writes, last_commit=0.0)
+        self.writes = writes
+        self.now = 0.0
+        self.pending = 0
+        self.refuse = False
+        self.table: Clock = {}
+        self.last_commit = 0.0
+        self.commits: list[Clock] = []
+        self.clocks: dict[int, Clock] = {}
+        self.announced: dict[int, Clock] = {}
+        self.reported: dict[int, Clock] = {}
+        self.spoke: set[str] = set()
+
+    def step(self, op: tuple[Any, ...]) -> None:
+        kind = op[0]
+        core, now, pending = self.core, self.now, self.pending
+        if kind == "watermark":
+            self.spoke.add(op[1])
+            self.act(core.on_watermark(op[1], op[2], pending=pending, now=now), forced=False)
+        elif kind == "round":  # one clock per round, however often it is announced
+            clock = self.clocks.setdefault(op[1], op[2])
+            if op[1] >= JOINED:
+                self.announced[op[1]] = clock
+            self.act(core.on_round(op[1], clock, pending=pending, now=now), forced=True)
+        elif kind == "idle":
+            self.act(core.on_idle(pending=pending, now=now), forced=False)
+        elif kind == "rows":
+            self.pending = op[1]
+        elif kind == "tick":
+            self.now += op[1]
+        else:
+            self.refuse = op[1]
+
+    def act(self, actions: list[SinkAction], *, forced: bool) -> None:
+        if actions:
+            assert self.spoke == set(UPSTREAMS), "no decision before every upstream spoke"
+        for action in actions:
+            if isinstance(action, Commit):
+                self.commit(action, forced)
+            else:
+                self.report(action)
+
+    def commit(self, commit: Commit, forced: bool) -> None:
+        assert self.writes
+        lwm = self.core.low_water_mark()
+        assert commit.through == lwm, "rows are committed through the low water mark"
+        assert OTHER not in commit.through
+        if self.commits:  # the mark never moves back
+            assert all(commit.through.get(p, -1) >= o for p, o in self.commits[-1].items())
+        if not (forced or commit.due or self.pending >= COMMIT_ROWS):
+            assert self.now - self.last_commit >= COMMIT_INTERVAL, "the cadence"
+        self.commits.append(commit.through)
+        if self.refuse:
+            self.core.fenced(self.table)
+            return
+        self.table = {p: max(o, self.table.get(p, -1)) for p, o in commit.through.items()}
+        self.pending = 0
+        self.last_commit = self.now
+        self.act(list(self.core.committed(commit, self.table, self.now)), forced=forced)
+
+    def report(self, report: ReportRound) -> None:
+        lwm = self.core.low_water_mark()
+        progress = self.table if self.writes else lwm
+        # A round announced again once reported (every upstream forwards its CLOCK, and the
+        # master announces it too) is reported again: the same report, written again.
+        assert report.epoch >= JOINED
+        assert report.clock == self.announced[report.epoch]
+        assert covers(progress, report.clock, lwm), "a round only once the table covers it"
+        self.reported[report.epoch] = report.clock
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops, st.booleans())
+def test_random_interleavings_keep_the_rules_and_every_round_is_reported(
+    steps: list[tuple[Any, ...]], writes: bool
+) -> None:
+    sim = Sim(writes)
+    for op in steps:
+        sim.step(op)
+    # The stream catches up everywhere and the database accepts again: every round of
+    # this run that was announced gets reported.
+    sim.refuse = False
+    sim.step(("watermark", "a", {0: 40, 1: 40}))
+    sim.step(("watermark", "b", {0: 40}))
+    sim.step(("rows", 1))
+    sim.step(("tick", COMMIT_INTERVAL))
+    sim.step(("idle",))
+    assert sim.reported == sim.announced
+    assert sim.core.rounds == {}
