@@ -158,7 +158,10 @@ class Ignored:
     why: str
 
 
-Action = CommitClock | ForgetSnapshots | FallBack | Ignored
+NegotiatorAction = CommitClock | ForgetSnapshots | FallBack | Ignored
+"""What a decision asks the shell to do with its next state (a processor core's are
+:data:`hailstorm.processors.Action`, a sink core's
+:data:`hailstorm.processors.sink_core.SinkAction`)."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ class Decision:
     """What to do: move to ``next_state`` (None: stay) applying ``actions`` atomically."""
 
     next_state: MasterState | None
-    actions: tuple[Action, ...] = ()
+    actions: tuple[NegotiatorAction, ...] = ()
     reason: str = ""
     wake_at: float | None = None
     """When to step again if nothing changes (the current wait's deadline)."""
@@ -530,7 +533,7 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
         commit = CommitClock(e, dict(clock), refs)
         keep_epochs = frozenset({e} | ({committed.epoch} if committed else set()))
         forget = ForgetSnapshots(e, keep, keep_epochs)
-        actions: tuple[Action, ...] = (*roster.notes, commit, forget)
+        actions: tuple[NegotiatorAction, ...] = (*roster.notes, commit, forget)
         return Decision(
             Flowing(e, None), actions,
             f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt and sink "
