@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,45 @@ class TableProgress:
 
     def close(self) -> None:
         self._db.close()
+
+
+@dataclass
+class BacklogRun:
+    """What :func:`run_on_backlog` measured."""
+
+    seconds: float
+    """From the master's first ``Flowing`` until a committed clock covered every offset."""
+    pauses: dict[str, Any]
+    """:func:`pause_figures` of the run."""
+    table: Any
+    """The sink table asked for, as :meth:`TopologyRun.sink_tables` reads it."""
+
+
+def run_on_backlog(stack: Any, module: Path, topic: str, partitions: int,
+                   values: Sequence[bytes], table: str, timeout: float) -> BacklogRun:
+    """Produce ``values`` to a new ``topic`` of ``partitions``, then run the topology
+    ``module`` (one negotiator, its sinks in ``stack``'s PostgreSQL) on that backlog until
+    a committed round covers every offset; ``stack`` is a
+    :class:`hailstorm.harness.StackAddresses`."""
+    from hailstorm.harness import Produced, TopologyRun, produce, wait_for
+
+    kafka.create_topic(stack.kafka, topic, partitions)
+    produced = Produced(topic)
+    produce(stack.kafka, produced, values, kafka.partitions_of(stack.kafka, topic))
+    with TopologyRun(stack, module, log_dir=bench_logs("hailstorm-bench-logs-"),
+                     negotiators=1, timeout=60, database=stack.database) as run:
+        run.start()
+        wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.02)
+        started = time.monotonic()
+        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        print("hailstorm: flowing", flush=True)
+        wait_for("a commit covering every offset", lambda: run.covers(target), timeout,
+                 run.alive, poll=0.05)
+        seconds = time.monotonic() - started
+        pauses = pause_figures(run)
+        rows = run.sink_tables()[table]
+        run.stop()
+    return BacklogRun(seconds, pauses, rows)
 
 
 def committed_snapshot_sizes(snapshots: Path | str, committed: Any) -> dict[str, int]:

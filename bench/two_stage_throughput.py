@@ -43,16 +43,14 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import (  # noqa: E402
     baseline_consume,
-    bench_logs,
     embedded_stack,
     machine,
-    pause_figures,
     report,
+    run_on_backlog,
 )
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
-from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
+from hailstorm.harness import StackAddresses  # noqa: E402
 from hailstorm.workloads import KeyedEvents  # noqa: E402
 from topologies.top_spenders import TOP  # noqa: E402
 
@@ -121,25 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     values = list(KeyedEvents(keys=args.users).events(args.events))
     with embedded_stack() as env:
         stack = StackAddresses.from_env(env)
-        kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
-        partitions = kafka.partitions_of(stack.kafka, TOPIC)
-        produced = Produced(TOPIC)
-        produce(stack.kafka, produced, values, partitions)
+        ran = run_on_backlog(stack, REPO / "topologies" / "top_spenders.py", TOPIC, PARTITIONS,
+                             values, "top_spenders", args.timeout)
         del values
-        with TopologyRun(stack, REPO / "topologies" / "top_spenders.py",
-                         log_dir=bench_logs("hailstorm-bench-logs-"), negotiators=1,
-                         timeout=60, database=stack.database) as run:
-            run.start()
-            wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.02)
-            started = time.monotonic()
-            target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
-            print("hailstorm: flowing", flush=True)
-            wait_for("a commit covering every offset", lambda: run.covers(target),
-                     args.timeout, run.alive, poll=0.05)
-            hailstorm_s = time.monotonic() - started
-            pauses = pause_figures(run)
-            table = run.sink_tables()["top_spenders"]
-            run.stop()
+        hailstorm_s, pauses, table = ran.seconds, ran.pauses, ran.table
         print("baseline", flush=True)
         baseline = TopSpenders()
         consumed_s = baseline_consume(stack.kafka, TOPIC, PARTITIONS, args.events, baseline)
