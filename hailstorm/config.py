@@ -2,6 +2,10 @@
 
 ``hailstorm dev env`` prints these for the embedded stack; on a real cluster set them to the
 cluster's addresses and every command works unchanged.
+
+This module also owns reading the Kafka client properties file (:func:`read_properties`):
+``--kafka-config`` checks it here, and :mod:`hailstorm.kafka` builds every client's settings
+from it (``kafka`` imports ``config``, never the other way round).
 """
 
 from __future__ import annotations
@@ -26,6 +30,33 @@ DEFAULT_DATABASE_URL = "sqlite:///hailstorm.db"
 
 class ConfigError(RuntimeError):
     """A required address is not configured."""
+
+
+class KafkaConfigError(ValueError):
+    """The Kafka client properties file is missing or malformed."""
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """A Java-style properties file (``name=value``, ``#``/``!`` comments) as a dict."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise KafkaConfigError(f"cannot read Kafka client properties {path}: "
+                               f"{exc.strerror or exc}") from None
+    properties: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        name, sep, value = (line.partition("=") if "=" in line else line.partition(":"))
+        if not sep or not name.strip():
+            raise KafkaConfigError(f"{path}:{number}: expected name=value")
+        properties[name.strip()] = value.strip()
+    if "bootstrap.servers" in properties:
+        raise KafkaConfigError(
+            f"{path}: bootstrap.servers belongs in --kafka / $HAILSTORM_KAFKA, not in the "
+            "client properties file")
+    return properties
 
 
 @dataclass(frozen=True)
@@ -61,8 +92,6 @@ class Settings:
         and of the processes it starts reads it."""
         bootstrap = _require(self.kafka, KAFKA_VAR, "--kafka")
         if self.kafka_config:
-            from hailstorm.kafka import KafkaConfigError, read_properties
-
             path = str(Path(self.kafka_config).absolute())
             try:
                 read_properties(path)

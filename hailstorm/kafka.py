@@ -21,13 +21,13 @@ import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from hailstorm.config import KAFKA_CONFIG_VAR
+from hailstorm.config import KAFKA_CONFIG_VAR, read_properties
+from hailstorm.config import KafkaConfigError as KafkaConfigError  # owned by config
 
 
 @dataclass(frozen=True)
@@ -64,39 +64,12 @@ SPOUT_REQUIRED = {
 }
 
 
-class KafkaConfigError(ValueError):
-    """The Kafka client properties file is missing or malformed."""
-
-
 class KafkaAuthError(RuntimeError):
     """The cluster refused hailstorm's credentials (or TLS could not be established)."""
 
 
 class KafkaUnreachable(RuntimeError):
     """No broker of the cluster answered."""
-
-
-def read_properties(path: str | Path) -> dict[str, str]:
-    """A Java-style properties file (``name=value``, ``#``/``!`` comments) as a dict."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise KafkaConfigError(f"cannot read Kafka client properties {path}: "
-                               f"{exc.strerror or exc}") from None
-    properties: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        name, sep, value = (line.partition("=") if "=" in line else line.partition(":"))
-        if not sep or not name.strip():
-            raise KafkaConfigError(f"{path}:{number}: expected name=value")
-        properties[name.strip()] = value.strip()
-    if "bootstrap.servers" in properties:
-        raise KafkaConfigError(
-            f"{path}: bootstrap.servers belongs in --kafka / $HAILSTORM_KAFKA, not in the "
-            "client properties file")
-    return properties
 
 
 def configured_properties() -> dict[str, str]:

@@ -26,15 +26,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from hailstorm.dead_letters import (
+    VALUE_LIMIT,
+    DeadLetterTopic,
+    dead_letter_headers,
+    dead_letter_key,
+    dead_letter_progress_topic,
+)
 from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt
 from hailstorm.metrics import Counter
-from hailstorm.model import DeadLetter, Message, halt_reason_of
+from hailstorm.model import DeadLetter, halt_reason_of
 from hailstorm.protocol.clock import Clock, Partition
-from hailstorm.topic import Topic, TopicRecord
 from hailstorm.topology import OnError
 
 if TYPE_CHECKING:
@@ -44,56 +49,6 @@ __all__ = ["VALUE_LIMIT", "DeadLetterTopic", "DeadLetterWriter", "dead_letter_he
            "dead_letter_key", "dead_letter_progress_topic"]
 
 log = logging.getLogger("hailstorm.quarantine")
-
-VALUE_LIMIT = 512 * 1024
-"""Bytes of a dead letter's value that are written (Kafka's default message limit is
-1 MB; the rest is cut and ``hailstorm.truncated`` is set)."""
-
-
-
-def dead_letter_key(message: Message) -> bytes:
-    """``<topic>:<partition>:<offset>`` of the source message (a key that names the record
-    it quarantines)."""
-    return f"{message.topic}:{message.partition}:{message.offset}".encode()
-
-
-def dead_letter_headers(letter: DeadLetter, *, truncated: bool = False) -> list[tuple[str, bytes]]:
-    """Where a dead letter came from and why it failed, as Kafka headers."""
-    m = letter.message
-    headers = [
-        ("hailstorm.node", letter.node.encode()),
-        ("hailstorm.topic", m.topic.encode()),
-        ("hailstorm.partition", str(m.partition).encode()),
-        ("hailstorm.offset", str(m.offset).encode()),
-        ("hailstorm.stage", letter.stage.encode()),
-        ("hailstorm.error", letter.error[:1000].encode("utf-8", "replace")),
-    ]
-    if truncated:
-        headers += [("hailstorm.truncated", b"true"),
-                    ("hailstorm.size", str(len(m.value or b"")).encode())]
-    return headers
-
-
-def dead_letter_progress_topic(topology: str) -> str:
-    """The compacted topic holding how far each processor wrote its dead letters."""
-    return f"{topology}.dead-letters.progress"
-
-
-@dataclass(frozen=True, eq=False)
-class DeadLetterTopic(Topic):
-    """A dead-letter topic as the target of a transactional writer: its "tuples" are
-    :class:`~hailstorm.model.DeadLetter` s, appended with their key and headers."""
-
-    mode: Any = "append"
-    encoder: Any = "bytes"
-
-    def record_of(self, t: Any) -> TopicRecord:
-        letter: DeadLetter = t
-        value = letter.message.value
-        truncated = value is not None and len(value) > VALUE_LIMIT
-        return (dead_letter_key(letter.message),  # a tombstone's dead letter is one too
-                value[:VALUE_LIMIT] if value is not None and truncated else value,
-                None, tuple(dead_letter_headers(letter, truncated=truncated)))
 
 
 class DeadLetterWriter:

@@ -33,11 +33,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from hailstorm import kafka
+from hailstorm.dead_letters import VALUE_LIMIT, dead_letter_headers, dead_letter_key
 from hailstorm.failpoints import failpoint, pause_point
 from hailstorm.halt import TopologyHalt
 from hailstorm.model import DeadLetter, Message, Origin, RejectedRow, halt_reason_of
 from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_from_json, clock_to_json
-from hailstorm.quarantine import VALUE_LIMIT, dead_letter_headers, dead_letter_key
 from hailstorm.sinks.buffer import BufferedWriter, RowBuffer
 from hailstorm.sinks.db import RetryPolicy
 from hailstorm.sinks.errors import FencedError, SinkConfigError, SinkError

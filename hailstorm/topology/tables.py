@@ -21,6 +21,7 @@ from operator import itemgetter
 from typing import Any, Literal
 
 from hailstorm.topology.errors import RowError, TopologyError, check_name
+from hailstorm.urls import redact
 
 __all__ = [
     "DECLARABLE_TYPES",
@@ -400,11 +401,6 @@ class Table(SinkTarget):
         if self.key:
             text += f" on ({', '.join(self.key)})"
         if self.url:
-            text += f" at {_redact_url(self.url)}"
+            text += f" at {redact(self.url)}"
         return text
 
-
-def _redact_url(url: str) -> str:
-    from hailstorm.sinks.urls import redact  # the one redaction rule (sinks import lazily)
-
-    return redact(url)

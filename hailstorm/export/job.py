@@ -10,18 +10,7 @@ into the table in **one transaction**, together with a record of what was export
   transaction, so readers see the old table or the new one, never a mix;
 * an older round, or a table filled from another bolt: refused unless ``force``.
 
-Which round (:func:`choose_round`): ``epoch`` when given; else the committed round in
-ZooKeeper (``/hailstorm/<topology>/committed``) when ZooKeeper is configured and has one;
-else the newest complete round in the snapshot store.
-
-Rows (:func:`state_mapping`): keyed (``per_key``) state gives one row per key. The key is
-column ``key`` (a tuple key: ``key_0, key_1, ...``) typed from the map's ``key_type``
-(``string`` -> text, ``long``/``int`` -> bigint, ``double`` -> double precision,
-``boolean``, ``bytes`` -> bytea/blob, ``json`` -> canonical JSON text). The value:
-``Count``, ``Sum`` and ``Min``/``Max`` of a primitive type give one typed column
-``value``; a ``Record`` gives one column per field (each field typed that way, or JSON
-text); any other state is one JSON text column ``value``. A non-keyed state is one row
-(every instance's state combined) with those value columns and no key.
+Which round: :mod:`.rounds`; the rows and columns of a state: :mod:`.rows`.
 """
 
 from __future__ import annotations
@@ -29,291 +18,27 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from hailstorm.monoids import Count, KeyedMap, Max, Min, Monoid, Record, Sum
+from hailstorm.export.errors import ExportError
+from hailstorm.export.rounds import Round, choose_round
+from hailstorm.export.rows import state_mapping
+from hailstorm.monoids import Monoid
 from hailstorm.protocol.clock import Clock, clock_to_json
 from hailstorm.sinks.db import Database, RetryPolicy, with_retries
-from hailstorm.sinks.errors import SinkConfigError, SinkError
+from hailstorm.sinks.errors import SinkConfigError
 from hailstorm.sinks.sql import EXPORTS_TABLE, TableShape
 from hailstorm.sinks.urls import parse_url, redact
 from hailstorm.sinks.writer import ensure_table
-from hailstorm.snapshots import (
-    SnapshotError,
-    SnapshotRef,
-    SnapshotStore,
-    jsonable,
-    open_store,
-    snapshot_key,
-)
+from hailstorm.snapshots import SnapshotStore, open_store
 from hailstorm.topology import NAME_PATTERN, BoltSpec, Topology
-from hailstorm.zookeeper import zk_client
-
-__all__ = [
-    "BoltExport",
-    "ExportError",
-    "ExportListener",
-    "ExportResult",
-    "RichExportListener",
-    "Round",
-    "StateMapping",
-    "choose_round",
-    "complete_rounds",
-    "export_bolt",
-    "read_committed",
-    "state_mapping",
-]
 
 log = logging.getLogger("hailstorm.export")
 
 CHUNK_ROWS = 5000
 """Rows per insert batch."""
-
-
-class ExportError(SinkError):
-    """The export cannot run as asked (no such round, a table holding other data...)."""
-
-
-# --------------------------------------------------------------------------- rows
-
-
-def to_json_text(value: Any) -> str:
-    """Canonical JSON text of a state or key."""
-    return json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"))
-
-
-_PRIMITIVE_SQL = {
-    "string": "text",
-    "long": "bigint",
-    "int": "bigint",
-    "double": "double precision",
-    "boolean": "boolean",
-    "bytes": "bytea",
-}
-
-
-def _identity(x: Any) -> Any:
-    return x
-
-
-def _bytes(x: Any) -> Any:
-    return None if x is None else bytes(x)
-
-
-def _scalar(monoid: Monoid[Any]) -> tuple[str, Callable[[Any], Any]] | None:
-    """``(sql type, convert)`` when ``monoid``'s state is one plain value."""
-    if isinstance(monoid, Count):
-        return "bigint", _identity
-    if isinstance(monoid, Sum):
-        return ("bigint" if monoid.kind == "long" else "double precision"), _identity
-    if isinstance(monoid, Min | Max) and isinstance(monoid.kind, str):
-        sql = _PRIMITIVE_SQL.get(monoid.kind)
-        if sql is not None:
-            return sql, (_bytes if monoid.kind == "bytes" else _identity)
-    return None
-
-
-def _key_columns(key_type: Any) -> tuple[list[tuple[str, str]], Callable[[Any], tuple[Any, ...]]]:
-    def one(spec: Any) -> tuple[str, Callable[[Any], Any]]:
-        if isinstance(spec, str) and spec in _PRIMITIVE_SQL:
-            return _PRIMITIVE_SQL[spec], (_bytes if spec == "bytes" else _identity)
-        return "text", to_json_text
-
-    if isinstance(key_type, tuple):
-        parts = [one(s) for s in key_type]
-        columns = [(f"key_{i}", sql) for i, (sql, _) in enumerate(parts)]
-        converters = [convert for _, convert in parts]
-
-        def split(key: Any) -> tuple[Any, ...]:
-            return tuple(c(v) for c, v in zip(converters, key, strict=True))
-
-        return columns, split
-    sql, convert = one(key_type)
-    return [("key", sql)], lambda key: (convert(key),)
-
-
-@dataclass(frozen=True)
-class StateMapping:
-    """How a bolt's state becomes table rows (see the module docstring)."""
-
-    layout: Literal["per_key", "whole"]
-    key_columns: tuple[tuple[str, str], ...]
-    value_columns: tuple[tuple[str, str], ...]
-    _key: Callable[[Any], tuple[Any, ...]] = field(repr=False, compare=False)
-    _value: Callable[[Any], tuple[Any, ...]] = field(repr=False, compare=False)
-
-    def shape(self, table: str) -> TableShape:
-        """The export table: key columns (the primary key) then value columns."""
-        columns = dict(self.key_columns) | dict(self.value_columns)
-        return TableShape(table, columns, primary_key=tuple(c for c, _ in self.key_columns))
-
-    @property
-    def column_names(self) -> tuple[str, ...]:
-        return tuple(c for c, _ in self.key_columns + self.value_columns)
-
-    def row(self, key: Any, state: Any) -> tuple[Any, ...]:
-        """The row of one key (per_key) or of the whole state (``key`` ignored)."""
-        values = self._value(state)
-        return values if self.layout == "whole" else self._key(key) + values
-
-    def rows(self, state: Any) -> Iterator[tuple[Any, ...]]:
-        """Every row of one instance's (per_key) or the combined (whole) state."""
-        if self.layout == "whole":
-            yield self.row(None, state)
-            return
-        for key, value in state.items():
-            yield self.row(key, value)
-
-
-def _value_columns(monoid: Monoid[Any]) -> tuple[list[tuple[str, str]], Callable[[Any], Any]]:
-    scalar = _scalar(monoid)
-    if scalar is not None:
-        sql, convert = scalar
-        return [("value", sql)], lambda state: (convert(state),)
-    if isinstance(monoid, Record):
-        names = list(monoid.fields)
-        parts = [_scalar(m) or ("text", to_json_text) for m in monoid.fields.values()]
-        columns = [(name, sql) for name, (sql, _) in zip(names, parts, strict=True)]
-        converters = [(name, convert) for name, (_, convert) in zip(names, parts, strict=True)]
-        return columns, lambda state: tuple(c(state[n]) for n, c in converters)
-    return [("value", "text")], lambda state: (to_json_text(state),)
-
-
-def state_mapping(monoid: Monoid[Any]) -> StateMapping:
-    """The rows and columns of ``monoid``'s state (module docstring)."""
-    if isinstance(monoid, KeyedMap):
-        key_columns, key = _key_columns(monoid.key_type)
-        value_columns, value = _value_columns(monoid.inner)
-        clash = {c for c, _ in key_columns} & {c for c, _ in value_columns}
-        if clash:
-            raise ExportError(
-                f"{monoid.describe()}: Record field(s) {sorted(clash)} clash with the key "
-                "column names; rename the field(s)"
-            )
-        return StateMapping("per_key", tuple(key_columns), tuple(value_columns), key, value)
-    value_columns, value = _value_columns(monoid)
-    return StateMapping("whole", (), tuple(value_columns), lambda _: (), value)
-
-
-# --------------------------------------------------------------------------- rounds
-
-
-@dataclass(frozen=True)
-class Round:
-    """One complete round of a bolt's snapshots, and why it was chosen."""
-
-    epoch: int
-    clock: Clock
-    refs: tuple[SnapshotRef, ...]
-    source: str
-    """``"--epoch"``, ``"committed in ZooKeeper"`` or ``"latest complete round"``."""
-
-
-def complete_rounds(
-    store: SnapshotStore, topology: str, bolt: str
-) -> dict[int, tuple[SnapshotRef, ...]]:
-    """Epoch -> the refs of every round of ``bolt`` that has all its instances."""
-    by_epoch: dict[int, list[SnapshotRef]] = {}
-    for ref in store.list(topology):
-        if ref.bolt == bolt:
-            by_epoch.setdefault(ref.epoch, []).append(ref)
-    rounds = {}
-    for epoch, refs in by_epoch.items():
-        refs.sort(key=lambda r: r.instance)
-        n = refs[0].parallelism
-        same = all(r.parallelism == n and r.clock == refs[0].clock for r in refs)
-        if same and [r.instance for r in refs] == list(range(n)):
-            rounds[epoch] = tuple(refs)
-    return dict(sorted(rounds.items()))
-
-
-def read_committed(zk: str, topology: str, timeout: float = 5.0) -> Any:
-    """The topology's :class:`~hailstorm.protocol.layout.CommittedRecord` (None when there is
-    none); raises ``ExportError`` when ZooKeeper cannot be reached."""
-    from hailstorm.protocol.records import TopologyRecords
-
-    client = zk_client(zk, timeout)
-    try:
-        client.start(timeout=timeout)
-    except Exception as exc:
-        client.close()
-        raise ExportError(f"cannot reach ZooKeeper at {zk}: {exc}") from None
-    try:
-        return TopologyRecords(client, topology).committed()
-    finally:
-        client.stop()
-        client.close()
-
-
-def _committed_round(
-    store: SnapshotStore, topology: str, bolt: str, committed: Any
-) -> Round | None:
-    prefix = f"bolt:{bolt}:"
-    located: list[SnapshotRef] = []
-    for processor, location in sorted(committed.snapshots.items()):
-        if not processor.startswith(prefix):
-            continue
-        instance = int(processor[len(prefix) :])
-        try:
-            ref = store.resolve(location)
-        except (OSError, ValueError, SnapshotError):  # written where the store is mounted
-            key = snapshot_key(topology, bolt, instance, committed.epoch)  # elsewhere
-            ref = store.resolve(key)
-        located.append(ref)
-    if not located:
-        return None
-    located.sort(key=lambda r: r.instance)
-    if [r.instance for r in located] != list(range(located[0].parallelism)):
-        raise ExportError(
-            f"the committed round {committed.epoch} of {topology}/{bolt} lists instances "
-            f"{[r.instance for r in located]}, not 0..{located[0].parallelism - 1}"
-        )
-    return Round(committed.epoch, dict(committed.clock), tuple(located), "committed in ZooKeeper")
-
-
-def choose_round(
-    store: SnapshotStore,
-    topology: str,
-    bolt: str,
-    *,
-    epoch: int | None = None,
-    zk: str | None = None,
-    on_note: Callable[[str], None] = lambda _: None,
-) -> Round:
-    """The round to read: ``epoch`` if given, else the committed round (ZooKeeper, when
-    ``zk`` is given and holds one for this bolt), else the latest complete round."""
-    rounds = complete_rounds(store, topology, bolt)
-    where = f"{store.location}/{topology}/{bolt}"
-    if epoch is not None:
-        refs = rounds.get(epoch)
-        if refs is None:
-            known = ", ".join(map(str, rounds)) or "none"
-            raise ExportError(
-                f"no complete round {epoch} of {topology}/{bolt} under {store.location} "
-                f"(complete rounds: {known})"
-            )
-        return Round(epoch, dict(refs[0].clock), refs, "--epoch")
-    if zk:
-        committed = read_committed(zk, topology)
-        if committed is None:
-            on_note(f"no committed round in ZooKeeper for {topology}; using the latest one")
-        else:
-            chosen = _committed_round(store, topology, bolt, committed)
-            if chosen is not None:
-                return chosen
-            on_note(f"the committed round {committed.epoch} has no snapshot of {bolt}")
-    if not rounds:
-        raise ExportError(
-            f"no complete snapshot round of {topology}/{bolt} in {where} (is "
-            "HAILSTORM_SNAPSHOTS / --snapshots right, and has the topology saved a round?)"
-        )
-    newest = max(rounds)
-    return Round(newest, dict(rounds[newest][0].clock), rounds[newest], "latest complete round")
-
-
-# --------------------------------------------------------------------------- the job
 
 
 class ExportListener:

@@ -1,0 +1,92 @@
+"""The embedded development stack: real ZooKeeper, Apache Kafka and PostgreSQL.
+
+Every service listens on 127.0.0.1 only (unless the stack is given test hosts, see
+:class:`Host`), on a free port unless one is configured, and keeps its data, log and pid under
+one state directory. ``up`` is idempotent; ``down`` stops exactly
+the processes ``up`` started, by pid (the recorded command line is checked first so a recycled
+pid is never signalled), and removes their data.
+
+A package, one concern per module; the names below are its interface (import them from
+``hailstorm.devstack``):
+
+* :mod:`~hailstorm.devstack.state` — the services, hosts and the state file (pure);
+* :mod:`~hailstorm.devstack.processes` — pids, ports, waiting for readiness, Java, and the
+  state file and spawning every service shares;
+* :mod:`~hailstorm.devstack.zookeeper_server`, :mod:`~hailstorm.devstack.kafka_cluster`,
+  :mod:`~hailstorm.devstack.postgres`, :mod:`~hailstorm.devstack.spark_cluster` — how each
+  service is started (and Kafka nodes stopped and restarted);
+* :mod:`~hailstorm.devstack.stack` — :class:`DevStack`, the orchestration.
+"""
+
+from __future__ import annotations
+
+from hailstorm.devstack.postgres import postgres_bin_dir
+from hailstorm.devstack.processes import (
+    ensure_port_free,
+    free_port,
+    java_binary,
+    listens,
+    pid_alive,
+    pyspark_jars,
+    stop_pid,
+)
+from hailstorm.devstack.stack import DevStack, running_stack
+from hailstorm.devstack.state import (
+    DATABASE,
+    DATABASE_USER,
+    DEFAULT_SPARK_CORES,
+    KAFKA_CLIENT_CONFIG,
+    KAFKA_USER,
+    LOCAL,
+    LOOPBACK,
+    NETNS_NAME,
+    SERVICES,
+    SPARK_MASTER,
+    SPARK_MASTER_VAR,
+    STATE_FILE,
+    DevStackError,
+    Host,
+    KafkaClusterState,
+    ServiceRecord,
+    ServiceStatus,
+    StackState,
+    kafka_node_name,
+    placement_of,
+    spark_worker_name,
+)
+from hailstorm.devstack.zookeeper_server import four_letter_word
+
+__all__ = [
+    "DATABASE",
+    "DATABASE_USER",
+    "DEFAULT_SPARK_CORES",
+    "KAFKA_CLIENT_CONFIG",
+    "KAFKA_USER",
+    "LOCAL",
+    "LOOPBACK",
+    "NETNS_NAME",
+    "SERVICES",
+    "SPARK_MASTER",
+    "SPARK_MASTER_VAR",
+    "STATE_FILE",
+    "DevStack",
+    "DevStackError",
+    "Host",
+    "KafkaClusterState",
+    "ServiceRecord",
+    "ServiceStatus",
+    "StackState",
+    "ensure_port_free",
+    "four_letter_word",
+    "free_port",
+    "java_binary",
+    "kafka_node_name",
+    "listens",
+    "pid_alive",
+    "placement_of",
+    "postgres_bin_dir",
+    "pyspark_jars",
+    "running_stack",
+    "spark_worker_name",
+    "stop_pid",
+]

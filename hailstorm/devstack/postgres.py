@@ -1,0 +1,174 @@
+"""The dev stack's PostgreSQL: a private cluster made with the machine's ``initdb``/``pg_ctl``;
+when running as root they run as the ``postgres`` user, because initdb refuses root.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from hailstorm.devstack.processes import StackProcesses, await_ready, pid_alive
+from hailstorm.devstack.state import (
+    DATABASE,
+    DATABASE_USER,
+    LOCAL,
+    LOOPBACK,
+    DevStackError,
+    Host,
+    ServiceRecord,
+    StackState,
+)
+
+
+class PostgresServer(StackProcesses):
+    """Starts the stack's PostgreSQL."""
+
+    def _start_postgres(self, state: StackState) -> ServiceRecord:
+        bin_dir = postgres_bin_dir()
+        port = self._port("postgres", "--postgres-port")
+        host = state.host("postgres")
+        run_as = _postgres_runner(self.state_dir, host)
+        base = self.state_dir / "postgres"
+        data = base / "data"
+        log = self.state_dir / "logs" / "postgres.log"
+        if base.exists():
+            shutil.rmtree(base)
+        base.mkdir(mode=0o700)
+        run_as.own(base)
+        run_as.own(log, create=True)
+        password_file = base / "password"
+        password_file.write_text(state.database_password + "\n")
+        run_as.own(password_file)
+        try:
+            run_as.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    DATABASE_USER,
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    f"--pwfile={password_file}",
+                    "-E",
+                    "UTF8",
+                    "--no-instructions",
+                ],
+                log,
+            )
+        finally:
+            password_file.unlink(missing_ok=True)
+        if host.address != LOOPBACK:  # initdb lets loopback clients in only
+            with open(data / "pg_hba.conf", "a") as hba:
+                hba.write("host all all samenet scram-sha-256\n")
+        options = (
+            f"-p {port} -k {base} -c listen_addresses={host.address} "
+            "-c fsync=on -c max_connections=200 -c shared_buffers=64MB"
+        )
+        run_as.run(
+            [
+                str(bin_dir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(log),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                str(int(self.startup_timeout)),
+                "start",
+            ],
+            log,
+        )
+        pid = int((data / "postmaster.pid").read_text().splitlines()[0])
+        record = ServiceRecord("postgres", port, pid, str(log), marker=str(data))
+        state.services["postgres"] = record
+        url = state.database_url("postgres")
+        return await_ready(
+            record,
+            lambda: _create_database(url),
+            lambda: pid_alive(pid, str(data)),
+            self.startup_timeout,
+        )
+
+
+def postgres_bin_dir() -> Path:
+    """Directory holding ``initdb``/``pg_ctl`` (Debian keeps them off PATH)."""
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)
+    found = shutil.which("initdb")
+    if found:
+        candidates.insert(0, str(Path(found).resolve().parent))
+    for directory in candidates:
+        if Path(directory, "initdb").exists() and Path(directory, "pg_ctl").exists():
+            return Path(directory)
+    raise DevStackError("PostgreSQL server binaries not found: apt-get install postgresql")
+
+
+def _create_database(url: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=2) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+        ).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{DATABASE}"')
+    return True
+
+
+@dataclass
+class _Runner:
+    """Runs PostgreSQL's tools as the right user (``postgres`` when we are root)."""
+
+    user: pwd.struct_passwd | None
+    host: Host = LOCAL
+
+    def own(self, path: Path, create: bool = False) -> None:
+        if create:
+            path.touch(exist_ok=True)
+        if self.user is not None:
+            os.chown(path, self.user.pw_uid, self.user.pw_gid)
+
+    def run(self, argv: list[str], log: Path) -> None:
+        tool = Path(argv[0]).name
+        if self.user is not None:
+            argv = ["runuser", "-u", self.user.pw_name, "--", *argv]
+        result = subprocess.run(
+            self.host.command(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            check=False,
+        )
+        with open(log, "a") as out:
+            out.write(result.stdout + result.stderr)
+        if result.returncode != 0:
+            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise DevStackError(f"postgres: {tool} failed ({last[0]}); see {log}")
+
+
+def _postgres_runner(state_dir: Path, host: Host) -> _Runner:
+    if os.geteuid() != 0:
+        return _Runner(None, host)
+    try:
+        user = pwd.getpwnam("postgres")
+    except KeyError:
+        raise DevStackError(
+            "running as root but there is no 'postgres' user for initdb: "
+            "apt-get install postgresql (it creates the user)"
+        ) from None
+    # The postgres user must be able to reach the state directory.
+    for directory in [state_dir, *state_dir.parents]:
+        mode = directory.stat().st_mode
+        if not mode & 0o001:
+            if directory == state_dir:
+                directory.chmod(mode | 0o711)
+                continue
+            raise DevStackError(
+                f"PostgreSQL runs as user 'postgres' (initdb refuses root) and cannot enter "
+                f"{directory}: chmod o+x {directory} or pick another --state-dir"
+            )
+    return _Runner(user, host)

@@ -1,0 +1,67 @@
+"""The dev stack's ZooKeeper: ``org.apache.zookeeper.server.ZooKeeperServerMain`` from the jars
+pyspark ships, run with the machine's Java; ready once it answers ``ruok``.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from hailstorm.devstack.processes import StackProcesses, await_ready, java_binary, pyspark_jars
+from hailstorm.devstack.state import LOOPBACK, ServiceRecord, StackState
+
+
+class ZooKeeperServer(StackProcesses):
+    """Starts the stack's ZooKeeper."""
+
+    def _start_zookeeper(self, state: StackState) -> ServiceRecord:
+        host = state.host("zookeeper")
+        java = java_binary()
+        jars = pyspark_jars()
+        port = self._port("zookeeper", "--zk-port")
+        data = self.state_dir / "zookeeper"
+        data.mkdir(exist_ok=True)
+        config = self.state_dir / "zoo.cfg"
+        config.write_text(
+            "\n".join(
+                [
+                    "tickTime=500",
+                    f"dataDir={data}",
+                    f"clientPort={port}",
+                    f"clientPortAddress={host.address}",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr,mntr",
+                    "maxSessionTimeout=60000",
+                    "maxClientCnxns=0",
+                    "",
+                ]
+            )
+        )
+        argv = [
+            java,
+            "-Xmx256m",
+            "-Dlog4j2.level=WARN",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-cp",
+            f"{jars}/*",
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(config),
+        ]
+        # Our own child: poll() (not /proc) tells whether it still runs, even before exec.
+        record, process = self._spawn("zookeeper", host, argv, port, marker=str(config))
+        return await_ready(
+            record,
+            lambda: four_letter_word(port, b"ruok", host=host.address) == b"imok",
+            lambda: process.poll() is None,
+            self.startup_timeout,
+        )
+
+
+def four_letter_word(port: int, word: bytes, timeout: float = 2.0,
+                     host: str = LOOPBACK) -> bytes:
+    """Send a ZooKeeper four-letter command and return the answer."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(word)
+        chunks = []
+        while chunk := s.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks)

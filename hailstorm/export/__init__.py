@@ -1,0 +1,43 @@
+"""``hailstorm export``: a committed round of a bolt's snapshots into a table, atomically.
+
+A package, one concern per module; the names below are its interface (import them from
+``hailstorm.export``):
+
+* :mod:`~hailstorm.export.job` — the Spark job and the one transaction that writes the
+  table and records the export (:func:`export_bolt`, :class:`BoltExport`);
+* :mod:`~hailstorm.export.rounds` — which round to read: ``--epoch``, the committed one,
+  or the latest complete one (:func:`choose_round`; ``hailstorm query`` reads the same);
+* :mod:`~hailstorm.export.rows` — a state's table rows and columns (:func:`state_mapping`);
+* :mod:`~hailstorm.export.errors` — :class:`ExportError`.
+"""
+
+from hailstorm.export.errors import ExportError
+from hailstorm.export.job import (
+    CHUNK_ROWS,
+    BoltExport,
+    ExportListener,
+    ExportResult,
+    RichExportListener,
+    export_bolt,
+    snapshot_store,
+)
+from hailstorm.export.rounds import Round, choose_round, complete_rounds, read_committed
+from hailstorm.export.rows import StateMapping, state_mapping, to_json_text
+
+__all__ = [
+    "CHUNK_ROWS",
+    "BoltExport",
+    "ExportError",
+    "ExportListener",
+    "ExportResult",
+    "RichExportListener",
+    "Round",
+    "StateMapping",
+    "choose_round",
+    "complete_rounds",
+    "export_bolt",
+    "read_committed",
+    "snapshot_store",
+    "state_mapping",
+    "to_json_text",
+]

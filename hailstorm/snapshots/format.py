@@ -1,0 +1,492 @@
+"""The snapshot file format (its specification), and writing, reading and verifying files.
+
+Every round (epoch) each bolt instance writes its state ``A`` to its own file::
+
+    <root>/<topology>/<bolt>/<instance>/epoch-<epoch:012d>.avro
+
+A snapshot file is a plain Avro object container file (deflate codec) that anyone can read
+with ``fastavro.reader``; nothing hailstorm-specific is needed to get the data out.
+
+Records. A keyed state (:class:`~hailstorm.monoids.KeyedMap`) is written as one record per
+key, ``{key, value}``, with the schema of the map's entries (the ``items`` of its Avro
+array schema) and keys in sorted order when they are comparable. Writing and reading stream
+through the state in chunks, so a million keys never exist twice as whole Python objects.
+Any other state is one record ``{state}`` whose field has the monoid's schema.
+
+Metadata (Avro file metadata, UTF-8 strings):
+
+========================  ========================================================
+``hailstorm.format``      ``"1"``
+``hailstorm.topology``    topology name
+``hailstorm.bolt``        bolt name
+``hailstorm.instance``    instance index of the writer
+``hailstorm.parallelism`` parallelism of the bolt when written
+``hailstorm.epoch``       round number
+``hailstorm.clock``       the round's clock, JSON (:func:`hailstorm.protocol.clock.clock_to_json`)
+``hailstorm.monoid``      ``monoid.describe()``
+``hailstorm.layout``      ``"per_key"`` (one record per key) or ``"whole"``
+``hailstorm.records``     number of records
+``hailstorm.created``     ISO 8601 UTC time the write started
+``hailstorm.checksum``    ``"sha256:<64 hex digits>"``
+``hailstorm.base``        only in a *delta*: the key of the snapshot it builds on
+========================  ========================================================
+
+Deltas. A keyed state may be written as a delta: the records of only the keys whose value
+changed since an earlier snapshot of the same bolt instance (its ``base``, itself a full
+snapshot or a delta), each with its whole new value. The state is the base's with those
+keys replaced (keys are never removed from a keyed state). A delta is a valid Avro file of
+the same schema; read alone it holds only the changed keys, so readers go through
+:meth:`SnapshotStore.load` (or ``hailstorm snapshots``), which follows the chain. A chain
+shares its files between rounds: garbage collection keeps every file a kept round builds
+on, and a corrupt file fails every round built on it (reported as the round's own file, so
+the negotiator falls back as for a corrupt full snapshot).
+
+The checksum is the SHA-256 of the entire file as written, with the 64 hex digits of the
+checksum itself replaced by ``"0" * 64``: the header with its placeholder and every record
+block are hashed while they are written, then the placeholder is overwritten in place
+before the file becomes visible. :meth:`SnapshotStore.load` verifies it before decoding
+anything; a mismatch raises :class:`SnapshotCorruptError` naming the file.
+
+Making a file durable and visible atomically is a store's job (:mod:`.directory`,
+:mod:`.object_store`); loading, delta chains, re-sharding and garbage collection are
+:mod:`.store`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, cast
+from urllib.parse import unquote, urlparse
+
+import fastavro
+from fastavro.write import Writer
+
+from hailstorm.monoids import KeyedMap, Monoid
+from hailstorm.protocol.clock import Clock, clock_from_json, clock_to_json
+
+FORMAT_VERSION = "1"
+LAYOUT_PER_KEY = "per_key"
+LAYOUT_WHOLE = "whole"
+
+_PREFIX = "hailstorm."
+CHECKSUM_KEY = "hailstorm.checksum"
+BASE_KEY = "hailstorm.base"
+_CHECKSUM_PLACEHOLDER = b"sha256:" + b"0" * 64
+
+_CODEC = "deflate"
+_SYNC_INTERVAL = 256 * 1024  # uncompressed bytes per Avro block
+_CHUNK_KEYS = 4096  # keys converted to/from Avro per monoid call
+_SMALL_HEADER = 64 * 1024
+_MAX_HEADER = 16 * 1024 * 1024
+_READ_CHUNK = 1024 * 1024
+
+_FILE_NAME = re.compile(r"^epoch-(\d{12})\.avro$")
+_KEY = re.compile(r"^[^/]+/(?P<bolt>[^/]+)/(?P<instance>\d+)/epoch-(?P<epoch>\d{12})\.avro$")
+"""A snapshot key (:func:`snapshot_key`), as a delta names its base."""
+_TEMP_NAME = re.compile(r"^\.epoch-(\d{12})\.avro\..+\.tmp$")
+_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
+
+_HEADER_SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "org.apache.avro.file.Header",
+        "fields": [
+            {"name": "magic", "type": {"type": "fixed", "name": "Magic", "size": 4}},
+            {"name": "meta", "type": {"type": "map", "values": "bytes"}},
+            {"name": "sync", "type": {"type": "fixed", "name": "Sync", "size": 16}},
+        ],
+    }
+)
+_MAGIC = b"Obj\x01"
+_REQUIRED_META = tuple(
+    _PREFIX + k
+    for k in (
+        "format",
+        "topology",
+        "bolt",
+        "instance",
+        "parallelism",
+        "epoch",
+        "clock",
+        "monoid",
+        "layout",
+        "records",
+        "created",
+        "checksum",
+    )
+)
+
+
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot cannot be written or loaded."""
+
+
+class SnapshotCorruptError(SnapshotError):
+    """A snapshot file is damaged (bad checksum, unreadable header or records); ``uri``
+    names it."""
+
+    def __init__(self, uri: str, problem: str) -> None:
+        super().__init__(f"{uri}: {problem}")
+        self.uri = uri
+
+
+class SnapshotExistsError(SnapshotError):
+    """A different snapshot already exists under the same name."""
+
+
+class SnapshotMismatchError(SnapshotError):
+    """Snapshots do not fit the request (other monoid, incomplete or mixed round...)."""
+
+
+def snapshot_key(topology: str, bolt: str, instance: int, epoch: int) -> str:
+    """The store-relative name ``<topology>/<bolt>/<instance>/epoch-<epoch:012d>.avro``."""
+    _check_name("topology", topology)
+    _check_name("bolt", bolt)
+    if instance < 0 or epoch < 0:
+        raise ValueError(f"instance and epoch must be >= 0, not {instance} and {epoch}")
+    return f"{topology}/{bolt}/{instance}/epoch-{epoch:012d}.avro"
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not _NAME.match(name):
+        raise ValueError(f"{kind} name {name!r} must match [A-Za-z0-9._-]+ and not start with '.'")
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """A durable snapshot: where it is and what it holds.
+
+    ``key`` is store-relative (portable between machines mounting the store elsewhere);
+    ``uri`` is absolute. ``duration_s`` is the write time, known only to :meth:`put`.
+    """
+
+    key: str
+    uri: str
+    topology: str
+    bolt: str
+    instance: int
+    parallelism: int
+    epoch: int
+    clock: Clock
+    monoid: str
+    layout: str
+    records: int
+    size_bytes: int
+    created: str
+    checksum: str
+    duration_s: float | None = field(default=None, compare=False)
+    base: str | None = None
+    """A delta's base snapshot (a key of the same store), or None for a full snapshot."""
+
+    @property
+    def path(self) -> Path:
+        """The local file of a ``file://`` snapshot."""
+        parsed = urlparse(self.uri)
+        if parsed.scheme != "file":
+            raise ValueError(f"{self.uri} is not a local file")
+        return Path(unquote(parsed.path))
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe summary (for listings)."""
+        return {
+            "key": self.key,
+            "uri": self.uri,
+            "topology": self.topology,
+            "bolt": self.bolt,
+            "instance": self.instance,
+            "parallelism": self.parallelism,
+            "epoch": self.epoch,
+            "clock": clock_to_json(self.clock),
+            "monoid": self.monoid,
+            "layout": self.layout,
+            "records": self.records,
+            "size_bytes": self.size_bytes,
+            "created": self.created,
+            "checksum": self.checksum,
+            "duration_s": self.duration_s,
+            "base": self.base,
+        }
+
+
+# --------------------------------------------------------------------------- format: writing
+
+
+def _entry_schema(monoid: Monoid[Any]) -> dict[str, Any] | None:
+    """The ``{key, value}`` record schema of a keyed map, or None for a non-keyed state."""
+    if not isinstance(monoid, KeyedMap):
+        return None
+    schema = monoid.avro_schema()
+    items = schema.get("items") if isinstance(schema, dict) else None
+    if (
+        isinstance(schema, dict)
+        and schema.get("type") == "array"
+        and isinstance(items, dict)
+        and items.get("type") == "record"
+        and [f.get("name") for f in items.get("fields", [])] == ["key", "value"]
+    ):
+        return items
+    return None
+
+
+def _record_schema(monoid: Monoid[Any]) -> tuple[str, Any]:
+    """``(layout, parsed record schema)`` of the snapshot records of ``monoid``'s state."""
+    entry = _entry_schema(monoid)
+    if entry is not None:
+        layout, schema = LAYOUT_PER_KEY, entry
+    else:
+        layout = LAYOUT_WHOLE
+        schema = {
+            "type": "record",
+            "name": "hailstorm.snapshot.State",
+            "fields": [{"name": "state", "type": monoid.avro_schema()}],
+        }
+    try:
+        return layout, fastavro.parse_schema(schema)
+    except Exception as e:
+        raise SnapshotError(f"the Avro schema of {monoid.describe()} is invalid: {e}") from e
+
+
+def _sorted_keys(state: dict[Any, Any]) -> list[Any]:
+    try:
+        return sorted(state)
+    except TypeError:  # incomparable keys: insertion order
+        return list(state)
+
+
+def _records(monoid: Monoid[Any], layout: str, state: Any) -> Iterator[Any]:
+    """The snapshot records of ``state``, produced a chunk of keys at a time."""
+    if layout == LAYOUT_WHOLE:
+        yield {"state": monoid.to_avro(state)}
+        return
+    keys = _sorted_keys(state)
+    for start in range(0, len(keys), _CHUNK_KEYS):
+        yield from monoid.to_avro({k: state[k] for k in keys[start : start + _CHUNK_KEYS]})
+
+
+class _HashingSink:
+    """Write-only file wrapper that hashes everything written through it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.sha256 = hashlib.sha256()
+        self.head = bytearray()
+        self.recording_head = True
+
+    def write(self, data: bytes) -> int:
+        self.raw.write(data)
+        self.sha256.update(data)
+        if self.recording_head:
+            self.head += data
+        return len(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def seekable(self) -> bool:  # tells fastavro this is not a file to append to
+        return False
+
+
+def _sync_marker(key: str) -> bytes:
+    """Deterministic per-file sync marker, so equal states give byte-equal record blocks."""
+    return hashlib.blake2b(key.encode(), digest_size=16, person=b"hailstorm-sync").digest()
+
+
+def write_snapshot(
+    raw: IO[bytes],
+    *,
+    topology: str,
+    bolt: str,
+    instance: int,
+    parallelism: int,
+    epoch: int,
+    clock: Clock,
+    monoid: Monoid[Any],
+    state: Any,
+    base: str | None = None,
+) -> tuple[int, str]:
+    """Write a snapshot file to the seekable binary ``raw``; returns ``(records, checksum)``.
+
+    With ``base`` (the key of an earlier snapshot of the same instance) the file is a
+    delta: ``state`` holds only the keys whose values changed since ``base``.
+    ``raw`` must be empty and positioned at 0. The caller makes it durable.
+    """
+    key = snapshot_key(topology, bolt, instance, epoch)
+    if not 0 <= instance < parallelism:
+        raise ValueError(f"instance {instance} is out of range for parallelism {parallelism}")
+    layout, schema = _record_schema(monoid)
+    if layout == LAYOUT_PER_KEY and not isinstance(state, dict):
+        raise TypeError(f"{monoid.describe()} state must be a dict, not {type(state).__name__}")
+    if base is not None and layout != LAYOUT_PER_KEY:
+        raise ValueError(f"{monoid.describe()} is not keyed: it has no delta snapshots")
+    expected = len(state) if layout == LAYOUT_PER_KEY else 1
+    metadata = {
+        "hailstorm.format": FORMAT_VERSION,
+        "hailstorm.topology": topology,
+        "hailstorm.bolt": bolt,
+        "hailstorm.instance": str(instance),
+        "hailstorm.parallelism": str(parallelism),
+        "hailstorm.epoch": str(epoch),
+        "hailstorm.clock": json.dumps(clock_to_json(clock), separators=(",", ":")),
+        "hailstorm.monoid": monoid.describe(),
+        "hailstorm.layout": layout,
+        "hailstorm.records": str(expected),
+        "hailstorm.created": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        CHECKSUM_KEY: _CHECKSUM_PLACEHOLDER.decode(),
+    }
+    if base is not None:
+        metadata[BASE_KEY] = base
+    sink = _HashingSink(raw)
+    writer = Writer(
+        cast(IO[bytes], sink),
+        schema,
+        codec=_CODEC,
+        sync_interval=_SYNC_INTERVAL,
+        metadata=metadata,
+        sync_marker=_sync_marker(key),
+    )
+    sink.recording_head = False
+    if sink.head.count(_CHECKSUM_PLACEHOLDER) != 1:
+        raise SnapshotError("cannot locate the checksum placeholder in the Avro header")
+    checksum_at = sink.head.index(_CHECKSUM_PLACEHOLDER) + len(b"sha256:")
+    written = 0
+    write = writer.write
+    for record in _records(monoid, layout, state):
+        write(record)
+        written += 1
+    writer.flush()
+    if written != expected:
+        raise SnapshotError(f"{monoid.describe()}.to_avro gave {written} records for {expected}")
+    digest = sink.sha256.hexdigest()
+    raw.seek(checksum_at)
+    raw.write(digest.encode())
+    raw.seek(0, io.SEEK_END)
+    raw.flush()
+    return written, f"sha256:{digest}"
+
+
+# --------------------------------------------------------------------------- format: reading
+
+
+@dataclass(frozen=True)
+class _Header:
+    meta: dict[str, str]
+    end: int  # offset of the first record block
+
+
+def _parse_header(prefix: bytes) -> tuple[dict[str, Any], int]:
+    """The Avro header at the start of ``prefix`` and the offset where it ends."""
+    stream = io.BytesIO(prefix)
+    header = fastavro.schemaless_reader(stream, _HEADER_SCHEMA, None)
+    if not isinstance(header, dict) or header["magic"] != _MAGIC:
+        raise ValueError("not an Avro object container file")
+    return header, stream.tell()
+
+
+def _read_header(fo: IO[bytes], name: str) -> _Header:
+    """Parse the header of a snapshot file (reading only as much as it needs)."""
+    for limit in (_SMALL_HEADER, _MAX_HEADER):
+        fo.seek(0)
+        prefix = fo.read(limit)
+        try:
+            header, end = _parse_header(prefix)
+            meta = {k: v.decode("utf-8") for k, v in header["meta"].items()}
+            break
+        except Exception as e:
+            if len(prefix) == limit and limit < _MAX_HEADER:
+                continue  # a header larger than the first read: try a bigger one
+            raise SnapshotCorruptError(name, f"unreadable Avro header ({e})") from e
+    missing = [k for k in _REQUIRED_META if k not in meta]
+    if missing:
+        raise SnapshotCorruptError(name, f"not a hailstorm snapshot (no {missing[0]})")
+    if meta["hailstorm.format"] != FORMAT_VERSION:
+        raise SnapshotError(f"{name}: unsupported snapshot format {meta['hailstorm.format']}")
+    return _Header(meta, end)
+
+
+def _verify(fo: IO[bytes], name: str, header: _Header) -> None:
+    """Raise :class:`SnapshotCorruptError` unless the file matches its checksum."""
+    stored = header.meta[CHECKSUM_KEY].encode()
+    if len(stored) != len(_CHECKSUM_PLACEHOLDER) or not stored.startswith(b"sha256:"):
+        raise SnapshotCorruptError(name, f"malformed checksum {stored!r}")
+    fo.seek(0)
+    head = fo.read(header.end)
+    at = head.find(stored)
+    if at < 0:
+        raise SnapshotCorruptError(name, "checksum not found in the header")
+    sha = hashlib.sha256()
+    sha.update(head[:at])
+    sha.update(_CHECKSUM_PLACEHOLDER)
+    sha.update(head[at + len(stored) :])
+    while chunk := fo.read(_READ_CHUNK):
+        sha.update(chunk)
+    computed = b"sha256:" + sha.hexdigest().encode()
+    if computed != stored:
+        raise SnapshotCorruptError(
+            name, f"checksum mismatch (stored {stored.decode()}, computed "
+            f"{computed.decode()}): the file is corrupted and was not loaded"
+        )
+
+
+def _records_digest(fo: IO[bytes], header: _Header) -> str:
+    """SHA-256 of the record blocks only (equal for equal content written twice)."""
+    fo.seek(header.end)
+    sha = hashlib.sha256()
+    while chunk := fo.read(_READ_CHUNK):
+        sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _ref_from_header(header: _Header, key: str, uri: str, size: int, name: str) -> SnapshotRef:
+    meta = header.meta
+    try:
+        return SnapshotRef(
+            key=key,
+            uri=uri,
+            topology=meta["hailstorm.topology"],
+            bolt=meta["hailstorm.bolt"],
+            instance=int(meta["hailstorm.instance"]),
+            parallelism=int(meta["hailstorm.parallelism"]),
+            epoch=int(meta["hailstorm.epoch"]),
+            clock=clock_from_json(json.loads(meta["hailstorm.clock"])),
+            monoid=meta["hailstorm.monoid"],
+            layout=meta["hailstorm.layout"],
+            records=int(meta["hailstorm.records"]),
+            size_bytes=size,
+            created=meta["hailstorm.created"],
+            checksum=meta[CHECKSUM_KEY],
+            base=meta.get(BASE_KEY),
+        )
+    except (ValueError, TypeError, AttributeError) as e:
+        raise SnapshotCorruptError(name, f"invalid metadata ({e})") from e
+
+
+def _check_monoid(ref: SnapshotRef, header: _Header, monoid: Monoid[Any]) -> None:
+    layout, _ = _record_schema(monoid)
+    if ref.monoid != monoid.describe() or header.meta["hailstorm.layout"] != layout:
+        raise SnapshotMismatchError(
+            f"{ref.uri} holds {ref.monoid} state ({ref.layout}), not {monoid.describe()}"
+        )
+
+
+def _same_content(old: IO[bytes], new: IO[bytes], name: str) -> bool:
+    """True when two snapshot files hold the same round (what ``hailstorm.created`` and the
+    checksum say aside), the old one verified; both are left anywhere."""
+    ignored = {"hailstorm.created", CHECKSUM_KEY}
+    old_header = _read_header(old, name)
+    new_header = _read_header(new, f"{name} (new)")
+    same_meta = {k: v for k, v in old_header.meta.items() if k not in ignored} == {
+        k: v for k, v in new_header.meta.items() if k not in ignored
+    }
+    if same_meta and _records_digest(old, old_header) == _records_digest(new, new_header):
+        _verify(old, name, old_header)
+        return True
+    return False

@@ -1,0 +1,436 @@
+"""The snapshot store's shared logic, whatever holds the files: storing a round's state
+(:meth:`SnapshotStore.put`), loading it back through delta chains, re-sharding, reading
+snapshots as JSON rows (:func:`jsonable`) and garbage collection that keeps every file a
+kept round builds on. Subclasses (:mod:`.directory`, :mod:`.object_store`) only move bytes;
+the file format is :mod:`.format`'s.
+
+Re-sharding: state is keyed by *key*, not by instance index.
+:meth:`SnapshotStore.load_for_instance` rebuilds the state of instance ``i`` of ``n`` from
+all the files of a round, keeping the keys ``route(key, n) == i``; the parallelism of a bolt
+can change between runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import contextlib
+import json
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
+from typing import IO, Any
+
+import fastavro
+
+from hailstorm.monoids import Monoid
+from hailstorm.protocol.clock import Clock
+from hailstorm.routing import route as default_route
+from hailstorm.snapshots.format import (
+    _CHUNK_KEYS,
+    _KEY,
+    LAYOUT_WHOLE,
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotMismatchError,
+    SnapshotRef,
+    _check_monoid,
+    _Header,
+    _read_header,
+    _verify,
+    snapshot_key,
+    write_snapshot,
+)
+
+RouteFunction = Callable[[Any, int], int]
+
+
+def _chunks(records: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _merge_into(monoid: Monoid[Any], state: dict[Any, Any], part: dict[Any, Any]) -> Any:
+    """``state`` absorbing ``part`` (both owned by the caller); fast path for new keys."""
+    if state.keys().isdisjoint(part):
+        state.update(part)
+        return state
+    return monoid.absorb(state, part)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data: tuples and sets become lists, bytes base64, dict keys text."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {
+            k if isinstance(k, str) else json.dumps(jsonable(k), sort_keys=True): jsonable(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, set | frozenset):
+        items = [jsonable(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return str(value)
+
+
+class SnapshotStore(ABC):
+    """Where bolts keep their snapshots. Subclasses provide storage; the format is shared.
+
+    Methods taking a snapshot accept a :class:`SnapshotRef` or its key/URI string (as
+    recorded in ZooKeeper).
+    """
+
+    def put(
+        self,
+        *,
+        topology: str,
+        bolt: str,
+        instance: int,
+        parallelism: int,
+        epoch: int,
+        clock: Clock,
+        monoid: Monoid[Any],
+        state: Any,
+        base: SnapshotRef | None = None,
+    ) -> SnapshotRef:
+        """Durably and atomically store ``state`` as the snapshot of this round; with
+        ``base`` (an earlier snapshot of the same instance in this store) as a delta
+        holding only the keys whose values changed since ``base``."""
+        started = time.perf_counter()
+        key = snapshot_key(topology, bolt, instance, epoch)
+        if base is not None and (
+            (base.topology, base.bolt, base.instance, base.parallelism)
+            != (topology, bolt, instance, parallelism) or base.epoch >= epoch
+        ):
+            raise ValueError(f"{base.uri} cannot be the base of {key}: it is of another bolt "
+                             "instance or parallelism, or not of an earlier round")
+
+        def write(raw: IO[bytes]) -> str:
+            return write_snapshot(raw, topology=topology, bolt=bolt, instance=instance,
+                                  parallelism=parallelism, epoch=epoch, clock=clock,
+                                  monoid=monoid, state=state,
+                                  base=None if base is None else base.key)[1]
+
+        ref = self._store(key, write)
+        return replace(ref, duration_s=time.perf_counter() - started)
+
+    @abstractmethod
+    def _store(self, key: str, write: Callable[[IO[bytes]], str]) -> SnapshotRef:
+        """Make the file ``write`` writes (to an empty seekable stream; it returns the
+        checksum) the snapshot at ``key``, durably and atomically, never overwriting
+        other content; return its ref."""
+
+    @abstractmethod
+    def open(self, ref: SnapshotRef) -> IO[bytes]:
+        """The snapshot's bytes as a seekable binary stream (the caller closes it)."""
+
+    @abstractmethod
+    def resolve(self, location: str) -> SnapshotRef:
+        """The snapshot at ``location`` (a key or URI of this store), from its header."""
+
+    @abstractmethod
+    def list(self, topology: str) -> list[SnapshotRef]:
+        """Every snapshot of ``topology``, sorted by (bolt, instance, epoch)."""
+
+    @abstractmethod
+    def delete(self, ref: SnapshotRef | str) -> None:
+        """Remove one snapshot (no error if already gone)."""
+
+    @abstractmethod
+    def _files(self, topology: str) -> Iterator[tuple[str, int, int, Any, bool]]:
+        """``(bolt, instance, epoch, locator, is_temp)`` of every snapshot-like file of
+        ``topology`` (``locator`` is what :meth:`_remove` and :meth:`_written_at` take)."""
+
+    @abstractmethod
+    def _remove(self, locators: Iterable[Any]) -> builtins.list[str]:
+        """Remove the files (gone already is fine); the keys of those removed."""
+
+    @abstractmethod
+    def _written_at(self, locator: Any) -> float:
+        """When the file was written (POSIX time; ``inf`` when it is gone)."""
+
+    @abstractmethod
+    def _ref_at(self, locator: Any) -> SnapshotRef:
+        """The snapshot at ``locator`` (as :meth:`_files` gives it), from its header."""
+
+    def _with_bases(self, files: builtins.list[tuple[str, int, int, Any, bool]],
+                    kept: set[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
+        """``kept`` (``(bolt, instance, epoch)`` of snapshot files) and every file a kept
+        delta builds on, however deep."""
+        locators = {(b, i, e): loc for b, i, e, loc, temp in files if not temp}
+        result: set[tuple[str, int, int]] = set()
+        todo = [k for k in kept if k in locators]
+        while todo:
+            ident = todo.pop()
+            if ident in result:
+                continue
+            result.add(ident)
+            try:
+                base = self._ref_at(locators[ident]).base
+            except SnapshotError:
+                continue  # unreadable: nothing to follow (loading it reports it)
+            match = _KEY.match(base) if base is not None else None
+            if match is not None:
+                found = (match["bolt"], int(match["instance"]), int(match["epoch"]))
+                if found in locators:
+                    todo.append(found)
+        return result
+
+    def delete_older_than(self, topology: str, epoch: int) -> builtins.list[str]:
+        """Remove the rounds before ``epoch``; keeps each bolt's latest round regardless.
+
+        Returns the removed keys.
+        """
+        files = list(self._files(topology))
+        newest: dict[str, int] = {}
+        for bolt, _, e, _, temp in files:
+            if not temp:
+                newest[bolt] = max(e, newest.get(bolt, -1))
+        kept = self._with_bases(files, {(bolt, i, e) for bolt, i, e, _, temp in files
+                                        if not temp and (e >= epoch or e == newest[bolt])})
+        return self._remove(
+            locator for bolt, i, e, locator, temp in files
+            if e < epoch and (temp or (bolt, i, e) not in kept)
+        )
+
+    def forget_rounds(
+        self,
+        topology: str,
+        up_to_epoch: int,
+        keep_epochs: Iterable[int],
+        written_before: float | None = None,
+    ) -> builtins.list[str]:
+        """Remove every snapshot (and leftover temporary file) of rounds ``<= up_to_epoch``
+        except those of ``keep_epochs``: what a commit of round ``up_to_epoch`` made garbage
+        (the negotiator keeps the new committed round and the previous one). With
+        ``written_before`` (a POSIX time) only files written before it go, so that a reader
+        of a recently superseded round (``hailstorm export``) can finish.
+
+        Returns the removed keys.
+        """
+        keep = frozenset(keep_epochs)
+        files = list(self._files(topology))
+        kept = self._with_bases(files, {(b, i, e) for b, i, e, _, temp in files
+                                        if not temp and (e in keep or e > up_to_epoch)})
+        return self._remove(
+            locator for b, i, e, locator, temp in files
+            if e <= up_to_epoch and (temp or (b, i, e) not in kept)
+            and (written_before is None or self._written_at(locator) < written_before)
+        )
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the store is (a directory or a URL), for messages."""
+
+    # -- built on the primitives -------------------------------------------------------
+
+    def has_topology(self, topology: str) -> bool:
+        """True when some snapshot file of ``topology`` is in the store."""
+        return next(iter(self._files(topology)), None) is not None
+
+    def _ref(self, ref: SnapshotRef | str) -> SnapshotRef:
+        return ref if isinstance(ref, SnapshotRef) else self.resolve(ref)
+
+    @contextlib.contextmanager
+    def _verified(self, ref: SnapshotRef) -> Iterator[tuple[IO[bytes], _Header]]:
+        with self.open(ref) as fo:
+            header = _read_header(fo, ref.uri)
+            _verify(fo, ref.uri, header)
+            fo.seek(0)
+            yield fo, header
+
+    def verify(self, ref: SnapshotRef | str) -> SnapshotRef:
+        """Check the checksum of a snapshot; raises :class:`SnapshotCorruptError`."""
+        ref = self._ref(ref)
+        with self._verified(ref):
+            return ref
+
+    def _records(self, ref: SnapshotRef, monoid: Monoid[Any] | None) -> Iterator[Any]:
+        """Verified raw Avro records of ``ref`` (checked against ``monoid`` when given)."""
+        with self._verified(ref) as (fo, header):
+            if monoid is not None:
+                _check_monoid(ref, header, monoid)
+            count = 0
+            try:
+                for record in fastavro.reader(fo):
+                    count += 1
+                    yield record
+            except Exception as e:
+                raise SnapshotCorruptError(ref.uri, f"unreadable records ({e})") from e
+            if count != ref.records:
+                raise SnapshotCorruptError(ref.uri, f"{count} records, header says {ref.records}")
+
+    def _keyed_parts(self, ref: SnapshotRef, monoid: Monoid[Any]) -> Iterator[dict[Any, Any]]:
+        for chunk in _chunks(self._records(ref, monoid), _CHUNK_KEYS):
+            yield monoid.from_avro(chunk)
+
+    def chain(self, ref: SnapshotRef | str) -> builtins.list[SnapshotRef]:
+        """``ref`` and the snapshots it builds on, newest first (one ref for a full
+        snapshot). A missing base, or one that cannot be this delta's, is reported as
+        :class:`SnapshotCorruptError` of ``ref`` itself."""
+        head = self._ref(ref)
+        refs = [head]
+        while (base := refs[-1].base) is not None:
+            newer = refs[-1]
+            try:
+                older = self.resolve(base)
+            except (SnapshotError, OSError, ValueError) as e:
+                raise SnapshotCorruptError(head.uri, f"its base {base} cannot be read: {e}") \
+                    from e
+            if (older.topology, older.bolt, older.instance, older.parallelism, older.monoid,
+                    older.layout) != (newer.topology, newer.bolt, newer.instance,
+                                      newer.parallelism, newer.monoid, newer.layout) \
+                    or older.epoch >= newer.epoch:
+                raise SnapshotCorruptError(head.uri, f"its base {older.uri} is not an earlier "
+                                           "snapshot of the same bolt instance")
+            refs.append(older)
+        return refs
+
+    def load(self, ref: SnapshotRef | str, monoid: Monoid[Any]) -> tuple[Clock, Any]:
+        """``(clock, state)`` of one snapshot (a delta with the snapshots it builds on),
+        after verifying the checksum of every file read. A damaged file anywhere in a
+        delta's chain raises :class:`SnapshotCorruptError` naming ``ref``."""
+        ref = self._ref(ref)
+        if ref.layout == LAYOUT_WHOLE:
+            [record] = list(self._records(ref, monoid))
+            return ref.clock, monoid.from_avro(record["state"])
+        state: dict[Any, Any] = {}
+        links = self.chain(ref)
+        for link in reversed(links):
+            try:
+                for part in self._keyed_parts(link, monoid):
+                    if link is links[-1]:
+                        state = _merge_into(monoid, state, part)
+                    else:  # a delta: whole new values of the keys that changed
+                        state.update(part)
+            except SnapshotCorruptError as e:
+                if link is ref:
+                    raise
+                raise SnapshotCorruptError(ref.uri, f"it builds on {link.uri}: {e}") from e
+        return ref.clock, state
+
+    def load_for_instance(
+        self,
+        refs: Sequence[SnapshotRef | str],
+        monoid: Monoid[Any],
+        instance: int,
+        parallelism: int,
+        route: RouteFunction = default_route,
+    ) -> tuple[Clock, Any]:
+        """``(clock, state)`` of instance ``instance`` of ``parallelism`` from one round.
+
+        ``refs`` are the files of every instance of one round of one bolt, written with any
+        parallelism. Keyed state keeps the keys with ``route(key, parallelism) ==
+        instance`` from every file (with unchanged parallelism only the instance's own file
+        is read: it holds exactly those keys). Non-keyed state cannot be split: it loads
+        unchanged when the parallelism is unchanged, and is combined into one when the new
+        parallelism is 1.
+        """
+        if not 0 <= instance < parallelism:
+            raise ValueError(f"instance {instance} is out of range for parallelism {parallelism}")
+        # Checksums first: a flipped byte in a header's metadata must read as a corrupt
+        # file (the negotiator falls back a round), not as a round that does not fit.
+        round_refs = _check_round([self.verify(r) for r in refs])
+        old_parallelism = round_refs[0].parallelism
+        clock = round_refs[0].clock
+        if parallelism == old_parallelism:
+            return clock, self.load(round_refs[instance], monoid)[1]
+        if round_refs[0].layout == LAYOUT_WHOLE:
+            if parallelism != 1:
+                raise SnapshotMismatchError(
+                    f"{monoid.describe()} is not keyed: its state cannot be re-sharded from "
+                    f"{old_parallelism} to {parallelism} instances (only to 1)"
+                )
+            states = [self.load(r, monoid)[1] for r in round_refs]
+            return clock, monoid.combine_all(states)
+        state: dict[Any, Any] = {}
+        for ref in round_refs:
+            parts = (self._keyed_parts(ref, monoid) if ref.base is None
+                     else [self.load(ref, monoid)[1]])
+            for part in parts:
+                mine = {k: v for k, v in part.items() if route(k, parallelism) == instance}
+                state = _merge_into(monoid, state, mine)
+        return clock, state
+
+    def to_json_rows(
+        self, ref: SnapshotRef | str, monoid: Monoid[Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The snapshot's contents as JSON-able rows, streamed after verification.
+
+        Keyed state gives ``{"key": ..., "value": ...}`` per key, other state one
+        ``{"state": ...}`` row. With ``monoid`` values are decoded states (tuples as lists,
+        bytes as base64); without, the raw Avro records.
+        """
+        ref = self._ref(ref)
+        if monoid is None and ref.base is not None:
+            latest: dict[str, Any] = {}  # a delta's records replace its bases' by key
+            for link in reversed(self.chain(ref)):
+                for record in self._records(link, None):
+                    latest[json.dumps(jsonable(record["key"]), sort_keys=True)] = record
+            for record in latest.values():
+                yield jsonable(record)
+        elif monoid is None:
+            for record in self._records(ref, None):
+                yield jsonable(record)
+        elif ref.base is not None:
+            for k, v in self.load(ref, monoid)[1].items():
+                yield {"key": jsonable(k), "value": jsonable(v)}
+        elif ref.layout == LAYOUT_WHOLE:
+            for record in self._records(ref, monoid):
+                yield {"state": jsonable(monoid.from_avro(record["state"]))}
+        else:
+            for part in self._keyed_parts(ref, monoid):
+                for k, v in part.items():
+                    yield {"key": jsonable(k), "value": jsonable(v)}
+
+    def latest_round(self, topology: str, bolt: str) -> builtins.list[SnapshotRef]:
+        """The snapshots of the newest epoch of ``bolt`` (by instance; empty if none)."""
+        refs = [r for r in self.list(topology) if r.bolt == bolt]
+        if not refs:
+            return []
+        newest = max(r.epoch for r in refs)
+        return [r for r in refs if r.epoch == newest]
+
+
+def _check_round(refs: list[SnapshotRef]) -> list[SnapshotRef]:
+    """``refs`` sorted by instance, after checking they are exactly one complete round."""
+    if not refs:
+        raise SnapshotMismatchError("no snapshots given")
+    first = refs[0]
+    for ref in refs:
+        same_round = (ref.topology, ref.bolt, ref.epoch, ref.parallelism) == (
+            first.topology,
+            first.bolt,
+            first.epoch,
+            first.parallelism,
+        )
+        if not same_round or ref.clock != first.clock:
+            raise SnapshotMismatchError(
+                f"{ref.uri} and {first.uri} are not snapshots of the same round of one bolt"
+            )
+    ordered = sorted(refs, key=lambda r: r.instance)
+    instances = [r.instance for r in ordered]
+    if instances != list(range(first.parallelism)):
+        raise SnapshotMismatchError(
+            f"round {first.epoch} of {first.topology}/{first.bolt} needs instances "
+            f"0..{first.parallelism - 1}, got {instances}"
+        )
+    return ordered

@@ -1,0 +1,242 @@
+"""The I/O of ``hailstorm status``: :class:`Collector` reads ZooKeeper, Kafka, the snapshot
+store and every processor's ``/metrics`` (:func:`scrape_all`); :func:`status` samples twice
+for rates; :func:`run_status` is the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import LayoutError, TopologyPaths
+from hailstorm.protocol.records import TopologyRecords
+from hailstorm.status.document import (
+    RECOVERIES_SHOWN,
+    Inputs,
+    Scrape,
+    assemble,
+    is_store_ref,
+    rates,
+)
+from hailstorm.status.render import render
+from hailstorm.zookeeper import zk_client
+
+
+def resolve_name(ref: str | None, name: str | None, known: Callable[[str], bool]) -> str:
+    """The ZooKeeper name: ``--name``, else a bare name ZooKeeper knows, else the loaded
+    topology module's name. Raises :class:`~hailstorm.topology.TopologyError`."""
+    from hailstorm.topology import NAME_PATTERN, TopologyError, load_topology
+
+    if name:
+        return name
+    if not ref:
+        raise TopologyError("missing TOPOLOGY (a module path, dotted name or topology name) "
+                            "or --name")
+    if NAME_PATTERN.match(ref) and known(ref):
+        return ref
+    try:
+        return load_topology(ref).name
+    except TopologyError:
+        if NAME_PATTERN.match(ref):
+            raise TopologyError(f"no topology {ref!r} in ZooKeeper, and {ref!r} is not an "
+                                "importable topology module either") from None
+        raise
+
+
+class Collector:
+    """Reads the live inputs of one topology; keeps its clients open across refreshes."""
+
+    def __init__(self, zk: str, kafka: str | None, snapshots: str | Path | None,
+                 timeout: float = 10.0) -> None:
+
+        self.zk = zk_client(zk, timeout)
+        self.zk.start(timeout=timeout)
+        self.kafka = kafka
+        self.snapshot_root = Path(snapshots) if snapshots else None
+        self._consumer: Any = None
+        self._sizes: dict[str, int | None] = {}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                self._consumer.close()
+        with contextlib.suppress(Exception):
+            self.zk.stop()
+            self.zk.close()
+
+    def known(self, name: str) -> bool:
+        return self.zk.exists(TopologyPaths(name).root) is not None
+
+    def read(self, topology: str) -> Inputs:
+        """ZooKeeper, Kafka and the snapshot store (no metrics yet)."""
+        inputs = Inputs(topology, time.time())
+        problems = inputs.problems
+
+        def unreadable(subject: str, exc: LayoutError) -> None:
+            problems.append(f"unreadable {subject}: {exc}")
+
+        records = TopologyRecords(self.zk, topology, on_unreadable=unreadable)
+        inputs.master = records.master()
+        inputs.committed = records.committed()
+        inputs.expected = records.expected()
+        for report in records.reports().values():
+            if report is not None:
+                inputs.reports[report.processor] = report
+        for snap in records.snapshot_reports().values():
+            if snap is not None:
+                inputs.snapshots[snap.processor] = snap
+        inputs.recoveries = records.recoveries(last=RECOVERIES_SHOWN)
+        inputs.negotiators = records.negotiators()
+
+        partitions = set(inputs.expected.partitions) if inputs.expected is not None else set()
+        if self.kafka and partitions:
+            try:
+                inputs.log_ends = self._log_ends(partitions)
+            except Exception as exc:
+                problems.append(f"Kafka watermarks unavailable: {exc}")
+        refs = {snap.ref for snap in inputs.snapshots.values()}
+        for record in (inputs.committed, inputs.committed and inputs.committed.previous):
+            if record:
+                refs |= set(record.snapshots.values())
+        inputs.snapshot_sizes = self._snapshot_sizes(sorted(refs), problems)
+        return inputs
+
+    def _log_ends(self, partitions: set[Partition]) -> dict[Partition, int]:
+        from confluent_kafka import TopicPartition
+
+        from hailstorm.kafka import consumer
+
+        if self._consumer is None:
+            self._consumer = consumer(self.kafka or "")
+        ends: dict[Partition, int] = {}
+        for topic, number in sorted(partitions):
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, number), timeout=5.0, cached=False)
+            ends[(topic, number)] = int(high)
+        return ends
+
+    def _snapshot_sizes(self, refs: Iterable[str], problems: list[str],
+                        ) -> dict[str, int | None]:
+        if self.snapshot_root is None:
+            return {}
+        from hailstorm.snapshots import SnapshotError, open_store
+
+        store = open_store(self.snapshot_root)
+        sizes: dict[str, int | None] = {}
+        for ref in refs:
+            if not is_store_ref(ref):
+                continue
+            if ref not in self._sizes:
+                try:
+                    self._sizes[ref] = store.resolve(ref).size_bytes
+                except (OSError, ValueError, SnapshotError) as exc:
+                    problems.append(f"snapshot {ref}: {exc}")
+                    continue
+            sizes[ref] = self._sizes[ref]
+        self._sizes = {ref: self._sizes[ref] for ref in sizes}  # forget superseded rounds
+        return sizes
+
+
+def scrape_all(inputs: Inputs, timeout: float = 2.0) -> dict[str, Scrape | None]:
+    """Every processor's and negotiator's metrics (None where unreachable), in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hailstorm.metrics import scrape
+
+    targets: dict[str, tuple[str, int]] = {}
+    for pid, report in inputs.reports.items():
+        host, port = report.info.get("host"), report.info.get("metrics")
+        if host and port:
+            targets[pid] = (str(host), int(port))
+    for record in inputs.negotiators:
+        if record.metrics:
+            targets[f"negotiator:{record.identifier}"] = (record.host, record.metrics)
+
+    def one(address: tuple[str, int]) -> Scrape | None:
+        try:
+            return scrape(address[0], address[1], timeout)
+        except Exception:
+            return None
+
+    if not targets:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+        results = dict(zip(targets, pool.map(one, targets.values()), strict=True))
+    return results
+
+
+def status(collector: Collector, topology: str, sample: float = 1.0,
+           previous: tuple[float, dict[str, Scrape | None]] | None = None,
+           ) -> tuple[dict[str, Any], tuple[float, dict[str, Scrape | None]]]:
+    """One status document; rates from ``previous`` scrapes, or from a second scrape
+    ``sample`` seconds later. Returns the document and this scrape (for the next call)."""
+    if previous is None and sample > 0:
+        first_inputs = collector.read(topology)
+        previous = (time.monotonic(), scrape_all(first_inputs))
+        time.sleep(sample)
+    inputs = collector.read(topology)
+    scraped = scrape_all(inputs)
+    taken = time.monotonic()
+    inputs.scrapes = scraped
+    if previous is not None:
+        then, before = previous
+        for pid, now_values in scraped.items():
+            inputs.rates[pid] = rates(before.get(pid), now_values, taken - then)
+    return assemble(inputs), (taken, scraped)
+
+
+def open_collector(zk: str, kafka: str | None, snapshots: str | None, ref: str | None,
+                   name: str | None) -> tuple[Collector, str]:
+    """A :class:`Collector` and the ZooKeeper name of the topology ``ref``/``name`` names.
+    Raises :class:`ValueError` for an unreachable ZooKeeper or an unknown topology."""
+    from hailstorm.topology import TopologyError
+
+    try:
+        collector = Collector(zk, kafka, snapshots, timeout=5.0)
+    except Exception as exc:
+        raise ValueError(f"cannot reach ZooKeeper at {zk}: {exc or type(exc).__name__}") \
+            from None
+    try:
+        return collector, resolve_name(ref, name, collector.known)
+    except TopologyError as exc:
+        collector.close()
+        raise ValueError(str(exc)) from None
+
+
+def run_status(zk: str, kafka: str | None, snapshots: str | None, ref: str | None,
+               name: str | None, *, as_json: bool, watch: float | None, sample: float,
+               out: Any) -> None:
+    """The ``hailstorm status`` command body (``out``: a rich Console). Raises
+    :class:`ValueError` (a TopologyError) for an unknown topology."""
+    import json
+
+    collector, topology = open_collector(zk, kafka, snapshots, ref, name)
+    try:
+        if watch is None:
+            doc, _ = status(collector, topology, sample)
+            if as_json:
+                print(json.dumps(doc, indent=2, sort_keys=True))
+            else:
+                out.print(render(doc))
+            return
+        doc, previous = status(collector, topology, sample=0.0)
+        if as_json:  # one JSON document per line
+            while True:
+                print(json.dumps(doc, sort_keys=True), flush=True)
+                time.sleep(watch)
+                doc, previous = status(collector, topology, previous=previous)
+        from rich.live import Live
+
+        with Live(render(doc), console=out, refresh_per_second=4) as live:
+            while True:
+                time.sleep(watch)
+                doc, previous = status(collector, topology, previous=previous)
+                live.update(render(doc))
+    except KeyboardInterrupt:
+        return
+    finally:
+        collector.close()

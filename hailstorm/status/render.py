@@ -1,0 +1,89 @@
+"""The status document drawn with rich (pure): :func:`render`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _fmt(value: Any, suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}{suffix}"
+    if isinstance(value, int):
+        return f"{value:,}{suffix}"
+    return f"{value}{suffix}"
+
+
+def render(doc: Mapping[str, Any]) -> Any:
+    """A rich renderable of the status document."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = []
+    master = doc.get("master")
+    head = Text()
+    head.append(f"{doc['topology']}  ", style="bold")
+    colour = "green" if doc["state"] == "Flowing" else (
+        "yellow" if doc["state"] in ("Flowing(C)", "SpoutsPaused") else "red")
+    head.append(doc["state"], style=f"bold {colour}")
+    if master is not None:
+        head.append(f"  epoch {master['epoch']}  for {_fmt(master['age_s'], ' s')}"
+                    f"  leader {master['leader'] or '-'}")
+    parts.append(head)
+    if master is not None and master.get("reason"):
+        parts.append(Text(f"  {master['reason']}", style="dim"))
+    committed = doc.get("committed")
+    if committed is None:
+        parts.append(Text("committed: nothing yet"))
+    else:
+        parts.append(Text(f"committed: round {committed['epoch']}, "
+                          f"{_fmt(committed['age_s'], ' s')} ago"))
+    for neg in doc.get("negotiators", []):
+        parts.append(Text(
+            f"negotiator {neg['id']} {'(leader) ' if neg['leader'] else ''}"
+            f"metrics {neg['host']}:{neg['metrics'] or '-'}  rounds committed "
+            f"{_fmt(neg['rounds_committed'])}  recoveries {_fmt(neg['recoveries'])}",
+            style="dim"))
+
+    table = Table("partition", "committed", "position", "log end", "lag", title_justify="left",
+                  title="partitions", caption=doc.get("lag_note"), caption_justify="left")
+    for row in doc["partitions"]:
+        end = _fmt(row["log_end"]) + ("!" if row.get("log_end_below_read") else "")
+        table.add_row(row["partition"], _fmt(row["committed"]), _fmt(row["position"]), end,
+                      _fmt(row["lag"]))
+    parts.append(table)
+
+    procs = Table("processor", "state", "address", "pid", "in", "out", "in/s", "out/s",
+                  "keys/rows", "bad", title="processors", title_justify="left",
+                  caption="bad: records quarantined (dead letters, <table>_rejected rows)",
+                  caption_justify="left")
+    for p in doc["processors"]:
+        state = p["state"] or "missing"
+        if p["error"]:
+            state = f"[red]error[/]: {p['error']}"
+        elif not p["registered"]:
+            state = "[red]missing[/]"
+        extra = p["state_keys"] if p["role"] == "bolt" else p["rows_committed"]
+        procs.add_row(p["id"], state, p["address"] or "-", str(p["pid"] or "-"),
+                      _fmt(p["messages_in"]), _fmt(p["messages_out"]), _fmt(p["in_per_s"]),
+                      _fmt(p["out_per_s"]), _fmt(extra), _fmt(p.get("quarantined")))
+    parts.append(procs)
+
+    if doc["snapshots"]:
+        snaps = Table("bolt / sink", "round", "committed", "size", "duration", "ref",
+                      title="last snapshots", title_justify="left")
+        for s in doc["snapshots"]:
+            snaps.add_row(s["processor"], str(s["epoch"]), "yes" if s["committed"] else "no",
+                          _fmt(s["size_bytes"], " B"), _fmt(s["duration_s"], " s"), s["ref"])
+        parts.append(snaps)
+    recoveries = [r for r in doc.get("recoveries", []) if not r["start"]]
+    if recoveries:
+        last = recoveries[-1]
+        parts.append(Text(f"last recovery: round {last['epoch']}, "
+                          f"{_fmt(last['age_s'], ' s')} ago: {last['reason']}", style="dim"))
+    for problem in doc.get("problems", []):
+        parts.append(Text(f"warning: {problem}", style="yellow"))
+    return Group(*parts)

@@ -1,0 +1,166 @@
+"""The architecture's structural rules, checked from the source (issue 17).
+
+* No import cycle between hailstorm's parts: each top-level module or subpackage of
+  ``hailstorm`` (``hailstorm.kafka``, ``hailstorm.snapshots``, ...), the package root
+  ``hailstorm`` itself and ``negotiator`` are the nodes; an edge is any import, at module
+  level or inside a function (a lazy import is still a dependency), except in an
+  ``if TYPE_CHECKING:`` block.
+* Nothing under ``hailstorm/`` imports ``negotiator`` (``hailstorm negotiator`` runs it by
+  module name).
+* Every module is under ~600 lines, or its docstring says why not ("over 600 lines
+  because ...").
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("hailstorm", "negotiator")
+MAX_LINES = 620
+REASON = "over 600 lines because"
+#: Being split into packages on another branch (issue 17); drop each entry once that lands.
+PENDING_SPLITS = {"hailstorm/harness.py", "hailstorm/cli.py"}
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    """``(dotted name, path)`` of every module of the checked packages."""
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield ".".join(parts), path
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
+    """Every dotted name ``tree`` imports (``from a import b`` gives ``a.b``: ``b`` may be a
+    submodule), skipping ``if TYPE_CHECKING:`` bodies."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _node(dotted: str, known: set[str]) -> str | None:
+    """The graph node of an imported name: its top-level part, or None outside the packages.
+    ``hailstorm.Topology`` (an attribute of the root package, not a module) is ``hailstorm``."""
+    parts = dotted.split(".")
+    if parts[0] == "negotiator":
+        return "negotiator"
+    if parts[0] != "hailstorm":
+        return None
+    if len(parts) == 1 or f"hailstorm.{parts[1]}" not in known:
+        return "hailstorm"
+    return f"hailstorm.{parts[1]}"
+
+
+def import_graph() -> dict[str, dict[str, list[str]]]:
+    """``{node: {imported node: [the modules that import it]}}``."""
+    modules = list(_modules())
+    known = {name for name, _ in modules}
+    graph: dict[str, dict[str, list[str]]] = {}
+    for name, path in modules:
+        source = _node(name, known)
+        assert source is not None
+        edges = graph.setdefault(source, {})
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for dotted in _imported(tree, name, path.name == "__init__.py"):
+            target = _node(dotted, known)
+            if target is not None and target != source:
+                users = edges.setdefault(target, [])
+                if name not in users:
+                    users.append(name)
+    return graph
+
+
+def find_cycle(graph: dict[str, dict[str, list[str]]]) -> list[str] | None:
+    """One cycle ``[a, b, ..., a]`` of ``graph``, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, {})):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (cycle := visit(target)) is not None:
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)) is not None:
+            return cycle
+    return None
+
+
+def test_no_import_cycle_between_packages() -> None:
+    graph = import_graph()
+    cycle = find_cycle(graph)
+    if cycle is not None:
+        steps = [f"{a} -> {b} (in {', '.join(graph[a][b])})"
+                 for a, b in itertools.pairwise(cycle)]
+        pytest.fail("import cycle:\n  " + "\n  ".join(steps))
+
+
+def test_hailstorm_never_imports_negotiator() -> None:
+    graph = import_graph()
+    offenders = {node: edges["negotiator"] for node, edges in graph.items()
+                 if node != "negotiator" and "negotiator" in edges}
+    assert not offenders, f"hailstorm modules importing negotiator: {offenders}"
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b": ["a.x"]}, "b": {"c": ["b.y"]}, "c": {"a": ["c.z"]}, "d": {"a": ["d"]}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b": ["a"]}, "b": {}}) is None
+
+
+def test_lazy_imports_count_and_type_checking_ones_do_not() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from hailstorm.kafka import Record\n"
+        "def f():\n    from hailstorm.sinks.urls import redact\n    import negotiator.shell\n"
+    )
+    assert sorted(_imported(tree, "hailstorm.x", False)) == [
+        "hailstorm.sinks.urls.redact", "negotiator.shell", "typing.TYPE_CHECKING"]
+
+
+def test_modules_are_small_or_say_why() -> None:
+    too_long = []
+    for _, path in _modules():
+        relative = path.relative_to(ROOT).as_posix()
+        lines = len(path.read_text().splitlines())
+        if lines < MAX_LINES or relative in PENDING_SPLITS:
+            continue
+        docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if REASON not in " ".join(docstring.split()):
+            too_long.append(f"{relative}: {lines} lines")
+    assert not too_long, (
+        f"modules of {MAX_LINES}+ lines whose docstring does not say '{REASON} ...': "
+        f"{too_long}")
