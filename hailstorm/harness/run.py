@@ -114,7 +114,7 @@ __all__ = [
     "wordcount_lines",
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 FaultKind = Literal["processor", "negotiator", "zk-session", "zombie", "stall", "broker"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
