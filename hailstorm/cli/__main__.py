@@ -1,0 +1,5 @@
+"""``python -m hailstorm.cli``: the same as the ``hailstorm`` command."""
+
+from hailstorm.cli import main
+
+main()

@@ -1,0 +1,212 @@
+"""``hailstorm chaos``: a topology under injected faults on an embedded stack (or the
+``HAILSTORM_*`` one), checked against the reference model by
+:func:`hailstorm.harness.run_chaos`."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from hailstorm import config
+from hailstorm.cli.group import _handle_errors, console, fail, main, out
+from hailstorm.devstack import DevStack
+
+
+def _interrupted(_signum: int, _frame: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
+    """The comma-separated names of ``text``, each one of ``known`` (else a clear error)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        fail(f"unknown {what}(s) {', '.join(unknown) or '(none)'}; known: {', '.join(known)}")
+    return names
+
+
+@main.command("chaos")
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.option("--messages", type=click.IntRange(min=1), default=200000, show_default=True,
+              help="Messages to produce (the topology's workload generator).")
+@click.option("--kills", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Faults to inject, one after another, each after the last recovery.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seeds the workload, the fault plan and the victims.")
+@click.option("--workload",
+              help="The topology's workload generator (default: its first; wordcount and "
+                   "wordstream: zipf for realistic text over 50,000 words, uniform for 80 "
+                   "equally likely words; user_totals: zipf for JSON events of 2,000,000 "
+                   "users).")
+@click.option("--kinds",
+              help="Fault kinds to draw from, of processor, negotiator, zk-session, zombie "
+                   "(a sink stopped until its replacement committed, then resumed), stall (a "
+                   "bolt stopped for a few seconds, no restart) and broker (default: every "
+                   "kind but broker; every kind is used once when --kills allows).")
+@click.option("--phases", default="Flowing,SpoutsPaused,Initialize,SpoutsRewind",
+              show_default=True,
+              help="Master states to time faults for (each used once when --kills allows; "
+                   "Initialize and SpoutsRewind first kill a processor to start a recovery "
+                   "to hit: two faults at once). Broker faults always hit a flowing topology.")
+@click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=1),
+              help="Messages per second the background producer writes (default: spread "
+                   "over about 10 s per fault, 20 s with broker faults, 1000..20000/s, so "
+                   "faults hit flowing data).")
+@click.option("--spacing", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Mean seconds between a recovery and the next fault.")
+@click.option("--brokers", type=click.IntRange(min=1),
+              help="Kafka nodes of the embedded stack (default: 3 when --kinds has broker, "
+                   "else 1); broker faults need at least 3.")
+@click.option("--database", type=click.Choice(["postgresql", "sqlite"]), default="postgresql",
+              show_default=True,
+              help="Where the sinks write: a new database on the stack's PostgreSQL (with "
+                   "--use-env, the server of $HAILSTORM_DATABASE_URL), or a SQLite file "
+                   "beside the logs.")
+@click.option("--use-env", is_flag=True,
+              help="Use the HAILSTORM_* stack instead of an embedded one of its own (broker "
+                   "faults: a 'hailstorm dev up --brokers 3' stack, named by --state-dir).")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory of the embedded stack (default: a temporary one); with "
+                   f"--use-env, of the dev stack whose Kafka nodes broker faults kill "
+                   f"(default: {config.DEFAULT_STATE_DIR}).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the report as JSON to this file.")
+@_handle_errors
+def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
+          kinds: str | None, phases: str, partitions: int, rate: float | None, spacing: float,
+          brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
+          json_path: Path | None) -> None:
+    """Run TOPOLOGY under injected faults and check it against the reference model.
+
+    Produces a known workload, SIGKILLs processors and the negotiator leader, expires
+    ZooKeeper sessions, makes zombies of sinks (stopped until their replacement committed,
+    then resumed), stalls bolts and, with the broker kind, SIGKILLs the Kafka node leading the most
+    source partitions and starts it again a few seconds later (--kills of them, at random
+    with --seed), each timed for a master state (--phases), waits until everything is
+    committed, compares every bolt's committed state, every sink table (by default in a
+    new PostgreSQL database) and every topic sink's output (as a read_committed consumer
+    sees it) with run_model and prints the report. Exits 1 when anything was lost,
+    duplicated or wrong, a fault never recovered, or the topology restarted without a
+    fault to explain it.
+
+    Broker faults need a Kafka cluster of at least 3 nodes: the embedded stack then starts
+    3 (--brokers), and --use-env refuses a smaller cluster.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    from confluent_kafka import KafkaException
+
+    from hailstorm.harness import (
+        DEFAULT_FAULT_KINDS,
+        FAULT_KINDS,
+        MASTER_PHASES,
+        MIN_KAFKA_NODES,
+        SQLITE,
+        WORKLOADS,
+        BrokerControl,
+        ChaosSchedule,
+        HarnessError,
+        StackAddresses,
+        broker_fault_problem,
+        kafka_nodes,
+        run_chaos,
+    )
+    from hailstorm.sinks.urls import is_postgres_url
+    from hailstorm.topology import load_topology
+
+    chosen = _listed(kinds or ",".join(DEFAULT_FAULT_KINDS), FAULT_KINDS, "fault kind")
+    timed = _listed(phases, MASTER_PHASES, "master state")
+    topology = load_topology(topology_ref)
+    generators = WORKLOADS.get(topology.name)
+    if generators is None:
+        fail(f"no workload generator for topology {topology.name!r}; "
+             f"known: {', '.join(sorted(WORKLOADS))}")
+    workload = workload or next(iter(generators))
+    if workload not in generators:
+        fail(f"no workload {workload!r} for topology {topology.name!r}; "
+             f"known: {', '.join(generators)}")
+    generate = generators[workload]
+    schedule = ChaosSchedule(kinds=chosen, count=kills, spacing=spacing,  # type: ignore[arg-type]
+                             seed=seed, phases=timed)  # type: ignore[arg-type]
+    broker_faults = "broker" in chosen
+    if rate is None:
+        # A broker fault lasts until the node is back (restarting a JVM): allow for longer.
+        per_fault = 20.0 if broker_faults else 10.0
+        rate = min(20000.0, max(1000.0, messages / (per_fault * kills + 10.0)))
+    if use_env and brokers is not None:
+        fail("--brokers sizes the embedded stack; with --use-env the cluster is the one "
+             "$HAILSTORM_KAFKA names")
+    nodes = brokers if brokers is not None else (MIN_KAFKA_NODES if broker_faults else 1)
+    if broker_faults and not use_env:
+        problem = broker_fault_problem(nodes)
+        if problem:
+            fail(problem)
+    logs = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-logs-"))
+    signal.signal(signal.SIGTERM, _interrupted)  # a plain kill stops what it started too
+    stack: DevStack | None = None
+    temporary: Path | None = None
+    with console.status("preparing") as status:
+        def progress(message: str) -> None:
+            console.log(message)
+            status.update(message)
+
+        try:
+            control: BrokerControl | None = None
+            if use_env:
+                settings = config.Settings.from_env()
+                addresses = StackAddresses(settings.require_zk(), settings.require_kafka(),
+                                           settings.snapshot_location(), settings.database_url)
+                if database == "postgresql" and not is_postgres_url(settings.database_url):
+                    fail("--database postgresql with --use-env needs $HAILSTORM_DATABASE_URL "
+                         "to name a PostgreSQL server (or pass --database sqlite)")
+                if broker_faults:
+                    try:
+                        problem = broker_fault_problem(kafka_nodes(addresses.kafka))
+                    except KafkaException as exc:
+                        fail(f"Kafka at {addresses.kafka} did not answer: {exc}")
+                    if problem:
+                        fail(problem)
+                    dev_stack = DevStack(state_dir or Path(config.DEFAULT_STATE_DIR))
+                    running = dev_stack.load()
+                    if running is None or running.kafka is None \
+                            or running.kafka_bootstrap != addresses.kafka:
+                        fail(f"broker faults kill nodes of the dev stack that runs "
+                             f"$HAILSTORM_KAFKA ({addresses.kafka}), and there is none under "
+                             f"{dev_stack.state_dir}: pass its --state-dir")
+                    control = dev_stack
+            else:
+                if state_dir is None:
+                    temporary = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-"))
+                    os.chmod(temporary, 0o755)  # the 'postgres' user must reach its data dir
+                root = state_dir or temporary
+                assert root is not None
+                stack = DevStack(root, startup_timeout=90, progress=progress,
+                                 kafka_brokers=nodes)
+                addresses = StackAddresses.from_env(stack.up().env())
+                control = stack
+            progress(f"generating {messages} messages ({workload} workload)")
+            values = generate(messages, seed)
+            report = run_chaos(addresses, topology_ref, values, schedule, log_dir=logs,
+                               partitions=partitions, rate=rate, progress=progress,
+                               brokers=control,
+                               database=SQLITE if database == "sqlite" else None)
+        except HarnessError as exc:
+            fail(f"{exc} (logs in {logs})")
+        finally:
+            if stack is not None:
+                stack.down()
+            if temporary is not None:
+                shutil.rmtree(temporary, ignore_errors=True)
+    out.print(report.to_text(), markup=False)
+    out.print(f"logs: {logs}", markup=False)
+    if json_path is not None:
+        json_path.write_text(report.to_json() + "\n")
+    sys.exit(0 if report.ok else 1)

@@ -1,0 +1,174 @@
+"""Running a topology: ``hailstorm run`` (its processors as one Spark barrier stage),
+``hailstorm negotiator`` (the daemon, run by module name) and ``hailstorm demo`` (word count
+end to end on a stack of its own)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from hailstorm import config
+from hailstorm.cli.group import _handle_errors, console, fail, main, out
+from hailstorm.devstack import SPARK_MASTER_VAR
+
+
+@main.command()
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(config.DEFAULT_STATE_DIR) / "demo",
+    show_default=True,
+    help="Where the demo's own stack keeps its data (it is brought down afterwards).",
+)
+@click.option(
+    "--lines", type=click.IntRange(min=2), default=200000, show_default=True,
+    help="Lines of text to produce.",
+)
+@click.option("--keep-running", is_flag=True, help="Leave the stack up afterwards.")
+@click.option("--to", "output", type=click.Choice(["postgresql", "kafka"]),
+              default="postgresql", show_default=True,
+              help="Where the word counts go: the word_counts table (topologies/wordcount.py), "
+                   "or the word-totals topic in Kafka transactions (topologies/wordstream.py).")
+@_handle_errors
+def demo(state_dir: Path, lines: int, keep_running: bool, output: str) -> None:
+    """Word count end to end on an embedded stack of its own, with a crash in the middle.
+
+    Starts ZooKeeper, Apache Kafka and PostgreSQL, runs topologies/wordcount.py on Spark
+    with two negotiators, kills a bolt half-way, and checks the word_counts table in
+    PostgreSQL against the reference model (--to kafka: topologies/wordstream.py, and the
+    newest record per word on the word-totals topic, read as a read_committed consumer).
+    Exits 1 if they differ.
+    """
+    from hailstorm.demo import run_demo
+
+    ok = run_demo(state_dir, lines=lines, keep_running=keep_running, console=out,
+                  output=output)
+    sys.exit(0 if ok else 1)
+
+
+@main.command()
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.option("--master", metavar="URL", envvar=SPARK_MASTER_VAR,
+              help=f"Spark master (default: ${SPARK_MASTER_VAR}, which 'hailstorm dev up "
+              "--spark-workers N' exports, else local[N], N = processors).")
+@config.zk_option()
+@config.kafka_option()
+@config.kafka_config_option()
+@config.snapshots_option()
+@click.option(
+    "--database", metavar="URL",
+    help=f"Sink database (default: ${config.DATABASE_VAR}, else {config.DEFAULT_DATABASE_URL}).",
+)
+@click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address processors listen on for each other's data; 'auto': the address "
+              "each executor's host reaches ZooKeeper from (clusters).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
+              help="Address processors serve /metrics on (a free port each, shown by "
+              "'hailstorm status'); 'auto' serves on every interface, 'none' serves nothing. "
+              "The endpoints are not authenticated.")
+@click.option("--partition-check-interval", type=click.FloatRange(min=0), default=10.0,
+              show_default=True, metavar="SECONDS",
+              help="How often to look for partitions added to a source topic; new ones are "
+              "picked up by restarting the stage with a spout more (0: never look).")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--max-restarts", type=click.IntRange(min=0), default=10, show_default=True,
+              metavar="N",
+              help="Stop with the reason after N consecutive failed stage attempts without a "
+              "committed round in between (a poison record, a broken deployment); 0: never "
+              "give up.")
+@click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              callback=lambda _ctx, _param, items: _spark_conf(items),
+              help="A Spark setting, as for spark-submit (repeatable).")
+@click.option("--slot-wait", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              metavar="SECONDS",
+              help="On a cluster, how long to wait for a task slot per processor instance "
+              "(executors registering, a lost worker coming back) before stopping with the "
+              "numbers.")
+@_handle_errors
+def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
+        kafka_config: str | None, snapshot_dir: str | None, database: str | None,
+        name: str | None, host: str, metrics_host: str, partition_check_interval: float,
+        log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
+        slot_wait: float) -> None:
+    """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
+
+    Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
+    TOPOLOGY' alongside to drive them.
+    """
+    import logging
+
+    from hailstorm.runtime.driver import Driver, RunOptions
+    from hailstorm.runtime.spark_stage import SparkOptions, install_signal_handlers
+    from hailstorm.topology import TopologyError
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    settings = config.Settings.from_env(
+        zk=zk, kafka=kafka, snapshots=snapshot_dir, database_url=database, kafka_config=kafka_config
+    )
+    options = RunOptions(
+        topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
+        kafka_config=settings.kafka_config,
+        snapshots=settings.snapshot_location(), name=name, host=host,
+        metrics_host=metrics_host, log_level=log_level,
+        database_url=_absolute_sqlite(settings.database()),
+        spark=SparkOptions(master=master, extra_conf=spark_conf,
+                           max_attempts=max_restarts or None, slot_wait=slot_wait),
+        partition_check_interval=partition_check_interval,
+    )
+    try:
+        driver = Driver(options)
+    except (TopologyError, ValueError) as exc:  # ValueError: a bad $HAILSTORM_SECRET_FILE
+        fail(str(exc))
+    try:
+        driver.prepare()
+    except LookupError as exc:  # a source topic that does not exist
+        fail(str(exc))
+    install_signal_handlers(driver)
+    failures = driver.run()
+    console.print(f"stopped ({failures} failed stage attempts)")
+
+
+def _spark_conf(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``("spark.a=1", ...)`` -> ``(("spark.a", "1"), ...)``."""
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--conf")
+        pairs.append((key.strip(), value))
+    return tuple(pairs)
+
+
+def _absolute_sqlite(url: str) -> str:
+    """SQLite paths made absolute: Spark executors do not share the driver's directory."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url[len(prefix):].startswith("/"):
+        return prefix + str(Path(url[len(prefix):]).resolve())
+    return url
+
+
+NEGOTIATOR_MODULE = "negotiator"
+"""The daemon ``hailstorm negotiator`` runs, by module name: ``python -m negotiator``."""
+
+
+@main.command("negotiator", add_help_option=False,
+              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def negotiator_command(args: tuple[str, ...]) -> None:
+    """Run the negotiator daemon of a topology.
+
+    The same command as `python -m negotiator`; `hailstorm negotiator --help` lists its
+    options."""
+    # The negotiator package depends on hailstorm (its protocol), never the reverse: the
+    # daemon is run by module name in this process, as `python -m negotiator` runs it.
+    import runpy
+
+    sys.argv = [NEGOTIATOR_MODULE, *args]
+    runpy.run_module(NEGOTIATOR_MODULE, run_name="__main__", alter_sys=True)

@@ -1,0 +1,330 @@
+"""``hailstorm chaos``: a seeded plan of faults (:class:`ChaosSchedule`), the run that
+deploys a topology, produces in the background, applies the plan and compares the result
+with the model and the by-hand counts (:func:`run_chaos`), and its report
+(:class:`ChaosReport`, text or JSON)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hailstorm import kafka
+from hailstorm.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
+from hailstorm.harness.faults import (
+    DEFAULT_FAULT_KINDS,
+    MASTER_PHASES,
+    RECOVERY_PHASES,
+    ZOMBIE_FENCED,
+    FaultKind,
+    MasterPhase,
+    Recovery,
+)
+from hailstorm.harness.producing import BackgroundProducer, Produced
+from hailstorm.harness.run import TopologyRun
+from hailstorm.harness.stack import BrokerControl, StackAddresses, broker_fault_problem, kafka_nodes
+from hailstorm.harness.wait import HarnessError
+from hailstorm.model import run_model
+from hailstorm.protocol.layout import RecoveryRecord
+from hailstorm.sinks.urls import redact
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    kind: FaultKind
+    delay: float
+    """Seconds to wait (after the previous recovery) before injecting it."""
+    phase: MasterPhase = "Flowing"
+    """The master state to hit (see :meth:`TopologyRun.inject`)."""
+
+
+def _cover(choices: Sequence[T], count: int, rng: random.Random) -> list[T]:
+    """``count`` draws from ``choices``, each choice at least once when ``count`` allows,
+    in random order."""
+    drawn = list(choices[:count])
+    drawn += [rng.choice(choices) for _ in range(count - len(drawn))]
+    rng.shuffle(drawn)
+    return drawn
+
+
+@dataclass(frozen=True)
+class ChaosSchedule:
+    """A seeded plan of ``count`` faults of ``kinds``, spaced ``spacing`` s apart (+ jitter),
+    timed for the master states ``phases``.
+
+    Every kind is used at least once when ``count >= len(kinds)``, and every phase once
+    among the faults that are not broker faults (those hit a flowing topology) when there
+    are enough; the rest are drawn at random. Faults are applied one after another, each
+    after the previous recovery.
+    """
+
+    kinds: tuple[FaultKind, ...] = DEFAULT_FAULT_KINDS
+    count: int = 3
+    spacing: float = 2.0
+    seed: int = 0
+    phases: tuple[MasterPhase, ...] = MASTER_PHASES
+
+    def plan(self) -> list[PlannedFault]:
+        rng = random.Random(self.seed)
+        kinds = _cover(self.kinds, self.count, rng)
+        delays = [self.spacing * (0.5 + rng.random()) for _ in kinds]
+        timed = [i for i, k in enumerate(kinds) if k != "broker"]
+        phases: list[MasterPhase] = ["Flowing"] * len(kinds)
+        for i, phase in zip(timed, _cover(self.phases, len(timed),
+                                          random.Random(self.seed * 31 + 7)), strict=True):
+            phases[i] = phase
+        # A sink commits only outside recoveries, and a zombie is stopped before a commit:
+        # it swaps a recovery state for another fault's.
+        for i, kind in enumerate(kinds):
+            if kind == "zombie" and phases[i] in RECOVERY_PHASES:
+                other = next((j for j in timed if kinds[j] != "zombie"
+                              and phases[j] not in RECOVERY_PHASES), None)
+                if other is None:
+                    phases[i] = "Flowing"
+                else:
+                    phases[i], phases[other] = phases[other], phases[i]
+        return [PlannedFault(k, d, ph) for k, d, ph in zip(kinds, delays, phases, strict=True)]
+
+    def rng(self) -> random.Random:
+        """The generator victims are drawn from (independent of the plan)."""
+        return random.Random(self.seed * 7919 + 1)
+
+
+
+@dataclass
+class ChaosReport:
+    """What a chaos run did and found."""
+
+    topology: str
+    messages: int
+    partitions: int
+    seed: int
+    faults: list[Recovery]
+    comparison: Comparison
+    committed_epoch: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    restarts: int = 0
+    """Moves to Initialize after the first start (recoveries, including retried ones)."""
+    unexplained: list[RecoveryRecord] = field(default_factory=list)
+    """Recoveries no injected fault explains: each one fails the run."""
+    database: str = ""
+    """The sinks' database, its password masked."""
+    independent: Comparison | None = None
+    """The sink tables against expectations computed without the topology's code
+    (:data:`BY_HAND`; None: none for this topology)."""
+
+    @property
+    def ok(self) -> bool:
+        return (self.comparison.ok and (self.independent is None or self.independent.ok)
+                and all(r.committed_after is not None for r in self.faults)
+                and all(r.restored_after is not None for r in self.faults
+                        if r.fault.kind == "broker")
+                and not self.unexplained)
+
+    def faults_by_kind(self) -> dict[str, int]:
+        """Planned faults per kind (triggers not counted)."""
+        return dict(Counter(r.fault.kind for r in self.faults if not r.fault.trigger))
+
+    def faults_by_phase(self) -> dict[str, int]:
+        """Every fault (triggers too) per master state it hit."""
+        return dict(Counter(r.fault.phase for r in self.faults))
+
+    @property
+    def triggers(self) -> int:
+        return sum(1 for r in self.faults if r.fault.trigger)
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.comparison
+        return {
+            "topology": self.topology, "messages": self.messages,
+            "partitions": self.partitions, "seed": self.seed, "ok": self.ok,
+            "database": self.database,
+            "seconds": round(self.seconds, 2), "committed_epoch": self.committed_epoch,
+            "faults_by_kind": self.faults_by_kind(),
+            "faults_by_phase": self.faults_by_phase(), "triggers": self.triggers,
+            "recoveries": [
+                {"kind": r.fault.kind, "target": r.fault.target, "pid": r.fault.pid,
+                 "epoch": r.fault.epoch, "detail": r.fault.detail,
+                 "uncommitted": r.fault.uncommitted, "producing": r.fault.producing,
+                 "phase": r.fault.phase, "trigger": r.fault.trigger,
+                 "effective": r.fault.effective,
+                 "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
+                 "committed_after": None if r.committed_after is None
+                 else round(r.committed_after, 2),
+                 "restored_after": None if r.restored_after is None
+                 else round(r.restored_after, 2)}
+                for r in self.faults],
+            "lost": c.lost, "duplicated": c.duplicated, "wrong": c.wrong,
+            "instance_mismatches": c.instance_mismatches, "keys_compared": c.keys_compared,
+            "differences": [{**asdict(d), "key": repr(d.key), "expected": repr(d.expected),
+                             "actual": repr(d.actual)} for d in c.first(10)],
+            "notes": self.notes,
+            "restarts": self.restarts,
+            "unexplained_recoveries": [asdict(r) for r in self.unexplained],
+            "independent": None if self.independent is None else {
+                "lost": self.independent.lost, "duplicated": self.independent.duplicated,
+                "wrong": self.independent.wrong, "rows": self.independent.keys_compared},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def to_text(self) -> str:
+        c = self.comparison
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.faults_by_kind().items())) or "none"
+        phases = ", ".join(f"{n} in {k}" for k, n in sorted(self.faults_by_phase().items()))
+        lines = [
+            f"topology {self.topology}: {self.messages} messages over {self.partitions} "
+            f"partitions, seed {self.seed}, {self.seconds:.1f} s",
+            f"sinks in {self.database}",
+            f"faults: {len(self.faults) - self.triggers} planned ({kinds}) and "
+            f"{self.triggers} triggers; hit {phases or 'nothing'}",
+        ]
+        for r in self.faults:
+            flowing = "never" if r.flowing_after is None else f"{r.flowing_after:.1f} s"
+            committed = "never" if r.committed_after is None else f"{r.committed_after:.1f} s"
+            line = (f"  {r.fault.kind:<10} {r.fault.target} (pid {r.fault.pid}, "
+                    f"{r.fault.phase or '?'} {r.fault.epoch}"
+                    + (", trigger" if r.fault.trigger else "")
+                    + f", {r.fault.uncommitted} uncommitted): Flowing after "
+                    f"{flowing}, committed past it after {committed}")
+            if r.fault.kind == "broker":
+                back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
+                line += f"; {r.fault.detail}, back in the cluster after {back}"
+            elif r.fault.kind in ("zombie", "stall"):
+                line += f"; {r.fault.detail}"
+            lines.append(line)
+        idle = [r.fault for r in self.faults if not r.fault.effective]
+        lines.append(f"effective: {len(self.faults) - len(idle)} of {len(self.faults)} faults "
+                     "hit uncommitted data while the producer wrote"
+                     + (f"; on an idle topology: {', '.join(f.target for f in idle)}"
+                        if idle else ""))
+        zombies = [r.fault for r in self.faults if r.fault.kind == "zombie"]
+        if zombies:
+            fenced = sum(ZOMBIE_FENCED in f.detail for f in zombies)
+            lines.append(f"zombies: {len(zombies)} sinks resumed after their replacement "
+                         f"committed: {fenced} fenced by their table or topic, "
+                         f"{len(zombies) - fenced} ended on their own")
+        lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults, "
+                     f"{len(self.unexplained)} unexplained")
+        for u in self.unexplained[:5]:
+            lines.append(f"  unexplained: epoch {u.epoch} from {u.previous}: {u.reason}")
+        lines.append(f"final committed round: epoch {self.committed_epoch}; "
+                     f"{c.keys_compared} keys and rows compared (bolt states, sink tables "
+                     "and topics)")
+        lines.append(f"result: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"
+                     + (f", instances differing: {', '.join(c.instance_mismatches)}"
+                        if c.instance_mismatches else ""))
+        for d in c.first(5):
+            lines.append(f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, "
+                         f"committed {d.actual!r}")
+        if self.independent is not None:
+            i = self.independent
+            lines.append(f"by hand: {i.keys_compared} sink rows against a count written "
+                         f"without the topology's code: {i.lost} lost, {i.duplicated} "
+                         f"duplicated, {i.wrong} wrong")
+            for d in i.first(5):
+                lines.append(f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, "
+                             f"committed {d.actual!r}")
+        lines.extend(self.notes)
+        lines.append("OK: exactly the model's state" if self.ok else "FAILED")
+        return "\n".join(lines)
+
+
+def run_chaos(
+    stack: StackAddresses,
+    topology_ref: str | Path,
+    values: Sequence[bytes],
+    schedule: ChaosSchedule,
+    *,
+    log_dir: Path,
+    partitions: int = 4,
+    rate: float = 5000.0,
+    timeout: float = 240.0,
+    progress: Callable[[str], None] = lambda _m: None,
+    brokers: BrokerControl | None = None,
+    database: str | None = None,
+) -> ChaosReport:
+    """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare.
+
+    The sinks write to ``database`` (see :func:`private_database`: by default a new
+    database on the stack's PostgreSQL).
+
+    ``brokers`` stops and starts the stack's Kafka nodes; a schedule with ``broker`` faults
+    needs it and a cluster of :data:`MIN_KAFKA_NODES` nodes (refused before anything runs).
+    """
+    started = time.monotonic()
+    plan = schedule.plan()
+    if any(p.kind == "broker" for p in plan):
+        if brokers is None:
+            raise HarnessError("broker faults need control of the Kafka nodes: pass brokers= "
+                               "(e.g. the DevStack) to run_chaos")
+        problem = broker_fault_problem(kafka_nodes(stack.kafka))
+        if problem:
+            raise HarnessError(problem)
+    with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers,
+                     database=database, zombies=any(p.kind == "zombie" for p in plan)) as run:
+        topics = {s.topic for s in run.topology.spouts}
+        if len(topics) != 1:
+            raise HarnessError(f"run_chaos needs a topology with one source topic, got {topics}")
+        topic = topics.pop()
+        kafka.create_topic(stack.kafka, topic, partitions)
+        for dead in run.topology.dead_letter_topics:
+            kafka.create_topic(stack.kafka, dead, 1)
+        parts = kafka.partitions_of(stack.kafka, topic)
+        produced = Produced(topic)
+        progress(f"starting {run.name} ({run.expected_count()} processors)")
+        run.start()
+        run.wait_flowing(timeout)
+        progress("flowing; producing")
+        recoveries: list[Recovery] = []
+        rng = schedule.rng()
+        with BackgroundProducer(stack.kafka, produced, values, parts, rate) as producer:
+            run.producer = producer
+            for i, planned in enumerate(plan):
+                time.sleep(planned.delay)
+                run.wait_flowing(timeout)
+                run.await_uncommitted(producer)
+                faults = run.inject(planned.kind, rng, producer, planned.phase)
+                for fault in faults:
+                    progress(f"fault {i + 1}/{schedule.count}"
+                             + (" (trigger)" if fault.trigger else "")
+                             + f": {fault.kind} {fault.target} in {fault.phase}"
+                             + (f" ({fault.detail})" if fault.detail else "")
+                             + f"; {fault.uncommitted} uncommitted messages, producer "
+                             + ("running" if fault.producing else "done"))
+                measured: list[Recovery] = []
+                for fault in reversed(faults):  # the last one recovers last
+                    recovery = run.measure_recovery(fault, timeout, producer)
+                    measured.insert(0, recovery)
+                    progress(f"recovered from {fault.kind} {fault.target}: committed after "
+                             f"{recovery.committed_after}")
+                recoveries.extend(measured)
+            producer.join(timeout + len(values) / rate)
+        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        progress(f"produced {produced.count}; draining")
+        committed = run.wait_committed(target, timeout)
+        produced.fill_before(stack.kafka, committed.clock)
+        states = run.committed_bolt_states(committed)
+        tables = run.sink_tables()
+        notes = []
+        if dict(committed.clock) != target:
+            notes.append(f"note: committed clock {dict(committed.clock)} != produced {target}")
+        messages = produced.model_messages()
+        model = run_model(run.topology, messages)
+        comparison = compare_with_model(model, states, tables)
+        by_hand = BY_HAND.get(run.topology.name)
+        independent = None if by_hand is None else compare_tables(by_hand(messages), tables)
+        restarts = [r for r in run.recoveries() if not r.is_start]
+        return ChaosReport(run.topology.name, produced.count, len(parts), schedule.seed,
+                           recoveries, comparison, committed.epoch,
+                           time.monotonic() - started, notes, len(restarts),
+                           run.unexplained_recoveries(), redact(run.database), independent)

@@ -1,0 +1,382 @@
+"""One deployment of a topology on a running stack: :class:`Deployment` starts its
+negotiators and driver as subprocesses (logs in ``log_dir``), stops every process it started
+by pid (the Spark Python workers through the pids processors report), reads its records in
+ZooKeeper and what it committed (:mod:`~hailstorm.harness.results`), compares that with the
+model (:mod:`~hailstorm.harness.compare`) and accounts for its recoveries
+(:mod:`~hailstorm.harness.faults`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from hailstorm import kafka
+from hailstorm.devstack import SPARK_MASTER_VAR, pid_alive, stop_pid
+from hailstorm.failpoints import FAILPOINTS_DIR_VAR, PAUSE_DIR_VAR
+from hailstorm.harness.compare import Comparison, compare_with_model
+from hailstorm.harness.faults import (
+    RECOVERY_WINDOW,
+    ZOMBIE_SPARK_CONF,
+    Explanation,
+    Fault,
+    unexplained,
+)
+from hailstorm.harness.producing import BackgroundProducer, Produced
+from hailstorm.harness.results import BoltStates, read_bolt_states, read_sink_tables, topic_ends
+from hailstorm.harness.stack import BrokerControl, StackAddresses, _NodeRestart, private_database
+from hailstorm.harness.wait import HarnessError, wait_for
+from hailstorm.model import run_model
+from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import (
+    CommittedRecord,
+    MasterRecord,
+    ProcessorReport,
+    RecoveryRecord,
+    TopologyPaths,
+)
+from hailstorm.protocol.records import TopologyRecords
+from hailstorm.topic import Topic
+from hailstorm.topology import Topology, load_topology
+from hailstorm.zookeeper import zk_client
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Deployment:
+    """Negotiators and driver of one topology deployment (context manager): starting and
+    stopping them, the topology's records in ZooKeeper, what it committed, and which of its
+    recoveries something explains. :class:`~hailstorm.harness.run.TopologyRun` adds the
+    faults."""
+
+    def __init__(
+        self,
+        stack: StackAddresses,
+        topology_ref: str | Path,
+        *,
+        name: str | None = None,
+        log_dir: Path,
+        negotiators: int = 2,
+        snapshot_interval: float = 1.0,
+        timeout: float = 30.0,
+        negotiator_session_timeout: float = 4.0,
+        processor_session_timeout: float = 6.0,
+        database: str | None = None,
+        snapshot_retention: float | None = None,
+        brokers: BrokerControl | None = None,
+        broker_downtime: tuple[float, float] = (3.0, 8.0),
+        zombies: bool = False,
+        master: str | None = None,
+        processor_host: str | None = None,
+        driver_address: str | None = None,
+        spark_conf: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.stack = stack
+        self.topology_ref = str(topology_ref)
+        self.topology: Topology = load_topology(self.topology_ref)
+        self.name = name or f"{self.topology.name}_{uuid.uuid4().hex[:8]}"
+        self.log_dir = log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.negotiator_count = negotiators
+        self.snapshot_interval = snapshot_interval
+        self.snapshot_retention = snapshot_retention
+        """The negotiators' ``--snapshot-retention`` (None: their default)."""
+        self.timeout = timeout
+        self.negotiator_session_timeout = negotiator_session_timeout
+        self.processor_session_timeout = processor_session_timeout
+        self.brokers = brokers
+        """Stops and starts Kafka nodes, for broker faults (None: no broker faults)."""
+        self.broker_downtime = broker_downtime
+        """How long a killed Kafka node stays down: seconds drawn uniformly from this range."""
+        self.zombies = zombies
+        """Run the driver so that a stopped sink survives its stage (:data:`ZOMBIE_SPARK_CONF`,
+        a spare slot): needed for :meth:`zombie_sink`."""
+        self._restarts: list[tuple[Fault, _NodeRestart]] = []
+        self.paths = TopologyPaths(self.name)
+        self.database = private_database(stack, database, log_dir, self.name)
+        """Database of sink tables that name none (see :func:`private_database`): by
+        default one of this run only, so runs of one topology never share (and collide
+        in) a table."""
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.killed: set[str] = set()
+        self.faults: list[Fault] = []
+        """Every fault injected in this run, in order."""
+        self.producer: BackgroundProducer | None = None
+        """The workload's producer while it runs (faults record whether it still wrote)."""
+        self.planned: list[Explanation] = []
+        """Restarts the test declared (:meth:`expect_restart`)."""
+        self.processor_pids: set[int] = set()
+        self.topic_starts: dict[str, dict[int, int]] = {}
+        """Per output topic, partition -> offset this run's records start at."""
+        self._stopped_pids: set[int] = set()
+        self._negotiators_started = 0
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            PYSPARK_PYTHON=sys.executable, HAILSTORM_ZK=stack.zk,
+            HAILSTORM_KAFKA=stack.kafka, HAILSTORM_SNAPSHOTS=str(stack.snapshots),
+            HAILSTORM_DATABASE_URL=self.database)
+        self.master_url = master
+        """The Spark master the driver uses (None: ``local[N]``, whatever the environment
+        says)."""
+        self.env.pop(SPARK_MASTER_VAR, None)
+        if master is not None:
+            self.env[SPARK_MASTER_VAR] = master
+        self.processor_host = processor_host
+        """The driver's ``--host`` (None: its default, loopback)."""
+        self.spark_conf = list(spark_conf)
+        """The driver's ``--conf`` settings (besides those of ``zombies``)."""
+        if driver_address is not None:  # what the driver binds and tells executors
+            self.env["SPARK_LOCAL_IP"] = driver_address
+        if zombies:  # sinks stop where the harness asks them to (failpoints.pause_point)
+            pause_dir = log_dir / "pause"
+            pause_dir.mkdir(exist_ok=True)
+            self.env[PAUSE_DIR_VAR] = str(pause_dir)
+        self.zk = zk_client(stack.zk)
+        self.zk.start(timeout=20)
+        self.records = TopologyRecords(self.zk, self.paths)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def spawn(self, label: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
+        """Start ``python ARGS`` with output in ``log_dir/LABEL.log``."""
+        with (self.log_dir / f"{label}.log").open("ab") as out:
+            proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=self.env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        self.procs[label] = proc
+        return proc
+
+    def _spawn_negotiator(self) -> None:
+        label = f"negotiator-{self._negotiators_started}"
+        self._negotiators_started += 1
+        retention = [] if self.snapshot_retention is None else \
+            ["--snapshot-retention", str(self.snapshot_retention)]
+        self.spawn(label, ["-m", "negotiator", self.topology_ref, "--name", self.name,
+                           "--id", label, "--snapshot-interval", str(self.snapshot_interval),
+                           "--timeout", str(self.timeout),
+                           "--session-timeout", str(self.negotiator_session_timeout),
+                           *retention])
+
+    def start(self) -> Self:
+        """Start the negotiators, then the driver. Output topics of topic sinks may hold
+        records of earlier runs: where their logs end now is noted, and
+        :meth:`sink_tables` reads from there."""
+        for sink in self.topology.sinks:
+            if isinstance(sink.target, Topic):
+                self.topic_starts[sink.target.name] = topic_ends(self.stack.kafka,
+                                                                 sink.target.name)
+        for _ in range(self.negotiator_count):
+            self._spawn_negotiator()
+        zombie_args = [f"--master=local[{self.expected_count() + 1}]",
+                       *(f"--conf={k}={v}" for k, v in ZOMBIE_SPARK_CONF)] if self.zombies else []
+        host_args = [] if self.processor_host is None else ["--host", self.processor_host]
+        conf_args = [f"--conf={k}={v}" for k, v in self.spark_conf]
+        self.spawn("driver", ["-m", "hailstorm", "run", self.topology_ref, "--name", self.name,
+                              *zombie_args, *host_args, *conf_args])
+        return self
+
+    def alive(self) -> None:
+        """Raise when the driver died, or no negotiator the harness did not kill is left."""
+        for label, proc in self.procs.items():
+            if label not in self.killed and proc.poll() is not None:
+                raise HarnessError(f"{label} exited with {proc.returncode}:\n"
+                                   f"{self.log(label)[-3000:]}")
+
+    def log(self, label: str) -> str:
+        path = self.log_dir / f"{label}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs(self) -> dict[str, str]:
+        return {label: self.log(label) for label in self.procs}
+
+    def stop(self) -> None:
+        """Stop the driver and negotiators (SIGTERM, then SIGKILL), then leftover workers;
+        start every Kafka node a broker fault killed again."""
+        for _fault, restart in self._restarts:
+            restart.hurry()
+        with contextlib.suppress(Exception):
+            self.processors()
+        for label in ["driver", *[n for n in self.procs if n != "driver"]]:
+            proc = self.procs.get(label)
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(pid_alive(p) for p in self.processor_pids):
+            time.sleep(0.2)
+        for pid in self.processor_pids:  # Spark workers we started through the driver
+            if pid in self._stopped_pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            if pid_alive(pid):
+                stop_pid(pid, None, sig=signal.SIGKILL, timeout=5)
+        for _fault, restart in self._restarts:
+            with contextlib.suppress(HarnessError):
+                restart.finish(180)
+        with contextlib.suppress(Exception):
+            self.zk.stop()
+            self.zk.close()
+
+    # -- ZooKeeper views ------------------------------------------------------------------
+
+    def master(self) -> MasterRecord | None:
+        return self.records.master()
+
+    def committed(self) -> CommittedRecord | None:
+        return self.records.committed()
+
+    def processors(self) -> dict[str, ProcessorReport]:
+        """The living processors' readable reports (``info["pid"]`` is the worker's pid)."""
+        result: dict[str, ProcessorReport] = {}
+        for child, report in self.records.reports().items():
+            if report is None:
+                continue
+            result[child] = report
+            if "pid" in report.info:
+                self.processor_pids.add(int(report.info["pid"]))
+        return result
+
+    def expected_count(self) -> int:
+        """How many processors the deployment has (without asking the driver)."""
+        spouts = sum(len(kafka.partitions_of(self.stack.kafka, s.topic))
+                     for s in self.topology.spouts)
+        return spouts + sum(b.parallelism for b in self.topology.bolts) + len(self.topology.sinks)
+
+    def flowing(self) -> MasterRecord | None:
+        master = self.master()
+        return master if master is not None and master.state.__class__.__name__ == "Flowing" \
+            else None
+
+    def wait_flowing(self, timeout: float = 240) -> MasterRecord:
+        """Until the master is ``Flowing`` (the topology started or recovered)."""
+        result: MasterRecord = wait_for("the master to be Flowing", self.flowing, timeout,
+                                        self.alive)
+        return result
+
+    def covers(self, target: Mapping[Partition, int]) -> CommittedRecord | None:
+        """The committed record if its clock includes every ``target`` offset."""
+        committed = self.committed()
+        if committed is None:
+            return None
+        if all(committed.clock.get(p, -1) >= o for p, o in target.items()):
+            return committed
+        return None
+
+    def wait_committed(self, covering: Mapping[Partition, int],
+                       timeout: float = 240) -> CommittedRecord:
+        """Until a committed round includes every offset of ``covering``."""
+        result: CommittedRecord = wait_for(
+            f"a commit covering {dict(covering)}", lambda: self.covers(covering), timeout,
+            self.alive)
+        return result
+
+    def final_comparison(self, produced: Produced, timeout: float = 300) -> Comparison:
+        """Wait for a committed round that includes everything ``produced``, check that
+        every recovery is explained (:meth:`check_recoveries`), and compare the round's
+        bolt states and the sink tables with :func:`run_model` over the same input."""
+        committed = self.wait_committed(produced.clock(), timeout)
+        states = self.committed_bolt_states(committed)
+        tables = self.sink_tables()
+        self.check_recoveries()
+        return compare_with_model(run_model(self.topology, produced.model_messages()),
+                                  states, tables)
+
+    def committed_bolt_states(self, committed: CommittedRecord | None = None
+                              ) -> dict[str, BoltStates]:
+        """Every bolt's committed state, read from the committed round's snapshots."""
+        committed = committed or self.committed()
+        if committed is None:
+            raise HarnessError("nothing committed yet")
+        return read_bolt_states(self.topology, self.stack.snapshots, committed)
+
+    def sink_tables(self) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
+        """The content of every sink table (and topic, see :func:`topic_rows`): key tuple
+        -> row.
+
+        Upsert and merge tables have the shape of :meth:`hailstorm.model.ModelResult.table`;
+        append tables are keyed by their rows' origins with :func:`keyed_append_rows`, so
+        that :func:`compare_with_model` compares them as multisets per origin.
+        """
+        return read_sink_tables(self.topology, self.stack.kafka, self.database,
+                                self.topic_starts)
+
+    # -- restart accounting ---------------------------------------------------------------
+
+    def recoveries(self) -> list[RecoveryRecord]:
+        """Every move to Initialize the negotiators recorded, oldest first."""
+        return self.records.recoveries()
+
+    def negotiator_metrics(self) -> dict[str, dict[str, float]]:
+        """The ``/metrics`` samples of every negotiator that serves them (by identifier)."""
+        from hailstorm.metrics import scrape
+
+        result = {}
+        for record in self.records.negotiators():
+            if record.metrics is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    result[record.identifier] = scrape(record.host, record.metrics)
+        return result
+
+    def processor_metrics(self) -> dict[str, dict[str, float]]:
+        """The ``/metrics`` samples of every processor that serves them (by id)."""
+        from hailstorm.metrics import scrape
+
+        result = {}
+        for ident, report in self.processors().items():
+            host, port = report.info.get("host"), report.info.get("metrics")
+            if host and port:
+                with contextlib.suppress(OSError, ValueError):
+                    result[ident] = scrape(str(host), int(port))
+        return result
+
+    def expect_restart(self, at: float, why: str) -> None:
+        """Declare a restart the test caused on purpose (at ``time.time()`` ``at``)."""
+        self.planned.append(Explanation(at, why))
+
+    def explanations(self) -> list[Explanation]:
+        """What may explain a recovery: every fault injected, every restart declared, and
+        every failpoint that fired (its marker file's time)."""
+        found = [Explanation(f.at, f"{f.kind} {f.target}") for f in self.faults]
+        found += self.planned
+        directory = self.env.get(FAILPOINTS_DIR_VAR)
+        if directory and Path(directory).is_dir():
+            found += [Explanation(marker.stat().st_mtime, f"failpoint {marker.name}")
+                      for marker in Path(directory).iterdir()]
+        return sorted(found)
+
+    def unexplained_recoveries(self) -> list[RecoveryRecord]:
+        """Recoveries no injected fault, declared restart or failpoint explains."""
+        return unexplained(self.recoveries(), self.explanations(), RECOVERY_WINDOW)
+
+    def check_recoveries(self) -> None:
+        """Raise :class:`HarnessError` naming every recovery nothing explains: a protocol
+        violation that recovers would otherwise still end exact."""
+        bad = self.unexplained_recoveries()
+        if bad:
+            raise HarnessError(
+                f"{len(bad)} unexplained recover{'y' if len(bad) == 1 else 'ies'}: "
+                + "; ".join(f"epoch {r.epoch} at {r.at:.1f} from {r.previous}: {r.reason}"
+                            for r in bad[:5]))
+
+    def source_topics(self) -> list[str]:
+        return sorted({s.topic for s in self.topology.spouts})

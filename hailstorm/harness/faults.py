@@ -1,0 +1,171 @@
+"""What a fault is: the kinds (:data:`FAULT_KINDS`) and the master states one can be timed
+for (:data:`MASTER_PHASES`), the record of one injected (:class:`Fault`) and of the recovery
+from it (:class:`Recovery`), which recoveries a fault or a declared restart explains
+(:func:`unexplained`), and how a zombie sink ended, read from its log lines
+(:func:`zombie_outcome`). :class:`~hailstorm.harness.run.TopologyRun` injects them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import RecoveryRecord
+
+FaultKind = Literal["processor", "negotiator", "zk-session", "zombie", "stall", "broker"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
+                                      "stall", "broker")
+"""Every fault kind the harness can inject."""
+DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
+                                              "stall")
+"""What a :class:`ChaosSchedule` draws from unless told: the kinds every stack supports
+(``broker`` needs a :class:`BrokerControl` and a cluster of :data:`MIN_KAFKA_NODES`)."""
+ZOMBIE_SPARK_CONF = (("spark.python.task.killTimeout", "1h"),)
+"""Spark settings of a run with zombie faults: Spark leaves the Python worker of a killed
+task alone (as it cannot reach one on a partitioned host), so a stopped sink outlives its
+stage and resumes after its replacement ran; the run gets a spare task slot for it."""
+MasterPhase = Literal["Flowing", "SpoutsPaused", "Initialize", "SpoutsRewind"]
+MASTER_PHASES: tuple[MasterPhase, ...] = ("Flowing", "SpoutsPaused", "Initialize", "SpoutsRewind")
+"""The master states a fault can be timed to hit. ``SpoutsPaused`` comes with every snapshot
+round; ``Initialize`` and ``SpoutsRewind`` only while the topology recovers, so a fault timed
+for them follows a *trigger* (a processor kill) that starts a recovery: two faults at once."""
+RECOVERY_PHASES: frozenset[str] = frozenset({"Initialize", "SpoutsRewind"})
+
+
+@dataclass
+class Fault:
+    """One fault the harness injected."""
+
+    kind: FaultKind
+    target: str
+    """Processor id, negotiator label, or Kafka node (``kafka-<id>``)."""
+    pid: int
+    at: float
+    """``time.time()`` when it was injected."""
+    epoch: int
+    """The master's epoch just before."""
+    position: dict[str, int]
+    """The furthest position the topology had reached before (``"topic:p" -> offset``)."""
+    detail: str = ""
+    """More about the victim (a broker: how many partitions it led, how long it is down)."""
+    acked: dict[str, int] | None = None
+    """A broker fault while a producer ran: the offsets acknowledged before the kill
+    (``"topic:p" -> offset``); the recovery needs a commit past them."""
+    uncommitted: int | None = None
+    """Messages in Kafka that no committed round covered when the fault hit (log end minus
+    committed clock, summed over the source partitions; None: unknown): a fault on a topology
+    with nothing uncommitted proves little."""
+    producing: bool | None = None
+    """Whether the run's producer was still writing when the fault hit (None: no producer)."""
+    phase: str = ""
+    """The master's state when the fault hit, read just before it (``""``: not read)."""
+    trigger: bool = False
+    """Injected only to start a recovery that the next fault is timed to hit."""
+
+    @property
+    def effective(self) -> bool:
+        """It hit a topology with uncommitted data while data kept coming."""
+        return bool(self.uncommitted) and self.producing is not False
+
+
+@dataclass
+class Recovery:
+    """How long the topology took to recover from one fault (None: did not within bounds)."""
+
+    fault: Fault
+    flowing_after: float | None
+    committed_after: float | None
+    restored_after: float | None = None
+    """A broker fault: seconds until the killed node was back in the cluster metadata."""
+
+
+VICTIM_ROLES = ("spout", "bolt", "sink")
+"""The processors a processor kill or a session expiry may hit: every kind, sinks too (their
+table writer's fencing and replay are part of what a run proves)."""
+
+RECOVERY_WINDOW = 120.0
+"""Seconds after a fault (or a declared restart) within which a recovery counts as its
+consequence; a recovery that fails and restarts again stays inside it."""
+
+
+@dataclass(frozen=True, order=True)
+class Explanation:
+    """Something that happened on purpose and may make the topology recover."""
+
+    at: float
+    """``time.time()``."""
+    why: str
+
+
+def unexplained(recoveries: Iterable[RecoveryRecord], explanations: Sequence[Explanation],
+                window: float = RECOVERY_WINDOW) -> list[RecoveryRecord]:
+    """The recoveries that no explanation precedes by at most ``window`` seconds.
+
+    A deployment's start is no recovery, nor are the start's own retries (Initialize timed
+    out before every processor registered, and nothing ever flowed in between)."""
+    found = []
+    starting = False
+    for r in sorted(recoveries, key=lambda r: r.epoch):
+        if r.is_start:
+            starting = True
+            continue
+        if starting and r.previous == "Initialize":
+            continue
+        starting = False
+        if not any(e.at - 1.0 <= r.at <= e.at + window for e in explanations):
+            found.append(r)
+    return found
+
+
+#: Master states of a topology recovering from a failure (SpoutsPaused is a snapshot round).
+_RECOVERING = frozenset({"NegotiatorDisconnected", "Initialize", "SpoutsRewind"})
+
+
+ZOMBIE_FENCED = ("resumed after its replacement committed; fenced by its table or topic, wrote "
+                 "nothing")
+ZOMBIE_ENDED = "resumed after its replacement committed; ended on its own, not fenced"
+
+
+def process_stopped(pid: int) -> bool:
+    """True when process ``pid`` is stopped (SIGSTOP: state ``T`` in ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "T"
+
+
+def zombie_outcome(log: str, pid: int) -> str:
+    """How the zombie sink ``pid`` ended, from its lines in ``log`` (a logged traceback's
+    lines belong to the line that starts it): fenced by its table (:data:`ZOMBIE_FENCED`:
+    it tried to commit), or on its own (:data:`ZOMBIE_ENDED`: its lost session, the newer
+    run or its closed upstreams ended it; had it written, only the final comparison would
+    tell)."""
+    mine: list[str] = []
+    owned = False
+    for line in log.splitlines():
+        if _LOG_LINE.match(line):
+            owned = f" pid={pid}]" in line
+        if owned:
+            mine.append(line)
+    if any("a zombie of an older run" in line for line in mine):
+        return ZOMBIE_FENCED
+    raised = [line for line in mine if _EXCEPTION_LINE.match(line)]
+    why = raised[-1] if raised else next(
+        (line.split("] ", 1)[-1] for line in reversed(mine)
+         if " ERROR " in line or " WARNING " in line), "no log line")
+    return f"{ZOMBIE_ENDED} ({why[:160]})"
+
+
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*: ")
+"""The last line of a logged traceback: ``module.ExceptionName: message``."""
+_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+"""The start of a log line (not of a traceback's continuation)."""
+
+
+def _clock_key(partition: Partition) -> str:
+    """A :attr:`Fault.position` key: ``"topic:p"``."""
+    return f"{partition[0]}:{partition[1]}"

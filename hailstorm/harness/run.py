@@ -1,0 +1,482 @@
+"""Hurting a running topology: :class:`TopologyRun` is a
+:class:`~hailstorm.harness.deployment.Deployment` that injects faults (a processor's SIGKILL,
+the leading negotiator's, an expired ZooKeeper session, a zombie sink, a stalled bolt, a
+killed Kafka node), each timed for a master state and recorded with what the topology held
+when it hit, and measures the recovery from each."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator, Mapping
+
+from confluent_kafka import KafkaException
+
+from hailstorm import kafka
+from hailstorm.devstack import pid_alive
+from hailstorm.failpoints import PAUSE_DIR_VAR, pause_request
+from hailstorm.harness.deployment import Deployment
+from hailstorm.harness.faults import (
+    _RECOVERING,
+    RECOVERY_PHASES,
+    VICTIM_ROLES,
+    Fault,
+    FaultKind,
+    MasterPhase,
+    Recovery,
+    _clock_key,
+    process_stopped,
+    zombie_outcome,
+)
+from hailstorm.harness.producing import BackgroundProducer
+from hailstorm.harness.stack import (
+    TopicLayout,
+    _NodeRestart,
+    broker_fault_problem,
+    busiest_leader,
+    topic_layout,
+)
+from hailstorm.harness.wait import HarnessError, wait_for
+from hailstorm.protocol.clock import Partition
+
+
+class TopologyRun(Deployment):
+    """A :class:`~hailstorm.harness.deployment.Deployment` the harness hurts: faults timed
+    for a master state, and the recovery from each measured (context manager)."""
+
+    # -- timing a fault -------------------------------------------------------------------
+
+    def position(self) -> dict[str, int]:
+        """The furthest offsets known: committed clock, master clock, spout positions."""
+        best: dict[str, int] = {}
+
+        def merge(clock: Mapping[Partition, int] | None) -> None:
+            for p, o in (clock or {}).items():
+                best[_clock_key(p)] = max(best.get(_clock_key(p), -1), o)
+
+        committed = self.committed()
+        merge(committed.clock if committed else None)
+        master = self.master()
+        merge(getattr(master.state, "clock", None) if master else None)
+        for report in self.processors().values():
+            merge(report.position)
+        return best
+
+    def uncommitted(self) -> int | None:
+        """Messages in the source partitions that the committed clock does not cover yet
+        (None: unknown). While the run's producer feeds the only source topic, from what it
+        had acknowledged (a ZooKeeper read: quick enough to take just before a fault);
+        otherwise from Kafka's log ends (None when the broker does not answer)."""
+        committed = self.committed()
+        clock = committed.clock if committed else {}
+        producer = self.producer
+        if producer is not None and self.source_topics() == [producer.produced.topic]:
+            topic = producer.produced.topic
+            return sum(max(0, last - clock.get((topic, p), -1))
+                       for p, last in producer.produced.last_offsets().items())
+        try:
+            partitions = [(topic, number) for topic in self.source_topics()
+                          for number in kafka.partitions_of(self.stack.kafka, topic, timeout=5)]
+            ends = kafka.log_ends(self.stack.kafka, partitions)
+        except Exception:  # a broker fault in progress: unknown, not zero
+            return None
+        return sum(max(0, end - clock.get(p, -1) - 1) for p, end in ends.items())
+
+    def await_uncommitted(self, producer: BackgroundProducer | None,
+                          timeout: float = 15.0) -> None:
+        """While ``producer`` writes, wait (at most ``timeout`` s) until some produced data is
+        not committed yet, so that the next fault hurts data in flight (a producer writes in
+        chunks: between two, everything may be committed). Returns either way: a fault that
+        still hits an idle topology is reported as such."""
+        deadline = time.monotonic() + timeout
+        while producer is not None and producer.running and time.monotonic() < deadline:
+            if self.uncommitted():
+                return
+            time.sleep(0.05)
+
+    def _fault(self, kind: FaultKind, target: str, pid: int,
+               phase: MasterPhase | None = None) -> Fault:
+        """Record a fault about to hit ``target``: what the topology held, then (with
+        ``phase``) wait until the master is in that state; the caller strikes right after.
+        The master's state, epoch and the time are read last, just before the strike."""
+        producer = self.producer
+        fault = Fault(kind, target, pid, time.time(), 0, self.position())
+        deadline = time.monotonic() + 15
+        while True:  # some data in flight when it hits, while the producer writes
+            if phase is not None:
+                self.wait_phase(phase)
+            fault.uncommitted = self.uncommitted()
+            if fault.uncommitted or producer is None or not producer.running \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        fault.producing = None if producer is None else producer.running
+        master = self.master()
+        fault.phase = master.state.__class__.__name__ if master else "none"
+        fault.epoch = master.state.epoch if master else 0
+        fault.at = time.time()
+        self.faults.append(fault)
+        return fault
+
+    def wait_phase(self, phase: MasterPhase, timeout: float | None = None) -> str:
+        """Poll the master (every 2 ms) until it is in ``phase``; give up after ``timeout``
+        seconds (default: 3 snapshot intervals for ``SpoutsPaused``, else 60) and return the
+        state it is in then: a short phase can be missed, and the fault reports where it
+        really hit."""
+        if timeout is None:
+            timeout = 3 * self.snapshot_interval + 2 if phase == "SpoutsPaused" else 60.0
+        deadline = time.monotonic() + timeout
+        checked = time.monotonic()
+        while True:
+            master = self.master()
+            name = master.state.__class__.__name__ if master else "none"
+            if name == phase or time.monotonic() >= deadline:
+                return name
+            if time.monotonic() - checked > 0.5:
+                self.alive()
+                checked = time.monotonic()
+            time.sleep(0.002)
+
+    # -- the faults -----------------------------------------------------------------------
+
+    def _pick_processor(self, role: str | None, rng: random.Random | None,
+                        pid: int | None, timeout: float = 120.0,
+                        epoch: int = 0) -> tuple[str, int]:
+        """``pid``'s processor, or a living one of ``role`` drawn with ``rng`` (that
+        answered a master state of ``epoch`` or later: the current incarnation during a
+        recovery). When the topology is restarting (a fault the test planned, such as a
+        failpoint, may just have fired) it waits, up to ``timeout`` s, until one of
+        ``role`` runs again."""
+        if pid is not None:
+            for ident, report in self.processors().items():
+                if int(report.info.get("pid", -1)) == pid:
+                    return ident, pid
+            return f"pid {pid}", pid
+        roles = (role,) if role else VICTIM_ROLES
+
+        def living() -> list[tuple[str, int]]:
+            return sorted(
+                (ident, int(r.info["pid"])) for ident, r in self.processors().items()
+                if ident.split(":", 1)[0] in roles and "pid" in r.info
+                and r.epoch >= epoch and pid_alive(int(r.info["pid"])))
+
+        candidates = wait_for(f"a living {'/'.join(roles)} processor to hurt", living,
+                              timeout, self.alive, poll=0.2)
+        return (rng or random.Random()).choice(candidates)
+
+    def kill_processor(self, pid: int | None = None, role: str | None = None,
+                       rng: random.Random | None = None, phase: MasterPhase | None = None,
+                       epoch: int = 0) -> Fault:
+        """SIGKILL a processor's Spark Python worker: ``pid``, or one of ``role`` at random
+        (of ``epoch`` or later, see :meth:`_pick_processor`), once the master is in
+        ``phase`` (None: now)."""
+        ident, victim = self._pick_processor(role, rng, pid, epoch=epoch)
+        fault = self._fault("processor", ident, victim, phase)
+        with contextlib.suppress(ProcessLookupError):  # it may have died on its own since
+            os.kill(victim, signal.SIGKILL)
+        return fault
+
+    def leader(self) -> str | None:
+        """The label of the leading negotiator, from the master record."""
+        master = self.master()
+        return master.leader if master is not None and master.leader in self.procs else None
+
+    def kill_negotiator_leader(self, phase: MasterPhase | None = None) -> Fault:
+        """SIGKILL the leading negotiator (once the master is in ``phase``) and start a new
+        one (the next standby)."""
+        label = wait_for("a negotiator of ours to lead", self.leader, 60, self.alive)
+        proc = self.procs[label]
+        fault = self._fault("negotiator", label, proc.pid, phase)
+        if self.leader() != label:  # leadership moved while waiting for the phase
+            label = wait_for("a negotiator of ours to lead", self.leader, 60, self.alive)
+            proc = self.procs[label]
+            fault.target, fault.pid = label, proc.pid
+        self.killed.add(label)
+        proc.kill()
+        proc.wait(10)
+        self._spawn_negotiator()
+        return fault
+
+    def expire_zk_session(self, processor: str | None = None,
+                          rng: random.Random | None = None, timeout: float = 60,
+                          phase: MasterPhase | None = None, epoch: int = 0) -> Fault:
+        """Make a processor's ZooKeeper session expire for real.
+
+        SIGSTOP its worker so it cannot heartbeat, wait until the server expired the session
+        (the ephemeral ``living`` node is gone, or owned by another session), then SIGCONT:
+        the processor finds its session lost and ends, and the topology recovers.
+        """
+        if processor is None:
+            ident, victim = self._pick_processor(None, rng, None, epoch=epoch)
+        else:  # a living incarnation of it (the last one may just have been killed)
+            def living() -> int | None:
+                report = self.processors().get(processor)
+                pid = int(report.info.get("pid", -1)) if report is not None else -1
+                return pid if pid > 0 and pid_alive(pid) else None
+
+            ident, victim = processor, wait_for(f"{processor} to run", living, timeout,
+                                                self.alive)
+        node = self.paths.living_node(ident)
+        owner = self.zk.exists(node)
+        fault = self._fault("zk-session", ident, victim, phase)
+        with self._kept_stopped(victim):
+            os.kill(victim, signal.SIGSTOP)
+
+            def expired() -> bool:
+                stat = self.zk.exists(node)
+                return stat is None or owner is None or stat.ephemeralOwner != owner.ephemeralOwner
+            wait_for(f"the session of {ident} to expire", expired, timeout, poll=0.25)
+        return fault
+
+    def zombie_sink(self, rng: random.Random | None = None, timeout: float = 120,
+                    phase: MasterPhase | None = None, epoch: int = 0) -> Fault:
+        """Make a sink a zombie: stop it with rows it has not committed, keep it stopped
+        until its session expired and a round of a newer run (its replacement's) committed,
+        then SIGCONT it. It stops itself as it is about to commit (a pause point the harness
+        arms for its pid), so it resumes straight into the commit its replacement
+        superseded; a sink with nothing to commit within 10 s gets a SIGSTOP where it is.
+        The fault records the state it really stopped in (a schedule never times a zombie
+        for a recovery state: sinks do not commit then).
+        The zombie must write nothing: the fault's ``detail`` says where it stopped and how
+        it ended (fenced by its table, or first noticing its lost session), read from its
+        log. Needs ``TopologyRun(zombies=True)``."""
+        if not self.zombies:
+            raise HarnessError("zombie faults need a driver that leaves stopped workers alive: "
+                               "TopologyRun(zombies=True)")
+        ident, victim = self._pick_processor("sink", rng, None, epoch=epoch)
+        fault = self._fault("zombie", ident, victim, phase)
+        with self._kept_stopped(victim):
+            fault.detail = self._stop_before_commit(ident, victim)
+            master = self.master()  # the state and time it really stopped in
+            fault.phase = master.state.__class__.__name__ if master else "none"
+            fault.epoch = master.state.epoch if master else 0
+            fault.at = time.time()
+
+            def replaced() -> bool:  # a round of the run after the fault committed
+                restarts = [r.epoch for r in self.recoveries() if r.at >= fault.at]
+                committed = self.committed()
+                return bool(restarts) and committed is not None \
+                    and committed.epoch > min(restarts)
+            wait_for(f"a replacement of {ident} to commit", replaced, timeout, self.alive,
+                     poll=0.25)
+        wait_for(f"the zombie {ident} (pid {victim}) to end", lambda: not pid_alive(victim),
+                 60, self.alive, poll=0.2)
+        fault.detail += "; " + zombie_outcome(self.log("driver"), victim)
+        return fault
+
+    @contextlib.contextmanager
+    def _kept_stopped(self, victim: int) -> Iterator[None]:
+        """While the block stops ``victim`` and waits: SIGCONT it afterwards, whatever
+        happened (and :meth:`stop` knows it may be stopped meanwhile)."""
+        self._stopped_pids.add(victim)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+            self._stopped_pids.discard(victim)
+
+    def _stop_before_commit(self, ident: str, victim: int) -> str:
+        """Make ``victim`` stop itself as it is about to commit (within 10 s, else SIGSTOP
+        it where it is); says which."""
+        request = pause_request(self.env[PAUSE_DIR_VAR], "sink.before_commit", victim)
+        request.touch()
+        try:
+            wait_for(f"{ident} to stop before its next commit",
+                     lambda: process_stopped(victim), 10, self.alive, poll=0.01)
+            return "stopped before a commit"
+        except HarnessError:
+            try:
+                request.unlink()  # never got there (nothing to commit): stop it anywhere
+            except FileNotFoundError:  # it just did
+                wait_for(f"{ident} to stop", lambda: process_stopped(victim), 10, poll=0.01)
+                return "stopped before a commit"
+            os.kill(victim, signal.SIGSTOP)
+            return "stopped between commits"
+
+    def stall_bolt(self, rng: random.Random | None = None, phase: MasterPhase | None = None,
+                   epoch: int = 0, seconds: float | None = None,
+                   crash: bool | None = None) -> Fault:
+        """SIGSTOP a random bolt for ``seconds`` (default: drawn from 1 s to half its session
+        timeout), then SIGCONT: a GC pause or a slow disk. Nothing restarts, but the
+        topology goes on without it: spouts fill its sockets, a snapshot round pauses them
+        and its clock is published, so the bolt resumes knowing the clock with the tuples
+        up to it (the one *at* it included) still queued. That backlog is what sends
+        tuples through the A/B split at the clock; an idle bolt never sees it.
+
+        With ``crash`` (default: a coin toss) the bolt is SIGKILLed as soon as a round
+        committed after it resumed, so that the recovery loads a round whose split ran on
+        the backlog: a tuple at the clock put into B instead of A is lost only then."""
+        rng = rng or random.Random()
+        crash = rng.random() < 0.5 if crash is None else crash
+        ident, victim = self._pick_processor("bolt", rng, None, epoch=epoch)
+        down = seconds if seconds is not None else \
+            rng.uniform(1.0, max(1.0, self.processor_session_timeout / 2))
+        fault = self._fault("stall", ident, victim, phase)
+        fault.detail = f"stopped {down:.1f} s"
+        with self._kept_stopped(victim):
+            os.kill(victim, signal.SIGSTOP)
+            time.sleep(down)
+        if crash:
+            resumed = time.time()
+            wait_for(f"a round committed after {ident} resumed",
+                     lambda: (c := self.committed()) is not None and c.committed_at > resumed,
+                     60, self.alive, poll=0.01)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+            fault.detail += ", SIGKILLed after the next commit"
+        return fault
+
+    def kill_broker(self, node: int | None = None, rng: random.Random | None = None,
+                    downtime: float | None = None,
+                    producer: BackgroundProducer | None = None) -> Fault:
+        """SIGKILL a Kafka node and start it again ``downtime`` seconds later (on a thread).
+
+        The victim is ``node``, else the node leading the most source partitions (ties
+        drawn with ``rng``); ``downtime`` defaults to a draw from :attr:`broker_downtime`.
+        First waits until the node a previous broker fault killed is back and every replica
+        of the source partitions is in sync again, so each fault starts from a whole
+        cluster. With a running ``producer`` the fault records its acknowledged offsets:
+        :meth:`measure_recovery` then waits for a commit past them on every partition.
+        """
+        if self.brokers is None:
+            raise HarnessError("broker faults need control of the Kafka nodes: pass brokers= "
+                               "(e.g. the DevStack) to TopologyRun or run_chaos")
+        for _fault, restart in self._restarts:
+            restart.finish(180)
+        topics = self.source_topics()
+        problem = broker_fault_problem(len(topic_layout(self.stack.kafka, topics).brokers))
+        if problem:
+            raise HarnessError(problem)
+
+        def whole() -> TopicLayout | None:
+            try:
+                layout = topic_layout(self.stack.kafka, topics)
+            except KafkaException:  # no metadata this time: ask again
+                return None
+            return layout if layout.fully_in_sync() else None
+
+        layout: TopicLayout = wait_for(f"every replica of {', '.join(topics)} to be in sync",
+                                       whole, 120, self.alive, poll=0.5)
+        problem = broker_fault_problem(len(layout.brokers), layout.min_replicas())
+        if problem:
+            raise HarnessError(problem)
+        rng = rng or random.Random()
+        victim = node if node is not None else busiest_leader(layout.leaders, rng)
+        down = downtime if downtime is not None else rng.uniform(*self.broker_downtime)
+        fault = self._fault("broker", f"kafka-{victim}", 0)
+        fault.detail = (f"leader of {layout.led_by(victim)}/{len(layout.leaders)} source "
+                        f"partitions, down {down:.1f} s")
+        if producer is not None and producer.running:
+            fault.acked = {_clock_key((producer.produced.topic, p)): o
+                           for p, o in producer.produced.last_offsets().items()}
+        fault.pid = self.brokers.kill_kafka_node(victim)
+        restart = _NodeRestart(self.brokers, victim, down, layout.addresses.get(victim))
+        self._restarts.append((fault, restart.start()))
+        return fault
+
+    def inject(self, kind: FaultKind, rng: random.Random,
+               producer: BackgroundProducer | None = None,
+               phase: MasterPhase = "Flowing") -> list[Fault]:
+        """One fault of ``kind`` (processor, zk-session: a random spout, bolt or sink;
+        zombie: a sink, see :meth:`zombie_sink`; stall: a bolt, see :meth:`stall_bolt`;
+        broker: the busiest leader of the source partitions, see :meth:`kill_broker`) timed
+        for the master state ``phase``; returns the faults injected, the last one the
+        planned one.
+
+        ``Flowing`` hits at once; ``SpoutsPaused`` waits for the next snapshot round; the
+        recovery phases (``Initialize``, ``SpoutsRewind``) first SIGKILL a random processor
+        (the trigger) and hit the recovery it starts, a processor then being drawn among
+        the new incarnation. Broker faults always hit at once (they wait for a whole
+        cluster first).
+        """
+        if kind == "broker":
+            return [self.kill_broker(rng=rng, producer=producer)]
+        faults: list[Fault] = []
+        epoch = 0
+        if phase in RECOVERY_PHASES:
+            trigger = self.kill_processor(rng=rng)
+            trigger.trigger = True
+            faults.append(trigger)
+            self.wait_phase("Initialize")
+            master = self.master()
+            epoch = master.state.epoch if master else 0
+        if kind == "processor":
+            faults.append(self.kill_processor(rng=rng, phase=phase, epoch=epoch))
+        elif kind == "zombie":
+            faults.append(self.zombie_sink(rng=rng, phase=phase, epoch=epoch))
+        elif kind == "stall":
+            faults.append(self.stall_bolt(rng=rng, phase=phase, epoch=epoch))
+        elif kind == "negotiator":
+            faults.append(self.kill_negotiator_leader(phase=phase))
+        else:
+            faults.append(self.expire_zk_session(rng=rng, phase=phase, epoch=epoch))
+        return faults
+
+    # -- recovery -------------------------------------------------------------------------
+
+    @staticmethod
+    def _needed(fault: Fault, producer: BackgroundProducer | None) -> dict[str, int]:
+        """The offsets a commit must include for ``fault`` to count as recovered from."""
+        needed = dict(fault.position)
+        if fault.acked is None:
+            return needed
+        # A message acknowledged after the kill on every partition: written to and read
+        # from the new leaders. Once the producer stopped, what it wrote last will do.
+        final = None if producer is None or producer.running else {
+            _clock_key((producer.produced.topic, p)): o
+            for p, o in producer.produced.last_offsets().items()}
+        for key, acked in fault.acked.items():
+            want = acked + 1 if final is None else min(acked + 1, final.get(key, acked))
+            needed[key] = max(needed.get(key, -1), want)
+        return needed
+
+    def measure_recovery(self, fault: Fault, timeout: float = 180,
+                         producer: BackgroundProducer | None = None) -> Recovery:
+        """Seconds from ``fault`` until a newer master is Flowing, and a commit passed it.
+
+        A broker fault may leave the topology flowing (spouts ride out a leader move: then
+        "Flowing after" is when the master was first seen Flowing, about 0) or fail
+        processors and make it recover: then it is when it was last seen becoming Flowing
+        after recovering. "Committed past it" needs a commit past the offsets the producer
+        had acknowledged at the kill (see :meth:`kill_broker`), and the measurement lasts
+        until the node answers again too (``restored_after``).
+        """
+        recovery = Recovery(fault, None, None)
+        restart = next((r for f, r in self._restarts if f is fault), None)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (
+                recovery.committed_after is None
+                or (restart is not None and recovery.restored_after is None)):
+            self.alive()
+            if restart is not None and restart.done and recovery.restored_after is None:
+                restart.finish(0)  # raises when the node did not start
+                assert restart.restarted_at is not None
+                recovery.restored_after = restart.restarted_at - fault.at
+            if recovery.committed_after is not None:
+                time.sleep(0.1)
+                continue
+            now = time.time()
+            master = self.master()
+            flowing = master is not None and master.state.__class__.__name__ == "Flowing"
+            if fault.kind == "broker":
+                if master is not None and master.state.__class__.__name__ in _RECOVERING:
+                    recovery.flowing_after = None
+                elif flowing and recovery.flowing_after is None:
+                    recovery.flowing_after = now - fault.at
+            elif (recovery.flowing_after is None and master is not None and flowing
+                    and master.entered_at >= fault.at
+                    and (fault.kind == "negotiator" or master.state.epoch > fault.epoch)):
+                recovery.flowing_after = now - fault.at
+            committed = self.committed()
+            if (recovery.flowing_after is not None and committed is not None
+                    and committed.committed_at >= fault.at
+                    and all(committed.clock.get((t, int(p)), -1) >= o
+                            for key, o in self._needed(fault, producer).items()
+                            for t, p in [key.rsplit(":", 1)])):
+                recovery.committed_after = now - fault.at
+            time.sleep(0.1)
+        return recovery
