@@ -85,6 +85,18 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
                 acc[k] = inner.copy(v) if cur is MISSING else inner.absorb(cur, v)
         return acc
 
+    def absorb_owned(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
+        """:meth:`absorb` of a ``value`` the caller hands over: its inner states become
+        ``acc``'s as they are (never copied), so neither may be used afterwards."""
+        if self._additive or self._immutable:
+            return self.absorb(acc, value)
+        inner_absorb = self.inner.absorb
+        get = acc.get
+        for k, v in value.items():
+            cur = get(k, MISSING)
+            acc[k] = v if cur is MISSING else inner_absorb(cur, v)
+        return acc
+
     def copy(self, state: dict[Any, Any]) -> dict[Any, Any]:
         if self._immutable:
             return dict(state)
@@ -186,6 +198,11 @@ class Record(Monoid[dict[str, Any]]):
         self._checks = [(name, m.check if type(m).check is not Monoid.check else _accept)
                         for name, m in self.fields.items()]
         """Every field with its check (each is looked up, so a missing one is refused)."""
+        self._flat = all(m.immutable_state for m in self.fields.values())
+        """Every field's state is immutable: a state's copy is a shallow ``dict`` copy."""
+        self._additive = all(type(m) in (Count, Sum) for m in self.fields.values())
+        """Every field is a Count or a Sum: fields absorb by ``+``."""
+        self._names = tuple(self.fields)
 
     def empty(self) -> dict[str, Any]:
         return {name: m.empty() for name, m in self.fields.items()}
@@ -194,11 +211,17 @@ class Record(Monoid[dict[str, Any]]):
         return {name: m.combine(a[name], b[name]) for name, m in self.fields.items()}
 
     def absorb(self, acc: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+        if self._additive:
+            for name in self._names:
+                acc[name] += value[name]
+            return acc
         for name, m in self.fields.items():
             acc[name] = m.absorb(acc[name], value[name])
         return acc
 
     def copy(self, state: dict[str, Any]) -> dict[str, Any]:
+        if self._flat:
+            return dict(state)
         return {name: m.copy(state[name]) for name, m in self.fields.items()}
 
     def check(self, value: Any) -> None:

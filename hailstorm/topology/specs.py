@@ -429,15 +429,15 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
             for key, value in contributions:
                 state[key] = get(key, 0) + value
             return state
-        if self.keyed:
+        if isinstance(self.state, KeyedMap):
             inner = self.value_monoid
             update: dict[Any, Any] = {}
             for key, value in contributions:
                 if key in update:
                     update[key] = inner.absorb(update[key], value)
-                else:  # lift may return a shared value: never mutate it in place
+                else:  # lift may return a shared value: copy it once, then own it
                     update[key] = value if inner.immutable_state else inner.copy(value)
-            return self.state.absorb(state, update) if update else state
+            return self.state.absorb_owned(state, update) if update else state
         monoid = self.state
         for _key, value in contributions:
             state = monoid.absorb(state, value)

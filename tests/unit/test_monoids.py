@@ -13,6 +13,7 @@ from typing import Any
 
 import fastavro
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hailstorm.monoids as monoids_module
@@ -187,6 +188,9 @@ def _cases() -> list[tuple[Monoid[Any], st.SearchStrategy[Any]]]:
                 {"views": nat, "users": hll_states(hll4), "latency": mean_states()}
             ),
         ),
+        (user_figures, st.fixed_dictionaries({"spent": ints, "events": nat})),
+        (per_key(user_figures),
+         st.dictionaries(keys, st.fixed_dictionaries({"spent": ints, "events": nat}))),
         (
             per_key(TumblingWindow(300, page_stats)),
             st.dictionaries(
@@ -205,6 +209,8 @@ def _cases() -> list[tuple[Monoid[Any], st.SearchStrategy[Any]]]:
 
 
 page_stats = Record({"views": Count(), "users": HyperLogLog(4), "latency": Mean()})
+user_figures = Record({"spent": Sum(), "events": Count()})
+"""Every field additive and immutable: the fast paths of Record's absorb and copy."""
 
 CASES = _cases()
 
@@ -455,6 +461,30 @@ def test_copy_is_independent_for_containers() -> None:
     dup3 = nested.copy(state3)
     nested.absorb(dup3, {"k": (2, {0: {"a": {"y"}}})})
     assert state3 == {"k": (1, {0: {"a": {"x"}}})}
+
+
+def _owned_cases() -> list[tuple[Monoid[Any], st.SearchStrategy[Any]]]:
+    keys = st.sampled_from("abcd")
+    figures = st.fixed_dictionaries({"spent": st.integers(-9, 9), "events": st.integers(0, 9)})
+    stats = st.fixed_dictionaries({"views": st.integers(0, 9),
+                                   "users": st.sampled_from("xyz").map(HyperLogLog(4).lift),
+                                   "latency": st.integers(0, 9).map(Mean.lift)})
+    return [(per_key(user_figures), st.dictionaries(keys, figures)),
+            (per_key(page_stats), st.dictionaries(keys, stats)),
+            (per_key(SetUnion()), st.dictionaries(keys, st.sets(st.sampled_from("xyz")))),
+            (per_key(Count()), st.dictionaries(keys, st.integers(0, 9)))]
+
+
+@pytest.mark.parametrize(("keyed", "states"), _owned_cases(),
+                         ids=[m.describe() for m, _ in _owned_cases()])
+def test_absorb_owned_equals_absorb(keyed: Any, states: st.SearchStrategy[Any]) -> None:
+    @settings(max_examples=EXAMPLES, deadline=None)
+    @given(states, states)
+    def check(acc: Any, value: Any) -> None:
+        expected = keyed.absorb(keyed.copy(acc), keyed.copy(value))
+        assert keyed.absorb_owned(keyed.copy(acc), keyed.copy(value)) == expected
+
+    check()
 
 
 def test_keyed_map_keeps_identity_entries_and_get() -> None:
