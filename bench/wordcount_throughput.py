@@ -1,7 +1,7 @@
 """Word count throughput: hailstorm end to end against a single-process baseline.
 
     .venv/bin/python bench/wordcount_throughput.py [--lines 500000] [--snapshot-interval 1]
-        [--sink postgresql|sqlite|kafka] [--backlog]
+        [--sink postgresql|sqlite|kafka] [--backlog] [--timeline]
 
 Starts an embedded stack of its own (brought down afterwards), then:
 
@@ -25,7 +25,9 @@ Starts an embedded stack of its own (brought down afterwards), then:
   confluent-kafka batch consume, the topology's own ``words_of``, ``collections.Counter``;
   and the raw confluent-kafka consume rate of the same topic (no processing at all).
 
-Prints one JSON line of figures and a human summary.
+Prints one JSON line of figures and a human summary. ``--timeline`` adds to it, every 0.25
+s of the hailstorm run, the tuples the spouts, bolts and sink had taken in and the master
+state (scraping ``/metrics`` costs a little CPU of its own).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -86,6 +89,18 @@ def topic_counts(bootstrap: str, topic: str) -> dict[str, int]:
             for record in topic_records(bootstrap, topic) if record.key and record.value}
 
 
+def timeline_sample(run: TopologyRun, at: float) -> dict[str, Any]:
+    """What the processors of each role took in so far (``hailstorm_messages_in_total``),
+    and the master state, ``at`` seconds into the run."""
+    sample: dict[str, Any] = {"t": round(at, 2)}
+    for ident, metrics in run.processor_metrics().items():
+        role = ident.split(":")[0]
+        sample[role] = sample.get(role, 0) + int(metrics.get("hailstorm_messages_in_total", 0))
+    master = run.master()
+    sample["master"] = repr(master.state)[:60] if master else None
+    return sample
+
+
 def bolts_saved_after(run: TopologyRun, committed: CommittedRecord,
                       started_wall: float) -> float | None:
     """Seconds until the last bolt instance reported its snapshot of the committed round.
@@ -120,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-bytewax", action="store_true",
                         help="Skip the Bytewax peer (it runs when bytewax is installed: "
                         "pip install -e '.[bench]').")
+    parser.add_argument("--timeline", action="store_true",
+                        help="Also print, every 0.25 s of the hailstorm run, the tuples the "
+                             "spouts, bolts and sink took in and the master state.")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="Bound on waiting for the commit (s).")
     args = parser.parse_args(argv)
@@ -165,8 +183,13 @@ def main(argv: list[str] | None = None) -> int:
             table_s: float | None = None
             tables = None if args.sink == "kafka" else TableProgress(run.database, TOPIC)
 
+            timeline: list[dict[str, Any]] = []
+
             def committed_or_clock() -> object:
                 nonlocal clock_s, table_s
+                if args.timeline and (not timeline or
+                                      time.monotonic() - started - timeline[-1]["t"] >= 0.25):
+                    timeline.append(timeline_sample(run, time.monotonic() - started))
                 if table_s is None and tables is not None and tables.covers(
                         {p: o for (_t, p), o in target.items()}):
                     table_s = time.monotonic() - started
@@ -241,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         "sink": args.sink, "mode": "backlog" if args.backlog else "live",
         "result_equal": True, **machine(),
     }
+    if args.timeline:
+        figures["timeline"] = timeline
     peer_lines = "".join(
         f"\n  Bytewax {job}: {rate:,.0f} lines/s (2 processes, recovery on, 1 s epochs); "
         f"hailstorm is {hailstorm_rate / rate:.2f}x"
