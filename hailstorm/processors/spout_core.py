@@ -17,14 +17,6 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
 * Always, on a timer too (idle or paused): :meth:`SpoutCore.watermark`, ``{p: position}``,
   so downstream low water marks advance when no data flows.
 
-Records come in through :meth:`SpoutCore.on_records`, or in pieces: :meth:`SpoutCore.read`
-decodes and explodes a chunk and keeps its tuples, :meth:`SpoutCore.flush` routes every
-chunk kept since the last flush at once, so pre-aggregation combines over all of them (a
-shell reading a large fetch in chunks, to look at the master between them, still combines
-over the whole fetch). ``position`` and the watermark move only when a flush emits; a
-spout must be flushed before it pauses, so everything up to the position it reports was
-sent before the round's CLOCK.
-
 Bolts declared ``preaggregate`` receive each batch combined per key
 (:class:`~hailstorm.processors.Contributions`). A group never spans a *boundary*: a clock
 this spout announced, or a clock a bolt loaded its state at (given to :meth:`SpoutCore.start`),
@@ -61,16 +53,6 @@ class SpoutOutput:
     watermark: Clock = field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class _Read:
-    """Tuples read and not flushed yet: their origins, and the last offset read."""
-
-    last: int
-    tuples: list[Any] = field(default_factory=list)
-    origins: list[int] = field(default_factory=list)
-    dead: list[DeadLetter] = field(default_factory=list)
-
-
 class SpoutCore:
     """One spout instance reading ``partition`` of ``spec.topic`` (not thread-safe).
 
@@ -97,8 +79,6 @@ class SpoutCore:
         self._held_offsets: list[int] = []
         self._held_values: list[bytes | None] = []
         self._clock_epoch: int | None = None
-        self._read: _Read | None = None
-        """Chunks read since the last flush (None: nothing)."""
         self.emitted = 0
         """Tuples emitted so far."""
         self.rejected = 0
@@ -122,17 +102,11 @@ class SpoutCore:
         self._paused = True
         self._held_offsets = []
         self._held_values = []
-        self._read = None
         return self._position + 1
 
     def pause(self) -> int:
-        """Stop emitting (``SpoutsPaused``); return the position to report. Raises
-        :class:`ProtocolViolation` while chunks read are not flushed yet."""
+        """Stop emitting (``SpoutsPaused``); return the position to report."""
         self._require_started("pause")
-        if self._read is not None:
-            raise ProtocolViolation(
-                f"spout {self.spec.name!r} {self.partition}: paused with records read up to "
-                f"offset {self._read.last} and not flushed; flush() first")
         self._paused = True
         return self.position
 
@@ -166,8 +140,7 @@ class SpoutCore:
         self._paused = False
         offsets, values = self._held_offsets, self._held_values
         self._held_offsets, self._held_values = [], []
-        self._decode(offsets, values)
-        output = self.flush()
+        output = self._emit(offsets, values)
         output.clock = marker
         return output
 
@@ -175,16 +148,9 @@ class SpoutCore:
 
     def on_records(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> SpoutOutput:
         """Decode, explode and route records fetched from the partition (offsets
-        ascending): :meth:`read`, then :meth:`flush`. Records at or below the position (a
-        re-fetch after a rewind) are skipped; while paused, records are held back until
-        :meth:`resume`."""
-        self.read(offsets, values)
-        return self.flush()
-
-    def read(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> None:
-        """Decode and explode records (offsets ascending) and keep their tuples for the
-        next :meth:`flush`; while paused, hold them back until :meth:`resume`."""
-        self._require_started("read")
+        ascending). Records at or below the position (a re-fetch after a rewind) are
+        skipped; while paused, records are held back until :meth:`resume`."""
+        self._require_started("on_records")
         if self._paused:
             last = self._held_offsets[-1] if self._held_offsets else self.position
             for o, v in zip(offsets, values, strict=True):
@@ -192,29 +158,8 @@ class SpoutCore:
                     self._held_offsets.append(o)
                     self._held_values.append(v)
                     last = o
-            return
-        self._decode(offsets, values)
-
-    def flush(self) -> SpoutOutput:
-        """Route every tuple read since the last flush, pre-aggregated together, and move
-        the position past their records."""
-        read, self._read = self._read, None
-        if read is None:
             return SpoutOutput(None, watermark=self.watermark())
-        p = self.partition
-        batch = Batch([p] * len(read.tuples), read.origins, read.tuples)
-        self._position = read.last
-        self.emitted += len(batch)
-        self.rejected += len(read.dead)
-        router = self.router
-        routed = router.route(batch, self._boundaries)
-        dead = read.dead
-        if router.failed:  # those within the loaded snapshots were quarantined before
-            topic, loaded = self.quarantine_topic, self._loaded
-            dead.extend(DeadLetter.of_tuple(topic, (source, offset), t, failure)
-                        for source, offset, t, failure in router.failed if offset > loaded)
-            router.failed.clear()
-        return SpoutOutput(None, routed, dead, {p: read.last})
+        return self._emit(offsets, values)
 
     def watermark(self) -> Clock:
         """``{partition: position}``: send it to every destination regularly."""
@@ -233,11 +178,6 @@ class SpoutCore:
         return self._paused
 
     @property
-    def unflushed(self) -> bool:
-        """Records were read and not flushed yet (flush before pausing)."""
-        return self._read is not None
-
-    @property
     def held(self) -> int:
         """Records fetched while paused, waiting for :meth:`resume`."""
         return len(self._held_offsets)
@@ -253,22 +193,17 @@ class SpoutCore:
         if self._position is None:
             raise RuntimeError(f"spout {self.spec.name!r}: {what}() before start(rewind_to)")
 
-    def _decode(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> None:
-        """Decode and explode the records above what was read or emitted into
-        :attr:`_read`; records that do not decode become dead letters."""
+    def _emit(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> SpoutOutput:
         spec = self.spec
         p = self.partition
-        read = self._read
-        # Offsets ascend within a partition: what is at or below the last one read is kept.
-        first = bisect_right(offsets, self.position if read is None else read.last)
+        position = self.position
+        # Offsets ascend within a partition: what is at or below the position was emitted.
+        first = bisect_right(offsets, position)
         offsets, values = offsets[first:], values[first:]
-        if not offsets:
-            return
+        if offsets:
+            position = offsets[-1]
         results = spec.tuples_of_many(values)
-        if read is None:
-            read = self._read = _Read(offsets[-1])
-        else:
-            read.last = offsets[-1]
+        dead: list[DeadLetter] = []
         exploded: list[list[Any]] = []
         if set(map(type, results)) <= {list}:
             exploded = results  # type: ignore[assignment]  # every one a list
@@ -276,12 +211,24 @@ class SpoutCore:
             for i, result in enumerate(results):
                 if isinstance(result, DecodeError):
                     message = Message(p[0], p[1], offsets[i], values[i])
-                    read.dead.append(DeadLetter(spec.name, spec.dead_letter, message,
-                                                str(result), result.stage))
+                    dead.append(DeadLetter(spec.name, spec.dead_letter, message, str(result),
+                                           result.stage))
                     result = []
                 exploded.append(result)
-        read.tuples.extend(chain.from_iterable(exploded))
-        read.origins.extend(chain.from_iterable(map(repeat, offsets, map(len, exploded))))
+        tuples: list[Any] = list(chain.from_iterable(exploded))
+        origins = list(chain.from_iterable(map(repeat, offsets, map(len, exploded))))
+        batch = Batch([p] * len(tuples), origins, tuples)
+        self._position = position
+        self.emitted += len(batch)
+        self.rejected += len(dead)
+        router = self.router
+        routed = router.route(batch, self._boundaries)
+        if router.failed:  # those within the loaded snapshots were quarantined before
+            topic, loaded = self.quarantine_topic, self._loaded
+            dead.extend(DeadLetter.of_tuple(topic, (source, offset), t, failure)
+                        for source, offset, t, failure in router.failed if offset > loaded)
+            router.failed.clear()
+        return SpoutOutput(None, routed, dead, {p: position})
 
     def __repr__(self) -> str:
         state = "paused" if self._paused else "flowing"

@@ -31,10 +31,8 @@ LOG_START_RETRIES = 3
 """How often a spout starts again from a log start that retention moved before its first
 fetch (then the lost offsets stop the topology as any others)."""
 SPOUT_CHUNK = 500
-"""Messages a spout decodes at a time: between two chunks it looks whether the master state
-changed (then it sends what it read so far and follows it), so that a snapshot round's
-pause waits for one chunk, not a whole consume batch. Otherwise the chunks of a consume
-batch are sent together, pre-aggregated over the whole batch."""
+"""Messages a spout decodes and sends at a time: between two chunks it looks at the master
+state, so that a snapshot round's pause waits for one chunk, not a whole consume batch."""
 DEAD_LETTER_INTERVAL = 0.5
 """A spout with dead letters commits them at least this often (seconds), besides before
 it reports a round's pause."""
@@ -207,32 +205,20 @@ class SpoutShell(Shell):
             if offset is not None:
                 offsets.append(offset)
                 values.append(message.value())
-        started = time.perf_counter()
-        unsent = 0  # the first message read and not sent yet
         for start in range(0, len(offsets), SPOUT_CHUNK):
-            if start and self.coord.changed.is_set():
-                # A round may be pausing the spouts: send what was read, then records after
-                # the pause are held back.
-                self._flush(started, start - unsent)
-                unsent = start
+            if start:  # a round may be pausing the spouts: records after it are held back
                 self.follow_master()
-                started = time.perf_counter()
-            core.read(offsets[start:start + SPOUT_CHUNK], values[start:start + SPOUT_CHUNK])
-        if offsets:
-            self._flush(started, len(offsets) - unsent)
+            started = time.perf_counter()
+            out = core.on_records(offsets[start:start + SPOUT_CHUNK],
+                                  values[start:start + SPOUT_CHUNK])
+            self._send(out)
+            self.metrics.batch(started, min(SPOUT_CHUNK, len(offsets) - start),
+                               sum(len(b) for b in out.batches.values()))
         if not offsets and time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
             self.send_all([self._watermark(core.watermark())])
         if self.dead_letters.pending and \
                 time.monotonic() - self._dead_letters_committed >= DEAD_LETTER_INTERVAL:
             self._commit_dead_letters()
-
-    def _flush(self, started: float, records: int) -> None:
-        """Send every chunk read since the last flush, combined (``records``: how many
-        messages it had, for the metrics)."""
-        assert self.core is not None
-        out = self.core.flush()
-        self._send(out)
-        self.metrics.batch(started, records, sum(len(b) for b in out.batches.values()))
 
     def _commit_dead_letters(self) -> None:
         """Commit the dead letters of every message read so far (through the position)."""

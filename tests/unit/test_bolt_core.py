@@ -565,8 +565,6 @@ class Simulation:
     def spout_sees_master(self, spout_id: str) -> None:
         spout = self.spouts[spout_id]
         if self.phase == "pausing" and spout_id not in self.reported:
-            if spout.unflushed:  # as the shell does: what was read goes out before a pause
-                self.send_spout_output(spout_id, spout.flush())
             self.reported[spout_id] = spout.pause()
             if len(self.reported) == len(self.spouts):
                 self.epoch += 1
@@ -597,15 +595,8 @@ class Simulation:
         refetch = min(start, count % 2)  # sometimes the broker answers from earlier
         offsets = list(range(start - refetch, min(len(values), start + 1 + count % 3)))
         self.fetch[spout_id] = offsets[-1] + 1
-        spout = self.spouts[spout_id]
-        if count % 5 >= 3:  # a chunk of a larger fetch: combined with the next ones
-            spout.read(offsets, [values[o] for o in offsets])
-            return
-        out = spout.on_records(offsets, [values[o] for o in offsets])
+        out = self.spouts[spout_id].on_records(offsets, [values[o] for o in offsets])
         self.send_spout_output(spout_id, out)
-
-    def spout_flush(self, spout_id: str) -> None:
-        self.send_spout_output(spout_id, self.spouts[spout_id].flush())
 
     def tick(self, spout_id: str) -> None:
         spout = self.spouts[spout_id]
@@ -623,8 +614,6 @@ class Simulation:
             moves.append(partial(self.read, spout_id))
             moves.append(ignoring_number(partial(self.tick, spout_id)))
             moves.append(ignoring_number(partial(self.spout_sees_master, spout_id)))
-            if self.spouts[spout_id].unflushed:
-                moves.append(ignoring_number(partial(self.spout_flush, spout_id)))
         if self.phase == "clocked":
             for bolt_id in self.bolts:
                 moves.append(ignoring_number(partial(self.bolt_sees_master, bolt_id)))
@@ -650,8 +639,6 @@ class Simulation:
                 self.spout_sees_master(spout_id)
                 while self.fetch[spout_id] < len(self.scenario.values[int(spout_id.split("/")[1])]):
                     self.read(spout_id, 2)
-                if self.spouts[spout_id].unflushed:
-                    self.spout_flush(spout_id)
                 self.tick(spout_id)
             while any(self.queues.values()) or any(b.unflushed for b in self.bolts.values()):
                 for connection, queue in self.queues.items():

@@ -325,25 +325,3 @@ def test_emits_each_new_offset_once_in_order_and_never_past_an_unannounced_clock
         assert out.watermark == {P: spout.position}
         assert spout.position == (emitted[-1] if emitted else rewind)
     assert emitted == expected
-
-
-def test_chunks_read_before_a_flush_are_combined_and_sent_together() -> None:
-    top = Topology("chunks")
-    lines = top.spout("lines", topic="lines", decoder="text", explode=str.split)
-    top.bolt("counts", inputs=[lines], key=lambda w: w, state=per_key(Count()),
-             lift=Count.lift, preaggregate=True)
-    spout = SpoutCore(top.spouts[0], 0, top.downstream_of(lines))
-    spout.start({})
-    spout.resume()
-    spout.read([0, 1], [b"a b", b"a"])
-    spout.read([1, 2], [b"a", b"b a"])  # a re-fetch of offset 1 is skipped
-    assert spout.unflushed and spout.watermark() == {P: -1}  # nothing sent yet
-    with pytest.raises(ProtocolViolation, match="flush"):
-        spout.pause()
-    out = spout.flush()
-    (part,) = out.batches.values()
-    assert dict(zip(part.keys, part.values, strict=True)) == {"a": 3, "b": 2}
-    assert set(part.offsets) == {2}  # one run: the origin is its last offset
-    assert out.watermark == spout.watermark() == {P: 2} and not spout.unflushed
-    assert spout.pause() == 2
-    assert spout.flush().batches == {}
