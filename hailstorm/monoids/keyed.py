@@ -87,7 +87,7 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
 
     def absorb_owned(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
         """:meth:`absorb` of a ``value`` the caller hands over: its inner states become
-        ``acc``'s as they are (never copied), so neither may be used afterwards."""
+        ``acc``'s as they are (never copied), so ``value`` must not be used afterwards."""
         if self._additive or self._immutable:
             return self.absorb(acc, value)
         inner_absorb = self.inner.absorb
