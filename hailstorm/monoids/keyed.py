@@ -23,6 +23,11 @@ L = TypeVar("L")
 the window's inner state."""
 
 
+def _adds(monoid: Monoid[Any]) -> bool:
+    """States of ``monoid`` are plain numbers combined by ``+`` (exactly a Count or a Sum)."""
+    return type(monoid) in (Count, Sum)
+
+
 class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
     """One ``inner`` state per key: state ``dict`` key -> inner state.
 
@@ -51,7 +56,7 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         self.inner = inner
         self.key_type = key_type
         self._key = codec(key_type, hashable=True)
-        self._additive = type(inner) in (Count, Sum)
+        self._additive = _adds(inner)
         self._immutable = inner.immutable_state
 
     @property
@@ -200,7 +205,7 @@ class Record(Monoid[dict[str, Any]]):
         """Every field with its check (each is looked up, so a missing one is refused)."""
         self._flat = all(m.immutable_state for m in self.fields.values())
         """Every field's state is immutable: a state's copy is a shallow ``dict`` copy."""
-        self._additive = all(type(m) in (Count, Sum) for m in self.fields.values())
+        self._additive = all(map(_adds, self.fields.values()))
         """Every field is a Count or a Sum: fields absorb by ``+``."""
         self._names = tuple(self.fields)
 
