@@ -23,6 +23,7 @@ monoid                         state
 ``Mean()``                     ``(sum: float, count: int)``
 ``Last(value_type)``           ``None`` or ``(order, value)``
 ``SetUnion(item_type)``        ``set`` of items
+``Events(value_type)``         ``dict`` event id -> value
 ``TopK(k)``                    ``dict`` item -> score, at most ``k`` entries
 ``HyperLogLog(precision)``     ``bytearray`` of ``2**precision`` registers
 ``CountMinSketch(w, d)``       ``dict`` cell index -> non-zero counter (sparse d x w grid)
@@ -67,7 +68,7 @@ Modules, one per family: :mod:`~hailstorm.monoids.base` (the :class:`Monoid` con
 """
 
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, Monoid
-from hailstorm.monoids.containers import SetUnion, TopK
+from hailstorm.monoids.containers import Events, SetUnion, TopK
 from hailstorm.monoids.keyed import KeyedMap, Record, per_key
 from hailstorm.monoids.scalars import Count, Last, Max, Mean, Min, Sum
 from hailstorm.monoids.sketches import CountMinSketch, HyperLogLog, stable_hash
@@ -77,6 +78,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "Count",
     "CountMinSketch",
+    "Events",
     "HyperLogLog",
     "KeyedMap",
     "Last",

@@ -1,5 +1,6 @@
-"""Monoids holding items: :class:`SetUnion` (distinct items, exact) and :class:`TopK`
-(the ``k`` best items by score). Pure.
+"""Monoids holding items: :class:`SetUnion` (distinct items, exact), :class:`Events`
+(distinct events by id, with their values) and :class:`TopK` (the ``k`` best items by
+score). Pure.
 """
 
 from __future__ import annotations
@@ -7,10 +8,10 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from hailstorm.monoids.avro import codec, record
+from hailstorm.monoids.avro import check_kind, codec, record, sorted_items
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
 
-__all__ = ["SetUnion", "TopK"]
+__all__ = ["Events", "SetUnion", "TopK"]
 
 
 class SetUnion(Monoid[set[Any]]):
@@ -60,6 +61,103 @@ class SetUnion(Monoid[set[Any]]):
 
     def describe(self) -> str:
         return f"SetUnion({self._item.describe()})"
+
+
+class Events(Monoid[dict[Any, Any]]):
+    """Distinct events by id, with their values: state ``dict`` id -> value.
+
+    Merging is the union of the ids. Should two states hold different values under one id
+    (the same event seen twice with different content), the value with the greater
+    ``repr`` wins, so the result never depends on merge order; ids are meant to identify
+    events (a Kafka ``(partition, offset)``, an event id), and then this never happens.
+    Values are treated as immutable (never mutate them). ``id_type`` uses the key specs of
+    :class:`~hailstorm.monoids.KeyedMap` (``"string"``, ``"long"``, tuples of those);
+    ``value_type`` is an Avro type or ``"json"`` (any JSON data, stored as a JSON string).
+
+    >>> e = Events("json", id_type="long")
+    >>> e.combine(e.lift(2, {"page": "b"}), e.lift(1, {"page": "a"}))
+    {2: {'page': 'b'}, 1: {'page': 'a'}}
+    >>> Events.ordered({2: "b", 1: "a"})
+    [(1, 'a'), (2, 'b')]
+    """
+
+    name = "Events"
+
+    def __init__(self, value_type: Any = "json", id_type: Any = "string") -> None:
+        self.value_type = value_type
+        self.id_type = id_type
+        self._id = codec(id_type, hashable=True)
+        self._value = codec(value_type, hashable=False)
+
+    def empty(self) -> dict[Any, Any]:
+        return {}
+
+    def combine(self, a: dict[Any, Any], b: dict[Any, Any]) -> dict[Any, Any]:
+        if len(a) < len(b):
+            a, b = b, a
+        return self.absorb(dict(a), b)
+
+    def absorb(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
+        for event_id, v in value.items():
+            current = acc.get(event_id, MISSING)
+            if current is MISSING or (current is not v and repr(v) > repr(current)):
+                acc[event_id] = v
+        return acc
+
+    def copy(self, state: dict[Any, Any]) -> dict[Any, Any]:
+        return dict(state)
+
+    def check(self, value: Any) -> None:
+        if not isinstance(value, dict):
+            raise TypeError(f"{self.describe()} takes dicts id -> value (Events.lift(id, value)),"
+                            f" not {value!r:.80}")
+        id_classes, value_classes = self._id.classes, self._value.classes
+        as_json = self.value_type == "json"
+        for event_id, v in value.items():
+            check_kind(event_id, id_classes, self)
+            check_kind(v, value_classes, self)
+            if as_json and self._round_trip(v) != v:
+                raise ValueError(f"{self.describe()}: the value {v!r:.80} does not survive a "
+                                 "snapshot as JSON (use dicts, lists, strings, numbers, "
+                                 "booleans and None)")
+
+    def _round_trip(self, v: Any) -> Any:
+        try:
+            return self._value.decode(self._value.encode(v))
+        except (TypeError, ValueError):
+            return MISSING
+
+    @staticmethod
+    def lift(event_id: Any, value: Any) -> dict[Any, Any]:
+        """The state of one event: ``{event_id: value}``."""
+        return {event_id: value}
+
+    @staticmethod
+    def ordered(state: dict[Any, Any]) -> list[tuple[Any, Any]]:
+        """``[(id, value), ...]`` sorted by id: the events in an order independent of how
+        the state was built."""
+        return sorted_items(state)
+
+    def avro_schema(self) -> Any:
+        return self.avro_schema_in(DEFAULT_NAMESPACE)
+
+    def avro_schema_in(self, namespace: str) -> Any:
+        entry = record(namespace, "Event", [
+            ("id", self._id.schema(namespace, "EventId")),
+            ("value", self._value.schema(namespace, "EventValue")),
+        ])
+        return {"type": "array", "items": entry}
+
+    def to_avro(self, state: dict[Any, Any]) -> Any:
+        enc_id, enc_value = self._id.encode, self._value.encode
+        return [{"id": enc_id(k), "value": enc_value(v)} for k, v in sorted_items(state)]
+
+    def from_avro(self, data: Any) -> dict[Any, Any]:
+        dec_id, dec_value = self._id.decode, self._value.decode
+        return {dec_id(e["id"]): dec_value(e["value"]) for e in data}
+
+    def describe(self) -> str:
+        return f"Events({self._value.describe()} by {self._id.describe()})"
 
 
 def _rank(kv: tuple[Any, Any]) -> tuple[Any, Any]:
