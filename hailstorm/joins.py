@@ -284,12 +284,13 @@ class WindowJoin(_Join):
     def emit(self, t: Any, value: Any) -> list[Any]:
         """The rows of the tuple's event in each of its windows still open (see the class)."""
         is_left, v = self.side_of(t)
-        event_id, _ = self._kept(is_left, v)
-        key = self.key(t)
+        side = 0 if is_left else 1
+        event_id = self._ids[side](v)
+        key = (self.left if is_left else self.right).key(v)
         buckets = value[1]
         rows: list[Any] = []
         row = self._row
-        for start in self.window.window_starts(self._event_time(t)):
+        for start in self.window.window_starts(self._times[side](v)):
             bucket = buckets.get(start)
             if bucket is None:
                 continue  # the window closed before this event arrived
