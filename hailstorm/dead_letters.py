@@ -40,6 +40,7 @@ def dead_letter_headers(letter: DeadLetter, *, truncated: bool = False) -> list[
         ("hailstorm.stage", letter.stage.encode()),
         ("hailstorm.error", letter.error[:1000].encode("utf-8", "replace")),
     ]
+    headers += [(f"hailstorm.{name}", value.encode()) for name, value in letter.details]
     if truncated:
         headers += [("hailstorm.truncated", b"true"),
                     ("hailstorm.size", str(len(m.value or b"")).encode())]

@@ -173,6 +173,10 @@ class ProcessorMetrics:
             "hailstorm_quarantined_total",
             "Records quarantined: written to the dead-letter topic (spouts, bolts) or to the "
             "table's <table>_rejected table (sinks).")
+        self.late = r.counter(
+            "hailstorm_late_total",
+            "Late tuples written to the late topic of the window bolt they came too late for "
+            "(spouts).")
         self.refused_connections = r.counter(
             "hailstorm_refused_connections_total",
             "Data-plane connections refused before a frame was read (no proof of the run's "

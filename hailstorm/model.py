@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hailstorm.decoders import DecodeError
+from hailstorm.lateness import LATE_STAGE, Late, StreamTime
 from hailstorm.protocol.clock import Partition
 from hailstorm.topic import Topic
 from hailstorm.topology import (
@@ -103,7 +104,11 @@ class DeadLetter:
     error: str
     stage: str
     """``"decode"``, ``"explode"``, ``"key"``, ``"lift"``, ``"event_time"``, ``"monoid"``
-    or ``"emit"`` (see :class:`~hailstorm.topology.RecordFailed`)."""
+    or ``"emit"`` (see :class:`~hailstorm.topology.RecordFailed`); ``"late"`` for a tuple
+    routed to a bolt's late topic (see :mod:`hailstorm.lateness`)."""
+    details: tuple[tuple[str, str], ...] = ()
+    """More ``(name, value)`` written as ``hailstorm.<name>`` headers (a late tuple's
+    window and event time)."""
 
     @classmethod
     def of_tuple(cls, topic: str, origin: Origin, t: Any, failure: RecordFailed) -> DeadLetter:
@@ -111,6 +116,20 @@ class DeadLetter:
         (source, partition), offset = origin
         return cls(failure.node, topic, Message(source, partition, offset, record_bytes(t)),
                    failure.error, failure.stage)
+
+    @classmethod
+    def of_late(cls, bolt: BoltSpec[Any, Any], origin: Origin, t: Any, why: Late) -> DeadLetter:
+        """The record written to ``bolt.late`` for the late tuple ``t`` from ``origin``."""
+        assert bolt.late is not None
+        (topic, partition), offset = origin
+        return cls(
+            bolt.name, bolt.late, Message(topic, partition, offset, record_bytes(t)),
+            f"late for window [{why.start}, {why.end}) of bolt {bolt.name!r}: event time "
+            f"{why.event_time}, stream time of {topic}[{partition}] {why.stream_time}",
+            LATE_STAGE,
+            (("window_start", str(why.start)), ("window_end", str(why.end)),
+             ("event_time", str(why.event_time)), ("stream_time", str(why.stream_time))),
+        )
 
 
 @dataclass(frozen=True)
@@ -165,6 +184,8 @@ class ModelResult:
         """Messages consumed, including those that became dead letters."""
         self.dead_letters: list[DeadLetter] = []
         """Quarantined records, in the order met."""
+        self.late: list[DeadLetter] = []
+        """Late tuples (stage ``"late"``) of bolts declaring ``late=``, in the order met."""
         self.rejected_rows: dict[str, list[RejectedRow]] = {s.name: [] for s in topology.sinks}
         """Per table sink, the tuples that did not become rows (``<table>_rejected``)."""
         self._states: dict[str, list[Any]] = {
@@ -291,10 +312,20 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
 
     fail = topology.on_error == "fail"
     quarantine = topology.dead_letter_topic
+    spout_names = {s.name for s in topology.spouts}
+    stream_times: dict[tuple[str, Partition], StreamTime] = {}
 
     def deliver(source: str, origin: Origin, t: Any) -> None:
         outputs[source].append((origin, t))
         for node in downstream[source]:
+            if isinstance(node, BoltSpec) and node.late is not None and source in spout_names:
+                clock = stream_times.get((node.name, origin[0]))
+                if clock is None:
+                    clock = stream_times[(node.name, origin[0])] = StreamTime(node)
+                why = clock.judge(t)
+                if why is not None:
+                    result.late.append(DeadLetter.of_late(node, origin, t, why))
+                    continue
             if isinstance(node, SinkSpec):
                 try:
                     result._write(node, origin, t)

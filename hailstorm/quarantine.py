@@ -37,6 +37,7 @@ from hailstorm.dead_letters import (
 )
 from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt
+from hailstorm.lateness import LATE_STAGE
 from hailstorm.metrics import Counter
 from hailstorm.model import DeadLetter, halt_reason_of
 from hailstorm.protocol.clock import Clock, Partition
@@ -61,11 +62,15 @@ class DeadLetterWriter:
     """
 
     def __init__(self, kafka: str, io_timeout: float, on_error: OnError,
-                 counter: Counter | None = None, *, owner: str, topology: str) -> None:
+                 counter: Counter | None = None, *, owner: str, topology: str,
+                 late_counter: Counter | None = None) -> None:
         self.kafka = kafka
         self.io_timeout = io_timeout
         self.on_error = on_error
         self.counter = counter
+        self.late_counter = late_counter
+        """Counts what lands in late topics (:data:`~hailstorm.lateness.LATE_STAGE`)."""
+        self._late_topics: set[str] = set()
         self.owner = owner
         self.topology = topology
         self.epoch = 0
@@ -81,10 +86,14 @@ class DeadLetterWriter:
         """Buffer ``letters`` for the commit that covers their origins (those an earlier
         incarnation committed are dropped)."""
         for letter in letters:
+            m = letter.message
+            if letter.stage == LATE_STAGE:  # routed, not a bad record: never halts
+                self._late_topics.add(letter.topic)
+                self._writer(letter.topic).add([(m.origin, letter)])
+                continue
             if self.on_error == "fail":
                 raise TopologyHalt(halt_reason_of(letter.node, letter.stage,
                                                   letter.message.origin, letter.error))
-            m = letter.message
             log.warning("quarantined the record at %s:%d:%d (%s %s): %s", m.topic,
                         m.partition, m.offset, letter.node, letter.stage, letter.error)
             self._writer(letter.topic).add([(m.origin, letter)])
@@ -112,12 +121,13 @@ class DeadLetterWriter:
         or below ``clock`` was given to :meth:`write`, before anything that lets a round
         commit past ``clock`` leaves the processor."""
         target: Clock = dict(clock)
-        for writer in self._writers.values():
+        for topic, writer in self._writers.items():
             if writer.holds_through(target):  # (else nothing to write: no transaction)
                 written = writer.rows_written
                 writer.commit_through(target)
-                if self.counter is not None:
-                    self.counter.inc(writer.rows_written - written)
+                counter = self.late_counter if topic in self._late_topics else self.counter
+                if counter is not None:
+                    counter.inc(writer.rows_written - written)
                 failpoint("dead_letters.after_commit")  # tests: die before the round
 
     def close(self) -> None:

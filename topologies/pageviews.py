@@ -3,7 +3,7 @@
 Messages on the topic ``page-views`` are schemaless Avro records written with
 :data:`PAGE_VIEW_SCHEMA`: ``page`` (string), ``user`` (string), ``ts`` (event time, epoch
 milliseconds) and ``latency_ms`` (long). Messages that do not decode with that schema go to
-``pageviews.dead-letter``.
+``pageviews.dead-letter``; views that come too late go to ``pageviews.late``.
 
 The ``page_windows`` bolt keeps, per page (four instances, split by page), tumbling
 5-minute event-time windows ``[start, start + 300000)`` of a ``Record`` of three monoids:
@@ -16,9 +16,12 @@ The ``page_windows`` bolt keeps, per page (four instances, split by page), tumbl
 After every view it emits the current figures of that view's window, and the sink upserts
 them into ``page_stats(page, window_start_ms, views, users, mean_latency_ms)`` keyed by
 ``(page, window_start_ms)``. Windows come from each view's own ``ts``, so the result does
-not depend on processing speed or order, except that a page keeps only its current and
-previous windows: a view more than 5 minutes (event time) older than the newest view of the
-same page already seen is ignored.
+not depend on processing speed or order.
+
+Late views: a view whose window had closed 5 minutes (the retention) before the newest view
+of its Kafka partition read so far (its window's end + 5 min <= that event time) is not
+counted; it is written to the topic ``pageviews.late`` with its window and event time in
+the headers. The decision depends only on the partition's content, never on timing.
 """
 
 from typing import Any
@@ -63,9 +66,7 @@ def observation(view: dict[str, Any]) -> dict[str, Any]:
 def window_row(view: dict[str, Any], windows: Any) -> list[tuple[Any, ...]]:
     """``(page, window_start_ms, views, users, mean_latency_ms)`` of the view's window."""
     (start,) = WINDOWS.window_starts(view["ts"])
-    stats = windows[1].get(start)
-    if stats is None:  # the window was already closed: the view came too late
-        return []
+    stats = windows[1][start]  # late views never reach the bolt: their window is there
     users = round(USERS.estimate(stats["users"]))
     mean_latency = Mean.value(stats["latency"])
     return [(view["page"], start, stats["views"], users, mean_latency)]
@@ -84,6 +85,7 @@ page_windows = topology.bolt(
     lift=observation,
     emit=window_row,
     parallelism=4,
+    late="pageviews.late",
 )
 
 topology.sink(

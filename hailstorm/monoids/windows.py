@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 from hailstorm.monoids.avro import check_number, record
@@ -29,6 +30,9 @@ class Window(Monoid[WindowState[V]]):
 
     Expiry: after a merge, a bucket whose end ``s + size <= max_event_time_seen -
     retention`` is dropped, and so is incoming data for such a window (it is too late).
+    A value whose time slot is ``None`` (what :meth:`lift_unexpiring` makes, for a bolt
+    that routes late data, see :mod:`hailstorm.lateness`) adds its buckets without moving
+    that time; a state only ever fed such values expires nothing.
     ``retention`` defaults to ``size``, which keeps the current and the previous window.
     Merge stays associative and commutative: the threshold only grows with the maximum
     time and filtering by key commutes with merging, so any merge order ends with the same
@@ -84,6 +88,11 @@ class Window(Monoid[WindowState[V]]):
             buckets[s] = copy(inner_value)
         return (event_time, buckets)
 
+    def lift_unexpiring(self, event_time: float, inner_value: Any) -> WindowState[Any]:
+        """:meth:`lift` without the event time in the time slot: absorbing it expires
+        nothing (lateness is then decided before the state, by the spouts)."""
+        return (None, self.lift(event_time, inner_value)[1])
+
     def combine(self, a: WindowState[Any], b: WindowState[Any]) -> WindowState[Any]:
         if len(a[1]) < len(b[1]):
             a, b = b, a
@@ -92,9 +101,9 @@ class Window(Monoid[WindowState[V]]):
     def absorb(self, acc: WindowState[Any], value: WindowState[Any]) -> WindowState[Any]:
         t_acc, buckets = acc
         t_val, incoming = value
-        if t_val is None:
+        if not incoming and t_val is None:
             return acc
-        if t_acc is None or t_val > t_acc:
+        if t_val is not None and (t_acc is None or t_val > t_acc):
             t = t_val
             horizon = t - self.retention - self.size  # a start <= horizon is expired
             if buckets:
@@ -102,7 +111,7 @@ class Window(Monoid[WindowState[V]]):
                     del buckets[s]
         else:
             t = t_acc
-            horizon = t - self.retention - self.size
+            horizon = -math.inf if t is None else t - self.retention - self.size
         inner = self.inner
         for s, v in incoming.items():
             if s <= horizon:

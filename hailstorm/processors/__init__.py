@@ -29,10 +29,11 @@ from __future__ import annotations
 import itertools
 import operator
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hailstorm.lateness import Late, StreamTime
 from hailstorm.topology import BoltSpec, RecordFailed, SinkSpec, Table
 
 __all__ = [
@@ -168,15 +169,23 @@ class Router:
     ``compacted`` (a compacting bolt's flushes) says the batch already holds one row set
     per group: the upsert sinks get it as it is (their buffer keeps the latest row per key
     anyway).
+
+    ``lateness`` (spouts only): per bolt declaring ``late=``, the partition's
+    :class:`~hailstorm.lateness.StreamTime`; that bolt gets only the tuples on time, and the
+    late ones are listed in :attr:`late`.
     """
 
     def __init__(
         self, downstream: Sequence[BoltSpec | SinkSpec], *, preaggregate: bool = False,
-        compacted: bool = False,
+        compacted: bool = False, lateness: Mapping[str, StreamTime] | None = None,
     ) -> None:
         self.downstream = list(downstream)
         self.preaggregate = preaggregate
         self.compacted = compacted
+        self.lateness = dict(lateness or {})
+        self.late: list[tuple[BoltSpec, PartitionKey, int, Any, Late]] = []
+        """``(bolt, partition, offset, tuple, why)`` of the tuples late for a bolt: the
+        caller sends them to the bolt's late topic and clears this."""
         self.destinations: list[Destination] = [
             (node.name, i)
             for node in self.downstream
@@ -200,7 +209,14 @@ class Router:
         routed: dict[Destination, Batch] = {}
         if not batch.tuples:
             return routed
+        whole = batch
         for node in self.downstream:
+            batch = whole
+            judge = self.lateness.get(node.name)
+            if judge is not None:
+                batch = self._on_time(node, judge, whole)  # type: ignore[arg-type]
+                if not batch.tuples:
+                    continue
             if self.preaggregate and isinstance(node, BoltSpec) and node.preaggregate:
                 routed.update(_preaggregated(node, batch, boundaries, self.failed))
                 continue
@@ -225,6 +241,16 @@ class Router:
                 if part.tuples:
                     routed[(node.name, i)] = part
         return routed
+
+
+    def _on_time(self, bolt: BoltSpec, judge: StreamTime, batch: Batch) -> Batch:
+        """The tuples of ``batch`` on time for ``bolt``; the late ones go to :attr:`late`."""
+        on_time, late = judge.split(batch.tuples)
+        if not late:
+            return batch
+        p, o, t = batch.partitions, batch.offsets, batch.tuples
+        self.late.extend((bolt, p[i], o[i], t[i], why) for i, why in late)
+        return Batch([p[i] for i in on_time], [o[i] for i in on_time], [t[i] for i in on_time])
 
 
 def _preaggregated(

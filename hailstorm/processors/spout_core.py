@@ -17,6 +17,12 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
 * Always, on a timer too (idle or paused): :meth:`SpoutCore.watermark`, ``{p: position}``,
   so downstream low water marks advance when no data flows.
 
+Bolts declaring ``late=`` receive only the tuples that are not late for them: the core keeps
+the partition's stream time per such bolt (:class:`~hailstorm.lateness.StreamTimes`) and
+turns late tuples into dead letters of stage ``"late"`` for the bolt's late topic. After a
+rewind, :meth:`SpoutCore.start` takes the stream times kept at or below the position; the
+records between them and the position are read again only to move the stream times.
+
 Bolts declared ``preaggregate`` receive each batch combined per key
 (:class:`~hailstorm.processors.Contributions`). A group never spans a *boundary*: a clock
 this spout announced, or a clock a bolt loaded its state at (given to :meth:`SpoutCore.start`),
@@ -33,6 +39,7 @@ from itertools import chain, repeat
 from typing import Any
 
 from hailstorm.decoders import DecodeError
+from hailstorm.lateness import StreamTimes
 from hailstorm.model import DeadLetter, Message
 from hailstorm.processors import Batch, Destination, ForwardClock, ProtocolViolation, Router
 from hailstorm.protocol.clock import NOTHING, Clock, Partition
@@ -69,7 +76,12 @@ class SpoutCore:
         """Where tuples go that a downstream bolt's function failed on while this spout
         pre-aggregated for it (the topology's dead-letter topic)."""
         self.partition: Partition = (spec.topic, partition)
-        self.router = Router(downstream, preaggregate=True)
+        self.stream_times = StreamTimes(b for b in downstream if isinstance(b, BoltSpec))
+        """The partition's stream time per downstream bolt declaring ``late=``."""
+        self._observed = NOTHING
+        """Offsets up to this one are in :attr:`stream_times`."""
+        self.router = Router(downstream, preaggregate=True,
+                             lateness=self.stream_times.by_bolt or None)
         self._position: int | None = None
         self._loaded = NOTHING
         """The bolts' loaded clock here: tuples at or below it are in their snapshots."""
@@ -83,17 +95,25 @@ class SpoutCore:
         """Tuples emitted so far."""
         self.rejected = 0
         """Messages sent to the dead-letter topic so far."""
+        self.late = 0
+        """Tuples sent to a late topic so far."""
 
     # -- master state -------------------------------------------------------------------
 
     def start(
-        self, rewind_to: Mapping[Partition, int], loaded: Mapping[Partition, int] | None = None
+        self, rewind_to: Mapping[Partition, int], loaded: Mapping[Partition, int] | None = None,
+        stream_times: tuple[int, Mapping[str, Any]] | None = None,
     ) -> int:
         """Rewind to ``rewind_to`` (``SpoutsRewind``); return the offset to seek to.
 
         ``loaded`` is the clock bolts may have loaded their state at (the committed round's)
         when it can be above ``rewind_to``: pre-aggregation never combines across it. The
         spout is paused afterwards; records held from before are discarded.
+
+        ``stream_times`` (with bolts declaring ``late=``): ``(offset, times)``, the stream
+        times through ``offset`` (at or below the position; ``(-1, {})`` for none). The
+        seek is then to ``offset + 1``, and the records up to the position only move the
+        stream times.
         """
         self._position = rewind_to.get(self.partition, NOTHING)
         above = (loaded or {}).get(self.partition, NOTHING)
@@ -102,7 +122,16 @@ class SpoutCore:
         self._paused = True
         self._held_offsets = []
         self._held_values = []
-        return self._position + 1
+        if not self.stream_times:
+            self._observed = self._position
+            return self._position + 1
+        observed, times = stream_times if stream_times is not None else (NOTHING, {})
+        if observed > self._position:
+            raise ValueError(f"stream times through {observed} are beyond the position "
+                             f"{self._position}")
+        self.stream_times.restore(times)
+        self._observed = observed
+        return observed + 1
 
     def pause(self) -> int:
         """Stop emitting (``SpoutsPaused``); return the position to report."""
@@ -151,6 +180,8 @@ class SpoutCore:
         ascending). Records at or below the position (a re-fetch after a rewind) are
         skipped; while paused, records are held back until :meth:`resume`."""
         self._require_started("on_records")
+        if self._observed < self.position and self.stream_times:  # rebuilding stream times
+            offsets, values = self._observe(offsets, values)
         if self._paused:
             last = self._held_offsets[-1] if self._held_offsets else self.position
             for o, v in zip(offsets, values, strict=True):
@@ -173,6 +204,13 @@ class SpoutCore:
         return NOTHING if self._position is None else self._position
 
     @property
+    def next_offset(self) -> int:
+        """The next offset to read: ``position + 1``, or lower while re-reading records to
+        rebuild the stream times."""
+        return min(self._observed, self.position) + 1 if self.stream_times \
+            else self.position + 1
+
+    @property
     def paused(self) -> bool:
         """True while records are held back (also before the first :meth:`resume`)."""
         return self._paused
@@ -193,6 +231,24 @@ class SpoutCore:
         if self._position is None:
             raise RuntimeError(f"spout {self.spec.name!r}: {what}() before start(rewind_to)")
 
+    @property
+    def observed(self) -> tuple[int, dict[str, Any]]:
+        """``(position, stream times through it)``: what to keep for a later rewind."""
+        return self.position, self.stream_times.snapshot()
+
+    def _observe(
+        self, offsets: Sequence[int], values: Sequence[bytes | None]
+    ) -> tuple[Sequence[int], Sequence[bytes | None]]:
+        """Move the stream times over the records up to the position; return the rest."""
+        done = bisect_right(offsets, self._observed)
+        upto = bisect_right(offsets, self.position)
+        for result in self.spec.tuples_of_many(values[done:upto]):
+            if not isinstance(result, DecodeError):
+                self.stream_times.observe(result)
+        if upto > done:
+            self._observed = offsets[upto - 1]
+        return offsets[upto:], values[upto:]
+
     def _emit(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> SpoutOutput:
         spec = self.spec
         p = self.partition
@@ -202,6 +258,7 @@ class SpoutCore:
         offsets, values = offsets[first:], values[first:]
         if offsets:
             position = offsets[-1]
+            self._observed = max(self._observed, position)  # judging moves stream times
         results = spec.tuples_of_many(values)
         dead: list[DeadLetter] = []
         exploded: list[list[Any]] = []
@@ -223,6 +280,11 @@ class SpoutCore:
         self.rejected += len(dead)
         router = self.router
         routed = router.route(batch, self._boundaries)
+        if router.late:
+            self.late += len(router.late)
+            dead.extend(DeadLetter.of_late(bolt, (source, offset), t, why)
+                        for bolt, source, offset, t, why in router.late)
+            router.late.clear()
         if router.failed:  # those within the loaded snapshots were quarantined before
             topic, loaded = self.quarantine_topic, self._loaded
             dead.extend(DeadLetter.of_tuple(topic, (source, offset), t, failure)

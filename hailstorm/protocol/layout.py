@@ -261,6 +261,20 @@ class TopologyPaths:
             raise LayoutError(f"only bolts and sinks report saved rounds, not {pid}")
         return f"{self.snapshots}/{pid.name}/{pid.instance}"
 
+    @property
+    def stream_times(self) -> str:
+        return f"{self.root}/stream-times"
+
+    def stream_times_node(self, spout: str | ProcessorId, position: int | None = None) -> str:
+        """``stream-times/<spout id>[/<position>]``: a spout's stream times (for bolts
+        declaring ``late=``) through ``position``, one node per position a round paused
+        it at (see :mod:`hailstorm.lateness`)."""
+        pid = _as_id(spout)
+        if pid.role is not Role.SPOUT:
+            raise LayoutError(f"only spouts keep stream times, not {pid}")
+        parent = f"{self.stream_times}/{pid}"
+        return parent if position is None else f"{parent}/{position:020d}"
+
     def snapshot_dir(self, bolt: str) -> str:
         return f"{self.snapshots}/{_check_name('bolt name', bolt)}"
 

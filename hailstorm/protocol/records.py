@@ -28,7 +28,8 @@ about sessions and fencing, not about the records' shapes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -46,6 +47,8 @@ from hailstorm.protocol.layout import (
     RecoveryRecord,
     SnapshotReport,
     TopologyPaths,
+    decode,
+    encode,
 )
 
 __all__ = ["Read", "TopologyRecords", "Unreadable", "Watch"]
@@ -236,6 +239,39 @@ class TopologyRecords:
     def write_snapshot_report(self, report: SnapshotReport) -> None:
         """Set (or create) ``snapshots/<name>/<instance>``."""
         self._put(self.paths.snapshot_node(report.processor), report.to_json())
+
+    def write_stream_times(self, spout: str, position: int, times: Mapping[str, Any]) -> None:
+        """Keep a spout's stream times through ``position`` (the same position always has
+        the same times: an existing node stays)."""
+        with contextlib.suppress(NodeExistsError):
+            self._call(self.client.create, self.paths.stream_times_node(spout, position),
+                       encode({"position": position, "times": dict(times)}), makepath=True)
+
+    def stream_times_at_or_below(
+        self, spout: str, position: int
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The spout's kept stream times at the greatest position ``<= position``, as
+        ``(position, {bolt: time})``; None when none is kept."""
+        below = [int(c) for c in self._children(self.paths.stream_times_node(spout))
+                 if c.isdigit() and int(c) <= position]
+        for at in sorted(below, reverse=True):
+            raw, _stat = self._get(self.paths.stream_times_node(spout, at), None)
+            if raw is None:
+                continue
+            data = decode(raw)
+            times = data.get("times")
+            if data.get("position") == at and isinstance(times, dict):
+                return at, {str(k): v for k, v in times.items()}
+        return None
+
+    def trim_stream_times(self, spout: str, below: int) -> None:
+        """Drop the spout's stream times kept at positions below ``below``, except the
+        greatest of them (a rewind there re-reads from it instead of the log start)."""
+        old = sorted(int(c) for c in self._children(self.paths.stream_times_node(spout))
+                     if c.isdigit() and int(c) < below)
+        for at in old[:-1]:
+            with contextlib.suppress(NoNodeError):
+                self._call(self.client.delete, self.paths.stream_times_node(spout, at))
 
     def write_report(self, report: ProcessorReport) -> None:
         """Set the processor's existing ``living/<id>`` node (its owner created it)."""

@@ -152,7 +152,8 @@ class Shell:
         self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
         self.dead_letters = DeadLetterWriter(
             assignment.kafka, assignment.io_timeout, topology.on_error, self.metrics.quarantined,
-            owner=f"{assignment.name}/{assignment.processor}", topology=assignment.name)
+            owner=f"{assignment.name}/{assignment.processor}", topology=assignment.name,
+            late_counter=self.metrics.late)
 
     # -- lifecycle ------------------------------------------------------------------------
 

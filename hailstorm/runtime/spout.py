@@ -82,13 +82,17 @@ class SpoutShell(Shell):
         if isinstance(state, SpoutsRewind):
             assert self.coord is not None
             committed = self.coord.committed()  # what bolts with a snapshot loaded
-            seek = core.start(state.clock, committed.clock if committed is not None else None)
+            kept = self._kept_stream_times(state.clock.get(p, NOTHING))
+            seek = core.start(state.clock, committed.clock if committed is not None else None,
+                              kept)
             # A partition no committed round has seen (a first start, or a partition added
             # since) is read from where its log starts: retention may have deleted offset 0
             # long ago, and that is no gap for this topology. Otherwise the exact offset,
             # also for a partition committed as empty (-1): a record it missed is an error.
+            # (Re-reading for lost stream times from the log start is no gap either.)
             unseen = committed is None or p not in committed.clock
-            self.from_log_start = unseen and seek == NOTHING + 1
+            rebuilding = kept is not None and kept[0] < core.position
+            self.from_log_start = (unseen or rebuilding) and seek == NOTHING + 1
             start = self._log_start() if self.from_log_start else seek
             self.consumer.assign([TopicPartition(p[0], p[1], start)])
             self.started = True
@@ -100,11 +104,46 @@ class SpoutShell(Shell):
         elif isinstance(state, SpoutsPaused):
             position = core.pause()
             self._commit_dead_letters()  # the round's clock may include their records
+            self._keep_stream_times()  # before the round can commit at this position
             self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
         elif isinstance(state, Flowing):
             self._send(core.resume(state.epoch, state.clock) if state.clock is not None
                        else core.resume())
             self.report(ProcessorState.FLOWING, state.epoch, position={p: core.position})
+
+    def _kept_stream_times(self, position: int) -> tuple[int, dict[str, Any]] | None:
+        """For bolts declaring ``late=``: the stream times kept at the greatest position
+        at or below ``position`` (``(-1, {})`` when none is: the spout re-reads the
+        partition from its log start to rebuild them); None without such bolts."""
+        assert self.core is not None and self.coord is not None
+        if not self.core.stream_times or position == NOTHING:
+            return None if not self.core.stream_times else (NOTHING, {})
+        kept = self.coord.records.stream_times_at_or_below(str(self.id), position)
+        if kept is None:
+            log.warning("no stream times kept at or below offset %d: re-reading %s from its "
+                        "log start to rebuild them (late-data decisions for records "
+                        "retention deleted may differ)", position, partition_key(self.partition))
+            return NOTHING, {}
+        if kept[0] < position:
+            log.info("re-reading offsets %d..%d to rebuild the stream times", kept[0] + 1,
+                     position)
+        return kept
+
+    def _keep_stream_times(self) -> None:
+        """Keep the stream times at the paused position (a rewind there needs them), and
+        drop those older than the previous committed round's."""
+        assert self.core is not None and self.coord is not None
+        if not self.core.stream_times:
+            return
+        position, times = self.core.observed
+        if position == NOTHING:
+            return
+        records, spout = self.coord.records, str(self.id)
+        records.write_stream_times(spout, position, times)
+        committed = self.coord.committed()
+        if committed is not None:
+            oldest = committed.previous if committed.previous is not None else committed
+            records.trim_stream_times(spout, oldest.clock.get(self.partition, NOTHING))
 
     def _log_start(self) -> int:
         """The partition's first offset, asked of the broker. An explicit offset, not
@@ -199,7 +238,7 @@ class SpoutShell(Shell):
         for message in messages:
             error = message.error()
             if error is not None:
-                self._on_consumer_error(error, core.position + 1)
+                self._on_consumer_error(error, core.next_offset)
                 continue
             offset = message.offset()
             if offset is not None:

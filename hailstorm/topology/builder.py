@@ -218,33 +218,38 @@ class Topology:
     def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
              lift: Callable[[T], L], emit: None = ..., key: Callable[[T], K] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
-             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+             preaggregate: bool = ...,
+             late: str | None = ...) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
              lift: Callable[[T], V], emit: None = ..., key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
-             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+             preaggregate: bool = ...,
+             late: str | None = ...) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
              lift: Callable[[T], S], emit: None = ..., key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
-             preaggregate: bool = ...) -> BoltSpec[T, Any]: ...
+             preaggregate: bool = ...,
+             late: str | None = ...) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
              lift: Callable[[T], L], emit: Emit[T, S, U], key: Callable[[T], K] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
-             preaggregate: bool = ...) -> BoltSpec[T, U]: ...
+             preaggregate: bool = ...,
+             late: str | None = ...) -> BoltSpec[T, U]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
              lift: Callable[[T], V], emit: Emit[T, WindowState[V], U],
              key: Callable[[T], Any] | None = ..., parallelism: int = ...,
              event_time: Callable[[T], Any] | None = ..., preaggregate: bool = ...,
-             ) -> BoltSpec[T, U]: ...
+             late: str | None = ...) -> BoltSpec[T, U]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
              lift: Callable[[T], S], emit: Emit[T, S, U], key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
-             preaggregate: bool = ...) -> BoltSpec[T, U]: ...
+             preaggregate: bool = ...,
+             late: str | None = ...) -> BoltSpec[T, U]: ...
 
     def bolt(
         self,
@@ -257,6 +262,7 @@ class Topology:
         parallelism: int = 1,
         event_time: Callable[[Any], Any] | None = None,
         preaggregate: bool = False,
+        late: str | None = None,
     ) -> BoltSpec[Any, Any]:
         """Keep ``state`` (a commutative monoid) over the tuples of ``inputs``.
 
@@ -271,6 +277,12 @@ class Topology:
         clock. The state is the same; emit then runs once per group and batch with its last
         tuple instead of once per tuple, so only upsert tables may read the bolt, and the
         table keys of emit's rows must depend on ``key(t)`` (and the windows) alone.
+
+        ``late="<topic>"`` (tumbling-window state read from spouts) routes late tuples to
+        that topic instead of dropping them: a tuple is late when its window closed
+        (``end + retention``) at the largest event time its Kafka partition reached before
+        it, the same decision in every run (see :mod:`hailstorm.lateness`). The windows
+        then expire nothing by themselves.
         """
         label = f"bolt {name!r}"
         check_name(name, "bolt name", label, self.name)
@@ -309,8 +321,10 @@ class Topology:
                 "pass preaggregate=True to let spouts combine contributions per batch",
                 label,
             )
+        if late is not None:
+            self._check_late(late, state, label)
         spec = BoltSpec(
-            name, names, state, lift, emit, key, parallelism, event_time, preaggregate
+            name, names, state, lift, emit, key, parallelism, event_time, preaggregate, late
         )
         if spec.keyed and key is None:
             raise self._error(
@@ -405,6 +419,16 @@ class Topology:
         for node in self._nodes.values():
             if isinstance(node, BoltSpec) and node.preaggregate:
                 self._check_preaggregate(node)
+            if isinstance(node, BoltSpec) and node.late is not None:
+                bolts = [i for i in node.inputs if self._nodes[i].kind != "spout"]
+                if bolts:
+                    raise self._error(
+                        f"late= needs every input to be a spout (lateness is decided per "
+                        f"Kafka partition, in offset order), but {', '.join(map(repr, bolts))} "
+                        "is a bolt",
+                        "read the spouts directly, or drop late=",
+                        f"bolt {node.name!r}",
+                    )
         placed: set[str] = set()
         order: list[Node] = []
         remaining = list(self._nodes.values())
@@ -417,6 +441,23 @@ class Topology:
                     break
         self._order = order
         return order
+
+    def _check_late(self, late: Any, state: Monoid[Any], label: str) -> None:
+        """``late=`` names a valid topic and the state is tumbling windows (keyed or not)."""
+        from hailstorm.monoids import TumblingWindow
+
+        if not isinstance(late, str):
+            raise self._error(f"late must be a topic name, got {late!r}",
+                              'pass late="<topology>.late"', label)
+        check_topic_name(late, "late topic", label, self.name)
+        inner = state.inner if isinstance(state, KeyedMap) else state
+        if not isinstance(inner, TumblingWindow):
+            raise self._error(
+                f"late= needs tumbling-window state, got {state.describe()}",
+                "use TumblingWindow(...) (or per_key(TumblingWindow(...))); a sliding "
+                "window's tuple can be late for some of its windows only",
+                label,
+            )
 
     def _check_preaggregate(self, bolt: BoltSpec[Any, Any]) -> None:
         """A pre-aggregating bolt sees fewer tuples, so emit runs less often: only upsert

@@ -198,6 +198,10 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
     preaggregate: bool = False
     """Spouts combine contributions per key and batch before sending them (declared safe
     by the topology's author; checked by :meth:`Topology.validate`)."""
+    late: str | None = None
+    """The topic late tuples go to (tumbling-window state fed by spouts): the spouts
+    decide lateness per partition and the windows expire nothing themselves (see
+    :mod:`hailstorm.lateness`)."""
     keyed: bool = field(init=False)
     """True when the state is a ``KeyedMap`` (state = dict key -> value)."""
     value_monoid: Monoid[Any] = field(init=False, repr=False)
@@ -281,7 +285,8 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
             try:
                 event_time = self.event_time(t)  # type: ignore[misc]
                 self.window.check_time(event_time)
-                value = self.window.lift(event_time, value)
+                value = (self.window.lift(event_time, value) if self.late is None
+                         else self.window.lift_unexpiring(event_time, value))
             except Exception as exc:
                 raise RecordFailed(self.name, "event_time", exc) from exc
         return (key if self.keyed else None), value

@@ -218,3 +218,24 @@ def test_a_connection_blip_is_not_a_lost_session(hosts: str, name: str,
         assert (living.state, living.epoch) == (ProcessorState.READY, 2)
     finally:
         proxy.close()
+
+
+def test_stream_times_are_kept_per_position_and_trimmed(hosts: str, name: str,
+                                                        made: list[Coordinator]) -> None:
+    spout = "spout:views:page-views:2"
+    coord = Coordinator(hosts, name, spout)
+    made.append(coord)
+    records = coord.records
+    assert records.stream_times_at_or_below(spout, 100) is None
+    for position, newest in ((10, 5), (20, 9), (35, 30)):
+        records.write_stream_times(spout, position, {"page_windows": newest})
+    records.write_stream_times(spout, 20, {"page_windows": 9})  # a second pause there
+    assert records.stream_times_at_or_below(spout, 9) is None
+    assert records.stream_times_at_or_below(spout, 20) == (20, {"page_windows": 9})
+    assert records.stream_times_at_or_below(spout, 34) == (20, {"page_windows": 9})
+    assert records.stream_times_at_or_below(spout, 99) == (35, {"page_windows": 30})
+    records.trim_stream_times(spout, 35)  # keeps the greatest position below 35 too
+    assert records.stream_times_at_or_below(spout, 19) is None
+    assert records.stream_times_at_or_below(spout, 34) == (20, {"page_windows": 9})
+    assert sorted(coord.client.get_children(coord.paths.stream_times_node(spout))) == [
+        f"{20:020d}", f"{35:020d}"]

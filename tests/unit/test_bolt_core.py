@@ -17,7 +17,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from hailstorm.model import Message, ModelResult, run_model
-from hailstorm.monoids import Count, SetUnion, Sum, per_key
+from hailstorm.monoids import Count, SetUnion, Sum, TumblingWindow, per_key
 from hailstorm.processors import (
     Action,
     Batch,
@@ -318,7 +318,9 @@ def sim_topology() -> Topology:
     -> lengths (x2, keyed by word length): the two-level case; plus mixed (x1, no emit)
     reading both counts and words, and total (x1, no emit) reading words. tally (x2, keyed,
     emits) and spread (x2, one Count per instance, routed by word) are ``preaggregate``:
-    the spouts send them contributions combined per batch."""
+    the spouts send them contributions combined per batch. ``late`` (x2) and ``late_pre``
+    (x1, ``preaggregate``) keep per-word tumbling windows over :data:`EVENT_TIMES` and route
+    late words to ``sim.late``: the spouts judge lateness per partition."""
     top = Topology("sim")
     words = top.spout("words", topic="w", decoder="text", explode=str.split)
     counts = top.bolt(
@@ -366,10 +368,24 @@ def sim_topology() -> Topology:
         parallelism=2,
         preaggregate=True,
     )
+    for name, parallelism, preaggregate in (("late", 2, False), ("late_pre", 1, True)):
+        top.bolt(
+            name,
+            inputs=[words],
+            key=lambda w: w,
+            state=per_key(TumblingWindow(10, Count())),
+            lift=Count.lift,
+            event_time=EVENT_TIMES.__getitem__,
+            parallelism=parallelism,
+            preaggregate=preaggregate,
+            late="sim.late",
+        )
     return top
 
 
 VOCABULARY = ["a", "bb", "cc", "d", "eee", "ab", "b"]
+EVENT_TIMES = {"a": 0, "bb": 40, "cc": 10, "d": 90, "eee": 25, "ab": 60, "b": 5}
+"""Event times of the words: out of order in most lines, so that some words are late."""
 
 
 @dataclass
@@ -379,6 +395,9 @@ class Scenario:
     loaded: dict[str, Clock]
     """The clock each bolt's loaded snapshot is at (per bolt, shared by its instances)."""
     choices: list[int]
+    kept: dict[int, int]
+    """Per partition, the offset at or below the spouts' rewind whose stream times are
+    kept (``-1``: none; the spout re-reads the partition from its start)."""
 
 
 @st.composite
@@ -406,8 +425,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         # "committed" clock, here counts' (total may be behind it: spouts rewind lower and
         # must not combine across counts' clock, which they are told at start).
         loaded["tally"] = loaded["spread"] = loaded["counts"]
+        loaded["late"] = loaded["late_pre"] = loaded["counts"]
     choices = draw(st.lists(st.integers(0, 10_000), min_size=80, max_size=400))
-    return Scenario(values, loaded, choices)
+    rewind = {p: min((c[("w", p)] for c in loaded.values()), default=-1)
+              for p in range(partitions)}
+    kept = {p: draw(st.integers(-1, r)) for p, r in rewind.items()}
+    return Scenario(values, loaded, choices, kept)
 
 
 def ignoring_number(move: Callable[[], None]) -> Callable[[int], None]:
@@ -429,6 +452,7 @@ class Simulation:
     emitted_counts: dict[str, int] = field(default_factory=dict)
     emitted_tally: dict[str, int] = field(default_factory=dict)
     dead: list[tuple[int, int]] = field(default_factory=list)
+    late: list[tuple[str, int, int, bytes]] = field(default_factory=list)
     rewind: Clock = field(default_factory=dict)
     phase: str = "flowing"  # flowing | pausing | clocked
     epoch: int = 0
@@ -466,8 +490,21 @@ class Simulation:
         spec = top.spouts[0]
         for p, spout_id in enumerate(spout_ids):
             spout = SpoutCore(spec, p, top.downstream_of(spec))
-            self.fetch[spout_id] = spout.start(rewind, self.scenario.loaded.get("tally"))
+            self.fetch[spout_id] = spout.start(rewind, self.scenario.loaded.get("tally"),
+                                               self.kept_stream_times(p))
             self.spouts[spout_id] = spout
+
+    def kept_stream_times(self, partition: int) -> tuple[int, dict[str, Any]]:
+        """What a spout would find kept in ZooKeeper: the stream times through the
+        scenario's kept offset, computed here from the words' event times."""
+        kept = self.scenario.kept[partition]
+        times: dict[str, int] = {}
+        for value in self.scenario.values[partition][:kept + 1]:
+            for word in value.decode("utf-8", "replace").split():
+                if word in EVENT_TIMES:
+                    for bolt in ("late", "late_pre"):
+                        times[bolt] = max(times.get(bolt, EVENT_TIMES[word]), EVENT_TIMES[word])
+        return kept, times
 
     # -- the reference ------------------------------------------------------------------
 
@@ -503,7 +540,10 @@ class Simulation:
             self.send(spout_id, spout.destinations, ("clock", out.clock.epoch, out.clock.clock))
         for (name, i), batch in out.batches.items():
             self.queues[(spout_id, f"{name}/{i}")].append(("data", batch))
-        self.dead.extend((d.message.partition, d.message.offset) for d in out.dead_letters)
+        self.dead.extend((d.message.partition, d.message.offset) for d in out.dead_letters
+                         if d.stage != "late")
+        self.late.extend((d.node, d.message.partition, d.message.offset, d.message.value)
+                         for d in out.dead_letters if d.stage == "late")
         self.send(spout_id, spout.destinations, ("wm", out.watermark))
 
     def run_actions(self, bolt_id: str, actions: list[Action]) -> None:
@@ -541,13 +581,13 @@ class Simulation:
             batch: Batch = frame[1]
             name = bolt_id.split("/")[0]
             if isinstance(batch, Contributions):
-                assert name in ("tally", "spread"), f"{name} got contributions"
+                assert name in ("tally", "spread", "late_pre"), f"{name} got contributions"
                 out = core.on_contributions(
                     source, batch.partitions, batch.offsets, batch.tuples, batch.keys,
                     batch.values,
                 )
             else:
-                assert name not in ("tally", "spread"), f"{name} got plain tuples"
+                assert name not in ("tally", "spread", "late_pre"), f"{name} got plain tuples"
                 out = core.on_data(source, batch.partitions, batch.offsets, batch.tuples)
             self.emit(bolt_id, out)
         elif frame[0] == "wm":
@@ -684,3 +724,10 @@ def test_every_snapshot_equals_the_model_at_its_clock(scenario: Scenario) -> Non
         if d.message.offset > sim.rewind[d.message.source]
     }
     assert sorted(sim.dead) == sorted(expected_dead)  # each dead letter once
+    expected_late = [
+        (d.node, d.message.partition, d.message.offset, d.message.value)
+        for d in sim.model(None).late
+        if d.message.offset > sim.rewind[d.message.source]
+    ]
+    event(f"late tuples: {'some' if expected_late else 'none'}")
+    assert sorted(sim.late) == sorted(expected_late)  # the model's late tuples, each once

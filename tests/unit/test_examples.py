@@ -161,15 +161,21 @@ def test_pageviews(monkeypatch: pytest.MonkeyPatch) -> None:
         page_view("/about", "alice", 10_000, 40),
         b"",
         page_view("/home", "dave", 700_000, 10),
-        page_view("/home", "erin", 100, 999),  # 699.9 s behind /home's newest view: too late
+        page_view("/about", "erin", 100, 999),  # [0, 5 min) closed at 10 min: late
+        page_view("/home", "frank", 300_001, 30),  # [5, 10 min) is open until 15 min
     ]
     result = run_model(example("pageviews"), messages("page-views", views))
-    assert result.messages_processed == 8
+    assert result.messages_processed == 9
     assert [d.message.offset for d in result.dead_letters] == [5]
+    assert [(d.node, d.topic, d.stage, d.message.offset) for d in result.late] == [
+        ("page_windows", "pageviews.late", "late", 7)]
+    assert dict(result.late[0].details) == {
+        "window_start": "0", "window_end": "300000", "event_time": "100",
+        "stream_time": "700000"}
     columns = ("page", "window_start_ms", "views", "users", "mean_latency_ms")
     expected_rows = [
         ("/home", 0, 3, 2, 200.0),
-        ("/home", 300_000, 1, 1, 50.0),
+        ("/home", 300_000, 2, 2, 40.0),
         ("/home", 600_000, 1, 1, 10.0),
         ("/about", 0, 1, 1, 40.0),
     ]

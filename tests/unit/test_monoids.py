@@ -85,7 +85,10 @@ def hll_states(m: HyperLogLog) -> st.SearchStrategy[Any]:
 
 
 def window_states(w: Any, inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    return states_of(w, st.tuples(times, inner).map(lambda tv: w.lift(*tv)))
+    """States of ``w`` built from values lifted with their event time and without it
+    (:meth:`~hailstorm.monoids.Window.lift_unexpiring`, a bolt routing late data)."""
+    return states_of(w, st.tuples(times, inner, st.booleans()).map(
+        lambda tvu: w.lift_unexpiring(*tvu[:2]) if tvu[2] else w.lift(*tvu[:2])))
 
 
 def _cases() -> list[tuple[Monoid[Any], st.SearchStrategy[Any]]]:

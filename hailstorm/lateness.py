@@ -1,0 +1,131 @@
+"""Late data: which tuples reach a window bolt too late, decided per source partition. Pure.
+
+A bolt with tumbling-window state may declare ``late="<topic>"``. Every spout feeding it
+keeps, for its Kafka partition, the bolt's *stream time*: the largest event time among the
+tuples of the partition it handed to the bolt so far (tuples before this one, in offset
+order; a message's tuples in explode order). A tuple is **late** when its window closed at
+that stream time::
+
+    window start + size + retention <= stream time
+
+A late tuple does not reach the bolt: it is written to the late topic as a
+:class:`~hailstorm.model.DeadLetter` of stage ``"late"``, its window and event time in the
+headers (:meth:`~hailstorm.model.DeadLetter.of_late`), and counted. The decision depends
+only on the partition's content up to the tuple, so the same input gives the same late
+tuples whatever the interleaving of partitions, the kills, restarts and replays;
+:func:`~hailstorm.model.run_model` decides it the same way.
+
+Since lateness is decided before the state, the bolt's windows expire nothing themselves
+(contributions are lifted with :meth:`~hailstorm.monoids.Window.lift_unexpiring`): a key's
+own latest event time, which depends on how partitions interleave, would otherwise drop
+data that is not late.
+
+Spouts keep their stream times across restarts in ZooKeeper (one entry per position a
+round paused at, :class:`~hailstorm.coordination.Coordinator`); after a rewind the spout
+reads the records between the nearest entry and its position again to rebuild them
+(:class:`StreamTimes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hailstorm.topology import BoltSpec
+
+__all__ = ["LATE_STAGE", "Late", "StreamTime", "StreamTimes"]
+
+LATE_STAGE = "late"
+"""The dead-letter stage of a late tuple (never a reason to halt with ``on_error="fail"``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """Why a tuple is late: its window ``[start, end)``, its event time, and the stream
+    time of its partition when it came."""
+
+    start: Any
+    end: Any
+    event_time: Any
+    stream_time: Any
+
+
+class StreamTime:
+    """One partition's stream time for one bolt declaring ``late=``; judges its tuples in
+    partition order."""
+
+    __slots__ = ("_closing", "_event_time", "_window", "bolt", "time")
+
+    def __init__(self, bolt: BoltSpec[Any, Any], time: Any = None) -> None:
+        window = bolt.window
+        if window is None or bolt.late is None or bolt.event_time is None:
+            raise ValueError(f"bolt {bolt.name!r} does not route late data")
+        self.bolt = bolt
+        self._window = window
+        self._event_time = bolt.event_time
+        self._closing = window.size + window.retention
+        self.time = time
+        """The largest event time seen so far (None before any)."""
+
+    def judge(self, t: Any) -> Late | None:
+        """Whether ``t`` (the partition's next tuple for the bolt) is late; moves the
+        stream time. A tuple whose event time fails is not late: the bolt quarantines it."""
+        window = self._window
+        try:
+            event_time = self._event_time(t)
+            window.check_time(event_time)
+            start = window.window_starts(event_time)[0]
+        except Exception:
+            return None
+        now = self.time
+        if now is not None:
+            if start + self._closing <= now:
+                return Late(start, start + window.size, event_time, now)
+            if event_time <= now:
+                return None
+        self.time = event_time
+        return None
+
+    def split(self, tuples: Sequence[Any]) -> tuple[list[int], list[tuple[int, Late]]]:
+        """Judge ``tuples`` in order: the indices of those on time, and ``(index, why)``
+        of the late ones."""
+        on_time: list[int] = []
+        late: list[tuple[int, Late]] = []
+        judge = self.judge
+        for i, t in enumerate(tuples):
+            why = judge(t)
+            if why is None:
+                on_time.append(i)
+            else:
+                late.append((i, why))
+        return on_time, late
+
+
+class StreamTimes:
+    """A partition's stream times for every bolt it feeds that declares ``late=``."""
+
+    def __init__(self, bolts: Iterable[BoltSpec[Any, Any]]) -> None:
+        self.by_bolt: dict[str, StreamTime] = {
+            b.name: StreamTime(b) for b in bolts if b.late is not None}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_bolt)
+
+    def snapshot(self) -> dict[str, Any]:
+        """``{bolt: stream time}`` of the bolts that saw an event time (JSON-able)."""
+        return {name: s.time for name, s in sorted(self.by_bolt.items()) if s.time is not None}
+
+    def restore(self, times: Mapping[str, Any]) -> None:
+        """Set the stream times to ``times`` (a :meth:`snapshot`); bolts missing from it
+        start with none."""
+        for name, s in self.by_bolt.items():
+            s.time = times.get(name)
+
+    def observe(self, tuples: Iterable[Any]) -> None:
+        """Move the stream times over ``tuples`` without emitting (re-reading the records
+        between a stored entry and a rewind's position)."""
+        judges = [s.judge for s in self.by_bolt.values()]
+        for t in tuples:
+            for judge in judges:
+                judge(t)

@@ -1,0 +1,154 @@
+"""Late data through the real runtime (topologies/pageviews.py, PostgreSQL): views arrive out
+of order on three partitions; a spout is killed right after a round committed views that
+decide the lateness of the next ones, and a bolt is killed while views are produced. The
+late topic holds exactly the model's late views, each once, and they equal a computation by
+hand from each partition's content; bolt states and the table equal the model's."""
+
+from __future__ import annotations
+
+import io
+import random
+import runpy
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from hailstorm import kafka
+from hailstorm.harness import (
+    BackgroundProducer,
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    compare_with_model,
+    produce,
+    wait_for,
+)
+from hailstorm.model import run_model
+
+pytestmark = pytest.mark.integration
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "topologies" / "pageviews.py"
+_example = runpy.run_path(str(EXAMPLE))
+WINDOW_MS: int = _example["WINDOW_MS"]
+SCHEMA = parse_schema(_example["PAGE_VIEW_SCHEMA"])
+PARTITIONS = 3
+
+
+def _module(tmp_path: Path, suffix: str) -> tuple[Path, str, str]:
+    """The example with a source topic, late topic and table of this test's own."""
+    topic, late = f"page-views-{suffix}", f"pageviews-{suffix}.late"
+    text = EXAMPLE.read_text()
+    text = text.replace('topic="page-views"', f'topic="{topic}"')
+    text = text.replace('late="pageviews.late"', f'late="{late}"')
+    text = text.replace('Table(\n        "page_stats",', f'Table(\n        "page_stats_{suffix}",')
+    text = text.replace('Topology("pageviews")', f'Topology("pageviews_{suffix}")')
+    module = tmp_path / f"pageviews_{suffix}.py"
+    module.write_text(text)
+    return module, topic, late
+
+
+def _views(n: int, seed: int, start: int, ahead: int = 0) -> list[bytes]:
+    """Views a second apart from ``start`` (ms); one in eight is delayed by up to 25 min,
+    which makes many of those late (a window closes 10 min after it starts). The last
+    ``ahead`` views are 30 min ahead (a clock running fast), which makes the next 20 min of
+    views late too."""
+    rng = random.Random(seed)
+    values = []
+    for i in range(n):
+        ts = start + i * 1000
+        if i >= n - ahead:
+            ts += 30 * 60 * 1000
+        elif rng.random() < 0.125:
+            ts -= rng.randrange(25 * 60 * 1000)
+        view = {"page": f"/p{rng.randrange(20)}", "user": f"u{rng.randrange(50)}",
+                "ts": max(ts, 0), "latency_ms": rng.randrange(1, 500)}
+        buffer = io.BytesIO()
+        schemaless_writer(buffer, SCHEMA, view)
+        values.append(buffer.getvalue())
+    return values
+
+
+def _late_by_hand(messages: list[Any]) -> Counter[tuple[int, int]]:
+    """``(partition, offset)`` of the views whose window had closed (end + 5 min retention)
+    at the newest event time earlier in their partition."""
+    late: Counter[tuple[int, int]] = Counter()
+    newest: dict[int, int] = {}
+    for m in sorted(messages, key=lambda m: (m.partition, m.offset)):
+        ts = schemaless_reader(io.BytesIO(m.value), SCHEMA, SCHEMA)["ts"]  # type: ignore[index]
+        start = ts - ts % WINDOW_MS
+        before = newest.get(m.partition)
+        if before is not None and start + 2 * WINDOW_MS <= before:
+            late[(m.partition, m.offset)] += 1
+        newest[m.partition] = max(ts, before if before is not None else ts)
+    return late
+
+
+def _late_topic(bootstrap: str, topic: str) -> Counter[tuple[str, int, int, int]]:
+    """What a read_committed consumer sees: (bolt, partition, offset, window start)."""
+    end = kafka.log_ends(bootstrap, [(topic, 0)])[(topic, 0)]
+    seen: Counter[tuple[str, int, int, int]] = Counter()
+    for record in kafka.read_range(bootstrap, topic, 0, 0, end - 1):
+        h = record.headers or {}
+        assert h["hailstorm.stage"] == b"late"
+        seen[(h["hailstorm.node"].decode(), int(h["hailstorm.partition"]),
+              int(h["hailstorm.offset"]), int(h["hailstorm.window_start"]))] += 1
+    return seen
+
+
+def test_late_views_are_routed_exactly_once_across_kills(
+    stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    stack = StackAddresses.from_env(stack_env)
+    suffix = uuid.uuid4().hex[:8]
+    module, topic, late_topic = _module(tmp_path, suffix)
+    kafka.create_topic(stack.kafka, topic, PARTITIONS)
+    kafka.create_topic(stack.kafka, late_topic, 1)
+    partitions = kafka.partitions_of(stack.kafka, topic)
+    produced = Produced(topic)
+    with TopologyRun(stack, module, log_dir=tmp_path / "logs") as run:
+        run.start()
+        run.wait_flowing(240)
+        # Every partition ends this part with a view 30 min ahead; once a round committed
+        # it, a spout is killed: every spout rewinds past those views, and only the stream
+        # times they kept make the next 20 min of views late.
+        produce(stack.kafka, produced, _views(3_000, 1, 0, ahead=PARTITIONS), partitions)
+        first = {(topic, p): o for p, o in produced.last_offsets().items()}
+        run.wait_committed(first, 240)
+        killed = run.kill_processor(role="spout", rng=random.Random(3))
+        recovered = run.measure_recovery(killed, 180)
+        assert recovered.committed_after is not None, "no commit after the spout's kill"
+        with BackgroundProducer(stack.kafka, produced, _views(4_000, 2, 3_000_000),
+                                partitions, rate=800) as producer:
+            wait_for("half of the views", lambda: producer.sent >= 2_000, 60)
+            killed = run.kill_processor(role="bolt", rng=random.Random(4),
+                                         epoch=killed.epoch + 1)
+            recovered = run.measure_recovery(killed, 180, producer)
+            assert recovered.committed_after is not None, "no commit after the bolt's kill"
+            producer.join(120)
+        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        committed = run.wait_committed(target, 240)
+        assert dict(committed.clock) == target
+        states = run.committed_bolt_states(committed)
+        tables = run.sink_tables()
+        run.check_recoveries()
+        restarts = [r for r in run.recoveries() if not r.is_start]
+        assert len(restarts) >= 2, f"the kills caused {len(restarts)} recoveries"
+        for p in partitions:  # the spouts kept their stream times for a later rewind
+            spout = f"spout:views:{topic}:{p}"
+            assert run.records.stream_times_at_or_below(spout, target[(topic, p)]) is not None
+
+    messages = produced.model_messages()
+    model = run_model(run.topology, messages)
+    assert not model.dead_letters
+    predicted = Counter((d.node, d.message.partition, d.message.offset,
+                         int(dict(d.details)["window_start"])) for d in model.late)
+    assert len(predicted) > 100, "the data made too few late views to show anything"
+    assert _late_topic(stack.kafka, late_topic) == predicted
+    assert Counter((p, o) for _node, p, o, _start in predicted) == _late_by_hand(messages)
+    comparison = compare_with_model(model, states, tables)
+    assert comparison.ok, comparison.first()
+    assert states["page_windows"].instances == model.instance_states("page_windows")

@@ -1,0 +1,165 @@
+"""Late data (hailstorm.lateness): the decision per source partition against a brute-force
+definition, for any interleaving of partitions; nothing that is not late is lost; the
+topology rules of ``late=``; the late record's headers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hailstorm.dead_letters import dead_letter_headers
+from hailstorm.lateness import StreamTime, StreamTimes
+from hailstorm.model import Message, run_model
+from hailstorm.monoids import Count, SlidingWindow, TumblingWindow, per_key
+from hailstorm.topology import Topology, TopologyError, load_topology
+
+SIZE = 10
+RETENTION = 5
+
+
+def late_topology(retention: int | None = RETENTION) -> Topology:
+    top = Topology("lt")
+    events = top.spout("events", topic="ev", decoder="json")
+    top.bolt("windows", inputs=[events], key=lambda e: e["k"],
+             state=per_key(TumblingWindow(SIZE, Count(), retention=retention)),
+             lift=Count.lift, event_time=lambda e: e["t"], parallelism=2, late="lt.late")
+    return top
+
+
+events = st.fixed_dictionaries({"k": st.sampled_from("abc"), "t": st.integers(0, 60)})
+
+
+@st.composite
+def interleaved(draw: st.DrawFn) -> tuple[list[list[dict[str, Any]]], list[Message]]:
+    """Events per partition, and one interleaving of their messages (offset order kept
+    within each partition)."""
+    partitions = [draw(st.lists(events, max_size=12)) for _ in range(draw(st.integers(1, 3)))]
+    cursors = [0] * len(partitions)
+    order = draw(st.permutations([p for p, es in enumerate(partitions) for _ in es]))
+    messages = []
+    for p in order:
+        o = cursors[p]
+        cursors[p] += 1
+        messages.append(Message("ev", p, o, json.dumps(partitions[p][o]).encode()))
+    return partitions, messages
+
+
+def by_hand(partitions: list[list[dict[str, Any]]]) -> tuple[set[tuple[int, int]], dict[Any, Any]]:
+    """Late ``(partition, offset)`` and the counts per key and window of the rest."""
+    late: set[tuple[int, int]] = set()
+    counts: dict[Any, Any] = {}
+    for p, es in enumerate(partitions):
+        for o, e in enumerate(es):
+            start = e["t"] - e["t"] % SIZE
+            if any(start + SIZE + RETENTION <= before["t"] for before in es[:o]):
+                late.add((p, o))
+            else:
+                windows = counts.setdefault(e["k"], {})
+                windows[start] = windows.get(start, 0) + 1
+    return late, counts
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=interleaved())
+def test_the_model_routes_exactly_the_late_tuples_and_loses_nothing_else(
+    case: tuple[list[list[dict[str, Any]]], list[Message]],
+) -> None:
+    partitions, messages = case
+    result = run_model(late_topology(), messages)
+    late, counts = by_hand(partitions)
+    assert {(d.message.partition, d.message.offset) for d in result.late} == late
+    assert all(d.topic == "lt.late" and d.stage == "late" for d in result.late)
+    assert not result.dead_letters
+    state = result.bolt_state("windows")
+    assert {k: buckets for k, (_t, buckets) in state.items()} == counts
+
+
+def test_stream_time_moves_with_the_partition_only() -> None:
+    bolt = late_topology().node("windows")
+    clock = StreamTime(bolt)  # type: ignore[arg-type]
+    assert clock.judge({"k": "a", "t": 42}) is None and clock.time == 42
+    assert clock.judge({"k": "a", "t": 30}) is None  # [30, 40) closes at 45
+    why = clock.judge({"k": "b", "t": 29})  # [20, 30) closed at 35 <= 42
+    assert why is not None and (why.start, why.end, why.event_time, why.stream_time) == (
+        20, 30, 29, 42)
+    assert clock.judge({"k": "a"}) is None and clock.time == 42  # the bolt quarantines it
+    on_time, late = clock.split([{"k": "a", "t": 0}, {"k": "a", "t": 50}, {"k": "a", "t": 36}])
+    assert on_time == [1] and [i for i, _ in late] == [0, 2]
+
+
+def test_stream_times_snapshot_and_restore_per_bolt() -> None:
+    top = late_topology()
+    times = StreamTimes(top.bolts)
+    assert times and times.snapshot() == {}
+    times.observe([{"k": "a", "t": 7}, {"k": "a", "t": 3}])
+    assert times.snapshot() == {"windows": 7}
+    again = StreamTimes(top.bolts)
+    again.restore(times.snapshot())
+    assert again.by_bolt["windows"].time == 7
+    assert not StreamTimes([])
+
+
+def test_late_records_carry_their_window_and_event_time_in_headers() -> None:
+    result = run_model(late_topology(), [
+        Message("ev", 0, 0, b'{"k": "a", "t": 40}'), Message("ev", 0, 1, b'{"k": "a", "t": 3}')])
+    (letter,) = result.late
+    headers = dict(dead_letter_headers(letter))
+    assert headers["hailstorm.stage"] == b"late"
+    assert (headers["hailstorm.window_start"], headers["hailstorm.window_end"],
+            headers["hailstorm.event_time"], headers["hailstorm.stream_time"]) == (
+        b"0", b"10", b"3", b"40")
+    assert json.loads(letter.message.value.decode().replace("'", '"')) == {"k": "a", "t": 3}
+
+
+def test_windows_of_a_late_routing_bolt_expire_nothing_themselves() -> None:
+    result = run_model(late_topology(), [
+        Message("ev", 0, 0, b'{"k": "a", "t": 3}'), Message("ev", 1, 0, b'{"k": "a", "t": 400}'),
+        Message("ev", 0, 1, b'{"k": "a", "t": 4}')])  # partition 0 is still at 3: on time
+    assert not result.late
+    assert result.bolt_state("windows") == {"a": (None, {0: 2, 400: 1})}
+
+
+def test_late_needs_tumbling_windows_a_topic_and_spout_inputs() -> None:
+    top = Topology("bad")
+    events = top.spout("events", topic="ev", decoder="json")
+    with pytest.raises(TopologyError, match="tumbling-window"):
+        top.bolt("sliding", inputs=[events], key=lambda e: e["k"],
+                 state=per_key(SlidingWindow(10, 5, Count())), lift=Count.lift,
+                 event_time=lambda e: e["t"], late="bad.late")
+    with pytest.raises(TopologyError, match="tumbling-window"):
+        top.bolt("plain", inputs=[events], key=lambda e: e["k"], state=per_key(Count()),
+                 lift=Count.lift, late="bad.late")
+    with pytest.raises(TopologyError, match="late topic"):
+        top.bolt("named", inputs=[events], key=lambda e: e["k"],
+                 state=per_key(TumblingWindow(10, Count())), lift=Count.lift,
+                 event_time=lambda e: e["t"], late="no spaces allowed")
+    first = top.bolt("first", inputs=[events], key=lambda e: e["k"], state=per_key(Count()),
+                     lift=Count.lift, emit=lambda e, n: [e])
+    top.bolt("second", inputs=[first], key=lambda e: e["k"],
+             state=per_key(TumblingWindow(10, Count())), lift=Count.lift,
+             event_time=lambda e: e["t"], late="bad.late")
+    with pytest.raises(TopologyError, match="every input to be a spout"):
+        top.validate()
+
+
+def test_the_join_example_routes_a_late_view_instead_of_joining_it() -> None:
+    example = Path(__file__).resolve().parents[2] / "topologies" / "enriched_views.py"
+    topology = load_topology(str(example))
+    hour = 3_600_000
+    views = [{"id": "v1", "user": "u", "page": "/", "ts": 0},
+             {"id": "v2", "user": "u", "page": "/", "ts": 3 * hour},
+             {"id": "v3", "user": "u", "page": "/", "ts": 60_000}]  # closed at 70 min
+    clicks = [{"id": "c1", "user": "u", "page": "/", "ts": 30_000}]  # its own partition
+    result = run_model(topology, [
+        *(Message("user-views", 0, o, json.dumps(v).encode()) for o, v in enumerate(views)),
+        *(Message("ad-clicks", 0, o, json.dumps(c).encode()) for o, c in enumerate(clicks))])
+    assert [(d.node, d.topic, d.message.topic, d.message.offset) for d in result.late] == [
+        ("view_clicks", "enriched_views.late", "user-views", 2)]
+    rows = result.table("view_clicks_table")
+    assert {k[0] for k in rows} == {"v1", "v2"} and rows[("v1", 0)]["clicks"] == 1
+    assert result.table("user_activity_table")[("u",)]["views"] == 3  # a lookup: no late=
