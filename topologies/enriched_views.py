@@ -21,10 +21,11 @@ Two join bolts read the views (one spout tags them as the left side of both join
   window_start_ms, page, clicks, clicks_on_page)``: every view with the number of that
   user's clicks in its window, and how many were on the viewed page.
 
-Both tables end the same whatever the order in which the three topics' records arrive
-(see :mod:`hailstorm.joins` for the one exception: a window closed by a much later event
-before a straggler arrived). Messages that are not such JSON objects go to
-``enriched_views.dead-letter``.
+Both tables end the same whatever the order in which the three topics' records arrive. A
+view or click whose window had closed (its end + 1 h) at the newest event time of its Kafka
+partition before it is late: it goes to ``enriched_views.late`` instead of the join, the
+same in every run (see :mod:`hailstorm.lateness`). Messages that are not such JSON objects
+go to ``enriched_views.dead-letter``.
 """
 
 from typing import Any
@@ -118,7 +119,8 @@ clicks = topology.spout("clicks", topic="ad-clicks", decoder="json",
 
 user_activity = ACTIVITY_JOIN.bolt(topology, "user_activity", inputs=[views, profiles],
                                    parallelism=2)
-view_clicks = CLICK_JOIN.bolt(topology, "view_clicks", inputs=[views, clicks], parallelism=2)
+view_clicks = CLICK_JOIN.bolt(topology, "view_clicks", inputs=[views, clicks], parallelism=2,
+                              late="enriched_views.late")
 
 topology.sink(
     "user_activity_table",

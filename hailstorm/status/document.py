@@ -210,6 +210,8 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "rows_committed": _int((scraped or {}).get("hailstorm_rows_committed_total"))
             if _role(pid) == "sink" else None,
             "quarantined": _int((scraped or {}).get("hailstorm_quarantined_total")),
+            "late": _int((scraped or {}).get("hailstorm_late_total"))
+            if _role(pid) == "spout" else None,
         })
     doc["processors"] = processors
 

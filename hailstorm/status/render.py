@@ -57,8 +57,9 @@ def render(doc: Mapping[str, Any]) -> Any:
     parts.append(table)
 
     procs = Table("processor", "state", "address", "pid", "in", "out", "in/s", "out/s",
-                  "keys/rows", "bad", title="processors", title_justify="left",
-                  caption="bad: records quarantined (dead letters, <table>_rejected rows)",
+                  "keys/rows", "bad", "late", title="processors", title_justify="left",
+                  caption="bad: records quarantined (dead letters, <table>_rejected rows); "
+                  "late: tuples a spout sent to a bolt's late topic",
                   caption_justify="left")
     for p in doc["processors"]:
         state = p["state"] or "missing"
@@ -69,7 +70,8 @@ def render(doc: Mapping[str, Any]) -> Any:
         extra = p["state_keys"] if p["role"] == "bolt" else p["rows_committed"]
         procs.add_row(p["id"], state, p["address"] or "-", str(p["pid"] or "-"),
                       _fmt(p["messages_in"]), _fmt(p["messages_out"]), _fmt(p["in_per_s"]),
-                      _fmt(p["out_per_s"]), _fmt(extra), _fmt(p.get("quarantined")))
+                      _fmt(p["out_per_s"]), _fmt(extra), _fmt(p.get("quarantined")),
+                      _fmt(p.get("late")))
     parts.append(procs)
 
     if doc["snapshots"]:

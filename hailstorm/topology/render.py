@@ -43,6 +43,8 @@ def _node_details(node: Node) -> list[tuple[str, str]]:
         details.append(("emit", function_name(node.emit)))
         if node.preaggregate:
             details.append(("preaggregate", "spouts combine contributions per key and batch"))
+        if node.late is not None:
+            details.append(("late", f"topic {node.late} (decided per source partition)"))
         return details
     return [("inputs", ", ".join(node.inputs)), ("target", node.target.describe())]
 

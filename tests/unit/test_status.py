@@ -53,7 +53,8 @@ def inputs(**overrides: object) -> Inputs:
         log_ends={P0: 60, P1: 5},
         scrapes={
             "spout:lines:words:0": {"hailstorm_messages_in_total": 51.0,
-                                    "hailstorm_messages_out_total": 200.0},
+                                    "hailstorm_messages_out_total": 200.0,
+                                    "hailstorm_late_total": 3.0},
             "spout:lines:words:1": None,
             "bolt:counts:0": {"hailstorm_messages_in_total": 210.0,
                               "hailstorm_state_keys": 33.0,
@@ -116,10 +117,11 @@ def test_processors_with_metrics_and_missing_ones() -> None:
     assert spout["address"] == "h1" and spout["pid"] == 11 and spout["metrics_ok"]
     assert (spout["messages_in"], spout["messages_out"]) == (51, 200)
     assert (spout["in_per_s"], spout["out_per_s"]) == (12.3, 50.0)
+    assert spout["late"] == 3
     assert by_id["spout:lines:words:1"]["metrics_ok"] is False
     bolt = by_id["bolt:counts:0"]
     assert bolt["address"] == "h2:7000" and bolt["state_keys"] == 33
-    assert bolt["rows_committed"] is None
+    assert bolt["rows_committed"] is None and bolt["late"] is None
     sink = by_id["sink:out:0"]
     assert sink["registered"] is False and sink["state"] is None and sink["address"] is None
 
