@@ -10,7 +10,10 @@ that stream time::
 
 A late tuple does not reach the bolt: it is written to the late topic as a
 :class:`~hailstorm.model.DeadLetter` of stage ``"late"``, its window and event time in the
-headers (:meth:`~hailstorm.model.DeadLetter.of_late`), and counted. The decision depends
+headers (:meth:`~hailstorm.model.DeadLetter.of_late`), and counted; or, with
+``late=Table(...)`` (e.g. :func:`late_table`), the spouts send it as a
+:func:`~hailstorm.model.late_row` to the bolt's late sink, which writes it exactly once like
+any sink. The decision depends
 only on the partition's content up to the tuple, so the same input gives the same late
 tuples whatever the interleaving of partitions, the kills, restarts and replays;
 :func:`~hailstorm.model.run_model` decides it the same way.
@@ -32,9 +35,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.topology import BoltSpec
+from hailstorm.topology import BoltSpec, Table
+from hailstorm.topology.tables import LATE_COLUMNS
 
-__all__ = ["LATE_STAGE", "Late", "StreamTime", "StreamTimes"]
+__all__ = ["LATE_COLUMNS", "LATE_STAGE", "Late", "StreamTime", "StreamTimes", "late_table"]
 
 LATE_STAGE = "late"
 """The dead-letter stage of a late tuple (never a reason to halt with ``on_error="fail"``)."""
@@ -49,6 +53,16 @@ class Late:
     end: Any
     event_time: Any
     stream_time: Any
+
+
+def late_table(name: str, *, time_type: str = "bigint", url: str | None = None) -> Table:
+    """An append table for ``late=``: the :data:`LATE_COLUMNS`, times as ``time_type``
+    (``"bigint"``, or ``"double precision"`` for windows of ``time_type="double"``)."""
+    columns = {"topic": "text", "partition": "integer", "offset": "bigint"}
+    columns |= {c: time_type for c in ("window_start", "window_end", "event_time",
+                                       "stream_time")}
+    columns["record"] = "text"
+    return Table(name, columns=columns, mode="append", url=url)
 
 
 class StreamTime:

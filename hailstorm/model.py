@@ -120,10 +120,10 @@ class DeadLetter:
     @classmethod
     def of_late(cls, bolt: BoltSpec[Any, Any], origin: Origin, t: Any, why: Late) -> DeadLetter:
         """The record written to ``bolt.late`` for the late tuple ``t`` from ``origin``."""
-        assert bolt.late is not None
+        assert bolt.late_topic is not None
         (topic, partition), offset = origin
         return cls(
-            bolt.name, bolt.late, Message(topic, partition, offset, record_bytes(t)),
+            bolt.name, bolt.late_topic, Message(topic, partition, offset, record_bytes(t)),
             f"late for window [{why.start}, {why.end}) of bolt {bolt.name!r}: event time "
             f"{why.event_time}, stream time of {topic}[{partition}] {why.stream_time}",
             LATE_STAGE,
@@ -163,6 +163,16 @@ def record_bytes(t: Any) -> bytes:
     return record_text(t).encode("utf-8", "backslashreplace")
 
 
+def late_row(origin: Origin, t: Any, why: Late) -> dict[str, Any]:
+    """What a bolt's late sink (``late=Table(...)``) receives for the late tuple ``t`` from
+    ``origin``: where it came from, its window, event time and stream time, and its
+    :func:`record_text` (``record``); the keys are :data:`~hailstorm.lateness.LATE_COLUMNS`."""
+    (topic, partition), offset = origin
+    return {"topic": topic, "partition": partition, "offset": offset,
+            "window_start": why.start, "window_end": why.end, "event_time": why.event_time,
+            "stream_time": why.stream_time, "record": record_text(t)}
+
+
 def halt_reason_of(node: str, stage: str, origin: Origin, error: str) -> str:
     """Why a topology with ``on_error="fail"`` stopped on a bad record."""
     (topic, partition), offset = origin
@@ -185,7 +195,8 @@ class ModelResult:
         self.dead_letters: list[DeadLetter] = []
         """Quarantined records, in the order met."""
         self.late: list[DeadLetter] = []
-        """Late tuples (stage ``"late"``) of bolts declaring ``late=``, in the order met."""
+        """Late tuples (stage ``"late"``) of bolts declaring ``late="<topic>"``, in the order
+        met (with ``late=Table(...)`` they are rows of the bolt's late sink)."""
         self.rejected_rows: dict[str, list[RejectedRow]] = {s.name: [] for s in topology.sinks}
         """Per table sink, the tuples that did not become rows (``<table>_rejected``)."""
         self._states: dict[str, list[Any]] = {
@@ -313,7 +324,20 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     fail = topology.on_error == "fail"
     quarantine = topology.dead_letter_topic
     spout_names = {s.name for s in topology.spouts}
+    late_sinks = {s.name: s for s in topology.sinks if s.late_of is not None}
     stream_times: dict[tuple[str, Partition], StreamTime] = {}
+
+    def write(sink: SinkSpec, origin: Origin, t: Any) -> None:
+        try:
+            result._write(sink, origin, t)
+        except RowError as exc:
+            if fail:
+                raise RecordHalt(halt_reason_of(sink.name, "row", origin, str(exc))) from exc
+            result.rejected_rows[sink.name].append(
+                RejectedRow(origin, "row", str(exc), record_text(t)))
+        except Exception as exc:
+            exc.add_note(f"in sink {sink.name!r}, writing tuple {t!r} from {origin}")
+            raise
 
     def deliver(source: str, origin: Origin, t: Any) -> None:
         outputs[source].append((origin, t))
@@ -324,20 +348,14 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
                     clock = stream_times[(node.name, origin[0])] = StreamTime(node)
                 why = clock.judge(t)
                 if why is not None:
-                    result.late.append(DeadLetter.of_late(node, origin, t, why))
+                    if node.late_sink is not None:
+                        write(late_sinks[node.late_sink], origin, late_row(origin, t, why))
+                    else:
+                        result.late.append(DeadLetter.of_late(node, origin, t, why))
                     continue
             if isinstance(node, SinkSpec):
-                try:
-                    result._write(node, origin, t)
-                except RowError as exc:
-                    if fail:
-                        raise RecordHalt(halt_reason_of(node.name, "row", origin, str(exc))) \
-                            from exc
-                    result.rejected_rows[node.name].append(
-                        RejectedRow(origin, "row", str(exc), record_text(t)))
-                except Exception as exc:
-                    exc.add_note(f"in sink {node.name!r}, writing tuple {t!r} from {origin}")
-                    raise
+                if node.late_of is None:  # (a late sink gets only the late tuples)
+                    write(node, origin, t)
                 continue
             instance_states = states[node.name]
             try:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hailstorm.lateness import Late, StreamTime
+from hailstorm.model import late_row
 from hailstorm.topology import BoltSpec, RecordFailed, SinkSpec, Table
 
 __all__ = [
@@ -210,13 +211,15 @@ class Router:
         if not batch.tuples:
             return routed
         whole = batch
+        on_time, late_rows = self._judge(whole) if self.lateness else ({}, {})
         for node in self.downstream:
-            batch = whole
-            judge = self.lateness.get(node.name)
-            if judge is not None:
-                batch = self._on_time(node, judge, whole)  # type: ignore[arg-type]
-                if not batch.tuples:
-                    continue
+            if isinstance(node, SinkSpec) and node.late_of is not None:
+                if node.name in late_rows:
+                    routed[(node.name, 0)] = late_rows[node.name]
+                continue
+            batch = on_time.get(node.name, whole)
+            if not batch.tuples:
+                continue
             if self.preaggregate and isinstance(node, BoltSpec) and node.preaggregate:
                 routed.update(_preaggregated(node, batch, boundaries, self.failed))
                 continue
@@ -242,15 +245,26 @@ class Router:
                     routed[(node.name, i)] = part
         return routed
 
-
-    def _on_time(self, bolt: BoltSpec, judge: StreamTime, batch: Batch) -> Batch:
-        """The tuples of ``batch`` on time for ``bolt``; the late ones go to :attr:`late`."""
-        on_time, late = judge.split(batch.tuples)
-        if not late:
-            return batch
+    def _judge(self, batch: Batch) -> tuple[dict[str, Batch], dict[str, Batch]]:
+        """Per bolt routing late data, the tuples of ``batch`` on time for it; per late
+        sink, the late rows it receives. Late tuples for a late topic go to :attr:`late`."""
+        on_time: dict[str, Batch] = {}
+        late_rows: dict[str, Batch] = {}
         p, o, t = batch.partitions, batch.offsets, batch.tuples
-        self.late.extend((bolt, p[i], o[i], t[i], why) for i, why in late)
-        return Batch([p[i] for i in on_time], [o[i] for i in on_time], [t[i] for i in on_time])
+        for name, judge in self.lateness.items():
+            kept, late = judge.split(t)
+            if not late:
+                continue
+            on_time[name] = Batch([p[i] for i in kept], [o[i] for i in kept],
+                                  [t[i] for i in kept])
+            bolt = judge.bolt
+            if bolt.late_sink is None:
+                self.late.extend((bolt, p[i], o[i], t[i], why) for i, why in late)
+            else:
+                late_rows[bolt.late_sink] = Batch(
+                    [p[i] for i, _ in late], [o[i] for i, _ in late],
+                    [late_row((p[i], o[i]), t[i], why) for i, why in late])
+        return on_time, late_rows
 
 
 def _preaggregated(

@@ -29,7 +29,7 @@ from hailstorm.topology.specs import (
     SinkSpec,
     SpoutSpec,
 )
-from hailstorm.topology.tables import SinkTarget
+from hailstorm.topology.tables import LATE_COLUMNS, SinkTarget, Table
 
 __all__ = ["Topology"]
 
@@ -219,37 +219,37 @@ class Topology:
              lift: Callable[[T], L], emit: None = ..., key: Callable[[T], K] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | None = ...) -> BoltSpec[T, Any]: ...
+             late: str | Table | None = ...) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
              lift: Callable[[T], V], emit: None = ..., key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | None = ...) -> BoltSpec[T, Any]: ...
+             late: str | Table | None = ...) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
              lift: Callable[[T], S], emit: None = ..., key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | None = ...) -> BoltSpec[T, Any]: ...
+             late: str | Table | None = ...) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
              lift: Callable[[T], L], emit: Emit[T, S, U], key: Callable[[T], K] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | None = ...) -> BoltSpec[T, U]: ...
+             late: str | Table | None = ...) -> BoltSpec[T, U]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
              lift: Callable[[T], V], emit: Emit[T, WindowState[V], U],
              key: Callable[[T], Any] | None = ..., parallelism: int = ...,
              event_time: Callable[[T], Any] | None = ..., preaggregate: bool = ...,
-             late: str | None = ...) -> BoltSpec[T, U]: ...
+             late: str | Table | None = ...) -> BoltSpec[T, U]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
              lift: Callable[[T], S], emit: Emit[T, S, U], key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | None = ...) -> BoltSpec[T, U]: ...
+             late: str | Table | None = ...) -> BoltSpec[T, U]: ...
 
     def bolt(
         self,
@@ -262,7 +262,7 @@ class Topology:
         parallelism: int = 1,
         event_time: Callable[[Any], Any] | None = None,
         preaggregate: bool = False,
-        late: str | None = None,
+        late: str | Table | None = None,
     ) -> BoltSpec[Any, Any]:
         """Keep ``state`` (a commutative monoid) over the tuples of ``inputs``.
 
@@ -282,7 +282,9 @@ class Topology:
         that topic instead of dropping them: a tuple is late when its window closed
         (``end + retention``) at the largest event time its Kafka partition reached before
         it, the same decision in every run (see :mod:`hailstorm.lateness`). The windows
-        then expire nothing by themselves.
+        then expire nothing by themselves. ``late=Table(...)`` (e.g.
+        ``hailstorm.lateness.late_table("clicks_late")``) writes them to that table instead,
+        through a sink ``<name>_late`` this adds.
         """
         label = f"bolt {name!r}"
         check_name(name, "bolt name", label, self.name)
@@ -352,6 +354,9 @@ class Topology:
                 label,
             )
         self._add(spec)
+        if spec.late_sink is not None:
+            assert isinstance(late, Table)
+            self._add(SinkSpec(spec.late_sink, names, late, late_of=name))
         return spec
 
     def sink(self, name: str, inputs: Inputs[Any], target: SinkTarget) -> SinkSpec:
@@ -446,10 +451,21 @@ class Topology:
         """``late=`` names a valid topic and the state is tumbling windows (keyed or not)."""
         from hailstorm.monoids import TumblingWindow
 
-        if not isinstance(late, str):
-            raise self._error(f"late must be a topic name, got {late!r}",
-                              'pass late="<topology>.late"', label)
-        check_topic_name(late, "late topic", label, self.name)
+        if isinstance(late, Table):
+            missing = [c for c in LATE_COLUMNS if c not in late.columns] \
+                if late.row is None else []
+            if missing:
+                raise self._error(
+                    f"late table {late.name!r} lacks the column(s) {', '.join(missing)} of "
+                    "a late row",
+                    "use hailstorm.lateness.late_table(name), or pass row= to the Table",
+                    label)
+        elif isinstance(late, str):
+            check_topic_name(late, "late topic", label, self.name)
+        else:
+            raise self._error(f"late must be a topic name or a Table, got {late!r}",
+                              'pass late="<topology>.late" or late=late_table("late_rows")',
+                              label)
         inner = state.inner if isinstance(state, KeyedMap) else state
         if not isinstance(inner, TumblingWindow):
             raise self._error(

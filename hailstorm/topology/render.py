@@ -43,10 +43,15 @@ def _node_details(node: Node) -> list[tuple[str, str]]:
         details.append(("emit", function_name(node.emit)))
         if node.preaggregate:
             details.append(("preaggregate", "spouts combine contributions per key and batch"))
-        if node.late is not None:
-            details.append(("late", f"topic {node.late} (decided per source partition)"))
+        if node.late_topic is not None:
+            details.append(("late", f"topic {node.late_topic} (decided per source partition)"))
+        elif node.late_sink is not None:
+            details.append(("late", f"sink {node.late_sink} (decided per source partition)"))
         return details
-    return [("inputs", ", ".join(node.inputs)), ("target", node.target.describe())]
+    details = [("inputs", ", ".join(node.inputs)), ("target", node.target.describe())]
+    if node.late_of is not None:
+        details.append(("writes", f"the late tuples of bolt {node.late_of}"))
+    return details
 
 
 def render_text(topology: Topology) -> str:

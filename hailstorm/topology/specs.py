@@ -17,7 +17,7 @@ from hailstorm.decoders import DecodeError, Decoder
 from hailstorm.monoids import KeyedMap, Monoid, Window
 from hailstorm.routing import KeyRouter, partition_by_instance
 from hailstorm.topology.errors import RecordFailed
-from hailstorm.topology.tables import SinkTarget
+from hailstorm.topology.tables import SinkTarget, Table
 
 __all__ = [
     "BoltSpec",
@@ -198,10 +198,10 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
     preaggregate: bool = False
     """Spouts combine contributions per key and batch before sending them (declared safe
     by the topology's author; checked by :meth:`Topology.validate`)."""
-    late: str | None = None
-    """The topic late tuples go to (tumbling-window state fed by spouts): the spouts
-    decide lateness per partition and the windows expire nothing themselves (see
-    :mod:`hailstorm.lateness`)."""
+    late: str | Table | None = None
+    """Where late tuples go (tumbling-window state fed by spouts): a topic, or a table
+    written by the sink :attr:`late_sink`. The spouts decide lateness per partition and
+    the windows expire nothing themselves (see :mod:`hailstorm.lateness`)."""
     keyed: bool = field(init=False)
     """True when the state is a ``KeyedMap`` (state = dict key -> value)."""
     value_monoid: Monoid[Any] = field(init=False, repr=False)
@@ -238,6 +238,16 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
     def routing(self) -> Routing:
         """``"key"`` when tuples are routed by the key function, else ``"all"``."""
         return "key" if self.key is not None else "all"
+
+    @property
+    def late_topic(self) -> str | None:
+        """The topic late tuples go to (``late="<topic>"``)."""
+        return self.late if isinstance(self.late, str) else None
+
+    @property
+    def late_sink(self) -> str | None:
+        """The name of the sink writing late tuples to a table (``late=Table(...)``)."""
+        return f"{self.name}_late" if isinstance(self.late, Table) else None
 
     # -- the shared per-tuple functions -------------------------------------------------
 
@@ -560,6 +570,9 @@ class SinkSpec:
     name: str
     inputs: tuple[str, ...]
     target: SinkTarget
+    late_of: str | None = None
+    """The bolt whose late tuples this sink writes, as
+    :func:`~hailstorm.lateness.late_row` dicts; it receives nothing else."""
     kind: ClassVar[str] = "sink"
     routing: ClassVar[Routing] = "all"
 

@@ -25,6 +25,7 @@ from hailstorm.urls import redact
 
 __all__ = [
     "DECLARABLE_TYPES",
+    "LATE_COLUMNS",
     "NUMERIC_FAMILIES",
     "REJECTED_SUFFIX",
     "SQL_TYPES",
@@ -202,6 +203,12 @@ REJECTED_SUFFIX = "_rejected"
 
 TableMode = Literal["upsert", "merge", "append"]
 _MODES: tuple[str, ...] = ("upsert", "merge", "append")
+
+
+LATE_COLUMNS = ("topic", "partition", "offset", "window_start", "window_end", "event_time",
+                "stream_time", "record")
+"""The keys of a late row (:func:`~hailstorm.model.late_row`), what a bolt's late table
+(``late=Table(...)``, e.g. :func:`~hailstorm.lateness.late_table`) receives."""
 
 
 @dataclass(frozen=True, eq=False)

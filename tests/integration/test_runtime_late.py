@@ -38,12 +38,19 @@ SCHEMA = parse_schema(_example["PAGE_VIEW_SCHEMA"])
 PARTITIONS = 3
 
 
-def _module(tmp_path: Path, suffix: str) -> tuple[Path, str, str]:
-    """The example with a source topic, late topic and table of this test's own."""
+def _module(tmp_path: Path, suffix: str, late_to: str) -> tuple[Path, str, str]:
+    """The example with a source topic, late topic (or late table) and table of this test's
+    own."""
     topic, late = f"page-views-{suffix}", f"pageviews-{suffix}.late"
     text = EXAMPLE.read_text()
     text = text.replace('topic="page-views"', f'topic="{topic}"')
-    text = text.replace('late="pageviews.late"', f'late="{late}"')
+    if late_to == "topic":
+        text = text.replace('late="pageviews.late"', f'late="{late}"')
+    else:
+        late = f"page_views_late_{suffix}"
+        text = text.replace('late="pageviews.late"', f'late=late_table("{late}")')
+        text = "from hailstorm.lateness import late_table\n" + text.replace(
+            '"""Page views:', '"""Page views:', 1)
     text = text.replace('Table(\n        "page_stats",', f'Table(\n        "page_stats_{suffix}",')
     text = text.replace('Topology("pageviews")', f'Topology("pageviews_{suffix}")')
     module = tmp_path / f"pageviews_{suffix}.py"
@@ -99,14 +106,16 @@ def _late_topic(bootstrap: str, topic: str) -> Counter[tuple[str, int, int, int]
     return seen
 
 
+@pytest.mark.parametrize("late_to", ["topic", "table"])
 def test_late_views_are_routed_exactly_once_across_kills(
-    stack_env: dict[str, str], tmp_path: Path
+    stack_env: dict[str, str], tmp_path: Path, late_to: str
 ) -> None:
     stack = StackAddresses.from_env(stack_env)
     suffix = uuid.uuid4().hex[:8]
-    module, topic, late_topic = _module(tmp_path, suffix)
+    module, topic, late_target = _module(tmp_path, suffix, late_to)
     kafka.create_topic(stack.kafka, topic, PARTITIONS)
-    kafka.create_topic(stack.kafka, late_topic, 1)
+    if late_to == "topic":
+        kafka.create_topic(stack.kafka, late_target, 1)
     partitions = kafka.partitions_of(stack.kafka, topic)
     produced = Produced(topic)
     with TopologyRun(stack, module, log_dir=tmp_path / "logs") as run:
@@ -144,10 +153,18 @@ def test_late_views_are_routed_exactly_once_across_kills(
     messages = produced.model_messages()
     model = run_model(run.topology, messages)
     assert not model.dead_letters
-    predicted = Counter((d.node, d.message.partition, d.message.offset,
-                         int(dict(d.details)["window_start"])) for d in model.late)
+    if late_to == "topic":
+        predicted = Counter((d.node, d.message.partition, d.message.offset,
+                             int(dict(d.details)["window_start"])) for d in model.late)
+        assert _late_topic(stack.kafka, late_target) == predicted
+    else:
+        assert not model.late
+        predicted = Counter(("page_windows", r["partition"], r["offset"], r["window_start"])
+                            for r in model.table("page_windows_late").values())
+        written = tables["page_windows_late"]
+        assert Counter(("page_windows", r["partition"], r["offset"], r["window_start"])
+                       for r in written.values()) == predicted
     assert len(predicted) > 100, "the data made too few late views to show anything"
-    assert _late_topic(stack.kafka, late_topic) == predicted
     assert Counter((p, o) for _node, p, o, _start in predicted) == _late_by_hand(messages)
     comparison = compare_with_model(model, states, tables)
     assert comparison.ok, comparison.first()

@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm.dead_letters import dead_letter_headers
-from hailstorm.lateness import StreamTime, StreamTimes
+from hailstorm.lateness import StreamTime, StreamTimes, late_table
 from hailstorm.model import Message, run_model
 from hailstorm.monoids import Count, SlidingWindow, TumblingWindow, per_key
-from hailstorm.topology import Topology, TopologyError, load_topology
+from hailstorm.processors import SpoutCore
+from hailstorm.topology import SinkSpec, Table, Topology, TopologyError, load_topology
 
 SIZE = 10
 RETENTION = 5
@@ -163,3 +164,54 @@ def test_the_join_example_routes_a_late_view_instead_of_joining_it() -> None:
     rows = result.table("view_clicks_table")
     assert {k[0] for k in rows} == {"v1", "v2"} and rows[("v1", 0)]["clicks"] == 1
     assert result.table("user_activity_table")[("u",)]["views"] == 3  # a lookup: no late=
+
+
+def table_topology() -> Topology:
+    top = Topology("lt")
+    events = top.spout("events", topic="ev", decoder="json")
+    top.bolt("windows", inputs=[events], key=lambda e: e["k"],
+             state=per_key(TumblingWindow(SIZE, Count(), retention=RETENTION)),
+             lift=Count.lift, event_time=lambda e: e["t"], late=late_table("lt_late"))
+    return top
+
+
+def test_a_late_table_gets_the_late_rows_through_its_own_sink() -> None:
+    top = table_topology()
+    sink = top.node("windows_late")
+    assert isinstance(sink, SinkSpec) and sink.late_of == "windows"
+    assert sink.inputs == ("events",) and isinstance(sink.target, Table)
+    batch = [Message("ev", 0, 0, b'{"k": "a", "t": 40}'),
+             Message("ev", 0, 1, b'{"k": "b", "t": 3}')]
+    result = run_model(top, batch)
+    assert not result.late  # they are rows, not records of a topic
+    assert list(result.table("windows_late").values()) == [{
+        "topic": "ev", "partition": 0, "offset": 1, "window_start": 0, "window_end": 10,
+        "event_time": 3, "stream_time": 40, "record": "{'k': 'b', 't': 3}"}]
+    assert result.bolt_state("windows") == {"a": (None, {40: 1})}
+
+    spout = SpoutCore(top.spouts[0], 0, top.downstream_of("events"))
+    spout.start({}, None, (-1, {}))
+    out = spout.resume()
+    out = spout.on_records([0, 1], [m.value for m in batch])
+    assert not out.dead_letters
+    assert out.batches[("windows_late", 0)].tuples == list(result.table("windows_late").values())
+    assert out.batches[("windows", 0)].tuples == [{"k": "a", "t": 40}]
+
+
+def test_a_late_table_needs_the_late_columns() -> None:
+    top = Topology("bad")
+    events = top.spout("events", topic="ev", decoder="json")
+    with pytest.raises(TopologyError, match="lacks the column"):
+        top.bolt("w", inputs=[events], key=lambda e: e["k"],
+                 state=per_key(TumblingWindow(10, Count())), lift=Count.lift,
+                 event_time=lambda e: e["t"],
+                 late=Table("w_late", columns={"record": "text"}, mode="append"))
+
+
+def test_show_names_where_late_tuples_go() -> None:
+    from hailstorm.topology.render import render_text
+
+    text = render_text(table_topology())
+    assert "late:        sink windows_late (decided per source partition)" in text
+    assert "writes: the late tuples of bolt windows" in text
+    assert "late:        topic lt.late" in render_text(late_topology())
