@@ -127,12 +127,16 @@ class StreamTimes:
         return bool(self.by_bolt)
 
     def snapshot(self) -> dict[str, Any]:
-        """``{bolt: stream time}`` of the bolts that saw an event time (JSON-able)."""
-        return {name: s.time for name, s in sorted(self.by_bolt.items()) if s.time is not None}
+        """``{bolt: stream time or None}`` (JSON-able)."""
+        return {name: s.time for name, s in sorted(self.by_bolt.items())}
+
+    def covers(self, times: Mapping[str, Any]) -> bool:
+        """Whether ``times`` (a :meth:`snapshot`) has every bolt's stream time: one kept
+        before a bolt declared ``late=`` has not."""
+        return set(self.by_bolt) <= set(times)
 
     def restore(self, times: Mapping[str, Any]) -> None:
-        """Set the stream times to ``times`` (a :meth:`snapshot`); bolts missing from it
-        start with none."""
+        """Set the stream times to ``times`` (a :meth:`snapshot`)."""
         for name, s in self.by_bolt.items():
             s.time = times.get(name)
 

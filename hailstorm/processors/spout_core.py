@@ -233,8 +233,9 @@ class SpoutCore:
 
     @property
     def observed(self) -> tuple[int, dict[str, Any]]:
-        """``(position, stream times through it)``: what to keep for a later rewind."""
-        return self.position, self.stream_times.snapshot()
+        """``(offset, stream times through it)``: what to keep for a later rewind. The
+        offset is the position, or lower while the records up to it are being re-read."""
+        return min(self._observed, self.position), self.stream_times.snapshot()
 
     def _observe(
         self, offsets: Sequence[int], values: Sequence[bytes | None]

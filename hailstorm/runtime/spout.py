@@ -119,10 +119,11 @@ class SpoutShell(Shell):
         if not self.core.stream_times or position == NOTHING:
             return None if not self.core.stream_times else (NOTHING, {})
         kept = self.coord.records.stream_times_at_or_below(str(self.id), position)
-        if kept is None:
-            log.warning("no stream times kept at or below offset %d: re-reading %s from its "
-                        "log start to rebuild them (late-data decisions for records "
-                        "retention deleted may differ)", position, partition_key(self.partition))
+        if kept is None or not self.core.stream_times.covers(kept[1]):
+            log.warning("no stream times kept at or below offset %d for every bolt routing "
+                        "late data: re-reading %s from its log start to rebuild them "
+                        "(late-data decisions for records retention deleted may differ)",
+                        position, partition_key(self.partition))
             return NOTHING, {}
         if kept[0] < position:
             log.info("re-reading offsets %d..%d to rebuild the stream times", kept[0] + 1,

@@ -96,7 +96,7 @@ def test_stream_time_moves_with_the_partition_only() -> None:
 def test_stream_times_snapshot_and_restore_per_bolt() -> None:
     top = late_topology()
     times = StreamTimes(top.bolts)
-    assert times and times.snapshot() == {}
+    assert times and times.snapshot() == {"windows": None}
     times.observe([{"k": "a", "t": 7}, {"k": "a", "t": 3}])
     assert times.snapshot() == {"windows": 7}
     again = StreamTimes(top.bolts)
@@ -215,3 +215,22 @@ def test_show_names_where_late_tuples_go() -> None:
     assert "late:        sink windows_late (decided per source partition)" in text
     assert "writes: the late tuples of bolt windows" in text
     assert "late:        topic lt.late" in render_text(late_topology())
+
+
+def test_a_spout_paused_while_rebuilding_keeps_only_what_it_has_read() -> None:
+    top = late_topology()
+    spout = SpoutCore(top.spouts[0], 0, top.downstream_of("events"))
+    values = [b'{"k": "a", "t": 40}', b'{"k": "a", "t": 3}', b'{"k": "a", "t": 50}']
+    assert spout.start({("ev", 0): 1}, None, (-1, {"windows": None})) == 0
+    spout.resume()
+    spout.on_records([0], values[:1])  # a round pauses before offset 1 is read again
+    assert spout.pause() == 1
+    assert spout.observed == (0, {"windows": 40})  # not offset 1: it was not read again
+    spout.resume()
+    out = spout.on_records([1, 2], values[1:])
+    assert spout.observed == (2, {"windows": 50})
+    assert not out.dead_letters  # offset 1 was sent before the rewind: only read again
+    assert [o for (name, _), b in out.batches.items() if name == "windows"
+            for o in b.offsets] == [2]
+    assert StreamTimes(top.bolts).covers({"windows": None})
+    assert not StreamTimes(top.bolts).covers({})
