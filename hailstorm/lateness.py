@@ -23,10 +23,10 @@ Since lateness is decided before the state, the bolt's windows expire nothing th
 own latest event time, which depends on how partitions interleave, would otherwise drop
 data that is not late.
 
-Spouts keep their stream times across restarts in ZooKeeper (one entry per position a
-round paused at, :class:`~hailstorm.coordination.Coordinator`); after a rewind the spout
-reads the records between the nearest entry and its position again to rebuild them
-(:class:`StreamTimes`).
+Spouts keep their stream times across restarts in ZooKeeper, one entry per position a round
+paused them at (:meth:`~hailstorm.protocol.records.TopologyRecords.write_stream_times`);
+after a rewind a spout reads the records between the nearest entry and its position again
+to rebuild them (:class:`StreamTimes`).
 """
 
 from __future__ import annotations
