@@ -182,6 +182,52 @@ def _top_spenders(messages: Any) -> Any:
     return op.stateful_flat_map("top", by_country, top)
 
 
+def _pageviews(messages: Any) -> Any:
+    """``topologies/pageviews.py``: a ``stateful_map`` keyed by Kafka partition drops the
+    views late for their partition (window end + 5 min at or below its newest event time),
+    then one keyed by page keeps per 5-minute window the views, a ``HyperLogLog`` of users
+    (hailstorm's, for equal estimates) and the latency sum and count, and emits the view's
+    window row."""
+    import io
+
+    import bytewax.operators as op
+    from fastavro import parse_schema, schemaless_reader
+
+    from topologies.pageviews import PAGE_VIEW_SCHEMA, USERS, WINDOW_MS
+
+    schema = parse_schema(PAGE_VIEW_SCHEMA)
+    by_partition = op.key_on("partition", messages, lambda m: str(m.partition))
+
+    def judge(newest: int | None, m: Any) -> tuple[int | None, Any]:
+        view = schemaless_reader(io.BytesIO(m.value), schema, schema)
+        ts = view["ts"]
+        if newest is not None and ts - ts % WINDOW_MS + 2 * WINDOW_MS <= newest:
+            return newest, None
+        return (ts if newest is None or ts > newest else newest), view
+
+    views = op.filter_map("on_time", op.stateful_map("lateness", by_partition, judge),
+                          lambda kv: kv[1])
+    by_page = op.key_on("page", views, lambda v: v["page"])
+
+    def windows(state: dict[int, list[Any]] | None, view: dict[str, Any]) -> tuple[Any, Any]:
+        state = state if state is not None else {}
+        start = view["ts"] - view["ts"] % WINDOW_MS
+        users = USERS.lift(view["user"])
+        figures = state.get(start)
+        if figures is None:
+            figures = state[start] = [1, users, view["latency_ms"], 1]
+        else:
+            figures[0] += 1
+            figures[1] = USERS.absorb(figures[1], users)
+            figures[2] += view["latency_ms"]
+            figures[3] += 1
+        row = (figures[0], round(USERS.estimate(figures[1])), figures[2] / figures[3])
+        return state, (start, row)
+
+    rows = op.stateful_map("windows", by_page, windows)
+    return op.map("by_window", rows, lambda kv: ((kv[0], kv[1][0]), kv[1][1]))
+
+
 def _latest(result: dict[Any, Any], part: dict[Any, Any]) -> None:
     """Keys are owned by one worker each: the parts do not overlap."""
     result.update(part)
@@ -192,6 +238,7 @@ JOBS: dict[str, tuple[Callable[[Any], Any], Callable[[dict[Any, Any], dict[Any, 
     "word_count_final": (_word_count_final, _latest),
     "user_totals": (_user_totals, _latest),
     "top_spenders": (_top_spenders, _latest),
+    "pageviews": (_pageviews, _latest),
 }
 
 

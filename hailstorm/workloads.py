@@ -9,6 +9,9 @@ that a few keys are hot and a long tail is written rarely, as in real text and r
 * :class:`KeyedEvents`: JSON events ``{"user": ..., "amount": ..., "country": ...}`` over a
   large key space (default 2,000,000 users, ``s = 0.6``): most users appear once or twice,
   so pre-aggregation within a batch saves little.
+* :class:`PageViews`: page views ``{"page", "user", "ts", "latency_ms"}`` (pages and users
+  by Zipf's law) in event-time order with the disorder of real collection: some views are
+  delayed by seconds to minutes, a few by up to half an hour (late for 5-minute windows).
 
 The same ``(parameters, seed)`` always give the same data.
 """
@@ -20,7 +23,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["KeyedEvents", "ZipfText", "zipf_ranks"]
+__all__ = ["KeyedEvents", "PageViews", "ZipfText", "zipf_ranks"]
 
 _ONSETS = ("b", "br", "c", "ch", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n",
            "p", "pl", "qu", "r", "s", "sh", "st", "t", "th", "tr", "v", "w", "z")
@@ -158,6 +161,52 @@ class KeyedEvents:
                 user = (rank * stride + offset) % keys
                 yield (b'{"user": "u%07d", "amount": %d, "country": "%s"}'
                        % (user, 1 + int(rand() * 500), countries[user % 10]))
+
+
+@dataclass(frozen=True)
+class PageViews:
+    """Page views ``{"page": "/p0001234", "user": "u0012345", "ts": <epoch ms>,
+    "latency_ms": <int>}`` as dicts (encode them as the topic wants, e.g. Avro).
+
+    Pages are drawn by Zipf's law (``page_exponent``, default 1.1) from ``pages``, users
+    (``user_exponent``, 0.8) from ``users``. Event times advance ``1000 / per_second`` ms a
+    view from ``start_ms``; ``delayed`` of the views (5%) carry a time from 1 s to 5 min
+    older (mobile clients sending in batches), ``stragglers`` (0.5%) from 5 to 30 min older
+    (a device coming back online). Latencies are log-normal around 90 ms.
+    """
+
+    pages: int = 100_000
+    users: int = 1_000_000
+    page_exponent: float = 1.1
+    user_exponent: float = 0.8
+    per_second: int = 1_000
+    start_ms: int = 1_700_000_000_000
+    delayed: float = 0.05
+    stragglers: float = 0.005
+    seed: int = 0
+
+    def views(self, count: int, seed: int = 0) -> Iterator[dict[str, object]]:
+        """``count`` views in the order they are written; ``seed`` picks which."""
+        rng = random.Random(f"{self.seed}/{seed}")
+        rand, gauss = rng.random, rng.gauss
+        step = 1000 / self.per_second
+        page_stride = _coprime_stride(self.pages, self.seed)
+        user_stride = _coprime_stride(self.users, self.seed + 1)
+        block = 10_000
+        for first in range(0, count, block):
+            n = min(block, count - first)
+            pages = zipf_ranks(rng, self.pages, self.page_exponent, n)
+            users = zipf_ranks(rng, self.users, self.user_exponent, n)
+            for i in range(n):
+                ts = self.start_ms + int((first + i) * step)
+                draw = rand()
+                if draw < self.stragglers:
+                    ts -= 300_000 + int(rand() * 1_500_000)
+                elif draw < self.stragglers + self.delayed:
+                    ts -= 1_000 + int(rand() * 299_000)
+                yield {"page": f"/p{pages[i] * page_stride % self.pages:07d}",
+                       "user": f"u{users[i] * user_stride % self.users:07d}",
+                       "ts": ts, "latency_ms": max(1, int(math.exp(4.5 + 0.6 * gauss(0, 1))))}
 
 
 def _coprime_stride(n: int, seed: int) -> int:
