@@ -106,7 +106,19 @@ class HyperLogLog(Monoid[bytearray]):
     def estimate(self, state: bytearray) -> float:
         """Estimated number of distinct items (bias-corrected, linear counting when small)."""
         m = self.m
-        total = math.fsum(2.0**-r for r in state)
+        # sum(2**-r) over the registers, as sum(count(r) * 2**-r) over the values present:
+        # a C scan of the registers per value instead of a Python step per register (the
+        # same exact terms, so fsum gives the same float).
+        terms: list[float] = []
+        seen = rank = 0
+        count = state.count
+        while seen < m:
+            n = count(rank)
+            if n:
+                terms.append(n * 2.0**-rank)
+                seen += n
+            rank += 1
+        total = math.fsum(terms)
         est = self._alpha * m * m / total
         zeros = state.count(0)
         if est <= 2.5 * m and zeros:

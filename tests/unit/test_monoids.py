@@ -342,6 +342,20 @@ def test_hyperloglog_small_range_and_paths_agree() -> None:
     assert hll.estimate(hll.empty()) == 0.0
 
 
+@settings(max_examples=200, deadline=None)
+@given(registers=st.lists(st.integers(0, 54), min_size=16, max_size=16).map(bytearray)
+       | st.binary(min_size=1024, max_size=1024).map(lambda b: bytearray(x % 55 for x in b)))
+def test_hyperloglog_estimate_is_the_formula_over_every_register(registers: bytearray) -> None:
+    """``estimate`` sums ``2**-r`` per register value present, not per register: the same
+    float as the textbook formula, also for the linear-counting range."""
+    hll = HyperLogLog(4 if len(registers) == 16 else 10)
+    m = hll.m
+    raw = hll._alpha * m * m / math.fsum(2.0**-r for r in registers)
+    zeros = registers.count(0)
+    expected = m * math.log(m / zeros) if raw <= 2.5 * m and zeros else raw
+    assert hll.estimate(registers) == expected
+
+
 def test_stable_hash_is_not_pythons_salted_hash() -> None:
     # Register positions are fixed across processes: pin one.
     hll = HyperLogLog(12)
