@@ -106,6 +106,11 @@ class HyperLogLog(Monoid[bytearray]):
     def estimate(self, state: bytearray) -> float:
         """Estimated number of distinct items (bias-corrected, linear counting when small)."""
         m = self.m
+        zeros = state.count(0)
+        if zeros * 2.5 >= self._alpha * m:
+            # The sum below is at least ``zeros``, so the raw estimate is at most 2.5 m:
+            # linear counting, which needs only the zeros.
+            return m * math.log(m / zeros)
         # sum(2**-r) over the registers, as sum(count(r) * 2**-r) over the values present:
         # a C scan of the registers per value instead of a Python step per register (the
         # same exact terms, so fsum gives the same float).
@@ -120,7 +125,6 @@ class HyperLogLog(Monoid[bytearray]):
             rank += 1
         total = math.fsum(terms)
         est = self._alpha * m * m / total
-        zeros = state.count(0)
         if est <= 2.5 * m and zeros:
             return m * math.log(m / zeros)
         return est

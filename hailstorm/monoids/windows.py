@@ -63,6 +63,7 @@ class Window(Monoid[WindowState[V]]):
         self.time_type = time_type
         self.unit = unit
         self._immutable = inner.immutable_state
+        self._time_label = _EventTimeOf(self)
 
     def window_starts(self, event_time: float) -> list[Any]:
         """Starts of the windows covering ``event_time``."""
@@ -74,7 +75,7 @@ class Window(Monoid[WindowState[V]]):
         numbers."""
         if self.time_type == "long" and isinstance(event_time, bool):
             raise TypeError(f"{self.describe()}'s event time is a bool")
-        check_number(event_time, self.time_type, f"{self.describe()}'s event time")
+        check_number(event_time, self.time_type, self._time_label)
 
     def empty(self) -> WindowState[Any]:
         return (None, {})
@@ -175,6 +176,19 @@ class Window(Monoid[WindowState[V]]):
         if self.retention == self.size:
             return ""
         return f", retention={self.retention}{self.unit}"
+
+
+class _EventTimeOf:
+    """Names a window's event time in an error, described only when one is raised (the
+    check runs for every tuple)."""
+
+    __slots__ = ("window",)
+
+    def __init__(self, window: Window[Any]) -> None:
+        self.window = window
+
+    def describe(self) -> str:
+        return f"{self.window.describe()}'s event time"
 
 
 class TumblingWindow(Window[V]):
