@@ -23,6 +23,15 @@ Since lateness is decided before the state, the bolt's windows expire nothing th
 own latest event time, which depends on how partitions interleave, would otherwise drop
 data that is not late.
 
+Closed windows are dropped from memory nonetheless: a bolt instance knows, per source
+partition, the latest window start it received, and the smallest of those over every
+partition (once each sent a tuple) is at or below every partition's stream time. A window
+that closed at that bound can receive no tuple that is not late, so
+:meth:`~hailstorm.processors.BoltCore.expire` drops it (and a key left without windows)
+whenever it likes: no row changes. Snapshots may still hold such windows for a while (a
+delta does not record a removal); :func:`without_closed_windows` is how a state is
+compared with the model's.
+
 Spouts keep their stream times across restarts in ZooKeeper, one entry per position a round
 paused them at (:meth:`~hailstorm.protocol.records.TopologyRecords.write_stream_times`);
 after a rewind a spout reads the records between the nearest entry and its position again
@@ -38,7 +47,8 @@ from typing import Any
 from hailstorm.topology import BoltSpec, Table
 from hailstorm.topology.tables import LATE_COLUMNS
 
-__all__ = ["LATE_COLUMNS", "LATE_STAGE", "Late", "StreamTime", "StreamTimes", "late_table"]
+__all__ = ["LATE_COLUMNS", "LATE_STAGE", "Late", "StreamTime", "StreamTimes", "late_table",
+           "without_closed_windows"]
 
 LATE_STAGE = "late"
 """The dead-letter stage of a late tuple (never a reason to halt with ``on_error="fail"``)."""
@@ -147,3 +157,28 @@ class StreamTimes:
         for t in tuples:
             for judge in judges:
                 judge(t)
+
+
+
+def closing(bolt: BoltSpec[Any, Any]) -> Any:
+    """How long after its start a window of ``bolt`` closes: ``size + retention``."""
+    assert bolt.window is not None
+    return bolt.window.size + bolt.window.retention
+
+
+def without_closed_windows(bolt: BoltSpec[Any, Any], state: Any, watermark: Any) -> Any:
+    """``state`` of ``bolt`` (a bolt routing late data) without the windows closed at
+    ``watermark`` (``start + size + retention <= watermark``) and the keys left with none;
+    ``state`` itself when ``watermark`` is None. The state is not modified."""
+    if watermark is None:
+        return state
+    horizon = watermark - closing(bolt)
+
+    def open_windows(value: Any) -> Any:
+        t, buckets = value
+        return (t, {s: v for s, v in buckets.items() if s > horizon})
+
+    if not bolt.keyed:
+        return open_windows(state)
+    kept = {k: open_windows(v) for k, v in state.items()}
+    return {k: v for k, v in kept.items() if v[1]}

@@ -177,6 +177,12 @@ class ProcessorMetrics:
             "hailstorm_late_total",
             "Late tuples written to the late topic of the window bolt they came too late for "
             "(spouts).")
+        self.windows_expired = r.counter(
+            "hailstorm_windows_expired_total",
+            "Closed windows a bolt routing late data dropped from its state (bolts).")
+        self.keys_expired = r.counter(
+            "hailstorm_keys_expired_total",
+            "Keys a bolt routing late data dropped with their last closed window (bolts).")
         self.refused_connections = r.counter(
             "hailstorm_refused_connections_total",
             "Data-plane connections refused before a frame was read (no proof of the run's "

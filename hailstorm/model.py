@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hailstorm.decoders import DecodeError
-from hailstorm.lateness import LATE_STAGE, Late, StreamTime
+from hailstorm.lateness import LATE_STAGE, Late, StreamTime, without_closed_windows
 from hailstorm.protocol.clock import Partition
 from hailstorm.topic import Topic
 from hailstorm.topology import (
@@ -210,6 +210,7 @@ class ModelResult:
             s.name: {} for s in topology.sinks if isinstance(s.target, Table | Topic)
         }
         self._append_counts: dict[tuple[str, Origin], int] = {}
+        self._stream_times: dict[tuple[str, Partition], StreamTime] = {}
 
     def _bolt(self, name: str) -> BoltSpec:
         node = self.topology.node(name)
@@ -227,6 +228,23 @@ class ModelResult:
         bolt = self._bolt(name)
         states = self._states[name]
         return states[0] if len(states) == 1 else bolt.state.combine_all(states)
+
+    def watermark(self, name: str) -> Any:
+        """For bolt ``name`` routing late data: the smallest stream time over the
+        partitions that sent it a tuple (None when none did or the bolt does not route
+        late data). Every window closed at it is closed for good."""
+        times = [clock.time for (bolt, _p), clock in self._stream_times.items()
+                 if bolt == name and clock.time is not None]
+        return min(times) if times else None
+
+    def comparable(self, name: str, state: Any) -> Any:
+        """``state`` of bolt ``name`` as it compares with the model's: for a bolt routing
+        late data, without the windows closed at :meth:`watermark` (a bolt may drop those
+        at any time, see :mod:`hailstorm.lateness`); else ``state`` itself."""
+        bolt = self._bolt(name)
+        if bolt.late is None:
+            return state
+        return without_closed_windows(bolt, state, self.watermark(name))
 
     def outputs(self, name: str) -> list[tuple[Origin, Any]]:
         """``(origin, tuple)`` emitted by spout or bolt ``name``, in order."""
@@ -325,7 +343,7 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     quarantine = topology.dead_letter_topic
     spout_names = {s.name for s in topology.spouts}
     late_sinks = {s.name: s for s in topology.sinks if s.late_of is not None}
-    stream_times: dict[tuple[str, Partition], StreamTime] = {}
+    stream_times = result._stream_times
 
     def write(sink: SinkSpec, origin: Origin, t: Any) -> None:
         try:

@@ -35,6 +35,9 @@ after :data:`DELTA_CHAIN_MAX` deltas, or when the keys written in deltas since t
 whole snapshot would exceed the state's size: loading then reads at most about twice the
 state, and whole snapshots cost at most as much as the deltas between them.
 
+Closed windows (bolts routing late data): :meth:`BoltCore.expire`, on a timer, drops the
+windows no tuple can reach any more (:mod:`hailstorm.processors.expiry`).
+
 Several rounds may be pending at once (each later clock opens one more segment); they are
 written oldest first. Snapshot labels are raised pointwise to the loaded clock and to
 earlier rounds' clocks, so a label always states exactly what its state contains.
@@ -67,6 +70,7 @@ from hailstorm.processors import (
     ProtocolViolation,
     WriteSnapshot,
 )
+from hailstorm.processors.expiry import ClosedWindows
 from hailstorm.processors.watermarks import UpstreamWatermarks
 from hailstorm.protocol.clock import NOTHING, merge_max
 from hailstorm.topology import BoltSpec, RecordFailed
@@ -151,6 +155,8 @@ class BoltCore:
         self.failed: list[Failed] = []
         """Tuples a user function failed on (their contributions are not in the state; a
         failed emit's contribution is): the shell quarantines them and clears this."""
+        self.closed_windows = ClosedWindows(spec) if spec.late is not None else None
+        """Bolts routing late data: what :meth:`expire` drops."""
 
     # -- frames -------------------------------------------------------------------------
 
@@ -202,6 +208,12 @@ class BoltCore:
         """Absorb tuples (``contributions is None``: computed here) and emit."""
         if upstream not in self._upstreams:
             raise KeyError(f"bolt {self.spec.name!r}: data from unknown upstream {upstream!r}")
+        if self.closed_windows is not None:  # how far each partition's windows reached
+            if contributions is None:
+                partitions, offsets, tuples, contributions = self._contributions_of(
+                    partitions, offsets, tuples)
+            contributions = list(contributions)
+            self.closed_windows.note(partitions, contributions)
         if self.spec.emit is None or self.compacting:
             self._absorb_quietly(upstream, partitions, offsets, tuples, contributions)
             return Batch()
@@ -272,6 +284,13 @@ class BoltCore:
             offsets = [offsets[i] for i in indices]
             tuples = [tuples[i] for i in indices]
         return partitions, offsets, tuples, contributions
+
+    def expire(self, budget: int = 10_000) -> int:
+        """Bolts routing late data: drop closed windows from up to ``budget`` keys (see
+        :class:`~hailstorm.processors.expiry.ClosedWindows`); returns how many."""
+        if self.closed_windows is None:
+            return 0
+        return self.closed_windows.expire(self._segments, self._watermarks.outgoing(), budget)
 
     def on_watermark(self, upstream: str, watermark: Mapping[PartitionKey, int]) -> list[Action]:
         """Record ``upstream``'s watermark; return snapshots now due (oldest first), then
@@ -575,7 +594,7 @@ class BoltCore:
             self._chain += 1
             self._chain_keys += len(changed)
             copy = self._monoid.inner.copy  # type: ignore[attr-defined]
-            delta = {k: copy(state[k]) for k in changed}
+            delta = {k: copy(state[k]) for k in changed if k in state}  # (expired keys)
             return WriteSnapshot(done.epoch, dict(done.label), delta, delta=True)
         self._chain = self._chain_keys = 0
         if self.spec.keyed:

@@ -49,6 +49,10 @@ log = logging.getLogger("hailstorm.processor")
 FLUSH_INTERVAL = 0.25
 """Seconds a compacting (``preaggregate``) bolt holds rows back: it then emits one row per
 key touched, and the watermark that waited for them (so rounds wait at most this)."""
+EXPIRE_INTERVAL = 1.0
+"""Seconds between two slices of a late-routing bolt's sweep for closed windows."""
+EXPIRE_KEYS = 20_000
+"""Keys a slice of that sweep looks at (a pass over a million keys takes 50 s)."""
 
 
 class BoltShell(InboundShell):
@@ -62,7 +66,7 @@ class BoltShell(InboundShell):
         self.router = Router(self.topology.downstream_of(spec.name),
                              compacted=spec.preaggregate)
         self.store = open_store(self.assignment.snapshots)
-        self.flushed = time.monotonic()
+        self.flushed = self.expired = time.monotonic()
         self.core: BoltCore | None = None
         self.writes: queue.Queue[tuple[Chain, WriteSnapshot]] = queue.Queue(8)
         self.chain = Chain(None)
@@ -188,10 +192,25 @@ class BoltShell(InboundShell):
             self.act(core.on_clock(frame.epoch, frame.clock))
         if core.compacting and time.monotonic() - self.flushed >= FLUSH_INTERVAL:
             self.flush()
+        self._expire()
 
     def on_idle(self) -> None:
         if self.core is not None and self.core.unflushed:
             self.flush()
+        self._expire()
+
+    def _expire(self) -> None:
+        """Drop a slice of the closed windows (bolts routing late data), now and then."""
+        core = self.core
+        if core is None or core.closed_windows is None:
+            return
+        now = time.monotonic()
+        if now - self.expired >= EXPIRE_INTERVAL:
+            self.expired = now
+            windows, keys = core.closed_windows.windows, core.closed_windows.keys
+            core.expire(EXPIRE_KEYS)
+            self.metrics.windows_expired.inc(core.closed_windows.windows - windows)
+            self.metrics.keys_expired.inc(core.closed_windows.keys - keys)
 
     def flush(self) -> None:
         """Send what a compacting bolt held back: its rows, then its watermark."""

@@ -106,8 +106,9 @@ def test_joins_are_exact_across_a_kill(stack_env: dict[str, str], tmp_path: Path
     assert not model.dead_letters
     comparison = compare_with_model(model, states, tables)
     assert comparison.ok, comparison.first()
-    for bolt in ("user_activity", "view_clicks"):
-        assert states[bolt].instances == model.instance_states(bolt), bolt
+    for bolt in ("user_activity", "view_clicks"):  # (view_clicks may drop closed windows)
+        assert [model.comparable(bolt, s) for s in states[bolt].instances] == [
+            model.comparable(bolt, s) for s in model.instance_states(bolt)], bolt
 
     # Independently of the topology's functions: the joins by hand.
     latest: dict[str, dict[str, Any]] = {}

@@ -17,7 +17,8 @@ from hailstorm.lateness import StreamTime, StreamTimes, late_table
 from hailstorm.model import Message, run_model
 from hailstorm.monoids import Count, SlidingWindow, TumblingWindow, per_key
 from hailstorm.processors import SpoutCore
-from hailstorm.topology import SinkSpec, Table, Topology, TopologyError, load_topology
+from hailstorm.processors.expiry import ClosedWindows
+from hailstorm.topology import BoltSpec, SinkSpec, Table, Topology, TopologyError, load_topology
 
 SIZE = 10
 RETENTION = 5
@@ -234,3 +235,37 @@ def test_a_spout_paused_while_rebuilding_keeps_only_what_it_has_read() -> None:
             for o in b.offsets] == [2]
     assert StreamTimes(top.bolts).covers({"windows": None})
     assert not StreamTimes(top.bolts).covers({})
+
+
+def test_closed_windows_go_once_every_partition_is_past_them() -> None:
+    bolt = late_topology().node("windows")  # size 10, retention 5: [s, s+10) closes at s+15
+    assert isinstance(bolt, BoltSpec)
+    closed = ClosedWindows(bolt)
+    state = {"a": (None, {0: 2, 20: 1}), "b": (None, {0: 1}), "c": (None, {30: 1})}
+    segments = [state]
+    marks = {0: 5, 1: 7}
+    closed.note([0, 0], [("a", (None, {20: 1})), ("c", (None, {30: 1}))])
+    assert closed.bound(marks) is None  # partition 1 sent nothing yet: nothing is sure
+    assert closed.expire(segments, marks, 100) == 0
+    closed.note([1], [("b", (None, {0: 1}))])
+    assert closed.bound(marks) == 0
+    closed.note([1], [("b", (None, {20: 1}))])
+    assert closed.bound(marks) == 20  # [0, 10) closed at 15 <= 20, for every partition
+    assert closed.expire(segments, marks, 1) + closed.expire(segments, marks, 5) == 2
+    assert state == {"a": (None, {20: 1}), "c": (None, {30: 1})}
+    assert (closed.windows, closed.keys) == (2, 1)
+    whole = [(None, {0: 3, 10: 1, 20: 4})]
+    unkeyed = ClosedWindows(late_topology().node("windows"))  # type: ignore[arg-type]
+    unkeyed.keyed = False
+    unkeyed.note([0], [(None, (None, {20: 1}))])
+    assert unkeyed.expire(whole, {0: 1}, 1) == 1 and whole == [(None, {10: 1, 20: 4})]
+
+
+def test_the_model_compares_late_routing_states_without_closed_windows() -> None:
+    result = run_model(late_topology(), [
+        Message("ev", 0, 0, b'{"k": "a", "t": 3}'), Message("ev", 0, 1, b'{"k": "b", "t": 40}')])
+    assert result.watermark("windows") == 40
+    full = result.bolt_state("windows")
+    assert full == {"a": (None, {0: 1}), "b": (None, {40: 1})}
+    assert result.comparable("windows", full) == {"b": (None, {40: 1})}
+    assert result.comparable("windows", {"b": (None, {40: 1})}) == {"b": (None, {40: 1})}
