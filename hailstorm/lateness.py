@@ -13,10 +13,9 @@ A late tuple does not reach the bolt: it is written to the late topic as a
 headers (:meth:`~hailstorm.model.DeadLetter.of_late`), and counted; or, with
 ``late=Table(...)`` (e.g. :func:`late_table`), the spouts send it as a
 :func:`~hailstorm.model.late_row` to the bolt's late sink, which writes it exactly once like
-any sink. The decision depends
-only on the partition's content up to the tuple, so the same input gives the same late
-tuples whatever the interleaving of partitions, the kills, restarts and replays;
-:func:`~hailstorm.model.run_model` decides it the same way.
+any sink. The decision depends only on the partition's content up to the tuple, so the same
+input gives the same late tuples whatever the interleaving of partitions, the kills,
+restarts and replays; :func:`~hailstorm.model.run_model` decides it the same way.
 
 Since lateness is decided before the state, the bolt's windows expire nothing themselves
 (contributions are lifted with :meth:`~hailstorm.monoids.Window.lift_unexpiring`): a key's
@@ -28,9 +27,10 @@ partition, the latest window start it received, and the smallest of those over e
 partition (once each sent a tuple) is at or below every partition's stream time. A window
 that closed at that bound can receive no tuple that is not late, so
 :meth:`~hailstorm.processors.BoltCore.expire` drops it (and a key left without windows)
-whenever it likes: no row changes. Snapshots may still hold such windows for a while (a
-delta does not record a removal); :func:`without_closed_windows` is how a state is
-compared with the model's.
+whenever it likes: no row changes (:mod:`hailstorm.processors.expiry`). Snapshots may still
+hold such windows for a while (a delta does not record a removal);
+:func:`without_closed_windows` (through :meth:`~hailstorm.model.ModelResult.comparable`) is
+how a state is compared with the model's.
 
 Spouts keep their stream times across restarts in ZooKeeper, one entry per position a round
 paused them at (:meth:`~hailstorm.protocol.records.TopologyRecords.write_stream_times`);
