@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +224,8 @@ class BacklogRun:
     """:func:`pause_figures` of the run."""
     table: Any
     """The sink table asked for, as :meth:`TopologyRun.sink_tables` reads it."""
+    bolts: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Every bolt instance's ``/metrics`` samples once the run was covered."""
 
 
 def run_on_backlog(stack: Any, module: Path, topic: str, partitions: int,
@@ -248,9 +250,10 @@ def run_on_backlog(stack: Any, module: Path, topic: str, partitions: int,
                  run.alive, poll=0.05)
         seconds = time.monotonic() - started
         pauses = pause_figures(run)
+        bolts = processor_metrics(run, "bolt")
         rows = run.sink_tables()[table]
         run.stop()
-    return BacklogRun(seconds, pauses, rows)
+    return BacklogRun(seconds, pauses, rows, bolts)
 
 
 def committed_snapshot_sizes(snapshots: Path | str, committed: Any) -> dict[str, int]:

@@ -5,8 +5,9 @@ Bytewax.
 
 Starts an embedded stack of its own (brought down afterwards), produces ``--views`` Avro page
 views (:class:`hailstorm.workloads.PageViews`: 100,000 pages by Zipf's law s = 1.1, 1M users
-s = 0.8, 1,000 views per second of event time, 5% delayed by up to 5 min, 0.5% by 5-30 min)
-to the topic ``page-views`` (4 partitions), then, on that same backlog:
+s = 0.8, ``--per-second`` (1,000) views per second of event time, 5% delayed by up to
+5 min, 0.5% by 5-30 min) to the topic ``page-views`` (4 partitions), then, on that same
+backlog:
 
 * hailstorm: ``topologies/pageviews.py`` (4 spouts judging lateness, 4 ``page_windows``
   bolt instances keeping per page 5-minute windows of views, a ``HyperLogLog`` of users and
@@ -117,18 +118,24 @@ def encoded(views: Any) -> list[bytes]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--views", type=int, default=1_000_000)
+    parser.add_argument("--per-second", type=int, default=1_000,
+                        help="Views per second of event time (fewer: a longer span, more "
+                             "windows closed; default 1000).")
     parser.add_argument("--no-bytewax", action="store_true", help="Skip the Bytewax peer.")
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args(argv)
 
     print(f"generating {args.views:,} page views", flush=True)
-    values = encoded(PageViews().views(args.views))
+    values = encoded(PageViews(per_second=args.per_second).views(args.views))
     with embedded_stack() as env:
         stack = StackAddresses.from_env(env)
         ran = run_on_backlog(stack, REPO / "topologies" / "pageviews.py", TOPIC, PARTITIONS,
                              values, "page_stats", args.timeout)
         del values
         hailstorm_s, pauses, table = ran.seconds, ran.pauses, ran.table
+        expired = round(sum(m.get("hailstorm_windows_expired_total", 0.0)
+                            for m in ran.bolts.values()))
+        keys_held = round(sum(m.get("hailstorm_state_keys", 0.0) for m in ran.bolts.values()))
         print("baseline", flush=True)
         baseline_s, work = baseline(stack.kafka, args.views)
         bytewax = None
@@ -149,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     rate = args.views / hailstorm_s
     baseline_rate = args.views / baseline_s
     figures: dict[str, Any] = {
-        "views": args.views, "windows": len(expected), "late_views": work.late,
+        "views": args.views, "views_per_event_second": args.per_second,
+        "windows": len(expected), "late_views": work.late,
+        "windows_expired": expired, "keys_held": keys_held,
         "partitions": PARTITIONS, "bolt_instances": 4,
         "hailstorm_s": round(hailstorm_s, 2), "hailstorm_views_per_s": round(rate),
         "baseline_s": round(baseline_s, 2), "baseline_views_per_s": round(baseline_rate),
@@ -165,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         f"HyperLogLog, {baseline_s:.1f} s)",
         f"  rounds:    {pauses['rounds']} committed; spouts paused {pauses['pause_mean_ms']} ms "
         f"on average per round, {pauses['pause_max_ms']} ms at most",
+        f"  state:     the bolts dropped {expired:,} closed windows of {len(expected):,}; "
+        f"{keys_held:,} pages held at the end",
         f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline windows",
     ]
     if bytewax is not None:
