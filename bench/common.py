@@ -61,21 +61,22 @@ def baseline_consume(
     topic: str,
     partitions: int,
     total: int,
-    step: Callable[[list[bytes | None]], None],
+    step: Callable[[list[Any]], None],
     batch: int = 10000,
+    messages: bool = False,
 ) -> float:
     """The single-process baseline's loop: confluent-kafka batch consume of every partition
-    from offset 0 until ``total`` messages, ``step(values)`` on each batch. Returns seconds."""
+    from offset 0 until ``total`` messages, ``step(values)`` on each batch (``messages``:
+    ``step(messages)``, for work that needs their partitions). Returns seconds."""
     consumer = kafka.consumer(bootstrap)
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen = 0
     started = time.perf_counter()
     try:
         while seen < total:
-            values = [m.value() for m in consumer.consume(batch, timeout=1.0)
-                      if m.error() is None]
-            seen += len(values)
-            step(values)
+            good = [m for m in consumer.consume(batch, timeout=1.0) if m.error() is None]
+            seen += len(good)
+            step(good if messages else [m.value() for m in good])
     finally:
         consumer.close()
     return time.perf_counter() - started

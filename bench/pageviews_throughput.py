@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +35,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import embedded_stack, machine, report, run_on_backlog  # noqa: E402
+from common import (  # noqa: E402
+    baseline_consume,
+    embedded_stack,
+    machine,
+    report,
+    run_on_backlog,
+)
 from fastavro import parse_schema, schemaless_reader, schemaless_writer  # noqa: E402
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
-from hailstorm import kafka  # noqa: E402
 from hailstorm.harness import StackAddresses  # noqa: E402
 from hailstorm.workloads import PageViews  # noqa: E402
 from topologies.pageviews import PAGE_VIEW_SCHEMA, USERS, WINDOW_MS  # noqa: E402
@@ -87,23 +91,15 @@ class PageWindows:
 
 def baseline(bootstrap: str, total: int) -> tuple[float, PageWindows]:
     """One process: consume every partition from offset 0, decode, judge, aggregate."""
-    from confluent_kafka import TopicPartition
-
     work = PageWindows()
-    consumer = kafka.consumer(bootstrap)
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-    seen = 0
-    started = time.perf_counter()
-    try:
-        while seen < total:
-            for m in consumer.consume(10_000, timeout=1.0):
-                if m.error() is None:
-                    seen += 1
-                    work.add(m.partition(), schemaless_reader(io.BytesIO(m.value()), SCHEMA,
-                                                              SCHEMA))  # type: ignore[arg-type]
-    finally:
-        consumer.close()
-    return time.perf_counter() - started, work
+
+    def step(messages: list[Any]) -> None:
+        for m in messages:
+            work.add(m.partition(), schemaless_reader(io.BytesIO(m.value()), SCHEMA,
+                                                      SCHEMA))  # type: ignore[arg-type]
+
+    seconds = baseline_consume(bootstrap, TOPIC, PARTITIONS, total, step, messages=True)
+    return seconds, work
 
 
 def encoded(views: Any) -> list[bytes]:

@@ -64,6 +64,12 @@ class Late:
     event_time: Any
     stream_time: Any
 
+    def fields(self) -> dict[str, Any]:
+        """``window_start``, ``window_end``, ``event_time``, ``stream_time``: what a late
+        record carries (as headers in a late topic, as columns in a late table)."""
+        return {"window_start": self.start, "window_end": self.end,
+                "event_time": self.event_time, "stream_time": self.stream_time}
+
 
 def late_table(name: str, *, time_type: str = "bigint", url: str | None = None) -> Table:
     """An append table for ``late=``: the :data:`LATE_COLUMNS`, times as ``time_type``

@@ -127,8 +127,7 @@ class DeadLetter:
             f"late for window [{why.start}, {why.end}) of bolt {bolt.name!r}: event time "
             f"{why.event_time}, stream time of {topic}[{partition}] {why.stream_time}",
             LATE_STAGE,
-            (("window_start", str(why.start)), ("window_end", str(why.end)),
-             ("event_time", str(why.event_time)), ("stream_time", str(why.stream_time))),
+            tuple((name, str(value)) for name, value in why.fields().items()),
         )
 
 
@@ -168,9 +167,8 @@ def late_row(origin: Origin, t: Any, why: Late) -> dict[str, Any]:
     ``origin``: where it came from, its window, event time and stream time, and its
     :func:`record_text` (``record``); the keys are :data:`~hailstorm.lateness.LATE_COLUMNS`."""
     (topic, partition), offset = origin
-    return {"topic": topic, "partition": partition, "offset": offset,
-            "window_start": why.start, "window_end": why.end, "event_time": why.event_time,
-            "stream_time": why.stream_time, "record": record_text(t)}
+    return {"topic": topic, "partition": partition, "offset": offset, **why.fields(),
+            "record": record_text(t)}
 
 
 def halt_reason_of(node: str, stage: str, origin: Origin, error: str) -> str:

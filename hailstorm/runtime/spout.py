@@ -116,8 +116,10 @@ class SpoutShell(Shell):
         at or below ``position`` (``(-1, {})`` when none is: the spout re-reads the
         partition from its log start to rebuild them); None without such bolts."""
         assert self.core is not None and self.coord is not None
-        if not self.core.stream_times or position == NOTHING:
-            return None if not self.core.stream_times else (NOTHING, {})
+        if not self.core.stream_times:
+            return None
+        if position == NOTHING:
+            return NOTHING, {}
         kept = self.coord.records.stream_times_at_or_below(str(self.id), position)
         if kept is None or not self.core.stream_times.covers(kept[1]):
             log.warning("no stream times kept at or below offset %d for every bolt routing "
