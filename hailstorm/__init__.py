@@ -40,6 +40,7 @@ from hailstorm.monoids import (
     SlidingWindow,
     Sum,
     TopK,
+    Ttl,
     TumblingWindow,
     per_key,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "Topic",
     "Topology",
     "TopologyError",
+    "Ttl",
     "TumblingWindow",
     "load_topology",
     "messages",

@@ -1,12 +1,14 @@
 """Late data: which tuples reach a window bolt too late, decided per source partition. Pure.
 
-A bolt with tumbling-window state may declare ``late="<topic>"``. Every spout feeding it
-keeps, for its Kafka partition, the bolt's *stream time*: the largest event time among the
-tuples of the partition it handed to the bolt so far (tuples before this one, in offset
-order; a message's tuples in explode order). A tuple is **late** when its window closed at
-that stream time::
+A bolt with tumbling-window state may declare ``late="<topic>"``; one with ttl state
+(``per_key(..., ttl=)``) must. Every spout feeding it keeps, for its Kafka partition, the
+bolt's *stream time*: the largest event time among the tuples of the partition it handed to
+the bolt so far (tuples before this one, in offset order; a message's tuples in explode
+order). A tuple is **late** when what it would change may have closed at that stream time
+(:meth:`~hailstorm.monoids.EventTimed.closes`)::
 
-    window start + size + retention <= stream time
+    window start + size + retention <= stream time      (tumbling windows)
+    event time + retention <= stream time                (ttl)
 
 A late tuple does not reach the bolt: it is written to the late topic as a
 :class:`~hailstorm.model.DeadLetter` of stage ``"late"``, its window and event time in the
@@ -22,15 +24,14 @@ Since lateness is decided before the state, the bolt's windows expire nothing th
 own latest event time, which depends on how partitions interleave, would otherwise drop
 data that is not late.
 
-Closed windows are dropped from memory nonetheless: a bolt instance knows, per source
-partition, the latest window start it received, and the smallest of those over every
-partition (once each sent a tuple) is at or below every partition's stream time. A window
-that closed at that bound can receive no tuple that is not late, so
-:meth:`~hailstorm.processors.BoltCore.expire` drops it (and a key left without windows)
-whenever it likes: no row changes (:mod:`hailstorm.processors.expiry`). Snapshots may still
-hold such windows for a while (a delta does not record a removal);
+Closed windows (and ttl sessions) are dropped from memory nonetheless: a bolt instance
+knows, per source partition, the latest window start (session end) it received, and the
+smallest of those over every partition (once each sent a tuple) is at or below every
+partition's stream time. A window that closed at that bound can receive no tuple that is
+not late, so :meth:`~hailstorm.processors.BoltCore.expire` drops it (and a key left without
+windows) whenever it likes: no row changes (:mod:`hailstorm.processors.expiry`).
 :func:`without_closed_windows` (through :meth:`~hailstorm.model.ModelResult.comparable`) is
-how a state is compared with the model's.
+how a state is compared with the model's, which keeps everything.
 
 Spouts keep their stream times across restarts in ZooKeeper, one entry per position a round
 paused them at (:meth:`~hailstorm.protocol.records.TopologyRecords.write_stream_times`);
@@ -85,7 +86,7 @@ class StreamTime:
     """One partition's stream time for one bolt declaring ``late=``; judges its tuples in
     partition order."""
 
-    __slots__ = ("_closing", "_event_time", "_window", "bolt", "time")
+    __slots__ = ("_closes", "_event_time", "_window", "bolt", "time")
 
     def __init__(self, bolt: BoltSpec[Any, Any], time: Any = None) -> None:
         window = bolt.window
@@ -94,24 +95,23 @@ class StreamTime:
         self.bolt = bolt
         self._window = window
         self._event_time = bolt.event_time
-        self._closing = window.size + window.retention
+        self._closes = window.closes
         self.time = time
         """The largest event time seen so far (None before any)."""
 
     def judge(self, t: Any) -> Late | None:
         """Whether ``t`` (the partition's next tuple for the bolt) is late; moves the
         stream time. A tuple whose event time fails is not late: the bolt quarantines it."""
-        window = self._window
         try:
             event_time = self._event_time(t)
-            window.check_time(event_time)
-            start = window.window_starts(event_time)[0]
+            self._window.check_time(event_time)
+            closes = self._closes(event_time)
         except Exception:
             return None
         now = self.time
         if now is not None:
-            if start + self._closing <= now:
-                return Late(start, start + window.size, event_time, now)
+            if closes <= now:
+                return Late(*self._window.span(event_time), event_time, now)
             if event_time <= now:
                 return None
         self.time = event_time
@@ -166,25 +166,17 @@ class StreamTimes:
 
 
 
-def closing(bolt: BoltSpec[Any, Any]) -> Any:
-    """How long after its start a window of ``bolt`` closes: ``size + retention``."""
-    assert bolt.window is not None
-    return bolt.window.size + bolt.window.retention
-
-
 def without_closed_windows(bolt: BoltSpec[Any, Any], state: Any, watermark: Any) -> Any:
-    """``state`` of ``bolt`` (a bolt routing late data) without the windows closed at
-    ``watermark`` (``start + size + retention <= watermark``) and the keys left with none;
-    ``state`` itself when ``watermark`` is None. The state is not modified."""
+    """``state`` of ``bolt`` (a bolt routing late data) without what closed at
+    ``watermark`` (:meth:`~hailstorm.monoids.EventTimed.open_part`: windows with
+    ``start + size + retention <= watermark``, ttl sessions with ``end + ttl + retention
+    <= watermark``) and the keys left with none; ``state`` itself when ``watermark`` is
+    None. The state is not modified."""
     if watermark is None:
         return state
-    horizon = watermark - closing(bolt)
-
-    def open_windows(value: Any) -> Any:
-        t, buckets = value
-        return (t, {s: v for s, v in buckets.items() if s > horizon})
-
+    window = bolt.window
+    assert window is not None
     if not bolt.keyed:
-        return open_windows(state)
-    kept = {k: open_windows(v) for k, v in state.items()}
-    return {k: v for k, v in kept.items() if v[1]}
+        return window.open_part(state, watermark)
+    kept = {k: window.open_part(v, watermark) for k, v in state.items()}
+    return {k: v for k, v in kept.items() if window.parts(v)}

@@ -30,6 +30,7 @@ monoid                         state
 ``KeyedMap(inner)``            ``dict`` key -> inner state
 ``TumblingWindow``,            ``(max_event_time_seen or None, dict window_start -> inner
 ``SlidingWindow``              state)``
+``Ttl(inner, ttl)``            ``tuple`` of sessions ``(start, end, inner_state, ...)``
 =============================  ==========================================================
 
 User-defined monoids are ordinary subclasses. For example a boolean "any" flag:
@@ -63,8 +64,9 @@ every record under a namespace derived from its position in the nesting
 Modules, one per family: :mod:`~hailstorm.monoids.base` (the :class:`Monoid` contract),
 :mod:`~hailstorm.monoids.scalars`, :mod:`~hailstorm.monoids.containers`,
 :mod:`~hailstorm.monoids.sketches`, :mod:`~hailstorm.monoids.keyed` (``per_key`` and
-``Record``), :mod:`~hailstorm.monoids.windows`, and the private Avro codec layer
-:mod:`~hailstorm.monoids.avro`; this package re-exports the public names.
+``Record``), :mod:`~hailstorm.monoids.windows`, :mod:`~hailstorm.monoids.ttl`, and the
+private Avro codec layer :mod:`~hailstorm.monoids.avro`; this package re-exports the public
+names.
 """
 
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, Monoid
@@ -72,12 +74,20 @@ from hailstorm.monoids.containers import Events, SetUnion, TopK
 from hailstorm.monoids.keyed import KeyedMap, Record, per_key
 from hailstorm.monoids.scalars import Count, Last, Max, Mean, Min, Sum
 from hailstorm.monoids.sketches import CountMinSketch, HyperLogLog, stable_hash
-from hailstorm.monoids.windows import SlidingWindow, TumblingWindow, Window, WindowState
+from hailstorm.monoids.ttl import Ttl
+from hailstorm.monoids.windows import (
+    EventTimed,
+    SlidingWindow,
+    TumblingWindow,
+    Window,
+    WindowState,
+)
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "Count",
     "CountMinSketch",
+    "EventTimed",
     "Events",
     "HyperLogLog",
     "KeyedMap",
@@ -91,6 +101,7 @@ __all__ = [
     "SlidingWindow",
     "Sum",
     "TopK",
+    "Ttl",
     "TumblingWindow",
     "Window",
     "WindowState",

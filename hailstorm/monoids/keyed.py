@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import itemgetter
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from hailstorm.monoids.avro import check_kind, check_kinds, codec, record, sorted_items
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid, S
 from hailstorm.monoids.scalars import Count, Sum
+from hailstorm.monoids.ttl import Ttl
 from hailstorm.monoids.windows import V, Window, WindowState
 
 __all__ = ["K", "KeyedMap", "L", "Record", "per_key"]
@@ -31,9 +32,11 @@ def _adds(monoid: Monoid[Any]) -> bool:
 class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
     """One ``inner`` state per key: state ``dict`` key -> inner state.
 
-    Typed ``KeyedMap[K, S, L]``: keys ``K``, inner states ``S`` and the values ``L`` a
-    bolt's ``lift`` returns (``S``, or ``V`` for windows over ``Monoid[V]``); build it with
-    :func:`per_key`, whose overloads fill them in.
+    Typed ``KeyedMap[K, S, L]``: keys ``K``, inner states ``S`` (what a bolt's emit
+    receives) and the values ``L`` a bolt's ``lift`` returns (``S``, or ``V`` for windows
+    over ``Monoid[V]``); build it with :func:`per_key`, whose overloads fill them in. With
+    ttl (:class:`~hailstorm.monoids.ttl.Ttl` over ``Monoid[V]``) both are ``V``: emit
+    receives the latest session's state, while the stored states are the sessions.
 
     A missing key means the inner identity. Entries are never removed, even when their value
     equals the identity (a present key records that the key was seen; the laws hold
@@ -166,16 +169,35 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
 def per_key(inner: Window[V], key_type: Literal["string"] = ...
             ) -> KeyedMap[str, WindowState[V], V]: ...
 @overload
+def per_key(inner: Ttl[V], key_type: Literal["string"] = ...) -> KeyedMap[str, V, V]: ...
+@overload
+def per_key(inner: Monoid[S], key_type: Literal["string"] = ..., *, ttl: Any
+            ) -> KeyedMap[str, S, S]: ...
+@overload
 def per_key(inner: Monoid[S], key_type: Literal["string"] = ...) -> KeyedMap[str, S, S]: ...
 @overload
 def per_key(inner: Window[V], key_type: Any) -> KeyedMap[Any, WindowState[V], V]: ...
 @overload
+def per_key(inner: Ttl[V], key_type: Any) -> KeyedMap[Any, V, V]: ...
+@overload
+def per_key(inner: Monoid[S], key_type: Any, *, ttl: Any) -> KeyedMap[Any, S, S]: ...
+@overload
 def per_key(inner: Monoid[S], key_type: Any) -> KeyedMap[Any, S, S]: ...
 
 
-def per_key(inner: Monoid[Any], key_type: Any = "string") -> KeyedMap[Any, Any, Any]:
+def per_key(inner: Monoid[Any], key_type: Any = "string", *, ttl: Any = None
+            ) -> KeyedMap[Any, Any, Any]:
     """``KeyedMap(inner, key_type)``: one ``inner`` state per key (typed by ``key_type``:
-    see :data:`K`)."""
+    see :data:`K`).
+
+    ``ttl``: a key not updated for longer than ``ttl`` (in event time) starts afresh, and
+    the bolt drops keys idle long enough (``KeyedMap(Ttl(inner, ttl), key_type)``, see
+    :class:`~hailstorm.monoids.ttl.Ttl`; the bolt needs ``event_time=`` and ``late=``).
+    """
+    if ttl is not None:
+        inner = Ttl(inner, ttl)
+    if isinstance(inner, Ttl):  # typed by what emit receives (see KeyedMap)
+        return cast(KeyedMap[Any, Any, Any], KeyedMap(inner, key_type))
     return KeyedMap(inner, key_type)
 
 

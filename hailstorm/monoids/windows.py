@@ -1,5 +1,6 @@
-"""Event-time window monoids: :class:`TumblingWindow` and :class:`SlidingWindow`, both a
-:class:`Window` over an inner monoid. Pure.
+"""Event-time monoids: :class:`TumblingWindow` and :class:`SlidingWindow`, both a
+:class:`Window` over an inner monoid, and :class:`EventTimed`, what they share with
+:class:`~hailstorm.monoids.ttl.Ttl`. Pure.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any, TypeVar
 from hailstorm.monoids.avro import check_number, record
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
 
-__all__ = ["SlidingWindow", "TumblingWindow", "Window", "WindowState"]
+__all__ = ["EventTimed", "SlidingWindow", "TumblingWindow", "Window", "WindowState"]
 
 
 V = TypeVar("V")
@@ -19,8 +20,78 @@ V = TypeVar("V")
 WindowState = tuple[Any, dict[Any, V]]
 """``(max_event_time_seen or None, {window_start: inner_state})``."""
 
+ES = TypeVar("ES")
+"""The states of an :class:`EventTimed` monoid."""
 
-class Window(Monoid[WindowState[V]]):
+
+class EventTimed(Monoid[ES]):
+    """State over an ``inner`` monoid whose contributions carry an event time (a bolt's
+    ``event_time=``): windows and time to live. What lateness and the dropping of closed
+    state (:mod:`hailstorm.lateness`, :mod:`hailstorm.processors.expiry`) ask of it."""
+
+    inner: Monoid[Any]
+    retention: Any
+    time_type: str
+    unit: str
+
+    def _init_time(self, time_type: str, unit: str) -> None:
+        if time_type not in ("long", "double"):
+            raise ValueError("time_type must be 'long' or 'double'")
+        self.time_type = time_type
+        self.unit = unit
+        self._time_label = _EventTimeOf(self)
+
+    def check_time(self, event_time: Any) -> None:
+        """Raise ``TypeError``/``ValueError`` for an event time the state (and its Avro
+        snapshot) cannot hold: ``time_type="long"`` takes 64-bit ints, ``"double"`` finite
+        numbers."""
+        if self.time_type == "long" and isinstance(event_time, bool):
+            raise TypeError(f"{self.describe()}'s event time is a bool")
+        check_number(event_time, self.time_type, self._time_label)
+
+    def lift(self, event_time: Any, inner_value: Any) -> ES:
+        """The state of ``inner_value`` observed at ``event_time``."""
+        raise NotImplementedError
+
+    def lift_unexpiring(self, event_time: Any, inner_value: Any) -> ES:
+        """:meth:`lift` for a bolt routing late data: absorbing it expires nothing."""
+        return self.lift(event_time, inner_value)
+
+    def groups(self, event_time: Any) -> tuple[Any, ...]:
+        """What, besides the key, tells pre-aggregated contributions apart (so emit sees a
+        tuple of each): the starts of the windows covering ``event_time``."""
+        return ()
+
+    def closes(self, event_time: Any) -> Any:
+        """The stream time at which a tuple at ``event_time`` is late (``closes <= stream
+        time``): the state it would change may have been dropped by then."""
+        raise NotImplementedError
+
+    def span(self, event_time: Any) -> tuple[Any, Any]:
+        """``(start, end)`` a late tuple at ``event_time`` is reported with."""
+        raise NotImplementedError
+
+    def reached(self, value: ES) -> Any:
+        """The latest event time a contribution (from one partition) shows, that
+        partition's stream time being at or above it; None for an empty one."""
+        raise NotImplementedError
+
+    def open_part(self, value: ES, bound: Any) -> ES:
+        """``value`` without what closed at ``bound`` (no tuple that is not late can
+        change it any more); ``value`` itself (not a copy) when nothing closed. A new state
+        otherwise: ``value`` is never modified."""
+        raise NotImplementedError
+
+    def parts(self, value: ES) -> int:
+        """How many windows (or sessions) ``value`` holds."""
+        raise NotImplementedError
+
+    def emitted(self, value: ES) -> Any:
+        """What a bolt's emit receives of a key's state: the state itself."""
+        return value
+
+
+class Window(EventTimed[WindowState[V]]):
     """Event-time windows over ``inner``.
 
     State ``(max_event_time_seen, {window_start: inner_state})``; the identity is
@@ -55,32 +126,47 @@ class Window(Monoid[WindowState[V]]):
             raise ValueError("window size must be > 0")
         if retention is not None and retention < 0:
             raise ValueError("retention must be >= 0")
-        if time_type not in ("long", "double"):
-            raise ValueError("time_type must be 'long' or 'double'")
+        self._init_time(time_type, unit)
         self.size = size
         self.inner = inner
         self.retention = size if retention is None else retention
-        self.time_type = time_type
-        self.unit = unit
         self._immutable = inner.immutable_state
-        self._time_label = _EventTimeOf(self)
 
     def window_starts(self, event_time: float) -> list[Any]:
         """Starts of the windows covering ``event_time``."""
         raise NotImplementedError
 
-    def check_time(self, event_time: Any) -> None:
-        """Raise ``TypeError``/``ValueError`` for an event time the state (and its Avro
-        snapshot) cannot hold: ``time_type="long"`` takes 64-bit ints, ``"double"`` finite
-        numbers."""
-        if self.time_type == "long" and isinstance(event_time, bool):
-            raise TypeError(f"{self.describe()}'s event time is a bool")
-        check_number(event_time, self.time_type, self._time_label)
+    def groups(self, event_time: Any) -> tuple[Any, ...]:
+        return tuple(self.window_starts(event_time))
+
+    def closes(self, event_time: Any) -> Any:
+        """``start + size + retention`` of the (tumbling) window of ``event_time``."""
+        return self.window_starts(event_time)[0] + self.size + self.retention
+
+    def span(self, event_time: Any) -> tuple[Any, Any]:
+        start = self.window_starts(event_time)[0]
+        return start, start + self.size
+
+    def reached(self, value: WindowState[Any]) -> Any:
+        """The latest window start in ``value``."""
+        buckets = value[1]
+        return max(buckets) if buckets else None
+
+    def open_part(self, value: WindowState[Any], bound: Any) -> WindowState[Any]:
+        """Without the windows with ``start + size + retention <= bound``."""
+        horizon = bound - self.size - self.retention
+        t, buckets = value
+        if min(buckets, default=horizon) > horizon:
+            return value
+        return (t, {s: v for s, v in buckets.items() if s > horizon})
+
+    def parts(self, value: WindowState[Any]) -> int:
+        return len(value[1])
 
     def empty(self) -> WindowState[Any]:
         return (None, {})
 
-    def lift(self, event_time: float, inner_value: Any) -> WindowState[Any]:
+    def lift(self, event_time: Any, inner_value: Any) -> WindowState[Any]:
         """The state of ``inner_value`` observed at ``event_time`` (in every covering window)."""
         starts = self.window_starts(event_time)
         buckets = {starts[0]: inner_value}
@@ -89,7 +175,7 @@ class Window(Monoid[WindowState[V]]):
             buckets[s] = copy(inner_value)
         return (event_time, buckets)
 
-    def lift_unexpiring(self, event_time: float, inner_value: Any) -> WindowState[Any]:
+    def lift_unexpiring(self, event_time: Any, inner_value: Any) -> WindowState[Any]:
         """:meth:`lift` without the event time in the time slot: absorbing it expires
         nothing (lateness is then decided before the state, by the spouts)."""
         return (None, self.lift(event_time, inner_value)[1])
@@ -184,7 +270,7 @@ class _EventTimeOf:
 
     __slots__ = ("window",)
 
-    def __init__(self, window: Window[Any]) -> None:
+    def __init__(self, window: EventTimed[Any]) -> None:
         self.window = window
 
     def describe(self) -> str:

@@ -157,6 +157,8 @@ class BoltCore:
         failed emit's contribution is): the shell quarantines them and clears this."""
         self.closed_windows = ClosedWindows(spec) if spec.late is not None else None
         """Bolts routing late data: what :meth:`expire` drops."""
+        if self.closed_windows is not None and spec.keyed:
+            self.closed_windows.forget_dropped(state)
 
     # -- frames -------------------------------------------------------------------------
 
@@ -290,7 +292,8 @@ class BoltCore:
         :class:`~hailstorm.processors.expiry.ClosedWindows`); returns how many."""
         if self.closed_windows is None:
             return 0
-        return self.closed_windows.expire(self._segments, self._watermarks.outgoing(), budget)
+        return self.closed_windows.expire(self._segments, self._watermarks.outgoing(), budget,
+                                          self._changed)
 
     def on_watermark(self, upstream: str, watermark: Mapping[PartitionKey, int]) -> list[Action]:
         """Record ``upstream``'s watermark; return snapshots now due (oldest first), then
@@ -548,7 +551,7 @@ class BoltCore:
         out_partitions = out.partitions.append
         out_offsets = out.offsets.append
         out_tuples = out.tuples.append
-        single = segments[0] if len(segments) == 1 else None
+        single = segments[0] if len(segments) == 1 and spec.emits_state else None
         value_for_emit = spec.value_for_emit
         for key, (p, o, t) in rows:
             try:
@@ -593,8 +596,9 @@ class BoltCore:
                 and self._chain_keys + len(changed) <= len(state)):
             self._chain += 1
             self._chain_keys += len(changed)
-            copy = self._monoid.inner.copy  # type: ignore[attr-defined]
-            delta = {k: copy(state[k]) for k in changed if k in state}  # (expired keys)
+            inner = self._monoid.inner  # type: ignore[attr-defined]
+            delta = {k: inner.copy(state[k]) if k in state else inner.empty()
+                     for k in changed}  # a key dropped since: its identity (see expiry)
             return WriteSnapshot(done.epoch, dict(done.label), delta, delta=True)
         self._chain = self._chain_keys = 0
         if self.spec.keyed:

@@ -7,91 +7,111 @@ received; the smallest of those over every partition its upstreams carry is at o
 every partition's stream time. A window that closed at that bound can receive no tuple any
 more, so dropping it (and a key left without windows) changes no row.
 
-Snapshots may still hold dropped windows for a while: a delta records the keys that changed,
-not the ones removed, so loading brings them back until they are dropped again. The model
-keeps every window; :meth:`~hailstorm.model.ModelResult.comparable` is how a state is
-compared with it.
+The same holds for ttl sessions (:class:`~hailstorm.monoids.Ttl`): a session ending
+``ttl + retention`` at or before the bound can be reached by no tuple that is not late.
+
+Snapshots follow: a key whose value changed by dropping is written anew in the next delta,
+and a key dropped whole is written with the identity (no window, no session), which loading
+drops again (:meth:`ClosedWindows.forget_dropped`). The model keeps everything;
+:meth:`~hailstorm.model.ModelResult.comparable` is how a state is compared with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableSet, Sequence
 from typing import Any
 
-from hailstorm.lateness import closing
 from hailstorm.topology import BoltSpec
 
-__all__ = ["ClosedWindows"]
+__all__ = ["SLICES_PER_PASS", "ClosedWindows"]
+
+SLICES_PER_PASS = 5
+"""A pass over the keys takes at most this many calls of :meth:`ClosedWindows.expire`, so the
+sweep keeps up with keys that arrive fast (a slice costs about 1 µs a key)."""
 
 
 class ClosedWindows:
-    """One bolt instance's closed windows: noted as contributions arrive, dropped a slice of
-    keys at a time by :meth:`expire`."""
+    """One bolt instance's closed windows (or ttl sessions): noted as contributions
+    arrive, dropped a slice of keys at a time by :meth:`expire`."""
 
     def __init__(self, spec: BoltSpec[Any, Any]) -> None:
+        assert spec.window is not None
         self.keyed = spec.keyed
-        self.closing = closing(spec)
-        """How long after its start a window closes (``size + retention``)."""
+        self.window = spec.window
         self.reached: dict[Any, Any] = {}
-        """The latest window start received per partition."""
+        """The latest event-time progress received per partition (window start, or ttl
+        session end: :meth:`~hailstorm.monoids.EventTimed.reached`)."""
         self._sweep: list[Any] = []
         """Keys still to look at in the current pass."""
+        self._slice = 0
+        """Keys a call looks at in the current pass."""
         self.windows = 0
-        """Closed windows dropped so far."""
+        """Closed windows (or sessions) dropped so far."""
         self.keys = 0
         """Keys dropped with their last window so far."""
 
     def note(self, partitions: Sequence[Any], contributions: Sequence[tuple[Any, Any]]) -> None:
-        """Contributions ``(key, (time, {window start: value}))`` arrived from
-        ``partitions``."""
+        """Contributions ``(key, value)`` arrived from ``partitions``."""
         reached = self.reached
+        progress = self.window.reached
         for p, (_key, value) in zip(partitions, contributions, strict=True):
-            buckets = value[1]
-            if buckets:
-                start = max(buckets)
-                if p not in reached or start > reached[p]:
-                    reached[p] = start
+            at = progress(value)
+            if at is not None and (p not in reached or at > reached[p]):
+                reached[p] = at
 
     def bound(self, partitions: Mapping[Any, Any] | None) -> Any:
-        """Windows closed at this event time are closed for good: the smallest latest
-        window start over ``partitions`` (every one the upstreams carry); None until each
-        sent a tuple."""
+        """What closed at this event time is closed for good: the smallest progress over
+        ``partitions`` (every one the upstreams carry); None until each sent a tuple."""
         reached = self.reached
         if not partitions or any(p not in reached for p in partitions):
             return None
         return min(reached[p] for p in partitions)
 
+    def forget_dropped(self, state: dict[Any, Any]) -> None:
+        """Remove from a loaded keyed ``state`` the keys without windows (or sessions): a
+        delta snapshot records a dropped key so."""
+        parts = self.window.parts
+        for key in [k for k, v in state.items() if not parts(v)]:
+            del state[key]
+
     def expire(self, segments: list[Any], partitions: Mapping[Any, Any] | None,
-               budget: int) -> int:
-        """Drop from ``segments`` (the bolt's states, changed in place) the windows closed
-        at :meth:`bound`, looking at up to ``budget`` keys from where the last call
-        stopped; returns the windows dropped."""
+               budget: int, changed: MutableSet[Any] | None = None) -> int:
+        """Drop from ``segments`` (the bolt's states, changed in place) what closed at
+        :meth:`bound`, looking at up to ``budget`` keys from where the last call stopped;
+        returns the windows (or sessions) dropped; a call looks at more keys when the pass
+        would otherwise take more than :data:`SLICES_PER_PASS` calls. The keys of
+        ``segments[0]`` this changes or removes are added to ``changed`` (what the next
+        delta snapshot holds)."""
         watermark = self.bound(partitions)
         if watermark is None:
             return 0
-        horizon = watermark - self.closing
+        open_part, parts = self.window.open_part, self.window.parts
         before = self.windows
         if not self.keyed:
-            for i, (t, buckets) in enumerate(segments):
-                kept = {s: v for s, v in buckets.items() if s > horizon}
-                if len(kept) < len(buckets):
-                    self.windows += len(buckets) - len(kept)
-                    segments[i] = (t, kept)
+            for i, value in enumerate(segments):
+                kept = open_part(value, watermark)
+                if kept is not value:
+                    self.windows += parts(value) - parts(kept)
+                    segments[i] = kept
             return self.windows - before
         if not self._sweep:
             self._sweep = [k for segment in segments for k in segment]
+            self._slice = -(-len(self._sweep) // SLICES_PER_PASS)
         sweep = self._sweep
-        for _ in range(min(budget, len(sweep))):
+        for _ in range(min(max(budget, self._slice), len(sweep))):
             key = sweep.pop()
-            for segment in segments:
+            for i, segment in enumerate(segments):
                 value = segment.get(key)
-                if value is None or min(value[1], default=horizon) > horizon:
+                if value is None:
                     continue
-                t, buckets = value
-                kept = {s: v for s, v in buckets.items() if s > horizon}
-                self.windows += len(buckets) - len(kept)
-                if kept:
-                    segment[key] = (t, kept)  # a new dict: a snapshot may share the old
+                kept = open_part(value, watermark)
+                if kept is value:
+                    continue
+                if i == 0 and changed is not None:
+                    changed.add(key)
+                self.windows += parts(value) - parts(kept)
+                if parts(kept):
+                    segment[key] = kept  # a new value: a snapshot may share the old
                 else:
                     del segment[key]
                     self.keys += 1

@@ -52,7 +52,8 @@ key touched, and the watermark that waited for them (so rounds wait at most this
 EXPIRE_INTERVAL = 1.0
 """Seconds between two slices of a late-routing bolt's sweep for closed windows."""
 EXPIRE_KEYS = 20_000
-"""Keys a slice of that sweep looks at (a pass over a million keys takes 50 s)."""
+"""Keys a slice of that sweep looks at, at least (a pass takes at most
+:data:`~hailstorm.processors.expiry.SLICES_PER_PASS` slices)."""
 
 
 class BoltShell(InboundShell):

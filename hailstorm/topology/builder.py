@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar, overload
 
 from hailstorm.decoders import Decoder, DecoderSpec, resolve_decoder
-from hailstorm.monoids import KeyedMap, Monoid, Window, WindowState
+from hailstorm.monoids import KeyedMap, Monoid, Ttl, Window, WindowState
 from hailstorm.topology.errors import (
     ON_ERROR_POLICIES,
     OnError,
@@ -285,6 +285,10 @@ class Topology:
         then expire nothing by themselves. ``late=Table(...)`` (e.g.
         ``hailstorm.lateness.late_table("clicks_late")``) writes them to that table instead,
         through a sink ``<name>_late`` this adds.
+
+        ``per_key(..., ttl=...)`` state (:class:`~hailstorm.monoids.Ttl`) needs
+        ``event_time=`` and ``late=``: a tuple ``retention`` (default ``ttl``) or more behind
+        its partition's newest event time is late, and keys idle long enough are dropped.
         """
         label = f"bolt {name!r}"
         check_name(name, "bolt name", label, self.name)
@@ -325,6 +329,7 @@ class Topology:
             )
         if late is not None:
             self._check_late(late, state, label)
+        self._check_ttl(state, late, label)
         spec = BoltSpec(
             name, names, state, lift, emit, key, parallelism, event_time, preaggregate, late
         )
@@ -467,13 +472,27 @@ class Topology:
                               'pass late="<topology>.late" or late=late_table("late_rows")',
                               label)
         inner = state.inner if isinstance(state, KeyedMap) else state
-        if not isinstance(inner, TumblingWindow):
+        if not isinstance(inner, TumblingWindow | Ttl):
             raise self._error(
-                f"late= needs tumbling-window state, got {state.describe()}",
-                "use TumblingWindow(...) (or per_key(TumblingWindow(...))); a sliding "
-                "window's tuple can be late for some of its windows only",
+                f"late= needs tumbling-window or ttl state, got {state.describe()}",
+                "use TumblingWindow(...) (or per_key(TumblingWindow(...))), or "
+                "per_key(..., ttl=...); a sliding window's tuple can be late for some of "
+                "its windows only",
                 label,
             )
+
+    def _check_ttl(self, state: Monoid[Any], late: Any, label: str) -> None:
+        """Ttl state is keyed, and routes late data (its sessions are dropped at a bound
+        only lateness makes safe)."""
+        if isinstance(state, Ttl):
+            raise self._error(
+                f"ttl state must be kept per key, got {state.describe()}",
+                "use per_key(inner, ttl=...)", label)
+        if isinstance(state, KeyedMap) and isinstance(state.inner, Ttl) and late is None:
+            raise self._error(
+                f"{state.describe()} needs late=: a tuple too far behind its partition "
+                "might belong to a dropped key, so it is routed there",
+                'pass late="<topology>.late" or late=late_table("late_rows")', label)
 
     def _check_preaggregate(self, bolt: BoltSpec[Any, Any]) -> None:
         """A pre-aggregating bolt sees fewer tuples, so emit runs less often: only upsert

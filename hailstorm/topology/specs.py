@@ -14,7 +14,7 @@ from itertools import repeat
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from hailstorm.decoders import DecodeError, Decoder
-from hailstorm.monoids import KeyedMap, Monoid, Window
+from hailstorm.monoids import EventTimed, KeyedMap, Monoid
 from hailstorm.routing import KeyRouter, partition_by_instance
 from hailstorm.topology.errors import RecordFailed
 from hailstorm.topology.tables import SinkTarget, Table
@@ -172,7 +172,8 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
 
     1. computes the state contribution (:meth:`contribution`): for keyed state (a
        ``KeyedMap``) the pair ``(key(t), v)``, otherwise ``(None, v)``, where
-       ``v = lift(t)``, or ``window.lift(event_time(t), lift(t))`` for window state;
+       ``v = lift(t)``, or ``window.lift(event_time(t), lift(t))`` for window (or ttl)
+       state;
     2. absorbs it into the state it belongs to (:meth:`absorb`);
     3. reads the value to emit from the state(s) (:meth:`value_for_emit`: the merged
        value for that key, or the whole state) and calls ``emit(t, value)``
@@ -199,15 +200,17 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
     """Spouts combine contributions per key and batch before sending them (declared safe
     by the topology's author; checked by :meth:`Topology.validate`)."""
     late: str | Table | None = None
-    """Where late tuples go (tumbling-window state fed by spouts): a topic, or a table
-    written by the sink :attr:`late_sink`. The spouts decide lateness per partition and
-    the windows expire nothing themselves (see :mod:`hailstorm.lateness`)."""
+    """Where late tuples go (tumbling-window or ttl state fed by spouts): a topic, or a
+    table written by the sink :attr:`late_sink`. The spouts decide lateness per partition
+    and the windows expire nothing themselves (see :mod:`hailstorm.lateness`)."""
     keyed: bool = field(init=False)
     """True when the state is a ``KeyedMap`` (state = dict key -> value)."""
     value_monoid: Monoid[Any] = field(init=False, repr=False)
     """The monoid of one contribution: the ``KeyedMap``'s inner monoid, or the state."""
-    window: Window[Any] | None = field(init=False, repr=False)
-    """The window monoid when contributions are windowed (lift takes the event time)."""
+    window: EventTimed[Any] | None = field(init=False, repr=False)
+    """The window (or ttl) monoid when contributions carry an event time."""
+    emits_state: bool = field(init=False, repr=False)
+    """Emit receives a key's state as it is (not, as with ttl, a part of it)."""
     additive: bool = field(init=False, repr=False)
     """Keyed sums and counts: contributions are numbers added in place."""
     instance_of_key: KeyRouter = field(init=False, repr=False)
@@ -220,11 +223,13 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
     def __post_init__(self) -> None:
         keyed_map = self.state if isinstance(self.state, KeyedMap) else None
         value_monoid = keyed_map.inner if keyed_map is not None else self.state
-        window = value_monoid if isinstance(value_monoid, Window) else None
+        window = value_monoid if isinstance(value_monoid, EventTimed) else None
         object.__setattr__(self, "keyed", keyed_map is not None)
         object.__setattr__(self, "additive", keyed_map is not None and keyed_map.additive)
         object.__setattr__(self, "value_monoid", value_monoid)
         object.__setattr__(self, "window", window)
+        object.__setattr__(self, "emits_state",
+                           window is None or type(window).emitted is EventTimed.emitted)
         object.__setattr__(self, "instance_of_key", KeyRouter(max(1, self.parallelism), 1 << 18))
         lifted = window.inner if window is not None else value_monoid
         checks = type(lifted).check is not Monoid.check
@@ -369,16 +374,18 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
         return self.state.absorb(state, value)
 
     def value_for_emit(self, key: Any, states: Sequence[Any]) -> Any:
-        """What ``emit`` receives: the merged value of ``key`` (keyed state) or the
-        merged whole state, across ``states`` (e.g. ``(A, B)`` while a snapshot is
-        pending). Do not mutate the result."""
+        """What ``emit`` receives: the merged value of ``key`` (keyed state; with ttl its
+        latest session's) or the merged whole state, across ``states`` (e.g. ``(A, B)``
+        while a snapshot is pending). Do not mutate the result."""
         if self.keyed:
             present = [s[key] for s in states if key in s]
             if len(present) == 1:
-                return present[0]
-            if not present:
-                return self.value_monoid.empty()
-            return self.value_monoid.combine_all(present)
+                value = present[0]
+            elif not present:
+                value = self.value_monoid.empty()
+            else:
+                value = self.value_monoid.combine_all(present)
+            return value if self.emits_state else self.window.emitted(value)  # type: ignore[union-attr]
         if len(states) == 1:
             return states[0]
         return self.state.combine_all(states)
@@ -471,7 +478,7 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
         if not self.keyed:
             key = self.key(t) if self.key is not None and self.parallelism > 1 else None
         if self.window is not None:
-            return key, tuple(self.window.window_starts(self.event_time(t)))  # type: ignore[misc]
+            return key, self.window.groups(self.event_time(t))  # type: ignore[misc]
         return key
 
     def combine_contributions(self, tuples: Sequence[Any]) -> Combined:

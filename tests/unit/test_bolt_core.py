@@ -17,7 +17,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from hailstorm.model import Message, ModelResult, run_model
-from hailstorm.monoids import Count, SetUnion, Sum, TumblingWindow, per_key
+from hailstorm.monoids import Count, SetUnion, Sum, Ttl, TumblingWindow, per_key
 from hailstorm.processors import (
     Action,
     Batch,
@@ -321,7 +321,10 @@ def sim_topology() -> Topology:
     the spouts send them contributions combined per batch. ``late`` (x2) and ``late_pre``
     (x1, ``preaggregate``, no retention) keep per-word tumbling windows over
     :data:`EVENT_TIMES` and route late words to ``sim.late``: the spouts judge lateness per
-    partition, and the bolts drop closed windows when the simulation lets them."""
+    partition, and the bolts drop closed windows when the simulation lets them. ``ttl``
+    (x2) and ``ttl_pre`` (x1, ``preaggregate``) count words per length with a ttl of 10
+    (retention 5) over the same event times, routing late words there too and dropping idle
+    sessions."""
     top = Topology("sim")
     words = top.spout("words", topic="w", decoder="text", explode=str.split)
     counts = top.bolt(
@@ -382,12 +385,28 @@ def sim_topology() -> Topology:
             preaggregate=preaggregate,
             late="sim.late",
         )
+    for name, parallelism, preaggregate in (("ttl", 2, False), ("ttl_pre", 1, True)):
+        top.bolt(
+            name,
+            inputs=[words],
+            key=len,
+            state=per_key(Ttl(Count(), 10, retention=5), key_type="long"),
+            lift=Count.lift,
+            event_time=EVENT_TIMES.__getitem__,
+            parallelism=parallelism,
+            preaggregate=preaggregate,
+            late="sim.late",
+        )
     return top
 
 
 VOCABULARY = ["a", "bb", "cc", "d", "eee", "ab", "b"]
 EVENT_TIMES = {"a": 0, "bb": 40, "cc": 10, "d": 90, "eee": 25, "ab": 60, "b": 5}
 """Event times of the words: out of order in most lines, so that some words are late."""
+LATE_BOLTS = ("late", "late_pre", "ttl", "ttl_pre")
+"""The bolts routing late data."""
+PREAGGREGATED = ("tally", "spread", "late_pre", "ttl_pre")
+"""The bolts the spouts send contributions combined per batch."""
 
 
 @dataclass
@@ -427,7 +446,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         # "committed" clock, here counts' (total may be behind it: spouts rewind lower and
         # must not combine across counts' clock, which they are told at start).
         loaded["tally"] = loaded["spread"] = loaded["counts"]
-        loaded["late"] = loaded["late_pre"] = loaded["counts"]
+        for name in LATE_BOLTS:
+            loaded[name] = loaded["counts"]
     choices = draw(st.lists(st.integers(0, 10_000), min_size=80, max_size=400))
     rewind = {p: min((c[("w", p)] for c in loaded.values()), default=-1)
               for p in range(partitions)}
@@ -504,7 +524,7 @@ class Simulation:
         for value in self.scenario.values[partition][:kept + 1]:
             for word in value.decode("utf-8", "replace").split():
                 if word in EVENT_TIMES:
-                    for bolt in ("late", "late_pre"):
+                    for bolt in LATE_BOLTS:
                         times[bolt] = max(times.get(bolt, EVENT_TIMES[word]), EVENT_TIMES[word])
         return kept, times
 
@@ -587,13 +607,13 @@ class Simulation:
             batch: Batch = frame[1]
             name = bolt_id.split("/")[0]
             if isinstance(batch, Contributions):
-                assert name in ("tally", "spread", "late_pre"), f"{name} got contributions"
+                assert name in PREAGGREGATED, f"{name} got contributions"
                 out = core.on_contributions(
                     source, batch.partitions, batch.offsets, batch.tuples, batch.keys,
                     batch.values,
                 )
             else:
-                assert name not in ("tally", "spread", "late_pre"), f"{name} got plain tuples"
+                assert name not in PREAGGREGATED, f"{name} got plain tuples"
                 out = core.on_data(source, batch.partitions, batch.offsets, batch.tuples)
             self.emit(bolt_id, out)
         elif frame[0] == "wm":
@@ -694,6 +714,8 @@ class Simulation:
                         self.deliver(connection)
                 for bolt_id in self.bolts:
                     self.flush(bolt_id)
+            for core in self.bolts.values():  # what closed with all data in goes
+                core.expire(10_000)
             if self.phase == "flowing" and not any(s.paused for s in self.spouts.values()):
                 return
         raise AssertionError(f"the simulation did not settle (phase {self.phase})")
