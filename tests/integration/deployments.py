@@ -4,11 +4,22 @@ tail of every process's log printed for the test report; and where a secret must
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hailstorm.harness import StackAddresses, TopologyRun
+from hailstorm import kafka
+from hailstorm.harness import (
+    BackgroundProducer,
+    BoltStates,
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    produce,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 WORDCOUNT = REPO / "topologies" / "wordcount.py"
@@ -49,3 +60,54 @@ def assert_secret_hidden(secret: str, run: TopologyRun, *outputs: str) -> None:
             assert secret.encode() not in path.read_bytes(), f"the secret is in {path}"
     for output in outputs:
         assert secret not in output
+
+
+@dataclass
+class KilledRun:
+    """What :func:`run_killing_a_spout_then_a_bolt` left: the run (stopped), what it was
+    given, and what it committed at the end."""
+
+    run: TopologyRun
+    produced: Produced
+    states: dict[str, BoltStates]
+    tables: dict[str, Any]
+
+
+def run_killing_a_spout_then_a_bolt(
+    stack: StackAddresses, module: Path, topic: str, first: list[bytes], second: list[bytes],
+    log_dir: Path, check: Callable[[TopologyRun, dict[Any, int]], None] | None = None,
+) -> KilledRun:
+    """Run ``module`` on ``topic``: produce ``first``; once a round committed it, kill a
+    spout (its rewind must rebuild what depends on those records, e.g. stream times); then
+    produce ``second`` at 800/s and kill a bolt half way. Every kill must be followed by a
+    recovery and a commit; the end is a committed round covering every offset, checked by
+    ``check(run, clock)`` before the run stops."""
+    partitions = kafka.partitions_of(stack.kafka, topic)
+    produced = Produced(topic)
+    with TopologyRun(stack, module, log_dir=log_dir) as run:
+        run.start()
+        run.wait_flowing(240)
+        produce(stack.kafka, produced, first, partitions)
+        run.wait_committed({(topic, p): o for p, o in produced.last_offsets().items()}, 240)
+        killed = run.kill_processor(role="spout", rng=random.Random(3))
+        recovered = run.measure_recovery(killed, 180)
+        assert recovered.committed_after is not None, "no commit after the spout's kill"
+        with BackgroundProducer(stack.kafka, produced, second, partitions,
+                                rate=800) as producer:
+            wait_for("half of the views", lambda: producer.sent >= len(second) // 2, 60)
+            killed = run.kill_processor(role="bolt", rng=random.Random(4),
+                                         epoch=killed.epoch + 1)
+            recovered = run.measure_recovery(killed, 180, producer)
+            assert recovered.committed_after is not None, "no commit after the bolt's kill"
+            producer.join(120)
+        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        committed = run.wait_committed(target, 240)
+        assert dict(committed.clock) == target
+        states = run.committed_bolt_states(committed)
+        tables = run.sink_tables()
+        run.check_recoveries()
+        restarts = [r for r in run.recoveries() if not r.is_start]
+        assert len(restarts) >= 2, f"the kills caused {len(restarts)} recoveries"
+        if check is not None:
+            check(run, target)
+    return KilledRun(run, produced, states, tables)

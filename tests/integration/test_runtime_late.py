@@ -16,18 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deployments import run_killing_a_spout_then_a_bolt
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from hailstorm import kafka
-from hailstorm.harness import (
-    BackgroundProducer,
-    Produced,
-    StackAddresses,
-    TopologyRun,
-    compare_with_model,
-    produce,
-    wait_for,
-)
+from hailstorm.harness import StackAddresses, TopologyRun, compare_with_model
 from hailstorm.model import run_model
 
 pytestmark = pytest.mark.integration
@@ -117,42 +110,22 @@ def test_late_views_are_routed_exactly_once_across_kills(
     kafka.create_topic(stack.kafka, topic, PARTITIONS)
     if late_to == "topic":
         kafka.create_topic(stack.kafka, late_target, 1)
-    partitions = kafka.partitions_of(stack.kafka, topic)
-    produced = Produced(topic)
-    with TopologyRun(stack, module, log_dir=tmp_path / "logs") as run:
-        run.start()
-        run.wait_flowing(240)
-        # Every partition ends this part with a view 30 min ahead; once a round committed
-        # it, a spout is killed: every spout rewinds past those views, and only the stream
-        # times they kept make the next 20 min of views late.
-        produce(stack.kafka, produced, _views(3_000, 1, 0, ahead=PARTITIONS), partitions)
-        first = {(topic, p): o for p, o in produced.last_offsets().items()}
-        run.wait_committed(first, 240)
-        killed = run.kill_processor(role="spout", rng=random.Random(3))
-        recovered = run.measure_recovery(killed, 180)
-        assert recovered.committed_after is not None, "no commit after the spout's kill"
-        with BackgroundProducer(stack.kafka, produced, _views(4_000, 2, 3_000_000),
-                                partitions, rate=800) as producer:
-            wait_for("half of the views", lambda: producer.sent >= 2_000, 60)
-            killed = run.kill_processor(role="bolt", rng=random.Random(4),
-                                         epoch=killed.epoch + 1)
-            recovered = run.measure_recovery(killed, 180, producer)
-            assert recovered.committed_after is not None, "no commit after the bolt's kill"
-            producer.join(120)
-        target = {(topic, p): o for p, o in produced.last_offsets().items()}
-        committed = run.wait_committed(target, 240)
-        assert dict(committed.clock) == target
-        states = run.committed_bolt_states(committed)
-        tables = run.sink_tables()
-        run.check_recoveries()
-        restarts = [r for r in run.recoveries() if not r.is_start]
-        assert len(restarts) >= 2, f"the kills caused {len(restarts)} recoveries"
-        for p in partitions:  # the spouts kept their stream times for a later rewind
-            spout = f"spout:views:{topic}:{p}"
-            assert run.records.stream_times_at_or_below(spout, target[(topic, p)]) is not None
 
-    messages = produced.model_messages()
-    model = run_model(run.topology, messages)
+    def stream_times_kept(run: TopologyRun, clock: dict[Any, int]) -> None:
+        for p in range(PARTITIONS):  # the spouts kept their stream times for a later rewind
+            spout = f"spout:views:{topic}:{p}"
+            assert run.records.stream_times_at_or_below(spout, clock[(topic, p)]) is not None
+
+    # Every partition ends the first part with a view 30 min ahead; once a round committed
+    # it, a spout is killed: every spout rewinds past those views, and only the stream times
+    # they kept make the next 20 min of views late.
+    ran = run_killing_a_spout_then_a_bolt(
+        stack, module, topic, _views(3_000, 1, 0, ahead=PARTITIONS),
+        _views(4_000, 2, 3_000_000), tmp_path / "logs", stream_times_kept)
+    states, tables = ran.states, ran.tables
+
+    messages = ran.produced.model_messages()
+    model = run_model(ran.run.topology, messages)
     assert not model.dead_letters
     if late_to == "topic":
         predicted = Counter((d.node, d.message.partition, d.message.offset,

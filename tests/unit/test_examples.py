@@ -184,6 +184,43 @@ def test_pageviews(monkeypatch: pytest.MonkeyPatch) -> None:
     }
 
 
+# --------------------------------------------------------------------------- visits
+
+MINUTE = 60_000
+
+
+def test_visits_start_afresh_after_30_idle_minutes_in_any_order() -> None:
+    alice = [{"user": "alice", "ts": m * MINUTE} for m in (0, 20, 45, 80, 100)]
+    bob = [{"user": "bob", "ts": m * MINUTE} for m in (10, 50)]
+    # alice: 0, 20, 45 (gaps 20, 25) make a visit; 80 is 35 min later: a new one with 100.
+    # bob: 10, then 40 min idle: 50 starts a new visit.
+    expected = {("alice",): {"user_id": "alice", "visit_start_ms": 80 * MINUTE,
+                             "last_view_ms": 100 * MINUTE, "views": 2},
+                ("bob",): {"user_id": "bob", "visit_start_ms": 50 * MINUTE,
+                           "last_view_ms": 50 * MINUTE, "views": 1}}
+    a, b = messages("user-views", alice), messages("user-views", bob, partition=1)
+    for order in (a + b, b + a, interleave(a, b)):
+        result = run_model(example("visits"), order)
+        assert result.table("user_visits") == expected
+        assert not result.late and not result.dead_letters
+        assert result.bolt_state("visits")["alice"] == (
+            0, 45 * MINUTE, {"views": 3, "first_ts": 0, "last_ts": 45 * MINUTE},
+            80 * MINUTE, 100 * MINUTE,
+            {"views": 2, "first_ts": 80 * MINUTE, "last_ts": 100 * MINUTE})
+
+
+def test_visits_routes_views_30_minutes_behind_their_partition_as_late() -> None:
+    views = [{"user": "u", "ts": 60 * MINUTE}, {"user": "u", "ts": 31 * MINUTE},
+             {"user": "u", "ts": 30 * MINUTE}, {"user": 7, "ts": 0}]
+    result = run_model(example("visits"), messages("user-views", views))
+    assert [(d.topic, d.message.offset) for d in result.late] == [("visits.late", 2)]
+    assert dict(result.late[0].details) == {
+        "window_start": str(30 * MINUTE), "window_end": str(60 * MINUTE),
+        "event_time": str(30 * MINUTE), "stream_time": str(60 * MINUTE)}
+    assert [d.message.offset for d in result.dead_letters] == [3]
+    assert result.table("user_visits")[("u",)]["views"] == 2  # 31 and 60: 29 min apart
+
+
 # --------------------------------------------------------------------------- window average
 
 
@@ -241,11 +278,12 @@ def example_runs() -> list[tuple[str, list[Message]]]:
         ("window_average", A + B),
         ("top_spenders", messages("events", [{"user": "u1", "amount": 3, "country": "DE"},
                                              {"user": "u2", "amount": 5, "country": "DE"}])),
+        ("visits", messages("user-views", [{"user": "u", "ts": 5}, {"user": "u", "ts": 9}])),
     ]
 
 
 @pytest.mark.parametrize(
-    "name", ["wordcount", "trending", "pageviews", "window_average", "top_spenders"])
+    "name", ["wordcount", "trending", "pageviews", "window_average", "top_spenders", "visits"])
 def test_every_example_state_survives_an_avro_snapshot(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
