@@ -31,7 +31,7 @@ tuple arrives, and each tuple's rows are emitted after it is absorbed, so:
   of the same key is ``retention`` past its end (see :class:`~hailstorm.monoids.Window`):
   with records of one key spread over several partitions, whether a straggler is dropped
   can depend on how the partitions interleave. Keep ``retention`` above the disorder of
-  the event times, key the topics by the join key, or (tumbling windows read from spouts)
+  the event times, key the topics by the join key, or (windows read from spouts)
   declare ``late=``: lateness is then decided per source partition, the same in every run,
   late events go to that topic and windows close by nothing else (see
   :mod:`hailstorm.lateness`).
@@ -132,8 +132,8 @@ class _Join:
     def bolt(self, topology: Topology, name: str, inputs: Sequence[Any], *,
              parallelism: int = 1, late: str | None = None) -> BoltSpec[Any, Any]:
         """Add the join's bolt to ``topology`` (routed by the join key). ``late``: a
-        tumbling :class:`WindowJoin` read from spouts may route late events to that topic
-        (see ``Topology.bolt``): its windows then close by nothing else."""
+        :class:`WindowJoin` read from spouts may route late events to that topic (see
+        ``Topology.bolt``): its windows then close by nothing else."""
         return topology.bolt(name, inputs=inputs, state=self.state, key=self.key,
                              lift=self.lift, emit=self.emit, parallelism=parallelism,
                              event_time=self.event_time, late=late)

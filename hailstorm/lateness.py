@@ -1,14 +1,17 @@
 """Late data: which tuples reach a window bolt too late, decided per source partition. Pure.
 
-A bolt with tumbling-window state may declare ``late="<topic>"``; one with ttl state
+A bolt with window state may declare ``late="<topic>"``; one with ttl state
 (``per_key(..., ttl=)``) must. Every spout feeding it keeps, for its Kafka partition, the
 bolt's *stream time*: the largest event time among the tuples of the partition it handed to
 the bolt so far (tuples before this one, in offset order; a message's tuples in explode
 order). A tuple is **late** when what it would change may have closed at that stream time
 (:meth:`~hailstorm.monoids.EventTimed.closes`)::
 
-    window start + size + retention <= stream time      (tumbling windows)
+    window start + size + retention <= stream time      (windows: the earliest covering it)
     event time + retention <= stream time                (ttl)
+
+A tuple of sliding windows late for its earliest window goes whole: none of its windows
+count it, so each window holds exactly the tuples that were on time for all of theirs.
 
 A late tuple does not reach the bolt: it is written to the late topic as a
 :class:`~hailstorm.model.DeadLetter` of stage ``"late"``, its window and event time in the
@@ -48,8 +51,8 @@ from typing import Any
 from hailstorm.topology import BoltSpec, Table
 from hailstorm.topology.tables import LATE_COLUMNS
 
-__all__ = ["LATE_COLUMNS", "LATE_STAGE", "Late", "StreamTime", "StreamTimes", "late_table",
-           "without_closed_windows"]
+__all__ = ["LATE_COLUMNS", "LATE_STAGE", "Late", "StreamTime", "StreamTimes",
+           "forget_dropped", "late_table", "without_closed_windows"]
 
 LATE_STAGE = "late"
 """The dead-letter stage of a late tuple (never a reason to halt with ``on_error="fail"``)."""
@@ -180,3 +183,14 @@ def without_closed_windows(bolt: BoltSpec[Any, Any], state: Any, watermark: Any)
         return window.open_part(state, watermark)
     kept = {k: window.open_part(v, watermark) for k, v in state.items()}
     return {k: v for k, v in kept.items() if window.parts(v)}
+
+
+def forget_dropped(bolt: BoltSpec[Any, Any], state: dict[Any, Any]) -> None:
+    """Remove from ``state`` (keyed, of ``bolt``, a bolt routing late data, as loaded from a
+    snapshot) the keys without windows or sessions: a delta snapshot records a key the bolt
+    dropped so (:mod:`hailstorm.processors.expiry`)."""
+    window = bolt.window
+    assert window is not None and bolt.late is not None
+    parts = window.parts
+    for key in [k for k, v in state.items() if not parts(v)]:
+        del state[key]

@@ -133,18 +133,20 @@ class Window(EventTimed[WindowState[V]]):
         self._immutable = inner.immutable_state
 
     def window_starts(self, event_time: float) -> list[Any]:
-        """Starts of the windows covering ``event_time``."""
+        """Starts of the windows covering ``event_time``, latest first."""
         raise NotImplementedError
 
     def groups(self, event_time: Any) -> tuple[Any, ...]:
         return tuple(self.window_starts(event_time))
 
     def closes(self, event_time: Any) -> Any:
-        """``start + size + retention`` of the (tumbling) window of ``event_time``."""
-        return self.window_starts(event_time)[0] + self.size + self.retention
+        """``start + size + retention`` of the earliest window covering ``event_time`` (the
+        first to close: a tuple is late once any of its windows closed)."""
+        return self.window_starts(event_time)[-1] + self.size + self.retention
 
     def span(self, event_time: Any) -> tuple[Any, Any]:
-        start = self.window_starts(event_time)[0]
+        """The earliest window covering ``event_time``."""
+        start = self.window_starts(event_time)[-1]
         return start, start + self.size
 
     def reached(self, value: WindowState[Any]) -> Any:

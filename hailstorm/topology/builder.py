@@ -278,8 +278,8 @@ class Topology:
         tuple instead of once per tuple, so only upsert tables may read the bolt, and the
         table keys of emit's rows must depend on ``key(t)`` (and the windows) alone.
 
-        ``late="<topic>"`` (tumbling-window state read from spouts) routes late tuples to
-        that topic instead of dropping them: a tuple is late when its window closed
+        ``late="<topic>"`` (window state read from spouts) routes late tuples to that topic
+        instead of dropping them: a tuple is late when its (earliest) window closed
         (``end + retention``) at the largest event time its Kafka partition reached before
         it, the same decision in every run (see :mod:`hailstorm.lateness`). The windows
         then expire nothing by themselves. ``late=Table(...)`` (e.g.
@@ -453,9 +453,8 @@ class Topology:
         return order
 
     def _check_late(self, late: Any, state: Monoid[Any], label: str) -> None:
-        """``late=`` names a valid topic and the state is tumbling windows (keyed or not)."""
-        from hailstorm.monoids import TumblingWindow
-
+        """``late=`` names a valid topic or table, and the state is windows (keyed or not)
+        or ttl."""
         if isinstance(late, Table):
             missing = [c for c in LATE_COLUMNS if c not in late.columns] \
                 if late.row is None else []
@@ -472,12 +471,11 @@ class Topology:
                               'pass late="<topology>.late" or late=late_table("late_rows")',
                               label)
         inner = state.inner if isinstance(state, KeyedMap) else state
-        if not isinstance(inner, TumblingWindow | Ttl):
+        if not isinstance(inner, Window | Ttl):
             raise self._error(
-                f"late= needs tumbling-window or ttl state, got {state.describe()}",
-                "use TumblingWindow(...) (or per_key(TumblingWindow(...))), or "
-                "per_key(..., ttl=...); a sliding window's tuple can be late for some of "
-                "its windows only",
+                f"late= needs window or ttl state, got {state.describe()}",
+                "use TumblingWindow(...) or SlidingWindow(...) (or per_key(...) of one), "
+                "or per_key(..., ttl=...)",
                 label,
             )
 

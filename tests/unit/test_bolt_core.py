@@ -17,7 +17,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from hailstorm.model import Message, ModelResult, run_model
-from hailstorm.monoids import Count, SetUnion, Sum, Ttl, TumblingWindow, per_key
+from hailstorm.monoids import Count, SetUnion, SlidingWindow, Sum, Ttl, TumblingWindow, per_key
 from hailstorm.processors import (
     Action,
     Batch,
@@ -318,8 +318,9 @@ def sim_topology() -> Topology:
     -> lengths (x2, keyed by word length): the two-level case; plus mixed (x1, no emit)
     reading both counts and words, and total (x1, no emit) reading words. tally (x2, keyed,
     emits) and spread (x2, one Count per instance, routed by word) are ``preaggregate``:
-    the spouts send them contributions combined per batch. ``late`` (x2) and ``late_pre``
-    (x1, ``preaggregate``, no retention) keep per-word tumbling windows over
+    the spouts send them contributions combined per batch. ``late`` (x2), ``late_pre``
+    (x1, ``preaggregate``, no retention) and ``late_sliding`` (x2, windows of 20 every 10)
+    keep per-word windows over
     :data:`EVENT_TIMES` and route late words to ``sim.late``: the spouts judge lateness per
     partition, and the bolts drop closed windows when the simulation lets them. ``ttl``
     (x2) and ``ttl_pre`` (x1, ``preaggregate``) count words per length with a ttl of 10
@@ -372,13 +373,15 @@ def sim_topology() -> Topology:
         parallelism=2,
         preaggregate=True,
     )
-    for name, parallelism, preaggregate, retention in (("late", 2, False, 10),
-                                                       ("late_pre", 1, True, 0)):
+    for name, parallelism, preaggregate, window in (
+            ("late", 2, False, TumblingWindow(10, Count(), retention=10)),
+            ("late_pre", 1, True, TumblingWindow(10, Count(), retention=0)),
+            ("late_sliding", 2, False, SlidingWindow(20, 10, Count(), retention=5))):
         top.bolt(
             name,
             inputs=[words],
             key=lambda w: w,
-            state=per_key(TumblingWindow(10, Count(), retention=retention)),
+            state=per_key(window),
             lift=Count.lift,
             event_time=EVENT_TIMES.__getitem__,
             parallelism=parallelism,
@@ -403,7 +406,7 @@ def sim_topology() -> Topology:
 VOCABULARY = ["a", "bb", "cc", "d", "eee", "ab", "b"]
 EVENT_TIMES = {"a": 0, "bb": 40, "cc": 10, "d": 90, "eee": 25, "ab": 60, "b": 5}
 """Event times of the words: out of order in most lines, so that some words are late."""
-LATE_BOLTS = ("late", "late_pre", "ttl", "ttl_pre")
+LATE_BOLTS = ("late", "late_pre", "late_sliding", "ttl", "ttl_pre")
 """The bolts routing late data."""
 PREAGGREGATED = ("tally", "spread", "late_pre", "ttl_pre")
 """The bolts the spouts send contributions combined per batch."""

@@ -24,11 +24,16 @@ SIZE = 10
 RETENTION = 5
 
 
-def late_topology(retention: int | None = RETENTION) -> Topology:
+SLIDE = 4
+"""The slide of the sliding variant (windows of SIZE every SLIDE)."""
+
+
+def late_topology(retention: int | None = RETENTION, slide: int | None = None) -> Topology:
     top = Topology("lt")
     events = top.spout("events", topic="ev", decoder="json")
-    top.bolt("windows", inputs=[events], key=lambda e: e["k"],
-             state=per_key(TumblingWindow(SIZE, Count(), retention=retention)),
+    window = (TumblingWindow(SIZE, Count(), retention=retention) if slide is None
+              else SlidingWindow(SIZE, slide, Count(), retention=retention))
+    top.bolt("windows", inputs=[events], key=lambda e: e["k"], state=per_key(window),
              lift=Count.lift, event_time=lambda e: e["t"], parallelism=2, late="lt.late")
     return top
 
@@ -51,29 +56,37 @@ def interleaved(draw: st.DrawFn) -> tuple[list[list[dict[str, Any]]], list[Messa
     return partitions, messages
 
 
-def by_hand(partitions: list[list[dict[str, Any]]]) -> tuple[set[tuple[int, int]], dict[Any, Any]]:
-    """Late ``(partition, offset)`` and the counts per key and window of the rest."""
+def by_hand(partitions: list[list[dict[str, Any]]], slide: int | None = None,
+            ) -> tuple[set[tuple[int, int]], dict[Any, Any]]:
+    """Late ``(partition, offset)`` and the counts per key and window of the rest: a tuple
+    is late when the earliest window covering it closed (end + retention) at an event time
+    on time before it in its partition."""
     late: set[tuple[int, int]] = set()
     counts: dict[Any, Any] = {}
+    step = slide or SIZE
     for p, es in enumerate(partitions):
+        on_time: list[int] = []
         for o, e in enumerate(es):
-            start = e["t"] - e["t"] % SIZE
-            if any(start + SIZE + RETENTION <= before["t"] for before in es[:o]):
+            t = e["t"]
+            starts = [s for s in range(t - t % step, t - SIZE, -step)]
+            if any(min(starts) + SIZE + RETENTION <= before for before in on_time):
                 late.add((p, o))
-            else:
-                windows = counts.setdefault(e["k"], {})
+                continue
+            on_time.append(t)
+            windows = counts.setdefault(e["k"], {})
+            for start in starts:
                 windows[start] = windows.get(start, 0) + 1
     return late, counts
 
 
 @settings(max_examples=300, deadline=None)
-@given(case=interleaved())
+@given(case=interleaved(), slide=st.sampled_from([None, SLIDE, 3]))
 def test_the_model_routes_exactly_the_late_tuples_and_loses_nothing_else(
-    case: tuple[list[list[dict[str, Any]]], list[Message]],
+    case: tuple[list[list[dict[str, Any]]], list[Message]], slide: int | None,
 ) -> None:
     partitions, messages = case
-    result = run_model(late_topology(), messages)
-    late, counts = by_hand(partitions)
+    result = run_model(late_topology(slide=slide), messages)
+    late, counts = by_hand(partitions, slide)
     assert {(d.message.partition, d.message.offset) for d in result.late} == late
     assert all(d.topic == "lt.late" and d.stage == "late" for d in result.late)
     assert not result.dead_letters
@@ -126,14 +139,10 @@ def test_windows_of_a_late_routing_bolt_expire_nothing_themselves() -> None:
     assert result.bolt_state("windows") == {"a": (None, {0: 2, 400: 1})}
 
 
-def test_late_needs_tumbling_windows_a_topic_and_spout_inputs() -> None:
+def test_late_needs_windows_a_topic_and_spout_inputs() -> None:
     top = Topology("bad")
     events = top.spout("events", topic="ev", decoder="json")
-    with pytest.raises(TopologyError, match="tumbling-window"):
-        top.bolt("sliding", inputs=[events], key=lambda e: e["k"],
-                 state=per_key(SlidingWindow(10, 5, Count())), lift=Count.lift,
-                 event_time=lambda e: e["t"], late="bad.late")
-    with pytest.raises(TopologyError, match="tumbling-window"):
+    with pytest.raises(TopologyError, match="window or ttl"):
         top.bolt("plain", inputs=[events], key=lambda e: e["k"], state=per_key(Count()),
                  lift=Count.lift, late="bad.late")
     with pytest.raises(TopologyError, match="late topic"):
