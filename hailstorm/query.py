@@ -31,6 +31,7 @@ from typing import Any
 
 from hailstorm.auth import AuthError, RunSecret, greet_peer
 from hailstorm.export import choose_round
+from hailstorm.lateness import forget_dropped
 from hailstorm.monoids import KeyedMap
 from hailstorm.protocol.clock import Clock, clock_to_json, dominates, low_water_mark, merge_max
 from hailstorm.protocol.wire import Answer, FrameError, FrameReader, Query, recv_frames, send_frames
@@ -105,15 +106,21 @@ def query_committed(store: SnapshotStore, topology: str, bolt: BoltSpec,
         whole = states[0] if len(states) == 1 else bolt.state.combine_all(states)
         result.values[None] = whole
         return result
+    def load(ref: Any) -> dict[Any, Any]:
+        state: dict[Any, Any] = store.load(ref, bolt.state)[1]
+        if bolt.late is not None:
+            forget_dropped(bolt, state)  # keys a delta records as dropped
+        return state
+
     if keys is None:
         for ref in refs:
-            result.values.update(store.load(ref, bolt.state)[1])
+            result.values.update(load(ref))
         return result
     by_instance: dict[int, list[Any]] = {}
     for key in keys:
         by_instance.setdefault(route(key, parallelism), []).append(key)
     for instance, wanted in sorted(by_instance.items()):
-        state = store.load(refs[instance], bolt.state)[1]
+        state = load(refs[instance])
         for key in wanted:
             if key in state:
                 result.values[key] = state[key]

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from hailstorm.lateness import forget_dropped
 from hailstorm.processors import (
     Action,
     Batch,
@@ -158,7 +159,7 @@ class BoltCore:
         self.closed_windows = ClosedWindows(spec) if spec.late is not None else None
         """Bolts routing late data: what :meth:`expire` drops."""
         if self.closed_windows is not None and spec.keyed:
-            self.closed_windows.forget_dropped(state)
+            forget_dropped(spec, state)
 
     # -- frames -------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ The same holds for ttl sessions (:class:`~hailstorm.monoids.Ttl`): a session end
 
 Snapshots follow: a key whose value changed by dropping is written anew in the next delta,
 and a key dropped whole is written with the identity (no window, no session), which loading
-drops again (:meth:`ClosedWindows.forget_dropped`). The model keeps everything;
+drops again (:func:`~hailstorm.lateness.forget_dropped`). The model keeps everything;
 :meth:`~hailstorm.model.ModelResult.comparable` is how a state is compared with it.
 """
 
@@ -66,13 +66,6 @@ class ClosedWindows:
         if not partitions or any(p not in reached for p in partitions):
             return None
         return min(reached[p] for p in partitions)
-
-    def forget_dropped(self, state: dict[Any, Any]) -> None:
-        """Remove from a loaded keyed ``state`` the keys without windows (or sessions): a
-        delta snapshot records a dropped key so."""
-        parts = self.window.parts
-        for key in [k for k, v in state.items() if not parts(v)]:
-            del state[key]
 
     def expire(self, segments: list[Any], partitions: Mapping[Any, Any] | None,
                budget: int, changed: MutableSet[Any] | None = None) -> int:

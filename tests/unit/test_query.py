@@ -121,3 +121,24 @@ def test_live_queries_need_zookeeper_and_the_run_secret(monkeypatch: pytest.Monk
     assert epoch.exit_code == 1 and "no --epoch" in epoch.output
     with pytest.raises(QueryError, match="name the keys"):
         query_live("127.0.0.1:1", "wordcount", _counts(), None, RunSecret.generate())
+
+
+def test_a_ttl_key_dropped_since_the_base_snapshot_is_missing(tmp_path: Path) -> None:
+    """A delta records a key the bolt dropped with no session; a query reads it as gone."""
+    visits = load_topology(str(REPO / "topologies" / "visits.py")).node("visits")
+    assert isinstance(visits, BoltSpec) and visits.parallelism == 2
+    store = DirectorySnapshotStore(tmp_path)
+    visit = {"views": 1, "first_ts": 5, "last_ts": 5}
+    users = {"u1": (5, 5, visit), "u2": (5, 5, visit)}
+    clock = {("user-views", 0): 3}
+    for instance in (0, 1):
+        mine = {u: s for u, s in users.items() if route(u, 2) == instance}
+        base = store.put(topology="visits", bolt="visits", instance=instance, parallelism=2,
+                         epoch=1, clock=clock, monoid=visits.state, state=mine)
+        store.put(topology="visits", bolt="visits", instance=instance, parallelism=2,
+                  epoch=2, clock=clock, monoid=visits.state, base=base,
+                  state={u: () for u in mine if u == "u1"})
+    result = query_committed(store, "visits", visits, ["u1", "u2"])
+    assert result.epoch == 2 and result.values == {"u2": users["u2"]}
+    assert result.missing == ["u1"]
+    assert query_committed(store, "visits", visits).values == {"u2": users["u2"]}
