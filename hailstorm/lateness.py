@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hailstorm.monoids import EventTimed
 from hailstorm.topology import BoltSpec, Table
 from hailstorm.topology.tables import LATE_COLUMNS
 
@@ -180,17 +181,15 @@ def without_closed_windows(bolt: BoltSpec[Any, Any], state: Any, watermark: Any)
     window = bolt.window
     assert window is not None
     if not bolt.keyed:
-        return window.open_part(state, watermark)
-    kept = {k: window.open_part(v, watermark) for k, v in state.items()}
+        return window.open_part(state, window.cut([state], watermark))
+    kept = {k: window.open_part(v, window.cut([v], watermark)) for k, v in state.items()}
     return {k: v for k, v in kept.items() if window.parts(v)}
 
 
-def forget_dropped(bolt: BoltSpec[Any, Any], state: dict[Any, Any]) -> None:
-    """Remove from ``state`` (keyed, of ``bolt``, a bolt routing late data, as loaded from a
-    snapshot) the keys without windows or sessions: a delta snapshot records a key the bolt
-    dropped so (:mod:`hailstorm.processors.expiry`)."""
-    window = bolt.window
-    assert window is not None and bolt.late is not None
+def forget_dropped(window: EventTimed[Any], state: dict[Any, Any]) -> None:
+    """Remove from ``state`` (keyed state over ``window``, of a bolt routing late data, as
+    loaded from a snapshot) the keys without windows or sessions: a delta snapshot records a
+    key the bolt dropped so (:mod:`hailstorm.processors.expiry`)."""
     parts = window.parts
     for key in [k for k, v in state.items() if not parts(v)]:
         del state[key]

@@ -25,7 +25,8 @@ from typing import Any, Literal
 from hailstorm.export.errors import ExportError
 from hailstorm.export.rounds import Round, choose_round
 from hailstorm.export.rows import state_mapping
-from hailstorm.monoids import Monoid
+from hailstorm.lateness import forget_dropped
+from hailstorm.monoids import EventTimed, KeyedMap, Monoid
 from hailstorm.protocol.clock import Clock, clock_to_json
 from hailstorm.sinks.db import Database, RetryPolicy, with_retries
 from hailstorm.sinks.errors import SinkConfigError
@@ -108,9 +109,10 @@ def _record_export_sql(db: Database) -> str:
 
 
 def _read_instance_task(
-    root: str, module: str | None, bolt: str, monoid: Monoid[Any] | None
+    root: str, module: str | None, bolt: str, monoid: Monoid[Any] | None, routes_late: bool
 ) -> Callable[[Iterator[str]], Iterator[Any]]:
-    """The Spark task: snapshot keys in, rows (per_key) or states (whole) out."""
+    """The Spark task: snapshot keys in, rows (per_key) or states (whole) out (without the
+    keys a bolt routing late data dropped, which a delta records as empty)."""
 
     def run(keys: Iterator[str]) -> Iterator[Any]:
         from hailstorm.snapshots import open_store
@@ -126,6 +128,9 @@ def _read_instance_task(
         store = open_store(root)
         for key in keys:
             _, state = store.load(key, state_monoid)
+            if routes_late and isinstance(state_monoid, KeyedMap) \
+                    and isinstance(state_monoid.inner, EventTimed):
+                forget_dropped(state_monoid.inner, state)
             if mapping.layout == "whole":
                 yield state
             else:
@@ -195,6 +200,7 @@ class BoltExport:
         parse_url(url)
         self.topology, self.bolt, self.url, self.table = topology, bolt, url, table
         self.monoid = spec.state
+        self.routes_late = spec.late is not None
         self.mapping = state_mapping(self.monoid)
         self.shape = self.mapping.shape(table)
         self.force = force
@@ -272,7 +278,7 @@ class BoltExport:
         keys = [r.key for r in chosen.refs]
         module = self.topology.module_file or self.topology.source
         task = _read_instance_task(store.location, module, self.bolt,
-                                   None if module else self.monoid)
+                                   None if module else self.monoid, self.routes_late)
         spark = session() if callable(session) else session
         sc = spark.sparkContext
         sc.setJobDescription(f"hailstorm export {self.topology.name}/{self.bolt} round "

@@ -12,7 +12,7 @@ from hailstorm.monoids.avro import check_kind, check_kinds, codec, record, sorte
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid, S
 from hailstorm.monoids.scalars import Count, Sum
 from hailstorm.monoids.ttl import Ttl
-from hailstorm.monoids.windows import V, Window, WindowState
+from hailstorm.monoids.windows import EventTimed, V, Window, WindowState
 
 __all__ = ["K", "KeyedMap", "L", "Record", "per_key"]
 
@@ -195,6 +195,9 @@ def per_key(inner: Monoid[Any], key_type: Any = "string", *, ttl: Any = None
     :class:`~hailstorm.monoids.ttl.Ttl`; the bolt needs ``event_time=`` and ``late=``).
     """
     if ttl is not None:
+        if isinstance(inner, EventTimed):
+            raise ValueError(f"ttl= applies to a plain monoid, not {inner.describe()}: "
+                             "keep windows, or a ttl, not both")
         inner = Ttl(inner, ttl)
     if isinstance(inner, Ttl):  # typed by what emit receives (see KeyedMap)
         return cast(KeyedMap[Any, Any, Any], KeyedMap(inner, key_type))

@@ -4,6 +4,7 @@ Pure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import add, itemgetter
 from typing import Any, Generic, TypeVar
 
@@ -53,6 +54,11 @@ class Ttl(EventTimed[Sessions], Generic[V]):
 
     def __init__(self, inner: Monoid[V], ttl: Any, retention: Any = None, *,
                  time_type: str = "long", unit: str = "s") -> None:
+        for name, value in (("ttl", ttl), ("retention", retention)):
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, int | float)):
+                raise TypeError(f"{name} must be a number in the event times' unit (e.g. "
+                                f"3600 for an hour in seconds), not {value!r}")
         if ttl <= 0:
             raise ValueError("ttl must be > 0")
         if retention is not None and retention <= 0:
@@ -133,15 +139,25 @@ class Ttl(EventTimed[Sessions], Generic[V]):
         """The latest session's end."""
         return value[-2] if value else None
 
-    def open_part(self, value: Sessions, bound: Any) -> Sessions:
-        """Without the sessions with ``end + ttl + retention <= bound``."""
+    def cut(self, values: Sequence[Sessions], bound: Any) -> Any:
+        """The end of the last session with ``end + ttl + retention <= bound`` in the merge
+        of ``values`` (a session split across a bolt's segments closes as a whole)."""
         horizon = bound - self.ttl - self.retention
-        if value and value[1] > horizon:
-            return value
-        for i in range(4, len(value), 3):  # sorted: the closed ones come first
+        value = values[0] if len(values) == 1 else self.combine_all(values)
+        last = None
+        for i in range(1, len(value), 3):  # sorted: the closed ones come first
             if value[i] > horizon:
-                return value[i - 1:]
-        return ()
+                break
+            last = value[i]
+        return last
+
+    def open_part(self, value: Sessions, cut: Any) -> Sessions:
+        if cut is None:
+            return value
+        i = 0
+        while i < len(value) and value[i] <= cut:
+            i += 3
+        return value if i == 0 else value[i:]
 
     def parts(self, value: Sessions) -> int:
         return len(value) // 3

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from hailstorm.monoids.avro import check_number, record
@@ -76,10 +77,16 @@ class EventTimed(Monoid[ES]):
         partition's stream time being at or above it; None for an empty one."""
         raise NotImplementedError
 
-    def open_part(self, value: ES, bound: Any) -> ES:
-        """``value`` without what closed at ``bound`` (no tuple that is not late can
-        change it any more); ``value`` itself (not a copy) when nothing closed. A new state
-        otherwise: ``value`` is never modified."""
+    def cut(self, values: Sequence[ES], bound: Any) -> Any:
+        """What closed at ``bound`` in one key's state, the merge of ``values`` (its parts
+        in a bolt's segments): its windows (or sessions) starting at or before the cut (no
+        tuple that is not late can change them any more); None when nothing closed."""
+        raise NotImplementedError
+
+    def open_part(self, value: ES, cut: Any) -> ES:
+        """``value`` without its windows (or sessions) starting at or before ``cut`` (from
+        :meth:`cut`); ``value`` itself (not a copy) when it has none. A new state otherwise:
+        ``value`` is never modified."""
         raise NotImplementedError
 
     def parts(self, value: ES) -> int:
@@ -154,13 +161,16 @@ class Window(EventTimed[WindowState[V]]):
         buckets = value[1]
         return max(buckets) if buckets else None
 
-    def open_part(self, value: WindowState[Any], bound: Any) -> WindowState[Any]:
-        """Without the windows with ``start + size + retention <= bound``."""
-        horizon = bound - self.size - self.retention
+    def cut(self, values: Sequence[WindowState[Any]], bound: Any) -> Any:
+        """``bound - size - retention``: the windows with ``start + size + retention <=
+        bound`` are closed, whatever the state."""
+        return bound - self.size - self.retention
+
+    def open_part(self, value: WindowState[Any], cut: Any) -> WindowState[Any]:
         t, buckets = value
-        if min(buckets, default=horizon) > horizon:
+        if min(buckets, default=cut) > cut:
             return value
-        return (t, {s: v for s, v in buckets.items() if s > horizon})
+        return (t, {s: v for s, v in buckets.items() if s > cut})
 
     def parts(self, value: WindowState[Any]) -> int:
         return len(value[1])

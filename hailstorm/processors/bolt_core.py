@@ -159,7 +159,7 @@ class BoltCore:
         self.closed_windows = ClosedWindows(spec) if spec.late is not None else None
         """Bolts routing late data: what :meth:`expire` drops."""
         if self.closed_windows is not None and spec.keyed:
-            forget_dropped(spec, state)
+            forget_dropped(self.closed_windows.window, state)
 
     # -- frames -------------------------------------------------------------------------
 
@@ -334,6 +334,8 @@ class BoltCore:
         self._latest_label = label
         self._pending.append(_Round(epoch, dict(clock), label))
         self._segments.append(self._monoid.empty())
+        if self.closed_windows is not None:
+            self.closed_windows.round_started()
         return [ForwardClock(epoch, dict(clock)), *self._write_covered()]
 
     def flush(self) -> list[Action]:
@@ -578,6 +580,8 @@ class BoltCore:
         floor = self._floor
         while self._pending and self._watermarks.covers(self._pending[0].clock):
             done = self._pending.pop(0)
+            if self.closed_windows is not None:
+                self.closed_windows.round_written()
             before = segments[0]
             actions.append(self._snapshot_of(done, before))
             if self._changed is not None:

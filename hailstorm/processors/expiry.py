@@ -10,6 +10,15 @@ more, so dropping it (and a key left without windows) changes no row.
 The same holds for ttl sessions (:class:`~hailstorm.monoids.Ttl`): a session ending
 ``ttl + retention`` at or before the bound can be reached by no tuple that is not late.
 
+While a round is pending, the bound is the one when its clock arrived (every tuple absorbed
+then was within the clock): what is dropped goes into that round's snapshot, and a bolt
+restored from it replays the tuples after the clock, which must find nothing they reach
+dropped. A later bound, raised by tuples after the clock, could cut a window those tuples
+had reached (:meth:`ClosedWindows.round_started`). A key's parts in the segments are cut as
+one state (:meth:`~hailstorm.monoids.EventTimed.cut`): a ttl session may be split across
+them (with the round's bound, a later part cannot reach a closed earlier one, but the cut
+does not rely on it).
+
 Snapshots follow: a key whose value changed by dropping is written anew in the next delta,
 and a key dropped whole is written with the identity (no window, no session), which loading
 drops again (:func:`~hailstorm.lateness.forget_dropped`). The model keeps everything;
@@ -41,6 +50,8 @@ class ClosedWindows:
         self.reached: dict[Any, Any] = {}
         """The latest event-time progress received per partition (window start, or ttl
         session end: :meth:`~hailstorm.monoids.EventTimed.reached`)."""
+        self._at_rounds: list[dict[Any, Any]] = []
+        """:attr:`reached` when each pending round's clock arrived, oldest first."""
         self._sweep: list[Any] = []
         """Keys still to look at in the current pass."""
         self._slice = 0
@@ -59,10 +70,22 @@ class ClosedWindows:
             if at is not None and (p not in reached or at > reached[p]):
                 reached[p] = at
 
+    def round_started(self) -> None:
+        """A round's clock arrived: every tuple absorbed so far is within it, so the
+        progress now is what that round's snapshot may be cut at."""
+        self._at_rounds.append(dict(self.reached))
+
+    def round_written(self) -> None:
+        """The oldest pending round's snapshot was handed out."""
+        self._at_rounds.pop(0)
+
     def bound(self, partitions: Mapping[Any, Any] | None) -> Any:
         """What closed at this event time is closed for good: the smallest progress over
-        ``partitions`` (every one the upstreams carry); None until each sent a tuple."""
-        reached = self.reached
+        ``partitions`` (every one the upstreams carry); None until each sent a tuple. While
+        a round is pending, its progress when its clock arrived: a snapshot holds only cuts
+        that tuples within its clock justify, or replaying the tuples after it could
+        reach what was cut."""
+        reached = self._at_rounds[0] if self._at_rounds else self.reached
         if not partitions or any(p not in reached for p in partitions):
             return None
         return min(reached[p] for p in partitions)
@@ -72,17 +95,19 @@ class ClosedWindows:
         """Drop from ``segments`` (the bolt's states, changed in place) what closed at
         :meth:`bound`, looking at up to ``budget`` keys from where the last call stopped;
         returns the windows (or sessions) dropped; a call looks at more keys when the pass
-        would otherwise take more than :data:`SLICES_PER_PASS` calls. The keys of
-        ``segments[0]`` this changes or removes are added to ``changed`` (what the next
-        delta snapshot holds)."""
-        watermark = self.bound(partitions)
-        if watermark is None:
+        would otherwise take more than :data:`SLICES_PER_PASS` calls. A key's parts in the
+        segments are cut as one state. The keys of ``segments[0]`` this changes or removes
+        are added to ``changed`` (what the next delta snapshot holds)."""
+        bound = self.bound(partitions)
+        if bound is None:
             return 0
-        open_part, parts = self.window.open_part, self.window.parts
+        window = self.window
+        cut_of, open_part, parts = window.cut, window.open_part, window.parts
         before = self.windows
         if not self.keyed:
+            cut = cut_of(segments, bound)
             for i, value in enumerate(segments):
-                kept = open_part(value, watermark)
+                kept = open_part(value, cut)
                 if kept is not value:
                     self.windows += parts(value) - parts(kept)
                     segments[i] = kept
@@ -93,11 +118,15 @@ class ClosedWindows:
         sweep = self._sweep
         for _ in range(min(max(budget, self._slice), len(sweep))):
             key = sweep.pop()
+            values = [segment[key] for segment in segments if key in segment]
+            cut = cut_of(values, bound) if values else None
+            if cut is None:
+                continue
             for i, segment in enumerate(segments):
                 value = segment.get(key)
                 if value is None:
                     continue
-                kept = open_part(value, watermark)
+                kept = open_part(value, cut)
                 if kept is value:
                     continue
                 if i == 0 and changed is not None:

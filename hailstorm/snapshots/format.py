@@ -34,8 +34,10 @@ Metadata (Avro file metadata, UTF-8 strings):
 Deltas. A keyed state may be written as a delta: the records of only the keys whose value
 changed since an earlier snapshot of the same bolt instance (its ``base``, itself a full
 snapshot or a delta), each with its whole new value. The state is the base's with those
-keys replaced (keys are never removed from a keyed state). A delta is a valid Avro file of
-the same schema; read alone it holds only the changed keys, so readers go through
+keys replaced (a bolt routing late data writes a key it dropped with an empty value, which
+whoever loads it for that bolt drops: :func:`hailstorm.lateness.forget_dropped`; the store
+itself never removes a key). A delta is a valid Avro file of the same schema; read alone
+it holds only the changed keys, so readers go through
 :meth:`SnapshotStore.load` (or ``hailstorm snapshots``), which follows the chain. A chain
 shares its files between rounds: garbage collection keeps every file a kept round builds
 on, and a corrupt file fails every round built on it (reported as the round's own file, so

@@ -348,14 +348,17 @@ class Topology:
             )
         if spec.window is not None and event_time is None:
             raise self._error(
-                f"state {state.describe()} is windowed, so each tuple needs an event time",
+                f"state {state.describe()} keeps event time (windows or a ttl), so each "
+                "tuple needs one",
                 "pass event_time=lambda t: ... returning the tuple's timestamp",
                 label,
             )
         if spec.window is None and event_time is not None:
             raise self._error(
-                f"event_time is only used by window state, and {state.describe()} has none",
-                "remove event_time=..., or wrap the state in TumblingWindow/SlidingWindow",
+                f"event_time is only used by window or ttl state, and {state.describe()} "
+                "has none",
+                "remove event_time=..., or wrap the state in TumblingWindow/SlidingWindow, "
+                "or use per_key(..., ttl=...)",
                 label,
             )
         self._add(spec)

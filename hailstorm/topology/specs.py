@@ -200,8 +200,8 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
     """Spouts combine contributions per key and batch before sending them (declared safe
     by the topology's author; checked by :meth:`Topology.validate`)."""
     late: str | Table | None = None
-    """Where late tuples go (tumbling-window or ttl state fed by spouts): a topic, or a
-    table written by the sink :attr:`late_sink`. The spouts decide lateness per partition
+    """Where late tuples go (window or ttl state fed by spouts): a topic, or a table
+    written by the sink :attr:`late_sink`. The spouts decide lateness per partition
     and the windows expire nothing themselves (see :mod:`hailstorm.lateness`)."""
     keyed: bool = field(init=False)
     """True when the state is a ``KeyedMap`` (state = dict key -> value)."""

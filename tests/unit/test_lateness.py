@@ -16,7 +16,7 @@ from hailstorm.dead_letters import dead_letter_headers
 from hailstorm.lateness import StreamTime, StreamTimes, late_table
 from hailstorm.model import Message, run_model
 from hailstorm.monoids import Count, SlidingWindow, TumblingWindow, per_key
-from hailstorm.processors import SpoutCore
+from hailstorm.processors import BoltCore, SpoutCore, WriteSnapshot
 from hailstorm.processors.expiry import ClosedWindows
 from hailstorm.topology import BoltSpec, SinkSpec, Table, Topology, TopologyError, load_topology
 
@@ -278,3 +278,37 @@ def test_the_model_compares_late_routing_states_without_closed_windows() -> None
     assert full == {"a": (None, {0: 1}), "b": (None, {40: 1})}
     assert result.comparable("windows", full) == {"b": (None, {40: 1})}
     assert result.comparable("windows", {"b": (None, {40: 1})}) == {"b": (None, {40: 1})}
+
+
+def test_a_snapshot_is_cut_only_by_what_its_clock_covers() -> None:
+    """x@0 is within round 1's clock, x@3 and both partitions' q@30 come after it. Window
+    [0, 10) closed at 30, but round 1's snapshot must keep it: restored from that snapshot,
+    the bolt replays x@3 (on time for its partition) and must emit x's window with 2 views,
+    as the first run did."""
+    top = Topology("lt")
+    events = top.spout("events", topic="ev", decoder="json")
+    spec = top.bolt("windows", inputs=[events], key=lambda e: e["k"],
+                    state=per_key(TumblingWindow(SIZE, Count(), retention=RETENTION)),
+                    lift=Count.lift, event_time=lambda e: e["t"], late="lt.late",
+                    emit=lambda e, w: [(e["k"], w[1][e["t"] - e["t"] % SIZE])])
+    a, b = ("ev", 0), ("ev", 1)
+    tuples = {(a, 0): {"k": "x", "t": 0}, (b, 0): {"k": "x", "t": 3},
+              (a, 1): {"k": "q", "t": 30}, (b, 1): {"k": "q", "t": 30}}
+
+    def feed(core: BoltCore, *marks: tuple[Any, int]) -> list[Any]:
+        out = core.on_data("s", [p for p, _ in marks], [o for _, o in marks],
+                           [tuples[m] for m in marks])
+        return list(out.tuples)
+
+    core = BoltCore(spec, ["s"])
+    core.on_watermark("s", {a: -1, b: -1})
+    feed(core, (a, 0))
+    core.on_clock(1, {a: 0, b: -1})
+    assert feed(core, (b, 0), (a, 1), (b, 1)) == [("x", 2), ("q", 1), ("q", 2)]
+    core.expire(100)  # nothing the round's clock covers shows [0, 10) closed
+    [written] = [w for w in core.on_watermark("s", {a: 1, b: 1})
+                 if isinstance(w, WriteSnapshot)]
+    assert written.state == {"x": (None, {0: 1})}
+    replay = BoltCore(spec, ["s"], written.clock, dict(written.state))
+    assert feed(replay, (b, 0)) == [("x", 2)]
+    assert core.expire(100) == 1  # no round pending now: [0, 10) of x goes

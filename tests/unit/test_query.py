@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from hailstorm.auth import SECRET_FILE_VAR, RunSecret
 from hailstorm.cli import main
+from hailstorm.export.job import _read_instance_task
 from hailstorm.query import (
     LiveAnswer,
     LiveResult,
@@ -142,3 +143,7 @@ def test_a_ttl_key_dropped_since_the_base_snapshot_is_missing(tmp_path: Path) ->
     assert result.epoch == 2 and result.values == {"u2": users["u2"]}
     assert result.missing == ["u1"]
     assert query_committed(store, "visits", visits).values == {"u2": users["u2"]}
+    read = _read_instance_task(str(tmp_path), str(REPO / "topologies" / "visits.py"),
+                               "visits", None, routes_late=True)  # what export reads
+    latest = [r.key for r in store.list("visits") if r.epoch == 2]
+    assert [row[0] for row in read(iter(latest))] == ["u2"]  # (key, value) rows

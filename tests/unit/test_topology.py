@@ -235,7 +235,7 @@ def test_window_state_needs_event_time(tmp_path: Path) -> None:
         SPOUT + "topology.bolt('b', inputs=[src], key=len, "
         "state=per_key(TumblingWindow(60, Count())), lift=lambda t: 1)\n",
     )
-    assert "bolt 'b': state per_key(tumbling(60s, Count)) is windowed" in message
+    assert "bolt 'b': state per_key(tumbling(60s, Count)) keeps event time" in message
     assert "pass event_time=lambda t: ..." in message
 
 
@@ -244,7 +244,7 @@ def test_event_time_without_window(tmp_path: Path) -> None:
         tmp_path,
         SPOUT + "topology.bolt('b', inputs=[src], state=Count(), lift=len, event_time=len)\n",
     )
-    assert "bolt 'b': event_time is only used by window state" in message
+    assert "bolt 'b': event_time is only used by window or ttl state" in message
 
 
 def test_unknown_decoder(tmp_path: Path) -> None:

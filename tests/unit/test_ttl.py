@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from hailstorm.lateness import StreamTime
 from hailstorm.model import Message, run_model
-from hailstorm.monoids import Count, SetUnion, Sum, Ttl, per_key
+from hailstorm.monoids import Count, SetUnion, Sum, Ttl, TumblingWindow, per_key
 from hailstorm.processors import BoltCore, WriteSnapshot
 from hailstorm.processors.expiry import ClosedWindows
 from hailstorm.testing import check_monoid_laws
@@ -199,6 +200,77 @@ def test_a_bolt_dropping_idle_keys_ends_as_the_model_and_emits_the_same(
     assert_as_the_model(parts, state, rows)
 
 
+def windows_topology() -> Topology:
+    """The same events counted in tumbling windows of 10 (retention 5), routing late data."""
+    top = Topology("tw")
+    events = top.spout("events", topic="ev", decoder="json")
+    top.bolt("active", inputs=[events], key=lambda e: e["k"],
+             state=per_key(TumblingWindow(10, Count(), retention=RETENTION)),
+             lift=Count.lift, event_time=lambda e: e["t"],
+             emit=lambda e, w: [((e["k"], e["t"] - e["t"] % 10), w[1][e["t"] - e["t"] % 10])],
+             late="tw.late")
+    return top
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=partitions(), seed=st.integers(0, 2**32), budget=st.integers(1, 3),
+       windows=st.booleans())
+def test_a_bolt_restored_from_any_of_its_snapshots_ends_as_the_model(
+    parts: list[list[dict[str, Any]]], seed: int, budget: int, windows: bool,
+) -> None:
+    """A bolt instance takes rounds (some pending while more tuples come), drops what
+    closed at random moments, and is restored from a random snapshot of its own (deltas
+    applied, dropped keys forgotten) to replay the tuples after it: its state and the last
+    row of every key (those of the first run up to the snapshot, then the replay's) equal
+    the model's."""
+    rng = random.Random(seed)
+    top = windows_topology() if windows else ttl_topology(parallelism=1)
+    spec = top.node("active")
+    assert isinstance(spec, BoltSpec)
+    judges = {p: StreamTime(spec) for p in range(len(parts))}
+    on_time = [(("ev", p), o, e) for p, o, e in interleave(parts, rng)
+               if judges[p].judge(e) is None]
+    start = {("ev", p): -1 for p in range(len(parts))}
+
+    def run(core: BoltCore, tuples: list[tuple[Any, int, Any]], rounds: bool
+            ) -> tuple[list[tuple[Any, int, Any]], list[WriteSnapshot]]:
+        rows, written, sent = [], [], dict(core.low_water_mark or start)
+        for p, o, e in tuples:
+            out = core.on_data("s", [p], [o], [e])
+            rows.extend((p, o, row) for row in out.tuples)
+            sent[p] = o
+            if rounds and rng.random() < 0.3:
+                core.on_clock(len(written) + len(core.pending_epochs) + 1, dict(sent))
+            if rng.random() < 0.15:  # rounds stay pending a while
+                written += [w for w in core.on_watermark("s", dict(sent))
+                            if isinstance(w, WriteSnapshot)]
+            if rng.random() < 0.5:
+                core.expire(budget)
+        return rows, written
+
+    first = BoltCore(spec, ["s"])
+    first.on_watermark("s", start)
+    rows, written = run(first, on_time, rounds=True)
+    model = run_model(top, [Message("ev", p, o, json.dumps(e).encode())
+                            for p, es in enumerate(parts) for o, e in enumerate(es)])
+    states: list[Any] = []
+    for w in written:  # as the snapshot store loads them
+        states.append({**states[-1], **w.state} if w.delta else dict(w.state))
+    if written:
+        i = rng.randrange(len(written))
+        clock = written[i].clock
+        restored = BoltCore(spec, ["s"], clock, states[i])
+        restored.on_watermark("s", dict(clock))
+        within = [r for r in rows if r[1] <= clock.get(r[0], -1)]
+        replayed, _ = run(restored, [t for t in on_time if t[1] > clock.get(t[0], -1)],
+                          rounds=False)
+        rows, first = within + replayed, restored
+    assert model.comparable("active", first.merged_state()) == model.comparable(
+        "active", model.bolt_state("active"))
+    assert dict(row for _p, _o, row in rows) == dict(
+        row for _origin, row in model.outputs("active"))
+
+
 def test_a_session_stays_while_an_on_time_tuple_can_still_reach_it() -> None:
     """The edge: ``a`` ended at 0; both partitions reached 14, so a tuple at 10 (10 + 5 >
     14) is on time and extends ``a``'s session (10 - 0 <= 10): ``a`` must survive a drop
@@ -256,6 +328,41 @@ def test_dropped_keys_leave_the_snapshots_too() -> None:
     assert restarted.merged_state() == {"z": (30, 40, 2), **stay}
 
 
+def test_a_session_split_by_a_pending_round_closes_as_a_whole_and_replays_alike() -> None:
+    """x@0 lands before round 1's clock, x@5 after it: the key's session (0, 5) is split
+    across the bolt's two segments. With both partitions at 15, (0, 0) alone would look
+    closed (0 + 15 <= 15) but the session is not (5 + 15 > 15), so nothing is dropped; and
+    round 1's snapshot, cut only by what was within its clock, replays to the same rows."""
+    spec = ttl_topology(parallelism=1).node("active")
+    assert isinstance(spec, BoltSpec)
+    a, b = ("ev", 0), ("ev", 1)
+    tuples = {(a, 0): {"k": "x", "t": 0}, (b, 0): {"k": "x", "t": 5},
+              (a, 1): {"k": "q", "t": 15}, (b, 1): {"k": "q", "t": 15},
+              (a, 2): {"k": "x", "t": 12}}
+
+    def feed(core: BoltCore, *marks: tuple[Any, int]) -> list[Any]:
+        out = core.on_data("s", [p for p, _ in marks], [o for _, o in marks],
+                           [tuples[m] for m in marks])
+        return list(out.tuples)
+
+    core = BoltCore(spec, ["s"])
+    core.on_watermark("s", {a: -1, b: -1})
+    feed(core, (a, 0))
+    core.on_clock(1, {a: 0, b: -1})  # pending until the watermark covers it
+    feed(core, (b, 0), (a, 1), (b, 1))
+    core.expire(100)
+    assert feed(core, (a, 2)) == [("x", 3)]
+    assert core.merged_state()["x"] == (0, 12, 3)
+    [written] = [w for w in core.on_watermark("s", {a: 2, b: 1})
+                 if isinstance(w, WriteSnapshot)]
+    assert written.state["x"] == (0, 0, 1)  # the round's clock: x@0 only, nothing cut
+    replay = BoltCore(spec, ["s"], written.clock, dict(written.state))
+    replay.on_watermark("s", {a: 0, b: -1})
+    assert feed(replay, (b, 0), (a, 1), (b, 1)) == [("x", 2), ("q", 1), ("q", 2)]
+    replay.expire(100)
+    assert feed(replay, (a, 2)) == [("x", 3)]
+
+
 def test_ttl_state_is_kept_per_key_and_routes_late_data() -> None:
     top = Topology("bad")
     events = top.spout("events", topic="ev", decoder="json")
@@ -271,4 +378,8 @@ def test_ttl_state_is_kept_per_key_and_routes_late_data() -> None:
                  state=per_key(Count(), ttl=60), lift=Count.lift, late="bad.late")
     with pytest.raises(ValueError, match="retention must be > 0"):
         Ttl(Count(), 60, retention=0)
+    with pytest.raises(TypeError, match="ttl must be a number"):
+        Ttl(Count(), timedelta(hours=1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not both"):
+        per_key(TumblingWindow(60, Count()), ttl=60)
     assert per_key(Count(), ttl=60).describe() == "per_key(ttl(60s, Count))"
