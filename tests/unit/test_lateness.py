@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hailstorm.dead_letters import dead_letter_headers
 from hailstorm.lateness import StreamTime, StreamTimes, late_table
 from hailstorm.model import Message, run_model
-from hailstorm.monoids import Count, SlidingWindow, TumblingWindow, per_key
+from hailstorm.monoids import Count, SlidingWindow, Ttl, TumblingWindow, per_key
 from hailstorm.processors import BoltCore, SpoutCore, WriteSnapshot
 from hailstorm.processors.expiry import ClosedWindows
 from hailstorm.topology import BoltSpec, SinkSpec, Table, Topology, TopologyError, load_topology
@@ -280,6 +280,15 @@ def test_the_model_compares_late_routing_states_without_closed_windows() -> None
     assert result.comparable("windows", {"b": (None, {40: 1})}) == {"b": (None, {40: 1})}
 
 
+def feed(core: BoltCore, tuples: dict[tuple[Any, int], Any], *marks: tuple[Any, int]
+         ) -> list[Any]:
+    """Send ``core`` the tuples at ``marks`` (partition, offset) in one batch; what it
+    emitted."""
+    out = core.on_data("s", [p for p, _ in marks], [o for _, o in marks],
+                       [tuples[m] for m in marks])
+    return list(out.tuples)
+
+
 def test_a_snapshot_is_cut_only_by_what_its_clock_covers() -> None:
     """x@0 is within round 1's clock, x@3 and both partitions' q@30 come after it. Window
     [0, 10) closed at 30, but round 1's snapshot must keep it: restored from that snapshot,
@@ -294,21 +303,49 @@ def test_a_snapshot_is_cut_only_by_what_its_clock_covers() -> None:
     a, b = ("ev", 0), ("ev", 1)
     tuples = {(a, 0): {"k": "x", "t": 0}, (b, 0): {"k": "x", "t": 3},
               (a, 1): {"k": "q", "t": 30}, (b, 1): {"k": "q", "t": 30}}
-
-    def feed(core: BoltCore, *marks: tuple[Any, int]) -> list[Any]:
-        out = core.on_data("s", [p for p, _ in marks], [o for _, o in marks],
-                           [tuples[m] for m in marks])
-        return list(out.tuples)
-
     core = BoltCore(spec, ["s"])
     core.on_watermark("s", {a: -1, b: -1})
-    feed(core, (a, 0))
+    feed(core, tuples, (a, 0))
     core.on_clock(1, {a: 0, b: -1})
-    assert feed(core, (b, 0), (a, 1), (b, 1)) == [("x", 2), ("q", 1), ("q", 2)]
+    assert feed(core, tuples, (b, 0), (a, 1), (b, 1)) == [("x", 2), ("q", 1), ("q", 2)]
     core.expire(100)  # nothing the round's clock covers shows [0, 10) closed
     [written] = [w for w in core.on_watermark("s", {a: 1, b: 1})
                  if isinstance(w, WriteSnapshot)]
     assert written.state == {"x": (None, {0: 1})}
     replay = BoltCore(spec, ["s"], written.clock, dict(written.state))
-    assert feed(replay, (b, 0)) == [("x", 2)]
+    assert feed(replay, tuples, (b, 0)) == [("x", 2)]
     assert core.expire(100) == 1  # no round pending now: [0, 10) of x goes
+
+
+def test_a_session_split_by_a_pending_round_closes_as_a_whole_and_replays_alike() -> None:
+    """x@0 lands before round 1's clock, x@5 after it: the key's session (0, 5) is split
+    across the bolt's two segments. With both partitions at 15, (0, 0) alone would look
+    closed (0 + 15 <= 15) but the session is not (5 + 15 > 15), so nothing is dropped; and
+    round 1's snapshot, cut only by what was within its clock, replays to the same rows."""
+    top = Topology("tt")
+    events = top.spout("events", topic="ev", decoder="json")
+    spec = top.bolt("active", inputs=[events], key=lambda e: e["k"],
+                    state=per_key(Ttl(Count(), 10, retention=5)), lift=Count.lift,
+                    event_time=lambda e: e["t"], emit=lambda e, n: [(e["k"], n)],
+                    late="tt.late")
+    a, b = ("ev", 0), ("ev", 1)
+    tuples = {(a, 0): {"k": "x", "t": 0}, (b, 0): {"k": "x", "t": 5},
+              (a, 1): {"k": "q", "t": 15}, (b, 1): {"k": "q", "t": 15},
+              (a, 2): {"k": "x", "t": 12}}
+
+    core = BoltCore(spec, ["s"])
+    core.on_watermark("s", {a: -1, b: -1})
+    feed(core, tuples, (a, 0))
+    core.on_clock(1, {a: 0, b: -1})  # pending until the watermark covers it
+    feed(core, tuples, (b, 0), (a, 1), (b, 1))
+    core.expire(100)
+    assert feed(core, tuples, (a, 2)) == [("x", 3)]
+    assert core.merged_state()["x"] == (0, 12, 3)
+    [written] = [w for w in core.on_watermark("s", {a: 2, b: 1})
+                 if isinstance(w, WriteSnapshot)]
+    assert written.state["x"] == (0, 0, 1)  # the round's clock: x@0 only, nothing cut
+    replay = BoltCore(spec, ["s"], written.clock, dict(written.state))
+    replay.on_watermark("s", {a: 0, b: -1})
+    assert feed(replay, tuples, (b, 0), (a, 1), (b, 1)) == [("x", 2), ("q", 1), ("q", 2)]
+    replay.expire(100)
+    assert feed(replay, tuples, (a, 2)) == [("x", 3)]

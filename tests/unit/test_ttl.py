@@ -234,7 +234,9 @@ def test_a_bolt_restored_from_any_of_its_snapshots_ends_as_the_model(
 
     def run(core: BoltCore, tuples: list[tuple[Any, int, Any]], rounds: bool
             ) -> tuple[list[tuple[Any, int, Any]], list[WriteSnapshot]]:
-        rows, written, sent = [], [], dict(core.low_water_mark or start)
+        rows: list[tuple[Any, int, Any]] = []
+        written: list[WriteSnapshot] = []
+        sent = dict(core.low_water_mark or start)
         for p, o, e in tuples:
             out = core.on_data("s", [p], [o], [e])
             rows.extend((p, o, row) for row in out.tuples)
@@ -328,41 +330,6 @@ def test_dropped_keys_leave_the_snapshots_too() -> None:
     assert restarted.merged_state() == {"z": (30, 40, 2), **stay}
 
 
-def test_a_session_split_by_a_pending_round_closes_as_a_whole_and_replays_alike() -> None:
-    """x@0 lands before round 1's clock, x@5 after it: the key's session (0, 5) is split
-    across the bolt's two segments. With both partitions at 15, (0, 0) alone would look
-    closed (0 + 15 <= 15) but the session is not (5 + 15 > 15), so nothing is dropped; and
-    round 1's snapshot, cut only by what was within its clock, replays to the same rows."""
-    spec = ttl_topology(parallelism=1).node("active")
-    assert isinstance(spec, BoltSpec)
-    a, b = ("ev", 0), ("ev", 1)
-    tuples = {(a, 0): {"k": "x", "t": 0}, (b, 0): {"k": "x", "t": 5},
-              (a, 1): {"k": "q", "t": 15}, (b, 1): {"k": "q", "t": 15},
-              (a, 2): {"k": "x", "t": 12}}
-
-    def feed(core: BoltCore, *marks: tuple[Any, int]) -> list[Any]:
-        out = core.on_data("s", [p for p, _ in marks], [o for _, o in marks],
-                           [tuples[m] for m in marks])
-        return list(out.tuples)
-
-    core = BoltCore(spec, ["s"])
-    core.on_watermark("s", {a: -1, b: -1})
-    feed(core, (a, 0))
-    core.on_clock(1, {a: 0, b: -1})  # pending until the watermark covers it
-    feed(core, (b, 0), (a, 1), (b, 1))
-    core.expire(100)
-    assert feed(core, (a, 2)) == [("x", 3)]
-    assert core.merged_state()["x"] == (0, 12, 3)
-    [written] = [w for w in core.on_watermark("s", {a: 2, b: 1})
-                 if isinstance(w, WriteSnapshot)]
-    assert written.state["x"] == (0, 0, 1)  # the round's clock: x@0 only, nothing cut
-    replay = BoltCore(spec, ["s"], written.clock, dict(written.state))
-    replay.on_watermark("s", {a: 0, b: -1})
-    assert feed(replay, (b, 0), (a, 1), (b, 1)) == [("x", 2), ("q", 1), ("q", 2)]
-    replay.expire(100)
-    assert feed(replay, (a, 2)) == [("x", 3)]
-
-
 def test_ttl_state_is_kept_per_key_and_routes_late_data() -> None:
     top = Topology("bad")
     events = top.spout("events", topic="ev", decoder="json")
@@ -379,7 +346,7 @@ def test_ttl_state_is_kept_per_key_and_routes_late_data() -> None:
     with pytest.raises(ValueError, match="retention must be > 0"):
         Ttl(Count(), 60, retention=0)
     with pytest.raises(TypeError, match="ttl must be a number"):
-        Ttl(Count(), timedelta(hours=1))  # type: ignore[arg-type]
+        Ttl(Count(), timedelta(hours=1))
     with pytest.raises(ValueError, match="not both"):
         per_key(TumblingWindow(60, Count()), ttl=60)
     assert per_key(Count(), ttl=60).describe() == "per_key(ttl(60s, Count))"
