@@ -113,7 +113,8 @@ class ClosedWindows:
                     segments[i] = kept
             return self.windows - before
         if not self._sweep:
-            self._sweep = [k for segment in segments for k in segment]
+            self._sweep = list(segments[0]) if len(segments) == 1 else list(
+                dict.fromkeys(k for segment in segments for k in segment))
             self._slice = -(-len(self._sweep) // SLICES_PER_PASS)
         sweep = self._sweep
         for _ in range(min(max(budget, self._slice), len(sweep))):
@@ -122,6 +123,7 @@ class ClosedWindows:
             cut = cut_of(values, bound) if values else None
             if cut is None:
                 continue
+            emptied = False
             for i, segment in enumerate(segments):
                 value = segment.get(key)
                 if value is None:
@@ -136,5 +138,7 @@ class ClosedWindows:
                     segment[key] = kept  # a new value: a snapshot may share the old
                 else:
                     del segment[key]
-                    self.keys += 1
+                    emptied = True
+            if emptied and not any(key in segment for segment in segments):
+                self.keys += 1
         return self.windows - before

@@ -290,14 +290,15 @@ def test_idle_keys_are_dropped_once_every_partition_is_past_them() -> None:
     spec = ttl_topology(parallelism=1).node("active")
     assert isinstance(spec, BoltSpec)
     closed = ClosedWindows(spec)
-    segments: list[Any] = [{"a": (0, 3, 2), "b": (2, 2, 1, 30, 31, 2)}]
+    segments: list[Any] = [{"a": (0, 3, 2), "b": (2, 2, 1, 30, 31, 2)}, {"a": (1, 1, 1)}]
     closed.note([0, 1], [("a", (3, 3, 1)), ("b", (31, 31, 1))])
     assert closed.bound({0: 0, 1: 0}) == 3
     assert closed.expire(segments, {0: 0, 1: 0}, 10) == 0  # 3 + 10 + 5 > 3
     closed.note([0], [("c", (40, 40, 1))])
     assert closed.bound({0: 0, 1: 0}) == 31  # partition 1 is the slowest
-    assert closed.expire(segments, {0: 0, 1: 0}, 10) == 2
-    assert segments == [{"b": (30, 31, 2)}] and (closed.windows, closed.keys) == (2, 1)
+    assert closed.expire(segments, {0: 0, 1: 0}, 10) == 3
+    assert segments == [{"b": (30, 31, 2)}, {}]
+    assert (closed.windows, closed.keys) == (3, 1)  # "a" left both segments: one key
 
 
 def test_dropped_keys_leave_the_snapshots_too() -> None:
