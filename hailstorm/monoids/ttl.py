@@ -142,11 +142,11 @@ class Ttl(EventTimed[Sessions], Generic[V]):
     def cut(self, values: Sequence[Sessions], bound: Any) -> Any:
         """The end of the last session with ``end + ttl + retention <= bound`` in the merge
         of ``values`` (a session split across a bolt's segments closes as a whole)."""
-        horizon = bound - self.ttl - self.retention
+        closing = self.ttl + self.retention
         value = values[0] if len(values) == 1 else self.combine_all(values)
         last = None
         for i in range(1, len(value), 3):  # sorted: the closed ones come first
-            if value[i] > horizon:
+            if value[i] + closing > bound:
                 break
             last = value[i]
         return last

@@ -149,7 +149,7 @@ class Window(EventTimed[WindowState[V]]):
     def closes(self, event_time: Any) -> Any:
         """``start + size + retention`` of the earliest window covering ``event_time`` (the
         first to close: a tuple is late once any of its windows closed)."""
-        return self.window_starts(event_time)[-1] + self.size + self.retention
+        return self.window_starts(event_time)[-1] + (self.size + self.retention)
 
     def span(self, event_time: Any) -> tuple[Any, Any]:
         """The earliest window covering ``event_time``."""
@@ -162,13 +162,15 @@ class Window(EventTimed[WindowState[V]]):
         return max(buckets) if buckets else None
 
     def cut(self, values: Sequence[WindowState[Any]], bound: Any) -> Any:
-        """``bound - size - retention``: the windows with ``start + size + retention <=
-        bound`` are closed, whatever the state."""
-        return bound - self.size - self.retention
+        """The latest start of a window with ``start + size + retention <= bound`` (the
+        expression :meth:`closes` judges by, so float times round alike)."""
+        closing = self.size + self.retention
+        closed = [s for value in values for s in value[1] if s + closing <= bound]
+        return max(closed) if closed else None
 
     def open_part(self, value: WindowState[Any], cut: Any) -> WindowState[Any]:
         t, buckets = value
-        if min(buckets, default=cut) > cut:
+        if cut is None or min(buckets, default=cut) > cut:
             return value
         return (t, {s: v for s, v in buckets.items() if s > cut})
 
