@@ -32,7 +32,8 @@ knows, per source partition, the latest window start (session end) it received, 
 smallest of those over every partition (once each sent a tuple) is at or below every
 partition's stream time. A window that closed at that bound can receive no tuple that is
 not late, so :meth:`~hailstorm.processors.BoltCore.expire` drops it (and a key left without
-windows) whenever it likes: no row changes (:mod:`hailstorm.processors.expiry`).
+windows): no row changes, also in a bolt restored from a snapshot, since a pending round is
+cut only by the bound its clock covers (:mod:`hailstorm.processors.expiry`).
 :func:`without_closed_windows` (through :meth:`~hailstorm.model.ModelResult.comparable`) is
 how a state is compared with the model's, which keeps everything.
 
