@@ -184,7 +184,8 @@ def without_closed_windows(bolt: BoltSpec[Any, Any], state: Any, watermark: Any)
     if not bolt.keyed:
         return window.open_part(state, window.cut([state], watermark))
     kept = {k: window.open_part(v, window.cut([v], watermark)) for k, v in state.items()}
-    return {k: v for k, v in kept.items() if window.parts(v)}
+    forget_dropped(window, kept)
+    return kept
 
 
 def forget_dropped(window: EventTimed[Any], state: dict[Any, Any]) -> None:

@@ -119,15 +119,13 @@ class ClosedWindows:
         sweep = self._sweep
         for _ in range(min(max(budget, self._slice), len(sweep))):
             key = sweep.pop()
-            values = [segment[key] for segment in segments if key in segment]
-            cut = cut_of(values, bound) if values else None
+            held = [(i, segment, segment[key]) for i, segment in enumerate(segments)
+                    if key in segment]
+            cut = cut_of([value for _i, _segment, value in held], bound) if held else None
             if cut is None:
                 continue
-            emptied = False
-            for i, segment in enumerate(segments):
-                value = segment.get(key)
-                if value is None:
-                    continue
+            left = len(held)
+            for i, segment, value in held:
                 kept = open_part(value, cut)
                 if kept is value:
                     continue
@@ -138,7 +136,7 @@ class ClosedWindows:
                     segment[key] = kept  # a new value: a snapshot may share the old
                 else:
                     del segment[key]
-                    emptied = True
-            if emptied and not any(key in segment for segment in segments):
+                    left -= 1
+            if not left:
                 self.keys += 1
         return self.windows - before
