@@ -151,10 +151,13 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
                       show_bolt: str | None, epoch: int | None, instance: int | None) -> None:
     """List TOPOLOGY's snapshots, or print one bolt's snapshot (--show BOLT) as JSON lines.
 
-    TOPOLOGY is a module (decoded values) or just the topology's name (raw Avro records).
+    TOPOLOGY is a module (decoded values; keys a bolt routing late data dropped are left
+    out) or just the topology's name (raw Avro records).
     """
+    import functools
     import json
 
+    from hailstorm.lateness import forget_dropped
     from hailstorm.protocol.clock import clock_to_json
     from hailstorm.snapshots import SnapshotError, open_store
     from hailstorm.topology import BoltSpec
@@ -197,12 +200,16 @@ def snapshots_command(topology_ref: str, snapshot_dir: str | None, zk: str | Non
         fail(f"no snapshot of {name}/{show_bolt} round {epoch}"
              + ("" if instance is None else f" instance {instance}"))
     monoid = None
+    forget = None
     if topology is not None:
         spec = topology.node(show_bolt) if show_bolt in {n.name for n in topology.nodes} else None
-        monoid = spec.state if isinstance(spec, BoltSpec) else None
+        if isinstance(spec, BoltSpec):
+            monoid = spec.state
+            if spec.drops_keys and spec.window is not None:
+                forget = functools.partial(forget_dropped, spec.window)
     try:
         for ref in chosen:
-            for row in store.to_json_rows(ref, monoid):
+            for row in store.to_json_rows(ref, monoid, forget):
                 click.echo(json.dumps(row, separators=(",", ":")))
     except SnapshotError as exc:
         fail(str(exc))

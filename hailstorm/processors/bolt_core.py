@@ -158,7 +158,7 @@ class BoltCore:
         failed emit's contribution is): the shell quarantines them and clears this."""
         self.closed_windows = ClosedWindows(spec) if spec.late is not None else None
         """Bolts routing late data: what :meth:`expire` drops."""
-        if self.closed_windows is not None and spec.keyed:
+        if self.closed_windows is not None and spec.drops_keys:
             forget_dropped(self.closed_windows.window, state)
 
     # -- frames -------------------------------------------------------------------------

@@ -371,13 +371,16 @@ class SnapshotStore(ABC):
         return clock, state
 
     def to_json_rows(
-        self, ref: SnapshotRef | str, monoid: Monoid[Any] | None = None
+        self, ref: SnapshotRef | str, monoid: Monoid[Any] | None = None,
+        forget: Callable[[dict[Any, Any]], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The snapshot's contents as JSON-able rows, streamed after verification.
 
         Keyed state gives ``{"key": ..., "value": ...}`` per key, other state one
         ``{"state": ...}`` row. With ``monoid`` values are decoded states (tuples as lists,
-        bytes as base64); without, the raw Avro records.
+        bytes as base64); without, the raw Avro records. ``forget`` (with ``monoid``) is
+        applied to a delta's loaded keyed state first: the keys a delta records as dropped
+        (:func:`hailstorm.lateness.forget_dropped`) are not shown.
         """
         ref = self._ref(ref)
         if monoid is None and ref.base is not None:
@@ -391,7 +394,10 @@ class SnapshotStore(ABC):
             for record in self._records(ref, None):
                 yield jsonable(record)
         elif ref.base is not None:
-            for k, v in self.load(ref, monoid)[1].items():
+            state = self.load(ref, monoid)[1]
+            if forget is not None:
+                forget(state)
+            for k, v in state.items():
                 yield {"key": jsonable(k), "value": jsonable(v)}
         elif ref.layout == LAYOUT_WHOLE:
             for record in self._records(ref, monoid):

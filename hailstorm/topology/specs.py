@@ -250,6 +250,13 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
         return self.late if isinstance(self.late, str) else None
 
     @property
+    def drops_keys(self) -> bool:
+        """Keyed state of a bolt routing late data: its sweep drops keys left without
+        windows or sessions, and a delta snapshot records such a key with an empty value,
+        which whoever loads it forgets (:func:`hailstorm.lateness.forget_dropped`)."""
+        return self.late is not None and self.keyed
+
+    @property
     def late_sink(self) -> str | None:
         """The name of the sink writing late tuples to a table (``late=Table(...)``)."""
         return f"{self.name}_late" if isinstance(self.late, Table) else None

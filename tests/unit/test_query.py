@@ -147,3 +147,8 @@ def test_a_ttl_key_dropped_since_the_base_snapshot_is_missing(tmp_path: Path) ->
                                "visits", None, routes_late=True)  # what export reads
     latest = [r.key for r in store.list("visits") if r.epoch == 2]
     assert [row[0] for row in read(iter(latest))] == ["u2"]  # (key, value) rows
+    shown = CliRunner().invoke(main, ["snapshots", str(REPO / "topologies" / "visits.py"),
+                                      "--show", "visits", "--snapshots", str(tmp_path)],
+                               env={"HAILSTORM_ZK": ""})
+    assert shown.exit_code == 0, shown.output
+    assert [json.loads(line)["key"] for line in shown.output.splitlines()] == ["u2"]
