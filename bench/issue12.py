@@ -1,0 +1,180 @@
+"""Issue 12's figures in one command: every realistic benchmark, several runs, medians.
+
+    .venv/bin/python bench/issue12.py [--runs 3] [--only wordcount-300k,user-totals]
+                                      [--no-bytewax] [--out runs.jsonl]
+
+Runs the benchmark scripts of :data:`WORKLOADS` ``--runs`` times each, one after the other,
+each run in a process of its own on an embedded stack of its own (so every run compares
+hailstorm, the single-process baseline and Bytewax on the same topic, as the scripts do
+alone). The workloads take turns (word count 300k, word count 2M, ..., then again) so that
+a slow spell of the machine does not fall on one of them. Every run's JSON line goes to
+``--out`` (if given) as it arrives; at the end it prints, per workload, the median and the range of
+hailstorm's rate, the baseline's and Bytewax's, and of the two ratios, against the issue's
+targets, as a Markdown table and one JSON line.
+
+This VM's rates move by up to 20% between runs of the same code, so one run says little
+about a ratio near its target: that is why this exists. Tests never run it; with
+``--runs 3`` it takes about 40 minutes on the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark invocation and the issue's targets for it (None: no target)."""
+
+    args: tuple[str, ...]
+    baseline_target: float | None
+    bytewax_target: float | None
+
+
+WORKLOADS: dict[str, Workload] = {
+    "wordcount-300k": Workload(("wordcount_throughput.py", "--backlog", "--lines", "300000"),
+                               0.8, 3.0),
+    "wordcount-2m": Workload(("wordcount_throughput.py", "--backlog", "--lines", "2000000"),
+                             0.8, 3.0),
+    "user-totals": Workload(("user_totals_throughput.py",), 0.5, 2.0),
+    "two-stage": Workload(("two_stage_throughput.py",), 0.5, 2.0),
+    "pageviews": Workload(("pageviews_throughput.py",), None, None),
+}
+"""The issue's workloads, in the order they take turns."""
+
+FIGURES = ("hailstorm", "baseline", "bytewax", "to_baseline", "to_bytewax")
+
+
+def figures_of(line: dict[str, Any]) -> dict[str, float | None]:
+    """The five figures of one benchmark JSON line: the three rates (per second, whatever
+    the unit: lines, events or views; Bytewax's running totals where a script also runs
+    its end-only variant) and hailstorm's ratio to the baseline and to Bytewax."""
+    def rate(prefix: str) -> float | None:
+        for key in (f"{prefix}_lines_per_s", f"{prefix}_events_per_s",
+                    f"{prefix}_views_per_s", f"{prefix}_word_count_lines_per_s"):
+            if line.get(key) is not None:
+                return float(line[key])
+        return None
+
+    to_bytewax = line.get("ratio_hailstorm_to_bytewax",
+                          line.get("ratio_hailstorm_to_bytewax_word_count"))
+    return {"hailstorm": rate("hailstorm"), "baseline": rate("baseline"),
+            "bytewax": rate("bytewax"), "to_baseline": line.get("ratio_hailstorm_to_baseline"),
+            "to_bytewax": None if to_bytewax is None else float(to_bytewax)}
+
+
+def summarize(runs: list[dict[str, Any]], workload: Workload) -> dict[str, Any]:
+    """Median, minimum and maximum of each figure over ``runs`` (benchmark JSON lines), and
+    in how many runs each ratio met its target."""
+    per_run = [figures_of(run) for run in runs]
+    summary: dict[str, Any] = {"runs": len(runs)}
+    for name in FIGURES:
+        values = sorted(v for f in per_run if (v := f[name]) is not None)
+        summary[name] = ({"median": statistics.median(values), "min": values[0],
+                          "max": values[-1], "all": values} if values else None)
+    for name, target in (("to_baseline", workload.baseline_target),
+                         ("to_bytewax", workload.bytewax_target)):
+        values = [v for f in per_run if (v := f[name]) is not None]
+        summary[f"{name}_met"] = (None if target is None or not values
+                                  else sum(v >= target for v in values))
+    return summary
+
+
+def markdown(summaries: dict[str, dict[str, Any]]) -> str:
+    """The summaries as the table ``docs/performance.md`` shows."""
+    def rate(figure: dict[str, Any] | None) -> str:
+        if figure is None:
+            return "-"
+        if figure["min"] == figure["max"]:
+            return f"{figure['median']:,.0f}"
+        return f"{figure['median']:,.0f} ({figure['min']:,.0f}-{figure['max']:,.0f})"
+
+    def ratio(summary: dict[str, Any], name: str, target: float | None) -> str:
+        figure = summary[name]
+        if figure is None:
+            return "-"
+        text = f"**{figure['median']:.2f}** ({', '.join(f'{v:.2f}' for v in figure['all'])}"
+        if target is not None:
+            text += f"; >= {target:g} in {summary[name + '_met']} of {len(figure['all'])}"
+        return text + ")"
+
+    lines = ["| workload | runs | hailstorm /s | baseline /s | Bytewax /s | "
+             "hailstorm / baseline | hailstorm / Bytewax |",
+             "|---|---|---|---|---|---|---|"]
+    for name, s in summaries.items():
+        w = WORKLOADS[name]
+        lines.append(f"| {name} | {s['runs']} | {rate(s['hailstorm'])} | {rate(s['baseline'])} "
+                     f"| {rate(s['bytewax'])} | {ratio(s, 'to_baseline', w.baseline_target)} "
+                     f"| {ratio(s, 'to_bytewax', w.bytewax_target)} |")
+    return "\n".join(lines)
+
+
+def run_once(workload: Workload, no_bytewax: bool, timeout: float) -> dict[str, Any]:
+    """One run of ``workload``'s script; its JSON line. Raises RuntimeError with the
+    script's last output when it fails or prints none."""
+    command = [sys.executable, str(REPO / "bench" / workload.args[0]), *workload.args[1:]]
+    if no_bytewax:
+        command.append("--no-bytewax")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{tail}")
+    line: dict[str, Any] = json.loads(lines[-1])
+    if line.get("result_equal") is False:
+        raise RuntimeError(f"{' '.join(command)}: the results differ (see its output)")
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="Runs of each workload.")
+    parser.add_argument("--only", default=",".join(WORKLOADS),
+                        help=f"Comma-separated workloads (default: all of {', '.join(WORKLOADS)}).")
+    parser.add_argument("--no-bytewax", action="store_true", help="Skip the Bytewax peer.")
+    parser.add_argument("--out", type=Path,
+                        help="A file every run's JSON line is appended to (default: none).")
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="Bound on one run (s).")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in WORKLOADS]
+    if unknown or not chosen or args.runs < 1:
+        parser.error(f"--only takes some of {', '.join(WORKLOADS)} (got {args.only!r}); "
+                     "--runs must be at least 1")
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
+    total = args.runs * len(chosen)
+    started = time.monotonic()
+    for i in range(args.runs):
+        for name in chosen:
+            step = i * len(chosen) + chosen.index(name) + 1
+            print(f"[{step}/{total}] {name}, run {i + 1} ...", flush=True)
+            line = run_once(WORKLOADS[name], args.no_bytewax, args.timeout)
+            line["workload"] = name
+            if args.out is not None:
+                with args.out.open("a") as out:
+                    out.write(json.dumps(line, sort_keys=True) + "\n")
+            results[name].append(line)
+            f = figures_of(line)
+            print(f"[{step}/{total}] {name}, run {i + 1}: hailstorm {f['hailstorm']:,.0f}/s, "
+                  f"{f['to_baseline']} of the baseline, {f['to_bytewax']} of Bytewax "
+                  f"({time.monotonic() - started:.0f} s so far)", flush=True)
+    summaries = {name: summarize(runs, WORKLOADS[name]) for name, runs in results.items()}
+    print(json.dumps({"bench": "issue12", "summaries": summaries}, sort_keys=True))
+    print(markdown(summaries))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

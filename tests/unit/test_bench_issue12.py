@@ -1,0 +1,42 @@
+"""The issue-12 suite runner's summary (``bench/issue12.py``): pure, no benchmark runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from issue12 import WORKLOADS, figures_of, markdown, summarize
+
+
+def wordcount_line(hailstorm: int, baseline: int, bytewax: int) -> dict[str, object]:
+    """The figures ``bench/wordcount_throughput.py`` prints (the ones the runner reads)."""
+    return {"hailstorm_lines_per_s": hailstorm, "hailstorm_table_lines_per_s": 1,
+            "baseline_lines_per_s": baseline, "bytewax_word_count_lines_per_s": bytewax,
+            "bytewax_word_count_final_lines_per_s": 1,
+            "ratio_hailstorm_to_baseline": round(hailstorm / baseline, 3),
+            "ratio_hailstorm_to_bytewax_word_count": round(hailstorm / bytewax, 3)}
+
+
+def test_the_figures_of_each_script_are_found_by_their_names() -> None:
+    assert figures_of(wordcount_line(90, 100, 30)) == {
+        "hailstorm": 90.0, "baseline": 100.0, "bytewax": 30.0, "to_baseline": 0.9,
+        "to_bytewax": 3.0}  # running totals, not the end-only variant
+    events = {"hailstorm_events_per_s": 60, "baseline_events_per_s": 120,
+              "ratio_hailstorm_to_baseline": 0.5}  # --no-bytewax
+    assert figures_of(events) == {"hailstorm": 60.0, "baseline": 120.0, "bytewax": None,
+                                  "to_baseline": 0.5, "to_bytewax": None}
+
+
+def test_medians_ranges_and_targets_met() -> None:
+    runs = [wordcount_line(h, 100, 30) for h in (70, 95, 81)]
+    summary = summarize(runs, WORKLOADS["wordcount-300k"])
+    assert summary["hailstorm"] == {"median": 81.0, "min": 70.0, "max": 95.0,
+                                    "all": [70.0, 81.0, 95.0]}
+    assert summary["to_baseline_met"] == 2 and summary["to_bytewax_met"] == 1
+    table = markdown({"wordcount-300k": summary})
+    assert "| wordcount-300k | 3 | 81 (70-95) | 100 | 30 |" in table
+    assert "**0.81** (0.70, 0.81, 0.95; >= 0.8 in 2 of 3)" in table
+    untargeted = summarize(runs[:1], WORKLOADS["pageviews"])
+    assert untargeted["to_baseline_met"] is None
