@@ -75,13 +75,14 @@ class KilledRun:
 
 def run_killing_a_spout_then_a_bolt(
     stack: StackAddresses, module: Path, topic: str, first: list[bytes], second: list[bytes],
-    log_dir: Path, check: Callable[[TopologyRun, dict[Any, int]], None] | None = None,
+    log_dir: Path,
+    check: Callable[[TopologyRun, dict[Any, int], Produced], None] | None = None,
 ) -> KilledRun:
     """Run ``module`` on ``topic``: produce ``first``; once a round committed it, kill a
     spout (its rewind must rebuild what depends on those records, e.g. stream times); then
     produce ``second`` at 800/s and kill a bolt half way. Every kill must be followed by a
     recovery and a commit; the end is a committed round covering every offset, checked by
-    ``check(run, clock)`` before the run stops."""
+    ``check(run, clock, produced)`` before the run stops."""
     partitions = kafka.partitions_of(stack.kafka, topic)
     produced = Produced(topic)
     with TopologyRun(stack, module, log_dir=log_dir) as run:
@@ -109,5 +110,5 @@ def run_killing_a_spout_then_a_bolt(
         restarts = [r for r in run.recoveries() if not r.is_start]
         assert len(restarts) >= 2, f"the kills caused {len(restarts)} recoveries"
         if check is not None:
-            check(run, target)
+            check(run, target, produced)
     return KilledRun(run, produced, states, tables)

@@ -20,7 +20,7 @@ from deployments import run_killing_a_spout_then_a_bolt
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from hailstorm import kafka
-from hailstorm.harness import StackAddresses, TopologyRun, compare_with_model
+from hailstorm.harness import Produced, StackAddresses, TopologyRun, compare_with_model
 from hailstorm.model import run_model
 
 pytestmark = pytest.mark.integration
@@ -111,7 +111,7 @@ def test_late_views_are_routed_exactly_once_across_kills(
     if late_to == "topic":
         kafka.create_topic(stack.kafka, late_target, 1)
 
-    def stream_times_kept(run: TopologyRun, clock: dict[Any, int]) -> None:
+    def stream_times_kept(run: TopologyRun, clock: dict[Any, int], _: Produced) -> None:
         for p in range(PARTITIONS):  # the spouts kept their stream times for a later rewind
             spout = f"spout:views:{topic}:{p}"
             assert run.records.stream_times_at_or_below(spout, clock[(topic, p)]) is not None
