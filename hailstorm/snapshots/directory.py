@@ -30,7 +30,7 @@ from hailstorm.snapshots.format import (
     _ref_from_header,
     _same_content,
 )
-from hailstorm.snapshots.store import SnapshotStore
+from hailstorm.snapshots.store import SnapshotStore, refs_still_there
 
 
 def _mtime(path: Path) -> float:
@@ -165,12 +165,9 @@ class DirectorySnapshotStore(SnapshotStore):
                         yield bolt_dir.name, int(instance_dir.name), epoch, path, is_temp
 
     def list(self, topology: str) -> list[SnapshotRef]:
-        refs = [
-            self._read_ref(path, self._key_of(path))
-            for _, _, _, path, temp in self._files(topology)
-            if not temp
-        ]
-        return sorted(refs, key=lambda r: (r.bolt, r.instance, r.epoch))
+        return refs_still_there(
+            (path for _, _, _, path, temp in self._files(topology) if not temp),
+            lambda path: self._read_ref(path, self._key_of(path)))
 
     def delete(self, ref: SnapshotRef | str) -> None:
         path = self._local_path(ref.uri if isinstance(ref, SnapshotRef) else ref)

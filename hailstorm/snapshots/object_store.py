@@ -20,7 +20,7 @@ from hailstorm.snapshots.format import (
     _ref_from_header,
     _same_content,
 )
-from hailstorm.snapshots.store import SnapshotStore
+from hailstorm.snapshots.store import SnapshotStore, refs_still_there
 
 _UPLOAD_CHUNK = 5 * 1024 * 1024
 """Bytes per upload part (S3's smallest): a larger snapshot goes up as a multipart upload,
@@ -131,9 +131,8 @@ class FsspecSnapshotStore(SnapshotStore):
                 yield bolt, int(instance), int(match.group(1)), str(path), False
 
     def list(self, topology: str) -> builtins.list[SnapshotRef]:
-        refs = [self.resolve(path[len(self.base) + 1:])
-                for _, _, _, path, _ in self._files(topology)]
-        return sorted(refs, key=lambda r: (r.bolt, r.instance, r.epoch))
+        return refs_still_there((path for _, _, _, path, _ in self._files(topology)),
+                                lambda path: self.resolve(path[len(self.base) + 1:]))
 
     def delete(self, ref: SnapshotRef | str) -> None:
         key = self._key_of(ref.uri if isinstance(ref, SnapshotRef) else ref)

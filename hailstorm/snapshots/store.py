@@ -66,6 +66,20 @@ def _merge_into(monoid: Monoid[Any], state: dict[Any, Any], part: dict[Any, Any]
     return monoid.absorb(state, part)
 
 
+def refs_still_there(locators: Iterable[Any],
+                     read: Callable[[Any], SnapshotRef]) -> list[SnapshotRef]:
+    """``read`` of every listed file, sorted by bolt, instance and epoch, but for those
+    deleted between the listing and the read: the negotiator's garbage collection runs
+    beside a listing (``hailstorm snapshots``, a running topology)."""
+    refs = []
+    for locator in locators:
+        try:
+            refs.append(read(locator))
+        except FileNotFoundError:
+            continue
+    return sorted(refs, key=lambda r: (r.bolt, r.instance, r.epoch))
+
+
 def jsonable(value: Any) -> Any:
     """``value`` as JSON data: tuples and sets become lists, bytes base64, dict keys text."""
     if value is None or isinstance(value, str | bool | int):

@@ -119,3 +119,25 @@ def test_deltas_load_through_their_chain_and_keep_it_from_collection(
     assert store.forget_rounds("wordcount", 3, {2}) == [
         "wordcount/counts/0/epoch-000000000003.avro"]
     assert [r.epoch for r in store.list("wordcount")] == [1, 2]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fsspec"])
+def test_a_listing_skips_a_file_collected_while_it_lists(kind: str, tmp_path: Path,
+                                                         store: FsspecSnapshotStore) -> None:
+    """The negotiator's garbage collection may delete a file between the listing of the
+    files and the read of their headers: the listing leaves it out instead of failing."""
+    chosen: DirectorySnapshotStore | FsspecSnapshotStore = (
+        DirectorySnapshotStore(tmp_path) if kind == "directory" else store)
+    monoid = per_key(Count())
+    for epoch in (1, 2):
+        put(chosen, monoid, {"a": epoch}, epoch=epoch)  # type: ignore[arg-type]
+    files = type(chosen)._files
+
+    def collected_meanwhile(self: Any, topology: str) -> Any:
+        for found in files(self, topology):
+            if found[2] == 1:  # epoch 1 goes, by another process's hand
+                found[3].unlink() if kind == "directory" else self.fs.rm_file(found[3])
+            yield found
+
+    setattr(chosen, "_files", collected_meanwhile.__get__(chosen))  # noqa: B010
+    assert [r.epoch for r in chosen.list("wordcount")] == [2]
