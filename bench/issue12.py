@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     total = args.runs * len(chosen)
     started = time.monotonic()
     for i in range(args.runs):
-        for name in chosen:
-            step = i * len(chosen) + chosen.index(name) + 1
+        for j, name in enumerate(chosen):
+            step = i * len(chosen) + j + 1
             print(f"[{step}/{total}] {name}, run {i + 1} ...", flush=True)
             line = run_once(WORKLOADS[name], args.no_bytewax, args.timeout)
             line["workload"] = name

@@ -200,7 +200,7 @@ class BoltExport:
         parse_url(url)
         self.topology, self.bolt, self.url, self.table = topology, bolt, url, table
         self.monoid = spec.state
-        self.routes_late = spec.late is not None
+        self.routes_late = spec.drops_keys
         self.mapping = state_mapping(self.monoid)
         self.shape = self.mapping.shape(table)
         self.force = force
