@@ -14,7 +14,10 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
     SpoutsRewind(e,C) -> Flowing(e, None)                   every spout rewound to C for e
     Flowing(e, None)  -> SpoutsPaused(new)                  snapshot interval elapsed since
                                                             round e started (at least half
-                                                            an interval after its commit)
+                                                            an interval after its commit),
+                                                            or the spouts caught up with a
+                                                            backlog (a tenth of an interval
+                                                            after it)
     SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
                                                             C = max of their positions
     Flowing(e, C)     -> Flowing(e, None) + CommitClock     every bolt instance durably
@@ -441,17 +444,33 @@ def next_round_due(state: Flowing, view: View, config: Config) -> float:
     return view.entered_at + flowing
 
 
+CAUGHT_UP_SHARE = 0.1
+"""Flowing(None) lasts at least this share of the snapshot interval before a round that the
+spouts catching up with a backlog starts early."""
+
+
+def caught_up(state: Flowing, roster: _Roster) -> bool:
+    """A spout reports it read a backlog to its partition's end in epoch ``e``, and none
+    reports being behind in it: a round now commits the backlog's results. (A trickling
+    stream never fills a fetch, so its spouts are never behind: it keeps the interval.)"""
+    states = {report.state for spout in roster.of(Role.SPOUT)
+              if (report := roster.reports.get(spout)) is not None
+              and report.epoch == state.epoch}
+    return ProcessorState.CAUGHT_UP in states and ProcessorState.BEHIND not in states
+
+
 def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
     casualty = _casualty(roster)
     if casualty:
         return _restart(state, view, roster, casualty)
     due = next_round_due(state, view, config)
+    reason = f"snapshot interval {config.snapshot_interval:.1f}s elapsed"
+    if view.now < due and caught_up(state, roster):
+        due = min(due, view.entered_at + CAUGHT_UP_SHARE * config.snapshot_interval)
+        reason = "the spouts caught up with a backlog"
     if view.now >= due:
         epoch = max(state.epoch, view.highest_epoch) + 1
-        return Decision(
-            SpoutsPaused(epoch), roster.notes,
-            f"snapshot interval {config.snapshot_interval:.1f}s elapsed",
-        )
+        return Decision(SpoutsPaused(epoch), roster.notes, reason)
     return _wait(roster, view, due, f"flowing; next snapshot round in "
                  f"{_secs(round(due - view.now, 3))}")
 

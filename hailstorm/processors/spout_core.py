@@ -43,9 +43,10 @@ from hailstorm.lateness import StreamTimes
 from hailstorm.model import DeadLetter, Message
 from hailstorm.processors import Batch, Destination, ForwardClock, ProtocolViolation, Router
 from hailstorm.protocol.clock import NOTHING, Clock, Partition
+from hailstorm.protocol.layout import ProcessorState
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec
 
-__all__ = ["SpoutCore", "SpoutOutput"]
+__all__ = ["Backlog", "SpoutCore", "SpoutOutput"]
 
 
 @dataclass(slots=True)
@@ -296,3 +297,33 @@ class SpoutCore:
     def __repr__(self) -> str:
         state = "paused" if self._paused else "flowing"
         return f"SpoutCore({self.spec.name!r}, {self.partition}, {state}, at {self.position})"
+
+
+class Backlog:
+    """Whether a flowing spout is reading a backlog, as the state it reports
+    (:attr:`state`): ``BEHIND`` from a full fetch to the partition's end, ``CAUGHT_UP``
+    from then until a round pauses the spout (the round then covers what it read), else
+    ``FLOWING``."""
+
+    def __init__(self) -> None:
+        self.behind = False
+        self.caught_up = False
+
+    def fetched(self, *, full: bool, at_end: bool) -> None:
+        """A fetch came back: ``full`` (as many records as asked for), ``at_end`` (it
+        reached the partition's end)."""
+        if at_end:
+            self.caught_up = self.caught_up or self.behind
+            self.behind = False
+        elif full:
+            self.behind = True
+
+    def paused(self) -> None:
+        """A round paused the spout: it covers what the spout caught up with."""
+        self.caught_up = False
+
+    @property
+    def state(self) -> ProcessorState:
+        if self.behind:
+            return ProcessorState.BEHIND
+        return ProcessorState.CAUGHT_UP if self.caught_up else ProcessorState.FLOWING

@@ -399,6 +399,12 @@ class ProcessorState(enum.StrEnum):
     """SpoutsPaused(e) answered by a spout: stopped, ``position`` = last emitted offset."""
     FLOWING = "flowing"
     """Informational: a spout resumed emitting (not required by the negotiator)."""
+    BEHIND = "behind"
+    """A flowing spout is reading a backlog: a fetch came back full."""
+    CAUGHT_UP = "caught-up"
+    """A flowing spout read a backlog to the partition's end since the last round paused
+    it. When every spout behind in this epoch has caught up, the negotiator starts the
+    next round at once, so the backlog's results commit without waiting for the interval."""
 
 
 @dataclass(frozen=True)

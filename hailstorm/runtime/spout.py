@@ -12,6 +12,7 @@ from typing import Any
 
 from hailstorm.halt import TopologyHalt
 from hailstorm.processors import Contributions, Router, SpoutCore, SpoutOutput
+from hailstorm.processors.spout_core import Backlog
 from hailstorm.protocol.clock import NOTHING, Partition, partition_key
 from hailstorm.protocol.layout import Flowing, ProcessorState, SpoutsPaused, SpoutsRewind
 from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
@@ -52,7 +53,11 @@ class SpoutShell(Shell):
         self.router = Router(self.topology.downstream_of(spec.name))
         self.core: SpoutCore | None = None
         self.started = False
-        self.consumer = consumer(self.assignment.kafka)
+        # The end-of-partition events tell a spout it caught up with a backlog.
+        self.consumer = consumer(self.assignment.kafka, **{"enable.partition.eof": True})
+        self.backlog = Backlog()
+        self._flowing: tuple[int, ProcessorState] | None = None
+        """The epoch of the Flowing state followed and the state last reported in it."""
         self._last_watermark = 0.0
         self._last_transient = 0.0
         self._dead_letters_committed = 0.0
@@ -103,13 +108,23 @@ class SpoutShell(Shell):
             raise DataPlaneError(f"{type(state).__name__} before SpoutsRewind in this run")
         elif isinstance(state, SpoutsPaused):
             position = core.pause()
+            self.backlog.paused()
+            self._flowing = None
             self._commit_dead_letters()  # the round's clock may include their records
             self._keep_stream_times()  # before the round can commit at this position
             self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
         elif isinstance(state, Flowing):
             self._send(core.resume(state.epoch, state.clock) if state.clock is not None
                        else core.resume())
-            self.report(ProcessorState.FLOWING, state.epoch, position={p: core.position})
+            self._flowing = None
+            self._report_flowing(state.epoch)
+
+    def _report_flowing(self, epoch: int) -> None:
+        """Report the backlog's state in the Flowing state of ``epoch``, when it changed."""
+        assert self.core is not None
+        if self._flowing != (epoch, self.backlog.state):
+            self._flowing = (epoch, self.backlog.state)
+            self.report(self.backlog.state, epoch, position={self.partition: self.core.position})
 
     def _kept_stream_times(self, position: int) -> tuple[int, dict[str, Any]] | None:
         """For bolts declaring ``late=``: the stream times kept at the greatest position
@@ -190,16 +205,17 @@ class SpoutShell(Shell):
         if out.dead_letters:
             self.dead_letters.write(out.dead_letters)
 
-    def _on_consumer_error(self, error: Any, needed: int) -> None:
+    def _on_consumer_error(self, error: Any, needed: int) -> bool:
         """Halt on lost offsets or refused credentials, fail on a fatal client error, and
-        let librdkafka recover from the rest (a broker restarting, a leader moving)."""
+        let librdkafka recover from the rest (a broker restarting, a leader moving).
+        True for the partition's end (no error)."""
         from confluent_kafka import KafkaException, TopicPartition
 
         from hailstorm.kafka import consumer_error_kind, lost_offsets_message
 
         kind = consumer_error_kind(error)
         if kind == "eof":
-            return
+            return True
         topic, partition = self.partition
         if kind == "lost" and self.from_log_start and needed == NOTHING + 1 \
                 and self.log_start_retries < LOG_START_RETRIES:
@@ -207,7 +223,7 @@ class SpoutShell(Shell):
             # between the query and the fetch. Start again from the new one.
             self.log_start_retries += 1
             self.consumer.assign([TopicPartition(topic, partition, self._log_start())])
-            return
+            return False
         if kind == "lost":
             low: int | None
             high: int | None
@@ -225,6 +241,7 @@ class SpoutShell(Shell):
         if now - self._last_transient >= 10:
             self._last_transient = now
             log.warning("kafka (recovering by itself): %s", error.str())
+        return False
 
     def step(self) -> None:
         assert self.coord is not None
@@ -238,10 +255,11 @@ class SpoutShell(Shell):
         messages = self.consumer.consume(CONSUME_BATCH, timeout=POLL / 2)
         offsets: list[int] = []
         values: list[bytes | None] = []
+        at_end = False
         for message in messages:
             error = message.error()
             if error is not None:
-                self._on_consumer_error(error, core.next_offset)
+                at_end = self._on_consumer_error(error, core.next_offset) or at_end
                 continue
             offset = message.offset()
             if offset is not None:
@@ -258,6 +276,9 @@ class SpoutShell(Shell):
                                sum(len(b) for b in out.batches.values()))
         if not offsets and time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
             self.send_all([self._watermark(core.watermark())])
+        self.backlog.fetched(full=len(messages) >= CONSUME_BATCH, at_end=at_end)
+        if self._flowing is not None and not core.paused:
+            self._report_flowing(self._flowing[0])
         if self.dead_letters.pending and \
                 time.monotonic() - self._dead_letters_committed >= DEAD_LETTER_INTERVAL:
             self._commit_dead_letters()

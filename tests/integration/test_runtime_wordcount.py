@@ -108,6 +108,24 @@ def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> N
     run.check_recoveries()  # nothing was hurt: no restart at all
 
 
+def test_a_backlog_read_to_its_end_commits_without_waiting_for_the_interval(
+        stack: StackAddresses, tmp_path: Path) -> None:
+    """Rounds every minute; a backlog of 80k lines is read in seconds: the spouts report
+    that they caught up, and the negotiator starts the first round a tenth of an interval
+    after they began, not a whole one. The round holds exactly the model's state."""
+    with deployed(stack, TOPOLOGY, tmp_path / "logs", snapshot_interval=60.0) as run:
+        partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
+        produced = Produced(TOPIC)
+        produce(run.stack.kafka, produced, wordcount_lines(80_000, seed=3), partitions)
+        run.start()
+        committed = run.wait_committed(produced.clock(), 240)
+        assert committed.epoch == 2  # the first round: the interval had not elapsed
+        assert_matches_model(run, produced, committed, least=200_000)
+        reasons = [line for label, text in run.logs().items() if label.startswith("negotiator")
+                   for line in text.splitlines() if "-> epoch=2 SpoutsPaused" in line]
+        assert reasons and all("the spouts caught up with a backlog" in r for r in reasons)
+
+
 RETENTION = 10.0
 """The negotiators' --snapshot-retention in these runs (s)."""
 

@@ -33,6 +33,7 @@ from hailstorm.protocol.states import (
     label,
 )
 from negotiator.machine import (
+    CAUGHT_UP_SHARE,
     MIN_FLOWING_SHARE,
     CommitClock,
     Config,
@@ -461,6 +462,43 @@ def test_rounds_keep_the_interval_and_at_least_half_of_it_flowing(
     assert due >= T0 + MIN_FLOWING_SHARE * interval - 1e-9
     assert due == pytest.approx(max(T0 - pause - save + interval,
                                     T0 + MIN_FLOWING_SHARE * interval))
+
+
+CAUGHT_UP_AT = T0 + CAUGHT_UP_SHARE * CONFIG.snapshot_interval
+
+
+def test_spouts_caught_up_with_a_backlog_start_the_next_round_early() -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.CAUGHT_UP, 7, {S0: 30})
+    living = with_spouts(living, ProcessorState.FLOWING, 7, {S1: 2})  # never behind
+    d = check(Flowing(7), view(living, now=T0 + 0.01))
+    assert d.next_state is None and d.wake_at == CAUGHT_UP_AT
+    d = check(Flowing(7), view(living, now=CAUGHT_UP_AT))
+    assert d.next_state == SpoutsPaused(8) and "caught up" in d.reason
+
+
+@pytest.mark.parametrize("s1", [
+    report(S1, ProcessorState.BEHIND, 7, position={SPOUTS[S1]: 2}),  # still reading one
+    report(S1, ProcessorState.CAUGHT_UP, 7, position={SPOUTS[S1]: 2}),  # no: S0 is behind
+])
+def test_a_spout_still_behind_keeps_the_interval(s1: ProcessorReport) -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.BEHIND, 7, {S0: 30})
+    living[S1] = s1
+    d = check(Flowing(7), view(living, now=CAUGHT_UP_AT))
+    assert d.next_state is None and d.wake_at == T0 + 5
+
+
+def test_catching_up_in_an_earlier_epoch_or_never_falling_behind_keeps_the_interval() -> None:
+    for state, epoch in ((ProcessorState.CAUGHT_UP, 6), (ProcessorState.FLOWING, 7)):
+        living = with_spouts(FLOWING_LIVING, state, epoch, {S0: 30, S1: 2})
+        d = check(Flowing(7), view(living, now=CAUGHT_UP_AT))
+        assert d.next_state is None and d.wake_at == T0 + 5
+
+
+def test_an_interval_already_due_is_not_postponed_by_catching_up() -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.CAUGHT_UP, 7, {S0: 30, S1: 2})
+    tiny = Config.uniform(snapshot_interval=0.05)
+    d = check(Flowing(7), view(living, now=T0 + 0.05), tiny)
+    assert d.next_state == SpoutsPaused(8) and "interval" in d.reason
 
 
 def test_flowing_interval_respects_highest_recorded_epoch() -> None:

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from hailstorm.model import messages, run_model
 from hailstorm.monoids import Count, Sum, per_key
 from hailstorm.processors import Batch, ForwardClock, ProtocolViolation, Router
-from hailstorm.processors.spout_core import SpoutCore, SpoutOutput
+from hailstorm.processors.spout_core import Backlog, SpoutCore, SpoutOutput
 from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import ProcessorState
 from hailstorm.routing import route
 from hailstorm.topology import Collect, Topology
 
@@ -261,6 +262,23 @@ def test_rewinding_again_discards_held_records() -> None:
     assert spout.held == 0
     out = spout.resume()
     assert out.batches == {}
+
+
+def test_backlog_is_behind_from_a_full_fetch_to_the_end_and_caught_up_until_a_pause() -> None:
+    backlog = Backlog()
+    backlog.fetched(full=False, at_end=True)  # a trickle: never behind, so never caught up
+    assert backlog.state is ProcessorState.FLOWING
+    backlog.fetched(full=True, at_end=False)
+    backlog.fetched(full=False, at_end=False)  # a short fetch alone does not end it
+    assert backlog.state is ProcessorState.BEHIND
+    backlog.paused()  # a round in the middle of a backlog leaves it behind
+    assert backlog.state is ProcessorState.BEHIND
+    backlog.fetched(full=True, at_end=True)
+    assert backlog.state is ProcessorState.CAUGHT_UP
+    backlog.fetched(full=False, at_end=True)
+    assert backlog.state is ProcessorState.CAUGHT_UP  # until a round covers it
+    backlog.paused()
+    assert backlog.state is ProcessorState.FLOWING
 
 
 def test_router_with_no_tuples_routes_nothing() -> None:
