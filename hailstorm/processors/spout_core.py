@@ -17,6 +17,13 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
 * Always, on a timer too (idle or paused): :meth:`SpoutCore.watermark`, ``{p: position}``,
   so downstream low water marks advance when no data flows.
 
+Records are taken in two steps, so that pre-aggregation can combine a whole fetch while a
+round's pause waits for no more than a slice of it: :meth:`SpoutCore.stage` decodes and
+explodes records, and :meth:`SpoutCore.flush` routes everything staged since the last flush
+(:meth:`SpoutCore.on_records` does both). Staged records are not emitted: they lie beyond the
+position, so a pause reports the position without them, and they go out, after the round's
+CLOCK, when the spout resumes.
+
 Bolts declaring ``late=`` receive only the tuples that are not late for them: the core keeps
 the partition's stream time per such bolt (:class:`~hailstorm.lateness.StreamTimes`) and
 turns late tuples into dead letters of stage ``"late"`` for the bolt's late topic. After a
@@ -91,6 +98,7 @@ class SpoutCore:
         self._paused = True
         self._held_offsets: list[int] = []
         self._held_values: list[bytes | None] = []
+        self._staged = _Staged()
         self._clock_epoch: int | None = None
         self.emitted = 0
         """Tuples emitted so far."""
@@ -109,7 +117,7 @@ class SpoutCore:
 
         ``loaded`` is the clock bolts may have loaded their state at (the committed round's)
         when it can be above ``rewind_to``: pre-aggregation never combines across it. The
-        spout is paused afterwards; records held from before are discarded.
+        spout is paused afterwards; records held or staged from before are discarded.
 
         ``stream_times`` (with bolts declaring ``late=``): ``(offset, times)``, the stream
         times through ``offset`` (at or below the position; ``(-1, {})`` for none). The
@@ -123,6 +131,7 @@ class SpoutCore:
         self._paused = True
         self._held_offsets = []
         self._held_values = []
+        self._staged = _Staged()
         if not self.stream_times:
             self._observed = self._position
             return self._position + 1
@@ -146,7 +155,8 @@ class SpoutCore:
         """Start emitting again (``Flowing(epoch, clock)``; ``Flowing(None)``: no clock).
 
         For a round not announced yet the output carries the CLOCK to send to every
-        destination first; then the records held while paused. Raises
+        destination first; then the records staged before the pause and those held while
+        paused. Raises
         :class:`ProtocolViolation` if this spout already emitted beyond ``clock``.
         """
         self._require_started("resume")
@@ -170,28 +180,67 @@ class SpoutCore:
         self._paused = False
         offsets, values = self._held_offsets, self._held_values
         self._held_offsets, self._held_values = [], []
-        output = self._emit(offsets, values)
+        self.stage(offsets, values)
+        output = self.flush()
         output.clock = marker
         return output
 
     # -- records and timers -------------------------------------------------------------
 
     def on_records(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> SpoutOutput:
-        """Decode, explode and route records fetched from the partition (offsets
-        ascending). Records at or below the position (a re-fetch after a rewind) are
-        skipped; while paused, records are held back until :meth:`resume`."""
-        self._require_started("on_records")
+        """:meth:`stage` the records, then :meth:`flush`."""
+        self.stage(offsets, values)
+        return self.flush()
+
+    def stage(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> None:
+        """Decode and explode records fetched from the partition (offsets ascending) for
+        the next :meth:`flush`. Records at or below the position or already staged (a
+        re-fetch after a rewind) are skipped; while paused, records are held back until
+        :meth:`resume`."""
+        self._require_started("stage")
         if self._observed < self.position and self.stream_times:  # rebuilding stream times
             offsets, values = self._observe(offsets, values)
         if self._paused:
-            last = self._held_offsets[-1] if self._held_offsets else self.position
+            last = self._held_offsets[-1] if self._held_offsets else self.staged_through
             for o, v in zip(offsets, values, strict=True):
                 if o > last:
                     self._held_offsets.append(o)
                     self._held_values.append(v)
                     last = o
+            return
+        # Offsets ascend within a partition: what is at or below this was taken already.
+        first = bisect_right(offsets, self.staged_through)
+        if first < len(offsets):
+            self._decode(offsets[first:], values[first:])
+
+    def flush(self) -> SpoutOutput:
+        """Route and emit what was staged; nothing while paused (staged records then wait
+        for :meth:`resume`, beyond the position the pause reported)."""
+        self._require_started("flush")
+        staged = self._staged
+        if self._paused or staged.through == NOTHING:
             return SpoutOutput(None, watermark=self.watermark())
-        return self._emit(offsets, values)
+        self._staged = _Staged()
+        p = self.partition
+        position = self._position = staged.through
+        self._observed = max(self._observed, position)  # judging moves stream times
+        batch = Batch([p] * len(staged.tuples), staged.origins, staged.tuples)
+        self.emitted += len(batch)
+        dead = staged.dead
+        self.rejected += len(dead)
+        router = self.router
+        routed = router.route(batch, self._boundaries)
+        if router.late:
+            self.late += len(router.late)
+            dead.extend(DeadLetter.of_late(bolt, (source, offset), t, why)
+                        for bolt, source, offset, t, why in router.late)
+            router.late.clear()
+        if router.failed:  # those within the loaded snapshots were quarantined before
+            topic, loaded = self.quarantine_topic, self._loaded
+            dead.extend(DeadLetter.of_tuple(topic, (source, offset), t, failure)
+                        for source, offset, t, failure in router.failed if offset > loaded)
+            router.failed.clear()
+        return SpoutOutput(None, routed, dead, {p: position})
 
     def watermark(self) -> Clock:
         """``{partition: position}``: send it to every destination regularly."""
@@ -205,11 +254,21 @@ class SpoutCore:
         return NOTHING if self._position is None else self._position
 
     @property
+    def staged(self) -> int:
+        """Tuples staged for the next :meth:`flush`."""
+        return len(self._staged.tuples)
+
+    @property
+    def staged_through(self) -> int:
+        """The last offset staged for the next :meth:`flush`, or the position if none is."""
+        return max(self._staged.through, self.position)
+
+    @property
     def next_offset(self) -> int:
-        """The next offset to read: ``position + 1``, or lower while re-reading records to
-        rebuild the stream times."""
+        """The next offset to read: past the position and what is staged, or lower while
+        re-reading records to rebuild the stream times."""
         return min(self._observed, self.position) + 1 if self.stream_times \
-            else self.position + 1
+            else self.staged_through + 1
 
     @property
     def paused(self) -> bool:
@@ -251,18 +310,11 @@ class SpoutCore:
             self._observed = offsets[upto - 1]
         return offsets[upto:], values[upto:]
 
-    def _emit(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> SpoutOutput:
-        spec = self.spec
-        p = self.partition
-        position = self.position
-        # Offsets ascend within a partition: what is at or below the position was emitted.
-        first = bisect_right(offsets, position)
-        offsets, values = offsets[first:], values[first:]
-        if offsets:
-            position = offsets[-1]
-            self._observed = max(self._observed, position)  # judging moves stream times
+    def _decode(self, offsets: Sequence[int], values: Sequence[bytes | None]) -> None:
+        """Stage the tuples of records beyond everything staged; dead letters for those
+        that do not decode."""
+        spec, p, staged = self.spec, self.partition, self._staged
         results = spec.tuples_of_many(values)
-        dead: list[DeadLetter] = []
         exploded: list[list[Any]] = []
         if set(map(type, results)) <= {list}:
             exploded = results  # type: ignore[assignment]  # every one a list
@@ -270,29 +322,13 @@ class SpoutCore:
             for i, result in enumerate(results):
                 if isinstance(result, DecodeError):
                     message = Message(p[0], p[1], offsets[i], values[i])
-                    dead.append(DeadLetter(spec.name, spec.dead_letter, message, str(result),
-                                           result.stage))
+                    staged.dead.append(DeadLetter(spec.name, spec.dead_letter, message,
+                                                  str(result), result.stage))
                     result = []
                 exploded.append(result)
-        tuples: list[Any] = list(chain.from_iterable(exploded))
-        origins = list(chain.from_iterable(map(repeat, offsets, map(len, exploded))))
-        batch = Batch([p] * len(tuples), origins, tuples)
-        self._position = position
-        self.emitted += len(batch)
-        self.rejected += len(dead)
-        router = self.router
-        routed = router.route(batch, self._boundaries)
-        if router.late:
-            self.late += len(router.late)
-            dead.extend(DeadLetter.of_late(bolt, (source, offset), t, why)
-                        for bolt, source, offset, t, why in router.late)
-            router.late.clear()
-        if router.failed:  # those within the loaded snapshots were quarantined before
-            topic, loaded = self.quarantine_topic, self._loaded
-            dead.extend(DeadLetter.of_tuple(topic, (source, offset), t, failure)
-                        for source, offset, t, failure in router.failed if offset > loaded)
-            router.failed.clear()
-        return SpoutOutput(None, routed, dead, {p: position})
+        staged.tuples.extend(chain.from_iterable(exploded))
+        staged.origins.extend(chain.from_iterable(map(repeat, offsets, map(len, exploded))))
+        staged.through = offsets[-1]
 
     def __repr__(self) -> str:
         state = "paused" if self._paused else "flowing"
@@ -327,3 +363,14 @@ class Backlog:
         if self.behind:
             return ProcessorState.BEHIND
         return ProcessorState.CAUGHT_UP if self.caught_up else ProcessorState.FLOWING
+
+
+@dataclass(slots=True)
+class _Staged:
+    """Tuples decoded since the last flush, with their offsets; ``through`` is the last
+    record's offset (``-1``: none staged)."""
+
+    origins: list[int] = field(default_factory=list)
+    tuples: list[Any] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    through: int = NOTHING

@@ -26,14 +26,19 @@ log = logging.getLogger("hailstorm.processor")
 
 WATERMARK_INTERVAL = 0.2
 """Longest time between two watermarks a spout sends (also when idle or paused)."""
-CONSUME_BATCH = 5000
-"""Kafka messages per consume call."""
+CONSUME_BATCH = 10_000
+"""Kafka messages per consume call (a fetch this full means the spout reads a backlog)."""
+FLUSH_TUPLES = 50_000
+"""A spout routes (pre-aggregates) and sends what it staged at the end of a consume batch,
+or sooner once this many tuples wait: one contribution per key per flush, and a bound on
+the work a round's pause may wait for."""
 LOG_START_RETRIES = 3
 """How often a spout starts again from a log start that retention moved before its first
 fetch (then the lost offsets stop the topology as any others)."""
 SPOUT_CHUNK = 500
-"""Messages a spout decodes and sends at a time: between two chunks it looks at the master
-state, so that a snapshot round's pause waits for one chunk, not a whole consume batch."""
+"""Messages a spout decodes at a time: between two chunks it looks at the master state, so
+that a snapshot round's pause waits for one chunk, not a whole consume batch (what it
+staged before the pause is sent after the round's clock)."""
 DEAD_LETTER_INTERVAL = 0.5
 """A spout with dead letters commits them at least this often (seconds), besides before
 it reports a round's pause."""
@@ -265,16 +270,19 @@ class SpoutShell(Shell):
             if offset is not None:
                 offsets.append(offset)
                 values.append(message.value())
-        for start in range(0, len(offsets), SPOUT_CHUNK):
-            if start:  # a round may be pausing the spouts: records after it are held back
-                self.follow_master()
+        if offsets:
             started = time.perf_counter()
-            out = core.on_records(offsets[start:start + SPOUT_CHUNK],
-                                  values[start:start + SPOUT_CHUNK])
-            self._send(out)
-            self.metrics.batch(started, min(SPOUT_CHUNK, len(offsets) - start),
-                               sum(len(b) for b in out.batches.values()))
-        if not offsets and time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
+            sent = 0
+            for start in range(0, len(offsets), SPOUT_CHUNK):
+                self.follow_master()  # a round may be pausing: what follows is held back
+                core.stage(offsets[start:start + SPOUT_CHUNK], values[start:start + SPOUT_CHUNK])
+                if start + SPOUT_CHUNK >= len(offsets) or core.staged >= FLUSH_TUPLES:
+                    self.follow_master()  # paused, the core keeps what it staged till after
+                    out = core.flush()
+                    self._send(out)
+                    sent += sum(len(b) for b in out.batches.values())
+            self.metrics.batch(started, len(offsets), sent)
+        elif time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
             self.send_all([self._watermark(core.watermark())])
         self.backlog.fetched(full=len(messages) >= CONSUME_BATCH, at_end=at_end)
         if self._flowing is not None and not core.paused:

@@ -664,8 +664,14 @@ class Simulation:
         refetch = min(start, count % 2)  # sometimes the broker answers from earlier
         offsets = list(range(start - refetch, min(len(values), start + 1 + count % 3)))
         self.fetch[spout_id] = offsets[-1] + 1
-        out = self.spouts[spout_id].on_records(offsets, [values[o] for o in offsets])
-        self.send_spout_output(spout_id, out)
+        spout = self.spouts[spout_id]
+        if count // 6 % 2:  # staged, as the runtime stages a fetch in slices: flushed later
+            spout.stage(offsets, [values[o] for o in offsets])
+            return
+        self.send_spout_output(spout_id, spout.on_records(offsets, [values[o] for o in offsets]))
+
+    def flush_spout(self, spout_id: str) -> None:
+        self.send_spout_output(spout_id, self.spouts[spout_id].flush())
 
     def tick(self, spout_id: str) -> None:
         spout = self.spouts[spout_id]
@@ -682,6 +688,7 @@ class Simulation:
         for spout_id in self.spouts:
             moves.append(partial(self.read, spout_id))
             moves.append(ignoring_number(partial(self.tick, spout_id)))
+            moves.append(ignoring_number(partial(self.flush_spout, spout_id)))
             moves.append(ignoring_number(partial(self.spout_sees_master, spout_id)))
         if self.phase == "clocked":
             for bolt_id in self.bolts:
@@ -710,6 +717,7 @@ class Simulation:
                 self.spout_sees_master(spout_id)
                 while self.fetch[spout_id] < len(self.scenario.values[int(spout_id.split("/")[1])]):
                     self.read(spout_id, 2)
+                self.flush_spout(spout_id)
                 self.tick(spout_id)
             while any(self.queues.values()) or any(b.unflushed for b in self.bolts.values()):
                 for connection, queue in self.queues.items():

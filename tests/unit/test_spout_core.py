@@ -281,6 +281,34 @@ def test_backlog_is_behind_from_a_full_fetch_to_the_end_and_caught_up_until_a_pa
     assert backlog.state is ProcessorState.FLOWING
 
 
+def test_staged_records_wait_for_a_flush_and_a_pause_leaves_them_beyond_the_clock() -> None:
+    spout = make_spout()
+    spout.start({P: 9})
+    spout.resume()
+    spout.stage([10, 11], [b"a", b"\xff"])
+    spout.stage([11, 12], [b"dup", b"c"])  # a re-fetch of a staged offset is skipped
+    assert spout.position == 9 and spout.staged_through == 12 and spout.next_offset == 13
+    assert spout.pause() == 9  # staged records are not emitted: the clock may stay below
+    spout.stage([12, 13], [b"c", b"d"])  # fetched while paused: held after the staged
+    assert spout.held == 1 and spout.flush().batches == {}
+    out = spout.resume(1, {P: 9})
+    assert out.clock == ForwardClock(1, {P: 9})
+    assert flat(out, ("total", 0)) == [(10, "a"), (12, "c"), (13, "d")]
+    assert [d.message.offset for d in out.dead_letters] == [11]
+    assert out.watermark == {P: 13} and spout.flush().batches == {}
+
+
+def test_rewinding_discards_staged_records() -> None:
+    spout = make_spout()
+    spout.start({})
+    spout.resume()
+    spout.stage([0, 1], [b"a", b"b"])
+    assert spout.start({P: 0}) == 1
+    assert spout.staged_through == 0
+    spout.resume()
+    assert spout.flush().batches == {}
+
+
 def test_router_with_no_tuples_routes_nothing() -> None:
     top = topology()
     assert Router(top.downstream_of("lines")).route(Batch()) == {}
@@ -292,12 +320,13 @@ def test_router_with_no_tuples_routes_nothing() -> None:
 @st.composite
 def spout_script(draw: st.DrawFn) -> tuple[int, list[tuple[str, Any]]]:
     """A rewind point and a sequence of fetches (overlapping ranges, as a broker may
-    return), pauses and resumes with clocks."""
+    return; emitted at once, or staged for a later flush), pauses and resumes with
+    clocks."""
     rewind = draw(st.integers(-1, 5))
     steps: list[tuple[str, Any]] = []
     for _ in range(draw(st.integers(0, 25))):
-        kind = draw(st.sampled_from(["fetch", "fetch", "fetch", "pause", "resume"]))
-        if kind == "fetch":
+        kind = draw(st.sampled_from(["fetch", "fetch", "stage", "flush", "pause", "resume"]))
+        if kind in ("fetch", "stage"):
             start = draw(st.integers(0, 30))
             steps.append(("fetch", list(range(start, start + draw(st.integers(0, 4))))))
         else:
@@ -318,13 +347,18 @@ def test_emits_each_new_offset_once_in_order_and_never_past_an_unannounced_clock
     newest = rewind
     epoch = 0
     reported = rewind  # the position the master last saw (it derives clocks from it)
-    for kind, arg in [*steps, ("resume", 0)]:
-        if kind == "fetch":
+    for kind, arg in [*steps, ("resume", 0), ("flush", 0)]:
+        if kind in ("fetch", "stage"):
             for o in arg:
                 if o > newest:
                     expected.append(o)
                     newest = o
+            if kind == "stage":
+                spout.stage(arg, [str(o).encode() for o in arg])
+                continue
             out = spout.on_records(arg, [str(o).encode() for o in arg])
+        elif kind == "flush":
+            out = spout.flush()
         elif kind == "pause":
             reported = spout.pause()
             continue
