@@ -17,7 +17,8 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
                                                             an interval after its commit),
                                                             or the spouts caught up with a
                                                             backlog (a tenth of an interval
-                                                            after it)
+                                                            after the commit, half a one
+                                                            after round e started)
     SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
                                                             C = max of their positions
     Flowing(e, C)     -> Flowing(e, None) + CommitClock     every bolt instance durably
@@ -435,18 +436,38 @@ def next_round_due(state: Flowing, view: View, config: Config) -> float:
     but never sooner than :data:`MIN_FLOWING_SHARE` of the interval after that commit.
     Where the round's durations are unknown (another negotiator ran it, or no round
     committed in this epoch) the whole interval counts from entering the state."""
+    took = _round_took(state, view)
+    flowing = max(config.snapshot_interval - (took or 0.0),
+                  MIN_FLOWING_SHARE * config.snapshot_interval)
+    return view.entered_at + flowing
+
+
+def _round_took(state: Flowing, view: View) -> float | None:
+    """How long round ``e`` took from its start to the commit that entered Flowing(e, None)
+    (its pause and save times), if the committed record says."""
     committed = view.committed
-    took = 0.0
     if (committed is not None and committed.epoch == state.epoch
             and committed.pause_s is not None and committed.snapshot_s is not None):
-        took = committed.pause_s + committed.snapshot_s
-    flowing = max(config.snapshot_interval - took, MIN_FLOWING_SHARE * config.snapshot_interval)
-    return view.entered_at + flowing
+        return committed.pause_s + committed.snapshot_s
+    return None
 
 
 CAUGHT_UP_SHARE = 0.1
 """Flowing(None) lasts at least this share of the snapshot interval before a round that the
 spouts catching up with a backlog starts early."""
+
+
+def early_round_due(state: Flowing, view: View, config: Config) -> float:
+    """When Flowing(e, None) may start the next round because the spouts caught up (see
+    :func:`caught_up`): :data:`CAUGHT_UP_SHARE` of the interval after entering it, and no
+    sooner than :data:`MIN_FLOWING_SHARE` of it after round ``e`` started (where the
+    committed record says when), so that bursts at most double the rate of rounds."""
+    interval = config.snapshot_interval
+    due = view.entered_at + CAUGHT_UP_SHARE * interval
+    took = _round_took(state, view)
+    if took is not None:
+        due = max(due, view.entered_at - took + MIN_FLOWING_SHARE * interval)
+    return due
 
 
 def caught_up(state: Flowing, roster: _Roster) -> bool:
@@ -466,7 +487,7 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
     due = next_round_due(state, view, config)
     reason = f"snapshot interval {config.snapshot_interval:.1f}s elapsed"
     if view.now < due and caught_up(state, roster):
-        due = min(due, view.entered_at + CAUGHT_UP_SHARE * config.snapshot_interval)
+        due = min(due, early_round_due(state, view, config))
         reason = "the spouts caught up with a backlog"
     if view.now >= due:
         epoch = max(state.epoch, view.highest_epoch) + 1

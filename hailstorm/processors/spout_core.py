@@ -18,7 +18,7 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
   so downstream low water marks advance when no data flows.
 
 Records are taken in two steps, so that pre-aggregation can combine a whole fetch while a
-round's pause waits for no more than a slice of it: :meth:`SpoutCore.stage` decodes and
+round's pause waits for a slice of it (or a flush under way): :meth:`SpoutCore.stage` decodes and
 explodes records, and :meth:`SpoutCore.flush` routes everything staged since the last flush
 (:meth:`SpoutCore.on_records` does both). Staged records are not emitted: they lie beyond the
 position, so a pause reports the position without them, and they go out, after the round's
@@ -338,8 +338,9 @@ class SpoutCore:
 class Backlog:
     """Whether a flowing spout is reading a backlog, as the state it reports
     (:attr:`state`): ``BEHIND`` from a full fetch to the partition's end, ``CAUGHT_UP``
-    from then until a round pauses the spout (the round then covers what it read), else
-    ``FLOWING``."""
+    from then until a round pauses the spout (the round then covers what it read; a full
+    fetch meanwhile changes nothing, so a spout reports at most twice between two
+    pauses), else ``FLOWING``."""
 
     def __init__(self) -> None:
         self.behind = False
@@ -351,7 +352,7 @@ class Backlog:
         if at_end:
             self.caught_up = self.caught_up or self.behind
             self.behind = False
-        elif full:
+        elif full and not self.caught_up:
             self.behind = True
 
     def paused(self) -> None:

@@ -403,8 +403,9 @@ class ProcessorState(enum.StrEnum):
     """A flowing spout is reading a backlog: a fetch came back full."""
     CAUGHT_UP = "caught-up"
     """A flowing spout read a backlog to the partition's end since the last round paused
-    it. When every spout behind in this epoch has caught up, the negotiator starts the
-    next round at once, so the backlog's results commit without waiting for the interval."""
+    it. When a spout reports it for this epoch and none reports ``behind``, the negotiator
+    starts the next round early (``negotiator.machine.early_round_due``), so the
+    backlog's results commit without waiting for the interval."""
 
 
 @dataclass(frozen=True)

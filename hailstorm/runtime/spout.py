@@ -37,8 +37,8 @@ LOG_START_RETRIES = 3
 fetch (then the lost offsets stop the topology as any others)."""
 SPOUT_CHUNK = 500
 """Messages a spout decodes at a time: between two chunks it looks at the master state, so
-that a snapshot round's pause waits for one chunk, not a whole consume batch (what it
-staged before the pause is sent after the round's clock)."""
+that a snapshot round's pause waits for one chunk (or one flush under way), not a whole
+consume batch (what it staged before the pause is sent after the round's clock)."""
 DEAD_LETTER_INTERVAL = 0.5
 """A spout with dead letters commits them at least this often (seconds), besides before
 it reports a round's pause."""
@@ -119,8 +119,10 @@ class SpoutShell(Shell):
             self._keep_stream_times()  # before the round can commit at this position
             self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
         elif isinstance(state, Flowing):
-            self._send(core.resume(state.epoch, state.clock) if state.clock is not None
-                       else core.resume())
+            out = core.resume(state.epoch, state.clock) if state.clock is not None \
+                else core.resume()
+            self._send(out)  # what was held or staged over the pause
+            self.metrics.messages_out.inc(sum(len(b) for b in out.batches.values()))
             self._flowing = None
             self._report_flowing(state.epoch)
 

@@ -494,6 +494,31 @@ def test_catching_up_in_an_earlier_epoch_or_never_falling_behind_keeps_the_inter
         assert d.next_state is None and d.wake_at == T0 + 5
 
 
+def test_early_rounds_start_half_an_interval_after_the_round_before_at_the_soonest() -> None:
+    living = with_spouts(FLOWING_LIVING, ProcessorState.CAUGHT_UP, 7, {S0: 30, S1: 2})
+    quick = CommittedRecord(7, {P0: 8}, {}, T0, pause_s=0.1, snapshot_s=0.4)
+    d = check(Flowing(7), view(living, now=CAUGHT_UP_AT, committed=quick))
+    assert d.next_state is None and d.wake_at == T0 + 2.0  # round 7 started at T0 - 0.5
+    slow = CommittedRecord(7, {P0: 8}, {}, T0, pause_s=0.1, snapshot_s=2.9)
+    d = check(Flowing(7), view(living, now=CAUGHT_UP_AT, committed=slow))
+    assert d.next_state == SpoutsPaused(8)
+
+
+@given(interval=st.floats(0.01, 100), took=st.floats(0, 1000), now=st.floats(0, 1000))
+def test_rounds_start_at_most_twice_as_often_as_the_interval_says(
+        interval: float, took: float, now: float) -> None:
+    cfg = Config.uniform(snapshot_interval=interval)
+    living = with_spouts(FLOWING_LIVING, ProcessorState.CAUGHT_UP, 7, {S0: 30, S1: 2})
+    committed = CommittedRecord(7, {P0: 8}, {}, T0, pause_s=0.0, snapshot_s=took)
+    d = check(Flowing(7), view(living, now=T0 + now, committed=committed), cfg)
+    started = T0 - took  # round 7's start
+    if d.next_state is not None:
+        assert T0 + now >= started + MIN_FLOWING_SHARE * interval - 1e-9
+        assert T0 + now >= T0 + CAUGHT_UP_SHARE * interval - 1e-9
+    else:
+        assert d.wake_at is not None and d.wake_at > T0 + now
+
+
 def test_an_interval_already_due_is_not_postponed_by_catching_up() -> None:
     living = with_spouts(FLOWING_LIVING, ProcessorState.CAUGHT_UP, 7, {S0: 30, S1: 2})
     tiny = Config.uniform(snapshot_interval=0.05)

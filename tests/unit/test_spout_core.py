@@ -276,6 +276,7 @@ def test_backlog_is_behind_from_a_full_fetch_to_the_end_and_caught_up_until_a_pa
     backlog.fetched(full=True, at_end=True)
     assert backlog.state is ProcessorState.CAUGHT_UP
     backlog.fetched(full=False, at_end=True)
+    backlog.fetched(full=True, at_end=False)  # a new burst: no report until the next pause
     assert backlog.state is ProcessorState.CAUGHT_UP  # until a round covers it
     backlog.paused()
     assert backlog.state is ProcessorState.FLOWING
