@@ -18,9 +18,9 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
   so downstream low water marks advance when no data flows.
 
 Records are taken in two steps, so that pre-aggregation can combine a whole fetch while a
-round's pause waits for a slice of it (or a flush under way): :meth:`SpoutCore.stage` decodes and
-explodes records, and :meth:`SpoutCore.flush` routes everything staged since the last flush
-(:meth:`SpoutCore.on_records` does both). Staged records are not emitted: they lie beyond the
+round's pause waits for a slice of it (or a flush under way): :meth:`SpoutCore.stage`
+decodes and explodes records, and :meth:`SpoutCore.flush` routes everything staged since
+the last flush (:meth:`SpoutCore.on_records` does both). Staged records are not emitted: they lie beyond the
 position, so a pause reports the position without them, and they go out, after the round's
 CLOCK, when the spout resumes.
 
@@ -66,6 +66,11 @@ class SpoutOutput:
     batches: dict[Destination, Batch] = field(default_factory=dict)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     watermark: Clock = field(default_factory=dict)
+
+    @property
+    def sent(self) -> int:
+        """Tuples (or contributions) in the batches, over every destination."""
+        return sum(map(len, self.batches.values()))
 
 
 class SpoutCore:

@@ -122,7 +122,7 @@ class SpoutShell(Shell):
             out = core.resume(state.epoch, state.clock) if state.clock is not None \
                 else core.resume()
             self._send(out)  # what was held or staged over the pause
-            self.metrics.messages_out.inc(sum(len(b) for b in out.batches.values()))
+            self.metrics.messages_out.inc(out.sent)
             self._flowing = None
             self._report_flowing(state.epoch)
 
@@ -282,7 +282,7 @@ class SpoutShell(Shell):
                     self.follow_master()  # paused, the core keeps what it staged till after
                     out = core.flush()
                     self._send(out)
-                    sent += sum(len(b) for b in out.batches.values())
+                    sent += out.sent
             self.metrics.batch(started, len(offsets), sent)
         elif time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
             self.send_all([self._watermark(core.watermark())])
