@@ -20,9 +20,9 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
 Records are taken in two steps, so that pre-aggregation can combine a whole fetch while a
 round's pause waits for a slice of it (or a flush under way): :meth:`SpoutCore.stage`
 decodes and explodes records, and :meth:`SpoutCore.flush` routes everything staged since
-the last flush (:meth:`SpoutCore.on_records` does both). Staged records are not emitted: they lie beyond the
-position, so a pause reports the position without them, and they go out, after the round's
-CLOCK, when the spout resumes.
+the last flush (:meth:`SpoutCore.on_records` does both). Staged records are not emitted:
+they lie beyond the position, so a pause reports the position without them, and they go
+out, after the round's CLOCK, when the spout resumes.
 
 Bolts declaring ``late=`` receive only the tuples that are not late for them: the core keeps
 the partition's stream time per such bolt (:class:`~hailstorm.lateness.StreamTimes`) and
