@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from itertools import compress
+from operator import itemgetter, le
 from typing import Any
 
 from hailstorm.model import Origin, RejectedRow, record_text
@@ -77,6 +78,13 @@ class Selection:
     """Buffered rows this commit covers (before pre-aggregation / superseding)."""
     arrivals: int = -1
     """The buffer's arrival count when selected (upsert: nothing new arrived if equal)."""
+
+
+class _Marks(dict[Partition, int]):
+    """A low water mark that gives :data:`NOTHING` for the partitions it lacks."""
+
+    def __missing__(self, partition: Partition) -> int:
+        return NOTHING
 
 
 @dataclass
@@ -182,17 +190,20 @@ class RowBuffer:
             for partition, offset, t in zip(partitions, offsets, tuples, strict=True):
                 add(partition, offset, t, sender)
             return
+        if not len(partitions) == len(offsets) == len(tuples):
+            raise ValueError("add_many: partitions, offsets and tuples differ in length")
         try:
             rows = self._rows_of(tuples)
-            keys = list(map(self._key, rows))
-            latest = dict(zip(keys, zip(partitions, offsets, rows, strict=True), strict=True))
+            # No intermediate dict: a key that is no dict key (TypeError) stops the update
+            # part way, and adding the batch again one by one gives the same entries.
+            entries = zip(partitions, offsets, rows, strict=True)
+            self._latest.update(zip(map(self._key, rows), entries, strict=True))
         except (RowError, TypeError):  # one by one: the tuples that are no row are rejected
             add = self.add
             for partition, offset, t in zip(partitions, offsets, tuples, strict=True):
                 add(partition, offset, t, sender)
             return
         self._arrival += len(rows)
-        self._latest.update(latest)
 
     def _rows_of(self, tuples: Sequence[Any]) -> Sequence[Values]:
         """The rows of a batch of sink tuples: as they are when every one is a tuple of
@@ -215,10 +226,13 @@ class RowBuffer:
         rejected = [r for p, entries in self._rejected.items()
                     for r in entries if r.origin[1] <= lwm.get(p, NOTHING)]
         if self.table.mode == "upsert":
-            get = lwm.get
-            latest = [(p, o, v) for p, o, v in self._latest.values() if o <= get(p, NOTHING)]
-            rows = [v for _p, _o, v in latest]
-            return Selection(lwm, rows, target, [(p, o) for p, o, _v in latest], rejected,
+            # A key per entry: C-level passes, not a Python loop over every buffered key.
+            buffered = list(self._latest.values())
+            marks = map(_Marks(lwm).__getitem__, map(itemgetter(0), buffered))
+            below = list(map(le, map(itemgetter(1), buffered), marks))
+            latest = buffered if all(below) else list(compress(buffered, below))
+            rows = list(map(itemgetter(2), latest))
+            return Selection(lwm, rows, target, list(map(itemgetter(0, 1), latest)), rejected,
                              len(rows), self._arrival)
         eligible: list[tuple[Partition, _Pending]] = []
         for p, entries in self._pending.items():

@@ -262,6 +262,37 @@ def test_upsert_keeps_the_latest_arrival_per_key_and_reapplies_old_rows() -> Non
     assert buffer.select({P0: 20, P1: 20}).rows == [("v", 1)]  # w=5 never overwrites w=6
 
 
+P2: Partition = ("words", 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    batches=st.lists(st.lists(st.tuples(st.sampled_from([P0, P1, P2]), st.integers(0, 30),
+                                        st.sampled_from("abcdef"), st.integers(0, 9)),
+                              max_size=12), max_size=6),
+    lwm=st.dictionaries(st.sampled_from([P0, P1]), st.integers(-1, 30)),
+)
+def test_an_upsert_commit_takes_the_latest_row_of_each_key_at_or_below_the_mark(
+    batches: list[list[tuple[Partition, int, str, int]]], lwm: Clock,
+) -> None:
+    """Batches (``add_many``) keep the last arrival per key; a selection takes those whose
+    origin is at or below the mark (a partition the mark lacks: none), in arrival order of
+    the keys, each with its origin."""
+    buffer = RowBuffer(COUNTS)
+    latest: dict[str, tuple[Partition, int, tuple[str, int]]] = {}
+    for batch in batches:
+        buffer.add_many([p for p, _o, _w, _n in batch], [o for _p, o, _w, _n in batch],
+                        [(w, n) for _p, _o, w, n in batch])
+        for p, o, w, n in batch:
+            latest[w] = (p, o, (w, n))
+    selection = buffer.select(lwm)
+    taken = [(p, o, row) for p, o, row in latest.values() if o <= lwm.get(p, -1)]
+    assert selection.rows == [row for _p, _o, row in taken]
+    assert selection.origins == [(p, o) for p, o, _row in taken]
+    buffer.confirm(selection)
+    assert len(buffer) == len(latest) - len(taken)
+
+
 @pytest.mark.parametrize("mode", ["upsert", "merge", "append"])
 def test_tuples_that_are_no_row_are_rejected_once(mode: str) -> None:
     table = Table("t", {"w": "text", "n": "bigint"}, key=[] if mode == "append" else ["w"],
