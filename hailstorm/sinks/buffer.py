@@ -192,6 +192,9 @@ class RowBuffer:
             return
         if not len(partitions) == len(offsets) == len(tuples):
             raise ValueError("add_many: partitions, offsets and tuples differ in length")
+        # Counted first: a batch that stops part way must not let confirm() take the
+        # buffer for what a selection saw (the count only has to move).
+        self._arrival += len(tuples)
         try:
             rows = self._rows_of(tuples)
             # No intermediate dict: a key that is no dict key (TypeError) stops the update
@@ -202,8 +205,6 @@ class RowBuffer:
             add = self.add
             for partition, offset, t in zip(partitions, offsets, tuples, strict=True):
                 add(partition, offset, t, sender)
-            return
-        self._arrival += len(rows)
 
     def _rows_of(self, tuples: Sequence[Any]) -> Sequence[Values]:
         """The rows of a batch of sink tuples: as they are when every one is a tuple of

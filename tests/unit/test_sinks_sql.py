@@ -293,6 +293,20 @@ def test_an_upsert_commit_takes_the_latest_row_of_each_key_at_or_below_the_mark(
     assert len(buffer) == len(latest) - len(taken)
 
 
+def test_a_batch_that_stops_part_way_keeps_what_it_added_for_the_next_commit() -> None:
+    """A key whose hash fails with something else than TypeError stops ``add_many`` part
+    way: the rows added before it stay for the next commit, not cleared by the commit
+    that was selected before them."""
+    buffer = RowBuffer(Table("blobs", {"k": "bytea", "n": "bigint"}, key=["k"],
+                             mode="upsert"))
+    buffer.add_many([P0], [0], [(b"a", 1)])
+    selection = buffer.select({P0: 0})
+    with pytest.raises(ValueError):  # a writable memoryview is not hashable
+        buffer.add_many([P0, P0], [5, 6], [(b"a", 9), (memoryview(bytearray(b"b")), 2)])
+    buffer.confirm(selection)
+    assert buffer.select({P0: 9}).rows == [(b"a", 9)]
+
+
 @pytest.mark.parametrize("mode", ["upsert", "merge", "append"])
 def test_tuples_that_are_no_row_are_rejected_once(mode: str) -> None:
     table = Table("t", {"w": "text", "n": "bigint"}, key=[] if mode == "append" else ["w"],
