@@ -64,13 +64,13 @@ TOPIC = "words"
 PARTITIONS = 4
 
 TO_KAFKA = """
-from hailstorm import Count, Topic, Topology, per_key
+from hailstorm import Count, Topic, Topology, itself, per_key
 from topologies.wordcount import words_of
 
 topology = Topology("wordcount")
 lines = topology.spout("lines", topic="words", decoder="text", explode=words_of)
-counts = topology.bolt("counts", inputs=[lines], key=lambda word: word, state=per_key(Count()),
-                       lift=lambda word: 1, emit=lambda word, count: [(word, count)],
+counts = topology.bolt("counts", inputs=[lines], key=itself, state=per_key(Count()),
+                       lift=Count.lift, emit=lambda word, count: [(word, count)],
                        parallelism=2, preaggregate=True)
 topology.sink("word_counts", inputs=[counts], target=Topic(
     "{output}", key=lambda t: t[0], value=lambda t: {{"word": t[0], "count": t[1]}},

@@ -2,12 +2,12 @@
 
 Define a topology in a plain Python module::
 
-    from hailstorm import Count, Table, Topology, per_key
+    from hailstorm import Count, Table, Topology, itself, per_key
 
     topology = Topology("wordcount")
     lines = topology.spout("lines", topic="words", decoder="text", explode=str.split)
-    counts = topology.bolt("counts", inputs=[lines], key=lambda w: w, state=per_key(Count()),
-                           lift=lambda w: 1, emit=lambda w, n: [(w, n)])
+    counts = topology.bolt("counts", inputs=[lines], key=itself, state=per_key(Count()),
+                           lift=Count.lift, emit=lambda w, n: [(w, n)])
     topology.sink("word_counts", inputs=[counts],
                   target=Table("word_counts", columns={"word": "text", "count": "bigint"},
                                key=["word"], mode="upsert"))
@@ -44,7 +44,7 @@ from hailstorm.monoids import (
     TumblingWindow,
     per_key,
 )
-from hailstorm.routing import route
+from hailstorm.routing import itself, route
 from hailstorm.topic import Topic
 from hailstorm.topology import (
     BoltSpec,
@@ -95,6 +95,7 @@ __all__ = [
     "TopologyError",
     "Ttl",
     "TumblingWindow",
+    "itself",
     "load_topology",
     "messages",
     "per_key",

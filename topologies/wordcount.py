@@ -14,7 +14,7 @@ Messages that are not valid UTF-8 go to the dead-letter topic ``wordcount.dead-l
 
 import re
 
-from hailstorm import Count, Table, Topology, per_key
+from hailstorm import Count, Table, Topology, itself, per_key
 
 WORD = re.compile(r"[^\W\d_]+")
 """A run of letters (any alphabet); digits, punctuation and spaces separate words."""
@@ -32,9 +32,9 @@ lines = topology.spout("lines", topic="words", decoder="text", explode=words_of)
 counts = topology.bolt(
     "counts",
     inputs=[lines],
-    key=lambda word: word,
+    key=itself,
     state=per_key(Count()),
-    lift=lambda word: 1,
+    lift=Count.lift,
     emit=lambda word, count: [(word, count)],
     parallelism=2,
     preaggregate=True,

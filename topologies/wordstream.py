@@ -16,7 +16,7 @@ Read them with any Kafka client set to ``isolation.level=read_committed``, e.g.
 
 import re
 
-from hailstorm import Count, Topic, Topology, per_key
+from hailstorm import Count, Topic, Topology, itself, per_key
 
 WORD = re.compile(r"[^\W\d_]+")
 
@@ -39,9 +39,9 @@ lines = topology.spout("lines", topic="words", decoder="text", explode=words_of)
 counts = topology.bolt(
     "counts",
     inputs=[lines],
-    key=lambda word: word,
+    key=itself,
     state=per_key(Count()),
-    lift=lambda word: 1,
+    lift=Count.lift,
     emit=lambda word, count: [(word, count)],
     parallelism=2,
     preaggregate=True,

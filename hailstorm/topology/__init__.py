@@ -5,8 +5,8 @@ A topology lives in a plain Python module that defines a module-level ``topology
     topology = Topology("wordcount")
     lines = topology.spout("lines", topic="words", decoder="text",
                            explode=lambda line: re.findall(r"[a-z]+", line.lower()))
-    counts = topology.bolt("counts", inputs=[lines], key=lambda word: word,
-                           state=per_key(Count()), lift=lambda word: 1,
+    counts = topology.bolt("counts", inputs=[lines], key=itself,
+                           state=per_key(Count()), lift=Count.lift,
                            emit=lambda word, count: [(word, count)], parallelism=2)
     topology.sink("word_counts", inputs=[counts], target=Table(...))
 

@@ -14,8 +14,8 @@ from itertools import repeat
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from hailstorm.decoders import DecodeError, Decoder
-from hailstorm.monoids import EventTimed, KeyedMap, Monoid
-from hailstorm.routing import KeyRouter, partition_by_instance
+from hailstorm.monoids import Count, EventTimed, KeyedMap, Monoid
+from hailstorm.routing import KeyRouter, itself, partition_by_instance
 from hailstorm.topology.errors import RecordFailed
 from hailstorm.topology.tables import SinkTarget, Table
 
@@ -323,12 +323,17 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
         """``key(t)`` (None when the bolt neither keys nor routes by key) and ``lift(t)`` of
         every tuple, checked as :meth:`contribution` checks them but a batch at a time (no
         window state); raises whatever a function or check raises first."""
-        values = list(map(self.lift, tuples))
-        if self._check_value is not None:
-            self.value_monoid.check_many(values)
+        if self.lift is Count.lift:  # every tuple lifts to the same 1: check it once
+            values = [Count.one] * len(tuples)
+            if self._check_value is not None and values:
+                self._check_value(Count.one)
+        else:
+            values = list(map(self.lift, tuples))
+            if self._check_value is not None:
+                self.value_monoid.check_many(values)
         if self.key is None or not (self.keyed or self.parallelism > 1):
             return None, values
-        keys = list(map(self.key, tuples))
+        keys = list(tuples) if self.key is itself else list(map(self.key, tuples))
         key_types = set(map(type, keys))
         if not key_types <= _PLAIN_KEYS:
             for key in keys:
@@ -537,24 +542,33 @@ _NO_VALUE: Any = object()
 _PLAIN_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
 """Key types that are hashable and routable as they are (others are checked)."""
 
+_INTERCHANGEABLE_KEYS = frozenset({str, int, bytes})
+"""Types whose equal values are interchangeable (unlike ``float``'s ``0.0``, ``-0.0``)."""
+
 
 def _combine_sums_of(spec: BoltSpec[Any, Any], tuples: Sequence[Any]) -> Combined | None:
     """:meth:`BoltSpec.combine_contributions` for keyed sums and counts without windows,
     a batch at a time: the key and lift functions are mapped over the batch and the sums
     taken by C code (``Counter`` when every value is 1). Groups come in first-seen order,
     each with its last tuple. None when a function fails or the monoid refuses a key or
-    value (the caller takes the tuple-by-tuple path, which names the culprits)."""
+    value (the caller takes the tuple-by-tuple path, which names the culprits).
+
+    With ``key=itself`` and keys of one immutable type, a group's last tuple is equal to
+    its key and of the same type, so the key stands for it."""
     try:
         keys, values = spec._keys_and_values(tuples)
         assert keys is not None  # keyed state
-        value_types = set(map(type, values))
-        if value_types == {int} and values.count(1) == len(values):
+        if spec.lift is Count.lift or (
+                set(map(type, values)) == {int} and values.count(1) == len(values)):
             sums: dict[Any, Any] = Counter(keys)
         else:
             sums = {}
             get = sums.get
             for key, value in zip(keys, values, strict=True):
                 sums[key] = get(key, 0) + value
+        if spec.key is itself and len(key_types := set(map(type, keys))) == 1 \
+                and key_types <= _INTERCHANGEABLE_KEYS:
+            return Combined(list(sums), list(sums), list(sums.values()))
         last = dict(zip(keys, tuples, strict=True))
     except Exception:
         return None

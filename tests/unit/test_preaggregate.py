@@ -10,7 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hailstorm import Collect, Count, SetUnion, Sum, Table, Topology, TumblingWindow, per_key
+from hailstorm import (
+    Collect,
+    Count,
+    SetUnion,
+    Sum,
+    Table,
+    Topology,
+    TumblingWindow,
+    itself,
+    per_key,
+)
 from hailstorm.processors import (
     Batch,
     BoltCore,
@@ -159,6 +169,54 @@ def test_each_group_keeps_its_last_tuple_in_last_seen_order() -> None:
     assert combined.tuples == [("a", 3), ("c", 4), ("b", 5)]
     assert combined.keys == [None, None, None]  # unkeyed state: no state key
     assert combined.values == [4, 4, 7]
+
+
+def counting_bolts(parallelism: int, key_type: str) -> tuple[BoltSpec, BoltSpec]:
+    """The same keyed count declared with ``key=itself, lift=Count.lift`` (which bolts
+    recognise) and with lambdas (which they must call)."""
+    top = Topology("same")
+    src = top.spout("src", topic="t", decoder="json")
+    known = top.bolt("known", inputs=[src], key=itself, state=per_key(Count(), key_type),
+                     lift=Count.lift, parallelism=parallelism)
+    called = top.bolt("called", inputs=[src], key=lambda t: t,
+                      state=per_key(Count(), key_type), lift=lambda t: 1,
+                      parallelism=parallelism)
+    return known, called
+
+
+KINDS_OF_KEYS = [st.sampled_from(["a", "b", "é"]), st.sampled_from([b"a", b"b"]),
+                 st.integers(-2, 2) | st.booleans(), st.sampled_from([0.0, -0.0, 1.0, 2.5]),
+                 st.just(None), st.lists(st.integers(0, 1), max_size=1)]
+ANY_KEYS = st.one_of(st.lists(st.one_of(KINDS_OF_KEYS), max_size=30),
+                     *(st.lists(kind, max_size=30) for kind in KINDS_OF_KEYS))
+"""Lists of keys of one kind (``1`` and ``True``, ``0.0`` and ``-0.0`` among them), or
+mixed, some unhashable."""
+
+
+def typed(items: list[Any]) -> list[tuple[type, str]]:
+    """Told apart by type and representation (``1``/``True``, ``0.0``/``-0.0``)."""
+    return [(type(item), repr(item)) for item in items]
+
+
+@settings(max_examples=200, deadline=None)
+@given(tuples=ANY_KEYS, parallelism=st.sampled_from([1, 2]),
+       key_type=st.sampled_from(["string", "long", "double", "bytes", "json"]))
+def test_a_bolt_keyed_by_itself_and_counting_combines_as_with_lambdas(
+    tuples: list[Any], parallelism: int, key_type: str
+) -> None:
+    known, called = counting_bolts(parallelism, key_type)
+    fast, slow = known.combine_contributions(tuples), called.combine_contributions(tuples)
+    assert typed(fast.tuples) == typed(slow.tuples)  # equal and of the same type
+    assert typed(fast.keys) == typed(slow.keys)
+    assert typed(fast.values) == typed(slow.values)
+    assert [i for i, _ in fast.failures] == [i for i, _ in slow.failures]
+    assert known.contributions(tuples)[0] == called.contributions(tuples)[0]
+
+
+def test_key_itself_is_the_tuple() -> None:
+    word = "storm"
+    assert itself(word) is word
+    assert Count.lift(word) == 1
 
 
 # --------------------------------------------------------------------------- routing
