@@ -319,10 +319,12 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
         if self.parallelism > 1:
             self.instance_of_key(key)
 
-    def _keys_and_values(self, tuples: Sequence[Any]) -> tuple[list[Any] | None, list[Any]]:
-        """``key(t)`` (None when the bolt neither keys nor routes by key) and ``lift(t)`` of
-        every tuple, checked as :meth:`contribution` checks them but a batch at a time (no
-        window state); raises whatever a function or check raises first."""
+    def _keys_and_values(
+        self, tuples: Sequence[Any]
+    ) -> tuple[list[Any] | None, list[Any], set[type]]:
+        """``key(t)`` (None when the bolt neither keys nor routes by key), ``lift(t)`` of
+        every tuple and the keys' types, checked as :meth:`contribution` checks them but a
+        batch at a time (no window state); raises what a function or check raises first."""
         if self.lift is Count.lift:  # every tuple lifts to the same 1: check it once
             values = [Count.one] * len(tuples)
             if self._check_value is not None and values:
@@ -332,7 +334,7 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
             if self._check_value is not None:
                 self.value_monoid.check_many(values)
         if self.key is None or not (self.keyed or self.parallelism > 1):
-            return None, values
+            return None, values, set()
         keys = list(tuples) if self.key is itself else list(map(self.key, tuples))
         key_types = set(map(type, keys))
         if not key_types <= _PLAIN_KEYS:
@@ -340,11 +342,11 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
                 self._check_routable(key)
         if self._key_classes is not None and not key_types <= set(self._key_classes):
             self.state.check_keys(keys)  # type: ignore[attr-defined]
-        return keys, values
+        return keys, values, key_types
 
     def _unwindowed_contributions(self, tuples: Sequence[Any]) -> list[tuple[Any, Any]]:
         """:meth:`contribution` of every tuple (no window state), a batch at a time."""
-        keys, values = self._keys_and_values(tuples)
+        keys, values, _types = self._keys_and_values(tuples)
         if keys is not None and self.keyed:
             return list(zip(keys, values, strict=True))
         return list(zip(repeat(None), values))
@@ -556,7 +558,7 @@ def _combine_sums_of(spec: BoltSpec[Any, Any], tuples: Sequence[Any]) -> Combine
     With ``key=itself`` and keys of one immutable type, a group's last tuple is equal to
     its key and of the same type, so the key stands for it."""
     try:
-        keys, values = spec._keys_and_values(tuples)
+        keys, values, key_types = spec._keys_and_values(tuples)
         assert keys is not None  # keyed state
         if spec.lift is Count.lift or (
                 set(map(type, values)) == {int} and values.count(1) == len(values)):
@@ -566,8 +568,7 @@ def _combine_sums_of(spec: BoltSpec[Any, Any], tuples: Sequence[Any]) -> Combine
             get = sums.get
             for key, value in zip(keys, values, strict=True):
                 sums[key] = get(key, 0) + value
-        if spec.key is itself and len(key_types := set(map(type, keys))) == 1 \
-                and key_types <= _INTERCHANGEABLE_KEYS:
+        if spec.key is itself and len(key_types) == 1 and key_types <= _INTERCHANGEABLE_KEYS:
             return Combined(list(sums), list(sums), list(sums.values()))
         last = dict(zip(keys, tuples, strict=True))
     except Exception:
