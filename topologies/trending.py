@@ -28,7 +28,7 @@ State grows by one entry per (minute, tag) and one ranking per minute.
 import re
 from typing import Any
 
-from hailstorm import Count, Table, Topic, TopK, Topology, per_key
+from hailstorm import Count, Table, Topic, TopK, Topology, itself, per_key
 
 TOP = 10
 HASHTAG = re.compile(r"#(\w+)")
@@ -57,9 +57,9 @@ posts = topology.spout("posts", topic="posts", decoder="json", explode=tags_of)
 tag_counts = topology.bolt(
     "tag_counts",
     inputs=[posts],
-    key=lambda minute_tag: minute_tag,
+    key=itself,
     state=per_key(Count(), key_type=("long", "string")),
-    lift=lambda minute_tag: 1,
+    lift=Count.lift,
     emit=lambda minute_tag, count: [(*minute_tag, count)],
     parallelism=2,
 )
