@@ -6,7 +6,8 @@ Bytewax.
 Starts an embedded stack of its own (brought down afterwards), produces ``--views`` Avro page
 views (:class:`hailstorm.workloads.PageViews`: 100,000 pages by Zipf's law s = 1.1, 1M users
 s = 0.8, ``--per-second`` (1,000) views per second of event time, 5% delayed by up to
-5 min, 0.5% by 5-30 min) to the topic ``page-views`` (4 partitions), then, on that same
+5 min, 0.5% by 5-30 min) to the topic ``page-views`` (4 partitions), then, after one untimed
+read that warms the broker for every contender (``common.warm_broker``), on that same
 backlog:
 
 * hailstorm: ``topologies/pageviews.py`` (4 spouts judging lateness, 4 ``page_windows``

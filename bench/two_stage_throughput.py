@@ -5,7 +5,8 @@
 Starts an embedded stack of its own (brought down afterwards), produces ``--events`` JSON
 events (:class:`hailstorm.workloads.KeyedEvents`: users drawn by Zipf's law, s = 0.6, from
 ``--users``, each user in one of 10 countries) to the topic ``events`` (4 partitions),
-then, on that same backlog:
+then, after one untimed read that warms the broker for every contender
+(``common.warm_broker``), on that same backlog:
 
 * hailstorm: ``topologies/top_spenders.py`` (4 spouts; the ``totals`` bolt, a running sum
   per (country, user), 2 instances; the ``top`` bolt, TopK(10) per country over those

@@ -5,7 +5,8 @@
 Starts an embedded stack of its own (brought down afterwards), produces ``--events`` JSON
 events (:class:`hailstorm.workloads.KeyedEvents`: users drawn by Zipf's law, s = 0.6, from
 ``--users``; 3M events touch about 1.3M distinct users, half of them once) to the topic
-``events`` (4 partitions), then, on that same backlog:
+``events`` (4 partitions), then, after one untimed read that warms the broker for every
+contender (``common.warm_broker``), on that same backlog:
 
 * hailstorm: ``topologies/user_totals.py`` (4 spouts, 2 ``totals`` bolt instances, the
   ``user_totals`` upsert table in the stack's PostgreSQL, a round every second), timed

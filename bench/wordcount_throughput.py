@@ -1,7 +1,7 @@
 """Word count throughput: hailstorm end to end against a single-process baseline.
 
     .venv/bin/python bench/wordcount_throughput.py [--lines 500000] [--snapshot-interval 1]
-        [--sink postgresql|sqlite|kafka] [--backlog] [--timeline]
+        [--sink postgresql|sqlite|kafka] [--backlog [--cold-broker]] [--timeline]
 
 Starts an embedded stack of its own (brought down afterwards), then:
 

@@ -550,13 +550,12 @@ _INTERCHANGEABLE_KEYS = frozenset({str, int, bytes})
 
 def _combine_sums_of(spec: BoltSpec[Any, Any], tuples: Sequence[Any]) -> Combined | None:
     """:meth:`BoltSpec.combine_contributions` for keyed sums and counts without windows,
-    a batch at a time: the key and lift functions are mapped over the batch and the sums
-    taken by C code (``Counter`` when every value is 1). Groups come in first-seen order,
-    each with its last tuple. None when a function fails or the monoid refuses a key or
-    value (the caller takes the tuple-by-tuple path, which names the culprits).
-
-    With ``key=itself`` and keys of one immutable type, a group's last tuple is equal to
-    its key and of the same type, so the key stands for it."""
+    a batch at a time: keys and values as :meth:`BoltSpec._keys_and_values` gives them,
+    the sums taken by C code (``Counter`` when every value is 1). Groups come in
+    first-seen order, each with its last tuple. None when a function fails or the monoid
+    refuses a key or value (the caller takes the tuple-by-tuple path, which names them).
+    With ``key=itself`` and keys of one type in ``_INTERCHANGEABLE_KEYS``, a group's last
+    tuple equals its key and has its type, so the key stands for it."""
     try:
         keys, values, key_types = spec._keys_and_values(tuples)
         assert keys is not None  # keyed state
