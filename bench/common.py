@@ -82,12 +82,11 @@ def baseline_consume(
     return time.perf_counter() - started
 
 
-def warm_broker(bootstrap: str, topic: str, partitions: int, total: int) -> float:
+def warm_broker(bootstrap: str, topic: str, partitions: int, total: int) -> None:
     """Read every message of ``topic`` once, untimed, before any timed run: the broker's
     fetch path is then compiled by its JIT for every contender alike (the baseline and
-    Bytewax run after hailstorm and would otherwise meet a warmer broker). Returns the
-    seconds it took."""
-    return baseline_consume(bootstrap, topic, partitions, total, lambda _values: None)
+    Bytewax run after hailstorm and would otherwise meet a warmer broker)."""
+    baseline_consume(bootstrap, topic, partitions, total, lambda _values: None)
 
 
 def baseline_word_count(
