@@ -325,7 +325,7 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
     nothing; a newer round replaces the table's content atomically.
     """
     from hailstorm.export import RichExportListener, export_bolt
-    from hailstorm.runtime.spark_stage import SparkOptions, build_session
+    from hailstorm.runtime.spark_stage import SparkOptions, build_context
     from hailstorm.sinks import SinkError, scrub
     from hailstorm.snapshots import SnapshotError, open_store
     from hailstorm.topology import TopologyError, load_topology
@@ -337,30 +337,30 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
     except TopologyError as exc:
         fail(str(exc))
     store = open_store(settings.snapshot_location())
-    sessions: list[Any] = []
+    contexts: list[Any] = []
 
-    def session() -> Any:
+    def context() -> Any:
         """Spark starts only when rows must be read; stopped after unless pre-existing."""
-        from pyspark.sql import SparkSession
+        from pyspark import SparkContext
 
-        owned = SparkSession.getActiveSession() is None
+        owned = getattr(SparkContext, "_active_spark_context", None) is None
         options = SparkOptions(
-            master=master, app_name="hailstorm-export",
+            master=master, app_name="hailstorm-export", jvm_options="",
             extra_conf=(("spark.ui.showConsoleProgress", "false"),),
         )
-        spark = build_session(options, 2)
+        spark = build_context(options, 2)
         if owned:
-            sessions.append(spark)
+            contexts.append(spark)
         return spark
 
     try:
         with RichExportListener(console) as listener:
             result = export_bolt(
                 topology=topology, bolt=bolt, url=target, table=table_name or bolt,
-                store=store, session=session, epoch=epoch, zk=settings.zk, force=force,
+                store=store, session=context, epoch=epoch, zk=settings.zk, force=force,
                 listener=listener,
             )
-        for spark in sessions:
+        for spark in contexts:
             spark.stop()
     except (SinkError, SnapshotError, TopologyError) as exc:
         fail(str(exc))

@@ -56,7 +56,9 @@ class SparkCluster(StackProcesses):
                       f"{state.spark_workers * state.spark_cores} task slots")
 
     def _spark_argv(self, main_class: str, *args: str) -> list[str]:
-        return [java_binary(), "-Xmx512m", "-cp", f"{pyspark_jars()}/*", main_class, *args]
+        # The master and workers only place executors: C1 alone starts them sooner.
+        return [java_binary(), "-Xmx512m", "-XX:TieredStopAtLevel=1", "-cp",
+                f"{pyspark_jars()}/*", main_class, *args]
 
     def _spark_env(self, host: Host) -> dict[str, str]:
         import pyspark

@@ -168,9 +168,9 @@ def export_bolt(
 ) -> ExportResult:
     """Export ``bolt``'s snapshot round into ``table`` at ``url`` (module docstring).
 
-    ``session`` is a SparkSession (:func:`hailstorm.runtime.spark_stage.build_session`) or a
-    function returning one, called only when rows must be read (not for a round that is
-    already exported).
+    ``session`` is a SparkContext (:func:`hailstorm.runtime.spark_stage.build_context`), a
+    SparkSession, or a function returning either, called only when rows must be read (not
+    for a round that is already exported).
     ``before_commit`` runs inside the write transaction just before it commits (tests use
     it to look at the table from another connection).
     """
@@ -280,7 +280,7 @@ class BoltExport:
         task = _read_instance_task(store.location, module, self.bolt,
                                    None if module else self.monoid, self.routes_late)
         spark = session() if callable(session) else session
-        sc = spark.sparkContext
+        sc = getattr(spark, "sparkContext", spark)  # a SparkSession's, or the context
         sc.setJobDescription(f"hailstorm export {self.topology.name}/{self.bolt} round "
                              f"{chosen.epoch}")
         items = sc.parallelize(keys, len(keys)).mapPartitions(task).toLocalIterator(

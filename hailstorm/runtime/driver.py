@@ -3,13 +3,13 @@
 1. load the topology; find each spout topic's partitions from Kafka's metadata;
 2. compute the expected processor ids (one spout instance per source partition, every bolt
    instance, one instance per sink) and write them to ``/hailstorm/<name>/expected``;
-3. build the Spark session and run one barrier stage with a task per processor
+3. build the Spark context and run one barrier stage with a task per processor
    (:func:`hailstorm.runtime.task.run_processor`), resubmitted after every failure
    (:class:`hailstorm.runtime.spark_stage.StageRunner`) until stopped;
 4. while it runs, look at the source topics' partitions every
    :attr:`RunOptions.partition_check_interval` seconds. Partitions added to a topic are
    picked up: the driver stops the stage, writes the new expected ids, and starts a Spark
-   session with a slot more per new partition; a new spout instance reads its partition
+   context with a slot more per new partition; a new spout instance reads its partition
    from offset 0 (nothing of it is in any snapshot), the others resume from the committed
    round as after any restart.
 
@@ -37,7 +37,7 @@ from hailstorm.protocol.layout import (
 )
 from hailstorm.protocol.records import TopologyRecords
 from hailstorm.runtime.processor import Assignment
-from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_session, check_slots
+from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_context, check_slots
 from hailstorm.runtime.task import run_processor
 from hailstorm.topology import Topology, graph_of, load_topology
 from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
@@ -126,7 +126,7 @@ class Driver:
         self.topology = load_topology(self.options.topology_ref)
         self.name = self.options.name or self.topology.name
         self.runner: StageRunner | None = None
-        self.session: object | None = None
+        self.context: object | None = None
         self.partitions: dict[str, list[Partition]] = {}
         #: Set by stop() (signals): the driver ends instead of picking up new partitions.
         self.stopping = threading.Event()
@@ -159,7 +159,7 @@ class Driver:
         ]
 
     def prepare(self) -> StageRunner:
-        """Everything but running: expected ids, the Spark session, the stage runner."""
+        """Everything but running: expected ids, the Spark context, the stage runner."""
         assignments = self.assignments()
         spark = replace(self.options.spark, app_name=f"hailstorm-{self.name}")
         if self.fixed_secret:  # executors run elsewhere: an absolute path
@@ -167,12 +167,12 @@ class Driver:
                 (f"spark.executorEnv.{SECRET_FILE_VAR}",
                  os.path.abspath(os.environ[SECRET_FILE_VAR])),
                 *spark.extra_conf))
-        session = build_session(spark, slots=len(assignments))
-        self.session = session
-        if not session.sparkContext.master.startswith("local"):
-            check_slots(session, len(assignments), wait=spark.slot_wait)
+        context = build_context(spark, slots=len(assignments))
+        self.context = context
+        if not context.master.startswith("local"):
+            check_slots(context, len(assignments), wait=spark.slot_wait)
         self.runner = StageRunner(
-            session, assignments, run_processor, spark, made_progress=self.committed_since,
+            context, assignments, run_processor, spark, made_progress=self.committed_since,
             prepare_attempt=None if self.fixed_secret else self.with_fresh_secret)
         return self.runner
 
@@ -242,7 +242,7 @@ class Driver:
             self.runner.stop()
 
     def close(self) -> None:
-        session = self.session
-        self.session = None
-        if session is not None:
-            session.stop()  # type: ignore[attr-defined]
+        context = self.context
+        self.context = None
+        if context is not None:
+            context.stop()  # type: ignore[attr-defined]

@@ -1,6 +1,6 @@
 """Run every processor instance of a topology as a long-lived task of one Spark barrier stage.
 
-The driver (``hailstorm run``) starts a SparkSession (``local[N]`` with a slot per processor
+The driver (``hailstorm run``) starts a SparkContext (``local[N]`` with a slot per processor
 instance by default, or any Spark master URL), makes the topology module importable on the
 executors, and submits one barrier stage with one task per processor instance. A barrier
 stage is all-or-nothing: when any task dies, Spark kills its siblings and the stage fails; the
@@ -43,6 +43,12 @@ class SparkOptions:
     #: Stop (:class:`RestartsExhausted`) after this many consecutive failed attempts
     #: without progress in between (None: never give up).
     max_attempts: int | None = None
+    #: Options for the driver's and executors' JVMs (``spark.driver.extraJavaOptions`` and
+    #: ``spark.executor.extraJavaOptions``; ``extra_conf`` overrides either). By default the
+    #: C1 compiler only: a topology's JVMs run one long barrier stage whose tasks are Python,
+    #: so C2's compiles would take a core for seconds at every start and speed up nothing
+    #: that matters. A job that moves its data through the JVM (an export) passes ``""``.
+    jvm_options: str = "-XX:TieredStopAtLevel=1"
     extra_conf: tuple[tuple[str, str], ...] = ()
     #: How long a cluster may take to offer a slot per processor (executors registering,
     #: a lost worker coming back) before the driver stops with :class:`NotEnoughSlots`.
@@ -54,61 +60,67 @@ def default_master(slots: int) -> str:
     return f"local[{max(1, slots)}]"
 
 
-def build_session(options: SparkOptions, slots: int, py_files: Sequence[Path] = ()) -> Any:
-    """A SparkSession whose Python workers run this interpreter and see this code."""
-    from pyspark.sql import SparkSession
+def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = ()) -> Any:
+    """A SparkContext whose Python workers run this interpreter and see this code.
+
+    A context, not a SparkSession: hailstorm runs RDD stages only, and a session's SQL
+    machinery took the driver about 4 s more to start (every start and restart of a
+    topology)."""
+    from pyspark import SparkConf, SparkContext
 
     python = sys.executable
     os.environ["PYSPARK_PYTHON"] = python
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
     master = options.master or default_master(slots)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(options.app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.pyspark.python", python)
+    conf = (
+        SparkConf().setMaster(master)
+        .setAppName(options.app_name)
+        .set("spark.ui.enabled", "false")
+        .set("spark.pyspark.python", python)
         # One Python worker per task: killing one processor never takes a sibling with it.
-        .config("spark.python.worker.reuse", "false")
-        .config("spark.executorEnv.PYSPARK_PYTHON", python)
-        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
-        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
-        .config("spark.task.maxFailures", "1")
+        .set("spark.python.worker.reuse", "false")
+        .set("spark.executorEnv.PYSPARK_PYTHON", python)
+        .set("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+        .set("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
+        .set("spark.task.maxFailures", "1")
+        .set("spark.python.daemon.module", "hailstorm.runtime.spark_daemon")
     )
+    if options.jvm_options:
+        conf.set("spark.driver.extraJavaOptions", options.jvm_options)
+        conf.set("spark.executor.extraJavaOptions", options.jvm_options)
     if master.startswith("local"):
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1"
-        )
+        conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
     for key, value in options.extra_conf:
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+        conf.set(key, value)
+    context = SparkContext.getOrCreate(conf)
+    context.setLogLevel("WARN")
     for path in py_files:
-        session.sparkContext.addPyFile(str(path))
-    return session
+        context.addPyFile(str(path))
+    return context
 
 
 class NotEnoughSlots(RuntimeError):
     """The Spark cluster offers fewer task slots than the barrier stage has tasks."""
 
 
-def cluster_slots(session: Any) -> int:
+def cluster_slots(context: Any) -> int:
     """How many tasks the cluster can run at once now (what Spark's barrier check counts)."""
-    jsc = session.sparkContext._jsc.sc()
+    jsc = context._jsc.sc()
     profile = jsc.resourceProfileManager().defaultResourceProfile()
     return int(jsc.maxNumConcurrentTasks(profile))
 
 
-def check_slots(session: Any, needed: int, wait: float = 30.0, poll: float = 0.5) -> int:
+def check_slots(context: Any, needed: int, wait: float = 30.0, poll: float = 0.5) -> int:
     """Wait (up to ``wait`` s, while executors register) until the cluster offers ``needed``
     task slots; raise :class:`NotEnoughSlots` naming both numbers otherwise. A barrier stage
     cannot start with fewer, and Spark would refuse and resubmit it for minutes."""
     deadline = time.monotonic() + wait
     while True:
-        slots = cluster_slots(session)
+        slots = cluster_slots(context)
         if slots >= needed:
             return slots
         if time.monotonic() >= deadline:
-            master = session.sparkContext.master
+            master = context.master
             raise NotEnoughSlots(
                 f"the Spark cluster at {master} offers {slots} task slots, but the topology "
                 f"has {needed} processor instances and each needs one (give its workers more "
@@ -131,7 +143,7 @@ class StageRunner:
 
     def __init__(
         self,
-        session: Any,
+        context: Any,
         assignments: Sequence[Any],
         entry: ProcessorEntry,
         options: SparkOptions,
@@ -139,7 +151,7 @@ class StageRunner:
         made_progress: Callable[[float], bool] | None = None,
         prepare_attempt: Callable[[list[Any]], list[Any]] | None = None,
     ) -> None:
-        self.session = session
+        self.context = context
         self.assignments = list(assignments)
         self.entry = entry
         self.options = options
@@ -157,11 +169,11 @@ class StageRunner:
     def stop(self) -> None:
         """Ask the loop to end and cancel the running stage."""
         self.stopping.set()
-        self.session.sparkContext.cancelAllJobs()
+        self.context.cancelAllJobs()
 
     def run_once(self) -> None:
         """One barrier stage with a task per assignment; returns when every task ended."""
-        sc = self.session.sparkContext
+        sc = self.context
         assignments = self.prepare_attempt(self.assignments)
         rdd = sc.parallelize(assignments, len(assignments))
         sc.setJobDescription(f"{self.options.app_name}: {len(self.assignments)} processors")
@@ -189,7 +201,7 @@ class StageRunner:
                     break
                 self.failures += 1
                 if _SLOTS_REFUSED in str(exc):  # a worker left: wait for one, not forever
-                    check_slots(self.session, len(self.assignments),
+                    check_slots(self.context, len(self.assignments),
                                 wait=self.options.slot_wait)
                 halted = halt_reason(str(exc))
                 if halted is not None:

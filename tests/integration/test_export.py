@@ -1,7 +1,7 @@
 """``hailstorm export``: a bolt's snapshot round into a table, in one transaction.
 
 Snapshots of wordcount's ``counts`` bolt (per_key(Count), 2 instances) are written with
-DirectorySnapshotStore; the export runs on a real local Spark (one session per module)
+DirectorySnapshotStore; the export runs on a real local Spark (one context per module)
 into the real PostgreSQL and SQLite. No ZooKeeper needed, except to show that a committed
 round wins over the latest one.
 """
@@ -25,7 +25,7 @@ from hailstorm.cli import main
 from hailstorm.export import ExportError, ExportListener, export_bolt
 from hailstorm.protocol.layout import CommittedRecord, TopologyPaths
 from hailstorm.routing import route
-from hailstorm.runtime.spark_stage import SparkOptions, build_session
+from hailstorm.runtime.spark_stage import SparkOptions, build_context
 from hailstorm.sinks import SchemaMismatchError
 from hailstorm.snapshots import DirectorySnapshotStore
 from hailstorm.topology import BoltSpec, Topology
@@ -51,9 +51,9 @@ def spark() -> Iterator[Any]:
         app_name="hailstorm-export-test",
         extra_conf=(("spark.ui.showConsoleProgress", "false"),),
     )
-    session = build_session(options, 2)
-    yield session
-    session.stop()
+    context = build_context(options, 2)
+    yield context
+    context.stop()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from spark_entries import record_pid_and_wait
 
 from hailstorm.devstack import pid_alive
-from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_session
+from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_context
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,10 @@ def _wait_for(predicate, timeout: float, what: str):
 
 def test_barrier_stage_is_resubmitted_after_a_worker_is_killed(tmp_path: Path) -> None:
     options = SparkOptions(app_name="hailstorm-test", backoff_initial=0.5)
-    session = build_session(options, slots=3)
+    context = build_context(options, slots=3)
     try:
         runner = StageRunner(
-            session, [(str(tmp_path), i) for i in range(3)], record_pid_and_wait, options
+            context, [(str(tmp_path), i) for i in range(3)], record_pid_and_wait, options
         )
         thread = threading.Thread(target=runner.run, daemon=True)
         thread.start()
@@ -54,4 +54,4 @@ def test_barrier_stage_is_resubmitted_after_a_worker_is_killed(tmp_path: Path) -
         assert not thread.is_alive()
         _wait_for(lambda: not any(pid_alive(p) for p in pids()), 60, "every task to end")
     finally:
-        session.stop()
+        context.stop()

@@ -22,7 +22,7 @@ class ScriptedRunner(StageRunner):
         options = SparkOptions(backoff_initial=1.0, backoff_max=8.0, max_attempts=max_attempts)
         progress_answers = iter(progress)
         super().__init__(
-            session=None, assignments=[], entry=lambda _a: None, options=options,
+            context=None, assignments=[], entry=lambda _a: None, options=options,
             made_progress=lambda _since: next(progress_answers, False),
         )
         self.failures_left = failures
@@ -72,20 +72,20 @@ def test_progress_resets_the_count_of_failures() -> None:
 
 
 class _Cluster:
-    """Just enough of a SparkSession for the slot check: a cluster of ``slots``."""
+    """Just enough of a SparkContext for the slot check: a cluster of ``slots``."""
 
     def __init__(self, slots: int) -> None:
         jsc = type("JSC", (), {
             "resourceProfileManager": lambda _s: type("RPM", (), {
                 "defaultResourceProfile": lambda _r: "default"})(),
             "maxNumConcurrentTasks": lambda _s, _profile: slots})()
-        self.sparkContext = type("SC", (), {
-            "_jsc": type("J", (), {"sc": lambda _s: jsc})(), "master": "spark://m:7077"})()
+        self._jsc = type("J", (), {"sc": lambda _s: jsc})()
+        self.master = "spark://m:7077"
 
 
 def test_a_stage_spark_refuses_for_lack_of_slots_stops_with_both_numbers() -> None:
     runner = ScriptedRunner(failures=3, progress=[])
-    runner.session = _Cluster(slots=4)
+    runner.context = _Cluster(slots=4)
     runner.assignments = list(range(7))
     runner.options = SparkOptions(slot_wait=0)
 
