@@ -15,7 +15,9 @@ Modules:
 * :mod:`~hailstorm.runtime.driver` — ``hailstorm run``: expected ids, the stage, new
   partitions;
 * :mod:`~hailstorm.runtime.spark_stage` — one barrier stage of every processor, resubmitted
-  with backoff.
+  with backoff;
+* :mod:`~hailstorm.runtime.spark_daemon` — Spark's Python daemon, with the processor runtime
+  imported once before it forks each task's worker.
 
 This ``__init__`` imports nothing, so the command line can import the Spark stage's errors
 without loading Kafka, the sinks or the shells.

@@ -49,6 +49,7 @@ def spark() -> Iterator[Any]:
     options = SparkOptions(
         master="local[2]",
         app_name="hailstorm-export-test",
+        jvm_options="",  # as `hailstorm export` runs it
         extra_conf=(("spark.ui.showConsoleProgress", "false"),),
     )
     context = build_context(options, 2)

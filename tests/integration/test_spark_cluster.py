@@ -102,5 +102,5 @@ def test_a_cluster_with_too_few_slots_is_refused_at_once(cluster: DevStack,
     assert result.returncode == 1, result.stderr[-2000:]
     assert "offers 12 task slots, but the topology has 15 processor instances" in result.stderr
     # Not Spark's minutes of resubmitting: the slot wait (long enough for the executors of a
-    # worker the previous test restarted to register on a slow machine) and one session start.
+    # worker the previous test restarted to register on a slow machine) and one context start.
     assert time.monotonic() - started < 120
