@@ -25,6 +25,7 @@ from hailstorm.devstack.state import (
     StackState,
     spark_worker_name,
 )
+from hailstorm.runtime.spark_stage import C1_ONLY
 
 
 class SparkCluster(StackProcesses):
@@ -57,8 +58,8 @@ class SparkCluster(StackProcesses):
 
     def _spark_argv(self, main_class: str, *args: str) -> list[str]:
         # The master and workers only place executors: C1 alone starts them sooner.
-        return [java_binary(), "-Xmx512m", "-XX:TieredStopAtLevel=1", "-cp",
-                f"{pyspark_jars()}/*", main_class, *args]
+        return [java_binary(), "-Xmx512m", C1_ONLY, "-cp", f"{pyspark_jars()}/*", main_class,
+                *args]
 
     def _spark_env(self, host: Host) -> dict[str, str]:
         import pyspark

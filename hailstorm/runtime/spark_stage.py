@@ -29,6 +29,11 @@ ProcessorEntry = Callable[[Any], None]
 """Runs one processor instance until it ends; raises to fail the stage."""
 
 
+C1_ONLY = "-XX:TieredStopAtLevel=1"
+"""The JVM option for Spark processes that only host Python tasks or place executors: the
+C1 compiler alone starts them seconds sooner, and C2 would speed up nothing that matters."""
+
+
 @dataclass(frozen=True)
 class SparkOptions:
     """How to reach Spark and how to treat failures."""
@@ -44,11 +49,10 @@ class SparkOptions:
     #: without progress in between (None: never give up).
     max_attempts: int | None = None
     #: Options for the driver's and executors' JVMs (``spark.driver.extraJavaOptions`` and
-    #: ``spark.executor.extraJavaOptions``; ``extra_conf`` overrides either). By default the
-    #: C1 compiler only: a topology's JVMs run one long barrier stage whose tasks are Python,
-    #: so C2's compiles would take a core for seconds at every start and speed up nothing
-    #: that matters. A job that moves its data through the JVM (an export) passes ``""``.
-    jvm_options: str = "-XX:TieredStopAtLevel=1"
+    #: ``spark.executor.extraJavaOptions``; ``extra_conf`` overrides either). By default
+    #: :data:`C1_ONLY`: a topology's JVMs run one long barrier stage whose tasks are Python.
+    #: A job that moves its data through the JVM (an export) passes ``""``.
+    jvm_options: str = C1_ONLY
     extra_conf: tuple[tuple[str, str], ...] = ()
     #: How long a cluster may take to offer a slot per processor (executors registering,
     #: a lost worker coming back) before the driver stops with :class:`NotEnoughSlots`.
