@@ -23,9 +23,19 @@ KAFKA_VAR = "HAILSTORM_KAFKA"
 KAFKA_CONFIG_VAR = "HAILSTORM_KAFKA_CONFIG"
 DATABASE_VAR = "HAILSTORM_DATABASE_URL"
 SNAPSHOTS_VAR = "HAILSTORM_SNAPSHOTS"
+CACHE_VAR = "HAILSTORM_CACHE"
 
 DEFAULT_STATE_DIR = ".hailstorm"
 DEFAULT_DATABASE_URL = "sqlite:///hailstorm.db"
+
+
+def cache_dir() -> Path:
+    """Where downloaded artifacts and the driver's class archive are kept (``$HAILSTORM_CACHE``,
+    else ``~/.cache/hailstorm``; never inside the repository)."""
+    configured = os.environ.get(CACHE_VAR)
+    if configured:
+        return Path(configured).expanduser().absolute()
+    return Path.home() / ".cache" / "hailstorm"
 
 
 class ConfigError(RuntimeError):

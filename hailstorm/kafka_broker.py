@@ -22,12 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hailstorm.config import cache_dir
+
 #: The Kafka release the dev stack, the tests and docker-compose.yml run.
 KAFKA_VERSION = "4.1.1"
 SCALA_VERSION = "2.13"
 #: Kafka logs through SLF4J 1.7; this binding sends it to log4j2, which Kafka already ships.
 LOG4J_VERSION = "2.24.3"
-CACHE_VAR = "HAILSTORM_CACHE"
 
 #: The SASL mechanism of the dev stack's secured listener.
 SCRAM_MECHANISM = "SCRAM-SHA-256"
@@ -37,14 +38,6 @@ Progress = Callable[[str], None]
 
 class KafkaSetupError(RuntimeError):
     """Kafka's artifacts or tools are missing; the message says what to do."""
-
-
-def cache_dir() -> Path:
-    """Where downloaded artifacts are kept (never inside the repository)."""
-    configured = os.environ.get(CACHE_VAR)
-    if configured:
-        return Path(configured).expanduser().absolute()
-    return Path.home() / ".cache" / "hailstorm"
 
 
 def kafka_libs_dir() -> Path:

@@ -10,7 +10,7 @@ would talk to Amazon S3, so what crosses that API is tested for real::
         store = open_store("s3://snapshots/prod")
 
 The jar is fetched once with the machine's Maven into the cache of
-:func:`hailstorm.kafka_broker.cache_dir`. The server listens on 127.0.0.1 on a free port,
+:func:`hailstorm.config.cache_dir`. The server listens on 127.0.0.1 on a free port,
 requires AWS signatures with a random key made here (written to a 0600 properties file,
 never to a command line) and is stopped by its pid.
 """
@@ -29,8 +29,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from hailstorm.config import cache_dir
 from hailstorm.devstack import free_port, listens
-from hailstorm.kafka_broker import cache_dir
 
 __all__ = ["S3PROXY_VERSION", "S3Server", "S3SetupError", "ensure_s3proxy_jar"]
 

@@ -89,12 +89,16 @@ def demo(state_dir: Path, lines: int, keep_running: bool, output: str) -> None:
               help="On a cluster, how long to wait for a task slot per processor instance "
               "(executors registering, a lost worker coming back) before stopping with the "
               "numbers.")
+@click.option("--class-archive/--no-class-archive", default=True, show_default=True,
+              help="Map the Spark driver JVM's classes from an archive in the cache directory "
+              "($HAILSTORM_CACHE, else ~/.cache/hailstorm): starts take seconds less. The "
+              "first run of a JDK and Spark install writes it when it stops.")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshot_dir: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
         log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
-        slot_wait: float) -> None:
+        slot_wait: float, class_archive: bool) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
 
     Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
@@ -120,7 +124,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         database_url=_absolute_sqlite(settings.database()),
         spark=SparkOptions(master=master, extra_conf=spark_conf,
                            max_attempts=max_restarts or None, slot_wait=slot_wait),
-        partition_check_interval=partition_check_interval,
+        partition_check_interval=partition_check_interval, class_archive=class_archive,
     )
     try:
         driver = Driver(options)
@@ -131,7 +135,10 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     except LookupError as exc:  # a source topic that does not exist
         fail(str(exc))
     install_signal_handlers(driver)
-    failures = driver.run()
+    try:
+        failures = driver.run()
+    finally:
+        driver.finish()
     console.print(f"stopped ({failures} failed stage attempts)")
 
 

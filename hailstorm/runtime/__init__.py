@@ -18,6 +18,8 @@ Modules:
   with backoff;
 * :mod:`~hailstorm.runtime.spark_daemon` — Spark's Python daemon, with the processor runtime
   imported once before it forks each task's worker.
+* :mod:`~hailstorm.runtime.class_archive` — the driver JVM's class-data-sharing archive,
+  written once per JDK and Spark install, mapped by every later start.
 
 This ``__init__`` imports nothing, so the command line can import the Spark stage's errors
 without loading Kafka, the sinks or the shells.

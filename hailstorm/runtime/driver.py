@@ -3,9 +3,10 @@
 1. load the topology; find each spout topic's partitions from Kafka's metadata;
 2. compute the expected processor ids (one spout instance per source partition, every bolt
    instance, one instance per sink) and write them to ``/hailstorm/<name>/expected``;
-3. build the Spark context and run one barrier stage with a task per processor
-   (:func:`hailstorm.runtime.task.run_processor`), resubmitted after every failure
-   (:class:`hailstorm.runtime.spark_stage.StageRunner`) until stopped;
+3. build the Spark context (its JVM maps the install's class archive, or writes it at the
+   end of this first run: :mod:`hailstorm.runtime.class_archive`) and run one barrier stage
+   with a task per processor (:func:`hailstorm.runtime.task.run_processor`), resubmitted
+   after every failure (:class:`hailstorm.runtime.spark_stage.StageRunner`) until stopped;
 4. while it runs, look at the source topics' partitions every
    :attr:`RunOptions.partition_check_interval` seconds. Partitions added to a topic are
    picked up: the driver stops the stage, writes the new expected ids, and starts a Spark
@@ -36,8 +37,15 @@ from hailstorm.protocol.layout import (
     expected_processor_ids,
 )
 from hailstorm.protocol.records import TopologyRecords
+from hailstorm.runtime.class_archive import ClassArchive, plan_archive
 from hailstorm.runtime.processor import Assignment
-from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_context, check_slots
+from hailstorm.runtime.spark_stage import (
+    SparkOptions,
+    StageRunner,
+    build_context,
+    check_slots,
+    end_jvm,
+)
 from hailstorm.runtime.task import run_processor
 from hailstorm.topology import Topology, graph_of, load_topology
 from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
@@ -70,6 +78,8 @@ class RunOptions:
     spark: SparkOptions = field(default_factory=SparkOptions)
     partition_check_interval: float = 10.0
     """Seconds between two looks for partitions added to a source topic (0: never)."""
+    class_archive: bool = True
+    """Map the driver JVM's classes from the install's archive (write it when missing)."""
 
 
 def grown_partitions(
@@ -127,6 +137,8 @@ class Driver:
         self.name = self.options.name or self.topology.name
         self.runner: StageRunner | None = None
         self.context: object | None = None
+        #: Planned with the first context: later ones (new partitions) reuse its JVM.
+        self.archive: ClassArchive | None = None
         self.partitions: dict[str, list[Partition]] = {}
         #: Set by stop() (signals): the driver ends instead of picking up new partitions.
         self.stopping = threading.Event()
@@ -167,7 +179,11 @@ class Driver:
                 (f"spark.executorEnv.{SECRET_FILE_VAR}",
                  os.path.abspath(os.environ[SECRET_FILE_VAR])),
                 *spark.extra_conf))
-        context = build_context(spark, slots=len(assignments))
+        if self.archive is None and self.options.class_archive:
+            self.archive = plan_archive(dict(spark.extra_conf).get(
+                "spark.driver.extraClassPath", ""))
+        context = build_context(spark, slots=len(assignments), driver_java_options=(
+            self.archive.java_options() if self.archive else ""))
         self.context = context
         if not context.master.startswith("local"):
             check_slots(context, len(assignments), wait=spark.slot_wait)
@@ -246,3 +262,10 @@ class Driver:
         self.context = None
         if context is not None:
             context.stop()  # type: ignore[attr-defined]
+
+    def finish(self) -> None:
+        """End the driver's JVM (after :meth:`run`); keep the class archive it wrote."""
+        self.close()
+        code = end_jvm()
+        if self.archive is not None:
+            self.archive.keep(code)

@@ -10,9 +10,11 @@ Processors themselves re-register in ZooKeeper, and the negotiator recovers the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -64,8 +66,10 @@ def default_master(slots: int) -> str:
     return f"local[{max(1, slots)}]"
 
 
-def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = ()) -> Any:
-    """A SparkContext whose Python workers run this interpreter and see this code.
+def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = (),
+                  driver_java_options: str = "") -> Any:
+    """A SparkContext whose Python workers run this interpreter and see this code
+    (``driver_java_options``: for the driver's JVM only, after ``options.jvm_options``).
 
     A context, not a SparkSession: hailstorm runs RDD stages only, and a session's SQL
     machinery took the driver about 4 s more to start (every start and restart of a
@@ -90,8 +94,10 @@ def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = 
         .set("spark.python.daemon.module", "hailstorm.runtime.spark_daemon")
     )
     if options.jvm_options:
-        conf.set("spark.driver.extraJavaOptions", options.jvm_options)
         conf.set("spark.executor.extraJavaOptions", options.jvm_options)
+    driver_options = " ".join(filter(None, (options.jvm_options, driver_java_options)))
+    if driver_options:
+        conf.set("spark.driver.extraJavaOptions", driver_options)
     if master.startswith("local"):
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
     for key, value in options.extra_conf:
@@ -101,6 +107,35 @@ def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = 
     for path in py_files:
         context.addPyFile(str(path))
     return context
+
+
+def end_jvm(timeout: float = 60.0) -> int | None:
+    """Stop the active SparkContext and end the driver's JVM (pyspark's gateway), waiting
+    up to ``timeout`` s for it to exit; returns its exit code (None: there was none, or it
+    had to be killed). Without this the JVM exits on its own after this process."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is not None:
+        context.stop()
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if gateway is None or process is None:
+        return None
+    with contextlib.suppress(Exception):  # its connections: the JVM is leaving anyway
+        gateway.close()
+    if process.stdin is not None:
+        process.stdin.close()  # PythonGatewayServer exits when its stdin ends
+    try:
+        return int(process.wait(timeout))
+    except subprocess.TimeoutExpired:
+        log.warning("the driver's JVM (pid %d) did not exit within %.0f s: killed it",
+                    process.pid, timeout)
+        process.kill()
+        process.wait()
+        return None
 
 
 class NotEnoughSlots(RuntimeError):
