@@ -131,11 +131,11 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     except (TopologyError, ValueError) as exc:  # ValueError: a bad $HAILSTORM_SECRET_FILE
         fail(str(exc))
     try:
-        driver.prepare()
-    except LookupError as exc:  # a source topic that does not exist
-        fail(str(exc))
-    install_signal_handlers(driver)
-    try:
+        try:
+            driver.prepare()
+        except LookupError as exc:  # a source topic that does not exist
+            fail(str(exc))
+        install_signal_handlers(driver)
         failures = driver.run()
     finally:
         driver.finish()

@@ -40,11 +40,13 @@ from hailstorm.protocol.records import TopologyRecords
 from hailstorm.runtime.class_archive import ClassArchive, plan_archive
 from hailstorm.runtime.processor import Assignment
 from hailstorm.runtime.spark_stage import (
+    DRIVER_JAVA_OPTIONS,
     SparkOptions,
     StageRunner,
     build_context,
     check_slots,
     end_jvm,
+    jvm_pid,
 )
 from hailstorm.runtime.task import run_processor
 from hailstorm.topology import Topology, graph_of, load_topology
@@ -139,6 +141,7 @@ class Driver:
         self.context: object | None = None
         #: Planned with the first context: later ones (new partitions) reuse its JVM.
         self.archive: ClassArchive | None = None
+        self.context_built = False
         self.partitions: dict[str, list[Partition]] = {}
         #: Set by stop() (signals): the driver ends instead of picking up new partitions.
         self.stopping = threading.Event()
@@ -179,11 +182,15 @@ class Driver:
                 (f"spark.executorEnv.{SECRET_FILE_VAR}",
                  os.path.abspath(os.environ[SECRET_FILE_VAR])),
                 *spark.extra_conf))
-        if self.archive is None and self.options.class_archive:
-            self.archive = plan_archive(dict(spark.extra_conf).get(
-                "spark.driver.extraClassPath", ""))
+        conf = dict(spark.extra_conf)
+        first = not self.context_built
+        if first and self.options.class_archive and DRIVER_JAVA_OPTIONS not in conf:
+            self.archive = plan_archive(conf.get("spark.driver.extraClassPath", ""))
         context = build_context(spark, slots=len(assignments), driver_java_options=(
             self.archive.java_options() if self.archive else ""))
+        if first and self.archive is not None and not self.archive.check_mapped(jvm_pid()):
+            self.archive = None
+        self.context_built = True
         self.context = context
         if not context.master.startswith("local"):
             check_slots(context, len(assignments), wait=spark.slot_wait)
@@ -266,6 +273,12 @@ class Driver:
     def finish(self) -> None:
         """End the driver's JVM (after :meth:`run`); keep the class archive it wrote."""
         self.close()
+        writing = self.archive is not None and self.archive.writing is not None
+        if writing:
+            log.info("the driver's JVM is writing its class archive (once, some seconds)")
         code = end_jvm()
         if self.archive is not None:
-            self.archive.keep(code)
+            try:
+                self.archive.keep(code)
+            except OSError as exc:  # the run itself ended as it did: say so, go on
+                log.warning("could not keep the class archive: %s", exc)

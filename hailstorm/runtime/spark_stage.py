@@ -31,6 +31,8 @@ ProcessorEntry = Callable[[Any], None]
 """Runs one processor instance until it ends; raises to fail the stage."""
 
 
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 """The JVM option for Spark processes that only host Python tasks or place executors: the
 C1 compiler alone starts them seconds sooner, and C2 would speed up nothing that matters."""
@@ -97,16 +99,30 @@ def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = 
         conf.set("spark.executor.extraJavaOptions", options.jvm_options)
     driver_options = " ".join(filter(None, (options.jvm_options, driver_java_options)))
     if driver_options:
-        conf.set("spark.driver.extraJavaOptions", driver_options)
+        conf.set(DRIVER_JAVA_OPTIONS, driver_options)
     if master.startswith("local"):
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
     for key, value in options.extra_conf:
         conf.set(key, value)
+    in_main = threading.current_thread() is threading.main_thread()
+    interrupt = signal.getsignal(signal.SIGINT) if in_main else None
     context = SparkContext.getOrCreate(conf)
+    if callable(interrupt) and interrupt is not signal.default_int_handler:
+        # A new context replaces the process's SIGINT handler with pyspark's (which cancels
+        # jobs, then raises): keep the one the caller installed (install_signal_handlers).
+        signal.signal(signal.SIGINT, interrupt)
     context.setLogLevel("WARN")
     for path in py_files:
         context.addPyFile(str(path))
     return context
+
+
+def jvm_pid() -> int | None:
+    """The pid of the driver's JVM (pyspark's gateway), None when there is none."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    return int(process.pid) if process is not None else None
 
 
 def end_jvm(timeout: float = 60.0) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
 from pathlib import Path
@@ -11,29 +12,65 @@ import pytest
 from hailstorm.runtime import class_archive
 from hailstorm.runtime.class_archive import (
     ABANDONED_AFTER,
+    UNUSED_AFTER,
+    ArchiveUnsupported,
     ClassArchive,
     archive_key,
+    class_path,
+    class_path_files,
     plan_archive,
+    private_directory,
     remove_abandoned,
+    remove_unused,
 )
 
-JARS = [("spark-core.jar", 100, 1), ("scala-library.jar", 200, 2)]
+FILES = [("/spark/jars/spark-core.jar", 100, 1), ("/spark/jars/scala-library.jar", 200, 2)]
+RELEASE = b'JAVA_VERSION="17.0.15"'
 
 
-def test_the_key_names_one_jdk_build_one_set_of_jars_and_one_class_path() -> None:
-    key = archive_key("/jdk", b'JAVA_VERSION="17.0.15"', JARS)
-    assert key == archive_key("/jdk", b'JAVA_VERSION="17.0.15"', list(reversed(JARS)))
+def test_the_key_names_one_jdk_build_and_the_files_the_archive_depends_on() -> None:
+    key = archive_key("/jdk", RELEASE, FILES)
+    assert key == archive_key("/jdk", RELEASE, list(reversed(FILES)))
+    library = "/spark/jars/scala-library.jar"
     others = {
-        archive_key("/other-jdk", b'JAVA_VERSION="17.0.15"', JARS),
-        archive_key("/jdk", b'JAVA_VERSION="17.0.16"', JARS),
-        archive_key("/jdk", b'JAVA_VERSION="17.0.15"', [*JARS, ("extra.jar", 1, 1)]),
-        archive_key("/jdk", b'JAVA_VERSION="17.0.15"', [JARS[0], ("scala-library.jar", 201, 2)]),
-        archive_key("/jdk", b'JAVA_VERSION="17.0.15"', [JARS[0], ("scala-library.jar", 200, 3)]),
-        archive_key("/jdk", b'JAVA_VERSION="17.0.15"', JARS, class_path="/opt/extra.jar"),
+        archive_key("/other-jdk", RELEASE, FILES),
+        archive_key("/jdk", b'JAVA_VERSION="17.0.16"', FILES),
+        archive_key("/jdk", RELEASE, [*FILES, ("/opt/extra.jar", 1, 1)]),
+        archive_key("/jdk", RELEASE, [FILES[0], (library, 201, 2)]),
+        archive_key("/jdk", RELEASE, [FILES[0], (library, 200, 3)]),
+        archive_key("/jdk", RELEASE, [FILES[0], ("/other/jars/scala-library.jar", 200, 2)]),
         # parts are length-prefixed: moving a byte from one part to the next is another key
-        archive_key("/jd", b'kJAVA_VERSION="17.0.15"', JARS),
+        archive_key("/jd", b"k" + RELEASE, FILES),
     }
     assert key not in others and len(others) == 7
+
+
+def test_the_class_path_is_the_launchers_and_directories_on_it_must_be_empty(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spark = tmp_path / "spark"
+    (spark / "jars").mkdir(parents=True)
+    for name in ("a.jar", "b.JAR", "notes.txt"):
+        (spark / "jars" / name).write_bytes(b"x" * len(name))
+    extra = tmp_path / "extra.jar"
+    extra.write_bytes(b"extra")
+    for var in ("SPARK_CONF_DIR", *class_archive.CLASS_PATH_VARS):
+        monkeypatch.delenv(var, raising=False)
+    entries = class_path(spark, f"{extra}{os.pathsep}{tmp_path / 'missing.jar'}")
+    assert entries == [str(extra), str(tmp_path / "missing.jar"), str(spark / "conf"),
+                       str(spark / "jars" / "*")]
+    files = class_path_files(entries)
+    assert [Path(name).name for name, _size, _mtime in files] == ["extra.jar", "a.jar", "b.JAR"]
+    assert [size for _name, size, _mtime in files] == [5, 5, 5]
+
+    (spark / "conf").mkdir()  # empty: nothing to archive from it, nothing in the way
+    assert class_path_files(class_path(spark)) == files[1:]
+    (spark / "conf" / "spark-defaults.conf.template").write_text("")
+    with pytest.raises(ArchiveUnsupported, match="non-empty directory"):
+        class_path_files(class_path(spark))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(spark / "conf"))
+    with pytest.raises(ArchiveUnsupported, match="non-empty directory"):
+        class_path_files(class_path(spark))
 
 
 def test_the_first_driver_writes_the_archive_and_later_ones_map_it(tmp_path: Path) -> None:
@@ -82,11 +119,17 @@ def test_a_directory_others_can_write_is_never_used(tmp_path: Path, mode: int) -
     assert plan_archive(directory=directory) is None
 
 
-def test_a_symlinked_directory_is_never_used(tmp_path: Path) -> None:
-    real = tmp_path / "real"
-    real.mkdir(mode=0o700)
-    (tmp_path / "jvm").symlink_to(real)
-    assert plan_archive(directory=tmp_path / "jvm") is None
+def test_a_symlinked_directory_is_judged_and_used_where_it_leads(tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (tmp_path / "jvm").symlink_to(private)
+    plan = plan_archive(directory=tmp_path / "jvm")
+    assert plan is not None and plan.path.parent == private.resolve()
+    shared = tmp_path / "shared"
+    (shared / "jvm").mkdir(parents=True, mode=0o700)
+    shared.chmod(0o777)
+    (tmp_path / "other").symlink_to(shared / "jvm")
+    assert plan_archive(directory=tmp_path / "other") is None
 
 
 def test_without_a_jdk_there_is_no_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,3 +162,60 @@ def test_partial_archives_left_by_killed_drivers_are_removed_an_hour_later(
         os.utime(path, (now - ABANDONED_AFTER - 1,) * 2 if path != fresh else (now, now))
     assert remove_abandoned(tmp_path, now=now) == [old]
     assert sorted(tmp_path.iterdir()) == sorted([fresh, kept])
+
+
+def test_archives_no_driver_mapped_for_a_month_go_when_another_is_written(
+        tmp_path: Path) -> None:
+    now = time.time()
+    old, recent = tmp_path / "spark-driver-old.jsa", tmp_path / "spark-driver-new.jsa"
+    for path, age in ((old, UNUSED_AFTER + 1), (recent, UNUSED_AFTER - 3600)):
+        path.write_bytes(b"x")
+        os.utime(path, (now - age,) * 2)
+    assert remove_unused(tmp_path, now=now) == [old]
+    assert list(tmp_path.iterdir()) == [recent]
+
+
+def test_mapping_an_archive_marks_it_used(tmp_path: Path) -> None:
+    first = plan_archive(directory=tmp_path)
+    assert first is not None and first.writing is not None
+    first.path.write_bytes(b"archive")
+    os.utime(first.path, (1.0, 1.0))
+    assert plan_archive(directory=tmp_path) == ClassArchive(first.path)
+    assert first.path.stat().st_mtime > time.time() - 60
+
+
+def test_a_directory_someone_else_could_replace_is_never_used(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert not private_directory(shared / "jvm")  # does not exist
+    (shared / "jvm").mkdir(mode=0o700)
+    assert not private_directory(shared / "jvm")
+    assert plan_archive(directory=shared / "jvm") is None
+    shared.chmod(0o1777)  # sticky, as /tmp: others cannot rename what is ours
+    assert private_directory(shared / "jvm")
+
+
+def test_a_directory_with_a_space_is_not_used(tmp_path: Path) -> None:
+    assert plan_archive(directory=tmp_path / "with space") is None
+
+
+def test_an_archive_that_is_not_a_plain_file_is_not_mapped(tmp_path: Path) -> None:
+    first = plan_archive(directory=tmp_path)
+    assert first is not None
+    (tmp_path / "elsewhere.jsa").write_bytes(b"archive")
+    first.path.symlink_to(tmp_path / "elsewhere.jsa")
+    assert plan_archive(directory=tmp_path) is None
+
+
+def test_an_archive_the_jvm_did_not_map_is_removed(tmp_path: Path) -> None:
+    archive = tmp_path / "spark-driver-abc.jsa"
+    archive.write_bytes(b"archive" * 1000)
+    plan = ClassArchive(archive)
+    with archive.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ):
+        assert plan.check_mapped(os.getpid())  # this process maps it now
+    assert archive.exists()
+    assert not plan.check_mapped(os.getpid())
+    assert not archive.exists()
+    assert ClassArchive(archive, writing=tmp_path / "x.partial").check_mapped(os.getpid())
+    assert ClassArchive(archive).check_mapped(None)
