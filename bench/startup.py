@@ -1,6 +1,6 @@
 """How long a topology takes to start, to commit its first round, and to stop.
 
-    .venv/bin/python bench/startup.py [--runs 3] [--lines 3000]
+    .venv/bin/python bench/startup.py [--runs 3] [--lines 3000] [--no-class-archive]
 
 Every start of ``hailstorm run`` pays this, and so does every restart of the Spark stage
 after a failure (a killed driver pays all of it again): it bounds how fast a topology comes
@@ -20,6 +20,9 @@ the driver:
   processor's Python worker was gone (``TopologyRun.stop``).
 
 The first run of an invocation meets a broker and a ZooKeeper whose JITs are still cold.
+The drivers map the install's class archive (:mod:`hailstorm.runtime.class_archive`; the
+first run of an install without one writes it, which shows in its start and stop);
+``--no-class-archive`` runs them without it.
 
 Prints one JSON line (every run, and the medians) and a human summary.
 """
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="deployments in a row (default 3)")
     parser.add_argument("--lines", type=int, default=3000,
                         help="lines on the topic, read by every run (default 3000)")
+    parser.add_argument("--no-class-archive", dest="class_archive", action="store_false",
+                        help="run the drivers with --no-class-archive (by default they map "
+                        "the install's archive; a first run without one writes it)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.lines < 1:
         parser.error("--runs and --lines must be at least 1")
@@ -69,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
             with TopologyRun(stack, TOPOLOGY, log_dir=logs / f"run{i}", negotiators=1,
                              snapshot_interval=1.0, timeout=60) as run:
+                if not args.class_archive:
+                    run.driver_options.append("--no-class-archive")
                 started = time.monotonic()
                 run.start()
                 run.wait_flowing(300)
@@ -85,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"stopped in {stop:.1f} s", file=sys.stderr, flush=True)
     medians = {k: round(statistics.median(r[k] for r in runs), 2) for k in runs[0]}
     report("startup", {"runs": runs, "median": medians, "lines": args.lines,
-                       "processors": processors, "logs": str(logs), **machine()},
+                       "processors": processors, "class_archive": args.class_archive,
+                       "logs": str(logs), **machine()},
            f"word count ({processors} processors), median of {args.runs}: Flowing "
            f"after {medians['flowing_s']} s, every line committed after "
            f"{medians['committed_s']} s, stopped in {medians['stop_s']} s")

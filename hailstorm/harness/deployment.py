@@ -133,6 +133,8 @@ class Deployment:
         """The driver's ``--host`` (None: its default, loopback)."""
         self.spark_conf = list(spark_conf)
         """The driver's ``--conf`` settings (besides those of ``zombies``)."""
+        self.driver_options: list[str] = []
+        """More options of the driver's ``hailstorm run`` (``--no-class-archive``)."""
         if driver_address is not None:  # what the driver binds and tells executors
             self.env["SPARK_LOCAL_IP"] = driver_address
         if zombies:  # sinks stop where the harness asks them to (failpoints.pause_point)
@@ -186,7 +188,7 @@ class Deployment:
         host_args = [] if self.processor_host is None else ["--host", self.processor_host]
         conf_args = [f"--conf={k}={v}" for k, v in self.spark_conf]
         self.spawn("driver", ["-m", "hailstorm", "run", self.topology_ref, "--name", self.name,
-                              *zombie_args, *host_args, *conf_args])
+                              *zombie_args, *host_args, *conf_args, *self.driver_options])
         return self
 
     def alive(self) -> None:
