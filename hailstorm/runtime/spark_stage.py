@@ -32,6 +32,8 @@ ProcessorEntry = Callable[[Any], None]
 
 
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+"""The driver JVM's options: hailstorm's (:data:`C1_ONLY`, the class archive's), unless the
+user's ``--conf`` gives this key, which replaces them all."""
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 """The JVM option for Spark processes that only host Python tasks or place executors: the
