@@ -44,13 +44,21 @@ WORKERS = ("worker-1", "worker-2")
 HOSTS = ("zookeeper", "kafka", "postgres", "spark-master", *WORKERS)
 SLOTS = 8
 """Task slots per worker: either worker alone can run the word count's 7 processors."""
+EXECUTOR_CORES = SLOTS // 2
+"""Each worker runs two executors of half its slots, so no single executor can hold the
+whole stage."""
 BOTH_EXECUTORS = (
     ("spark.cores.max", str(SLOTS * len(WORKERS))),
+    ("spark.executor.cores", str(EXECUTOR_CORES)),
     ("spark.scheduler.minRegisteredResourcesRatio", "1.0"),
     ("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s"),
 )
-"""The driver starts the stage once both workers' executors registered: Spark then spreads
-the tasks over them (one per executor in turn) instead of packing the first one."""
+"""The driver starts the stage once every executor registered, and Spark places a barrier
+stage only where the executors offered at once have a slot for every task. Offered all
+executors, it hands out tasks one per executor in turn, so both workers get some. But when
+a task ends (a stage attempt killed and resubmitted) Spark offers that task's executor
+alone, and an executor with a slot per task took the whole stage once: with executors
+smaller than the stage, only an offer of every executor can place it."""
 
 
 @pytest.fixture(scope="module")
