@@ -57,8 +57,9 @@ BOTH_EXECUTORS = (
 stage only where the executors offered at once have a slot for every task. Offered all
 executors, it hands out tasks one per executor in turn, so both workers get some. But when
 a task ends (a stage attempt killed and resubmitted) Spark offers that task's executor
-alone, and an executor with a slot per task took the whole stage once: with executors
-smaller than the stage, only an offer of every executor can place it."""
+alone, and an executor with a slot per task can take the whole stage (one run had every
+task on one worker): with executors smaller than the stage, only an offer of every
+executor can place it."""
 
 
 @pytest.fixture(scope="module")
