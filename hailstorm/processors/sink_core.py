@@ -13,10 +13,11 @@ progress in one transaction. Two rules make that exactly once:
   are complete by definition (:func:`covers`).
 
 When to commit otherwise (rows of one key arriving between two commits are written once):
-as soon as a round is due or arrived, when :data:`COMMIT_ROWS` rows wait, at most every
-:data:`COMMIT_INTERVAL` seconds while the mark moves or rows wait, and when the stream went
-quiet with rows waiting (bolts forward a watermark only when it moves, so the tail of a
-burst would otherwise wait for the next round).
+as soon as a round is due or arrived, when :data:`COMMIT_ROWS` rows wait, while the mark
+moves or rows wait once :func:`commit_interval` has passed since the last commit (quick
+commits come often, slow ones at most every :data:`COMMIT_INTERVAL` seconds), and when the
+stream went quiet with rows waiting (bolts forward a watermark only when it moves, so the
+tail of a burst would otherwise wait for the next round).
 
 :class:`SinkCore` takes what arrived (watermarks, round clocks, idleness, with how many rows
 wait and the time) and returns actions: :class:`Commit` (the shell commits the writer
@@ -41,10 +42,12 @@ from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition
 __all__ = [
     "COMMIT_INTERVAL",
     "COMMIT_ROWS",
+    "MIN_COMMIT_INTERVAL",
     "Commit",
     "ReportRound",
     "SinkAction",
     "SinkCore",
+    "commit_interval",
     "covers",
 ]
 
@@ -52,8 +55,29 @@ COMMIT_ROWS = 100_000
 """A sink commits as soon as this many rows (upsert: keys) wait and the low water mark
 allows: a bound on its buffer."""
 COMMIT_INTERVAL = 0.5
-"""Otherwise a sink commits at most this often (seconds), or when a round is due: rows of
-the same key arriving meanwhile are written once."""
+"""The longest a sink waits between two commits (seconds) while the mark moves or rows wait
+(a round due or :data:`COMMIT_ROWS` rows commit at once)."""
+MIN_COMMIT_INTERVAL = 0.1
+"""The shortest wait between two commits (seconds), after quick ones."""
+COMMIT_SPACING = 5.0
+"""After a commit, a sink waits this many times as long as the commit took (within the two
+bounds above) before the next one."""
+
+
+def commit_interval(took: float, *, behind: bool = False) -> float:
+    """How long a sink waits for the next commit after one that took ``took`` seconds;
+    :data:`COMMIT_INTERVAL` when it is ``behind`` (frames waiting to be read).
+
+    A sink keeping up with a moderate stream commits in milliseconds, so its rows reach the
+    table soon after :data:`MIN_COMMIT_INTERVAL`. Slower commits (a backlog, large
+    transactions) space out the next one, up to :data:`COMMIT_INTERVAL`: the fixed cost of
+    a transaction stays a small share of the sink's time, and rows of one key arriving
+    meanwhile are written once. A sink behind its upstreams (a backlog) gains nothing from
+    committing sooner: its rows are late already, and each commit writes again the keys
+    that the next one rewrites."""
+    if behind:
+        return COMMIT_INTERVAL
+    return min(COMMIT_INTERVAL, max(MIN_COMMIT_INTERVAL, COMMIT_SPACING * took))
 
 
 @dataclass(frozen=True)
@@ -110,6 +134,8 @@ class SinkCore:
         self.rounds: dict[int, Clock] = {}
         """Rounds announced and not reported yet: epoch -> clock."""
         self.last_commit = last_commit
+        self.interval = COMMIT_INTERVAL
+        """How long after :attr:`last_commit` the cadence commits again."""
         self.committed_through: Clock = dict(committed or {})
         """What the table holds as far as this sink knows (without a target: the mark)."""
 
@@ -139,10 +165,12 @@ class SinkCore:
         return []
 
     def committed(self, commit: Commit, progress: Mapping[Partition, int],
-                  now: float) -> list[ReportRound]:
-        """The shell committed ``commit``; ``progress`` is what the table holds now."""
+                  now: float, *, took: float, behind: bool) -> list[ReportRound]:
+        """The shell committed ``commit`` in ``took`` seconds, ending at ``now``;
+        ``progress`` is what the table holds now; ``behind``: frames piled up meanwhile."""
         self.committed_through = dict(progress)
         self.last_commit = now
+        self.interval = commit_interval(took, behind=behind)
         return self._settle(commit.due, commit.through)
 
     def fenced(self, progress: Mapping[Partition, int]) -> None:
@@ -167,7 +195,7 @@ class SinkCore:
         if not self.writes:
             self.committed_through = lwm
             return list(self._settle(due, lwm))
-        if force or due or pending >= COMMIT_ROWS or now - self.last_commit >= COMMIT_INTERVAL:
+        if force or due or pending >= COMMIT_ROWS or now - self.last_commit >= self.interval:
             return [Commit(lwm, due)]
         return []
 

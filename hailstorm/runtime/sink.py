@@ -32,6 +32,11 @@ __all__ = ["SinkShell"]
 
 log = logging.getLogger("hailstorm.processor")
 
+BEHIND_FRAMES = 32
+"""Frames waiting to be read after a commit from which a sink counts as behind its
+upstreams: its next commit waits the longest interval
+(:func:`~hailstorm.processors.sink_core.commit_interval`)."""
+
 
 class SinkShell(InboundShell):
     """One sink instance: rows go to its table exactly once, and it takes part in rounds.
@@ -146,7 +151,8 @@ class SinkShell(InboundShell):
             waiting = writer.pending
             started = time.perf_counter()
             progress = writer.commit_through(commit.through)
-            self.metrics.sink_commit_seconds.observe(time.perf_counter() - started)
+            took = time.perf_counter() - started
+            self.metrics.sink_commit_seconds.observe(took)
             self.metrics.rows_committed.inc(waiting - writer.pending)
         except FencedError as exc:
             if exc.superseded:
@@ -156,7 +162,8 @@ class SinkShell(InboundShell):
             return []
         now = time.monotonic()
         failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
-        return core.committed(commit, progress, now)
+        behind = self.inbound.qsize() >= BEHIND_FRAMES
+        return core.committed(commit, progress, now, took=took, behind=behind)
 
     def _report_round(self, report: ReportRound) -> None:
         assert self.coord is not None

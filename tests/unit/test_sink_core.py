@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 from hailstorm.processors.sink_core import (
     COMMIT_INTERVAL,
     COMMIT_ROWS,
+    MIN_COMMIT_INTERVAL,
     Commit,
     ReportRound,
     SinkAction,
     SinkCore,
+    commit_interval,
     covers,
 )
 from hailstorm.protocol.clock import Clock, Partition
@@ -26,6 +28,8 @@ OTHER: Partition = ("u", 0)
 """A partition of the topology no upstream of this sink carries."""
 PARTITIONS = [P0, P1, OTHER]  # wire indices 0, 1, 2
 JOINED = 5
+QUICK: dict[str, Any] = {"took": 0.0, "behind": False}
+"""A commit that took no time, with nothing waiting after it."""
 
 
 def test_covers_skips_only_the_partitions_no_upstream_carries() -> None:
@@ -52,10 +56,10 @@ def test_a_round_is_reported_only_after_the_commit_that_covers_it() -> None:
     assert core.on_watermark("a", {0: 3, 1: 3}, pending=0, now=0.1) == []
     [commit] = core.on_round(JOINED, {P0: 3, P1: 1, OTHER: 50}, pending=0, now=0.2)
     assert commit == Commit({P0: 3, P1: 3}, (JOINED,))
-    assert core.committed(commit, {P0: 2, P1: 3}, now=0.3) == []  # the table lags
+    assert core.committed(commit, {P0: 2, P1: 3}, now=0.3, **QUICK) == []  # the table lags
     assert core.rounds == {JOINED: {P0: 3, P1: 1, OTHER: 50}}
     [commit] = core.on_watermark("a", {0: 4}, pending=1, now=0.4)
-    assert core.committed(commit, {P0: 4, P1: 3}, now=0.4) == [
+    assert core.committed(commit, {P0: 4, P1: 3}, now=0.4, **QUICK) == [
         ReportRound(JOINED, {P0: 3, P1: 1, OTHER: 50})]
     assert core.rounds == {}
 
@@ -68,8 +72,30 @@ def test_the_cadence_without_a_round() -> None:
     assert core.on_watermark("a", {0: 2}, pending=COMMIT_ROWS, now=0.3) == [
         Commit({P0: 2}, ())]  # a full buffer does not wait
     [commit] = core.on_idle(pending=10, now=COMMIT_INTERVAL)
-    assert core.committed(commit, {P0: 2}, now=COMMIT_INTERVAL) == []
+    assert core.committed(commit, {P0: 2}, now=COMMIT_INTERVAL, **QUICK) == []
     assert core.on_idle(pending=0, now=10.0) == []  # nothing waits: nothing to do
+
+
+def test_quick_commits_come_often_slow_ones_are_spaced_out() -> None:
+    core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
+    core.on_watermark("a", {0: 0}, pending=0, now=0.0)
+    [commit] = core.on_idle(pending=10, now=COMMIT_INTERVAL)  # before any: the longest
+    core.committed(commit, {P0: 0}, now=1.0, took=0.005, behind=False)
+    assert core.on_watermark("a", {0: 1}, pending=10, now=1.0 + MIN_COMMIT_INTERVAL / 2) == []
+    [commit] = core.on_idle(pending=10, now=1.0 + MIN_COMMIT_INTERVAL)
+    core.committed(commit, {P0: 1}, now=2.0, took=1.5, behind=False)  # a slow one
+    assert core.on_idle(pending=10, now=2.0 + COMMIT_INTERVAL * 0.9) == []
+    [commit] = core.on_idle(pending=10, now=2.0 + COMMIT_INTERVAL)
+    core.committed(commit, {P0: 1}, now=3.0, took=0.005, behind=True)  # quick, but behind
+    assert core.on_idle(pending=10, now=3.0 + COMMIT_INTERVAL * 0.9) == []
+    assert core.on_idle(pending=10, now=3.0 + COMMIT_INTERVAL) != []
+
+
+@given(st.floats(0.0, 100.0), st.floats(0.0, 100.0))
+def test_the_commit_interval_is_bounded_and_grows_with_the_commit(a: float, b: float) -> None:
+    low, high = sorted((a, b))
+    assert MIN_COMMIT_INTERVAL <= commit_interval(low) <= commit_interval(high) <= COMMIT_INTERVAL
+    assert commit_interval(low, behind=True) == COMMIT_INTERVAL
 
 
 def test_rounds_of_earlier_runs_and_repeated_clocks_are_ignored() -> None:
@@ -81,7 +107,8 @@ def test_rounds_of_earlier_runs_and_repeated_clocks_are_ignored() -> None:
     core.fenced({P0: 0})  # refused: nothing reported, the round waits
     assert core.rounds == {JOINED: {P0: 1}} and core.committed_through == {P0: 0}
     [again] = core.on_watermark("a", {0: 10}, pending=0, now=0.2)
-    assert core.committed(again, {P0: 10, P1: 9}, now=0.2) == [ReportRound(JOINED, {P0: 1})]
+    reports = core.committed(again, {P0: 10, P1: 9}, now=0.2, **QUICK)
+    assert reports == [ReportRound(JOINED, {P0: 1})]
 
 
 def test_without_a_target_the_mark_is_the_progress() -> None:
@@ -110,6 +137,7 @@ ops = st.lists(
         st.tuples(st.just("rows"), st.sampled_from([0, 1, 50, COMMIT_ROWS])),
         st.tuples(st.just("tick"), st.sampled_from([0.0, 0.1, 0.3, COMMIT_INTERVAL])),
         st.tuples(st.just("refuse"), st.booleans()),
+        st.tuples(st.just("took"), st.sampled_from([0.0, 0.01, 0.1, 1.0]), st.booleans()),
     ),
     max_size=60,
 )
@@ -126,6 +154,11 @@ class Sim:
         self.refuse = False
         self.table: Clock = {}
         self.last_commit = 0.0
+        self.took = 0.0
+        """How long the model writer's next commit takes."""
+        self.behind = False
+        """Whether frames pile up meanwhile."""
+        self.interval = COMMIT_INTERVAL
         self.commits: list[Clock] = []
         self.clocks: dict[int, Clock] = {}
         self.announced: dict[int, Clock] = {}
@@ -149,6 +182,8 @@ class Sim:
             self.pending = op[1]
         elif kind == "tick":
             self.now += op[1]
+        elif kind == "took":
+            self.took, self.behind = op[1], op[2]
         else:
             self.refuse = op[1]
 
@@ -169,7 +204,7 @@ class Sim:
         if self.commits:  # the mark never moves back
             assert all(commit.through.get(p, -1) >= o for p, o in self.commits[-1].items())
         if not (forced or commit.due or self.pending >= COMMIT_ROWS):
-            assert self.now - self.last_commit >= COMMIT_INTERVAL, "the cadence"
+            assert self.now - self.last_commit >= self.interval, "the cadence"
         self.commits.append(commit.through)
         if self.refuse:
             self.core.fenced(self.table)
@@ -177,7 +212,10 @@ class Sim:
         self.table = {p: max(o, self.table.get(p, -1)) for p, o in commit.through.items()}
         self.pending = 0
         self.last_commit = self.now
-        self.act(list(self.core.committed(commit, self.table, self.now)), forced=forced)
+        self.interval = commit_interval(self.took, behind=self.behind)
+        done = self.core.committed(commit, self.table, self.now, took=self.took,
+                                   behind=self.behind)
+        self.act(list(done), forced=forced)
 
     def report(self, report: ReportRound) -> None:
         lwm = self.core.low_water_mark()
