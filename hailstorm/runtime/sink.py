@@ -22,7 +22,7 @@ from hailstorm.protocol.layout import (
 )
 from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
 from hailstorm.runtime.data_plane import DataPlaneError
-from hailstorm.runtime.processor import InboundShell, LiveQuery
+from hailstorm.runtime.processor import QUEUE_FRAMES, InboundShell, LiveQuery
 from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.sinks.topic import TopicWriter, progress_topic
 from hailstorm.topic import Topic
@@ -32,9 +32,9 @@ __all__ = ["SinkShell"]
 
 log = logging.getLogger("hailstorm.processor")
 
-BEHIND_FRAMES = 32
-"""Frames waiting to be read after a commit from which a sink counts as behind its
-upstreams: its next commit waits the longest interval
+BEHIND_FRAMES = QUEUE_FRAMES // 2
+"""Frames waiting to be read after a commit (half the inbound queue) from which a sink
+counts as behind its upstreams: its next commit waits the longest interval
 (:func:`~hailstorm.processors.sink_core.commit_interval`)."""
 
 
