@@ -24,6 +24,7 @@ __all__ = [
     "codec",
     "record",
     "sorted_items",
+    "sorted_keys",
 ]
 
 _PRIMITIVES = frozenset({"string", "long", "int", "double", "boolean", "bytes"})
@@ -37,12 +38,17 @@ def record(namespace: str, name: str, fields: list[tuple[str, Any]]) -> dict[str
     }
 
 
-def sorted_items(d: dict[Any, Any]) -> list[tuple[Any, Any]]:
-    """Items sorted by key when keys are comparable (deterministic snapshots), else as is."""
+def sorted_keys(d: dict[Any, Any]) -> list[Any]:
+    """Keys sorted when they are comparable (deterministic snapshots), else as they are."""
     try:
-        return sorted(d.items(), key=lambda kv: kv[0])
+        return sorted(d)
     except TypeError:
-        return list(d.items())
+        return list(d)
+
+
+def sorted_items(d: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """Items in the order of :func:`sorted_keys`."""
+    return [(k, d[k]) for k in sorted_keys(d)]
 
 
 def _tuplify(x: Any) -> Any:
@@ -110,6 +116,11 @@ class Codec:
 
     def decode(self, d: Any) -> Any:
         return d
+
+    @property
+    def as_is(self) -> bool:
+        """Values are their own Avro data (:meth:`encode` and :meth:`decode` do nothing)."""
+        return type(self).encode is Codec.encode and type(self).decode is Codec.decode
 
     def describe(self) -> str:
         raise NotImplementedError

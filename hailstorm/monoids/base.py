@@ -26,6 +26,10 @@ class Monoid(ABC, Generic[S]):
     #: such as :class:`KeyedMap` then store values without copying them.
     immutable_state: ClassVar[bool] = False
 
+    #: True when :meth:`to_avro` returns the state itself (so :meth:`from_avro` is the
+    #: identity too): containers then hand such states to the Avro writer as they are.
+    avro_as_is: bool = False
+
     @abstractmethod
     def empty(self) -> S:
         """The identity element (a fresh value each call)."""

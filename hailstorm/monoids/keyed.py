@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
-from hailstorm.monoids.avro import check_kind, check_kinds, codec, record, sorted_items
+from hailstorm.monoids.avro import check_kind, check_kinds, codec, record, sorted_keys
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid, S
 from hailstorm.monoids.scalars import Count, Sum
 from hailstorm.monoids.ttl import Ttl
@@ -151,9 +151,16 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         return {"type": "array", "items": entry}
 
     def to_avro(self, state: dict[Any, Any]) -> Any:
+        return list(self.avro_entries(state, sorted_keys(state)))
+
+    def avro_entries(self, state: dict[Any, Any], keys: Iterable[Any]) -> Iterator[Any]:
+        """The ``{key, value}`` Avro records of ``keys`` of ``state``, in their order: one
+        item of :meth:`to_avro` at a time (snapshots stream a state's keys through this)."""
+        if self._key.as_is and self.inner.avro_as_is:
+            return ({"key": k, "value": state[k]} for k in keys)
         enc = self._key.encode
         to_avro = self.inner.to_avro
-        return [{"key": enc(k), "value": to_avro(v)} for k, v in sorted_items(state)]
+        return ({"key": enc(k), "value": to_avro(state[k])} for k in keys)
 
     def from_avro(self, data: Any) -> dict[Any, Any]:
         dec = self._key.decode
@@ -233,6 +240,8 @@ class Record(Monoid[dict[str, Any]]):
         self._additive = all(map(_adds, self.fields.values()))
         """Every field is a Count or a Sum: fields absorb by ``+``."""
         self._names = tuple(self.fields)
+        self.avro_as_is = all(m.avro_as_is for m in self.fields.values())
+        """Every field's state is its Avro value: a state is its own record."""
 
     def empty(self) -> dict[str, Any]:
         return {name: m.empty() for name, m in self.fields.items()}
@@ -293,9 +302,13 @@ class Record(Monoid[dict[str, Any]]):
         )
 
     def to_avro(self, state: dict[str, Any]) -> Any:
+        if self.avro_as_is:
+            return state
         return {name: m.to_avro(state[name]) for name, m in self.fields.items()}
 
     def from_avro(self, data: Any) -> dict[str, Any]:
+        if self.avro_as_is:
+            return data
         return {name: m.from_avro(data[name]) for name, m in self.fields.items()}
 
     def describe(self) -> str:

@@ -32,6 +32,7 @@ class Sum(Monoid[Any]):
 
     name = "Sum"
     immutable_state = True
+    avro_as_is = True
 
     def __init__(self, kind: str = "long") -> None:
         if kind not in ("long", "double"):

@@ -10,7 +10,8 @@ with ``fastavro.reader``; nothing hailstorm-specific is needed to get the data o
 Records. A keyed state (:class:`~hailstorm.monoids.KeyedMap`) is written as one record per
 key, ``{key, value}``, with the schema of the map's entries (the ``items`` of its Avro
 array schema) and keys in sorted order when they are comparable. Writing and reading stream
-through the state in chunks, so a million keys never exist twice as whole Python objects.
+through the state (writing a key at a time, reading in chunks), so a million keys never
+exist twice as whole Python objects.
 Any other state is one record ``{state}`` whose field has the monoid's schema.
 
 Metadata (Avro file metadata, UTF-8 strings):
@@ -71,6 +72,7 @@ import fastavro
 from fastavro.write import Writer
 
 from hailstorm.monoids import KeyedMap, Monoid
+from hailstorm.monoids.avro import sorted_keys
 from hailstorm.protocol.clock import Clock, clock_from_json, clock_to_json
 
 FORMAT_VERSION = "1"
@@ -84,7 +86,7 @@ _CHECKSUM_PLACEHOLDER = b"sha256:" + b"0" * 64
 
 _CODEC = "deflate"
 _SYNC_INTERVAL = 256 * 1024  # uncompressed bytes per Avro block
-_CHUNK_KEYS = 4096  # keys converted to/from Avro per monoid call
+_CHUNK_KEYS = 4096  # keys converted from Avro per monoid call when loading
 _SMALL_HEADER = 64 * 1024
 _MAX_HEADER = 16 * 1024 * 1024
 _READ_CHUNK = 1024 * 1024
@@ -257,21 +259,12 @@ def _record_schema(monoid: Monoid[Any]) -> tuple[str, Any]:
         raise SnapshotError(f"the Avro schema of {monoid.describe()} is invalid: {e}") from e
 
 
-def _sorted_keys(state: dict[Any, Any]) -> list[Any]:
-    try:
-        return sorted(state)
-    except TypeError:  # incomparable keys: insertion order
-        return list(state)
-
-
 def _records(monoid: Monoid[Any], layout: str, state: Any) -> Iterator[Any]:
-    """The snapshot records of ``state``, produced a chunk of keys at a time."""
+    """The snapshot records of ``state``, produced a key at a time."""
     if layout == LAYOUT_WHOLE:
-        yield {"state": monoid.to_avro(state)}
-        return
-    keys = _sorted_keys(state)
-    for start in range(0, len(keys), _CHUNK_KEYS):
-        yield from monoid.to_avro({k: state[k] for k in keys[start : start + _CHUNK_KEYS]})
+        return iter(({"state": monoid.to_avro(state)},))
+    assert isinstance(monoid, KeyedMap)
+    return monoid.avro_entries(state, sorted_keys(state))
 
 
 class _HashingSink:

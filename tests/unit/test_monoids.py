@@ -37,6 +37,7 @@ from hailstorm.monoids import (
     TumblingWindow,
     per_key,
 )
+from hailstorm.monoids.avro import sorted_keys
 from hailstorm.testing import approx_equal, avro_round_trip, check_monoid_laws, states_of
 
 EXAMPLES = 40
@@ -542,6 +543,10 @@ def _sample_states() -> list[tuple[Monoid[Any], Any]]:
         (sw, sw.combine_all(sw.lift(t, hll.lift(t)) for t in range(0, 200, 7))),
         (pkw, {"a": tsum.lift(61, 3), "b": tsum.empty()}),
         (per_key(AnyTrue()), {"a": True}),
+        (per_key(Record({"spent": Sum(), "events": Count()})),
+         {"u2": {"spent": 7, "events": 2}, "u1": {"spent": -3, "events": 1}}),
+        (per_key(Record({"mean": Mean(), "n": Count()}), key_type="long"),
+         {3: {"mean": (4.0, 2), "n": 2}, 1: {"mean": (0.0, 0), "n": 0}}),
     ]
     return samples
 
@@ -598,6 +603,24 @@ def _record_names(schema: Any) -> list[str]:
         for s in schema:
             out += _record_names(s)
     return out
+
+
+@pytest.mark.parametrize(("monoid", "state"), [(m, s) for m, s in SAMPLES
+                                                if isinstance(m, KeyedMap)],
+                         ids=[m.describe() for m, _ in SAMPLES if isinstance(m, KeyedMap)])
+def test_avro_entries_are_the_items_of_to_avro(monoid: KeyedMap[Any, Any, Any],
+                                              state: Any) -> None:
+    keys = sorted_keys(state)
+    assert list(monoid.avro_entries(state, keys)) == monoid.to_avro(state)
+    assert monoid.from_avro(monoid.to_avro(state)) == state
+
+
+def test_records_of_sums_are_their_own_avro_values() -> None:
+    plain = Record({"spent": Sum(), "events": Count(), "total": Sum("double")})
+    assert plain.avro_as_is and not Record({"mean": Mean(), "n": Count()}).avro_as_is
+    state = plain.lift(spent=3, events=1, total=0.5)
+    assert plain.to_avro(state) is state and plain.from_avro(state) == state
+    assert not Mean().avro_as_is and Count().avro_as_is
 
 
 def test_tuple_keys_read_offline_as_records() -> None:
