@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.02)
                 started_wall = time.time()
                 started = time.monotonic()
+                print("hailstorm: flowing", flush=True)
             else:
                 run.start()
                 run.wait_flowing(300)

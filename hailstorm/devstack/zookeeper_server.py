@@ -8,6 +8,7 @@ import socket
 
 from hailstorm.devstack.processes import StackProcesses, await_ready, java_binary, pyspark_jars
 from hailstorm.devstack.state import LOOPBACK, ServiceRecord, StackState
+from hailstorm.runtime.spark_stage import C1_ONLY
 
 
 class ZooKeeperServer(StackProcesses):
@@ -39,6 +40,7 @@ class ZooKeeperServer(StackProcesses):
         argv = [
             java,
             "-Xmx256m",
+            C1_ONLY,  # a small request rate: JIT compiling it at C2 cost more CPU than it saved
             "-Dlog4j2.level=WARN",
             "-Dzookeeper.jmx.log4j.disable=true",
             "-cp",
