@@ -49,6 +49,11 @@ log = logging.getLogger("hailstorm.processor")
 FLUSH_INTERVAL = 0.25
 """Seconds a compacting (``preaggregate``) bolt holds rows back: it then emits one row per
 key touched, and the watermark that waited for them (so rounds wait at most this)."""
+BACKLOG_FLUSH_INTERVAL = 1.0
+"""The same while the bolt is :attr:`~hailstorm.runtime.processor.InboundShell.behind`
+(reading a backlog): its rows are late already, and a key touched again before the next
+flush is emitted once, not twice (so the sink writes it once). It flushes as soon as it
+catches up (fewer frames wait)."""
 EXPIRE_INTERVAL = 1.0
 """Seconds between two slices of a late-routing bolt's sweep for closed windows."""
 EXPIRE_KEYS = 20_000
@@ -191,7 +196,8 @@ class BoltShell(InboundShell):
             self.act(core.on_watermark(sender, frame.watermark))
         elif isinstance(frame, ClockMarker):
             self.act(core.on_clock(frame.epoch, frame.clock))
-        if core.compacting and time.monotonic() - self.flushed >= FLUSH_INTERVAL:
+        if core.compacting and time.monotonic() - self.flushed >= (
+                BACKLOG_FLUSH_INTERVAL if self.behind else FLUSH_INTERVAL):
             self.flush()
         self._expire()
 

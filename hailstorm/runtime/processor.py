@@ -59,6 +59,7 @@ from hailstorm.runtime.data_plane import (
 from hailstorm.topology import BoltSpec, SpoutSpec, Topology
 
 __all__ = [
+    "BEHIND_FRAMES",
     "POLL",
     "QUEUE_FRAMES",
     "Assignment",
@@ -74,6 +75,9 @@ POLL = 0.1
 """Longest a main loop waits for data before looking at ZooKeeper and failures again."""
 QUEUE_FRAMES = 64
 """Frames buffered between the socket readers and a bolt's (or sink's) main thread."""
+BEHIND_FRAMES = QUEUE_FRAMES // 2
+"""Frames waiting in that queue (half of it) from which a bolt or sink counts as behind its
+upstreams (:attr:`InboundShell.behind`): reading a backlog, it batches its output longest."""
 
 
 class RestartRequired(RuntimeError):
@@ -538,6 +542,11 @@ class InboundShell(Shell):
             except queue.Empty:
                 return
             self.on_frame(sender, frame)
+
+    @property
+    def behind(self) -> bool:
+        """:data:`BEHIND_FRAMES` or more frames wait to be read."""
+        return self.inbound.qsize() >= BEHIND_FRAMES
 
     def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
         raise NotImplementedError

@@ -22,7 +22,7 @@ from hailstorm.protocol.layout import (
 )
 from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
 from hailstorm.runtime.data_plane import DataPlaneError
-from hailstorm.runtime.processor import QUEUE_FRAMES, InboundShell, LiveQuery
+from hailstorm.runtime.processor import InboundShell, LiveQuery
 from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.sinks.topic import TopicWriter, progress_topic
 from hailstorm.topic import Topic
@@ -31,12 +31,6 @@ from hailstorm.topology import SinkSpec, Table
 __all__ = ["SinkShell"]
 
 log = logging.getLogger("hailstorm.processor")
-
-BEHIND_FRAMES = QUEUE_FRAMES // 2
-"""Frames waiting to be read after a commit (half the inbound queue) from which a sink
-counts as behind its upstreams: its next commit waits the longest interval
-(:func:`~hailstorm.processors.sink_core.commit_interval`)."""
-
 
 class SinkShell(InboundShell):
     """One sink instance: rows go to its table exactly once, and it takes part in rounds.
@@ -162,8 +156,8 @@ class SinkShell(InboundShell):
             return []
         now = time.monotonic()
         failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
-        behind = self.inbound.qsize() >= BEHIND_FRAMES
-        return core.committed(commit, progress, now, took=took, behind=behind)
+        # Frames piled up during the commit: the next one waits the longest interval.
+        return core.committed(commit, progress, now, took=took, behind=self.behind)
 
     def _report_round(self, report: ReportRound) -> None:
         assert self.coord is not None
