@@ -86,7 +86,6 @@ _CHECKSUM_PLACEHOLDER = b"sha256:" + b"0" * 64
 
 _CODEC = "deflate"
 _SYNC_INTERVAL = 256 * 1024  # uncompressed bytes per Avro block
-_CHUNK_KEYS = 4096  # keys converted from Avro per monoid call when loading
 _SMALL_HEADER = 64 * 1024
 _MAX_HEADER = 16 * 1024 * 1024
 _READ_CHUNK = 1024 * 1024

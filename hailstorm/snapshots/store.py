@@ -29,7 +29,6 @@ from hailstorm.monoids import Monoid
 from hailstorm.protocol.clock import Clock
 from hailstorm.routing import route as default_route
 from hailstorm.snapshots.format import (
-    _CHUNK_KEYS,
     _KEY,
     LAYOUT_WHOLE,
     SnapshotCorruptError,
@@ -43,6 +42,8 @@ from hailstorm.snapshots.format import (
     snapshot_key,
     write_snapshot,
 )
+
+_CHUNK_KEYS = 4096  # keys converted from Avro per monoid call when loading
 
 RouteFunction = Callable[[Any, int], int]
 
