@@ -40,7 +40,7 @@ from hailstorm.sinks import (
 )
 from hailstorm.sinks.db import create_postgres_database
 from hailstorm.sinks.errors import SinkError
-from hailstorm.sinks.sql import HIDDEN_COLUMNS
+from hailstorm.sinks.sql import HIDDEN_COLUMNS, REWRITTEN_FILLFACTOR
 
 pytestmark = pytest.mark.integration
 
@@ -414,6 +414,22 @@ def test_a_table_of_another_shape_is_a_clear_error(
     if db_url.startswith("postgresql"):
         assert password and password not in message and ":***@" in message
     assert query(db_url, f'SELECT * FROM "{name}"') == shape_before
+
+
+def test_postgresql_tables_the_sink_rewrites_leave_room_on_each_page(
+        postgres_url: str) -> None:
+    """Upsert and merge tables are made with a fillfactor, so updates stay on their page
+    (HOT) and skip the key's index; append tables are packed full."""
+    names = {mode: unique(mode) for mode in ("upsert", "merge", "append")}
+    for mode, name in names.items():
+        key = ["word"] if mode != "append" else []
+        table = Table(name, {"word": "text", "count": "bigint"}, key=key, mode=mode)
+        SinkWriter.open(postgres_url, table, unique("sink"), 1).close()
+    options = {name: query(postgres_url, "SELECT reloptions FROM pg_class WHERE relname = "
+                                         f"'{name}'")[0][0] for name in names.values()}
+    assert options == {names["upsert"]: [f"fillfactor={REWRITTEN_FILLFACTOR}"],
+                       names["merge"]: [f"fillfactor={REWRITTEN_FILLFACTOR}"],
+                       names["append"]: None}
 
 
 def test_an_existing_table_of_the_right_shape_is_used(db_url: str) -> None:

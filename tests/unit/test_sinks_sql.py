@@ -29,6 +29,7 @@ from hailstorm.sinks import (
 from hailstorm.sinks.buffer import advance
 from hailstorm.sinks.sql import (
     HIDDEN_COLUMNS,
+    REWRITTEN_FILLFACTOR,
     PostgresDialect,
     SqliteDialect,
     TableShape,
@@ -139,8 +140,10 @@ def test_key_only_tables_do_nothing_on_conflict() -> None:
 def test_create_table_per_mode() -> None:
     assert PG.create_table(shape_of(COUNTS)) == (
         'CREATE TABLE IF NOT EXISTS "word_counts" ("word" text NOT NULL, "count" bigint, '
-        'PRIMARY KEY ("word"))'
+        'PRIMARY KEY ("word")) WITH (fillfactor = 50)'
     )
+    assert LITE.create_table(shape_of(COUNTS)).endswith('PRIMARY KEY ("word"))')
+    assert "fillfactor" not in PG.create_table(shape_of(LOG))  # rows are never rewritten
     append = LITE.create_table(shape_of(LOG))
     assert '"_hs_offset" bigint NOT NULL' in append
     hidden = '"_hs_topic", "_hs_partition", "_hs_offset", "_hs_seq"'
@@ -149,6 +152,14 @@ def test_create_table_per_mode() -> None:
     json_table = TableShape("docs", {"id": "bigint", "body": "jsonb", "raw": "bytea"}, ("id",))
     assert '"body" text, "raw" blob' in LITE.create_table(json_table)
     assert '"body" jsonb, "raw" bytea' in PG.create_table(json_table)
+
+
+def test_fillfactor_is_a_storage_choice_not_part_of_the_shape() -> None:
+    assert shape_of(COUNTS).fillfactor == REWRITTEN_FILLFACTOR
+    assert shape_of(COUNTS) == TableShape("word_counts", {"word": "text", "count": "bigint"},
+                                          ("word",))
+    with pytest.raises(ValueError, match="fillfactor"):
+        TableShape("t", {"a": "text"}, fillfactor=5)
 
 
 def test_progress_statements_lock_in_postgres_only() -> None:
