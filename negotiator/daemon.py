@@ -98,7 +98,9 @@ def _timeout(value: float | None, default: float) -> float:
 @click.option("--name", metavar="NAME",
               help="Use NAME as the topology's ZooKeeper name instead of importing TOPOLOGY.")
 @click.option("--snapshot-interval", type=click.FloatRange(min=0, min_open=True), default=5.0,
-              show_default=True, help="Seconds of Flowing(None) between snapshot rounds.")
+              show_default=True,
+              help="Seconds from one snapshot round's start to the next's (up to half of it "
+                   "more while the spouts read a backlog).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="Default timeout (s) of every wait.")
 @click.option("--initialize-timeout", type=click.FloatRange(min=0, min_open=True),

@@ -14,11 +14,14 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
     SpoutsRewind(e,C) -> Flowing(e, None)                   every spout rewound to C for e
     Flowing(e, None)  -> SpoutsPaused(new)                  snapshot interval elapsed since
                                                             round e started (at least half
-                                                            an interval after its commit),
-                                                            or the spouts caught up with a
-                                                            backlog (a tenth of an interval
-                                                            after the commit, half a one
-                                                            after round e started)
+                                                            an interval after its commit;
+                                                            while a spout is behind, up to
+                                                            half an interval later, until
+                                                            they catch up), or the spouts
+                                                            caught up with a backlog (a
+                                                            tenth of an interval after the
+                                                            commit, half a one after round
+                                                            e started)
     SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
                                                             C = max of their positions
     Flowing(e, C)     -> Flowing(e, None) + CommitClock     every bolt instance durably
@@ -77,7 +80,8 @@ class Config:
 
     snapshot_interval: float = 5.0
     """Time from one snapshot round's start to the next's: Flowing(None) lasts this long
-    minus how long the round it follows took (see :func:`next_round_due`)."""
+    minus how long the round it follows took (see :func:`next_round_due`), and up to half
+    of it more while the spouts read a backlog (:data:`BEHIND_WAIT_SHARE`)."""
     initialize_timeout: float = 60.0
     """Initialize: every processor registered and ready (bolts loaded their snapshots)."""
     rewind_timeout: float = 60.0
@@ -470,14 +474,32 @@ def early_round_due(state: Flowing, view: View, config: Config) -> float:
     return due
 
 
+BEHIND_WAIT_SHARE = 0.5
+"""A round falling due while a spout reads a backlog waits up to this share of the snapshot
+interval for the spouts to catch up: then one round commits the backlog's end, instead of
+one round just before the end and another after it. Under a long backlog, rounds come
+every 1.5 intervals."""
+
+
+def _spout_states(state: Flowing, roster: _Roster) -> set[ProcessorState]:
+    """What the spouts report in epoch ``e`` (reports of earlier epochs are stale)."""
+    return {report.state for spout in roster.of(Role.SPOUT)
+            if (report := roster.reports.get(spout)) is not None
+            and report.epoch == state.epoch}
+
+
 def caught_up(state: Flowing, roster: _Roster) -> bool:
     """A spout reports it read a backlog to its partition's end in epoch ``e``, and none
     reports being behind in it: a round now commits the backlog's results. (A trickling
     stream never fills a fetch, so its spouts are never behind: it keeps the interval.)"""
-    states = {report.state for spout in roster.of(Role.SPOUT)
-              if (report := roster.reports.get(spout)) is not None
-              and report.epoch == state.epoch}
+    states = _spout_states(state, roster)
     return ProcessorState.CAUGHT_UP in states and ProcessorState.BEHIND not in states
+
+
+def behind(state: Flowing, roster: _Roster) -> bool:
+    """A spout reports it is reading a backlog in epoch ``e`` (its last fetch came back
+    full and it has not reached its partition's end since)."""
+    return ProcessorState.BEHIND in _spout_states(state, roster)
 
 
 def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
@@ -489,6 +511,14 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
     if view.now < due and caught_up(state, roster):
         due = min(due, early_round_due(state, view, config))
         reason = "the spouts caught up with a backlog"
+    elif view.now >= due and behind(state, roster):
+        wait = BEHIND_WAIT_SHARE * config.snapshot_interval
+        if view.now < due + wait:
+            return _wait(roster, view, due + wait,
+                         f"flowing; the next snapshot round is due and waits up to "
+                         f"{_secs(round(due + wait - view.now, 3))} for the spouts to catch "
+                         f"up with a backlog")
+        reason += f", and a spout still behind after waiting {_secs(wait)} more"
     if view.now >= due:
         epoch = max(state.epoch, view.highest_epoch) + 1
         return Decision(SpoutsPaused(epoch), roster.notes, reason)

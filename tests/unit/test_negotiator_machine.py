@@ -33,6 +33,7 @@ from hailstorm.protocol.states import (
     label,
 )
 from negotiator.machine import (
+    BEHIND_WAIT_SHARE,
     CAUGHT_UP_SHARE,
     MIN_FLOWING_SHARE,
     CommitClock,
@@ -485,6 +486,38 @@ def test_a_spout_still_behind_keeps_the_interval(s1: ProcessorReport) -> None:
     living[S1] = s1
     d = check(Flowing(7), view(living, now=CAUGHT_UP_AT))
     assert d.next_state is None and d.wake_at == T0 + 5
+
+
+def test_a_round_due_while_a_spout_is_behind_waits_for_the_spouts_to_catch_up() -> None:
+    due, late = T0 + 5, T0 + 5 + BEHIND_WAIT_SHARE * CONFIG.snapshot_interval
+    living = with_spouts(FLOWING_LIVING, ProcessorState.BEHIND, 7, {S0: 30})
+    living = with_spouts(living, ProcessorState.CAUGHT_UP, 7, {S1: 2})
+    d = check(Flowing(7), view(living, now=due))
+    assert d.next_state is None and d.wake_at == late and "catch up" in d.reason
+    caught = with_spouts(living, ProcessorState.CAUGHT_UP, 7, {S0: 41})
+    d = check(Flowing(7), view(caught, now=due + 0.3))
+    assert d.next_state == SpoutsPaused(8)
+    d = check(Flowing(7), view(living, now=late))  # the wait is bounded
+    assert d.next_state == SpoutsPaused(8) and "still behind" in d.reason
+    stale = with_spouts(FLOWING_LIVING, ProcessorState.BEHIND, 6, {S0: 30, S1: 2})
+    assert check(Flowing(7), view(stale, now=due)).next_state == SpoutsPaused(8)
+
+
+@given(interval=st.floats(0.01, 100), took=st.floats(0, 1000), now=st.floats(0, 1000),
+       states=st.lists(st.sampled_from(sorted(set(ProcessorState) - {ProcessorState.JOINING})),
+                       min_size=2, max_size=2))  # joining: a restart, not a round
+def test_a_round_is_never_later_than_half_an_interval_past_due(
+        interval: float, took: float, now: float, states: list[ProcessorState]) -> None:
+    cfg = Config.uniform(snapshot_interval=interval)
+    living = with_spouts(FLOWING_LIVING, states[0], 7, {S0: 30})
+    living = with_spouts(living, states[1], 7, {S1: 2})
+    committed = CommittedRecord(7, {P0: 8}, {}, T0, pause_s=0.0, snapshot_s=took)
+    v = view(living, now=T0 + now, committed=committed)
+    d = check(Flowing(7), v, cfg)
+    if T0 + now >= next_round_due(Flowing(7), v, cfg) + BEHIND_WAIT_SHARE * interval:
+        assert d.next_state == SpoutsPaused(8)
+    elif d.next_state is None:
+        assert d.wake_at is not None and d.wake_at > T0 + now
 
 
 def test_catching_up_in_an_earlier_epoch_or_never_falling_behind_keeps_the_interval() -> None:
