@@ -12,16 +12,14 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
     Initialize(e)     -> SpoutsRewind(e, LWM)               every expected processor ready
                                                             for e; LWM = min of bolt loads
     SpoutsRewind(e,C) -> Flowing(e, None)                   every spout rewound to C for e
-    Flowing(e, None)  -> SpoutsPaused(new)                  snapshot interval elapsed since
-                                                            round e started (at least half
-                                                            an interval after its commit;
-                                                            while a spout is behind, up to
-                                                            half an interval later, until
-                                                            they catch up), or the spouts
-                                                            caught up with a backlog (a
-                                                            tenth of an interval after the
-                                                            commit, half a one after round
-                                                            e started)
+    Flowing(e, None)  -> SpoutsPaused(new)                  snapshot interval since round e
+                                                            started (>= half a one after its
+                                                            commit; up to half a one more
+                                                            while a spout is behind), or the
+                                                            spouts caught up with a backlog
+                                                            (>= a tenth of an interval after
+                                                            the commit, half a one after
+                                                            round e started)
     SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
                                                             C = max of their positions
     Flowing(e, C)     -> Flowing(e, None) + CommitClock     every bolt instance durably
@@ -476,9 +474,8 @@ def early_round_due(state: Flowing, view: View, config: Config) -> float:
 
 BEHIND_WAIT_SHARE = 0.5
 """A round falling due while a spout reads a backlog waits up to this share of the snapshot
-interval for the spouts to catch up: then one round commits the backlog's end, instead of
-one round just before the end and another after it. Under a long backlog, rounds come
-every 1.5 intervals."""
+interval for the spouts to catch up, so that one round commits the backlog's end instead of
+one just before it and another after (under a long backlog: a round every 1.5 intervals)."""
 
 
 def _spout_states(state: Flowing, roster: _Roster) -> set[ProcessorState]:
