@@ -3,9 +3,10 @@ workers each run on a test host of their own (a network namespace the test makes
 :mod:`hailstorm.netns`); the driver and the negotiators run on the test's own host.
 
 Processors bind and advertise their host's address (``--host auto``), so their frames cross
-the links between the worker hosts. Pulling one worker host's cable in the middle of the run
-costs a recovery on the other worker and nothing else: the run ends exactly in the model's
-state, and the cut-off processors, once the cable is back, are zombies that change nothing.
+the links between the worker hosts. Pulling the cable of a worker host that runs processors in
+the middle of the run costs a recovery on the other workers and nothing else: the run ends
+exactly in the model's state, and the cut-off processors, once the cable is back, are zombies
+that change nothing.
 """
 
 from __future__ import annotations
@@ -40,31 +41,28 @@ from hailstorm.netns import NetworkUnavailable, TestNetwork
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-WORKERS = ("worker-1", "worker-2")
+WORKERS = ("worker-1", "worker-2", "worker-3")
 HOSTS = ("zookeeper", "kafka", "postgres", "spark-master", *WORKERS)
-SLOTS = 8
-"""Task slots per worker: either worker alone can run the word count's 7 processors."""
-EXECUTOR_CORES = SLOTS // 2
-"""Each worker runs two executors of half its slots, so no single executor can hold the
-whole stage."""
-BOTH_EXECUTORS = (
+SLOTS = 4
+"""Task slots per worker, fewer than the word count's 7 processors: no worker can hold the
+barrier stage alone, so every placement Spark can make spreads it over two workers at
+least, and any two workers (8 slots) can hold it once a third is cut off."""
+ALL_EXECUTORS = (
     ("spark.cores.max", str(SLOTS * len(WORKERS))),
-    ("spark.executor.cores", str(EXECUTOR_CORES)),
+    ("spark.executor.cores", str(SLOTS)),
     ("spark.scheduler.minRegisteredResourcesRatio", "1.0"),
     ("spark.scheduler.maxRegisteredResourcesWaitingTime", "120s"),
 )
-"""The driver starts the stage once every executor registered, and Spark places a barrier
-stage only where the executors offered at once have a slot for every task. Offered all
-executors, it hands out tasks one per executor in turn, so both workers get some. But when
-a task ends (a stage attempt killed and resubmitted) Spark offers that task's executor
-alone, and an executor with a slot per task can take the whole stage (one run had every
-task on one worker): with executors smaller than the stage, only an offer of every
-executor can place it."""
+"""One executor per worker, and the driver starts the stage once every executor registered.
+How Spark places a barrier stage depends on which executors are free when it offers them (a
+resubmitted stage's may still be ending its old tasks; two executors on one worker once took
+the whole stage): with workers smaller than the stage, the placement is across hosts
+whatever the timing."""
 
 
 @pytest.fixture(scope="module")
 def network() -> Iterator[TestNetwork]:
-    """Six test hosts on one switched network."""
+    """Seven test hosts on one switched network."""
     try:
         net = TestNetwork(HOSTS).__enter__()
     except NetworkUnavailable as exc:
@@ -116,17 +114,17 @@ def test_word_count_across_hosts_survives_a_pulled_cable(network: TestNetwork, s
     with TopologyRun(addresses, REPO / "topologies" / "wordcount.py",
                      log_dir=tmp_path / "logs", master=env[SPARK_MASTER_VAR],
                      processor_host="auto", driver_address=network.controller,
-                     spark_conf=BOTH_EXECUTORS) as run:
+                     spark_conf=ALL_EXECUTORS) as run:
         run.start()
         run.wait_flowing(300)
         produce(addresses.kafka, produced, lines[:3000], partitions)
         run.wait_committed(produced.clock(), 300)
         hosts_used = {report.info["host"] for report in run.processors().values()}
-        # Every processor advertises its worker host's address, and both hosts run some:
-        # frames between them cross the test network.
-        assert hosts_used == set(workers), hosts_used
+        # Every processor advertises its worker host's address, and two hosts at least run
+        # some: frames between them cross the test network.
+        assert len(hosts_used) >= 2 and hosts_used <= set(workers), hosts_used
 
-        victim = sorted(workers)[0]
+        victim = sorted(hosts_used)[0]
         cut_off = {int(report.info["pid"]) for report in run.processors().values()
                    if report.info["host"] == victim}
         run.expect_restart(time.time(), f"the cable of {workers[victim]} was pulled")
