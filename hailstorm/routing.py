@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 __all__ = [
+    "ROUTE_PIECE",
     "KeyRouter",
     "encode_key",
     "itself",
@@ -104,8 +105,12 @@ def encode_key(key: Any) -> bytes:
 
 def stable_hash(key: Any) -> int:
     """A 64-bit hash of ``key``, identical in every process, machine and Python run."""
-    digest = blake2b(encode_key(key), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+    if type(key) is str:  # the common key, encoded inline: what _encode gives it
+        data = key.encode("utf-8", "surrogatepass")
+        encoded = b"%b%b%b" % (_STR, len(data).to_bytes(4, "big"), data)
+    else:
+        encoded = encode_key(key)
+    return int.from_bytes(blake2b(encoded, digest_size=8).digest(), "big")
 
 
 def route(key: Any, parallelism: int) -> int:
@@ -121,7 +126,13 @@ def route_many(keys: Iterable[Any], parallelism: int) -> list[int]:
     """:func:`route` for many keys at once."""
     if parallelism == 1:
         return [0 for _ in keys]
-    return [route(k, parallelism) for k in keys]
+    if parallelism < 1:
+        raise ValueError(f"parallelism must be >= 1, got {parallelism}")
+    return [stable_hash(k) % parallelism for k in keys]
+
+
+ROUTE_PIECE = 4096
+"""Keys :meth:`KeyRouter.many` routes between two calls of its ``between`` (a few ms)."""
 
 
 class KeyRouter:
@@ -149,16 +160,31 @@ class KeyRouter:
         instance = memo[key] = route(key, self.parallelism)
         return instance
 
-    def many(self, keys: Sequence[Any]) -> list[int]:
-        """The instance of each of ``keys``: remembered ones looked up a batch at a time,
-        the others routed (and remembered) one by one."""
+    def many(self, keys: Sequence[Any], between: Callable[[], None] | None = None
+             ) -> list[int]:
+        """The instance of each of ``keys``, a batch at a time: remembered ones looked up,
+        the others routed (:func:`route_many`) and remembered, :data:`ROUTE_PIECE` at a
+        time. ``between`` is called between two pieces; it may raise to abandon the call
+        (the keys routed so far stay remembered)."""
+        memo = self._memo
         try:
-            instances = list(map(self._memo.get, keys))
+            instances = list(map(memo.get, keys))
         except TypeError:  # an unhashable key among them
             return list(map(self, keys))
-        if None in instances:
-            for i in [i for i, instance in enumerate(instances) if instance is None]:
-                instances[i] = self(keys[i])
+        if None not in instances:
+            return instances  # type: ignore[return-value]  # no None among them
+        missing = [i for i, instance in enumerate(instances) if instance is None]
+        for start in range(0, len(missing), ROUTE_PIECE):
+            if start and between is not None:
+                between()
+            piece = missing[start:start + ROUTE_PIECE]
+            new = [keys[i] for i in piece]
+            routed = route_many(new, self.parallelism)
+            for i, instance in zip(piece, routed, strict=True):
+                instances[i] = instance
+            if len(memo) + len(new) > self.limit:
+                memo.clear()
+            memo.update(zip(new[:self.limit], routed[:self.limit], strict=True))
         return instances  # type: ignore[return-value]  # None replaced
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import operator
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "ForwardWatermark",
     "Marks",
     "PartitionKey",
+    "Preempted",
     "ProtocolViolation",
     "Router",
     "SinkCore",
@@ -104,6 +105,10 @@ class Contributions(Batch):
 
     keys: list[Any] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
+
+
+class Preempted(Exception):
+    """Raised by a ``between`` hook of :meth:`Router.route` to abandon the routing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +203,12 @@ class Router:
         (a user function failed on them): the caller quarantines them and clears this."""
 
     def route(
-        self, batch: Batch, boundaries: Sequence[int] = ()
+        self, batch: Batch, boundaries: Sequence[int] = (),
+        between: Callable[[], None] | None = None,
     ) -> dict[Destination, Batch]:
         """The non-empty per-destination parts of ``batch``, order kept within each.
+        ``between`` is called between slices of the keys routed by hash (it may raise
+        :class:`Preempted` to abandon the call).
 
         When pre-aggregating, ``batch`` must come from one partition with ascending
         offsets, and tuples at or below any of ``boundaries`` (offsets where a bolt splits
@@ -221,7 +229,7 @@ class Router:
             if not batch.tuples:
                 continue
             if self.preaggregate and isinstance(node, BoltSpec) and node.preaggregate:
-                routed.update(_preaggregated(node, batch, boundaries, self.failed))
+                routed.update(_preaggregated(node, batch, boundaries, self.failed, between))
                 continue
             if isinstance(node, SinkSpec):
                 target = node.target
@@ -233,16 +241,10 @@ class Router:
             if node.parallelism == 1 or node.key is None:
                 routed[(node.name, 0)] = batch
                 continue
-            parts = [Batch() for _ in range(node.parallelism)]
-            instance_for = node.instance_for
-            for p, o, t in zip(batch.partitions, batch.offsets, batch.tuples, strict=True):
-                part = parts[instance_for(t)]
-                part.partitions.append(p)
-                part.offsets.append(o)
-                part.tuples.append(t)
-            for i, part in enumerate(parts):
-                if part.tuples:
-                    routed[(node.name, i)] = part
+            instances = _instances_for(node, batch.tuples, between)
+            for i, columns in _by_instance(instances, node.parallelism,
+                                           batch.partitions, batch.offsets, batch.tuples):
+                routed[(node.name, i)] = Batch(*columns)
         return routed
 
     def _judge(self, batch: Batch) -> tuple[dict[str, Batch], dict[str, Batch]]:
@@ -269,7 +271,7 @@ class Router:
 
 def _preaggregated(
     bolt: BoltSpec, batch: Batch, boundaries: Sequence[int],
-    failed: list[Failed],
+    failed: list[Failed], between: Callable[[], None] | None,
 ) -> dict[Destination, Contributions]:
     """``batch`` (one partition, ascending offsets) combined per group for ``bolt``'s
     instances, one run between consecutive ``boundaries`` at a time; each contribution's
@@ -292,20 +294,47 @@ def _preaggregated(
             part.values.extend(combined.values)
             continue
         if bolt.keyed:  # the state key is the routing key
-            instances = bolt.instance_of_key.many(combined.keys)
+            instances = bolt.instance_of_key.many(combined.keys, between)
         else:
-            instances = list(map(bolt.instance_for, combined.tuples))
-        for i, part in enumerate(parts):
-            mine = list(map(operator.eq, instances, itertools.repeat(i)))
-            count = mine.count(True)
-            if not count:
-                continue
-            part.partitions.extend(itertools.repeat(partition, count))
-            part.offsets.extend(itertools.repeat(origin, count))
-            part.tuples.extend(itertools.compress(combined.tuples, mine))
-            part.keys.extend(itertools.compress(combined.keys, mine))
-            part.values.extend(itertools.compress(combined.values, mine))
+            instances = _instances_for(bolt, combined.tuples, between)
+        for i, (tuples, keys, values) in _by_instance(instances, bolt.parallelism,
+                                                      combined.tuples, combined.keys,
+                                                      combined.values):
+            part = parts[i]
+            part.partitions.extend(itertools.repeat(partition, len(tuples)))
+            part.offsets.extend(itertools.repeat(origin, len(tuples)))
+            part.tuples.extend(tuples)
+            part.keys.extend(keys)
+            part.values.extend(values)
     return {(bolt.name, i): part for i, part in enumerate(parts) if part.tuples}
+
+
+def _instances_for(bolt: BoltSpec, tuples: Sequence[Any],
+                   between: Callable[[], None] | None) -> list[int]:
+    """:meth:`~hailstorm.topology.BoltSpec.instance_for` of every tuple, a batch at a time
+    (keys mapped, then routed by the bolt's memo); tuple by tuple when a key fails, so
+    those go where ``instance_for`` sends them."""
+    key = bolt.key
+    if key is not None:
+        try:
+            return bolt.instance_of_key.many(list(map(key, tuples)), between)
+        except Preempted:
+            raise
+        except Exception:
+            pass
+    return list(map(bolt.instance_for, tuples))
+
+
+def _by_instance(instances: Sequence[int], parallelism: int, *columns: Sequence[Any]
+                 ) -> list[tuple[int, list[list[Any]]]]:
+    """``(instance, its items of each column)`` for every instance ``instances`` names,
+    order kept within each (``instances[j]`` is the instance of item ``j``)."""
+    split = []
+    for i in range(parallelism):
+        mine = list(map(operator.eq, instances, itertools.repeat(i)))
+        if True in mine:
+            split.append((i, [list(itertools.compress(column, mine)) for column in columns]))
+    return split
 
 
 def latest_per_key(batch: Batch, table: Table) -> Batch:

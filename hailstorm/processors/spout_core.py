@@ -40,7 +40,7 @@ clock is never below what the spout already emitted (see :meth:`SpoutCore.resume
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Any
@@ -48,7 +48,14 @@ from typing import Any
 from hailstorm.decoders import DecodeError
 from hailstorm.lateness import StreamTimes
 from hailstorm.model import DeadLetter, Message
-from hailstorm.processors import Batch, Destination, ForwardClock, ProtocolViolation, Router
+from hailstorm.processors import (
+    Batch,
+    Destination,
+    ForwardClock,
+    Preempted,
+    ProtocolViolation,
+    Router,
+)
 from hailstorm.protocol.clock import NOTHING, Clock, Partition
 from hailstorm.protocol.layout import ProcessorState
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec
@@ -111,6 +118,8 @@ class SpoutCore:
         """Messages sent to the dead-letter topic so far."""
         self.late = 0
         """Tuples sent to a late topic so far."""
+        self.preempted = 0
+        """Flushes a pause preempted (see :meth:`flush`)."""
 
     # -- master state -------------------------------------------------------------------
 
@@ -218,23 +227,38 @@ class SpoutCore:
         if first < len(offsets):
             self._decode(offsets[first:], values[first:])
 
-    def flush(self) -> SpoutOutput:
+    def flush(self, preempt: Callable[[], bool] | None = None) -> SpoutOutput:
         """Route and emit what was staged; nothing while paused (staged records then wait
-        for :meth:`resume`, beyond the position the pause reported)."""
+        for :meth:`resume`, beyond the position the pause reported).
+
+        ``preempt`` is asked between slices of the routing (a few ms each): once it says
+        yes (a round is pausing the spouts), the flush is abandoned and everything stays
+        staged, so a pause waits for a slice of a flush, not all of it (the keys routed so
+        far stay remembered, and the flush after the pause routes little again). Not with
+        stream times, which judging moves."""
         self._require_started("flush")
         staged = self._staged
         if self._paused or staged.through == NOTHING:
             return SpoutOutput(None, watermark=self.watermark())
-        self._staged = _Staged()
         p = self.partition
-        position = self._position = staged.through
-        self._observed = max(self._observed, position)  # judging moves stream times
         batch = Batch([p] * len(staged.tuples), staged.origins, staged.tuples)
+        router = self.router
+        between = None if preempt is None or self.stream_times else _preemption(preempt)
+        before = self._position, self._observed
+        self._position = staged.through
+        self._observed = max(self._observed, staged.through)  # judging moves stream times
+        try:
+            routed = router.route(batch, self._boundaries, between)
+        except Preempted:
+            self._position, self._observed = before
+            router.failed.clear()  # the flush that emits them lists them again
+            self.preempted += 1
+            return SpoutOutput(None, watermark=self.watermark())
+        self._staged = _Staged()
+        position = staged.through
         self.emitted += len(batch)
         dead = staged.dead
         self.rejected += len(dead)
-        router = self.router
-        routed = router.route(batch, self._boundaries)
         if router.late:
             self.late += len(router.late)
             dead.extend(DeadLetter.of_late(bolt, (source, offset), t, why)
@@ -369,6 +393,15 @@ class Backlog:
         if self.behind:
             return ProcessorState.BEHIND
         return ProcessorState.CAUGHT_UP if self.caught_up else ProcessorState.FLOWING
+
+
+def _preemption(preempt: Callable[[], bool]) -> Callable[[], None]:
+    """The routing's ``between`` hook that abandons it once ``preempt()`` says yes."""
+    def between() -> None:
+        if preempt():
+            raise Preempted
+
+    return between
 
 
 @dataclass(slots=True)

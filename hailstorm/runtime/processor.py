@@ -127,6 +127,12 @@ class Assignment:
         return secret
 
 
+def _answer_key(state: Any) -> tuple[str, int, bool]:
+    """What tells a master state answered apart: its kind, its epoch, and for ``Flowing``
+    whether it carries the round's clock."""
+    return type(state).__name__, state.epoch, getattr(state, "clock", None) is not None
+
+
 class Shell:
     """What every processor does: ZooKeeper protocol, failures, downstream connections."""
 
@@ -314,12 +320,14 @@ class Shell:
             return  # a new incarnation waits for the next Initialize
         if isinstance(state, SpoutsRewind) and epoch != self.joined:
             raise RestartRequired(f"SpoutsRewind({epoch}) of a run this incarnation missed")
-        clock = getattr(state, "clock", None)
-        key = (type(state).__name__, epoch, clock is not None)
-        if key in self._answered:
+        if self.answered(state):
             return
-        self._answered.add(key)
+        self._answered.add(_answer_key(state))
         self.on_state(state)
+
+    def answered(self, state: Any) -> bool:
+        """Did this processor act on ``state`` already (each ``(state, epoch)`` once)?"""
+        return _answer_key(state) in self._answered
 
     def on_initialize(self, epoch: int) -> None:
         raise NotImplementedError

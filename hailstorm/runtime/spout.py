@@ -280,9 +280,10 @@ class SpoutShell(Shell):
                 core.stage(offsets[start:start + SPOUT_CHUNK], values[start:start + SPOUT_CHUNK])
                 if start + SPOUT_CHUNK >= len(offsets) or core.staged >= FLUSH_TUPLES:
                     self.follow_master()  # paused, the core keeps what it staged till after
-                    out = core.flush()
+                    out = core.flush(preempt=self._pausing)
                     self._send(out)
                     sent += out.sent
+            self.follow_master()  # a pause that preempted the last flush
             self.metrics.batch(started, len(offsets), sent)
         elif time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
             self.send_all([self._watermark(core.watermark())])
@@ -292,6 +293,18 @@ class SpoutShell(Shell):
         if self.dead_letters.pending and \
                 time.monotonic() - self._dead_letters_committed >= DEAD_LETTER_INTERVAL:
             self._commit_dead_letters()
+
+    def _pausing(self) -> bool:
+        """Is a round pausing the spouts (a ``SpoutsPaused`` this spout has not answered)?
+        Asked while a flush routes; :meth:`follow_master` then answers it."""
+        assert self.coord is not None
+        if not self.coord.changed.is_set():
+            return False
+        record = self.coord.master()
+        self.coord.changed.set()  # for follow_master, which acts on it
+        state = record.state if record is not None else None
+        return (isinstance(state, SpoutsPaused) and self.joined is not None
+                and state.epoch >= self.joined and not self.answered(state))
 
     def _commit_dead_letters(self) -> None:
         """Commit the dead letters of every message read so far (through the position)."""

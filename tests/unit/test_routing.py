@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hailstorm.routing import (
+    ROUTE_PIECE,
     KeyRouter,
     encode_key,
     partition_by_instance,
@@ -143,3 +144,32 @@ def test_a_batch_of_keys_routes_as_each_key_does(keys: list[object], parallelism
     router = KeyRouter(parallelism, limit=4)  # a small memo: it starts afresh too
     assert router.many(keys) == [route(k, parallelism) for k in keys]
     assert router.many(keys) == [route(k, parallelism) for k in keys]
+
+
+@given(st.text(st.characters(categories=["Cs", "Ll", "Lo", "Nd", "Zs"])) | st.text())
+def test_a_text_key_hashes_as_its_canonical_encoding(key: str) -> None:
+    # stable_hash encodes text inline (the common key): it must be what encode_key says,
+    # surrogates included.
+    digest = blake2b(encode_key(key), digest_size=8).digest()
+    assert stable_hash(key) == int.from_bytes(digest, "big")
+
+
+def test_a_batch_of_new_keys_is_routed_in_pieces_and_what_is_routed_is_remembered() -> None:
+    keys = [f"k{i}" for i in range(2 * ROUTE_PIECE + 5)]
+    calls: list[int] = []
+    router = KeyRouter(3)
+    assert router.many(keys, between=lambda: calls.append(len(router._memo))) == \
+        route_many(keys, 3)
+    assert calls == [ROUTE_PIECE, 2 * ROUTE_PIECE]  # between two pieces, not after the last
+
+    class Abandon(Exception):
+        pass
+
+    def abandon() -> None:
+        raise Abandon
+
+    fresh = KeyRouter(3)
+    with pytest.raises(Abandon):
+        fresh.many(keys, between=abandon)
+    assert fresh._memo == {k: route(k, 3) for k in keys[:ROUTE_PIECE]}
+    assert fresh.many(keys) == route_many(keys, 3)

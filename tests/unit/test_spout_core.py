@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hailstorm import routing
 from hailstorm.model import messages, run_model
-from hailstorm.monoids import Count, Sum, per_key
+from hailstorm.monoids import Count, Sum, TumblingWindow, per_key
 from hailstorm.processors import Batch, ForwardClock, ProtocolViolation, Router
 from hailstorm.processors.spout_core import Backlog, SpoutCore, SpoutOutput
 from hailstorm.protocol.clock import Partition
@@ -185,6 +186,71 @@ def test_pre_aggregation_quarantines_what_the_bolt_would() -> None:
     assert out.dead_letters[0].message.value == b"{'n': 2}"
 
 
+class PreemptAfter:
+    """A flush's ``preempt``: no to the first ``n`` asks, yes from then on."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.asked > self.n
+
+
+def test_a_pause_preempts_a_flush_under_way_and_what_it_staged_goes_out_after_the_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A flush asks ``preempt`` between slices of the keys it routes; once told a round is
+    pausing, it emits nothing and keeps everything staged, dead letters included: after
+    the pause the spout emits exactly what a spout never preempted emits."""
+    monkeypatch.setattr(routing, "ROUTE_PIECE", 1)  # every key a slice
+    top = Topology("pre")
+    spec = top.spout("events", topic="events", decoder="json")
+    top.bolt("sums", inputs=[spec], key=lambda e: e["k"], state=per_key(Sum()),
+             lift=lambda e: e["n"], preaggregate=True, parallelism=2)
+    top.bolt("users", inputs=[spec], key=lambda e: e["k"], state=per_key(Count()),
+             lift=Count.lift, parallelism=3)
+    values = [b'{"k": "a", "n": 1}', b'{"n": 2}', b'{"k": "b", "n": 3}', b'{"k": "c", "n": 4}',
+              b'{"k": "a", "n": 5}', b'{"k": "d", "n": 6}']
+    spouts = [SpoutCore(spec, 0, top.downstream_of(spec), quarantine_topic="pre.dead-letter")
+              for _ in range(2)]
+    for spout in spouts:
+        spout.start({("events", 0): 2})
+        spout.resume()
+    steady, preempted = spouts
+    preempt = PreemptAfter(1)
+    preempted.stage([3, 4, 5], values[3:])
+    out = preempted.flush(preempt)
+    assert preempt.asked == 2 and preempted.preempted == 1
+    assert out.batches == {} and not out.dead_letters and out.watermark == {("events", 0): 2}
+    assert preempted.position == 2 and preempted.staged == 3 and preempted.emitted == 0
+    assert preempted.pause() == 2
+    preempted.stage([5, 6], [values[5], b'{"k": "e", "n": 7}'])  # held while paused
+    after = preempted.resume(1, {("events", 0): 2})
+    assert after.clock == ForwardClock(1, {("events", 0): 2})
+
+    steady.stage([3, 4, 5, 6], [*values[3:], b'{"k": "e", "n": 7}'])
+    expected = steady.flush()
+    assert after.batches == expected.batches and len(after.batches) >= 3
+    assert after.dead_letters == expected.dead_letters
+    assert preempted.emitted == steady.emitted and preempted.position == steady.position == 6
+
+
+def test_a_flush_is_not_preempted_where_stream_times_are_judged() -> None:
+    top = Topology("late")
+    spec = top.spout("events", topic="events", decoder="json")
+    top.bolt("windows", inputs=[spec], key=lambda e: e["k"],
+             state=per_key(TumblingWindow(10, Count(), retention=10)), lift=Count.lift,
+             event_time=lambda e: e["t"], parallelism=2, late="late.late")
+    spout = SpoutCore(spec, 0, top.downstream_of(spec))
+    spout.start({})
+    spout.resume()
+    spout.stage([0, 1], [b'{"k": "a", "t": 0}', b'{"k": "b", "t": 1}'])
+    out = spout.flush(PreemptAfter(0))
+    assert spout.preempted == 0 and sum(map(len, out.batches.values())) == 2
+
+
 def test_pre_aggregation_does_not_quarantine_again_what_the_bolts_loaded() -> None:
     top = Topology("pre")
     spec = top.spout("events", topic="events", decoder="json")
@@ -310,6 +376,24 @@ def test_rewinding_discards_staged_records() -> None:
     assert spout.flush().batches == {}
 
 
+@given(st.lists(st.one_of(st.text(max_size=2), st.integers(-3, 3)), max_size=20),
+       st.integers(2, 4))
+def test_a_batch_goes_where_instance_for_sends_each_tuple(tuples: list[Any],
+                                                          parallelism: int) -> None:
+    """Keys are taken and routed a batch at a time; where the key function fails (here on
+    0), the tuples still go where ``instance_for`` sends them, instance 0."""
+    top = Topology("batch")
+    source = top.spout("source", topic="source", decoder="text")
+    bolt = top.bolt("b", inputs=[source], key=lambda t: t.upper() if isinstance(t, str) else 6 // t,
+                    state=Count(), lift=Count.lift, parallelism=parallelism)
+    n = len(tuples)
+    routed = Router(top.downstream_of(source)).route(Batch([P] * n, list(range(n)), tuples))
+    for i in range(parallelism):
+        expected = [(o, t) for o, t in enumerate(tuples) if bolt.instance_for(t) == i]
+        batch = routed.get(("b", i), Batch())
+        assert list(zip(batch.offsets, batch.tuples, strict=True)) == expected
+
+
 def test_router_with_no_tuples_routes_nothing() -> None:
     top = topology()
     assert Router(top.downstream_of("lines")).route(Batch()) == {}
@@ -321,18 +405,49 @@ def test_router_with_no_tuples_routes_nothing() -> None:
 @st.composite
 def spout_script(draw: st.DrawFn) -> tuple[int, list[tuple[str, Any]]]:
     """A rewind point and a sequence of fetches (overlapping ranges, as a broker may
-    return; emitted at once, or staged for a later flush), pauses and resumes with
-    clocks."""
+    return; emitted at once, or staged for a later flush), flushes (some preempted after
+    a few slices), pauses and resumes with clocks."""
     rewind = draw(st.integers(-1, 5))
     steps: list[tuple[str, Any]] = []
     for _ in range(draw(st.integers(0, 25))):
-        kind = draw(st.sampled_from(["fetch", "fetch", "stage", "flush", "pause", "resume"]))
+        kind = draw(st.sampled_from(["fetch", "fetch", "stage", "flush", "preempt", "pause",
+                                     "resume"]))
         if kind in ("fetch", "stage"):
             start = draw(st.integers(0, 30))
-            steps.append(("fetch", list(range(start, start + draw(st.integers(0, 4))))))
+            steps.append((kind, list(range(start, start + draw(st.integers(0, 4))))))
         else:
             steps.append((kind, draw(st.integers(0, 6))))
     return rewind, steps
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 5), st.integers(0, 3)),
+                max_size=12))
+def test_preempted_flushes_delay_the_stream_but_never_change_it(
+    fetches: list[tuple[int, int, int]],
+) -> None:
+    """Two spouts stage the same fetches; one flushes each time, the other has flushes
+    preempted after a few slices of keys. What reaches each destination, concatenated,
+    is the same."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(routing, "ROUTE_PIECE", 1)
+        spouts = make_spout(), make_spout()
+        streams: tuple[dict[Any, list[Any]], ...] = ({}, {})
+        for spout in spouts:
+            spout.start({})
+            spout.resume()
+        for start, length, asks in [*fetches, (0, 0, -1)]:  # the last one not preempted
+            offsets = list(range(start, start + length))
+            values = [f"w{o} v{o % 7} w{o}".encode() for o in offsets]
+            for i, spout in enumerate(spouts):
+                spout.stage(offsets, values)
+                out = spout.flush(PreemptAfter(asks) if i and asks >= 0 else None)
+                for destination, batch in out.batches.items():
+                    streams[i].setdefault(destination, []).extend(
+                        zip(batch.offsets, batch.tuples, strict=True))
+        assert streams[0] == streams[1]
+        assert spouts[0].position == spouts[1].position
+        assert spouts[0].staged == spouts[1].staged == 0
 
 
 @settings(max_examples=200, deadline=None)
@@ -340,7 +455,12 @@ def spout_script(draw: st.DrawFn) -> tuple[int, list[tuple[str, Any]]]:
 def test_emits_each_new_offset_once_in_order_and_never_past_an_unannounced_clock(
     script: tuple[int, list[tuple[str, Any]]],
 ) -> None:
-    rewind, steps = script
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(routing, "ROUTE_PIECE", 1)  # a preempt asked between any two keys
+        run_spout_script(*script)
+
+
+def run_spout_script(rewind: int, steps: list[tuple[str, Any]]) -> None:
     spout = make_spout()
     spout.start({P: rewind})
     emitted: list[int] = []
@@ -360,6 +480,11 @@ def test_emits_each_new_offset_once_in_order_and_never_past_an_unannounced_clock
             out = spout.on_records(arg, [str(o).encode() for o in arg])
         elif kind == "flush":
             out = spout.flush()
+        elif kind == "preempt":
+            position, preempted = spout.position, spout.preempted
+            out = spout.flush(PreemptAfter(arg))
+            if spout.preempted > preempted:
+                assert not out.batches and spout.position == position
         elif kind == "pause":
             reported = spout.pause()
             continue
