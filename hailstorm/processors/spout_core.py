@@ -254,6 +254,9 @@ class SpoutCore:
             router.failed.clear()  # the flush that emits them lists them again
             self.preempted += 1
             return SpoutOutput(None, watermark=self.watermark())
+        except BaseException:
+            self._position, self._observed = before  # nothing of it was emitted
+            raise
         self._staged = _Staged()
         position = staged.through
         self.emitted += len(batch)

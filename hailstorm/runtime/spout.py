@@ -300,8 +300,10 @@ class SpoutShell(Shell):
         assert self.coord is not None
         if not self.coord.changed.is_set():
             return False
-        record = self.coord.master()
-        self.coord.changed.set()  # for follow_master, which acts on it
+        try:
+            record = self.coord.master()
+        finally:
+            self.coord.changed.set()  # for follow_master, which acts on it (or fails)
         state = record.state if record is not None else None
         return (isinstance(state, SpoutsPaused) and self.joined is not None
                 and state.epoch >= self.joined and not self.answered(state))
