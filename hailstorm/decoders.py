@@ -67,7 +67,10 @@ class Decoder:
     def decode_all(self, raws: Sequence[bytes]) -> list[Any]:
         """Decode a batch of values (none a tombstone), raising on the first failure with
         whatever the decoding raised (:meth:`decode` tells the failures apart)."""
-        return list(map(self._decode, raws))
+        values = list(map(self._decode, raws))
+        if len(values) != len(raws):  # a StopIteration, which ends map: no silent loss
+            raise RuntimeError(f"decoder {self.name!r} raised StopIteration")
+        return values
 
     def describe(self) -> str:
         """Human description for ``hailstorm show``."""

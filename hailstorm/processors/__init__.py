@@ -36,6 +36,7 @@ from typing import Any
 from hailstorm.lateness import Late, StreamTime
 from hailstorm.model import late_row
 from hailstorm.topology import BoltSpec, RecordFailed, SinkSpec, Table
+from hailstorm.topology.errors import mapped
 
 __all__ = [
     "Action",
@@ -317,7 +318,7 @@ def _instances_for(bolt: BoltSpec, tuples: Sequence[Any],
     key = bolt.key
     if key is not None:
         try:
-            return bolt.instance_of_key.many(list(map(key, tuples)), between)
+            return bolt.instance_of_key.many(mapped(key, tuples), between)
         except Preempted:
             raise
         except Exception:
@@ -330,6 +331,8 @@ def _by_instance(instances: Sequence[int], parallelism: int, *columns: Sequence[
     """``(instance, its items of each column)`` for every instance ``instances`` names,
     order kept within each (``instances[j]`` is the instance of item ``j``)."""
     split = []
+    if any(len(column) != len(instances) for column in columns):
+        raise ValueError("an instance for every item, and only those")
     for i in range(parallelism):
         mine = list(map(operator.eq, instances, itertools.repeat(i)))
         if True in mine:

@@ -1,13 +1,15 @@
 """What a topology may be called and what goes wrong in one: the one name rule
 (:data:`NAME_PATTERN`, checked by :func:`check_name`), Kafka's topic-name rule,
 :class:`TopologyError` for invalid topologies, :class:`RowError` for a sink tuple that is no
-row of its table, and :class:`RecordFailed` for a user function failing on one record. Pure.
+row of its table, :class:`RecordFailed` for a user function failing on one record, and
+:func:`mapped`, a user function over a batch that cannot lose items silently. Pure.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "NAME_PATTERN",
@@ -19,7 +21,10 @@ __all__ = [
     "TopologyError",
     "check_name",
     "check_topic_name",
+    "mapped",
 ]
+
+T = TypeVar("T")
 
 NAME_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 """Topology, node, table and column names: safe as ZooKeeper path segments, Kafka topic
@@ -146,3 +151,14 @@ def check_topic_name(topic: object, what: str, node: str | None, topology: str |
             node=node,
             topology=topology,
         )
+
+
+def mapped(function: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
+    """``function`` of every item, a batch at a time (``list(map(...))``), raising
+    :class:`RuntimeError` when the function raised ``StopIteration`` on one: ``map`` takes
+    that for the end of ``items`` and would return fewer results, silently."""
+    results = list(map(function, items))
+    if len(results) != len(items):
+        raise RuntimeError(f"{getattr(function, '__name__', function)!r} raised "
+                           f"StopIteration on item {len(results)} of a batch")
+    return results

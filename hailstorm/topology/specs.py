@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 from hailstorm.decoders import DecodeError, Decoder
 from hailstorm.monoids import Count, EventTimed, KeyedMap, Monoid
 from hailstorm.routing import KeyRouter, itself, partition_by_instance
-from hailstorm.topology.errors import RecordFailed
+from hailstorm.topology.errors import RecordFailed, mapped
 from hailstorm.topology.tables import SinkTarget, Table
 
 __all__ = [
@@ -131,7 +131,7 @@ class SpoutSpec(Stream[T_co]):
             values = self.decoder.decode_all(raws)  # type: ignore[arg-type]
             if self.explode is None:
                 return [[value] for value in values]
-            exploded = list(map(self.explode, values))
+            exploded = mapped(self.explode, values)
         except Exception:
             return None
         if not set(map(type, exploded)) <= {list}:
@@ -330,12 +330,12 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
             if self._check_value is not None and values:
                 self._check_value(Count.one)
         else:
-            values = list(map(self.lift, tuples))
+            values = mapped(self.lift, tuples)
             if self._check_value is not None:
                 self.value_monoid.check_many(values)
         if self.key is None or not (self.keyed or self.parallelism > 1):
             return None, values, set()
-        keys = list(tuples) if self.key is itself else list(map(self.key, tuples))
+        keys = list(tuples) if self.key is itself else mapped(self.key, tuples)
         key_types = set(map(type, keys))
         if not key_types <= _PLAIN_KEYS:
             for key in keys:

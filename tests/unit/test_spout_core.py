@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -251,6 +252,35 @@ def test_a_flush_is_not_preempted_where_stream_times_are_judged() -> None:
     assert spout.preempted == 0 and sum(map(len, out.batches.values())) == 2
 
 
+def first(items: list[Any]) -> Any:
+    """A user function that raises StopIteration on an empty list."""
+    return next(iter(items))
+
+
+def test_user_functions_raising_stop_iteration_lose_no_record() -> None:
+    """``map`` takes a StopIteration for the end of its input, which would end a batch
+    early: the decoder, explode, key and lift that raise it quarantine their record (as
+    ``run_model`` does) and every other record goes through."""
+    top = Topology("stop")
+    spec = top.spout("events", topic="events", decoder=lambda raw: first(json.loads(raw)),
+                     explode=lambda e: [first(e["tags"])])
+    top.bolt("sums", inputs=[spec], key=lambda t: t["k"], state=per_key(Sum()),
+             lift=lambda t: first(t["n"]), preaggregate=True, parallelism=2)
+    values = ['[{"tags": [{"k": "a", "n": [1]}]}]', '[]', '[{"tags": []}]',
+              '[{"tags": [{"k": "b", "n": []}]}]', '[{"tags": [{"k": "a", "n": [2]}]}]']
+    spout = SpoutCore(spec, 0, top.downstream_of(spec), quarantine_topic="stop.dead-letter")
+    spout.start({})
+    spout.resume()
+    out = spout.on_records(list(range(len(values))), [v.encode() for v in values])
+    sums = {k: v for part in out.batches.values()
+            for k, v in zip(part.keys, part.values, strict=True)}  # type: ignore[attr-defined]
+    assert sums == {"a": 3}
+    expected = run_model(top, messages("events", values)).dead_letters
+    assert [(d.stage, d.message.offset) for d in out.dead_letters] == \
+        [(d.stage, d.message.offset) for d in expected] == [
+            ("decode", 1), ("explode", 2), ("lift", 3)]
+
+
 def test_pre_aggregation_does_not_quarantine_again_what_the_bolts_loaded() -> None:
     top = Topology("pre")
     spec = top.spout("events", topic="events", decoder="json")
@@ -392,6 +422,21 @@ def test_a_batch_goes_where_instance_for_sends_each_tuple(tuples: list[Any],
         expected = [(o, t) for o, t in enumerate(tuples) if bolt.instance_for(t) == i]
         batch = routed.get(("b", i), Batch())
         assert list(zip(batch.offsets, batch.tuples, strict=True)) == expected
+
+
+def test_a_key_function_raising_stop_iteration_loses_no_tuple() -> None:
+    """``map`` takes a StopIteration for the end of its input: the batch's keys would come
+    out short. Every tuple still goes where ``instance_for`` sends it."""
+    top = Topology("stop")
+    source = top.spout("source", topic="source", decoder="json")
+    bolt = top.bolt("b", inputs=[source], key=lambda t: next(iter(t)), state=Count(),
+                    lift=Count.lift, parallelism=3)
+    tuples: list[Any] = [["a"], [], ["b"], ["c"], ["d"]]
+    n = len(tuples)
+    routed = Router(top.downstream_of(source)).route(Batch([P] * n, list(range(n)), tuples))
+    assert sorted(o for batch in routed.values() for o in batch.offsets) == list(range(n))
+    for (_, i), batch in routed.items():
+        assert all(bolt.instance_for(t) == i for t in batch.tuples)
 
 
 def test_router_with_no_tuples_routes_nothing() -> None:
