@@ -46,13 +46,17 @@ def _encode_int(value: int, out: bytearray) -> None:
     out += value.to_bytes(length, "big", signed=True)
 
 
+def _encoded_str(key: str) -> bytes:
+    """The canonical encoding of a ``str`` key (the common case: :func:`stable_hash` takes
+    it without a buffer)."""
+    data = key.encode("utf-8", "surrogatepass")
+    return b"%b%b%b" % (_STR, len(data).to_bytes(4, "big"), data)
+
+
 def _encode(key: Any, out: bytearray) -> None:
     kind = type(key)
     if kind is str:
-        data = key.encode("utf-8", "surrogatepass")
-        out += _STR
-        out += len(data).to_bytes(4, "big")
-        out += data
+        out += _encoded_str(key)
     elif kind is int or kind is bool:
         _encode_int(int(key), out)
     elif kind is float:
@@ -105,20 +109,20 @@ def encode_key(key: Any) -> bytes:
 
 def stable_hash(key: Any) -> int:
     """A 64-bit hash of ``key``, identical in every process, machine and Python run."""
-    if type(key) is str:  # the common key, encoded inline: what _encode gives it
-        data = key.encode("utf-8", "surrogatepass")
-        encoded = b"%b%b%b" % (_STR, len(data).to_bytes(4, "big"), data)
-    else:
-        encoded = encode_key(key)
+    encoded = _encoded_str(key) if type(key) is str else encode_key(key)
     return int.from_bytes(blake2b(encoded, digest_size=8).digest(), "big")
+
+
+def _check_parallelism(parallelism: int) -> None:
+    if parallelism < 1:
+        raise ValueError(f"parallelism must be >= 1, got {parallelism}")
 
 
 def route(key: Any, parallelism: int) -> int:
     """The instance (``0 <= i < parallelism``) that owns ``key``."""
     if parallelism == 1:
         return 0
-    if parallelism < 1:
-        raise ValueError(f"parallelism must be >= 1, got {parallelism}")
+    _check_parallelism(parallelism)
     return stable_hash(key) % parallelism
 
 
@@ -126,8 +130,7 @@ def route_many(keys: Iterable[Any], parallelism: int) -> list[int]:
     """:func:`route` for many keys at once."""
     if parallelism == 1:
         return [0 for _ in keys]
-    if parallelism < 1:
-        raise ValueError(f"parallelism must be >= 1, got {parallelism}")
+    _check_parallelism(parallelism)
     return [stable_hash(k) % parallelism for k in keys]
 
 
@@ -141,8 +144,7 @@ class KeyRouter:
     dictionary keys (``1``, ``1.0``, ``True``) route alike anyway."""
 
     def __init__(self, parallelism: int, limit: int = 1 << 20) -> None:
-        if parallelism < 1:
-            raise ValueError(f"parallelism must be >= 1, got {parallelism}")
+        _check_parallelism(parallelism)
         self.parallelism = parallelism
         self.limit = limit
         self._memo: dict[Any, int] = {}

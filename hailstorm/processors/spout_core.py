@@ -249,14 +249,13 @@ class SpoutCore:
         self._observed = max(self._observed, staged.through)  # judging moves stream times
         try:
             routed = router.route(batch, self._boundaries, between)
-        except Preempted:
-            self._position, self._observed = before
+        except BaseException as exc:
+            self._position, self._observed = before  # nothing of it was emitted
+            if not isinstance(exc, Preempted):
+                raise
             router.failed.clear()  # the flush that emits them lists them again
             self.preempted += 1
             return SpoutOutput(None, watermark=self.watermark())
-        except BaseException:
-            self._position, self._observed = before  # nothing of it was emitted
-            raise
         self._staged = _Staged()
         position = staged.through
         self.emitted += len(batch)
