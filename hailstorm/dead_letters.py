@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.model import DeadLetter, Message
 from hailstorm.topic import Topic, TopicRecord
+from hailstorm.vocabulary import DeadLetter, Message
 
 __all__ = ["VALUE_LIMIT", "DeadLetterTopic", "dead_letter_headers", "dead_letter_key",
            "dead_letter_progress_topic"]

@@ -39,9 +39,9 @@ from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt
 from hailstorm.lateness import LATE_STAGE
 from hailstorm.metrics import Counter
-from hailstorm.model import DeadLetter, halt_reason_of
 from hailstorm.protocol.clock import Clock, Partition
 from hailstorm.topology import OnError
+from hailstorm.vocabulary import DeadLetter, halt_reason_of
 
 if TYPE_CHECKING:
     from hailstorm.sinks.topic import TopicWriter

@@ -16,8 +16,8 @@ from confluent_kafka import Producer
 
 from hailstorm import kafka
 from hailstorm.harness.wait import HarnessError
-from hailstorm.model import Message
 from hailstorm.protocol.clock import Partition
+from hailstorm.vocabulary import Message
 from hailstorm.workloads import KeyedEvents, ZipfText
 
 

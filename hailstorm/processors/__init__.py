@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hailstorm.lateness import Late, StreamTime
-from hailstorm.model import late_row
 from hailstorm.topology import BoltSpec, RecordFailed, SinkSpec, Table
 from hailstorm.topology.errors import mapped
+from hailstorm.vocabulary import late_row
 
 __all__ = [
     "Action",

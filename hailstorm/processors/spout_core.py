@@ -47,7 +47,6 @@ from typing import Any
 
 from hailstorm.decoders import DecodeError
 from hailstorm.lateness import StreamTimes
-from hailstorm.model import DeadLetter, Message
 from hailstorm.processors import (
     Batch,
     Destination,
@@ -59,6 +58,7 @@ from hailstorm.processors import (
 from hailstorm.protocol.clock import NOTHING, Clock, Partition
 from hailstorm.protocol.layout import ProcessorState
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec
+from hailstorm.vocabulary import DeadLetter, Message
 
 __all__ = ["Backlog", "SpoutCore", "SpoutOutput"]
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from hailstorm.metrics import read_at_scrape
-from hailstorm.model import DeadLetter
 from hailstorm.processors import (
     Action,
     BoltCore,
@@ -41,6 +40,7 @@ from hailstorm.runtime.data_plane import DataPlaneError
 from hailstorm.runtime.processor import POLL, InboundShell, LiveQuery
 from hailstorm.snapshots import SnapshotCorruptError, SnapshotRef, open_store
 from hailstorm.topology import BoltSpec
+from hailstorm.vocabulary import DeadLetter
 
 __all__ = ["BoltShell"]
 

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 
 from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.failpoints import failpoint
-from hailstorm.model import RejectedRow
 from hailstorm.processors.sink_core import Commit, ReportRound, SinkAction, SinkCore
 from hailstorm.protocol.clock import Clock, clock_to_json
 from hailstorm.protocol.layout import (
@@ -27,6 +26,7 @@ from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.sinks.topic import TopicWriter, progress_topic
 from hailstorm.topic import Topic
 from hailstorm.topology import SinkSpec, Table
+from hailstorm.vocabulary import RejectedRow
 
 __all__ = ["SinkShell"]
 

@@ -37,10 +37,10 @@ from itertools import compress
 from operator import itemgetter, le
 from typing import Any
 
-from hailstorm.model import Origin, RejectedRow, record_text
 from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition
 from hailstorm.topic import Topic
 from hailstorm.topology import RowError, Table
+from hailstorm.vocabulary import Origin, RejectedRow, record_text
 
 __all__ = ["BufferedWriter", "RowBuffer", "Selection", "advance"]
 

@@ -36,12 +36,12 @@ from hailstorm import kafka
 from hailstorm.dead_letters import VALUE_LIMIT, dead_letter_headers, dead_letter_key
 from hailstorm.failpoints import failpoint, pause_point
 from hailstorm.halt import TopologyHalt
-from hailstorm.model import DeadLetter, Message, Origin, RejectedRow, halt_reason_of
 from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_from_json, clock_to_json
 from hailstorm.sinks.buffer import BufferedWriter, RowBuffer
 from hailstorm.sinks.db import RetryPolicy
 from hailstorm.sinks.errors import FencedError, SinkConfigError, SinkError
 from hailstorm.topic import Topic
+from hailstorm.vocabulary import DeadLetter, Message, Origin, RejectedRow, halt_reason_of
 
 __all__ = ["TopicUnavailableError", "TopicWriter", "progress_topic", "transactional_id"]
 

@@ -24,7 +24,6 @@ from typing import Any
 
 from hailstorm.failpoints import pause_point
 from hailstorm.halt import TopologyHalt
-from hailstorm.model import RejectedRow, halt_reason_of, record_text
 from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.sinks.buffer import BufferedWriter, RowBuffer, Selection
 from hailstorm.sinks.db import Database, RetryPolicy, is_refused_row, with_retries
@@ -44,6 +43,7 @@ from hailstorm.sinks.sql import (
 )
 from hailstorm.sinks.urls import parse_url, redact
 from hailstorm.topology import Table
+from hailstorm.vocabulary import RejectedRow, halt_reason_of, record_text
 
 __all__ = ["SinkWriter", "ensure_table"]
 

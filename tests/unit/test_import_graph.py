@@ -162,3 +162,33 @@ def test_modules_are_small_or_say_why() -> None:
     assert not too_long, (
         f"modules of {MAX_LINES}+ lines whose docstring does not say '{REASON} ...': "
         f"{too_long}")
+
+
+MODELS = ("hailstorm.model", "hailstorm.oracle")
+"""The two oracles a run is judged by (issue 47)."""
+JUDGES = ("hailstorm", "hailstorm.testing", "hailstorm.harness", "hailstorm.cli", "hailstorm.demo")
+"""What may import a model besides the models: the package face (it re-exports
+``run_model``), the user's test helpers, and the tooling that compares a run with them."""
+
+
+def _module_imports() -> Iterator[tuple[str, str]]:
+    """``(module, imported dotted name)`` for every import of every module."""
+    for name, path in _modules():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for dotted in _imported(tree, name, path.name == "__init__.py"):
+            yield name, dotted
+
+
+def _within(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in roots)
+
+
+def test_the_engine_never_imports_a_model() -> None:
+    """The runtime, sinks, processors and protocol share the record vocabulary
+    (``hailstorm.vocabulary``) with the models, never the models themselves: a model that the
+    engine imports would share the engine's bugs with the check that is meant to find them."""
+    offenders = sorted(
+        f"{module} imports {dotted}" for module, dotted in _module_imports()
+        if _within(dotted, MODELS) and not _within(module, MODELS)
+        and module not in JUDGES[:1] and not _within(module, JUDGES[1:]))
+    assert not offenders, "engine modules importing a model:\n  " + "\n  ".join(offenders)
