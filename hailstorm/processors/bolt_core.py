@@ -76,10 +76,7 @@ from hailstorm.processors.watermarks import UpstreamWatermarks
 from hailstorm.protocol.clock import NOTHING, merge_max
 from hailstorm.topology import BoltSpec, RecordFailed
 
-__all__ = ["BoltCore", "Emitted"]
-
-Emitted = Batch
-"""What :meth:`BoltCore.on_data` returns: output tuples, each with its input's origin."""
+__all__ = ["BoltCore"]
 
 _FRESH: Any = object()
 

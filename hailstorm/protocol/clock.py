@@ -26,19 +26,9 @@ UNBOUNDED = 2**63 - 1
 that low water marks are ordinary clocks."""
 
 
-def offset_in(clock: Mapping[Partition, int], partition: Partition) -> int:
-    """Offset of the last message of ``partition`` included in ``clock`` (-1 if absent)."""
-    return clock.get(partition, NOTHING)
-
-
 def includes(clock: Mapping[Partition, int], partition: Partition, offset: int) -> bool:
     """True when the message at ``offset`` of ``partition`` is part of ``clock``."""
     return offset <= clock.get(partition, NOTHING)
-
-
-def next_to_read(clock: Mapping[Partition, int], partition: Partition) -> int:
-    """The first offset to read from ``partition`` to resume after ``clock``."""
-    return clock.get(partition, NOTHING) + 1
 
 
 def low_water_mark(
