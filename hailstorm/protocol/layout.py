@@ -83,7 +83,7 @@ __all__ = [
 ROOT = "/hailstorm"
 """Parent of every topology's subtree."""
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_NAME = re.compile(r"^[A-Za-z0-9._-]+\Z")
 
 
 class LayoutError(ValueError):

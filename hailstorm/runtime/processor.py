@@ -112,8 +112,9 @@ class Assignment:
     io_timeout: float = 60.0
     """Longest blocking connect/send/queue wait before the processor gives up."""
     log_level: str = "INFO"
-    database_url: str = ""
-    """Sink tables' database when their Table names none (empty: SQLite, hailstorm.db)."""
+    database_url: str = field(default="", repr=False)
+    """Sink tables' database when their Table names none (empty: SQLite, hailstorm.db). Left
+    out of ``repr``: it may carry a password, and Spark prints failed tasks' arguments."""
     secret: RunSecret | None = None
     """The run's data-plane secret (:mod:`hailstorm.auth`; its ``repr`` shows no key). None:
     read ``$HAILSTORM_SECRET_FILE`` on the executor."""

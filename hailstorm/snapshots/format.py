@@ -90,11 +90,11 @@ _SMALL_HEADER = 64 * 1024
 _MAX_HEADER = 16 * 1024 * 1024
 _READ_CHUNK = 1024 * 1024
 
-_FILE_NAME = re.compile(r"^epoch-(\d{12})\.avro$")
-_KEY = re.compile(r"^[^/]+/(?P<bolt>[^/]+)/(?P<instance>\d+)/epoch-(?P<epoch>\d{12})\.avro$")
+_FILE_NAME = re.compile(r"^epoch-(\d{12})\.avro\Z")
+_KEY = re.compile(r"^[^/]+/(?P<bolt>[^/]+)/(?P<instance>\d+)/epoch-(?P<epoch>\d{12})\.avro\Z")
 """A snapshot key (:func:`snapshot_key`), as a delta names its base."""
-_TEMP_NAME = re.compile(r"^\.epoch-(\d{12})\.avro\..+\.tmp$")
-_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
+_TEMP_NAME = re.compile(r"^\.epoch-(\d{12})\.avro\..+\.tmp\Z")
+_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*\Z")
 
 _HEADER_SCHEMA = fastavro.parse_schema(
     {

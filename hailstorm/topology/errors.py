@@ -26,11 +26,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-NAME_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+NAME_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
 """Topology, node, table and column names: safe as ZooKeeper path segments, Kafka topic
 names and unquoted SQL identifiers."""
 
-TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}\Z")
 """Kafka's rule for topic names (``.`` and ``..`` are also refused)."""
 
 

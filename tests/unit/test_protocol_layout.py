@@ -175,3 +175,10 @@ def test_negotiator_nodes_and_records() -> None:
     assert NegotiatorRecord.from_json(b'{"host": "h"}') == NegotiatorRecord("", "h", None, False)
     with pytest.raises(LayoutError):
         NegotiatorRecord.from_json(b'{"id": "x"}')
+
+
+@pytest.mark.parametrize("name", ["wordcount\n", "a/b", "..\n"])
+def test_names_with_a_trailing_newline_or_a_slash_are_refused(name: str) -> None:
+    """'$' would match before a final newline; ZooKeeper path segments end in '\\Z'."""
+    with pytest.raises(LayoutError):
+        TopologyPaths(name)

@@ -99,3 +99,11 @@ def test_auto_host_is_the_address_on_the_way_to_zookeeper(zk: str) -> None:
 
 def test_a_given_host_is_used_as_it_is() -> None:
     assert listen_address("10.1.2.3", "127.0.0.1:2181") == "10.1.2.3"
+
+
+def test_an_assignments_repr_shows_no_database_password() -> None:
+    """Spark prints a failed task's arguments: the database URL may carry a password."""
+    assignment = Assignment(WORDCOUNT, "wc", "sink:s:0", "zk", "kafka", "/tmp/none",
+                            database_url="postgresql://app:s3cret@db:5432/app")
+    assert "s3cret" not in repr(assignment)
+    assert "s3cret" not in str(assignment)

@@ -615,3 +615,9 @@ def test_garbage_collection_keeps_what_kept_rounds_build_on(
     assert store.load(sixth.key, monoid)[1] == {"a": 1, "b": 9, "c": 3}
     assert store.delete_older_than("wordcount", 6) == []  # 6 is newest; 4 and 5 under it
     assert [r.epoch for r in store.list("wordcount")] == [4, 5, 6]
+
+
+@pytest.mark.parametrize(("topology", "bolt"), [("wc\n", "counts"), ("wc", "counts\n")])
+def test_snapshot_keys_refuse_names_ending_in_a_newline(topology: str, bolt: str) -> None:
+    with pytest.raises(ValueError, match="name"):
+        snapshot_key(topology, bolt, 0, 1)

@@ -182,6 +182,21 @@ def test_unused_spout_is_fine(tmp_path: Path) -> None:
             "table 't'",
             "column 'A'",
         ),
+        # '$' matches before a trailing newline: the patterns end in '\Z' (issue 45)
+        ('Topology("counts\\n")', "topology name", "'counts\\n'"),
+        ('topology.spout("lines\\n", topic="t")', "spout 'lines\\n'", "'lines\\n'"),
+        (
+            'topology.sink("s", inputs=[src], target=Table("counts\\n", columns={"a": "text"}, '
+            'mode="append"))',
+            "table 'counts\\n'",
+            "'counts\\n'",
+        ),
+        (
+            'topology.sink("s", inputs=[src], target=Table("t", columns={"a\\n": "text"}, '
+            'mode="append"))',
+            "table 't'",
+            "column 'a\\n'",
+        ),
     ],
 )
 def test_unsafe_names(tmp_path: Path, body: str, node: str, name: str) -> None:
@@ -193,7 +208,7 @@ def test_unsafe_names(tmp_path: Path, body: str, node: str, name: str) -> None:
     assert "rename it, e.g." in message
 
 
-@pytest.mark.parametrize("topic", ["", ".", "..", "bad topic", "x" * 250, "a/b"])
+@pytest.mark.parametrize("topic", ["", ".", "..", "bad topic", "x" * 250, "a/b", "words\n"])
 def test_invalid_topic_names(tmp_path: Path, topic: str) -> None:
     message = load_error(tmp_path, f"topology.spout('s', topic={topic!r})\n")
     assert f"spout 's': topic {topic!r} is not a valid Kafka topic name" in message
