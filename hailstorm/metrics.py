@@ -14,10 +14,12 @@ to every scrape).
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import logging
+import re
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -25,8 +27,9 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["Counter", "Gauge", "MetricsServer", "NegotiatorMetrics", "ProcessorMetrics",
-           "Registry", "Summary", "parse", "parse_samples", "render", "scrape", "start_server"]
+__all__ = ["SCRAPE_LIMIT", "Counter", "Gauge", "MetricsServer", "NegotiatorMetrics",
+           "ProcessorMetrics", "Registry", "ScrapeRefused", "Summary", "parse", "parse_samples",
+           "render", "scrape", "scrape_address", "start_server"]
 
 log = logging.getLogger("hailstorm.metrics")
 M = TypeVar("M", Counter, Gauge, Summary)
@@ -101,10 +104,49 @@ def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
         raise ValueError(f"not the Prometheus text format: {exc}") from None
 
 
+SCRAPE_LIMIT = 8 * 1024 * 1024
+"""Largest ``/metrics`` answer read; a processor's is a few kB."""
+
+_HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})\Z")
+
+
+class ScrapeRefused(ValueError):
+    """An address or an answer that :func:`scrape` will not use."""
+
+
+def scrape_address(host: object, port: object) -> tuple[str, int]:
+    """``(host, port)`` of a metrics endpoint as read from ZooKeeper, checked: an IP
+    address or a plain host name, and a TCP port. Whoever can write ZooKeeper must not
+    point ``status`` at a URL of their choosing."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise ScrapeRefused(f"metrics port {port!r} is not a TCP port")
+    if not isinstance(host, str):
+        raise ScrapeRefused(f"metrics host {host!r} is not a host")
+    try:
+        return str(ipaddress.ip_address(host)), port
+    except ValueError:
+        if not _HOSTNAME.match(host):
+            raise ScrapeRefused(f"metrics host {host!r} is neither an IP address nor a "
+                                "host name") from None
+        return host, port
+
+
 def scrape(host: str, port: int, timeout: float = 2.0) -> dict[str, float]:
-    """GET ``http://host:port/metrics`` and :func:`parse` it."""
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as resp:
-        return parse(resp.read().decode())
+    """GET ``http://host:port/metrics`` and :func:`parse` it: no redirect is followed and
+    an answer over :data:`SCRAPE_LIMIT` bytes is refused."""
+    host, port = scrape_address(host, port)
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        if response.status != 200:
+            raise ScrapeRefused(f"{host}:{port}/metrics answered {response.status}")
+        body = response.read(SCRAPE_LIMIT + 1)
+    finally:
+        connection.close()
+    if len(body) > SCRAPE_LIMIT:
+        raise ScrapeRefused(f"{host}:{port}/metrics answered more than {SCRAPE_LIMIT} bytes")
+    return parse(body.decode())
 
 
 class MetricsServer:

@@ -68,7 +68,8 @@ def demo(state_dir: Path, lines: int, keep_running: bool, output: str) -> None:
               "each executor's host reaches ZooKeeper from (clusters).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
               help="Address processors serve /metrics on (a free port each, shown by "
-              "'hailstorm status'); 'auto' serves on every interface, 'none' serves nothing. "
+              "'hailstorm status'); 'auto' serves on the address each executor's host "
+              "reaches ZooKeeper from (as --host auto does), 'none' serves nothing. "
               "The endpoints are not authenticated.")
 @click.option("--partition-check-interval", type=click.FloatRange(min=0), default=10.0,
               show_default=True, metavar="SECONDS",

@@ -180,10 +180,15 @@ class Shell:
             address = listen_address(self.assignment.host, self.assignment.zk)
             info: dict[str, Any] = {"pid": os.getpid(), "host": address}
             metrics_host = self.assignment.metrics_host
+            auto = metrics_host == "auto"
+            if auto:  # the cluster interface, as for the data plane; never every interface
+                metrics_host = listen_address("auto", self.assignment.zk)
             self.metrics_server = None if metrics_host == "none" else start_server(
-                self.metrics.registry, "0.0.0.0" if metrics_host == "auto" else metrics_host)
+                self.metrics.registry, metrics_host)
             if self.metrics_server is not None:
                 info["metrics"] = self.metrics_server.port
+                if auto and metrics_host != address:
+                    info["metrics_host"] = metrics_host
             if self.listens:
                 self.listener = socket.create_server((address, 0))
                 self.listener.settimeout(0.5)

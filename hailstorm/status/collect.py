@@ -149,7 +149,8 @@ def scrape_all(inputs: Inputs, timeout: float = 2.0) -> dict[str, Scrape | None]
 
     targets: dict[str, tuple[str, int]] = {}
     for pid, report in inputs.reports.items():
-        host, port = report.info.get("host"), report.info.get("metrics")
+        host = report.info.get("metrics_host") or report.info.get("host")
+        port = report.info.get("metrics")
         if host and port:
             targets[pid] = (str(host), int(port))
     for record in inputs.negotiators:

@@ -4,19 +4,24 @@ read at scrape time, and the /metrics server."""
 from __future__ import annotations
 
 import math
+import socket
+import threading
 import urllib.request
 
 import pytest
 
 from hailstorm.metrics import (
+    SCRAPE_LIMIT,
     NegotiatorMetrics,
     ProcessorMetrics,
     Registry,
+    ScrapeRefused,
     parse,
     parse_samples,
     read_at_scrape,
     render,
     scrape,
+    scrape_address,
     start_server,
 )
 
@@ -102,3 +107,50 @@ def test_server_serves_metrics_on_a_free_port() -> None:
 
 def test_a_server_that_cannot_bind_is_none() -> None:
     assert start_server(Registry(), "203.0.113.7") is None  # not an address of this host
+
+
+@pytest.mark.parametrize(("host", "port"), [
+    ("evil.example/x?", 80), ("user@host", 80), ("", 80), ("host\n", 80), ("10.0.0.1", 0),
+    ("10.0.0.1", 70000), ("10.0.0.1", "80"), (None, 80), ("10.0.0.1", True)])
+def test_scrape_refuses_addresses_that_are_not_a_host_and_a_port(host: object,
+                                                                 port: object) -> None:
+    """Addresses come from ZooKeeper: whoever could write them must not choose the URL."""
+    with pytest.raises(ScrapeRefused):
+        scrape_address(host, port)
+
+
+@pytest.mark.parametrize(("host", "port"), [("127.0.0.1", 9), ("::1", 443), ("node-3.dc", 80)])
+def test_scrape_takes_ip_addresses_and_host_names(host: str, port: int) -> None:
+    assert scrape_address(host, port) == (host, port)
+
+
+def _serve_once(answer: bytes) -> tuple[int, threading.Thread]:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with listener:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+def test_scrape_follows_no_redirect() -> None:
+    port, thread = _serve_once(b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/x\r\n"
+                               b"Content-Length: 0\r\n\r\n")
+    with pytest.raises(ScrapeRefused, match="302"):
+        scrape("127.0.0.1", port)
+    thread.join(5)
+
+
+def test_scrape_refuses_an_answer_over_the_limit() -> None:
+    size = SCRAPE_LIMIT + 10
+    port, thread = _serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size
+                               + b"#" * size)
+    with pytest.raises(ScrapeRefused, match="more than"):
+        scrape("127.0.0.1", port)
+    thread.join(5)
