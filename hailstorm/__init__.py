@@ -16,6 +16,15 @@ See ``docs/writing-topologies.md``.
 """
 
 from hailstorm.decoders import Avro, DecodeError
+from hailstorm.errors import (
+    ConfigurationError,
+    DefinitionError,
+    HailstormError,
+    HaltError,
+    ProtocolError,
+    RecordError,
+    ServiceError,
+)
 from hailstorm.model import (
     DeadLetter,
     Message,
@@ -65,10 +74,14 @@ __all__ = [
     "Avro",
     "BoltSpec",
     "Collect",
+    "ConfigurationError",
     "Count",
     "CountMinSketch",
     "DeadLetter",
     "DecodeError",
+    "DefinitionError",
+    "HailstormError",
+    "HaltError",
     "HyperLogLog",
     "KeyedMap",
     "Last",
@@ -78,10 +91,13 @@ __all__ = [
     "Min",
     "ModelResult",
     "Monoid",
+    "ProtocolError",
     "Record",
+    "RecordError",
     "RecordFailed",
     "RecordHalt",
     "RejectedRow",
+    "ServiceError",
     "SetUnion",
     "SinkSpec",
     "SinkTarget",

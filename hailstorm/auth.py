@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hailstorm.errors import ProtocolError
+
 __all__ = [
     "KEY_SIZE",
     "SECRET_FILE_VAR",
@@ -52,7 +54,7 @@ _TO_SERVER = b"hailstorm c2s"
 _TO_CLIENT = b"hailstorm s2c"
 
 
-class AuthError(Exception):
+class AuthError(ProtocolError):
     """A peer did not prove it holds the run's secret, or a frame failed its check."""
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import click
 
+from hailstorm.errors import ConfigurationError
+
 ZK_VAR = "HAILSTORM_ZK"
 KAFKA_VAR = "HAILSTORM_KAFKA"
 KAFKA_CONFIG_VAR = "HAILSTORM_KAFKA_CONFIG"
@@ -38,11 +40,11 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "hailstorm"
 
 
-class ConfigError(RuntimeError):
+class ConfigError(ConfigurationError, RuntimeError):
     """A required address is not configured."""
 
 
-class KafkaConfigError(ValueError):
+class KafkaConfigError(ConfigurationError, ValueError):
     """The Kafka client properties file is missing or malformed."""
 
 

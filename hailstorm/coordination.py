@@ -31,6 +31,7 @@ from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError
 from kazoo.retry import KazooRetry
 
+from hailstorm.errors import ServiceError
 from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -56,7 +57,7 @@ up to 249 characters), short enough for a ZooKeeper node."""
 T = TypeVar("T")
 
 
-class CoordinationError(RuntimeError):
+class CoordinationError(ServiceError, RuntimeError):
     """ZooKeeper is unusable for this processor (session lost, node never freed...)."""
 
 

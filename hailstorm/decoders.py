@@ -17,6 +17,8 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader
 
+from hailstorm.errors import RecordError
+
 __all__ = [
     "Avro",
     "BytesDecoder",
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 
-class DecodeError(Exception):
+class DecodeError(RecordError):
     """A message value could not be turned into tuples.
 
     ``stage`` is ``"decode"`` (the decoder failed) or ``"explode"`` (the spout's explode

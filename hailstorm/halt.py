@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 
+from hailstorm.errors import HaltError
+
 MARK = "[halt] "
 _FOUND = re.compile(re.escape(MARK) + r"(.+)")
 
 
-class TopologyHalt(RuntimeError):
+class TopologyHalt(HaltError, RuntimeError):
     """Restarting would fail the same way (lost Kafka offsets, refused credentials...)."""
 
     def __init__(self, reason: str) -> None:
@@ -21,7 +23,7 @@ class TopologyHalt(RuntimeError):
         self.reason = reason
 
 
-class TopologyHalted(RuntimeError):
+class TopologyHalted(HaltError, RuntimeError):
     """Raised on the driver: a processor halted the topology; ``str()`` is the reason."""
 
 

@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from hailstorm.config import KAFKA_CONFIG_VAR, read_properties
 from hailstorm.config import KafkaConfigError as KafkaConfigError  # owned by config
+from hailstorm.errors import ServiceError
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,11 @@ SPOUT_REQUIRED = {
 }
 
 
-class KafkaAuthError(RuntimeError):
+class KafkaAuthError(ServiceError, RuntimeError):
     """The cluster refused hailstorm's credentials (or TLS could not be established)."""
 
 
-class KafkaUnreachable(RuntimeError):
+class KafkaUnreachable(ServiceError, RuntimeError):
     """No broker of the cluster answered."""
 
 

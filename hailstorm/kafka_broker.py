@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hailstorm.config import cache_dir
+from hailstorm.errors import ServiceError
 
 #: The Kafka release the dev stack, the tests and docker-compose.yml run.
 KAFKA_VERSION = "4.1.1"
@@ -36,7 +37,7 @@ SCRAM_MECHANISM = "SCRAM-SHA-256"
 Progress = Callable[[str], None]
 
 
-class KafkaSetupError(RuntimeError):
+class KafkaSetupError(ServiceError, RuntimeError):
     """Kafka's artifacts or tools are missing; the message says what to do."""
 
 

@@ -27,6 +27,8 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 from prometheus_client.parser import text_string_to_metric_families
 
+from hailstorm.errors import ProtocolError
+
 __all__ = ["SCRAPE_LIMIT", "Counter", "Gauge", "MetricsServer", "NegotiatorMetrics",
            "ProcessorMetrics", "Registry", "ScrapeRefused", "Summary", "parse", "parse_samples",
            "render", "scrape", "scrape_address", "start_server"]
@@ -110,7 +112,7 @@ SCRAPE_LIMIT = 8 * 1024 * 1024
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})\Z")
 
 
-class ScrapeRefused(ValueError):
+class ScrapeRefused(ProtocolError, ValueError):
     """An address or an answer that :func:`scrape` will not use."""
 
 

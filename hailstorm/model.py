@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hailstorm.decoders import DecodeError
+from hailstorm.errors import HaltError
 from hailstorm.lateness import StreamTime, without_closed_windows
 from hailstorm.protocol.clock import Partition
 from hailstorm.topic import Topic
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 
-class RecordHalt(RuntimeError):
+class RecordHalt(HaltError, RuntimeError):
     """:func:`run_model` on a topology with ``on_error="fail"`` met a bad record."""
 
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from hailstorm.devstack import Host
+from hailstorm.errors import ServiceError
 
 SWITCH_BRIDGE = "br0"
 HOST_INTERFACE = "eth0"
@@ -32,7 +33,7 @@ FIRST_HOST = 11
 """Hosts get .11, .12, ... of the network; .1 is the controller (this namespace)."""
 
 
-class NetworkUnavailable(RuntimeError):
+class NetworkUnavailable(ServiceError, RuntimeError):
     """Network namespaces cannot be made here (the message says why)."""
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hailstorm.auth import AuthError, RunSecret, greet_peer
+from hailstorm.errors import HailstormError
 from hailstorm.export import choose_round
 from hailstorm.lateness import forget_dropped
 from hailstorm.monoids import KeyedMap
@@ -43,7 +44,7 @@ __all__ = ["LiveAnswer", "LiveResult", "QueryError", "QueryResult", "parse_key",
            "query_committed", "query_live"]
 
 
-class QueryError(RuntimeError):
+class QueryError(HailstormError, RuntimeError):
     """A live query could not be answered (the message says why and what to do)."""
 
 

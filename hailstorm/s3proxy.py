@@ -31,6 +31,7 @@ from typing import Any
 
 from hailstorm.config import cache_dir
 from hailstorm.devstack import free_port, listens
+from hailstorm.errors import ServiceError
 
 __all__ = ["S3PROXY_VERSION", "S3Server", "S3SetupError", "ensure_s3proxy_jar"]
 
@@ -43,7 +44,7 @@ COMPATIBLE_CHECKSUMS = {"AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
 servers other than Amazon's (S3Proxy, older MinIO) refuse them as not implemented."""
 
 
-class S3SetupError(RuntimeError):
+class S3SetupError(ServiceError, RuntimeError):
     """S3Proxy could not be fetched or started."""
 
 

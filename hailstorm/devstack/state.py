@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm.config import KAFKA_CONFIG_VAR
+from hailstorm.errors import ServiceError
 from hailstorm.kafka_broker import ClusterLayout, NodePorts
 
 LOOPBACK = "127.0.0.1"
@@ -27,7 +28,7 @@ KAFKA_USER = "hailstorm"
 KAFKA_CLIENT_CONFIG = "kafka-client.properties"
 
 
-class DevStackError(RuntimeError):
+class DevStackError(ServiceError, RuntimeError):
     """A dev-stack problem, phrased as one line that says what to do."""
 
 

@@ -7,8 +7,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hailstorm.errors import HailstormError
 
-class HarnessError(AssertionError):
+
+class HarnessError(HailstormError):
     """A bounded wait timed out, or a process the harness started died unexpectedly."""
 
 

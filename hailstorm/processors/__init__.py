@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hailstorm.errors import ProtocolError
 from hailstorm.lateness import Late, StreamTime
 from hailstorm.topology import BoltSpec, RecordFailed, SinkSpec, Table
 from hailstorm.topology.errors import mapped
@@ -79,7 +80,7 @@ Failed = tuple[PartitionKey, int, Any, RecordFailed]
 quarantines it (or halts, per the topology's ``on_error``)."""
 
 
-class ProtocolViolation(RuntimeError):
+class ProtocolViolation(ProtocolError, RuntimeError):
     """A peer broke the data-plane protocol (e.g. a tuple above a snapshot clock arrived
     before the clock itself). The processor must fail and the topology recover."""
 

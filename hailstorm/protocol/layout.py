@@ -43,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hailstorm.errors import ProtocolError
 from hailstorm.protocol.clock import Clock, Partition, clock_from_json, clock_to_json
 from hailstorm.protocol.states import (
     Flowing,
@@ -86,7 +87,7 @@ ROOT = "/hailstorm"
 _NAME = re.compile(r"^[A-Za-z0-9._-]+\Z")
 
 
-class LayoutError(ValueError):
+class LayoutError(ProtocolError, ValueError):
     """A malformed id, path component or record."""
 
 

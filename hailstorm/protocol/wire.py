@@ -71,6 +71,7 @@ from enum import IntEnum
 from typing import Any
 
 from hailstorm.auth import TAG_SIZE, AuthError, FrameSealer
+from hailstorm.errors import ProtocolError
 from hailstorm.protocol.clock import Clock, Partition
 
 __all__ = [
@@ -136,7 +137,7 @@ class FrameKind(IntEnum):
 _KINDS = frozenset(int(k) for k in FrameKind)
 
 
-class FrameError(ValueError):
+class FrameError(ProtocolError, ValueError):
     """A byte stream is not a valid frame stream (unknown kind, corrupted payload...)."""
 
 

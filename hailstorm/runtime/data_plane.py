@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 
 from hailstorm.auth import AuthError, FrameSealer, RunSecret, greet_peer
+from hailstorm.errors import ServiceError
 from hailstorm.protocol.wire import Frame, Hello, send_frames
 
 __all__ = [
@@ -33,7 +34,7 @@ MAX_HANDSHAKES = 64
 refused that way tries again until its ``io_timeout``)."""
 
 
-class DataPlaneError(RuntimeError):
+class DataPlaneError(ServiceError, RuntimeError):
     """A peer misbehaved or vanished on the data plane."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from hailstorm.errors import ConfigurationError, HaltError
 from hailstorm.halt import TopologyHalted, halt_reason
 
 log = logging.getLogger("hailstorm.run")
@@ -156,7 +157,7 @@ def end_jvm(timeout: float = 60.0) -> int | None:
         return None
 
 
-class NotEnoughSlots(RuntimeError):
+class NotEnoughSlots(ConfigurationError, RuntimeError):
     """The Spark cluster offers fewer task slots than the barrier stage has tasks."""
 
 
@@ -293,7 +294,7 @@ _SLOTS_REFUSED = "SPARK-24819"
 """In the error of a barrier stage Spark refused for lack of task slots."""
 
 
-class RestartsExhausted(RuntimeError):
+class RestartsExhausted(HaltError, RuntimeError):
     """The stage kept failing and the topology made no progress between the attempts."""
 
 

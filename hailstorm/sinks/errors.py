@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hailstorm.errors import ConfigurationError, ServiceError
+
 __all__ = [
     "DatabaseUnavailableError",
     "FencedError",
@@ -11,11 +13,11 @@ __all__ = [
 ]
 
 
-class SinkError(RuntimeError):
+class SinkError(ServiceError, RuntimeError):
     """Base class of every sink error. Messages never contain database passwords."""
 
 
-class SinkConfigError(SinkError):
+class SinkConfigError(ConfigurationError, SinkError):
     """The sink cannot be set up as described (unsupported URL, bad option...)."""
 
 

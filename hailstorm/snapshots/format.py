@@ -71,6 +71,7 @@ from urllib.parse import unquote, urlparse
 import fastavro
 from fastavro.write import Writer
 
+from hailstorm.errors import ServiceError
 from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.monoids.avro import sorted_keys
 from hailstorm.protocol.clock import Clock, clock_from_json, clock_to_json
@@ -129,7 +130,7 @@ _REQUIRED_META = tuple(
 
 
 
-class SnapshotError(RuntimeError):
+class SnapshotError(ServiceError, RuntimeError):
     """A snapshot cannot be written or loaded."""
 
 

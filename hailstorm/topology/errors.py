@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
+from hailstorm.errors import DefinitionError, RecordError
+
 __all__ = [
     "NAME_PATTERN",
     "ON_ERROR_POLICIES",
@@ -34,7 +36,7 @@ TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}\Z")
 """Kafka's rule for topic names (``.`` and ``..`` are also refused)."""
 
 
-class TopologyError(Exception):
+class TopologyError(DefinitionError):
     """A topology (or its module) is invalid.
 
     The message reads ``<module>: topology 'x', bolt 'y': <problem>. Fix: <fix>``; the
@@ -83,7 +85,7 @@ def _rebuild_error(
     return TopologyError(problem, fix=fix, node=node, topology=topology, module=module)
 
 
-class RowError(ValueError):
+class RowError(RecordError, ValueError):
     """A sink tuple cannot be turned into a row of its table."""
 
 
@@ -92,7 +94,7 @@ OnError = Literal["quarantine", "fail"]
 ON_ERROR_POLICIES: tuple[OnError, ...] = ("quarantine", "fail")
 
 
-class RecordFailed(Exception):
+class RecordFailed(RecordError):
     """A user function failed on one record (a bad record, a "poison pill").
 
     ``node`` is the node whose function failed, ``stage`` which function (``key``,
