@@ -59,7 +59,7 @@ from operator import itemgetter
 from typing import Any
 
 from hailstorm.lateness import forget_dropped
-from hailstorm.processors import (
+from hailstorm.processors.actions import (
     Action,
     Batch,
     Emit,

@@ -47,14 +47,14 @@ from typing import Any
 
 from hailstorm.decoders import DecodeError
 from hailstorm.lateness import StreamTimes
-from hailstorm.processors import (
+from hailstorm.processors.actions import (
     Batch,
     Destination,
     ForwardClock,
     Preempted,
     ProtocolViolation,
-    Router,
 )
+from hailstorm.processors.router import Router
 from hailstorm.protocol.clock import NOTHING, Clock, Partition
 from hailstorm.protocol.layout import ProcessorState
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec

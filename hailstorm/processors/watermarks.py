@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hailstorm.processors import Marks, PartitionKey
+from hailstorm.processors.actions import Marks, PartitionKey
 from hailstorm.protocol.clock import NOTHING, UNBOUNDED
 
 __all__ = ["UNBOUNDED", "UpstreamWatermarks"]

@@ -7,6 +7,8 @@
   ``if TYPE_CHECKING:`` block.
 * Nothing under ``hailstorm/`` imports ``negotiator`` (``hailstorm negotiator`` runs it by
   module name).
+* No import cycle between the modules of one package either (a face importing its modules
+  while they import the face).
 * Every module is under ~600 lines, or its docstring says why not ("over 600 lines
   because ...").
 """
@@ -192,3 +194,37 @@ def test_the_engine_never_imports_a_model() -> None:
         if _within(dotted, MODELS) and not _within(module, MODELS)
         and module not in JUDGES[:1] and not _within(module, JUDGES[1:]))
     assert not offenders, "engine modules importing a model:\n  " + "\n  ".join(offenders)
+
+
+def _module_of(dotted: str, known: set[str]) -> str | None:
+    """The module an imported dotted name lives in: its longest prefix that is a module."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in known:
+            return candidate
+    return None
+
+
+def module_graph() -> dict[str, dict[str, list[str]]]:
+    """Module-level imports between the modules of one part (``hailstorm.processors.*``,
+    ``hailstorm.topology.*``...): ``{module: {imported module: [module]}}``."""
+    modules = list(_modules())
+    known = {name for name, _ in modules}
+    graph: dict[str, dict[str, list[str]]] = {}
+    for name, path in modules:
+        part = _node(name, known)
+        edges = graph.setdefault(name, {})
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for dotted in _imported(tree, name, path.name == "__init__.py"):
+            target = _module_of(dotted, known)
+            if target is not None and target != name and _node(target, known) == part:
+                edges.setdefault(target, [name])
+    return graph
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    """A package's face (``__init__``) may import its modules, but then none of them may
+    import the face: the cycle only works while the face's imports are ordered just so."""
+    cycle = find_cycle(module_graph())
+    assert cycle is None, "import cycle inside a package: " + " -> ".join(cycle or [])

@@ -1,0 +1,127 @@
+"""The batches processors exchange and the actions a core asks its shell to take.
+
+A :class:`Batch` is columnar: ``(partition, offset, tuple)`` per tuple, the origin of each
+tuple being the Kafka message it came from; :class:`Contributions` are tuples combined per
+key by a spout for a ``preaggregate`` bolt. A bolt core answers what arrived with
+:data:`Action` s, in order: forward a clock, forward a watermark, write a snapshot, emit.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hailstorm.errors import ProtocolError
+from hailstorm.topology import RecordFailed
+
+__all__ = [
+    "Action",
+    "Batch",
+    "Contributions",
+    "Destination",
+    "Emit",
+    "Failed",
+    "ForwardClock",
+    "ForwardWatermark",
+    "Marks",
+    "PartitionKey",
+    "Preempted",
+    "ProtocolViolation",
+    "WriteSnapshot",
+]
+
+Destination = tuple[str, int]
+"""A receiving processor instance: ``(node name, instance index)``."""
+
+PartitionKey = Any
+"""How a core names a source partition: ``(topic, n)`` (:data:`hailstorm.protocol.clock.Partition`)
+or, to spare per-tuple conversions, its :class:`hailstorm.protocol.wire.PartitionTable` index (batch
+columns can then be passed straight from and to wire frames). Cores only use it as a
+dictionary key; everything one core is given (data, watermarks, clocks, its loaded clock)
+must use the same kind."""
+
+Marks = dict[PartitionKey, int]
+"""A clock or watermark keyed by :data:`PartitionKey`."""
+
+Failed = tuple[PartitionKey, int, Any, RecordFailed]
+"""A tuple a user function failed on: ``(partition, offset, tuple, failure)``; the shell
+quarantines it (or halts, per the topology's ``on_error``)."""
+
+
+class ProtocolViolation(ProtocolError, RuntimeError):
+    """A peer broke the data-plane protocol (e.g. a tuple above a snapshot clock arrived
+    before the clock itself). The processor must fail and the topology recover."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """Tuples with their origins, as three parallel lists (the shape of a DATA frame)."""
+
+    partitions: list[PartitionKey] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    tuples: list[Any] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tuples)
+
+
+@dataclass(slots=True)
+class Contributions(Batch):
+    """Pre-aggregated contributions for a ``preaggregate`` bolt (the shape of a DATA frame
+    with contributions): ``values[i]`` is the combined value of a group of tuples under
+    state key ``keys[i]``, ``tuples[i]`` the group's last tuple (what emit receives), and
+    the origin the highest offset of the tuples combined. A group never spans a snapshot
+    clock."""
+
+    keys: list[Any] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+
+
+class Preempted(Exception):
+    """Raised by a ``between`` hook of :meth:`Router.route` to abandon the routing."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardClock:
+    """Send CLOCK ``(epoch, clock)`` to every destination, before any later data."""
+
+    epoch: int
+    clock: Marks
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardWatermark:
+    """Send WATERMARK ``watermark`` to every destination, after the data already returned."""
+
+    watermark: Marks
+
+
+@dataclass(frozen=True, slots=True)
+class WriteSnapshot:
+    """Persist ``state`` (a private copy) as the bolt's snapshot of round ``epoch``.
+
+    ``clock`` is the clock ``state`` is exactly at: the round's clock, raised pointwise to
+    the bolt's loaded clock (and earlier rounds' clocks) where those are ahead. Report the
+    round to the master only once the write is durable.
+    """
+
+    epoch: int
+    clock: Marks
+    state: Any
+    delta: bool = False
+    """``state`` holds only the keys (of a keyed state) whose values changed since this
+    instance's previous snapshot (the last one handed out, or the one it loaded): write it
+    as a delta on top of that one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    """Send ``batch`` downstream (routed), before any action after it: a compacting bolt's
+    rows, held back since its last flush."""
+
+    batch: Batch
+
+
+Action = ForwardClock | ForwardWatermark | WriteSnapshot | Emit
+"""What a bolt core asks its shell to do, in order."""

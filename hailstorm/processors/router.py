@@ -1,0 +1,237 @@
+"""Where a processor's output goes: :class:`Router` splits a batch among the instances of
+the downstream nodes (by the bolts' stable key routing, pre-aggregating for ``preaggregate``
+bolts), and :func:`latest_per_key` keeps an upsert sink's newest row per key. Pure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hailstorm.lateness import Late, StreamTime
+from hailstorm.processors.actions import (
+    Batch,
+    Contributions,
+    Destination,
+    Failed,
+    PartitionKey,
+    Preempted,
+)
+from hailstorm.topology import BoltSpec, SinkSpec, Table
+from hailstorm.topology.errors import mapped
+from hailstorm.vocabulary import late_row
+
+__all__ = ["Router", "latest_per_key"]
+
+
+class Router:
+    """Splits a batch among the instances of the downstream nodes of one processor.
+
+    A keyed bolt with ``parallelism > 1`` gets each tuple at ``spec.instance_for(t)`` (the
+    routing the reference model uses); other bolts and sinks get everything at instance 0.
+
+    An upsert table sink gets only the **last** row of each table key in a batch
+    (:func:`latest_per_key`): its table keeps one row per key and replaces it with the newest
+    one, so the rows a batch supersedes would be overwritten before the next commit anyway.
+    This is what keeps a bolt that emits a running total for every input tuple from sending
+    its whole input on to the sink.
+
+    With ``preaggregate`` (spouts only) a bolt declared ``preaggregate`` gets
+    :class:`Contributions` instead: the batch combined per key
+    (:meth:`~hailstorm.topology.BoltSpec.combine_contributions`), split at ``boundaries``.
+
+    ``compacted`` (a compacting bolt's flushes) says the batch already holds one row set
+    per group: the upsert sinks get it as it is (their buffer keeps the latest row per key
+    anyway).
+
+    ``lateness`` (spouts only): per bolt declaring ``late=``, the partition's
+    :class:`~hailstorm.lateness.StreamTime`; that bolt gets only the tuples on time, and the
+    late ones are listed in :attr:`late`.
+    """
+
+    def __init__(
+        self, downstream: Sequence[BoltSpec | SinkSpec], *, preaggregate: bool = False,
+        compacted: bool = False, lateness: Mapping[str, StreamTime] | None = None,
+    ) -> None:
+        self.downstream = list(downstream)
+        self.preaggregate = preaggregate
+        self.compacted = compacted
+        self.lateness = dict(lateness or {})
+        self.late: list[tuple[BoltSpec, PartitionKey, int, Any, Late]] = []
+        """``(bolt, partition, offset, tuple, why)`` of the tuples late for a bolt: the
+        caller sends them to the bolt's late topic and clears this."""
+        self.destinations: list[Destination] = [
+            (node.name, i)
+            for node in self.downstream
+            for i in range(node.parallelism if isinstance(node, BoltSpec) else 1)
+        ]
+        """Every instance that receives frames (CLOCK and WATERMARK go to all of them)."""
+        self.failed: list[Failed] = []
+        """``(partition, offset, tuple, failure)`` of the tuples pre-aggregation left out
+        (a user function failed on them): the caller quarantines them and clears this."""
+
+    def route(
+        self, batch: Batch, boundaries: Sequence[int] = (),
+        between: Callable[[], None] | None = None,
+    ) -> dict[Destination, Batch]:
+        """The non-empty per-destination parts of ``batch``, order kept within each.
+        ``between`` is called between slices of the keys routed by hash (it may raise
+        :class:`Preempted` to abandon the call).
+
+        When pre-aggregating, ``batch`` must come from one partition with ascending
+        offsets, and tuples at or below any of ``boundaries`` (offsets where a bolt splits
+        or drops tuples: snapshot clocks, loaded clocks) are never combined with tuples
+        above it. Unsplit parts share ``batch``'s lists: treat the result as read-only.
+        """
+        routed: dict[Destination, Batch] = {}
+        if not batch.tuples:
+            return routed
+        whole = batch
+        on_time, late_rows = self._judge(whole) if self.lateness else ({}, {})
+        for node in self.downstream:
+            if isinstance(node, SinkSpec) and node.late_of is not None:
+                if node.name in late_rows:
+                    routed[(node.name, 0)] = late_rows[node.name]
+                continue
+            batch = on_time.get(node.name, whole)
+            if not batch.tuples:
+                continue
+            if self.preaggregate and isinstance(node, BoltSpec) and node.preaggregate:
+                routed.update(_preaggregated(node, batch, boundaries, self.failed, between))
+                continue
+            if isinstance(node, SinkSpec):
+                target = node.target
+                if isinstance(target, Table) and target.mode == "upsert" and not self.compacted:
+                    routed[(node.name, 0)] = latest_per_key(batch, target)
+                else:
+                    routed[(node.name, 0)] = batch
+                continue
+            if node.parallelism == 1 or node.key is None:
+                routed[(node.name, 0)] = batch
+                continue
+            instances = _instances_for(node, batch.tuples, between)
+            for i, columns in _by_instance(instances, node.parallelism,
+                                           batch.partitions, batch.offsets, batch.tuples):
+                routed[(node.name, i)] = Batch(*columns)
+        return routed
+
+    def _judge(self, batch: Batch) -> tuple[dict[str, Batch], dict[str, Batch]]:
+        """Per bolt routing late data, the tuples of ``batch`` on time for it; per late
+        sink, the late rows it receives. Late tuples for a late topic go to :attr:`late`."""
+        on_time: dict[str, Batch] = {}
+        late_rows: dict[str, Batch] = {}
+        p, o, t = batch.partitions, batch.offsets, batch.tuples
+        for name, judge in self.lateness.items():
+            kept, late = judge.split(t)
+            if not late:
+                continue
+            on_time[name] = Batch([p[i] for i in kept], [o[i] for i in kept],
+                                  [t[i] for i in kept])
+            bolt = judge.bolt
+            if bolt.late_sink is None:
+                self.late.extend((bolt, p[i], o[i], t[i], why) for i, why in late)
+            else:
+                late_rows[bolt.late_sink] = Batch(
+                    [p[i] for i, _ in late], [o[i] for i, _ in late],
+                    [late_row((p[i], o[i]), t[i], why) for i, why in late])
+        return on_time, late_rows
+
+
+def _preaggregated(
+    bolt: BoltSpec, batch: Batch, boundaries: Sequence[int],
+    failed: list[Failed], between: Callable[[], None] | None,
+) -> dict[Destination, Contributions]:
+    """``batch`` (one partition, ascending offsets) combined per group for ``bolt``'s
+    instances, one run between consecutive ``boundaries`` at a time; each contribution's
+    origin is the last offset of its run. Tuples left out go to ``failed``."""
+    offsets = batch.offsets
+    cuts = sorted({0, len(offsets), *(bisect_right(offsets, b) for b in boundaries)})
+    parts = [Contributions() for _ in range(bolt.parallelism)]
+    for start, stop in itertools.pairwise(cuts):
+        partition, origin = batch.partitions[stop - 1], offsets[stop - 1]
+        combined = bolt.combine_contributions(batch.tuples[start:stop])
+        for index, failure in combined.failures:
+            i = start + index
+            failed.append((batch.partitions[i], offsets[i], batch.tuples[i], failure))
+        if bolt.parallelism == 1:
+            part = parts[0]
+            part.partitions.extend(itertools.repeat(partition, len(combined)))
+            part.offsets.extend(itertools.repeat(origin, len(combined)))
+            part.tuples.extend(combined.tuples)
+            part.keys.extend(combined.keys)
+            part.values.extend(combined.values)
+            continue
+        if bolt.keyed:  # the state key is the routing key
+            instances = bolt.instance_of_key.many(combined.keys, between)
+        else:
+            instances = _instances_for(bolt, combined.tuples, between)
+        for i, (tuples, keys, values) in _by_instance(instances, bolt.parallelism,
+                                                      combined.tuples, combined.keys,
+                                                      combined.values):
+            part = parts[i]
+            part.partitions.extend(itertools.repeat(partition, len(tuples)))
+            part.offsets.extend(itertools.repeat(origin, len(tuples)))
+            part.tuples.extend(tuples)
+            part.keys.extend(keys)
+            part.values.extend(values)
+    return {(bolt.name, i): part for i, part in enumerate(parts) if part.tuples}
+
+
+def _instances_for(bolt: BoltSpec, tuples: Sequence[Any],
+                   between: Callable[[], None] | None) -> list[int]:
+    """:meth:`~hailstorm.topology.BoltSpec.instance_for` of every tuple, a batch at a time
+    (keys mapped, then routed by the bolt's memo); tuple by tuple when a key fails, so
+    those go where ``instance_for`` sends them."""
+    key = bolt.key
+    if key is not None:
+        try:
+            return bolt.instance_of_key.many(mapped(key, tuples), between)
+        except Preempted:
+            raise
+        except Exception:
+            pass
+    return list(map(bolt.instance_for, tuples))
+
+
+def _by_instance(instances: Sequence[int], parallelism: int, *columns: Sequence[Any]
+                 ) -> list[tuple[int, list[list[Any]]]]:
+    """``(instance, its items of each column)`` for every instance ``instances`` names,
+    order kept within each (``instances[j]`` is the instance of item ``j``)."""
+    split = []
+    if any(len(column) != len(instances) for column in columns):
+        raise ValueError("an instance for every item, and only those")
+    for i in range(parallelism):
+        mine = list(map(operator.eq, instances, itertools.repeat(i)))
+        if True in mine:
+            split.append((i, [list(itertools.compress(column, mine)) for column in columns]))
+    return split
+
+
+def latest_per_key(batch: Batch, table: Table) -> Batch:
+    """The last tuple of each of ``table``'s keys in ``batch``, in their original order."""
+    last: dict[Any, int] = {}
+    to_row, key_of = table.to_row, table.key_of
+    for index, t in enumerate(batch.tuples):
+        try:
+            last[key_of(to_row(t, check=False))] = index
+        except Exception:  # kept: the sink quarantines what does not become a row
+            last[_Unrowable(index)] = index
+    if len(last) == len(batch.tuples):
+        return batch
+    keep = sorted(last.values())
+    return Batch(
+        [batch.partitions[i] for i in keep],
+        [batch.offsets[i] for i in keep],
+        [batch.tuples[i] for i in keep],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Unrowable:
+    """The key of a tuple with no row in :func:`latest_per_key` (never equal to a key)."""
+
+    index: int
