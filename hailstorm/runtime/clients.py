@@ -72,12 +72,6 @@ class Refusal(Exception):
     def __str__(self) -> str:
         return f"{self.kind}: {self.reason}"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Refusal) and self.args == other.args
-
-    def __hash__(self) -> int:
-        return hash(self.args)
-
 
 def refusal_of(exc: BaseException, timeout: float = REQUEST_TIMEOUT) -> Refusal:
     """The refusal an error raised while reading a client's first frame stands for."""

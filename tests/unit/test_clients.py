@@ -279,3 +279,30 @@ def test_a_hello_passes_the_gate_with_what_followed_it() -> None:
     _got, opened, metrics = _through_the_gate(peer)
     assert opened is not None and opened[0] == hello and opened[3] == [data]
     assert set(_refused(metrics).values()) == {0.0}
+
+
+def test_the_query_client_does_not_send_a_request_over_the_limit() -> None:
+    """``hailstorm query --live`` with too many keys says so instead of being refused."""
+    from hailstorm.auth import accept_peer
+    from hailstorm.query import QueryError, _ask
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def serve() -> None:
+        sock, _ = listener.accept()
+        with sock:
+            accept_peer(sock, SECRET, 5)
+            sock.settimeout(5)
+            received.append(sock.recv(1 << 16))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    keys = [f"word{i:07d}" for i in range(MAX_REQUEST_SIZE // 10)]
+    try:
+        with pytest.raises(QueryError, match="ask for fewer keys at once"):
+            _ask(listener.getsockname(), SECRET, Query("counts", 0, keys), 5)
+    finally:
+        thread.join(10)
+        listener.close()
+    assert received == [b""]  # nothing was sent after the handshake
