@@ -51,6 +51,12 @@ class Registry:
         return self._bound(Counter(name, help_text, list(self.labels),
                                    registry=self.collector))
 
+    def counter_by(self, name: str, help_text: str, label: str) -> Callable[[str], Counter]:
+        """A counter with one more label: ``counter_by(...)(value)`` is its series for that
+        value of ``label`` (created, at 0, on first use)."""
+        family = Counter(name, help_text, [*self.labels, label], registry=self.collector)
+        return lambda value: family.labels(**self.labels, **{label: value})
+
     def gauge(self, name: str, help_text: str) -> Gauge:
         return self._bound(Gauge(name, help_text, list(self.labels), registry=self.collector))
 
@@ -231,6 +237,16 @@ class ProcessorMetrics:
             "hailstorm_refused_connections_total",
             "Data-plane connections refused before a frame was read (no proof of the run's "
             "secret, a handshake too slow, too many at once).")
+        self.refused_requests = r.counter_by(
+            "hailstorm_refused_requests_total",
+            "Authenticated data-plane connections refused before they became a peer, by "
+            "kind: closed, stalled, oversized, bad_tag, garbled, malformed_query, "
+            "unexpected_frame, foreign_hello, unanswerable_query, other (bolts and sinks).",
+            "kind")
+        self.live_queries = r.counter(
+            "hailstorm_live_queries_total",
+            "Live queries answered with values (bolts; a query answered with an error is a "
+            "refused request).")
 
     def batch(self, started: float, received: int, sent: int) -> None:
         """One batch processed since ``started`` (a ``time.perf_counter()`` value)."""

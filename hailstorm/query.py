@@ -35,7 +35,16 @@ from hailstorm.export import choose_round
 from hailstorm.lateness import forget_dropped
 from hailstorm.monoids import KeyedMap
 from hailstorm.protocol.clock import Clock, clock_to_json, dominates, low_water_mark, merge_max
-from hailstorm.protocol.wire import Answer, FrameError, FrameReader, Query, recv_frames, send_frames
+from hailstorm.protocol.wire import (
+    MAX_REQUEST_SIZE,
+    Answer,
+    FrameError,
+    FrameReader,
+    FrameTooLargeError,
+    Query,
+    encode_frames,
+    recv_frames,
+)
 from hailstorm.routing import route
 from hailstorm.snapshots import SnapshotStore, jsonable
 from hailstorm.topology import BoltSpec
@@ -254,7 +263,13 @@ def _ask(address: tuple[str, int], secret: RunSecret, query: Query,
     try:
         with socket.create_connection(address, timeout=timeout) as sock:
             sealer, checker = greet_peer(sock, secret, timeout)
-            send_frames(sock, [query], sealer=sealer)
+            try:
+                request = encode_frames([query], max_frame_size=MAX_REQUEST_SIZE, sealer=sealer)
+            except FrameTooLargeError:
+                raise QueryError(f"the query for {len(query.keys or ())} keys is over "
+                                 f"{MAX_REQUEST_SIZE} bytes, more than an instance reads: ask "
+                                 "for fewer keys at once") from None
+            sock.sendall(request)
             reader = FrameReader(checker=checker)
             while True:
                 frames = recv_frames(sock, reader)

@@ -8,7 +8,8 @@ payload::
     +----------------------------+------------+------------------------+
 
 A payload larger than :data:`MAX_FRAME_SIZE` (64 MiB) is refused by both ends with
-:class:`FrameTooLargeError`; senders split big batches instead. The kinds:
+:class:`FrameTooLargeError`; senders split big batches instead. A connection's first frame
+(HELLO or QUERY) may be at most :data:`MAX_REQUEST_SIZE` (1 MiB). The kinds:
 
 ==========  ==================================================================================
 kind        payload
@@ -19,7 +20,8 @@ WATERMARK   epoch int64 BE, count uint32 BE, partition indices int32 LE[count],
             offsets int64 LE[count]
 CLOCK       same layout as WATERMARK
 BYE         empty
-QUERY       one pickle of a dict: ``bolt``, ``instance``, ``keys`` (a list, or None for all)
+QUERY       one pickle of a dict: ``bolt`` (str), ``instance`` (int), ``keys`` (a list, or
+            None for all)
 ANSWER      one pickle of a dict: the instance's answer (:mod:`hailstorm.query`)
 ==========  ==================================================================================
 
@@ -77,6 +79,7 @@ from hailstorm.protocol.clock import Clock, Partition
 __all__ = [
     "HEADER_SIZE",
     "MAX_FRAME_SIZE",
+    "MAX_REQUEST_SIZE",
     "Answer",
     "Bye",
     "ClockMarker",
@@ -89,6 +92,7 @@ __all__ = [
     "Hello",
     "PartitionTable",
     "Query",
+    "StreamEndedError",
     "Watermark",
     "decode_frame",
     "encode_frame",
@@ -99,6 +103,9 @@ __all__ = [
 
 MAX_FRAME_SIZE = 64 * 1024 * 1024
 """Largest accepted payload in bytes (the header is not counted)."""
+MAX_REQUEST_SIZE = 1024 * 1024
+"""Largest payload of a connection's first frame, its HELLO or QUERY, where a reader is
+given it (``FrameReader(max_first_frame_size=...)``)."""
 
 _HEADER = struct.Struct(">IB")
 HEADER_SIZE = _HEADER.size
@@ -138,11 +145,20 @@ _KINDS = frozenset(int(k) for k in FrameKind)
 
 
 class FrameError(ProtocolError, ValueError):
-    """A byte stream is not a valid frame stream (unknown kind, corrupted payload...)."""
+    """A byte stream is not a valid frame stream (unknown kind, corrupted payload...);
+    ``frame_kind``: the kind of the frame whose payload did not decode, when known."""
+
+    def __init__(self, message: str, frame_kind: FrameKind | None = None) -> None:
+        super().__init__(message)
+        self.frame_kind = frame_kind
 
 
 class FrameTooLargeError(FrameError):
     """A frame payload exceeds the maximum frame size."""
+
+
+class StreamEndedError(FrameError):
+    """The peer closed its connection in the middle of a frame."""
 
 
 # --------------------------------------------------------------------------- frames
@@ -502,6 +518,16 @@ def _unpickle_dict(payload: memoryview) -> dict[str, Any]:
     return value
 
 
+def _decode_query(request: dict[str, Any]) -> Query:
+    bolt, instance, keys = (request.get(f) for f in ("bolt", "instance", "keys"))
+    if type(bolt) is not str or type(instance) is not int:
+        raise FrameError("a QUERY names a bolt (str) and an instance (int), got "
+                         f"{type(bolt).__name__} and {type(instance).__name__}")
+    if keys is not None and type(keys) is not list:
+        raise FrameError(f"a QUERY's keys are a list or None, got {type(keys).__name__}")
+    return Query(bolt, instance, keys)
+
+
 def decode_frame(kind: int, payload: bytes | bytearray | memoryview) -> Frame:
     """Decode the payload of one frame of ``kind``; raises :class:`FrameError` if invalid."""
     if kind not in _KINDS:
@@ -518,19 +544,14 @@ def decode_frame(kind: int, payload: bytes | bytearray | memoryview) -> Frame:
             if kind == FrameKind.HELLO:
                 return _decode_hello(view)
             if kind == FrameKind.QUERY:
-                request = _unpickle_dict(view)
-                keys = request.get("keys")
-                return Query(str(request["bolt"]), int(request["instance"]),
-                             None if keys is None else list(keys))
+                return _decode_query(_unpickle_dict(view))
             if kind == FrameKind.ANSWER:
                 return Answer(_unpickle_dict(view))
             if len(view):
                 raise FrameError("BYE frame with a payload")
             return Bye()
-        except FrameError as e:
-            raise FrameError(f"corrupted {name} frame: {e}") from e
-        except (struct.error, UnicodeDecodeError) as e:
-            raise FrameError(f"corrupted {name} frame: {e}") from e
+        except (FrameError, struct.error, UnicodeDecodeError) as e:
+            raise FrameError(f"corrupted {name} frame: {e}", FrameKind(kind)) from e
 
 
 class FrameReader:
@@ -543,9 +564,11 @@ class FrameReader:
     """
 
     def __init__(self, *, max_frame_size: int = MAX_FRAME_SIZE,
-                 checker: FrameSealer | None = None) -> None:
+                 checker: FrameSealer | None = None,
+                 max_first_frame_size: int | None = None) -> None:
         self._buffer = bytearray()
         self._max_frame_size = max_frame_size
+        self._first_limit = max_first_frame_size  # None once the first frame is read
         self._checker = checker
         self._tag_size = 0 if checker is None else TAG_SIZE
         self._error: FrameError | None = None
@@ -571,11 +594,12 @@ class FrameReader:
                     length, kind = _HEADER.unpack_from(view, pos)
                     if kind not in _KINDS:
                         raise FrameError(f"unknown frame kind {kind}")
-                    if length > self._max_frame_size:
+                    limit = self._first_limit or self._max_frame_size
+                    if length > limit:
                         raise FrameTooLargeError(
                             f"incoming frame announces a {length}-byte payload, over the "
-                            f"{self._max_frame_size}-byte limit"
-                        )
+                            f"{limit}-byte limit"
+                            + ("" if self._first_limit is None else " of a first frame"))
                     payload_end = pos + HEADER_SIZE + length
                     stop = payload_end + self._tag_size
                     if stop > end:
@@ -583,6 +607,7 @@ class FrameReader:
                     if self._checker is not None:  # before a byte of the payload is read
                         self._checker.check(view[pos:payload_end], view[payload_end:stop])
                     frames.append(decode_frame(kind, view[pos + HEADER_SIZE : payload_end]))
+                    self._first_limit = None
                     pos = stop
         except AuthError as e:
             self._error = FrameError(str(e))
@@ -597,7 +622,8 @@ class FrameReader:
     def close(self) -> None:
         """Declare the end of the stream; raises if it stopped in the middle of a frame."""
         if self._buffer and self._error is None:
-            raise FrameError(f"stream ended inside a frame ({len(self._buffer)} bytes pending)")
+            raise StreamEndedError(f"stream ended inside a frame ({len(self._buffer)} bytes "
+                                   "pending)")
 
 
 # --------------------------------------------------------------------------- sockets

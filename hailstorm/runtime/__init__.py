@@ -8,6 +8,9 @@ Modules:
   protocol, failures, the inbound data plane) and :class:`~hailstorm.runtime.processor.Assignment`;
 * :mod:`~hailstorm.runtime.data_plane` — outbound connections, addresses, the handshake's
   limits;
+* :mod:`~hailstorm.runtime.gate` — a listener's handshake and first frame; what a client
+  (not yet a peer) did is refused, counted and answered, as :mod:`~hailstorm.runtime.clients`
+  (pure) classifies it;
 * :mod:`~hailstorm.runtime.spout`, :mod:`~hailstorm.runtime.bolt`,
   :mod:`~hailstorm.runtime.sink` — the three shells around
   :class:`~hailstorm.processors.SpoutCore`, :class:`~hailstorm.processors.BoltCore` and

@@ -160,6 +160,16 @@ class BoltShell(InboundShell):
                                               "query it without keys"}
         else:
             parallelism = self.spec.parallelism
+            check = getattr(self.spec.state, "check_key", None)
+            for key in query.keys:
+                try:
+                    hash(key)
+                    route(key, parallelism)
+                    if check is not None:
+                        check(key)
+                except TypeError as exc:
+                    return {"processor": me, "error": f"{key!r} is not a key of bolt "
+                                                      f"{self.spec.name!r}: {exc}"}
             strays = [k for k in query.keys if route(k, parallelism) != self.id.instance]
             if strays:
                 return {"processor": me, "error": f"{me} does not own the keys {strays!r}"}

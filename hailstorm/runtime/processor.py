@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.auth import SECRET_FILE_VAR, AuthError, FrameSealer, RunSecret, accept_peer
+from hailstorm.auth import SECRET_FILE_VAR, RunSecret
 from hailstorm.coordination import Coordinator
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
@@ -37,25 +37,22 @@ from hailstorm.protocol.layout import (
     parse_processor_id,
 )
 from hailstorm.protocol.wire import (
-    Answer,
     Bye,
     DataBatch,
     Frame,
     FrameReader,
-    Hello,
     PartitionTable,
     Query,
     recv_frames,
-    send_frames,
 )
 from hailstorm.quarantine import DeadLetterWriter
+from hailstorm.runtime.clients import hello_refusal
 from hailstorm.runtime.data_plane import (
-    HANDSHAKE_TIMEOUT,
-    MAX_HANDSHAKES,
     DataPlaneError,
     Outbound,
     listen_address,
 )
+from hailstorm.runtime.gate import Gate
 from hailstorm.topology import BoltSpec, SpoutSpec, Topology
 
 __all__ = [
@@ -160,7 +157,7 @@ class Shell:
         self.metrics = ProcessorMetrics(assignment.name, assignment.processor)
         self.metrics_server: MetricsServer | None = None
         self._secret: RunSecret | None = None
-        self._handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
+        self.gate = Gate(assignment.processor, self.metrics, assignment.io_timeout)
         self.dead_letters = DeadLetterWriter(
             assignment.kafka, assignment.io_timeout, topology.on_error, self.metrics.quarantined,
             owner=f"{assignment.name}/{assignment.processor}", topology=assignment.name,
@@ -427,13 +424,6 @@ class Shell:
         """Hand a received frame to the main thread (blocking: back-pressure)."""
         raise NotImplementedError
 
-    def _answer_query(self, sock: socket.socket, sealer: FrameSealer, query: Query) -> None:
-        """Answer a live query; nothing that goes wrong with it fails this processor."""
-        try:
-            send_frames(sock, [Answer(self.answer(query))], sealer=sealer)
-        except Exception as exc:
-            log.warning("answering a live query failed: %s", exc)
-
     def answer(self, query: Query) -> dict[str, Any]:
         """The fields of the ANSWER to a live query (only bolts hold state)."""
         return {"processor": self.assignment.processor,
@@ -450,59 +440,38 @@ class Shell:
                 if self.stopping.is_set():
                     return
                 raise
-            if not self._handshakes.acquire(blocking=False):
-                self._refuse(sock, address, f"over {MAX_HANDSHAKES} handshakes at once")
+            if not self.gate.admit(sock, address):
                 continue
             self._accepted.add(sock)
             self._start_thread("receive", self._receive, sock, address)
 
-    def _refuse(self, sock: socket.socket, address: Any, why: object) -> None:
-        """Close a connection that did not authenticate: logged and counted, never a failure
-        of this processor (a port scan or a stranger must not restart the topology)."""
-        log.warning("refused a data-plane connection from %s: %s", address, why)
-        self.metrics.refused_connections.inc()
-        with contextlib.suppress(OSError):
-            sock.close()
-
     def _receive(self, sock: socket.socket, address: Any) -> None:
         try:
-            try:
-                checker, sealer = accept_peer(sock, self.secret, HANDSHAKE_TIMEOUT)
-            except (AuthError, OSError) as exc:
-                self._refuse(sock, address, exc)
+            opened = self.gate.open(sock, address, self.secret)
+            if opened is None:
                 return
-            finally:
-                self._handshakes.release()
-            self._serve(sock, FrameReader(checker=checker), sealer)
+            request, reader, sealer, rest = opened
+            if isinstance(request, Query):
+                self.gate.answer_query(sock, sealer, address, request, self.answer)
+                return
+            self.joined_event.wait(self.assignment.io_timeout)
+            refusal = hello_refusal(request, me=self.assignment.processor, joined=self.joined,
+                                    upstreams=self.upstream_ids())
+            if refusal is not None:
+                self.gate.refuse_client(sock, sealer, address, refusal)
+                return
+            self._serve(sock, reader, request.sender, rest)
         finally:
             self._accepted.discard(sock)
             with contextlib.suppress(OSError):
                 sock.close()
 
-    def _serve(self, sock: socket.socket, reader: FrameReader, sealer: FrameSealer) -> None:
-        """Frames of an authenticated peer of this run: HELLO, then data until BYE; or a
-        QUERY, answered with one ANSWER."""
-        sender = "?"
-        sock.settimeout(self.assignment.io_timeout)
-        first = recv_frames(sock, reader)
-        if first and isinstance(first[0], Query):
-            self._answer_query(sock, sealer, first[0])
-            return
-        if not first or not isinstance(first[0], Hello):
-            raise DataPlaneError(f"an authenticated connection without HELLO: {first[:1]}")
-        hello = first[0]
-        sender = hello.sender
-        if not self.joined_event.wait(self.assignment.io_timeout):
-            raise DataPlaneError(f"{sender} connected before this processor joined a run")
-        if hello.epoch != self.joined or hello.receiver != self.assignment.processor:
-            log.warning("refusing %s: HELLO for %s in epoch %d (this run: %s)",
-                        sender, hello.receiver, hello.epoch, self.joined)
-            return
-        if sender not in self.upstream_ids():
-            raise DataPlaneError(f"{sender} is not an upstream of {self.id}")
+    def _serve(self, sock: socket.socket, reader: FrameReader, sender: str,
+               frames: list[Frame]) -> None:
+        """Frames of a peer of this run (its HELLO accepted) until BYE: from here on a
+        broken connection is a fault of the topology and fails this processor."""
         log.debug("accepted %s", sender)
         sock.settimeout(None)  # idle upstreams are normal; liveness is ZooKeeper's job
-        frames: list[Frame] = first[1:]
         while True:
             for frame in frames:
                 if isinstance(frame, Bye):

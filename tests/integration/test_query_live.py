@@ -1,16 +1,27 @@
 """``hailstorm query --live``: the word count's running ``counts`` instances answer for the
 keys they own, over their authenticated data-plane ports, with the clock their values are
 at; before and after the owner of a key is SIGKILLed, the answers equal the model's state
-at that clock. A query without the run's secret, or with another one, gets nothing."""
+at that clock. A query without the run's secret, or with another one, gets nothing. And a
+client that misbehaves in every way it can (issue 40), once each and then 1,000 times in a
+loop, never restarts the topology: each connection is refused (or answered), counted by
+kind on the instance it reached, and told why."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import pickle
 import secrets
+import socket
+import struct
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +29,28 @@ import pytest
 from deployments import WORDCOUNT, deployed
 
 from hailstorm import kafka
-from hailstorm.auth import SECRET_FILE_VAR
+from hailstorm.auth import SECRET_FILE_VAR, FrameSealer, RunSecret, greet_peer
 from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
+from hailstorm.metrics import parse_samples
 from hailstorm.model import run_model
 from hailstorm.protocol.clock import clock_to_json
+from hailstorm.protocol.wire import (
+    MAX_REQUEST_SIZE,
+    Answer,
+    DataBatch,
+    Frame,
+    FrameError,
+    FrameKind,
+    FrameReader,
+    Hello,
+    Query,
+    encode_frame,
+    encode_frames,
+    recv_frames,
+)
+from hailstorm.query import QueryError, query_live
 from hailstorm.routing import route
+from hailstorm.runtime.clients import REQUEST_TIMEOUT
 
 pytestmark = pytest.mark.integration
 
@@ -92,6 +120,7 @@ def test_live_values_equal_the_model_before_and_after_the_owner_is_killed(
         words = Counter(w for line in lines[:3000] for w in line.decode().lower().split())
         keys = [w for w, _ in words.most_common(6) if w.isalpha()]
         first = _check_against_model(run, produced, keys, secret)
+        _misbehave(run, RunSecret.from_file(secret), keys)
 
         # Not for strangers: no secret, or another run's.
         missing = _query_live(run, keys, None)
@@ -109,3 +138,152 @@ def test_live_values_equal_the_model_before_and_after_the_owner_is_killed(
         assert second[keys[0]]["epoch"] > first[keys[0]]["epoch"]
         run.check_recoveries()
     assert os.stat(secret).st_mode & 0o077 == 0
+
+
+# ------------------------------------------------------------------ misbehaving clients
+
+Act = Callable[[socket.socket, FrameSealer], None]
+
+
+def _raw(sock: socket.socket, sealer: FrameSealer, kind: FrameKind, payload: bytes) -> None:
+    frame = struct.pack(">IB", len(payload), kind) + payload
+    sock.sendall(frame + sealer.tag([frame]))
+
+
+def _misbehaviours(run: TopologyRun, target: str, key: str) -> list[tuple[str, str, Act]]:
+    """``(name, the kind it is counted as, what the client does after its handshake)`` for
+    ``target``: every way a client can go wrong, and one good query."""
+    instance = int(target.rsplit(":", 1)[1])
+    good = Query("counts", instance, [key])
+    master = run.master()
+    epoch = 0 if master is None else master.state.epoch
+    upstream = "bolt:counts:0" if target.startswith("sink:") else "spout:lines:words:0"
+
+    def query(frame: Frame) -> Act:
+        return lambda s, sealer: s.sendall(encode_frames([frame], sealer=sealer))
+
+    return [
+        ("close after the handshake", "closed", lambda s, _: s.shutdown(socket.SHUT_WR)),
+        ("half a frame, then close", "closed",
+         lambda s, _: (s.sendall(encode_frame(good)[:9]), s.shutdown(socket.SHUT_WR))),
+        ("garbage", "garbled", lambda s, _: s.sendall(b"\xfe" * 100)),
+        ("a frame without its tag", "bad_tag",
+         lambda s, _: s.sendall(encode_frame(good) + bytes(32))),
+        ("an oversized request", "oversized",
+         lambda s, _: s.sendall(struct.pack(">IB", MAX_REQUEST_SIZE + 1, FrameKind.QUERY))),
+        ("a QUERY without a bolt", "malformed_query",
+         lambda s, sealer: _raw(s, sealer, FrameKind.QUERY,
+                                pickle.dumps({"instance": instance, "keys": [key]}))),
+        ("a QUERY that is not a dict", "malformed_query",
+         lambda s, sealer: _raw(s, sealer, FrameKind.QUERY, pickle.dumps(["counts"]))),
+        ("DATA before HELLO", "unexpected_frame",
+         query(DataBatch.of([0], [1], [("forged", 1)]))),
+        ("a HELLO of another epoch", "foreign_hello",
+         query(Hello(upstream, epoch + 1000, target))),
+        ("a HELLO of no upstream", "foreign_hello",
+         query(Hello("spout:nosuch:words:0", epoch, target))),
+        ("an unknown bolt", "unanswerable_query", query(Query("nosuch", instance, [key]))),
+        ("a key of the wrong type", "unanswerable_query",
+         query(Query("counts", instance, [(1, [2])]))),
+        ("a good query", "unanswerable_query" if target.startswith("sink:") else "answered",
+         query(good)),  # a sink holds no state to query
+    ]
+
+
+def _connect(address: tuple[str, int], secret: RunSecret, act: Act) -> dict[str, Any] | None:
+    """One client connection: the real handshake, ``act``, then the ANSWER (None: none came)
+    once the instance closed the connection (so it has counted it)."""
+    with socket.create_connection(address, timeout=30) as sock:
+        sealer, checker = greet_peer(sock, secret, 30)
+        act(sock, sealer)
+        try:
+            frames = recv_frames(sock, FrameReader(checker=checker))
+            while sock.recv(4096):  # until the instance closes it
+                pass
+        except (OSError, FrameError):
+            return None
+        return frames[0].fields if frames and isinstance(frames[0], Answer) else None
+
+
+def _counted(run: TopologyRun, ident: str) -> Counter[str]:
+    """What ``ident``'s /metrics counted: refusals by kind, and ``answered`` queries."""
+    info = run.processors()[ident].info
+    url = f"http://{info['host']}:{info['metrics']}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    counted: Counter[str] = Counter()
+    for name, labels, value in parse_samples(text):
+        if name == "hailstorm_refused_requests_total":
+            counted[labels["kind"]] += int(value)
+        elif name == "hailstorm_live_queries_total":
+            counted["answered"] += int(value)
+    return counted
+
+
+def _misbehave(run: TopologyRun, secret: RunSecret, keys: list[str]) -> None:
+    """Every misbehaviour once against each ``counts`` instance and the sink, then 1,000
+    connections cycling through them, with clients stalling meanwhile: no processor
+    restarts, every connection is counted by kind where it went, and the client hears why."""
+    processors = run.processors()
+    recoveries = len(run.recoveries())
+    pids = {ident: report.info["pid"] for ident, report in processors.items()}
+    targets = sorted(i for i in processors if i.startswith(("bolt:counts:", "sink:")))
+    key_of = {t: next((k for k in keys if f"bolt:counts:{route(k, 2)}" == t), keys[0])
+              for t in targets}
+    address = {t: (str(processors[t].info["host"]), int(processors[t].info["port"]))
+               for t in targets}
+    before = {t: _counted(run, t) for t in targets}
+    sent: dict[str, Counter[str]] = {t: Counter() for t in targets}
+    started = time.monotonic()
+
+    stallers = []  # silent after the handshake, on every target at once, meanwhile
+    for target in targets:
+        for _ in range(2):
+            def stall(where: tuple[str, int] = address[target]) -> None:
+                _connect(where, secret, lambda s, _: None)
+
+            stallers.append(threading.Thread(target=stall))
+            sent[target]["stalled"] += 1
+    for thread in stallers:
+        thread.start()
+
+    # Each way once, with what the client is told.
+    for target in targets:
+        for name, kind, act in _misbehaviours(run, target, key_of[target]):
+            answer = _connect(address[target], secret, act)
+            sent[target][kind] += 1
+            if kind == "answered":
+                assert answer is not None and answer["values"], (target, answer)
+            elif kind != "closed":
+                assert answer is not None and answer.get("error"), (target, name, answer)
+                if kind != "unanswerable_query":
+                    assert f"refused the request: {kind}" in answer["error"], answer
+
+    # A key of the wrong type through the query client (what `hailstorm query` prints).
+    with pytest.raises(QueryError, match="42 is not a key of bolt 'counts'"):
+        query_live(run.stack.zk, run.name, run.topology.node("counts"), [42], secret)
+    sent[f"bolt:counts:{route(42, 2)}"]["unanswerable_query"] += 1
+
+    # 1,000 more, cycling through targets and ways.
+    ways = {t: _misbehaviours(run, t, key_of[t]) for t in targets}
+    loop_started = time.monotonic()
+    for n, target in zip(range(1000), itertools.cycle(targets), strict=False):
+        _name, kind, act = ways[target][n // len(targets) % len(ways[target])]
+        _connect(address[target], secret, act)
+        sent[target][kind] += 1
+    loop_seconds = time.monotonic() - loop_started
+    for thread in stallers:
+        thread.join(REQUEST_TIMEOUT + 30)
+    print(f"1,000 misbehaving connections in {loop_seconds:.1f} s; "
+          f"all in {time.monotonic() - started:.1f} s")
+
+    assert len(run.recoveries()) == recoveries, run.recoveries()[recoveries:]
+    now = run.processors()
+    assert {ident: now[ident].info["pid"] for ident in pids} == pids  # nobody restarted
+    for target in targets:
+        counted = _counted(run, target)
+        counted.subtract(before[target])
+        assert +counted == +sent[target], (target, dict(counted), dict(sent[target]))
+    assert sum(sum(c.values()) for c in sent.values()) >= 1000 + 13 * len(targets)
+    refusal_lines = [line for line in run.log("driver").splitlines()
+                     if "refused a data-plane client" in line]
+    assert refusal_lines and len(refusal_lines) <= 2 * 9 * len(targets), len(refusal_lines)

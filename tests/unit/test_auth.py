@@ -27,10 +27,12 @@ from hailstorm.auth import (
     greet_peer,
 )
 from hailstorm.protocol.wire import (
+    HEADER_SIZE,
     DataBatch,
     FrameError,
     FrameReader,
     Hello,
+    Query,
     Watermark,
     encode_frame,
     encode_frames,
@@ -156,11 +158,44 @@ def test_sealed_frames_round_trip_in_any_split() -> None:
     assert got == FRAMES
 
 
+def _payload_positions(raw: bytes, frames: int) -> list[int]:
+    """Indices of the payload bytes of each of ``frames`` sealed frames in ``raw`` (not
+    their headers, not their tags)."""
+    positions: list[int] = []
+    pos = 0
+    for _ in range(frames):
+        length = int.from_bytes(raw[pos:pos + 4], "big")
+        start = pos + HEADER_SIZE
+        positions += range(start, start + length)
+        pos = start + length + TAG_SIZE
+    assert pos == len(raw)
+    return positions
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_any_flipped_payload_byte_fails_its_tag_check(data: st.DataObject) -> None:
+    """A flipped payload byte is an :class:`AuthError` of the tag, whatever the byte: a
+    reader that decoded before checking would see a corrupt frame (a ``FrameError``) or a
+    different value instead. The frames before the flipped one come out."""
+    sealer, checker = _pair()
+    raw = bytearray(encode_frames(FRAMES, sealer=sealer))
+    where = data.draw(st.sampled_from(_payload_positions(bytes(raw), len(FRAMES))))
+    raw[where] ^= data.draw(st.integers(1, 255))
+    reader = FrameReader(checker=checker)
+    got: list[Any] = []
+    with pytest.raises(AuthError, match="failed its integrity check"):
+        for i in range(len(raw)):  # byte by byte: every frame before the flip comes out
+            got += reader.feed(raw[i:i + 1])
+    assert got == FRAMES[:len(got)] and len(got) < len(FRAMES)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_any_flipped_byte_fails_before_decoding(data: st.DataObject) -> None:
-    """Only the frames before the flipped one come out; a flipped length makes the reader
-    wait for bytes that never come instead."""
+    """Anywhere (a header too): only the frames before the flipped one come out; a flipped
+    length makes the reader wait for bytes that never come, or refuse the frame's size or
+    kind from its header alone."""
     sealer, checker = _pair()
     raw = bytearray(encode_frames(FRAMES, sealer=sealer))
     where = data.draw(st.integers(0, len(raw) - 1))
@@ -171,6 +206,45 @@ def test_any_flipped_byte_fails_before_decoding(data: st.DataObject) -> None:
     except (AuthError, FrameError):
         return
     assert len(got) < len(FRAMES) and got == FRAMES[:len(got)]
+
+
+class _CreatesFile:
+    """Unpickling this creates the file ``path`` (``open(path, "w")``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.path), "w"))
+
+
+@pytest.mark.parametrize("frame_of", [
+    lambda exploit: DataBatch.of([0], [1], [exploit]),
+    lambda exploit: Query("counts", 0, [exploit]),
+], ids=["DATA", "QUERY"])
+def test_the_tag_is_checked_before_the_pickle_is_read(
+        tmp_path: Path, frame_of: Callable[[Any], Any]) -> None:
+    """A frame whose pickle would create a file, sealed with another key: refused by its tag
+    (:class:`AuthError`), the file never appears. The same bytes with the right tag do
+    create it (the exploit is real, so its absence above means it was never unpickled)."""
+    marker = tmp_path / "created-by-unpickling"
+    frame = frame_of(_CreatesFile(marker))
+    sealer, _ = _pair()
+    sealed = encode_frames([FRAMES[0], frame], sealer=sealer)
+    another_key = encode_frames([FRAMES[0], frame], sealer=FrameSealer(b"w" * 32))
+    for wrong_tag in (another_key[-TAG_SIZE:], bytes(TAG_SIZE)):
+        _, checker = _pair()
+        with pytest.raises(AuthError, match="frame 1 failed its integrity check"):
+            FrameReader(checker=checker).feed(sealed[:-TAG_SIZE] + wrong_tag)
+        assert not marker.exists(), "a frame was unpickled before its tag was checked"
+    alone = encode_frames([frame], sealer=FrameSealer(b"w" * 32))  # first on its stream
+    with pytest.raises(AuthError, match="frame 0 failed its integrity check"):
+        FrameReader(checker=_pair()[1]).feed(alone)
+    assert not marker.exists(), "a frame was unpickled before its tag was checked"
+
+    _, checker = _pair()
+    got = FrameReader(checker=checker).feed(sealed)  # control: the right tag
+    assert len(got) == 2 and marker.exists()
 
 
 def test_replayed_dropped_or_foreign_frames_fail() -> None:

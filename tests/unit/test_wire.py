@@ -134,6 +134,23 @@ def test_a_query_that_is_not_a_dict_is_a_corrupted_frame() -> None:
         wire.decode_frame(FrameKind.QUERY, payload)
 
 
+@pytest.mark.parametrize("request_", [
+    {"instance": 0, "keys": ["storm"]},
+    {"bolt": "counts", "keys": None},
+    {"bolt": ["counts"], "instance": 0},
+    {"bolt": "counts", "instance": "0"},
+    {"bolt": "counts", "instance": True},
+    {"bolt": "counts", "instance": 0, "keys": "storm"},
+    {"bolt": "counts", "instance": 0, "keys": {"storm": 1}},
+])
+def test_a_malformed_query_is_a_corrupted_query_frame(request_: dict[str, Any]) -> None:
+    """Missing or ill-typed fields are a FrameError naming QUERY (never a KeyError or a
+    TypeError escaping the decoder)."""
+    with pytest.raises(FrameError, match="corrupted QUERY frame") as caught:
+        FrameReader().feed(_with_payload(FrameKind.QUERY, pickle.dumps(request_)))
+    assert caught.value.frame_kind is FrameKind.QUERY
+
+
 def test_exotic_values_survive_exactly() -> None:
     tuples = [
         (1, "a"),
@@ -246,6 +263,20 @@ def test_oversize_frame_refused_as_soon_as_its_header_arrives() -> None:
         small.feed(encode_frame(Hello("a-long-sender-id", 1, "receiver")))
 
 
+def test_a_first_frame_has_a_limit_of_its_own() -> None:
+    """``max_first_frame_size`` bounds the first frame only: a request is small, the DATA
+    after a HELLO (in the same read or later) may be as large as any frame."""
+    hello = encode_frame(Hello("spout:s:0", 1, "bolt:b:0"))
+    big = encode_frame(DataBatch.of([0], [0], [b"x" * 500]))
+    reader = FrameReader(max_first_frame_size=100)
+    assert [type(f) for f in reader.feed(hello + big + big)] == [Hello, DataBatch, DataBatch]
+    with pytest.raises(FrameTooLargeError, match="100-byte limit of a first frame"):
+        FrameReader(max_first_frame_size=100).feed(big[:wire.HEADER_SIZE])
+    with pytest.raises(FrameTooLargeError, match=f"{wire.MAX_REQUEST_SIZE}-byte limit"):
+        FrameReader(max_first_frame_size=wire.MAX_REQUEST_SIZE).feed(
+            struct.pack(">IB", wire.MAX_REQUEST_SIZE + 1, FrameKind.QUERY))
+
+
 def test_unknown_kind_is_an_error_and_the_reader_stays_failed() -> None:
     reader = FrameReader()
     with pytest.raises(FrameError, match="unknown frame kind 99"):
@@ -299,7 +330,7 @@ def test_truncated_data_frame_is_an_error() -> None:
 def test_stream_ending_inside_a_frame_is_an_error() -> None:
     reader = FrameReader()
     assert reader.feed(encode_frame(Hello("a", 1, "b"))[:-1]) == []
-    with pytest.raises(FrameError, match="ended inside a frame"):
+    with pytest.raises(wire.StreamEndedError, match="ended inside a frame"):
         reader.close()
 
 
