@@ -49,6 +49,7 @@ from hailstorm.topic import Topic
 from hailstorm.topology import (
     BoltSpec,
     Collect,
+    Quarantine,
     RecordFailed,
     SinkSpec,
     SinkTarget,
@@ -78,6 +79,7 @@ __all__ = [
     "Min",
     "ModelResult",
     "Monoid",
+    "Quarantine",
     "Record",
     "RecordFailed",
     "RecordHalt",
