@@ -21,7 +21,7 @@ line per (node, stage, error kind) and interval: the first record at once, then 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hailstorm.topology import Quarantine
@@ -37,6 +37,7 @@ __all__ = [
     "QuarantineDigest",
     "error_kind",
     "over_budget",
+    "positions_in_batch",
 ]
 
 SAMPLED_ERRORS = 3
@@ -173,17 +174,19 @@ class BadRecordBudget:
         over its budget, else None."""
         if self.policy is None:
             return None
-        by_node: dict[str, list[int]] = {}
-        for node, position, stage, error, origin in failures:
-            by_node.setdefault(node, []).append(position)
-            self._sample(node, stage, error, origin)
-        for node, positions in by_node.items():
+        by_node: dict[str, list[tuple[str, int, str, str, Origin]]] = {}
+        for one in failures:
+            by_node.setdefault(one[0], []).append(one)
+        for node, failed in by_node.items():
             window = self.windows.get(node)
             if window is None:
-                self.begin(positions[0])
+                self.begin(failed[0][1])
                 assert self.first is not None
                 window = self.windows[node] = BadRecordWindow(self.policy, self.first)
-            tripped = window.observe(through, positions)
+            tripped = window.observe(through, [f[1] for f in failed])
+            for _node, position, stage, error, origin in failed:
+                if tripped is None or position <= window.last:  # (none counted after it)
+                    self._sample(node, stage, error, origin)
             if tripped is not None:
                 return over_budget(node, self.where, self.policy, tripped,
                                    list(self.samples[node].values()),
@@ -222,6 +225,26 @@ def over_budget(node: str, where: str, policy: Quarantine, fill: Fill,
             f"({fill.limit:,} of any {policy.window:,}); errors: {errors}. Fix the function "
             "or the records (see the dead-letter topic), or declare a larger budget, and "
             "start the topology again")
+
+
+def positions_in_batch(failed: Sequence[tuple[Hashable, int]], partitions: Sequence[Hashable],
+                       offsets: Sequence[int]) -> list[int]:
+    """The index in a batch (``partitions[i], offsets[i]``) of each failed origin, in
+    order: the first index with that origin not taken by an earlier one (tuples of one
+    message come together, so a failed tuple is placed among its message's tuples); the
+    batch's last index for an origin it does not hold."""
+    wanted = set(failed)
+    indices: dict[tuple[Hashable, int], list[int]] = {}
+    for i, origin in enumerate(zip(partitions, offsets, strict=True)):
+        if origin in wanted:
+            indices.setdefault(origin, []).append(i)
+    taken: dict[tuple[Hashable, int], int] = {}
+    result = []
+    for origin in failed:
+        found, k = indices.get(origin, []), taken.get(origin, 0)
+        result.append(found[k] if k < len(found) else len(offsets) - 1)
+        taken[origin] = k + 1
+    return result
 
 
 def error_kind(error: str) -> str:
