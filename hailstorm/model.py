@@ -234,6 +234,7 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
         budget = budgets.get(where)
         if budget is None:
             budget = budgets[where] = BadRecordBudget(policy, where)
+            budget.begin(position)  # its first record, as the processor's
         bad = () if stage is None else ((node, position, stage, error, origin),)
         reason = budget.observe(position, bad)
         if reason is not None:

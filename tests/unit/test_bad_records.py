@@ -368,14 +368,17 @@ def test_the_model_halts_where_each_window_goes_over_its_budget(
     for m in order:
         kind = kinds[(m.partition, m.offset)]
         spout_seen.setdefault(m.partition, []).append(kind == "no-json")
-        if brute_force_trip(spout_seen[m.partition], window, policy.limit) is not None:
-            expected = f"events: .* at spout:events:t:{m.partition} failed"
+        trip = brute_force_trip(spout_seen[m.partition], window, policy.limit)
+        if trip is not None:
+            expected = (f"events: {trip[1]} of the last {trip[2]} records at "
+                        f"spout:events:t:{m.partition} failed")
             break
         if kind == "no-json":
             continue
         bolt_seen.append(kind == "no-amount")
-        if brute_force_trip(bolt_seen, window, policy.limit) is not None:
-            expected = "totals: .* at bolt:totals:0 failed"
+        trip = brute_force_trip(bolt_seen, window, policy.limit)
+        if trip is not None:
+            expected = f"totals: {trip[1]} of the last {trip[2]} records at bolt:totals:0 failed"
             break
     if expected is None:
         run_model(amounts_topology(policy), order)
