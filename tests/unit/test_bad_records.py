@@ -21,6 +21,7 @@ from hailstorm.bad_records import (
     error_kind,
     positions_in_batch,
 )
+from hailstorm.console.view import History
 from hailstorm.halt import TopologyHalt
 from hailstorm.model import RecordHalt, messages, run_model
 from hailstorm.quarantine import DeadLetterWriter
@@ -385,3 +386,17 @@ def test_the_model_halts_where_each_window_goes_over_its_budget(
     else:
         with pytest.raises(RecordHalt, match=expected):
             run_model(amounts_topology(policy), order)
+
+
+def test_the_console_marks_an_instance_past_half_its_budget() -> None:
+    window = {"bad": 420, "records": 1_000, "limit": 500}
+    history = History()
+    history.add({"time": 1.0, "master": {"state": "Flowing", "epoch": 3}, "processors": [
+        {"id": "spout:events:t:0", "role": "spout", "registered": True, "quarantined": 0,
+         "bad_records": None},
+        {"id": "bolt:totals:0", "role": "bolt", "registered": True, "quarantined": 4_200,
+         "bad_records": window}]})
+    marked = history.view()["dead_letters"]["over_half_budget"]
+    assert marked == {"bolt:totals:0": budget_problem({"id": "bolt:totals:0",
+                                                      "bad_records": window})}
+    assert "84% of its budget" in marked["bolt:totals:0"]
