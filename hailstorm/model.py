@@ -1,11 +1,11 @@
 """The sequential reference model: what a topology computes, with no concurrency.
 
 :func:`run_model` feeds Kafka-like messages through a topology in the order given, in one
-process: decode (failures become dead letters, counted, never fatal), explode, then push
-each tuple depth-first through the DAG. Bolts keep one state per instance, split by the
-same routing function the distributed runtime uses, and use the same lift/emit code
-(:class:`~hailstorm.topology.BoltSpec`). The exactly-once runtime must end in the states
-and tables this model computes.
+process: decode (failures become dead letters or halt, per the topology's ``on_error``),
+explode, then push each tuple depth-first through the DAG. Bolts keep one state per
+instance, split by the same routing function the distributed runtime uses, and use the same
+lift/emit code (:class:`~hailstorm.topology.BoltSpec`). The exactly-once runtime must end
+in the states and tables this model computes.
 
 Every tuple carries its *origin* ``((topic, partition), offset)``: the Kafka message it
 came from. Tuples a bolt emits inherit the origin of the tuple that caused them.
