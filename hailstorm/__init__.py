@@ -58,6 +58,7 @@ from hailstorm.topic import Topic
 from hailstorm.topology import (
     BoltSpec,
     Collect,
+    Quarantine,
     RecordFailed,
     SinkSpec,
     SinkTarget,
@@ -92,6 +93,7 @@ __all__ = [
     "ModelResult",
     "Monoid",
     "ProtocolError",
+    "Quarantine",
     "Record",
     "RecordError",
     "RecordFailed",

@@ -21,13 +21,16 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
 from prometheus_client.parser import text_string_to_metric_families
 
 from hailstorm.errors import ProtocolError
+
+if TYPE_CHECKING:
+    from hailstorm.bad_records import Fill
 
 __all__ = ["SCRAPE_LIMIT", "Counter", "Gauge", "MetricsServer", "NegotiatorMetrics",
            "ProcessorMetrics", "Registry", "ScrapeRefused", "Summary", "parse", "parse_samples",
@@ -223,6 +226,16 @@ class ProcessorMetrics:
             "hailstorm_quarantined_total",
             "Records quarantined: written to the dead-letter topic (spouts, bolts) or to the "
             "table's <table>_rejected table (sinks).")
+        self.bad_in_window = r.gauge(
+            "hailstorm_bad_records_in_window",
+            "Bad records among the last records of the node whose bad-record budget is the "
+            "fullest (spouts, bolts; see on_error).")
+        self.bad_window_records = r.gauge(
+            "hailstorm_bad_records_window_records",
+            "Records in that node's window (at most the budget's window).")
+        self.bad_limit = r.gauge(
+            "hailstorm_bad_records_limit",
+            "Bad records that node's budget allows in a window: one more halts the topology.")
         self.late = r.counter(
             "hailstorm_late_total",
             "Late tuples written to the late topic of the window bolt they came too late for "
@@ -257,6 +270,12 @@ class ProcessorMetrics:
             self.batch_seconds.observe(time.perf_counter() - started)
         except Exception:
             log.debug("counting a batch failed", exc_info=True)
+
+    def bad_records(self, fill: Fill) -> None:
+        """How full the fullest bad-record window is (see :mod:`hailstorm.bad_records`)."""
+        self.bad_in_window.set(fill.bad)
+        self.bad_window_records.set(fill.records)
+        self.bad_limit.set(fill.limit)
 
     def snapshot(self, epoch: int, seconds: float | None, size: int) -> None:
         try:

@@ -1,11 +1,11 @@
 """The sequential reference model: what a topology computes, with no concurrency.
 
 :func:`run_model` feeds Kafka-like messages through a topology in the order given, in one
-process: decode (failures become dead letters, counted, never fatal), explode, then push
-each tuple depth-first through the DAG. Bolts keep one state per instance, split by the
-same routing function the distributed runtime uses, and use the same lift/emit code
-(:class:`~hailstorm.topology.BoltSpec`). The exactly-once runtime must end in the states
-and tables this model computes.
+process: decode (failures become dead letters or halt, per the topology's ``on_error``),
+explode, then push each tuple depth-first through the DAG. Bolts keep one state per
+instance, split by the same routing function the distributed runtime uses, and use the same
+lift/emit code (:class:`~hailstorm.topology.BoltSpec`). The exactly-once runtime must end
+in the states and tables this model computes.
 
 Every tuple carries its *origin* ``((topic, partition), offset)``: the Kafka message it
 came from. Tuples a bolt emits inherit the origin of the tuple that caused them.
@@ -16,10 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from hailstorm.bad_records import BadRecordBudget
 from hailstorm.decoders import DecodeError
 from hailstorm.errors import HaltError
 from hailstorm.lateness import StreamTime, without_closed_windows
 from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import ProcessorId
 from hailstorm.topic import Topic
 from hailstorm.topology import (
     BoltSpec,
@@ -55,7 +57,9 @@ __all__ = [
 
 
 class RecordHalt(HaltError, RuntimeError):
-    """:func:`run_model` on a topology with ``on_error="fail"`` met a bad record."""
+    """:func:`run_model` on a topology with ``on_error="fail"`` met a bad record, or a
+    spout or bolt failed on more records than its budget allows (see
+    :mod:`hailstorm.bad_records`)."""
 
 
 class ModelResult:
@@ -197,9 +201,12 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     Bad records follow the topology's ``on_error`` policy. With ``"quarantine"`` a
     decode/explode failure and a tuple a bolt's function fails on (see
     :class:`~hailstorm.topology.RecordFailed`) are recorded in ``dead_letters``, a sink
-    tuple whose row fails in ``rejected_rows``, and processing goes on; with ``"fail"`` the
-    first one raises :class:`RecordHalt`. Other exceptions (a monoid failing on values it
-    accepted) propagate, annotated with the node and the tuple.
+    tuple whose row fails in ``rejected_rows``, and processing goes on, until a spout or
+    bolt fails on more records than the budget allows (:class:`~hailstorm.topology.Quarantine`;
+    counted as :mod:`hailstorm.bad_records` says, in this order): that record raises
+    :class:`RecordHalt` with the reason the runtime gives. With ``"fail"`` the first one
+    raises :class:`RecordHalt`. Other exceptions (a monoid failing on values it accepted)
+    propagate, annotated with the node and the tuple.
     """
     topology.validate()
     result = ModelResult(topology)
@@ -217,6 +224,25 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     spout_names = {s.name for s in topology.spouts}
     late_sinks = {s.name: s for s in topology.sinks if s.late_of is not None}
     stream_times = result._stream_times
+    policy = topology.quarantine
+    budgets: dict[str, BadRecordBudget] = {}
+    received: dict[str, int] = {}
+
+    def count(where: str, position: int, node: str, stage: str | None, error: str,
+              origin: Origin) -> None:
+        """Count a record of ``node`` at processor ``where`` (bad: a ``stage``); halt past
+        the budget, as the runtime does."""
+        budget = budgets.get(where)
+        if budget is None:
+            budget = budgets[where] = BadRecordBudget(policy, where)
+            budget.begin(position)  # its first record, as the processor's
+        bad = () if stage is None else ((node, position, stage, error, origin),)
+        reason = budget.observe(position, bad)
+        if reason is not None:
+            raise RecordHalt(reason)
+
+    def spout_id(spout: str, origin: Origin) -> str:
+        return str(ProcessorId.spout(spout, origin[0]))
 
     def write(sink: SinkSpec, origin: Origin, t: Any) -> None:
         try:
@@ -261,6 +287,16 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
                     raise RecordHalt(halt_reason_of(failure.node, failure.stage, origin,
                                                     failure.error)) from failure
                 result.dead_letters.append(DeadLetter.of_tuple(quarantine, origin, t, failure))
+            if policy is not None and policy.max_bad is not None:
+                if node.preaggregate and source in spout_names:  # the spout combines for it
+                    where, position = spout_id(source, origin), origin[1]
+                else:  # the bolt instance, counting the tuples it receives
+                    where = str(ProcessorId.bolt(node.name, instance))
+                    position = received[where] = received.get(where, 0) + 1
+                if failure is None:
+                    count(where, position, node.name, None, "", origin)
+                else:
+                    count(where, position, node.name, failure.stage, failure.error, origin)
             for out in produced:
                 deliver(node.name, origin, out)
 
@@ -283,7 +319,13 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
                 result.dead_letters.append(
                     DeadLetter(spout.name, spout.dead_letter, message, str(exc), exc.stage)
                 )
+                if policy is not None and policy.max_bad is not None:
+                    count(spout_id(spout.name, origin), message.offset, spout.name,
+                          exc.stage, str(exc), origin)
                 continue
+            if policy is not None and policy.max_bad is not None:
+                count(spout_id(spout.name, origin), message.offset, spout.name, None, "",
+                      origin)
             for t in tuples:
                 deliver(spout.name, origin, t)
     return result

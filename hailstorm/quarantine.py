@@ -20,14 +20,21 @@ of the dead-letter topic sees each once. A processor commits through a clock onc
 dead letter at or below it was written to it (:meth:`DeadLetterWriter.commit_through`):
 a spout through its position, a bolt through the watermark it forwards and the clock of
 every snapshot, before the watermark or the snapshot report leaves it.
+
+The writer also keeps the processor's budget for bad records (:meth:`DeadLetterWriter.count`,
+see :mod:`hailstorm.bad_records`) and logs quarantined records through a
+:class:`~hailstorm.bad_records.QuarantineDigest`: one line per node, stage and error kind
+every :data:`LOG_INTERVAL` seconds, not one per record.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from hailstorm.bad_records import BadRecordBudget, Fill, QuarantineDigest
 from hailstorm.dead_letters import (
     VALUE_LIMIT,
     DeadLetterTopic,
@@ -40,16 +47,20 @@ from hailstorm.halt import TopologyHalt
 from hailstorm.lateness import LATE_STAGE
 from hailstorm.metrics import Counter
 from hailstorm.protocol.clock import Clock, Partition
-from hailstorm.topology import OnError
-from hailstorm.vocabulary import DeadLetter, halt_reason_of
+from hailstorm.topology import OnError, Quarantine
+from hailstorm.vocabulary import DeadLetter, Origin, halt_reason_of
 
 if TYPE_CHECKING:
     from hailstorm.sinks.topic import TopicWriter
 
-__all__ = ["VALUE_LIMIT", "DeadLetterTopic", "DeadLetterWriter", "dead_letter_headers",
-           "dead_letter_key", "dead_letter_progress_topic"]
+__all__ = ["LOG_INTERVAL", "VALUE_LIMIT", "DeadLetterTopic", "DeadLetterWriter",
+           "dead_letter_headers", "dead_letter_key", "dead_letter_progress_topic"]
 
 log = logging.getLogger("hailstorm.quarantine")
+
+LOG_INTERVAL = 30.0
+"""Seconds over which a processor sums up the records it quarantined in one log line per
+node, stage and error kind (the first of a kind is logged at once)."""
 
 
 class DeadLetterWriter:
@@ -58,12 +69,16 @@ class DeadLetterWriter:
     ``owner`` is ``<topology>/<processor id>``; :meth:`start` begins an incarnation
     (epoch). Writers to Kafka are opened on the first dead letter (most processors never
     have one). With ``on_error="fail"`` :meth:`write` raises
-    :class:`~hailstorm.halt.TopologyHalt` naming the first record instead.
+    :class:`~hailstorm.halt.TopologyHalt` naming the first record instead; with a
+    ``budget`` (:class:`~hailstorm.topology.Quarantine`) :meth:`count` raises it once a
+    node fails on more records than the budget allows (``on_fill`` is told how full the
+    fullest window is after each count).
     """
 
     def __init__(self, kafka: str, io_timeout: float, on_error: OnError,
                  counter: Counter | None = None, *, owner: str, topology: str,
-                 late_counter: Counter | None = None) -> None:
+                 late_counter: Counter | None = None, budget: Quarantine | None = None,
+                 on_fill: Callable[[Fill], None] | None = None) -> None:
         self.kafka = kafka
         self.io_timeout = io_timeout
         self.on_error = on_error
@@ -75,12 +90,16 @@ class DeadLetterWriter:
         self.topology = topology
         self.epoch = 0
         self._writers: dict[str, TopicWriter] = {}
+        self.budget = BadRecordBudget(budget, owner.partition("/")[2] or owner)
+        self.on_fill = on_fill
+        self.digest = QuarantineDigest(LOG_INTERVAL)
 
     def start(self, epoch: int) -> None:
         """A new incarnation: what the old one buffered is dropped (a replay brings back
         what was not committed)."""
         self.close()
         self.epoch = epoch
+        self.budget.restart()
 
     def write(self, letters: Iterable[DeadLetter]) -> None:
         """Buffer ``letters`` for the commit that covers their origins (those an earlier
@@ -94,9 +113,38 @@ class DeadLetterWriter:
             if self.on_error == "fail":
                 raise TopologyHalt(halt_reason_of(letter.node, letter.stage,
                                                   letter.message.origin, letter.error))
-            log.warning("quarantined the record at %s:%d:%d (%s %s): %s", m.topic,
-                        m.partition, m.offset, letter.node, letter.stage, letter.error)
+            self.log_quarantined(letter.node, letter.stage, letter.error, m.origin)
             self._writer(letter.topic).add([(m.origin, letter)])
+
+    def log_quarantined(self, node: str, stage: str, error: str, origin: Origin,
+                        what: str = "the record") -> None:
+        """Log a quarantined record, through the digest."""
+        for line in self.digest.add(node, stage, error, origin, time.monotonic(), what):
+            log.warning("%s", line)
+
+    def tick(self) -> None:
+        """Log the digest's summaries that are due."""
+        for line in self.digest.due(time.monotonic()):
+            log.warning("%s", line)
+
+    def count(self, through: int, bad: Iterable[tuple[DeadLetter, int]] = ()) -> None:
+        """Count the records up to position ``through`` against the budget (see
+        :mod:`hailstorm.bad_records`); ``bad`` are the dead letters written for them with
+        their positions. Raises :class:`~hailstorm.halt.TopologyHalt` past the budget."""
+        budget = self.budget
+        if budget.policy is None:
+            return
+        failures = sorted(((d.node, position, d.stage, d.error, d.message.origin)
+                           for d, position in bad if d.stage != LATE_STAGE),
+                          key=lambda f: f[1])
+        reason = budget.observe(through, failures)
+        if self.on_fill is not None and budget.windows:
+            fill = budget.fullest()
+            if fill is not None:
+                self.on_fill(fill)
+        if reason is not None:
+            self.tick()
+            raise TopologyHalt(reason)
 
     def _writer(self, topic: str) -> TopicWriter:
         writer = self._writers.get(topic)
@@ -129,9 +177,12 @@ class DeadLetterWriter:
                 if counter is not None:
                     counter.inc(writer.rows_written - written)
                 failpoint("dead_letters.after_commit")  # tests: die before the round
+        self.tick()
 
     def close(self) -> None:
         """Drop the writers; uncommitted dead letters come back with a replay."""
+        for line in self.digest.drain(time.monotonic()):
+            log.warning("%s", line)
         writers, self._writers = self._writers, {}
         for writer in writers.values():
             try:

@@ -4,7 +4,8 @@ The console's server (:mod:`hailstorm.console.server`) takes a status document
 (:func:`hailstorm.status.assemble`) every interval and feeds it to a :class:`History`;
 :meth:`History.view` turns the latest document and what was kept of the earlier ones into
 the data the page draws: the DAG laid out with every instance's phase and every edge's
-rate, lag and throughput series, the snapshot rounds, recoveries and dead letters.
+rate, lag and throughput series, the snapshot rounds, recoveries and dead letters (with
+the instances past half their budget for bad records, which the page marks).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hailstorm.protocol.layout import LayoutError, parse_processor_id
+from hailstorm.status.document import budget_problem
 
 Phase = Literal["flowing", "paused", "recovering", "dead"]
 """How an instance is drawn: moving data, a spout standing paused for a snapshot round,
@@ -257,6 +259,7 @@ class History:
             edge["rate"] = rates.get(edge["source"])
         quarantined = {str(p["id"]): p["quarantined"] for p in processors
                        if p.get("quarantined")}
+        over_half = {str(p["id"]): text for p in processors if (text := budget_problem(p))}
         return {
             "master_phase": master_phase(doc.get("master")),
             "layout": drawn,
@@ -270,6 +273,7 @@ class History:
                 "topics": list((doc.get("graph") or {}).get("dead_letter_topics") or []),
                 "by_processor": quarantined,
                 "total": sum(quarantined.values()),
+                "over_half_budget": over_half,
                 "latest": list(dead_letters)[-DEAD_LETTERS_KEPT:],
             },
         }

@@ -9,10 +9,11 @@ import gc
 import logging
 import queue
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hailstorm.bad_records import positions_in_batch
 from hailstorm.metrics import read_at_scrape
 from hailstorm.processors import (
     Action,
@@ -107,6 +108,9 @@ class BoltShell(InboundShell):
         self.chain = Chain(base)
         self.core = BoltCore(self.spec, self.upstream_ids(), self.table.to_wire(loaded), state,
                              loaded_whole=base is not None)
+        self.received = 0
+        """Tuples received in this incarnation (the bad-record budget's positions)."""
+        self.dead_letters.budget.begin(1)
         gc.freeze()  # the loaded state is long-lived: collections need not walk it again
         log.info("loaded %s", f"the committed round at {loaded}" if loaded else "nothing")
         self.report(ProcessorState.READY, epoch, loaded=loaded)
@@ -197,8 +201,7 @@ class BoltShell(InboundShell):
                                             frame.tuples, frame.keys, frame.values)
             else:
                 out = core.on_data(sender, frame.partitions, frame.offsets, frame.tuples)
-            if core.failed:
-                self.quarantine(core.failed)
+            self.quarantine(core.failed, frame.partitions, frame.offsets)
             if out.tuples:
                 self.send_batch(out)
             self.metrics.batch(started, len(frame), len(out.tuples))
@@ -238,16 +241,27 @@ class BoltShell(InboundShell):
             self.quarantine(self.core.failed)
         self.act(actions)
 
-    def quarantine(self, failed: list[Failed]) -> None:
-        """Write the core's failed tuples as dead letters (wire partitions -> names)."""
+    def quarantine(self, failed: list[Failed], partitions: Sequence[int] = (),
+                   offsets: Sequence[int] = ()) -> None:
+        """Write the core's failed tuples as dead letters (wire partitions -> names), and
+        count the frame of ``partitions`` and ``offsets`` (none: a flush) against the
+        budget for bad records, whose positions are the tuples received."""
+        first = self.received + 1
+        self.received += len(offsets)
+        if not failed:
+            self.dead_letters.count(self.received)
+            return
         topic = self.topology.dead_letter_topic
         partition = self.table.partition
         letters = [DeadLetter.of_tuple(topic, (partition(p), o), t, failure)
                    for p, o, t, failure in failed]
+        at = positions_in_batch([(p, o) for p, o, _t, _f in failed], partitions, offsets)
         failed.clear()
         # Committed with the watermark (or snapshot) that covers their origins, before it
         # leaves this bolt: a round committed past them is never replayed.
         self.dead_letters.write(letters)
+        self.dead_letters.count(self.received, zip(letters, (first + i for i in at),
+                                                   strict=True))
 
     def act(self, actions: Iterable[Action]) -> None:
         for action in actions:

@@ -161,7 +161,8 @@ class Shell:
         self.dead_letters = DeadLetterWriter(
             assignment.kafka, assignment.io_timeout, topology.on_error, self.metrics.quarantined,
             owner=f"{assignment.name}/{assignment.processor}", topology=assignment.name,
-            late_counter=self.metrics.late)
+            late_counter=self.metrics.late, budget=topology.quarantine,
+            on_fill=self.metrics.bad_records)
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -93,9 +93,9 @@ class SinkShell(InboundShell):
 
     def _rejected(self, rejected: RejectedRow) -> None:
         """A tuple was committed to ``<table>_rejected`` (a topic's: to the dead letters)."""
-        (topic, number), offset = rejected.origin
-        log.warning("rejected the tuple from %s:%d:%d (%s): %s", topic, number, offset,
-                    rejected.stage, rejected.error)
+        # One line per stage and error kind and interval, not one per tuple.
+        self.dead_letters.log_quarantined(self.spec.name, rejected.stage, rejected.error,
+                                          rejected.origin, what="the tuple")
         self.metrics.quarantined.inc()
 
     def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
@@ -122,6 +122,7 @@ class SinkShell(InboundShell):
             self._round(frame.epoch, self.table.from_wire(frame.clock))
 
     def on_idle(self) -> None:
+        self.dead_letters.tick()
         if self.core is not None:
             self.act(self.core.on_idle(pending=self.pending, now=time.monotonic()))
 

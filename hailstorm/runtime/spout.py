@@ -211,6 +211,9 @@ class SpoutShell(Shell):
             connections[receiver].send(frames)
         if out.dead_letters:
             self.dead_letters.write(out.dead_letters)
+        through = out.watermark.get(self.partition)
+        if through is not None:  # the budget counts offsets (a message is one record)
+            self.dead_letters.count(through, ((d, d.message.offset) for d in out.dead_letters))
 
     def _on_consumer_error(self, error: Any, needed: int) -> bool:
         """Halt on lost offsets or refused credentials, fail on a fatal client error, and
@@ -273,6 +276,7 @@ class SpoutShell(Shell):
                 offsets.append(offset)
                 values.append(message.value())
         if offsets:
+            self.dead_letters.budget.begin(offsets[0])  # the first record it counts
             started = time.perf_counter()
             sent = 0
             for start in range(0, len(offsets), SPOUT_CHUNK):

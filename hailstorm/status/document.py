@@ -210,6 +210,7 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "rows_committed": _int((scraped or {}).get("hailstorm_rows_committed_total"))
             if _role(pid) == "sink" else None,
             "quarantined": _int((scraped or {}).get("hailstorm_quarantined_total")),
+            "bad_records": _bad_records(scraped),
             "late": _int((scraped or {}).get("hailstorm_late_total"))
             if _role(pid) == "spout" else None,
         })
@@ -237,8 +238,37 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
         for r in inputs.recoveries
     ]
     doc["graph"] = None if inputs.expected is None else inputs.expected.graph
-    doc["problems"] = [*inputs.problems, *lost]
+    doc["problems"] = [*inputs.problems, *lost, *filter(None, map(budget_problem, processors))]
     return doc
+
+
+BUDGET_WARNING = 0.5
+"""The part of its bad-record budget a processor may use before ``status`` names it."""
+
+
+def _bad_records(scraped: Scrape | None) -> dict[str, int] | None:
+    """The fullest bad-record window of a processor (None: no bad record counted)."""
+    scraped = scraped or {}
+    limit = scraped.get("hailstorm_bad_records_limit")
+    if limit is None or not scraped.get("hailstorm_bad_records_window_records"):
+        return None
+    return {"bad": int(scraped.get("hailstorm_bad_records_in_window", 0)),
+            "records": int(scraped.get("hailstorm_bad_records_window_records", 0)),
+            "limit": int(limit)}
+
+
+def budget_problem(processor: Mapping[str, Any]) -> str | None:
+    """A processor row's problem when its fullest bad-record window used more than
+    :data:`BUDGET_WARNING` of the budget (one bad record more than it allows halts the
+    topology; see :mod:`hailstorm.bad_records`)."""
+    window = processor.get("bad_records")
+    if not window or not window["limit"] or window["bad"] <= BUDGET_WARNING * window["limit"]:
+        return None
+    bad, records, limit = window["bad"], window["records"], window["limit"]
+    return (f"{processor['id']}: {bad:,} of its last {records:,} records were bad "
+            f"({bad / max(records, 1):.2%}), {bad / limit:.0%} of its budget for bad "
+            f"records ({limit:,} per window; one more than that halts the topology): see "
+            "the dead-letter topic")
 
 
 def is_store_ref(ref: str) -> bool:

@@ -1,6 +1,7 @@
 """What a topology may be called and what goes wrong in one: the one name rule
 (:data:`NAME_PATTERN`, checked by :func:`check_name`), Kafka's topic-name rule,
-:class:`TopologyError` for invalid topologies, :class:`RowError` for a sink tuple that is no
+:class:`TopologyError` for invalid topologies, :class:`Quarantine` (the ``on_error`` policy
+with a budget for bad records), :class:`RowError` for a sink tuple that is no
 row of its table, :class:`RecordFailed` for a user function failing on one record, and
 :func:`mapped`, a user function over a batch that cannot lose items silently. Pure.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from hailstorm.errors import DefinitionError, RecordError
@@ -18,12 +20,14 @@ __all__ = [
     "ON_ERROR_POLICIES",
     "TOPIC_PATTERN",
     "OnError",
+    "Quarantine",
     "RecordFailed",
     "RowError",
     "TopologyError",
     "check_name",
     "check_topic_name",
     "mapped",
+    "on_error_policy",
 ]
 
 T = TypeVar("T")
@@ -92,6 +96,65 @@ class RowError(RecordError, ValueError):
 OnError = Literal["quarantine", "fail"]
 """What the runtime does with a record a user function fails on (see :class:`RecordFailed`)."""
 ON_ERROR_POLICIES: tuple[OnError, ...] = ("quarantine", "fail")
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    """The ``on_error`` policy that quarantines bad records, up to a budget.
+
+    A spout or bolt may fail on at most ``max_bad`` (a fraction) of any ``window``
+    consecutive records it handles: past ``max_bad * window`` bad records among the last
+    ``window``, the topology halts with the rate and a sample of the errors (see
+    :mod:`hailstorm.bad_records`). ``on_error="quarantine"`` is ``Quarantine()``: 1% of
+    10,000 records. ``max_bad=None`` sets no limit.
+    """
+
+    max_bad: float | None = 0.01
+    window: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.max_bad is not None and (
+                isinstance(self.max_bad, bool) or not isinstance(self.max_bad, int | float)
+                or not 0 <= self.max_bad <= 1):
+            raise TopologyError(
+                f"Quarantine(max_bad={self.max_bad!r}) is not a fraction between 0 and 1",
+                fix="pass e.g. max_bad=0.01 (at most 1% of the records may be bad) or "
+                "max_bad=None (no limit)")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) \
+                or self.window < 1:
+            raise TopologyError(
+                f"Quarantine(window={self.window!r}) is not a positive number of records",
+                fix="pass e.g. window=10_000")
+
+    @property
+    def limit(self) -> int | None:
+        """Bad records allowed among ``window`` consecutive ones (None: no limit)."""
+        if self.max_bad is None:
+            return None
+        return int(self.max_bad * self.window + 1e-9)
+
+    def describe(self) -> str:
+        """``Quarantine(max_bad=0.01, window=10000)``, as declared."""
+        return f"Quarantine(max_bad={self.max_bad!r}, window={self.window!r})"
+
+
+def on_error_policy(on_error: object, topology: str) -> tuple[OnError, Quarantine | None]:
+    """``(mode, budget)`` of a topology's declared ``on_error``: ``"quarantine"`` with
+    ``Quarantine()`` or the one declared, or ``"fail"`` with none."""
+    if isinstance(on_error, Quarantine):
+        return "quarantine", on_error
+    if on_error == "quarantine":
+        return "quarantine", Quarantine()
+    if on_error == "fail":
+        return "fail", None
+    raise TopologyError(
+        f"on_error {on_error!r} is not one of {', '.join(ON_ERROR_POLICIES)} or a "
+        "Quarantine(...)",
+        fix='pass on_error="quarantine" (bad records go to the dead-letter topic, up to 1% '
+        'of them), on_error=Quarantine(max_bad=0.05, window=1000) (another budget) or '
+        'on_error="fail" (the topology stops)',
+        topology=topology,
+    )
 
 
 class RecordFailed(RecordError):

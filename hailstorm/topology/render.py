@@ -63,7 +63,8 @@ def render_text(topology: Topology) -> str:
         lines[0] += f"  ({topology.source})"
     lines.append(f"  source topics: {', '.join(topology.source_topics) or '-'}")
     lines.append(f"  dead letters:  {', '.join(topology.dead_letter_topics) or '-'}")
-    lines.append(f"  on error:      {topology.on_error}")
+    policy = topology.quarantine.describe() if topology.quarantine else topology.on_error
+    lines.append(f"  on error:      {policy}")
     for node in nodes:
         lines.append("")
         lines.append(f"{node.kind} {node.name}")

@@ -170,6 +170,7 @@ def test_the_view_colours_instances_and_labels_edges() -> None:
         ("lines", 6.0), ("counts", 3.0)}
     assert view["dead_letters"] == {"topics": ["wordcount.dead-letter"],
                                     "by_processor": {"sink:word_counts:0": 2}, "total": 2,
+                                    "over_half_budget": {},
                                     "latest": [{"node": "lines", "error": "bad"}]}
 
 

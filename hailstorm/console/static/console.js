@@ -121,10 +121,11 @@ function drawGraph(view) {
       group.appendChild(svg("text", {class: "caption", x: node.x + 8, y: node.y + 34 + i * 14}, line));
     });
     for (const instance of node.instances) {
-      const square = svg("rect", {class: `instance phase-${instance.phase}`, x: instance.x, y: instance.y,
-        width: instance.size, height: instance.size, rx: 3, "data-instance": instance.id,
-        "data-phase": instance.phase});
-      square.appendChild(svg("title", {}, `${instance.id}: ${instance.phase}`));
+      const warning = view.dead_letters.over_half_budget[instance.id];
+      const square = svg("rect", {class: `instance phase-${instance.phase}` + (warning ? " over-budget" : ""),
+        x: instance.x, y: instance.y, width: instance.size, height: instance.size, rx: 3,
+        "data-instance": instance.id, "data-phase": instance.phase});
+      square.appendChild(svg("title", {}, `${instance.id}: ${instance.phase}` + (warning ? `; ${warning}` : "")));
       group.appendChild(square);
     }
     parts.push(group);
@@ -144,7 +145,8 @@ function drawInstances(doc) {
       {text: fmt(p.in_per_s), attrs: {class: "num", "data-rate-in": p.id}},
       {text: fmt(p.out_per_s), attrs: {class: "num", "data-rate-out": p.id}},
       {text: fmt(extra), attrs: {class: "num"}},
-      {text: fmt(p.quarantined), attrs: {class: "num"}},
+      {text: fmt(p.quarantined), attrs: view.dead_letters.over_half_budget[p.id]
+        ? {class: "num warn", title: view.dead_letters.over_half_budget[p.id]} : {class: "num"}},
       sparkline(view.series.in[p.id] || [], 220, 26, `${p.id} in/s`),
     ], {"data-instance-row": p.id, "data-phase": phase});
   }));
