@@ -34,9 +34,10 @@ def _load(topology_ref: str, sink: str) -> object:
 @sink_group.command("accept")
 @click.argument("topology_ref", metavar="TOPOLOGY")
 @click.argument("sink")
+@click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
 @config.zk_option()
 @_handle_errors
-def accept_command(topology_ref: str, sink: str, zk: str | None) -> None:
+def accept_command(topology_ref: str, sink: str, name: str | None, zk: str | None) -> None:
     """Let SINK go on below the committed clock: the rows at or below it that its table
     (or topic) lacks stay missing.
 
@@ -56,22 +57,23 @@ def accept_command(topology_ref: str, sink: str, zk: str | None) -> None:
     hosts = config.Settings.from_env(zk=zk).zk
     if not hosts:
         fail(f"no ZooKeeper: pass --zk or set ${config.ZK_VAR}")
+    name = name or topology.name
     try:
-        committed = read_committed(hosts, topology.name)
+        committed = read_committed(hosts, name)
     except ExportError as exc:
         fail(str(exc))
     if committed is None:
-        fail(f"nothing is committed for {topology.name}: a sink cannot be behind, there is "
-             "nothing to accept")
+        fail(f"nothing is committed for {name}: a sink cannot be behind, there is nothing "
+             "to accept")
     acceptance = SinkAcceptance(sink, committed.epoch, dict(committed.clock), time.time())
     client = zk_client(hosts, 5.0)
     client.start(timeout=5.0)
     try:
-        TopologyRecords(client, topology.name).write_sink_acceptance(acceptance)
+        TopologyRecords(client, name).write_sink_acceptance(acceptance)
     finally:
         client.stop()
         client.close()
-    out.print(f"accepted: sink {sink} of {topology.name} goes on from the committed clock of "
+    out.print(f"accepted: sink {sink} of {name} goes on from the committed clock of "
               f"round {committed.epoch} {clock_to_json(committed.clock)}; rows at or below it "
               "that its table or topic lacks stay missing")
 
@@ -84,11 +86,12 @@ def accept_command(topology_ref: str, sink: str, zk: str | None) -> None:
     help=f"The sink's database when its Table names none (default: ${config.DATABASE_VAR}, "
          f"else {config.DEFAULT_DATABASE_URL}).",
 )
+@click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
 @config.snapshots_option()
 @config.zk_option()
 @_handle_errors
-def rebuild_command(topology_ref: str, sink: str, url: str | None, snapshot_dir: str | None,
-                    zk: str | None) -> None:
+def rebuild_command(topology_ref: str, sink: str, url: str | None, name: str | None,
+                    snapshot_dir: str | None, zk: str | None) -> None:
     """Rebuild SINK's table from the committed round, with its progress, in one transaction.
 
     For an upsert table fed by one bolt keyed by the tuple itself (key=itself): every key's
@@ -109,7 +112,7 @@ def rebuild_command(topology_ref: str, sink: str, url: str | None, snapshot_dir:
     database = (target.url if isinstance(target, Table) else None) or settings.database()
     try:
         result = rebuild_sink(topology=topology, sink=sink, url=database, zk=settings.zk,
-                              store=open_store(settings.snapshot_location()))
+                              store=open_store(settings.snapshot_location()), name=name)
     except (SinkError, SnapshotError, ExportError) as exc:
         fail(str(exc))
     out.print(result.describe(database))

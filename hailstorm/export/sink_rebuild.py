@@ -72,8 +72,9 @@ def rebuilt_rows(table: Table, bolt: BoltSpec[Any, Any], states: Iterable[Any]
 
 
 def rebuild_sink(*, topology: Topology, sink: str, url: str, zk: str, store: SnapshotStore,
-                 retry: RetryPolicy | None = None) -> RebuildResult:
-    """Rebuild ``sink``'s table at ``url`` from the committed round (module docstring).
+                 name: str | None = None, retry: RetryPolicy | None = None) -> RebuildResult:
+    """Rebuild ``sink``'s table at ``url`` from the committed round (module docstring) of
+    the topology named ``name`` in ZooKeeper and the snapshot store (default: its own).
 
     Raises :class:`SinkConfigError` when the sink cannot be rebuilt or nothing is
     committed, :class:`~hailstorm.export.ExportError` when the round cannot be read.
@@ -86,11 +87,12 @@ def rebuild_sink(*, topology: Topology, sink: str, url: str, zk: str, store: Sna
     table = spec.target
     bolt = topology.node(spec.inputs[0])
     assert isinstance(bolt, BoltSpec)
-    committed = read_committed(zk, topology.name)
+    name = name or topology.name
+    committed = read_committed(zk, name)
     if committed is None:
-        raise SinkConfigError(f"nothing is committed for {topology.name} in ZooKeeper at {zk}: "
+        raise SinkConfigError(f"nothing is committed for {name} in ZooKeeper at {zk}: "
                               "there is no round to rebuild from")
-    chosen = choose_round(store, topology.name, bolt.name, epoch=committed.epoch)
+    chosen = choose_round(store, name, bolt.name, epoch=committed.epoch)
 
     def states() -> Iterator[Any]:
         for ref in chosen.refs:
@@ -100,7 +102,7 @@ def rebuild_sink(*, topology: Topology, sink: str, url: str, zk: str, store: Sna
     rows, refused = rebuilt_rows(table, bolt, states())
     topics = source_topics_of(topology, sink)
     progress: Clock = {p: o for p, o in committed.clock.items() if p[0] in topics and o >= 0}
-    sink_id = sink_progress_id(topology, sink)
+    sink_id = sink_progress_id(name, sink)
     _setup(url, table, sink_id, retry)
     with_retries(lambda _attempt: _write(url, table, sink_id, rows, progress),
                  what=f"rebuild of sink {sink}", url=url, policy=retry or RetryPolicy())

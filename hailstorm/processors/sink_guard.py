@@ -87,17 +87,18 @@ def _offsets(shortfall: Shortfall, which: int) -> str:
 
 
 def behind_reason(sink: str, where: str, shortfall: Shortfall, *, against: str,
-                  topology_ref: str, rebuild: bool) -> str:
+                  arguments: str, rebuild: bool) -> str:
     """One line: the sink, its table or topic (``where``), its stored progress, the clock
     it must cover (``against``: e.g. ``"the committed clock of round 12"``), and the ways
-    forward (``rebuild``: ``hailstorm sink rebuild`` can rebuild this sink's table)."""
+    forward, commands with ``arguments`` (``TOPOLOGY SINK [--name NAME]``); ``rebuild``:
+    ``hailstorm sink rebuild`` can rebuild this sink's table."""
     rebuild_it = (f"Rebuild it from the committed round with 'hailstorm sink rebuild "
-                  f"{topology_ref} {sink}', or accept" if rebuild else "Accept")
+                  f"{arguments}', or accept" if rebuild else "Accept")
     return (
         f"sink {sink} ({where}) is behind: its stored progress {_offsets(shortfall, 0)} is "
         f"below {against} {_offsets(shortfall, 1)}, which it had already written (a "
         "re-created or restored database, a truncated progress table, or a lost progress "
         f"topic); the rows in between would never be delivered again. {rebuild_it} "
-        f"the gap with 'hailstorm sink accept {topology_ref} {sink}' (docs/sinks.md, \"A "
+        f"the gap with 'hailstorm sink accept {arguments}' (docs/sinks.md, \"A "
         "sink behind the committed clock\")"
     )

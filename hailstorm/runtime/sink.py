@@ -105,8 +105,15 @@ class SinkShell(InboundShell):
         raise TopologyHalt(behind_reason(
             self.spec.name, self.where, shortfall,
             against=f"the committed clock of round {record.epoch}",
-            topology_ref=self.assignment.topology_ref,
+            arguments=self.command_arguments,
             rebuild=rebuild_refusal(self.topology, self.spec.name) is None))
+
+    @property
+    def command_arguments(self) -> str:
+        """``TOPOLOGY SINK [--name NAME]`` of the ``hailstorm sink`` commands."""
+        a = self.assignment
+        named = "" if a.name == self.topology.name else f" --name {a.name}"
+        return f"{a.topology_ref} {self.spec.name}{named}"
 
     def on_initialize(self, epoch: int) -> None:
         self.received = 0
@@ -218,7 +225,7 @@ class SinkShell(InboundShell):
                 raise TopologyHalt(behind_reason(
                     self.spec.name, self.where, shortfall,
                     against="what this sink had committed",
-                    topology_ref=self.assignment.topology_ref,
+                    arguments=self.command_arguments,
                     rebuild=rebuild_refusal(self.topology, self.spec.name) is None)) from exc
             core.fenced(progress)
             return []

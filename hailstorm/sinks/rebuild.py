@@ -32,9 +32,10 @@ def source_topics_of(topology: Topology, node: str) -> frozenset[str]:
     return frozenset(topics)
 
 
-def sink_progress_id(topology: Topology, sink: str) -> str:
-    """The id a sink's progress is stored under (one instance per sink)."""
-    return f"{topology.name}/sink:{sink}:0"
+def sink_progress_id(name: str, sink: str) -> str:
+    """The id the progress of ``sink`` of the topology named ``name`` (in ZooKeeper) is
+    stored under (one instance per sink)."""
+    return f"{name}/sink:{sink}:0"
 
 
 def rebuild_refusal(topology: Topology, sink: str) -> str | None:
