@@ -132,7 +132,11 @@ def _write(url: str, table: Table, sink_id: str, rows: list[tuple[Any, ...]],
             db.execute(f"DELETE FROM {q(table.name)}")
             statement = write_statement(db.dialect, table)  # upsert: the table's columns
             for start in range(0, len(rows), CHUNK_ROWS):
-                db.executemany(statement, rows[start:start + CHUNK_ROWS])
+                chunk = rows[start:start + CHUNK_ROWS]
+                if db.kind == "postgresql":  # the table is empty now: COPY is the fastest
+                    db.copy_rows(table.name, table.column_names, chunk)
+                else:
+                    db.executemany(statement, chunk)
             db.execute(f"DELETE FROM {q(PROGRESS_TABLE)} WHERE {q('sink')} = {p} "
                        f"AND {q('topic')} <> '{SENTINEL_TOPIC}'", (sink_id,))
             if progress:
