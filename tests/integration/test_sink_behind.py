@@ -13,6 +13,9 @@ One word count, two runs under one ZooKeeper name and database:
    earlier acceptance does not cover this newer clock) and halts; ``hailstorm sink
    rebuild`` rebuilds the table and the progress from the committed round: the model's
    table at that round's clock.
+
+And a topic sink's writer, on the real broker, reads no progress once its progress topic
+was deleted, which the guard finds behind the round it saved.
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ from hailstorm import kafka
 from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
 from hailstorm.harness.producing import wordcount_lines
 from hailstorm.model import run_model
+from hailstorm.processors.sink_guard import CommittedRound, opening_shortfall
 from hailstorm.protocol.clock import Clock
 from hailstorm.sinks import redact
+from hailstorm.sinks.topic import TopicWriter
+from hailstorm.topic import Topic
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +154,31 @@ def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
         progress = query(database, "SELECT topic, partition, \"offset\" FROM "
                                    "hailstorm_progress WHERE topic <> ''")
         assert {(t, p): o for t, p, o in progress} == second
+
+
+def test_a_topic_sink_whose_progress_topic_was_deleted_reads_no_progress(
+    kafka_bootstrap: str
+) -> None:
+    """What the topic sink's shell checks on opening: a progress topic deleted (and
+    re-created empty) reads as no progress, which the guard finds behind the round it saved,
+    rather than an error or a wait."""
+    suffix = uuid.uuid4().hex[:8]
+    topic = Topic(f"guarded-out-{suffix}", key=lambda t: t[0])
+    progress = f"guarded_{suffix}.out.progress"
+    options = {"progress": progress, "dead_letter_topic": f"guarded-dlq-{suffix}",
+               "node": "out"}
+    source = ("in", 0)
+    first = TopicWriter.open(kafka_bootstrap, topic, f"guarded_{suffix}/sink:out:0", 1,
+                             **options)
+    first.add_columns([source] * 2, [0, 1], [("a", 1), ("b", 2)])
+    assert first.commit_through({source: 1}) == {source: 1}
+    first.close()
+    kafka.recreate_topic(kafka_bootstrap, progress, 1)
+    second = TopicWriter.open(kafka_bootstrap, topic, f"guarded_{suffix}/sink:out:0", 2,
+                              **options)
+    try:
+        assert second.view == {}
+        saved = CommittedRound(1, {source: 1}, saved=True)
+        assert opening_shortfall(second.view, saved, {source}) == {source: (-1, 1)}
+    finally:
+        second.close()
