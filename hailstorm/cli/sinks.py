@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from hailstorm import config
 from hailstorm.cli.group import _handle_errors, fail, main, out
+
+if TYPE_CHECKING:
+    from hailstorm.topology import Topology
 
 
 @main.group("sink")
@@ -16,7 +20,8 @@ def sink_group() -> None:
     """Ways forward for a sink whose stored progress is behind the committed clock."""
 
 
-def _load(topology_ref: str, sink: str) -> object:
+def _load(topology_ref: str, sink: str) -> Topology:
+    """The topology module, checked to have a sink named ``sink``."""
     from hailstorm.topology import SinkSpec, TopologyError, load_topology
 
     try:
@@ -49,11 +54,9 @@ def accept_command(topology_ref: str, sink: str, name: str | None, zk: str | Non
     from hailstorm.protocol.acceptance import SinkAcceptance
     from hailstorm.protocol.clock import clock_to_json
     from hailstorm.protocol.records import TopologyRecords
-    from hailstorm.topology import Topology
     from hailstorm.zookeeper import zk_client
 
     topology = _load(topology_ref, sink)
-    assert isinstance(topology, Topology)
     hosts = config.Settings.from_env(zk=zk).zk
     if not hosts:
         fail(f"no ZooKeeper: pass --zk or set ${config.ZK_VAR}")
@@ -101,10 +104,9 @@ def rebuild_command(topology_ref: str, sink: str, url: str | None, name: str | N
     from hailstorm.export import ExportError, rebuild_sink
     from hailstorm.sinks import SinkError
     from hailstorm.snapshots import SnapshotError, open_store
-    from hailstorm.topology import Table, Topology
+    from hailstorm.topology import Table
 
     topology = _load(topology_ref, sink)
-    assert isinstance(topology, Topology)
     settings = config.Settings.from_env(zk=zk, snapshots=snapshot_dir, database_url=url)
     if not settings.zk:
         fail(f"no ZooKeeper: pass --zk or set ${config.ZK_VAR}")

@@ -14,6 +14,7 @@ from hailstorm.halt import TopologyHalt
 from hailstorm.processors.sink_core import Commit, ReportRound, SinkAction, SinkCore
 from hailstorm.processors.sink_guard import (
     CommittedRound,
+    Shortfall,
     behind_reason,
     opening_shortfall,
     progress_shortfall,
@@ -102,18 +103,17 @@ class SinkShell(InboundShell):
                         "operator at round %s", self.where, record.epoch,
                         clock_to_json(record.clock), acceptance and acceptance.epoch)
             return
-        raise TopologyHalt(behind_reason(
-            self.spec.name, self.where, shortfall,
-            against=f"the committed clock of round {record.epoch}",
-            arguments=self.command_arguments,
-            rebuild=rebuild_refusal(self.topology, self.spec.name) is None))
+        raise self._behind(shortfall, f"the committed clock of round {record.epoch}")
 
-    @property
-    def command_arguments(self) -> str:
-        """``TOPOLOGY SINK [--name NAME]`` of the ``hailstorm sink`` commands."""
+    def _behind(self, shortfall: Shortfall, against: str) -> TopologyHalt:
+        """The halt of this sink behind ``against``, with the commands that way forward
+        (``TOPOLOGY SINK [--name NAME]``)."""
         a = self.assignment
         named = "" if a.name == self.topology.name else f" --name {a.name}"
-        return f"{a.topology_ref} {self.spec.name}{named}"
+        return TopologyHalt(behind_reason(
+            self.spec.name, self.where, shortfall, against=against,
+            arguments=f"{a.topology_ref} {self.spec.name}{named}",
+            rebuild=rebuild_refusal(self.topology, self.spec.name) is None))
 
     def on_initialize(self, epoch: int) -> None:
         self.received = 0
@@ -222,11 +222,7 @@ class SinkShell(InboundShell):
             progress = writer.progress()
             shortfall = progress_shortfall(progress, before, self.carried)
             if shortfall:
-                raise TopologyHalt(behind_reason(
-                    self.spec.name, self.where, shortfall,
-                    against="what this sink had committed",
-                    arguments=self.command_arguments,
-                    rebuild=rebuild_refusal(self.topology, self.spec.name) is None)) from exc
+                raise self._behind(shortfall, "what this sink had committed") from exc
             core.fenced(progress)
             return []
         now = time.monotonic()
