@@ -126,8 +126,10 @@ def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
 
     # 2. Accepted: on from the committed clock, the model's table. Then the database
     # re-created under it: halt (the acceptance was for an older clock), then rebuild.
+    # (A longer timeout: the halted run's Initialize, left in ZooKeeper, does not time out
+    # while this run's processors join it, which would restart them once.)
     with TopologyRun(stack, module, log_dir=tmp_path / "run2", name=name,
-                     database=database) as run:
+                     database=database, timeout=120) as run:
         started = time.time()
         run.start()
         produce(stack.kafka, produced, batches[2], partitions)
