@@ -16,7 +16,8 @@ _FOUND = re.compile(re.escape(MARK) + r"(.+)")
 
 
 class TopologyHalt(HaltError, RuntimeError):
-    """Restarting would fail the same way (lost Kafka offsets, refused credentials...)."""
+    """Restarting would fail the same way (lost Kafka offsets, refused credentials, a sink
+    behind the committed clock...)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(MARK + reason)

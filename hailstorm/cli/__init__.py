@@ -7,12 +7,13 @@
 * :mod:`~hailstorm.cli.running` - ``run``, ``negotiator`` and ``demo``;
 * :mod:`~hailstorm.cli.inspecting` - ``show``, ``status``, ``ui``, ``snapshots``, ``query``
   and ``export``;
+* :mod:`~hailstorm.cli.sinks` - ``sink accept`` and ``sink rebuild``;
 * :mod:`~hailstorm.cli.chaos` - ``chaos``.
 
 Importing this package registers every command on :func:`main` (each module adds its own).
 """
 
-from hailstorm.cli import chaos, dev, inspecting, running  # noqa: F401  (they register the commands)
+from hailstorm.cli import chaos, dev, inspecting, running, sinks  # noqa: F401  (they register the commands)
 from hailstorm.cli.group import main
 
 __all__ = ["main"]

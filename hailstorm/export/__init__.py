@@ -8,6 +8,8 @@ A package, one concern per module; the names below are its interface (import the
 * :mod:`~hailstorm.export.rounds` — which round to read: ``--epoch``, the committed one,
   or the latest complete one (:func:`choose_round`; ``hailstorm query`` reads the same);
 * :mod:`~hailstorm.export.rows` — a state's table rows and columns (:func:`state_mapping`);
+* :mod:`~hailstorm.export.sink_rebuild` — ``hailstorm sink rebuild``: a sink's upsert table
+  and progress from the committed round (:func:`rebuild_sink`);
 * :mod:`~hailstorm.export.errors` — :class:`ExportError`.
 """
 
@@ -23,6 +25,7 @@ from hailstorm.export.job import (
 )
 from hailstorm.export.rounds import Round, choose_round, complete_rounds, read_committed
 from hailstorm.export.rows import StateMapping, state_mapping, to_json_text
+from hailstorm.export.sink_rebuild import RebuildResult, rebuild_sink
 
 __all__ = [
     "CHUNK_ROWS",
@@ -30,6 +33,7 @@ __all__ = [
     "ExportError",
     "ExportListener",
     "ExportResult",
+    "RebuildResult",
     "RichExportListener",
     "Round",
     "StateMapping",
@@ -37,6 +41,7 @@ __all__ = [
     "complete_rounds",
     "export_bolt",
     "read_committed",
+    "rebuild_sink",
     "snapshot_store",
     "state_mapping",
     "to_json_text",

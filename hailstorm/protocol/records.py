@@ -37,6 +37,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
+from hailstorm.protocol.acceptance import SinkAcceptance, acceptance_node
 from hailstorm.protocol.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -239,6 +240,17 @@ class TopologyRecords:
     def write_snapshot_report(self, report: SnapshotReport) -> None:
         """Set (or create) ``snapshots/<name>/<instance>``."""
         self._put(self.paths.snapshot_node(report.processor), report.to_json())
+
+    def sink_acceptance(self, sink: str) -> SinkAcceptance | None:
+        """The operator's acceptance of ``sink`` behind the committed clock (None: none)."""
+        raw, stat = self._get(acceptance_node(self.paths, sink), None)
+        if stat is None:
+            return None
+        return self._parse(f"sink-acceptances/{sink}", raw, SinkAcceptance.from_json)
+
+    def write_sink_acceptance(self, acceptance: SinkAcceptance) -> None:
+        """Set (or create) ``sink-acceptances/<sink>``."""
+        self._put(acceptance_node(self.paths, acceptance.sink), acceptance.to_json())
 
     def write_stream_times(self, spout: str, position: int, times: Mapping[str, Any]) -> None:
         """Keep a spout's stream times through ``position`` (the same position always has

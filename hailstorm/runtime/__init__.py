@@ -60,14 +60,16 @@ stops reading its sockets and back-pressure reaches the spouts through TCP.
   writes the :class:`~hailstorm.protocol.layout.SnapshotReport`.
 * Sink: buffers the rows it receives in its table's (or topic's) writer; the pure
   :class:`~hailstorm.processors.sink_core.SinkCore` says when to commit them and when a
-  round is covered, and the shell reports it.
+  round is covered, and the shell reports it. Opening on progress below the committed
+  round it saved (:mod:`~hailstorm.processors.sink_guard`) halts the topology.
 
 Failures: an exception in any thread is recorded, the main thread raises it, reports it as
 ``error`` (keeping the session up to 3 s so the negotiator sees the error rather than a lost
 node), closes the session and the sockets, and the exception leaves the Spark task. A
 ZooKeeper error (even a transient connection loss) is fatal too: the topology restarts from
 its committed snapshots. A processor whose Spark worker vanished (re-parented) ends itself.
-A :class:`~hailstorm.halt.TopologyHalt` (lost Kafka offsets, refused credentials) ends the
-run for good: every processor that ends because of it ends with it too, so the driver stops.
+A :class:`~hailstorm.halt.TopologyHalt` (lost Kafka offsets, refused credentials, a sink
+behind the committed clock) ends the run for good: every processor that ends because of it
+ends with it too, so the driver stops.
 Every wait is bounded.
 """

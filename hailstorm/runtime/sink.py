@@ -10,8 +10,16 @@ from collections.abc import Iterable
 
 from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.failpoints import failpoint
+from hailstorm.halt import TopologyHalt
 from hailstorm.processors.sink_core import Commit, ReportRound, SinkAction, SinkCore
-from hailstorm.protocol.clock import Clock, clock_to_json
+from hailstorm.processors.sink_guard import (
+    CommittedRound,
+    Shortfall,
+    behind_reason,
+    opening_shortfall,
+    progress_shortfall,
+)
+from hailstorm.protocol.clock import Clock, Partition, clock_to_json
 from hailstorm.protocol.layout import (
     Flowing,
     ProcessorState,
@@ -23,6 +31,7 @@ from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
 from hailstorm.runtime.data_plane import DataPlaneError
 from hailstorm.runtime.processor import InboundShell, LiveQuery
 from hailstorm.sinks import FencedError, SinkWriter, redact
+from hailstorm.sinks.rebuild import rebuild_refusal, source_topics_of
 from hailstorm.sinks.topic import TopicWriter, progress_topic
 from hailstorm.topic import Topic
 from hailstorm.topology import SinkSpec, Table
@@ -53,6 +62,58 @@ class SinkShell(InboundShell):
         self.writer: SinkWriter | TopicWriter | None = None
         self.core: SinkCore | None = None
         self.started = time.monotonic()
+        self.where = f"sink:{spec.name}"
+        """The sink's table (with its database) or topic, as halt lines name it."""
+        self.carried = self._carried_partitions()
+
+    def _carried_partitions(self) -> frozenset[Partition]:
+        """The source partitions some upstream of this sink carries (transitively): the
+        only ones it keeps progress for."""
+        topics = source_topics_of(self.topology, self.spec.name)
+        return frozenset(p for p in self.table.partitions if p[0] in topics)
+
+    @property
+    def ref(self) -> str:
+        """What the sink's round reports name as its target (``table:<name>``...)."""
+        target = self.spec.target
+        return (f"table:{target.name}" if isinstance(target, Table) else
+                f"topic:{target.name}" if isinstance(target, Topic) else
+                f"sink:{self.spec.name}")
+
+    def _halt_if_behind(self, stored: Clock) -> None:
+        """Stop the topology when ``stored`` progress is below the committed round this
+        sink saved (and no acceptance covers it): see :mod:`~hailstorm.processors.sink_guard`."""
+        assert self.coord is not None
+        record = self.coord.committed()
+        if record is None:
+            return
+        saved = record.snapshots.get(self.assignment.processor) == self.ref
+        committed = CommittedRound(record.epoch, dict(record.clock), saved)
+        if not saved:
+            log.info("not in the committed round %d: starting at its clock %s with what "
+                     "%s holds", record.epoch, clock_to_json(record.clock), self.where)
+            return
+        shortfall = opening_shortfall(stored, committed, self.carried)
+        if not shortfall:
+            return
+        acceptance = self.coord.records.sink_acceptance(self.spec.name)
+        accepted = None if acceptance is None else acceptance.clock
+        if not opening_shortfall(stored, committed, self.carried, accepted):
+            log.warning("%s is behind the committed clock of round %d (%s), accepted by the "
+                        "operator at round %s", self.where, record.epoch,
+                        clock_to_json(record.clock), acceptance and acceptance.epoch)
+            return
+        raise self._behind(shortfall, f"the committed clock of round {record.epoch}")
+
+    def _behind(self, shortfall: Shortfall, against: str) -> TopologyHalt:
+        """The halt of this sink behind ``against``, with the commands that way forward
+        (``TOPOLOGY SINK [--name NAME]``)."""
+        a = self.assignment
+        named = "" if a.name == self.topology.name else f" --name {a.name}"
+        return TopologyHalt(behind_reason(
+            self.spec.name, self.where, shortfall, against=against,
+            arguments=f"{a.topology_ref} {self.spec.name}{named}",
+            rebuild=rebuild_refusal(self.topology, self.spec.name) is None))
 
     def on_initialize(self, epoch: int) -> None:
         self.received = 0
@@ -67,6 +128,7 @@ class SinkShell(InboundShell):
             url = target.url or self.assignment.database_url or DEFAULT_DATABASE_URL
             self.writer = SinkWriter.open(url, target, sink_id, epoch,
                                           on_reject=self._rejected, halt_as=halt_as)
+            self.where = f"table {target.name} at {redact(url)}"
             log.info("table %s at %s, progress %s", target.name, redact(url),
                      clock_to_json(self.writer.view))
         elif isinstance(target, Topic):
@@ -76,7 +138,11 @@ class SinkShell(InboundShell):
                 dead_letter_topic=self.topology.dead_letter_topic, node=self.spec.name,
                 io_timeout=self.assignment.io_timeout, on_reject=self._rejected,
                 halt_as=halt_as)
+            self.where = (f"topic {target.name}, progress on "
+                          f"{progress_topic(self.topology.name, self.spec.name)}")
             log.info("topic %s, progress %s", target.name, clock_to_json(self.writer.view))
+        if self.writer is not None:
+            self._halt_if_behind(self.writer.view)
         self.core = SinkCore(epoch, self.upstream_ids(), self.table.partitions,
                              writes=self.writer is not None, last_commit=self.started,
                              committed=None if self.writer is None else self.writer.view)
@@ -153,7 +219,12 @@ class SinkShell(InboundShell):
             if exc.superseded:
                 raise
             log.warning("%s; re-reading progress", exc)
-            core.fenced(writer.progress())
+            before = writer.view
+            progress = writer.progress()
+            shortfall = progress_shortfall(progress, before, self.carried)
+            if shortfall:
+                raise self._behind(shortfall, "what this sink had committed") from exc
+            core.fenced(progress)
             return []
         now = time.monotonic()
         failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
@@ -162,12 +233,8 @@ class SinkShell(InboundShell):
 
     def _report_round(self, report: ReportRound) -> None:
         assert self.coord is not None
-        target = self.spec.target
-        ref = (f"table:{target.name}" if isinstance(target, Table) else
-               f"topic:{target.name}" if isinstance(target, Topic) else
-               f"sink:{self.spec.name}")
         self.coord.write_snapshot_report(
-            SnapshotReport(self.assignment.processor, report.epoch, report.clock, ref)
+            SnapshotReport(self.assignment.processor, report.epoch, report.clock, self.ref)
         )
         log.info("round %d: table committed through %s", report.epoch,
                  clock_to_json(report.clock))

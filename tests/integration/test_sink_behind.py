@@ -1,0 +1,186 @@
+"""Sinks refuse to go backwards, on the real stack (PostgreSQL): a sink whose stored progress
+falls below what it had written stops the topology with one line, and after each documented
+way forward (docs/sinks.md, "A sink behind the committed clock") the table is the model's.
+
+One word count, two runs under one ZooKeeper name and database:
+
+1. ``hailstorm_progress`` truncated under the running topology: the sink's next commit
+   finds its progress gone (a failed compare-and-set), re-reads it, and halts;
+   ``hailstorm sink accept`` accepts the gap (the upsert table still holds every row);
+2. the accepted run goes on from the committed clock and its table is the model's; then the
+   table and ``hailstorm_progress`` are dropped under it (a database re-created by ``dev
+   up``): the sink fails, re-opens on an empty progress below the committed round (the
+   earlier acceptance does not cover this newer clock) and halts; ``hailstorm sink
+   rebuild`` rebuilds the table and the progress from the committed round: the model's
+   table at that round's clock.
+
+And a topic sink's writer, on the real broker, reads no progress once its progress topic
+was deleted, which the guard finds behind the round it saved.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from databases import query
+from deployments import REPO
+
+from hailstorm import kafka
+from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
+from hailstorm.harness.producing import wordcount_lines
+from hailstorm.model import run_model
+from hailstorm.processors.sink_guard import CommittedRound, opening_shortfall
+from hailstorm.protocol.clock import Clock
+from hailstorm.sinks import redact
+from hailstorm.sinks.topic import TopicWriter
+from hailstorm.topic import Topic
+
+pytestmark = pytest.mark.integration
+
+GUARDED = '''
+"""Word count into an upsert table (the sink-behind test's)."""
+from hailstorm import Count, Table, Topology, itself, per_key
+
+topology = Topology("guarded")
+lines = topology.spout("lines", topic="{topic}", decoder="text", explode=str.split)
+counts = topology.bolt("counts", inputs=[lines], key=itself, state=per_key(Count()),
+                       lift=Count.lift, emit=lambda w, n: [(w, n)], parallelism=2)
+topology.sink("word_counts", inputs=[counts], target=Table(
+    "guarded_counts", columns={{"word": "text", "count": "bigint"}}, key=["word"]))
+'''
+
+
+def _table(url: str) -> dict[str, int]:
+    return dict(query(url, "SELECT word, count FROM guarded_counts"))  # type: ignore[arg-type]
+
+
+def _model(run: TopologyRun, produced: Produced, through: Clock | None = None
+           ) -> dict[str, int]:
+    """The model's table over what was produced (at or below ``through`` when given)."""
+    messages = [m for m in produced.model_messages()
+                if through is None or m.offset <= through[(m.topic, m.partition)]]
+    model = run_model(run.topology, messages).table("word_counts")
+    return {key[0]: row["count"] for key, row in model.items()}
+
+
+def _halt_line(run: TopologyRun) -> str:
+    """The driver's one error line once it stopped (exit 1)."""
+    driver = run.procs["driver"]
+    wait_for("the driver to stop", lambda: driver.poll() is not None, 180, poll=0.5)
+    assert driver.returncode == 1
+    errors = [line for line in run.log("driver").splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, errors
+    return errors[0]
+
+
+def _sink_command(run: TopologyRun, module: Path, command: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "hailstorm", "sink", command, str(module),
+                           "word_counts", "--name", run.name], cwd=REPO, env=run.env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
+    stack_env: dict[str, str], tmp_path: Path
+) -> None:
+    stack = StackAddresses.from_env(stack_env)
+    topic = f"guarded-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, 2)
+    partitions = kafka.partitions_of(stack.kafka, topic)
+    module = tmp_path / "guarded.py"
+    module.write_text(GUARDED.format(topic=topic))
+    produced = Produced(topic)
+    batches = [wordcount_lines(2000, seed=seed) for seed in range(40, 44)]
+    commands = f"{module} word_counts --name "
+
+    # 1. hailstorm_progress truncated under the running topology: halt, then accept.
+    with TopologyRun(stack, module, log_dir=tmp_path / "run1") as run:
+        name, database = run.name, run.database
+        where = f"table guarded_counts at {redact(database)}"
+        produce(stack.kafka, produced, batches[0], partitions)
+        run.start()
+        first = produced.clock()
+        run.wait_committed(first, 240)
+        query(database, "TRUNCATE hailstorm_progress")
+        produce(stack.kafka, produced, batches[1], partitions)
+        line = _halt_line(run)
+        written = ", ".join(f'"{topic}:{p}": {first[(topic, p)]}' for p in partitions)
+        assert line.startswith(
+            f'error: sink word_counts ({where}) is behind: its stored progress {{"{topic}:0": '
+            f'-1, "{topic}:1": -1}} is below what this sink had committed {{{written}}}, ')
+        assert line.endswith(
+            f"Rebuild it from the committed round with 'hailstorm sink rebuild {commands}"
+            f"{name}', or accept the gap with 'hailstorm sink accept {commands}{name}' "
+            '(docs/sinks.md, "A sink behind the committed clock")')
+        committed = run.committed()
+        assert committed is not None and committed.clock == first  # nothing after it
+        accepted = _sink_command(run, module, "accept")
+        assert accepted.startswith(f"accepted: sink word_counts of {name} goes on from the "
+                                   f"committed clock of round {committed.epoch} ")
+
+    # 2. Accepted: on from the committed clock, the model's table. Then the database
+    # re-created under it: halt (the acceptance was for an older clock), then rebuild.
+    # (A longer timeout: the halted run's Initialize, left in ZooKeeper, does not time out
+    # while this run's processors join it, which would restart them once.)
+    with TopologyRun(stack, module, log_dir=tmp_path / "run2", name=name,
+                     database=database, timeout=120) as run:
+        started = time.time()
+        run.start()
+        produce(stack.kafka, produced, batches[2], partitions)
+        second = produced.clock()
+        run.wait_committed(second, 240)
+        assert _table(database) == _model(run, produced)
+        assert [r.reason for r in run.recoveries() if r.at >= started] == []
+        query(database, "DROP TABLE guarded_counts; DROP TABLE hailstorm_progress")
+        produce(stack.kafka, produced, batches[3], partitions)
+        line = _halt_line(run)
+        committed = run.committed()
+        assert committed is not None and committed.clock == second
+        needed = ", ".join(f'"{topic}:{p}": {second[(topic, p)]}' for p in partitions)
+        assert line.startswith(
+            f'error: sink word_counts ({where}) is behind: its stored progress {{"{topic}:0": '
+            f'-1, "{topic}:1": -1}} is below the committed clock of round {committed.epoch} '
+            f"{{{needed}}}, which it had already written (a re-created or restored database, "
+            "a truncated progress table, or a lost progress topic); the rows in between "
+            "would never be delivered again. Rebuild it")
+        rebuilt = _sink_command(run, module, "rebuild")
+        assert rebuilt.startswith(f"rebuilt table guarded_counts at {redact(database)} from "
+                                  f"committed round {committed.epoch}: ")
+        assert _table(database) == _model(run, produced, through=second)
+        progress = query(database, "SELECT topic, partition, \"offset\" FROM "
+                                   "hailstorm_progress WHERE topic <> ''")
+        assert {(t, p): o for t, p, o in progress} == second
+
+
+def test_a_topic_sink_whose_progress_topic_was_deleted_reads_no_progress(
+    kafka_bootstrap: str
+) -> None:
+    """What the topic sink's shell checks on opening: a progress topic deleted (and
+    re-created empty) reads as no progress, which the guard finds behind the round it saved,
+    rather than an error or a wait."""
+    suffix = uuid.uuid4().hex[:8]
+    topic = Topic(f"guarded-out-{suffix}", key=lambda t: t[0])
+    progress = f"guarded_{suffix}.out.progress"
+    options = {"progress": progress, "dead_letter_topic": f"guarded-dlq-{suffix}",
+               "node": "out"}
+    source = ("in", 0)
+    first = TopicWriter.open(kafka_bootstrap, topic, f"guarded_{suffix}/sink:out:0", 1,
+                             **options)
+    first.add_columns([source] * 2, [0, 1], [("a", 1), ("b", 2)])
+    assert first.commit_through({source: 1}) == {source: 1}
+    first.close()
+    kafka.recreate_topic(kafka_bootstrap, progress, 1)
+    second = TopicWriter.open(kafka_bootstrap, topic, f"guarded_{suffix}/sink:out:0", 2,
+                              **options)
+    try:
+        assert second.view == {}
+        saved = CommittedRound(1, {source: 1}, saved=True)
+        assert opening_shortfall(second.view, saved, {source}) == {source: (-1, 1)}
+    finally:
+        second.close()
