@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from hailstorm import kafka
 from hailstorm.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
+from hailstorm.harness.evidence import missing_evidence, planned_restarts
 from hailstorm.harness.faults import (
     DEFAULT_FAULT_KINDS,
     MASTER_PHASES,
@@ -96,6 +97,10 @@ class ChaosSchedule:
         """The generator victims are drawn from (independent of the plan)."""
         return random.Random(self.seed * 7919 + 1)
 
+    def restarts(self) -> tuple[int, int]:
+        """The least and most recoveries the plan causes (see :func:`planned_restarts`)."""
+        return planned_restarts((p.kind, p.phase) for p in self.plan())
+
 
 
 @dataclass
@@ -120,14 +125,42 @@ class ChaosReport:
     independent: Comparison | None = None
     """The sink tables against expectations computed without the topology's code
     (:data:`BY_HAND`; None: none for this topology)."""
+    retries: list[RecoveryRecord] = field(default_factory=list)
+    """Recoveries that started the recovery before them over (counted in ``restarts``, not
+    against ``planned_restarts``)."""
+    planned_restarts: tuple[int, int] | None = None
+    """The least and most recoveries the faults must have caused (None: not checked)."""
+    may_miss: tuple[str, ...] = ()
+    """Fault kinds allowed to be ineffective (see :meth:`ineffective`) without failing the
+    run."""
 
     @property
     def ok(self) -> bool:
+        """Exactly the model's state, every fault recovered from and effective (or of a
+        kind in :attr:`may_miss`), the restarts as planned and none unexplained."""
         return (self.comparison.ok and (self.independent is None or self.independent.ok)
                 and all(r.committed_after is not None for r in self.faults)
                 and all(r.restored_after is not None for r in self.faults
                         if r.fault.kind == "broker")
-                and not self.unexplained)
+                and not self.unexplained and self.restarts_as_planned
+                and not [r for r in self.ineffective() if r.fault.kind not in self.may_miss])
+
+    def ineffective(self) -> list[Recovery]:
+        """The faults that hit an idle topology or left some evidence out (see
+        :attr:`Recovery.bit`)."""
+        return [r for r in self.faults if not r.bit]
+
+    @property
+    def caused_restarts(self) -> int:
+        """Recoveries that are not retries of the one before them."""
+        return self.restarts - len(self.retries)
+
+    @property
+    def restarts_as_planned(self) -> bool:
+        if self.planned_restarts is None:
+            return True
+        low, high = self.planned_restarts
+        return low <= self.caused_restarts <= high
 
     def faults_by_kind(self) -> dict[str, int]:
         """Planned faults per kind (triggers not counted)."""
@@ -155,7 +188,9 @@ class ChaosReport:
                  "epoch": r.fault.epoch, "detail": r.fault.detail,
                  "uncommitted": r.fault.uncommitted, "producing": r.fault.producing,
                  "phase": r.fault.phase, "trigger": r.fault.trigger,
-                 "effective": r.fault.effective,
+                 "effective": r.fault.effective, "bit": r.bit, "missing": r.missing,
+                 "evidence": r.fault.evidence,
+                 "recovery": None if r.record is None else asdict(r.record),
                  "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
                  "committed_after": None if r.committed_after is None
                  else round(r.committed_after, 2),
@@ -168,6 +203,11 @@ class ChaosReport:
                              "actual": repr(d.actual)} for d in c.first(10)],
             "notes": self.notes,
             "restarts": self.restarts,
+            "retries": [asdict(r) for r in self.retries],
+            "planned_restarts": None if self.planned_restarts is None
+            else list(self.planned_restarts),
+            "may_miss": list(self.may_miss),
+            "ineffective": [f"{r.fault.kind} {r.fault.target}" for r in self.ineffective()],
             "unexplained_recoveries": [asdict(r) for r in self.unexplained],
             "independent": None if self.independent is None else {
                 "lost": self.independent.lost, "duplicated": self.independent.duplicated,
@@ -199,22 +239,38 @@ class ChaosReport:
             if r.fault.kind == "broker":
                 back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
                 line += f"; {r.fault.detail}, back in the cluster after {back}"
-            elif r.fault.kind in ("zombie", "stall"):
+            elif r.fault.detail:
                 line += f"; {r.fault.detail}"
+            if r.record is not None:
+                line += f"; recovery epoch {r.record.epoch}: {r.record.reason[:120]}"
+            if r.missing:
+                line += f"; NO EVIDENCE: {', '.join(r.missing)}"
             lines.append(line)
         idle = [r.fault for r in self.faults if not r.fault.effective]
         lines.append(f"effective: {len(self.faults) - len(idle)} of {len(self.faults)} faults "
                      "hit uncommitted data while the producer wrote"
                      + (f"; on an idle topology: {', '.join(f.target for f in idle)}"
                         if idle else ""))
+        unproven = [r for r in self.faults if r.missing]
+        lines.append(f"evidence: {len(self.faults) - len(unproven)} of {len(self.faults)} "
+                     "faults left every piece of theirs"
+                     + "".join(f"; {r.fault.kind} {r.fault.target} has no "
+                               f"{', no '.join(r.missing)}" for r in unproven))
+        if self.may_miss:
+            excused = [r for r in self.ineffective() if r.fault.kind in self.may_miss]
+            lines.append(f"may be ineffective: {', '.join(self.may_miss)} "
+                         f"({len(excused)} of them were)")
         zombies = [r.fault for r in self.faults if r.fault.kind == "zombie"]
         if zombies:
             fenced = sum(ZOMBIE_FENCED in f.detail for f in zombies)
             lines.append(f"zombies: {len(zombies)} sinks resumed after their replacement "
                          f"committed: {fenced} fenced by their table or topic, "
                          f"{len(zombies) - fenced} ended on their own")
-        lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults, "
-                     f"{len(self.unexplained)} unexplained")
+        planned = "" if self.planned_restarts is None else \
+            " (planned {}..{}{})".format(*self.planned_restarts,
+                                         "" if self.restarts_as_planned else ": NOT AS PLANNED")
+        lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults{planned}, "
+                     f"{len(self.retries)} retried, {len(self.unexplained)} unexplained")
         for u in self.unexplained[:5]:
             lines.append(f"  unexplained: epoch {u.epoch} from {u.previous}: {u.reason}")
         lines.append(f"final committed round: epoch {self.committed_epoch}; "
@@ -252,6 +308,7 @@ def run_chaos(
     progress: Callable[[str], None] = lambda _m: None,
     brokers: BrokerControl | None = None,
     database: str | None = None,
+    may_miss: Sequence[str] = (),
 ) -> ChaosReport:
     """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare.
 
@@ -260,6 +317,10 @@ def run_chaos(
 
     ``brokers`` stops and starts the stack's Kafka nodes; a schedule with ``broker`` faults
     needs it and a cluster of :data:`MIN_KAFKA_NODES` nodes (refused before anything runs).
+
+    Every fault must bite (its evidence, and data in flight when it hit) unless its kind is
+    in ``may_miss``; the restarts must be within the schedule's
+    :meth:`ChaosSchedule.restarts`.
     """
     started = time.monotonic()
     plan = schedule.plan()
@@ -323,8 +384,15 @@ def run_chaos(
         comparison = compare_with_model(model, states, tables)
         by_hand = BY_HAND.get(run.topology.name)
         independent = None if by_hand is None else compare_tables(by_hand(messages), tables)
-        restarts = [r for r in run.recoveries() if not r.is_start]
+        accounting = run.accounting()
+        for index, fault in enumerate(run.faults):
+            for recovery in recoveries:
+                if recovery.fault is fault:
+                    recovery.record = accounting.matched.get(index)
+                    recovery.missing = missing_evidence(fault, index in accounting.matched)
         return ChaosReport(run.topology.name, produced.count, len(parts), schedule.seed,
                            recoveries, comparison, committed.epoch,
-                           time.monotonic() - started, notes, len(restarts),
-                           run.unexplained_recoveries(), redact(run.database), independent)
+                           time.monotonic() - started, notes, accounting.restarts,
+                           accounting.unexplained, redact(run.database), independent,
+                           retries=accounting.retries, planned_restarts=schedule.restarts(),
+                           may_miss=tuple(may_miss))
