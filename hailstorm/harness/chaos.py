@@ -5,6 +5,7 @@ with the model and the by-hand counts (:func:`run_chaos`), and its report
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -295,6 +296,18 @@ class ChaosReport:
         return "\n".join(lines)
 
 
+TOP_UP_SECONDS = 60.0
+"""When the faults outlast the workload, :func:`run_chaos` produces up to this many seconds
+more of it (at the run's rate, from where the last top-up ended) before the next fault, so
+that every fault hits data in flight (a fault timed for a recovery state strikes only once
+its trigger's recovery got there); the last top-up stops once the faults are done."""
+
+
+def cycled(values: Sequence[T], start: int, count: int) -> list[T]:
+    """``count`` of ``values`` from index ``start`` on, starting over at the end."""
+    return [values[(start + i) % len(values)] for i in range(count)] if values else []
+
+
 def run_chaos(
     stack: StackAddresses,
     topology_ref: str | Path,
@@ -319,8 +332,9 @@ def run_chaos(
     needs it and a cluster of :data:`MIN_KAFKA_NODES` nodes (refused before anything runs).
 
     Every fault must bite (its evidence, and data in flight when it hit) unless its kind is
-    in ``may_miss``; the restarts must be within the schedule's
-    :meth:`ChaosSchedule.restarts`.
+    in ``may_miss``: when the faults outlast ``values``, more of them are produced again
+    (up to :data:`TOP_UP_SECONDS` at a time, noted in the report); the restarts must be within
+    the schedule's :meth:`ChaosSchedule.restarts`.
     """
     started = time.monotonic()
     plan = schedule.plan()
@@ -348,11 +362,20 @@ def run_chaos(
         progress("flowing; producing")
         recoveries: list[Recovery] = []
         rng = schedule.rng()
-        with BackgroundProducer(stack.kafka, produced, values, parts, rate) as producer:
-            run.producer = producer
+        topped_up = 0
+        with contextlib.ExitStack() as producers:
+            producer = producers.enter_context(
+                BackgroundProducer(stack.kafka, produced, values, parts, rate))
             for i, planned in enumerate(plan):
                 time.sleep(planned.delay)
                 run.wait_flowing(timeout)
+                if not producer.running:  # the faults outlast the workload: more of it
+                    producer.join(0)  # its error, if it had one
+                    more = cycled(values, topped_up, max(1, int(rate * TOP_UP_SECONDS)))
+                    topped_up += len(more)
+                    producer = producers.enter_context(
+                        BackgroundProducer(stack.kafka, produced, more, parts, rate))
+                run.producer = producer
                 run.await_uncommitted(producer)
                 faults = run.inject(planned.kind, rng, producer, planned.phase)
                 for fault in faults:
@@ -369,7 +392,12 @@ def run_chaos(
                     progress(f"recovered from {fault.kind} {fault.target}: committed after "
                              f"{recovery.committed_after}")
                 recoveries.extend(measured)
-            producer.join(timeout + len(values) / rate)
+            if topped_up:  # a top-up only keeps data in flight while faults remain
+                producers.close()
+                producer.join(0)  # its error, if it had one
+            else:
+                producer.join(timeout + len(values) / rate)
+        again = produced.count - len(values)
         target = {(topic, p): o for p, o in produced.last_offsets().items()}
         progress(f"produced {produced.count}; draining")
         committed = run.wait_committed(target, timeout)
@@ -377,6 +405,9 @@ def run_chaos(
         states = run.committed_bolt_states(committed)
         tables = run.sink_tables()
         notes = []
+        if topped_up:
+            notes.append(f"note: the faults outlasted the workload; {again} of its messages "
+                         "were produced again to keep data in flight")
         if dict(committed.clock) != target:
             notes.append(f"note: committed clock {dict(committed.clock)} != produced {target}")
         messages = produced.model_messages()

@@ -525,6 +525,7 @@ class TopologyRun(Deployment):
         restart = next((r for f, r in self._restarts if f is fault), None)
         needs_recovery = expects_recovery(fault)
         deadline = time.monotonic() + timeout
+        looked = 0.0  # when the recoveries were last read (every 0.5 s: one read per record)
         while time.monotonic() < deadline and (
                 recovery.committed_after is None
                 or (restart is not None and recovery.restored_after is None)):
@@ -541,7 +542,8 @@ class TopologyRun(Deployment):
             master = self.master()
             flowing = master is not None and master.state.__class__.__name__ == "Flowing"
             if needs_recovery:
-                if recovery.record is None:
+                if recovery.record is None and time.monotonic() - looked >= 0.5:
+                    looked = time.monotonic()
                     recovery.record = self._recovery_of(fault)
                 if (recovery.flowing_after is None and flowing and recovery.record is not None
                         and master is not None

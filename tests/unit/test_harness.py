@@ -44,6 +44,7 @@ from hailstorm.harness import (
     private_database,
     zombie_outcome,
 )
+from hailstorm.harness.chaos import cycled
 from hailstorm.harness.evidence import (
     NODE_BACK,
     VICTIM_GONE,
@@ -378,3 +379,10 @@ def test_compare_tables_counts_lost_duplicated_and_wrong_rows() -> None:
     c = compare_tables(want, got)
     assert (c.lost, c.duplicated, c.wrong, c.keys_compared) == (1, 1, 1, 4)
     assert compare_tables(want, {}).lost == 3
+
+
+def test_a_workload_the_faults_outlast_is_topped_up_from_where_it_ended() -> None:
+    values = [b"a", b"b", b"c"]
+    assert cycled(values, 0, 2) == [b"a", b"b"]
+    assert cycled(values, 2, 5) == [b"c", b"a", b"b", b"c", b"a"]
+    assert cycled([], 0, 3) == []
