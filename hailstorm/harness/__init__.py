@@ -25,11 +25,13 @@ Faults:
   :class:`hailstorm.devstack.DevStack` is one) and a cluster of at least
   :data:`MIN_KAFKA_NODES` nodes: killing the only broker is not a recoverable fault.
 
-:class:`ChaosSchedule` plans seeded faults, :meth:`TopologyRun.inject` runs one and
-:meth:`TopologyRun.measure_recovery` measures the recovery (time until a master written after
-the fault is ``Flowing`` again and until a commit passes the position the topology had
-reached before it; for a broker fault, until a commit holds, on every partition, a message
-acknowledged only after the kill, and until the node is back), and
+:class:`ChaosSchedule` plans seeded faults, :meth:`TopologyRun.inject` runs one (recording
+the evidence that it happened: :attr:`Fault.evidence`) and
+:meth:`TopologyRun.measure_recovery` measures the recovery (time until the topology is
+``Flowing`` again in the epoch of the recovery recorded for the fault, and until a commit
+passes the position the topology had reached before it; for a broker fault, until a commit
+holds, on every partition, a message acknowledged only after the kill, and until the node is
+back); :func:`account` matches each recovery to the one fault it is due to, and
 :func:`compare_with_model` names lost, duplicated and wrong values. :func:`run_chaos` ties it
 all together into a :class:`ChaosReport` (text or JSON), as ``hailstorm chaos`` prints it.
 

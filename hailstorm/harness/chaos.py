@@ -298,9 +298,15 @@ class ChaosReport:
 
 TOP_UP_SECONDS = 60.0
 """When the faults outlast the workload, :func:`run_chaos` produces up to this many seconds
-more of it (at the run's rate, from where the last top-up ended) before the next fault, so
-that every fault hits data in flight (a fault timed for a recovery state strikes only once
-its trigger's recovery got there); the last top-up stops once the faults are done."""
+more of it (from where the last top-up ended) before the next fault, so that every fault
+hits data in flight (a fault timed for a recovery state strikes only once its trigger's
+recovery got there); the last top-up stops once the faults are done."""
+TOP_UP_RATE = 0.1
+"""A top-up's rate, as a share of the run's: a trickle in small chunks
+(:data:`TOP_UP_CHUNK`) keeps data in flight without a backlog that the end of the run must
+drain (at the full rate, a CI run on a busy machine produced 70% more than its workload)."""
+TOP_UP_CHUNK = 50
+"""Messages per acknowledged chunk of a top-up (a chunk every few tenths of a second)."""
 
 
 def cycled(values: Sequence[T], start: int, count: int) -> list[T]:
@@ -371,10 +377,11 @@ def run_chaos(
                 run.wait_flowing(timeout)
                 if not producer.running:  # the faults outlast the workload: more of it
                     producer.join(0)  # its error, if it had one
-                    more = cycled(values, topped_up, max(1, int(rate * TOP_UP_SECONDS)))
+                    trickle = max(1.0, rate * TOP_UP_RATE)
+                    more = cycled(values, topped_up, max(1, int(trickle * TOP_UP_SECONDS)))
                     topped_up += len(more)
-                    producer = producers.enter_context(
-                        BackgroundProducer(stack.kafka, produced, more, parts, rate))
+                    producer = producers.enter_context(BackgroundProducer(
+                        stack.kafka, produced, more, parts, trickle, chunk=TOP_UP_CHUNK))
                 run.producer = producer
                 run.await_uncommitted(producer)
                 faults = run.inject(planned.kind, rng, producer, planned.phase)

@@ -3,7 +3,7 @@ negotiators and driver as subprocesses (logs in ``log_dir``), stops every proces
 by pid (the Spark Python workers through the pids processors report), reads its records in
 ZooKeeper and what it committed (:mod:`~hailstorm.harness.results`), compares that with the
 model (:mod:`~hailstorm.harness.compare`) and accounts for its recoveries
-(:mod:`~hailstorm.harness.faults`)."""
+(:mod:`~hailstorm.harness.evidence`)."""
 
 from __future__ import annotations
 

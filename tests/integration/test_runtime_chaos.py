@@ -32,8 +32,9 @@ TOPOLOGY = REPO / "topologies" / "wordcount.py"
 def test_wordcount_is_exact_under_ten_faults_of_every_kind(
     stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """200k realistic lines (Zipf: 50,000 words, most rare, so a stale upsert of a zombie
-    would stay in the table); 10 faults: 4 kill -9 of random spouts/bolts/sinks, 2 of the
+    """100k realistic lines (Zipf: 50,000 words, most rare, so a stale upsert of a zombie
+    would stay in the table; 10 words a line, twice the uniform workload's, so at half its
+    rate); 10 faults: 4 kill -9 of random spouts/bolts/sinks, 2 of the
     negotiator leader, 2 ZooKeeper session expiries, a zombie sink and a stalled bolt, in a
     seeded random order, timed for every master state; on PostgreSQL (the harness's
     default). Every fault must bite, with its evidence, and cause exactly the restarts the
@@ -44,8 +45,8 @@ def test_wordcount_is_exact_under_ten_faults_of_every_kind(
     assert sorted(p.kind for p in schedule.plan()) == sorted(kinds)
     kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], "words", 4)  # no earlier tests' lines
     report = run_chaos(StackAddresses.from_env(stack_env), TOPOLOGY,
-                       zipf_text_lines(200_000, seed=42), schedule,
-                       log_dir=tmp_path / "logs", rate=1_200, progress=print)
+                       zipf_text_lines(100_000, seed=42), schedule,
+                       log_dir=tmp_path / "logs", rate=600, progress=print)
     print(report.to_text())
     assert report.faults_by_kind() == {"processor": 4, "negotiator": 2, "zk-session": 2,
                                        "zombie": 1, "stall": 1}
@@ -71,7 +72,7 @@ def test_wordcount_is_exact_under_ten_faults_of_every_kind(
     low, high = schedule.restarts()
     assert report.planned_restarts == (low, high) and high - low <= 1
     assert low <= report.caused_restarts <= high and not report.unexplained, report.to_text()
-    assert report.messages >= 200_000
+    assert report.messages >= 100_000  # more when the faults outlast the workload
     c = report.comparison
     assert (c.lost, c.duplicated, c.wrong, c.instance_mismatches) == (0, 0, 0, []), \
         report.to_text()
