@@ -210,6 +210,8 @@ def test_every_poison_record_is_quarantined_and_the_rest_is_exact(
         password = urlsplit(run.database).password
         assert password, "the test stack's PostgreSQL has a password"
         looked_at = _assert_hidden_from_live_processes(password, run)
+        print(f"secret hidden from {len(looked_at)} live processes of the run: "
+              f"{sorted(set(looked_at.values()))}")
         assert {"driver", "negotiator-0", "negotiator-1", "java"} <= set(looked_at.values())
         assert set(run.processors()) <= set(looked_at.values()), looked_at
         run.stop()

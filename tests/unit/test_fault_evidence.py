@@ -5,6 +5,8 @@ fault bit."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from hailstorm.harness import (
     Explanation,
     Fault,
     Recovery,
+    TopologyRun,
 )
 from hailstorm.harness.evidence import (
     FENCED,
@@ -145,7 +148,7 @@ def test_retries_of_the_start_are_part_of_the_start() -> None:
 _TARGETS = ["spout:l:w:0", "spout:l:w:1", "bolt:c:0", "bolt:c:1", "sink:s:0"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["processor", "zk-session", "zombie", "negotiator",
                                            "stall", "broker"]),
                           st.sampled_from(_TARGETS), st.floats(0, 300),
@@ -273,3 +276,18 @@ def test_chaos_command_refuses_an_unknown_kind_to_excuse() -> None:
     result = CliRunner().invoke(main, ["chaos", str(ROOT / "topologies" / "wordcount.py"),
                                        "--may-miss", "processor,gremlin"])
     assert result.exit_code == 1 and "unknown fault kind(s) gremlin" in result.output
+
+
+def test_a_kill_records_whether_its_victim_was_alive_and_is_gone() -> None:
+    """The SIGKILL of a live process is evidence; one of a process already gone is not (the
+    old harness ignored that, so a fault could fail to happen)."""
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    hit = _hit("processor", "bolt:c:0", 1.0)
+    TopologyRun._sigkill(hit, live.pid)
+    live.wait(10)
+    assert hit.evidence == {VICTIM_GONE: True}
+    late = _hit("processor", "bolt:c:0", 2.0)
+    TopologyRun._sigkill(late, live.pid)  # reaped: nothing left to kill
+    assert late.evidence == {VICTIM_GONE: False}
+    assert "had ended before the SIGKILL" in late.detail
+    assert missing_evidence(late, recovered=True) == [VICTIM_GONE]
