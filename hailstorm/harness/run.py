@@ -523,7 +523,10 @@ class TopologyRun(Deployment):
         """
         recovery = Recovery(fault, None, None)
         restart = next((r for f, r in self._restarts if f is fault), None)
-        needs_recovery = expects_recovery(fault)
+        # A fault that never struck (its victim gone already, no session to expire) causes
+        # no recovery to wait for: it fails the run for its missing evidence instead.
+        needs_recovery = expects_recovery(fault) and fault.evidence.get(VICTIM_GONE, True) \
+            and fault.evidence.get(SESSION_EXPIRED, True)
         deadline = time.monotonic() + timeout
         looked = 0.0  # when the recoveries were last read (every 0.5 s: one read per record)
         while time.monotonic() < deadline and (
