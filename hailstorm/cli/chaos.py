@@ -75,13 +75,19 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
               help="Directory of the embedded stack (default: a temporary one); with "
                    f"--use-env, of the dev stack whose Kafka nodes broker faults kill "
                    f"(default: {config.DEFAULT_STATE_DIR}).")
+@click.option("--may-miss", "may_miss",
+              help="Fault kinds allowed to be ineffective (to hit a topology with nothing "
+                   "uncommitted, or to leave out some evidence that they happened: the "
+                   "victim gone, a recovery naming it, an expired session, a fenced zombie) "
+                   "without failing the run; the report names them (default: none, every "
+                   "fault must bite).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file.")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
           kinds: str | None, phases: str, partitions: int, rate: float | None, spacing: float,
           brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
-          json_path: Path | None) -> None:
+          may_miss: str | None, json_path: Path | None) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
@@ -92,8 +98,10 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     committed, compares every bolt's committed state, every sink table (by default in a
     new PostgreSQL database) and every topic sink's output (as a read_committed consumer
     sees it) with run_model and prints the report. Exits 1 when anything was lost,
-    duplicated or wrong, a fault never recovered, or the topology restarted without a
-    fault to explain it.
+    duplicated or wrong, a fault never recovered, a fault did not bite (it hit an idle
+    topology, or left no evidence that it happened; see --may-miss), the topology
+    restarted without a fault to explain it, or restarted more or less often than the
+    plan of faults implies.
 
     Broker faults need a Kafka cluster of at least 3 nodes: the embedded stack then starts
     3 (--brokers), and --use-env refuses a smaller cluster.
@@ -123,6 +131,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     from hailstorm.topology import load_topology
 
     chosen = _listed(kinds or ",".join(DEFAULT_FAULT_KINDS), FAULT_KINDS, "fault kind")
+    excused = _listed(may_miss, FAULT_KINDS, "fault kind") if may_miss is not None else ()
     timed = _listed(phases, MASTER_PHASES, "master state")
     topology = load_topology(topology_ref)
     generators = WORKLOADS.get(topology.name)
@@ -197,7 +206,8 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
             report = run_chaos(addresses, topology_ref, values, schedule, log_dir=logs,
                                partitions=partitions, rate=rate, progress=progress,
                                brokers=control,
-                               database=SQLITE if database == "sqlite" else None)
+                               database=SQLITE if database == "sqlite" else None,
+                               may_miss=excused)
         except HarnessError as exc:
             fail(f"{exc} (logs in {logs})")
         finally:

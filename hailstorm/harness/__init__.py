@@ -25,11 +25,13 @@ Faults:
   :class:`hailstorm.devstack.DevStack` is one) and a cluster of at least
   :data:`MIN_KAFKA_NODES` nodes: killing the only broker is not a recoverable fault.
 
-:class:`ChaosSchedule` plans seeded faults, :meth:`TopologyRun.inject` runs one and
-:meth:`TopologyRun.measure_recovery` measures the recovery (time until a master written after
-the fault is ``Flowing`` again and until a commit passes the position the topology had
-reached before it; for a broker fault, until a commit holds, on every partition, a message
-acknowledged only after the kill, and until the node is back), and
+:class:`ChaosSchedule` plans seeded faults, :meth:`TopologyRun.inject` runs one (recording
+the evidence that it happened: :attr:`Fault.evidence`) and
+:meth:`TopologyRun.measure_recovery` measures the recovery (time until the topology is
+``Flowing`` again in the epoch of the recovery recorded for the fault, and until a commit
+passes the position the topology had reached before it; for a broker fault, until a commit
+holds, on every partition, a message acknowledged only after the kill, and until the node is
+back); :func:`account` matches each recovery to the one fault it is due to, and
 :func:`compare_with_model` names lost, duplicated and wrong values. :func:`run_chaos` ties it
 all together into a :class:`ChaosReport` (text or JSON), as ``hailstorm chaos`` prints it.
 
@@ -42,7 +44,9 @@ Modules, by concern (this package re-exports the names the rest of the repositor
 * :mod:`~hailstorm.harness.producing` - :class:`Produced`, :func:`produce`,
   :class:`BackgroundProducer` and the seeded :data:`WORKLOADS`;
 * :mod:`~hailstorm.harness.faults` - the fault kinds and phases, :class:`Fault`,
-  :class:`Recovery`, which recoveries are explained, how a zombie ended (from its log);
+  :class:`Recovery`, how a zombie ended (from its log);
+* :mod:`~hailstorm.harness.evidence` - whether a fault bit (its evidence), which fault
+  each recovery is due to (:func:`account`), the restarts a plan causes;
 * :mod:`~hailstorm.harness.results` - reading committed bolt states, sink tables and topics;
 * :mod:`~hailstorm.harness.compare` - :func:`compare_with_model`, :func:`compare_tables` and
   the by-hand counts (:data:`BY_HAND`);
@@ -62,6 +66,13 @@ from hailstorm.harness.compare import (
     compare_tables,
     compare_with_model,
 )
+from hailstorm.harness.evidence import (
+    Accounting,
+    account,
+    missing_evidence,
+    planned_restarts,
+    recovery_window,
+)
 from hailstorm.harness.faults import (
     DEFAULT_FAULT_KINDS,
     FAULT_KINDS,
@@ -73,7 +84,6 @@ from hailstorm.harness.faults import (
     FaultKind,
     MasterPhase,
     Recovery,
-    unexplained,
     zombie_outcome,
 )
 from hailstorm.harness.producing import (
@@ -112,6 +122,7 @@ __all__ = [
     "WORKLOADS",
     "ZOMBIE_ENDED",
     "ZOMBIE_FENCED",
+    "Accounting",
     "BackgroundProducer",
     "BoltStates",
     "BrokerControl",
@@ -131,18 +142,21 @@ __all__ = [
     "TopicLayout",
     "TopologyRun",
     "Workload",
+    "account",
     "broker_fault_problem",
     "busiest_leader",
     "compare_tables",
     "compare_with_model",
     "kafka_nodes",
     "keyed_append_rows",
+    "missing_evidence",
+    "planned_restarts",
     "private_database",
     "produce",
+    "recovery_window",
     "run_chaos",
     "topic_layout",
     "topic_records",
-    "unexplained",
     "wait_for",
     "wordcount_lines",
     "zombie_outcome",

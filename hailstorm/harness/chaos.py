@@ -5,6 +5,7 @@ with the model and the by-hand counts (:func:`run_chaos`), and its report
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 from hailstorm import kafka
 from hailstorm.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
+from hailstorm.harness.evidence import missing_evidence, planned_restarts
 from hailstorm.harness.faults import (
     DEFAULT_FAULT_KINDS,
     MASTER_PHASES,
@@ -96,6 +98,10 @@ class ChaosSchedule:
         """The generator victims are drawn from (independent of the plan)."""
         return random.Random(self.seed * 7919 + 1)
 
+    def restarts(self) -> tuple[int, int]:
+        """The least and most recoveries the plan causes (see :func:`planned_restarts`)."""
+        return planned_restarts((p.kind, p.phase) for p in self.plan())
+
 
 
 @dataclass
@@ -120,14 +126,42 @@ class ChaosReport:
     independent: Comparison | None = None
     """The sink tables against expectations computed without the topology's code
     (:data:`BY_HAND`; None: none for this topology)."""
+    retries: list[RecoveryRecord] = field(default_factory=list)
+    """Recoveries that started the recovery before them over (counted in ``restarts``, not
+    against ``planned_restarts``)."""
+    planned_restarts: tuple[int, int] | None = None
+    """The least and most recoveries the faults must have caused (None: not checked)."""
+    may_miss: tuple[str, ...] = ()
+    """Fault kinds allowed to be ineffective (see :meth:`ineffective`) without failing the
+    run."""
 
     @property
     def ok(self) -> bool:
+        """Exactly the model's state, every fault recovered from and effective (or of a
+        kind in :attr:`may_miss`), the restarts as planned and none unexplained."""
         return (self.comparison.ok and (self.independent is None or self.independent.ok)
                 and all(r.committed_after is not None for r in self.faults)
                 and all(r.restored_after is not None for r in self.faults
                         if r.fault.kind == "broker")
-                and not self.unexplained)
+                and not self.unexplained and self.restarts_as_planned
+                and not [r for r in self.ineffective() if r.fault.kind not in self.may_miss])
+
+    def ineffective(self) -> list[Recovery]:
+        """The faults that hit an idle topology or left some evidence out (see
+        :attr:`Recovery.bit`)."""
+        return [r for r in self.faults if not r.bit]
+
+    @property
+    def caused_restarts(self) -> int:
+        """Recoveries that are not retries of the one before them."""
+        return self.restarts - len(self.retries)
+
+    @property
+    def restarts_as_planned(self) -> bool:
+        if self.planned_restarts is None:
+            return True
+        low, high = self.planned_restarts
+        return low <= self.caused_restarts <= high
 
     def faults_by_kind(self) -> dict[str, int]:
         """Planned faults per kind (triggers not counted)."""
@@ -155,7 +189,9 @@ class ChaosReport:
                  "epoch": r.fault.epoch, "detail": r.fault.detail,
                  "uncommitted": r.fault.uncommitted, "producing": r.fault.producing,
                  "phase": r.fault.phase, "trigger": r.fault.trigger,
-                 "effective": r.fault.effective,
+                 "effective": r.fault.effective, "bit": r.bit, "missing": r.missing,
+                 "evidence": r.fault.evidence,
+                 "recovery": None if r.record is None else asdict(r.record),
                  "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
                  "committed_after": None if r.committed_after is None
                  else round(r.committed_after, 2),
@@ -168,6 +204,11 @@ class ChaosReport:
                              "actual": repr(d.actual)} for d in c.first(10)],
             "notes": self.notes,
             "restarts": self.restarts,
+            "retries": [asdict(r) for r in self.retries],
+            "planned_restarts": None if self.planned_restarts is None
+            else list(self.planned_restarts),
+            "may_miss": list(self.may_miss),
+            "ineffective": [f"{r.fault.kind} {r.fault.target}" for r in self.ineffective()],
             "unexplained_recoveries": [asdict(r) for r in self.unexplained],
             "independent": None if self.independent is None else {
                 "lost": self.independent.lost, "duplicated": self.independent.duplicated,
@@ -199,22 +240,38 @@ class ChaosReport:
             if r.fault.kind == "broker":
                 back = "never" if r.restored_after is None else f"{r.restored_after:.1f} s"
                 line += f"; {r.fault.detail}, back in the cluster after {back}"
-            elif r.fault.kind in ("zombie", "stall"):
+            elif r.fault.detail:
                 line += f"; {r.fault.detail}"
+            if r.record is not None:
+                line += f"; recovery epoch {r.record.epoch}: {r.record.reason[:120]}"
+            if r.missing:
+                line += f"; NO EVIDENCE: {', '.join(r.missing)}"
             lines.append(line)
         idle = [r.fault for r in self.faults if not r.fault.effective]
         lines.append(f"effective: {len(self.faults) - len(idle)} of {len(self.faults)} faults "
                      "hit uncommitted data while the producer wrote"
                      + (f"; on an idle topology: {', '.join(f.target for f in idle)}"
                         if idle else ""))
+        unproven = [r for r in self.faults if r.missing]
+        lines.append(f"evidence: {len(self.faults) - len(unproven)} of {len(self.faults)} "
+                     "faults left every piece of theirs"
+                     + "".join(f"; {r.fault.kind} {r.fault.target} has no "
+                               f"{', no '.join(r.missing)}" for r in unproven))
+        if self.may_miss:
+            excused = [r for r in self.ineffective() if r.fault.kind in self.may_miss]
+            lines.append(f"may be ineffective: {', '.join(self.may_miss)} "
+                         f"({len(excused)} of them were)")
         zombies = [r.fault for r in self.faults if r.fault.kind == "zombie"]
         if zombies:
             fenced = sum(ZOMBIE_FENCED in f.detail for f in zombies)
             lines.append(f"zombies: {len(zombies)} sinks resumed after their replacement "
                          f"committed: {fenced} fenced by their table or topic, "
                          f"{len(zombies) - fenced} ended on their own")
-        lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults, "
-                     f"{len(self.unexplained)} unexplained")
+        planned = "" if self.planned_restarts is None else \
+            " (planned {}..{}{})".format(*self.planned_restarts,
+                                         "" if self.restarts_as_planned else ": NOT AS PLANNED")
+        lines.append(f"restarts: {self.restarts} for {len(self.faults)} faults{planned}, "
+                     f"{len(self.retries)} retried, {len(self.unexplained)} unexplained")
         for u in self.unexplained[:5]:
             lines.append(f"  unexplained: epoch {u.epoch} from {u.previous}: {u.reason}")
         lines.append(f"final committed round: epoch {self.committed_epoch}; "
@@ -239,6 +296,24 @@ class ChaosReport:
         return "\n".join(lines)
 
 
+TOP_UP_SECONDS = 60.0
+"""When the faults outlast the workload, :func:`run_chaos` produces up to this many seconds
+more of it (from where the last top-up ended) before the next fault, so that every fault
+hits data in flight (a fault timed for a recovery state strikes only once its trigger's
+recovery got there); the last top-up stops once the faults are done."""
+TOP_UP_RATE = 0.1
+"""A top-up's rate, as a share of the run's: a trickle in small chunks
+(:data:`TOP_UP_CHUNK`) keeps data in flight without a backlog that the end of the run must
+drain (at the full rate, a CI run on a busy machine produced 70% more than its workload)."""
+TOP_UP_CHUNK = 50
+"""Messages per acknowledged chunk of a top-up (a chunk every few tenths of a second)."""
+
+
+def cycled(values: Sequence[T], start: int, count: int) -> list[T]:
+    """``count`` of ``values`` from index ``start`` on, starting over at the end."""
+    return [values[(start + i) % len(values)] for i in range(count)] if values else []
+
+
 def run_chaos(
     stack: StackAddresses,
     topology_ref: str | Path,
@@ -252,6 +327,7 @@ def run_chaos(
     progress: Callable[[str], None] = lambda _m: None,
     brokers: BrokerControl | None = None,
     database: str | None = None,
+    may_miss: Sequence[str] = (),
 ) -> ChaosReport:
     """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare.
 
@@ -260,6 +336,11 @@ def run_chaos(
 
     ``brokers`` stops and starts the stack's Kafka nodes; a schedule with ``broker`` faults
     needs it and a cluster of :data:`MIN_KAFKA_NODES` nodes (refused before anything runs).
+
+    Every fault must bite (its evidence, and data in flight when it hit) unless its kind is
+    in ``may_miss``: when the faults outlast ``values``, more of them are produced again
+    (up to :data:`TOP_UP_SECONDS` at a time, noted in the report); the restarts must be within
+    the schedule's :meth:`ChaosSchedule.restarts`.
     """
     started = time.monotonic()
     plan = schedule.plan()
@@ -287,11 +368,21 @@ def run_chaos(
         progress("flowing; producing")
         recoveries: list[Recovery] = []
         rng = schedule.rng()
-        with BackgroundProducer(stack.kafka, produced, values, parts, rate) as producer:
-            run.producer = producer
+        topped_up = 0
+        with contextlib.ExitStack() as producers:
+            producer = producers.enter_context(
+                BackgroundProducer(stack.kafka, produced, values, parts, rate))
             for i, planned in enumerate(plan):
                 time.sleep(planned.delay)
                 run.wait_flowing(timeout)
+                if not producer.running:  # the faults outlast the workload: more of it
+                    producer.join(0)  # its error, if it had one
+                    trickle = max(1.0, rate * TOP_UP_RATE)
+                    more = cycled(values, topped_up, max(1, int(trickle * TOP_UP_SECONDS)))
+                    topped_up += len(more)
+                    producer = producers.enter_context(BackgroundProducer(
+                        stack.kafka, produced, more, parts, trickle, chunk=TOP_UP_CHUNK))
+                run.producer = producer
                 run.await_uncommitted(producer)
                 faults = run.inject(planned.kind, rng, producer, planned.phase)
                 for fault in faults:
@@ -308,7 +399,12 @@ def run_chaos(
                     progress(f"recovered from {fault.kind} {fault.target}: committed after "
                              f"{recovery.committed_after}")
                 recoveries.extend(measured)
-            producer.join(timeout + len(values) / rate)
+            if topped_up:  # a top-up only keeps data in flight while faults remain
+                producers.close()
+                producer.join(0)  # its error, if it had one
+            else:
+                producer.join(timeout + len(values) / rate)
+        again = produced.count - len(values)
         target = {(topic, p): o for p, o in produced.last_offsets().items()}
         progress(f"produced {produced.count}; draining")
         committed = run.wait_committed(target, timeout)
@@ -316,6 +412,9 @@ def run_chaos(
         states = run.committed_bolt_states(committed)
         tables = run.sink_tables()
         notes = []
+        if topped_up:
+            notes.append(f"note: the faults outlasted the workload; {again} of its messages "
+                         "were produced again to keep data in flight")
         if dict(committed.clock) != target:
             notes.append(f"note: committed clock {dict(committed.clock)} != produced {target}")
         messages = produced.model_messages()
@@ -323,8 +422,15 @@ def run_chaos(
         comparison = compare_with_model(model, states, tables)
         by_hand = BY_HAND.get(run.topology.name)
         independent = None if by_hand is None else compare_tables(by_hand(messages), tables)
-        restarts = [r for r in run.recoveries() if not r.is_start]
+        accounting = run.accounting()
+        for index, fault in enumerate(run.faults):
+            for recovery in recoveries:
+                if recovery.fault is fault:
+                    recovery.record = accounting.matched.get(index)
+                    recovery.missing = missing_evidence(fault, index in accounting.matched)
         return ChaosReport(run.topology.name, produced.count, len(parts), schedule.seed,
                            recoveries, comparison, committed.epoch,
-                           time.monotonic() - started, notes, len(restarts),
-                           run.unexplained_recoveries(), redact(run.database), independent)
+                           time.monotonic() - started, notes, accounting.restarts,
+                           accounting.unexplained, redact(run.database), independent,
+                           retries=accounting.retries, planned_restarts=schedule.restarts(),
+                           may_miss=tuple(may_miss))

@@ -3,7 +3,7 @@ negotiators and driver as subprocesses (logs in ``log_dir``), stops every proces
 by pid (the Spark Python workers through the pids processors report), reads its records in
 ZooKeeper and what it committed (:mod:`~hailstorm.harness.results`), compares that with the
 model (:mod:`~hailstorm.harness.compare`) and accounts for its recoveries
-(:mod:`~hailstorm.harness.faults`)."""
+(:mod:`~hailstorm.harness.evidence`)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,8 @@ from hailstorm import kafka
 from hailstorm.devstack import SPARK_MASTER_VAR, pid_alive, stop_pid
 from hailstorm.failpoints import FAILPOINTS_DIR_VAR, PAUSE_DIR_VAR
 from hailstorm.harness.compare import Comparison, compare_with_model
-from hailstorm.harness.faults import (
-    RECOVERY_WINDOW,
-    ZOMBIE_SPARK_CONF,
-    Explanation,
-    Fault,
-    unexplained,
-)
+from hailstorm.harness.evidence import Accounting, account, recovery_window
+from hailstorm.harness.faults import ZOMBIE_SPARK_CONF, Explanation, Fault
 from hailstorm.harness.producing import BackgroundProducer, Produced
 from hailstorm.harness.results import BoltStates, read_bolt_states, read_sink_tables, topic_ends
 from hailstorm.harness.stack import BrokerControl, StackAddresses, _NodeRestart, private_database
@@ -356,19 +351,27 @@ class Deployment:
         self.planned.append(Explanation(at, why))
 
     def explanations(self) -> list[Explanation]:
-        """What may explain a recovery: every fault injected, every restart declared, and
-        every failpoint that fired (its marker file's time)."""
-        found = [Explanation(f.at, f"{f.kind} {f.target}") for f in self.faults]
-        found += self.planned
+        """What besides the injected faults may explain a recovery: every restart declared,
+        and every failpoint that fired (its marker file's time)."""
+        found = list(self.planned)
         directory = self.env.get(FAILPOINTS_DIR_VAR)
         if directory and Path(directory).is_dir():
             found += [Explanation(marker.stat().st_mtime, f"failpoint {marker.name}")
                       for marker in Path(directory).iterdir()]
         return sorted(found)
 
+    def accounting(self) -> Accounting:
+        """Which fault, declared restart or failpoint each recovery so far is due to (see
+        :func:`~hailstorm.harness.evidence.account`: a fault's recovery names its victim
+        within :func:`~hailstorm.harness.evidence.recovery_window` of the processors'
+        session timeout)."""
+        return account(self.recoveries(), self.faults, self.explanations(),
+                       window=recovery_window(self.processor_session_timeout),
+                       state_wait=self.timeout)
+
     def unexplained_recoveries(self) -> list[RecoveryRecord]:
         """Recoveries no injected fault, declared restart or failpoint explains."""
-        return unexplained(self.recoveries(), self.explanations(), RECOVERY_WINDOW)
+        return self.accounting().unexplained
 
     def check_recoveries(self) -> None:
         """Raise :class:`HarnessError` naming every recovery nothing explains: a protocol

@@ -1,14 +1,14 @@
 """What a fault is: the kinds (:data:`FAULT_KINDS`) and the master states one can be timed
-for (:data:`MASTER_PHASES`), the record of one injected (:class:`Fault`) and of the recovery
-from it (:class:`Recovery`), which recoveries a fault or a declared restart explains
-(:func:`unexplained`), and how a zombie sink ended, read from its log lines
-(:func:`zombie_outcome`). :class:`~hailstorm.harness.run.TopologyRun` injects them."""
+for (:data:`MASTER_PHASES`), the record of one injected (:class:`Fault`, with the evidence
+that it happened) and of the recovery from it (:class:`Recovery`), what else may explain a
+recovery (:class:`Explanation`), and how a zombie sink ended, read from its log lines
+(:func:`zombie_outcome`). :class:`~hailstorm.harness.run.TopologyRun` injects them;
+:mod:`~hailstorm.harness.evidence` judges whether they bit."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -64,6 +64,12 @@ class Fault:
     """The master's state when the fault hit, read just before it (``""``: not read)."""
     trigger: bool = False
     """Injected only to start a recovery that the next fault is timed to hit."""
+    evidence: dict[str, bool] = field(default_factory=dict)
+    """What the harness saw of the fault, by the names of
+    :mod:`~hailstorm.harness.evidence` (``"victim gone": True``...)."""
+    lethal_at: float | None = None
+    """A stall that ended in a SIGKILL: when the kill struck (the recovery is timed from
+    it)."""
 
     @property
     def effective(self) -> bool:
@@ -80,44 +86,31 @@ class Recovery:
     committed_after: float | None
     restored_after: float | None = None
     """A broker fault: seconds until the killed node was back in the cluster metadata."""
+    record: RecoveryRecord | None = None
+    """The recovery ZooKeeper recorded for the fault (see
+    :func:`~hailstorm.harness.evidence.account`; None: none was, or none was due)."""
+    missing: list[str] = field(default_factory=list)
+    """The evidence the fault lacks (:func:`~hailstorm.harness.evidence.missing_evidence`):
+    anything here means it may not have happened as planned."""
+
+    @property
+    def bit(self) -> bool:
+        """The fault hit data in flight and left every piece of its evidence."""
+        return self.fault.effective and not self.missing
 
 
 VICTIM_ROLES = ("spout", "bolt", "sink")
 """The processors a processor kill or a session expiry may hit: every kind, sinks too (their
 table writer's fencing and replay are part of what a run proves)."""
 
-RECOVERY_WINDOW = 120.0
-"""Seconds after a fault (or a declared restart) within which a recovery counts as its
-consequence; a recovery that fails and restarts again stays inside it."""
-
-
 @dataclass(frozen=True, order=True)
 class Explanation:
-    """Something that happened on purpose and may make the topology recover."""
+    """A restart a test caused on purpose (or a failpoint that fired): it may explain a
+    recovery without a fault of the harness."""
 
     at: float
     """``time.time()``."""
     why: str
-
-
-def unexplained(recoveries: Iterable[RecoveryRecord], explanations: Sequence[Explanation],
-                window: float = RECOVERY_WINDOW) -> list[RecoveryRecord]:
-    """The recoveries that no explanation precedes by at most ``window`` seconds.
-
-    A deployment's start is no recovery, nor are the start's own retries (Initialize timed
-    out before every processor registered, and nothing ever flowed in between)."""
-    found = []
-    starting = False
-    for r in sorted(recoveries, key=lambda r: r.epoch):
-        if r.is_start:
-            starting = True
-            continue
-        if starting and r.previous == "Initialize":
-            continue
-        starting = False
-        if not any(e.at - 1.0 <= r.at <= e.at + window for e in explanations):
-            found.append(r)
-    return found
 
 
 #: Master states of a topology recovering from a failure (SpoutsPaused is a snapshot round).

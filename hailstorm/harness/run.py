@@ -10,6 +10,7 @@ import contextlib
 import os
 import random
 import signal
+import subprocess
 import time
 from collections.abc import Iterator, Mapping
 
@@ -19,10 +20,22 @@ from hailstorm import kafka
 from hailstorm.devstack import pid_alive
 from hailstorm.failpoints import PAUSE_DIR_VAR, pause_request
 from hailstorm.harness.deployment import Deployment
+from hailstorm.harness.evidence import (
+    FENCED,
+    NEW_LEADER,
+    NODE_BACK,
+    SESSION_EXPIRED,
+    STOPPED_BEFORE_COMMIT,
+    VICTIM_GONE,
+    VICTIM_RESUMED,
+    VICTIM_STOPPED,
+    expects_recovery,
+)
 from hailstorm.harness.faults import (
     _RECOVERING,
     RECOVERY_PHASES,
     VICTIM_ROLES,
+    ZOMBIE_FENCED,
     Fault,
     FaultKind,
     MasterPhase,
@@ -41,6 +54,7 @@ from hailstorm.harness.stack import (
 )
 from hailstorm.harness.wait import HarnessError, wait_for
 from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.layout import RecoveryRecord
 
 
 class TopologyRun(Deployment):
@@ -175,9 +189,28 @@ class TopologyRun(Deployment):
         ``phase`` (None: now)."""
         ident, victim = self._pick_processor(role, rng, pid, epoch=epoch)
         fault = self._fault("processor", ident, victim, phase)
-        with contextlib.suppress(ProcessLookupError):  # it may have died on its own since
-            os.kill(victim, signal.SIGKILL)
+        self._sigkill(fault, victim)
         return fault
+
+    @staticmethod
+    def _sigkill(fault: Fault, victim: int) -> None:
+        """SIGKILL ``victim`` and record whether it is gone (:data:`VICTIM_GONE`): a victim
+        that had already ended (on its own, or a zombie process) was not hit by this fault,
+        and one that still runs 10 s later was not killed."""
+        if not pid_alive(victim):
+            fault.evidence[VICTIM_GONE] = False
+            fault.detail = _joined(fault.detail, "the victim had ended before the SIGKILL")
+            return
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            fault.evidence[VICTIM_GONE] = False
+            fault.detail = _joined(fault.detail, "the victim had ended before the SIGKILL")
+            return
+        deadline = time.monotonic() + 10
+        while pid_alive(victim) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fault.evidence[VICTIM_GONE] = not pid_alive(victim)
 
     def leader(self) -> str | None:
         """The label of the leading negotiator, from the master record."""
@@ -196,8 +229,20 @@ class TopologyRun(Deployment):
             fault.target, fault.pid = label, proc.pid
         self.killed.add(label)
         proc.kill()
-        proc.wait(10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        fault.evidence[VICTIM_GONE] = proc.poll() is not None
         self._spawn_negotiator()
+
+        def another_leads() -> bool:  # the next state the master records, by its new leader
+            master = self.master()
+            return master is not None and master.leader != label
+        try:
+            wait_for(f"a negotiator other than {label} to lead", another_leads, 60, self.alive,
+                     poll=0.05)
+            fault.evidence[NEW_LEADER] = True
+        except HarnessError:
+            fault.evidence[NEW_LEADER] = False
         return fault
 
     def expire_zk_session(self, processor: str | None = None,
@@ -220,15 +265,22 @@ class TopologyRun(Deployment):
             ident, victim = processor, wait_for(f"{processor} to run", living, timeout,
                                                 self.alive)
         node = self.paths.living_node(ident)
-        owner = self.zk.exists(node)
         fault = self._fault("zk-session", ident, victim, phase)
+        owner = self.zk.exists(node)  # the session that must expire: read just before
+        report = self.processors().get(ident)
+        fault.evidence[SESSION_EXPIRED] = False
+        if owner is None or report is None or int(report.info.get("pid", -1)) != victim \
+                or not pid_alive(victim):  # no session of the victim's to expire
+            fault.detail = _joined(fault.detail, "the victim had no living node when stopped")
+            return fault
         with self._kept_stopped(victim):
             os.kill(victim, signal.SIGSTOP)
 
             def expired() -> bool:
                 stat = self.zk.exists(node)
-                return stat is None or owner is None or stat.ephemeralOwner != owner.ephemeralOwner
-            wait_for(f"the session of {ident} to expire", expired, timeout, poll=0.25)
+                return stat is None or stat.ephemeralOwner != owner.ephemeralOwner
+            fault.evidence[SESSION_EXPIRED] = bool(
+                wait_for(f"the session of {ident} to expire", expired, timeout, poll=0.25))
         return fault
 
     def zombie_sink(self, rng: random.Random | None = None, timeout: float = 120,
@@ -264,7 +316,10 @@ class TopologyRun(Deployment):
                      poll=0.25)
         wait_for(f"the zombie {ident} (pid {victim}) to end", lambda: not pid_alive(victim),
                  60, self.alive, poll=0.2)
-        fault.detail += "; " + zombie_outcome(self.log("driver"), victim)
+        outcome = zombie_outcome(self.log("driver"), victim)
+        fault.evidence[STOPPED_BEFORE_COMMIT] = fault.detail == "stopped before a commit"
+        fault.evidence[FENCED] = outcome == ZOMBIE_FENCED
+        fault.detail += "; " + outcome
         return fault
 
     @contextlib.contextmanager
@@ -318,15 +373,22 @@ class TopologyRun(Deployment):
         fault = self._fault("stall", ident, victim, phase)
         fault.detail = f"stopped {down:.1f} s"
         with self._kept_stopped(victim):
-            os.kill(victim, signal.SIGSTOP)
-            time.sleep(down)
+            stopped_at = time.monotonic()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGSTOP)
+            while not process_stopped(victim) and time.monotonic() - stopped_at < 5:
+                time.sleep(0.005)
+            fault.evidence[VICTIM_STOPPED] = process_stopped(victim)
+            time.sleep(max(0.0, down - (time.monotonic() - stopped_at)))
+        time.sleep(0.05)  # SIGCONT delivered
+        fault.evidence[VICTIM_RESUMED] = pid_alive(victim) and not process_stopped(victim)
         if crash:
             resumed = time.time()
             wait_for(f"a round committed after {ident} resumed",
                      lambda: (c := self.committed()) is not None and c.committed_at > resumed,
                      60, self.alive, poll=0.01)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGKILL)
+            fault.lethal_at = time.time()
+            self._sigkill(fault, victim)
             fault.detail += ", SIGKILLed after the next commit"
         return fault
 
@@ -374,6 +436,7 @@ class TopologyRun(Deployment):
             fault.acked = {_clock_key((producer.produced.topic, p)): o
                            for p, o in producer.produced.last_offsets().items()}
         fault.pid = self.brokers.kill_kafka_node(victim)
+        fault.evidence[VICTIM_GONE] = not pid_alive(fault.pid)
         restart = _NodeRestart(self.brokers, victim, down, layout.addresses.get(victim))
         self._restarts.append((fault, restart.start()))
         return fault
@@ -434,20 +497,38 @@ class TopologyRun(Deployment):
             needed[key] = max(needed.get(key, -1), want)
         return needed
 
+    def _recovery_of(self, fault: Fault) -> RecoveryRecord | None:
+        """The recovery recorded for ``fault`` so far (None: none yet)."""
+        index = next(i for i, f in enumerate(self.faults) if f is fault)
+        return self.accounting().matched.get(index)
+
     def measure_recovery(self, fault: Fault, timeout: float = 180,
                          producer: BackgroundProducer | None = None) -> Recovery:
-        """Seconds from ``fault`` until a newer master is Flowing, and a commit passed it.
+        """Seconds from ``fault`` until the topology flowed again after it, and until a
+        commit passed it.
 
-        A broker fault may leave the topology flowing (spouts ride out a leader move: then
-        "Flowing after" is when the master was first seen Flowing, about 0) or fail
-        processors and make it recover: then it is when it was last seen becoming Flowing
-        after recovering. "Committed past it" needs a commit past the offsets the producer
-        had acknowledged at the kill (see :meth:`kill_broker`), and the measurement lasts
-        until the node answers again too (``restored_after``).
+        A fault that fails a processor (:func:`~hailstorm.harness.evidence.expects_recovery`)
+        is recovered from once the master is ``Flowing`` in the epoch of the recovery
+        recorded for it (a move through ``Initialize`` after the fault whose reason names
+        the victim, see :meth:`accounting`) or a later one: a later epoch alone proves
+        nothing, every snapshot round raises it. A negotiator kill: once a master written
+        after the fault by another negotiator is ``Flowing``. A stall that restarts nothing
+        and a broker fault may leave the topology flowing (spouts ride out a leader move):
+        then "Flowing after" is when the master was first seen Flowing (about 0), or when
+        it was last seen becoming Flowing after recovering. "Committed past it" needs a
+        commit past the offsets the topology had reached (a broker fault: past those the
+        producer had acknowledged at the kill, see :meth:`kill_broker`), and the
+        measurement lasts until a killed Kafka node answers again too
+        (``restored_after``).
         """
         recovery = Recovery(fault, None, None)
         restart = next((r for f, r in self._restarts if f is fault), None)
+        # A fault that never struck (its victim gone already, no session to expire) causes
+        # no recovery to wait for: it fails the run for its missing evidence instead.
+        needs_recovery = expects_recovery(fault) and fault.evidence.get(VICTIM_GONE, True) \
+            and fault.evidence.get(SESSION_EXPIRED, True)
         deadline = time.monotonic() + timeout
+        looked = 0.0  # when the recoveries were last read (every 0.5 s: one read per record)
         while time.monotonic() < deadline and (
                 recovery.committed_after is None
                 or (restart is not None and recovery.restored_after is None)):
@@ -456,20 +537,28 @@ class TopologyRun(Deployment):
                 restart.finish(0)  # raises when the node did not start
                 assert restart.restarted_at is not None
                 recovery.restored_after = restart.restarted_at - fault.at
+                fault.evidence[NODE_BACK] = True
             if recovery.committed_after is not None:
                 time.sleep(0.1)
                 continue
             now = time.time()
             master = self.master()
             flowing = master is not None and master.state.__class__.__name__ == "Flowing"
-            if fault.kind == "broker":
-                if master is not None and master.state.__class__.__name__ in _RECOVERING:
-                    recovery.flowing_after = None
-                elif flowing and recovery.flowing_after is None:
+            if needs_recovery:
+                if recovery.record is None and time.monotonic() - looked >= 0.5:
+                    looked = time.monotonic()
+                    recovery.record = self._recovery_of(fault)
+                if (recovery.flowing_after is None and flowing and recovery.record is not None
+                        and master is not None
+                        and master.state.epoch >= recovery.record.epoch):
                     recovery.flowing_after = now - fault.at
-            elif (recovery.flowing_after is None and master is not None and flowing
-                    and master.entered_at >= fault.at
-                    and (fault.kind == "negotiator" or master.state.epoch > fault.epoch)):
+            elif fault.kind == "negotiator":
+                if (recovery.flowing_after is None and master is not None and flowing
+                        and master.entered_at >= fault.at and master.leader != fault.target):
+                    recovery.flowing_after = now - fault.at
+            elif master is not None and master.state.__class__.__name__ in _RECOVERING:
+                recovery.flowing_after = None
+            elif flowing and recovery.flowing_after is None:
                 recovery.flowing_after = now - fault.at
             committed = self.committed()
             if (recovery.flowing_after is not None and committed is not None
@@ -480,3 +569,8 @@ class TopologyRun(Deployment):
                 recovery.committed_after = now - fault.at
             time.sleep(0.1)
         return recovery
+
+
+def _joined(detail: str, more: str) -> str:
+    """``detail`` with ``more`` appended (``"; "`` between)."""
+    return f"{detail}; {more}" if detail else more

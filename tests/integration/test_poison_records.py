@@ -5,6 +5,7 @@ and the committed state, tables and quarantine are what :func:`run_model` predic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
@@ -15,9 +16,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from deployments import REPO, assert_secret_hidden
+from deployments import REPO, assert_secret_hidden, command_lines
+from kazoo.exceptions import NoNodeError
 
 from hailstorm import kafka
+from hailstorm.devstack import pid_alive
 from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
 from hailstorm.model import run_model
 from hailstorm.quarantine import VALUE_LIMIT
@@ -198,14 +201,80 @@ def test_every_poison_record_is_quarantined_and_the_rest_is_exact(
         assert sum(n["hailstorm_negotiator_pause_seconds_count"] for n in negotiators) >= 2
         assert 0 < max(n["hailstorm_negotiator_pause_max_seconds"] for n in negotiators) < 30
 
-        # The database's password (the dev stack makes one) shows nowhere.
+        # The database's password (the dev stack makes one) shows nowhere: not while the
+        # run is live (what any user of the host can read of its processes, and its records
+        # in ZooKeeper), nor in its logs and status afterwards.
         status = subprocess.run(
             [sys.executable, "-m", "hailstorm", "status", run.name, "--json", "--sample", "0"],
             cwd=REPO, env=run.env, capture_output=True, text=True, timeout=60, check=True)
-        run.stop()
         password = urlsplit(run.database).password
-        if password:  # a PostgreSQL stack (SQLite has none)
-            assert_secret_hidden(password, run, status.stdout, status.stderr)
+        assert password, "the test stack's PostgreSQL has a password"
+        looked_at = _assert_hidden_from_live_processes(password, run)
+        print(f"secret hidden from {len(looked_at)} live processes of the run: "
+              f"{sorted(set(looked_at.values()))}")
+        assert {"driver", "negotiator-0", "negotiator-1", "java"} <= set(looked_at.values())
+        assert set(run.processors()) <= set(looked_at.values()), looked_at
+        run.stop()
+        assert_secret_hidden(password, run, status.stdout, status.stderr)
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    """``roots`` and every process below them (from each process's parent in /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found = set(roots)
+    while True:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        if not more:
+            return found
+        found |= more
+
+
+def _visible(pid: int) -> str:
+    """What any user of the host can read of process ``pid``: its command line and the
+    names of the process and its threads."""
+    base = Path(f"/proc/{pid}")
+    parts = [(base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"),
+             (base / "comm").read_text()]
+    for task in (base / "task").iterdir():
+        with contextlib.suppress(OSError):
+            parts.append((task / "comm").read_text())
+    return "\n".join(parts)
+
+
+def _assert_hidden_from_live_processes(secret: str, run: TopologyRun) -> dict[int, str]:
+    """While ``run`` is live: ``secret`` is on no process's command line on this host,
+    in nothing any user can read of the run's own processes (the driver, the negotiators,
+    the Spark JVM, every processor's Python worker and whatever else they started), and in
+    none of the run's ZooKeeper records. Returns the run's processes it looked at (pid ->
+    the processor id, the harness's label, or the command's name), each still alive after
+    the look."""
+    processors = {int(r.info["pid"]): ident for ident, r in run.processors().items()}
+    labels = {proc.pid: label for label, proc in run.procs.items() if proc.poll() is None}
+    looked_at: dict[int, str] = {}
+    for pid in sorted(_descendants(set(labels)) | set(processors)):
+        with contextlib.suppress(OSError):  # a helper process that ended meanwhile
+            seen = _visible(pid)
+            assert secret not in seen, f"the secret is visible in process {pid}: {seen[:200]}"
+            looked_at[pid] = processors.get(pid) or labels.get(pid) or \
+                Path(f"/proc/{pid}/comm").read_text().strip()
+    assert not [line for line in command_lines() if secret in line]
+    stack = [run.paths.root]
+    while stack:  # every record of the run, as anyone who may read ZooKeeper sees it
+        path = stack.pop()
+        with contextlib.suppress(NoNodeError):  # an ephemeral or superseded record gone
+            data, _stat = run.zk.get(path)
+            assert secret.encode() not in (data or b""), f"the secret is in ZooKeeper at {path}"
+            stack += [f"{path}/{child}" for child in run.zk.get_children(path)]
+    # They were all live when looked at: each of them is still running now.
+    for pid, name in looked_at.items():
+        if name in labels.values() or name in processors.values():
+            assert pid_alive(pid), f"{name} (pid {pid}) ended while its secrets were checked"
+    return looked_at
 
 
 def test_on_error_fail_stops_the_topology_with_the_record(

@@ -1,0 +1,293 @@
+"""The chaos harness's judgement, pure: which fault each recovery is due to, what evidence
+each fault must leave, the restarts a plan implies, and a report that is OK only when every
+fault bit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hailstorm.cli import main
+from hailstorm.harness import (
+    MASTER_PHASES,
+    ChaosReport,
+    ChaosSchedule,
+    Comparison,
+    Explanation,
+    Fault,
+    Recovery,
+    TopologyRun,
+)
+from hailstorm.harness.evidence import (
+    FENCED,
+    NEW_LEADER,
+    RECOVERY_NAMES_VICTIM,
+    SESSION_EXPIRED,
+    STOPPED_BEFORE_COMMIT,
+    VICTIM_GONE,
+    VICTIM_RESUMED,
+    VICTIM_STOPPED,
+    account,
+    expects_recovery,
+    fault_window,
+    missing_evidence,
+    names,
+    planned_restarts,
+    recovery_window,
+)
+from hailstorm.protocol.layout import RecoveryRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+
+def _recovery(epoch: int, at: float, previous: str = "Flowing(None)",
+              reason: str | None = None) -> RecoveryRecord:
+    return RecoveryRecord(epoch, at, previous, reason if reason is not None else f"reason {epoch}")
+
+
+def _hit(kind: str, target: str, at: float, phase: str = "Flowing", **more: Any) -> Fault:
+    return Fault(kind, target, 1, at, 3, {}, phase=phase, **more)  # type: ignore[arg-type]
+
+
+START = _recovery(1, 100.0, "NegotiatorDisconnected", "leader elected; no master state")
+
+
+def test_a_recovery_is_due_to_the_fault_whose_victim_it_names_within_the_window() -> None:
+    kill = _hit("processor", "spout:lines:words:2", 200.0)
+    named = _recovery(5, 200.4, reason="bolt:counts:1 failed: DataPlaneError: "
+                                       "spout:lines:words:2 closed its connection")
+    assert recovery_window(6.0) == 22.0
+    result = account([START, named], [kill])
+    assert result.matched == {0: named} and not result.unexplained
+    assert result.starts == [START] and result.restarts == 1
+    # Naming another processor, before the fault, or after the window: not the fault's.
+    other = _recovery(5, 200.4, reason="bolt:counts:0 lost (living node gone)")
+    before = replace(named, at=198.0)
+    late = replace(named, at=200.0 + recovery_window(6.0) + 0.5)
+    for record in (other, before, late):
+        result = account([START, record], [kill])
+        assert result.matched == {} and result.unexplained == [record]
+    # A prefix of another id is no name: bolt:counts:1 is not bolt:counts:10.
+    assert names("bolt:counts:1 lost", "bolt:counts:1")
+    assert not names("bolt:counts:10 lost", "bolt:counts:1")
+    assert names("x: spout:l:w:1, sink:s:0 lost", "spout:l:w:1")
+
+
+def test_one_fault_explains_one_recovery_and_its_retries_only() -> None:
+    kill = _hit("processor", "bolt:counts:0", 200.0)
+    first = _recovery(5, 201.0, reason="spout:lines:words:0 failed: sending to "
+                                       "bolt:counts:0 failed: broken pipe")
+    retried = _recovery(6, 232.0, "Initialize", "initialize of epoch 5 abandoned after 30 s")
+    again = _recovery(8, 205.0, reason="bolt:counts:0 lost (living node gone)")  # flowed
+    result = account([START, first, retried, again], [kill])
+    assert result.matched == {0: first} and result.retries == [retried]
+    assert result.unexplained == [again]
+    # A retry of an unexplained recovery is not explained either.
+    stray = _recovery(5, 500.0, reason="bolt:counts:1 lost (living node gone)")
+    stray_retry = _recovery(6, 531.0, "SpoutsRewind({'w:0': 3})", "rewind abandoned")
+    assert account([START, stray, stray_retry], [kill]).unexplained == [stray, stray_retry]
+
+
+def test_faults_that_restart_nothing_explain_no_recovery() -> None:
+    leader = _hit("negotiator", "negotiator-0", 200.0)
+    stall = _hit("stall", "bolt:counts:1", 200.0)
+    record = _recovery(5, 202.0, reason="bolt:counts:1 lost (living node gone)")
+    assert account([START, record], [leader, stall]).unexplained == [record]
+    # A stall that ended in a SIGKILL restarts, timed from the kill.
+    crashed = replace(stall, lethal_at=240.0)
+    late = replace(record, at=245.0)
+    assert account([START, late], [crashed]).matched == {0: late}
+    assert account([START, record], [crashed]).unexplained == [record]  # before the kill
+
+
+def test_a_fault_timed_for_a_recovery_may_restart_it_without_naming_its_victim() -> None:
+    trigger = _hit("processor", "spout:l:w:1", 200.0, trigger=True)
+    planned = _hit("processor", "bolt:c:0", 203.0, phase="Initialize")
+    first = _recovery(5, 200.2, reason="bolt:c:1 failed: spout:l:w:1 closed its connection")
+    timed_out = _recovery(6, 203.0 + recovery_window(6.0) + 20,
+                          "Initialize", "initialize of epoch 5 abandoned after 30 s: "
+                                        "sink:s:0 not ready for epoch 5")
+    result = account([START, first, timed_out], [trigger, planned])
+    assert result.matched == {0: first, 1: timed_out} and not result.retries
+    # Past the state's wait too: a retry of the trigger's recovery, the fault unmatched.
+    later = replace(timed_out, at=203.0 + recovery_window(6.0) + 31)
+    result = account([START, first, later], [trigger, planned])
+    assert result.matched == {0: first} and result.retries == [later]
+
+
+def test_broker_faults_may_fail_any_processor_and_declared_restarts_are_lenient() -> None:
+    broker = _hit("broker", "kafka-2", 200.0)
+    failed = _recovery(5, 240.0, reason="spout:l:w:3 failed: KafkaException: timed out")
+    assert account([START, failed], [broker]).matched == {0: failed}
+    assert account([START, replace(failed, at=261.5)], [broker]).unexplained
+    declared = [Explanation(200.0, "the cable of worker-1 was pulled")]
+    two = [_recovery(5, 230.0), _recovery(7, 300.0)]  # any reason, up to 120 s, any number
+    result = account([START, *two], [], declared)
+    assert result.declared == two and not result.unexplained
+    assert account([START, _recovery(5, 321.5)], [], declared).unexplained
+
+
+def test_retries_of_the_start_are_part_of_the_start() -> None:
+    start_retry = _recovery(2, 131.0, "Initialize")  # processors slow to register
+    stalled_rewind = _recovery(3, 170.0, "SpoutsRewind({'w:0': -1})")
+    later_retry = _recovery(4, 210.0, "Initialize")
+    assert account([START, start_retry], []).unexplained == []
+    assert account([START, start_retry, stalled_rewind, later_retry], []).unexplained == [
+        stalled_rewind, later_retry]
+
+
+_TARGETS = ["spout:l:w:0", "spout:l:w:1", "bolt:c:0", "bolt:c:1", "sink:s:0"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["processor", "zk-session", "zombie", "negotiator",
+                                           "stall", "broker"]),
+                          st.sampled_from(_TARGETS), st.floats(0, 300),
+                          st.sampled_from(MASTER_PHASES)), max_size=8),
+       st.lists(st.tuples(st.floats(0, 400), st.sampled_from(_TARGETS),
+                          st.sampled_from(["Flowing(None)", "SpoutsPaused", "Initialize"])),
+                max_size=10))
+def test_every_recovery_has_one_cause_at_most_and_a_fault_one_recovery(
+        faults: list[tuple[str, str, float, str]],
+        recoveries: list[tuple[float, str, str]]) -> None:
+    hits = [_hit(kind, target, at, phase) for kind, target, at, phase in faults]
+    records = [START] + [_recovery(i + 2, at, previous, f"{target} lost (living node gone)")
+                         for i, (at, target, previous) in enumerate(recoveries)]
+    result = account(records, hits)
+    # Every recovery after the start lands in exactly one bucket.
+    buckets = [list(result.matched.values()), result.retries, result.declared,
+               result.unexplained, result.starts]
+    assert sorted(r.epoch for bucket in buckets for r in bucket) == [r.epoch for r in records]
+    assert len({r.epoch for r in result.matched.values()}) == len(result.matched)
+    for index, record in result.matched.items():
+        fault = hits[index]
+        low, high = fault_window(fault, recovery_window(6.0), 30.0)
+        assert low <= record.at <= high
+        assert fault.kind in ("processor", "zk-session", "zombie", "broker")
+        assert fault.kind == "broker" or names(record.reason, fault.target) \
+            or (fault.phase in ("Initialize", "SpoutsRewind")
+                and record.previous == "Initialize")
+    assert result.restarts == len(records) - 1 - (len(result.starts) - 1)
+
+
+def test_what_each_fault_must_leave_to_count_as_having_happened() -> None:
+    kill = _hit("processor", "bolt:c:0", 1.0, evidence={VICTIM_GONE: True})
+    assert missing_evidence(kill, recovered=True) == []
+    assert missing_evidence(kill, recovered=False) == [RECOVERY_NAMES_VICTIM]
+    gone_before = replace(kill, evidence={VICTIM_GONE: False})
+    assert missing_evidence(gone_before, recovered=True) == [VICTIM_GONE]
+    # An expiry counts only when the session it stopped really expired.
+    expiry = _hit("zk-session", "bolt:c:0", 1.0, evidence={SESSION_EXPIRED: False})
+    assert missing_evidence(expiry, recovered=True) == [SESSION_EXPIRED]
+    zombie = _hit("zombie", "sink:s:0", 1.0,
+                  evidence={STOPPED_BEFORE_COMMIT: True, FENCED: False})
+    assert missing_evidence(zombie, recovered=True) == [FENCED]
+    leader = _hit("negotiator", "negotiator-0", 1.0, evidence={VICTIM_GONE: True})
+    assert missing_evidence(leader, recovered=False) == [NEW_LEADER]
+    stall = _hit("stall", "bolt:c:1", 1.0, evidence={VICTIM_STOPPED: True,
+                                                     VICTIM_RESUMED: True})
+    assert missing_evidence(stall, recovered=False) == []
+    crashed = replace(stall, lethal_at=5.0)
+    assert missing_evidence(crashed, recovered=False) == [VICTIM_GONE, RECOVERY_NAMES_VICTIM]
+    assert not expects_recovery(stall) and expects_recovery(crashed)
+
+
+def test_planned_restarts_are_a_range_from_the_plan() -> None:
+    assert planned_restarts([]) == (0, 0)
+    assert planned_restarts([("processor", "Flowing"), ("negotiator", "SpoutsPaused")]) == (1, 1)
+    # A fault timed for a recovery state brings its trigger's restart.
+    assert planned_restarts([("zk-session", "Initialize"), ("negotiator", "SpoutsRewind")]) \
+        == (3, 3)
+    assert planned_restarts([("stall", "Flowing"), ("broker", "Flowing")]) == (0, 2)
+    kinds = ("processor",) * 4 + ("negotiator",) * 2 + ("zk-session",) * 2 + ("zombie",
+                                                                              "stall")
+    schedule = ChaosSchedule(kinds=kinds, count=10, spacing=2.0, seed=7)
+    triggers = sum(p.phase in ("Initialize", "SpoutsRewind") for p in schedule.plan())
+    assert schedule.restarts() == (7 + triggers, 8 + triggers)
+
+
+def _bitten(kind: str, target: str, **evidence: bool) -> Recovery:
+    fault = _hit(kind, target, 1.0, uncommitted=9, producing=True,
+                 evidence={k.replace("_", " "): v for k, v in evidence.items()})
+    return Recovery(fault, 1.0, 2.0)
+
+
+def test_a_report_is_ok_only_when_every_fault_bit_unless_its_kind_may_miss() -> None:
+    comparison = Comparison(keys_compared=1)
+    kill = _bitten("processor", "bolt:c:0", victim_gone=True)
+    unproven = _bitten("zk-session", "bolt:c:1", session_expired=False)
+    unproven.missing = missing_evidence(unproven.fault, recovered=True)
+    assert kill.bit and not unproven.bit
+    report = ChaosReport("t", 9, 1, 0, [kill, unproven], comparison, 5, 1.0, restarts=2,
+                         planned_restarts=(2, 2))
+    assert not report.ok and report.ineffective() == [unproven]
+    text = report.to_text()
+    assert "NO EVIDENCE: session expired" in text
+    assert "evidence: 1 of 2 faults left every piece of theirs; zk-session bolt:c:1 has no " \
+           "session expired" in text
+    excused = replace(report, may_miss=("zk-session",))
+    assert excused.ok and "may be ineffective: zk-session (1 of them were)" in excused.to_text()
+    assert json.loads(excused.to_json())["ineffective"] == ["zk-session bolt:c:1"]
+    # An idle topology is no bite either.
+    idle = replace(kill, fault=replace(kill.fault, uncommitted=0))
+    assert not replace(report, faults=[idle], planned_restarts=None).ok
+
+
+def test_a_report_is_ok_only_with_the_planned_number_of_restarts() -> None:
+    comparison = Comparison(keys_compared=1)
+    kill = _bitten("processor", "bolt:c:0", victim_gone=True)
+    retry = _recovery(6, 40.0, "Initialize")
+    report = ChaosReport("t", 9, 1, 0, [kill], comparison, 5, 1.0, restarts=2, retries=[retry],
+                         planned_restarts=(1, 1))
+    assert report.ok and report.caused_restarts == 1
+    assert "restarts: 2 for 1 faults (planned 1..1), 1 retried, 0 unexplained" \
+        in report.to_text()
+    extra = replace(report, restarts=3)
+    assert not extra.ok and "NOT AS PLANNED" in extra.to_text()
+    assert not replace(report, restarts=1, retries=[], planned_restarts=(2, 3)).ok
+
+
+def test_recovery_records_round_trip_through_json() -> None:
+    record = RecoveryRecord(7, 1234.5, "Flowing({'words:0': 3})", "bolt:counts:1 lost", "neg-a")
+    assert RecoveryRecord.from_json(record.to_json()) == record
+
+
+def test_a_chaos_report_with_an_unexplained_recovery_is_not_ok() -> None:
+    comparison = Comparison(keys_compared=1)
+    clean = ChaosReport("wc", 10, 1, 0, [], comparison, 3, 1.0)
+    assert clean.ok
+    bad = ChaosReport("wc", 10, 1, 0, [], comparison, 3, 1.0, restarts=1,
+                      unexplained=[_recovery(2, 5.0)])
+    assert not bad.ok
+    assert "1 unexplained" in bad.to_text() and "reason 2" in bad.to_text()
+    assert bad.to_dict()["unexplained_recoveries"][0]["epoch"] == 2
+
+
+def test_chaos_command_refuses_an_unknown_kind_to_excuse() -> None:
+    result = CliRunner().invoke(main, ["chaos", str(ROOT / "topologies" / "wordcount.py"),
+                                       "--may-miss", "processor,gremlin"])
+    assert result.exit_code == 1 and "unknown fault kind(s) gremlin" in result.output
+
+
+def test_a_kill_records_whether_its_victim_was_alive_and_is_gone() -> None:
+    """The SIGKILL of a live process is evidence; one of a process already gone is not (the
+    old harness ignored that, so a fault could fail to happen)."""
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    hit = _hit("processor", "bolt:c:0", 1.0)
+    TopologyRun._sigkill(hit, live.pid)
+    live.wait(10)
+    assert hit.evidence == {VICTIM_GONE: True}
+    late = _hit("processor", "bolt:c:0", 2.0)
+    TopologyRun._sigkill(late, live.pid)  # reaped: nothing left to kill
+    assert late.evidence == {VICTIM_GONE: False}
+    assert "had ended before the SIGKILL" in late.detail
+    assert missing_evidence(late, recovered=True) == [VICTIM_GONE]
