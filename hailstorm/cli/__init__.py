@@ -7,12 +7,19 @@
 * :mod:`~hailstorm.cli.running` - ``run``, ``negotiator`` and ``demo``;
 * :mod:`~hailstorm.cli.inspecting` - ``show``, ``status``, ``ui``, ``snapshots``, ``query``
   and ``export``;
-* :mod:`~hailstorm.cli.chaos` - ``chaos``.
+* :mod:`~hailstorm.cli.chaos` - ``chaos``;
+* :mod:`~hailstorm.cli.upgrading` - ``plan``.
 
 Importing this package registers every command on :func:`main` (each module adds its own).
 """
 
-from hailstorm.cli import chaos, dev, inspecting, running  # noqa: F401  (they register the commands)
+from hailstorm.cli import (  # noqa: F401  (they register the commands)
+    chaos,
+    dev,
+    inspecting,
+    running,
+    upgrading,
+)
 from hailstorm.cli.group import main
 
 __all__ = ["main"]
