@@ -1,9 +1,10 @@
 """State that evolved: may state of one monoid be read as another's
 (:func:`evolution_problem`: the same monoids but for Record fields added or removed and
-numbers promoted), can records written with one schema be read with another (:func:`resolution_problem`, the rules of the Avro specification that
-fastavro applies when reading with a reader schema), and the reader schema of a monoid's
-snapshot records, where a :class:`~hailstorm.monoids.Record` field the old state lacks
-defaults to that field's identity (:func:`reader_schema`). Pure.
+numbers promoted), can records written with one schema be read with another
+(:func:`resolution_problem`, the rules of the Avro specification that fastavro applies when
+reading with a reader schema), and the reader schema of a monoid's snapshot records, where
+a :class:`~hailstorm.monoids.Record` field the old state lacks defaults to that field's
+identity (:func:`reader_schema`). Pure.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def snapshot_record_schema(monoid: Monoid[Any]) -> dict[str, Any]:
 
 def reader_schema(monoid: Monoid[Any]) -> dict[str, Any]:
     """:func:`snapshot_record_schema` with each Record field's identity as its default, so
-    that a snapshot written before the field existed reads with the field empty."""
+    that a snapshot written before the field existed reads with the field empty (defaults
+    are the Avro values themselves, as fastavro fills them in: bytes stay bytes)."""
     record = snapshot_record_schema(monoid)
     inner = monoid.inner if isinstance(monoid, KeyedMap) else monoid
     field = "value" if isinstance(monoid, KeyedMap) else "state"
@@ -61,19 +63,8 @@ def _with_defaults(monoid: Monoid[Any], schema: Any) -> Any:
             fields.append(f)
             continue
         fields.append({**f, "type": _with_defaults(m, f["type"]),
-                       "default": _json_default(m.to_avro(m.empty()))})
+                       "default": m.to_avro(m.empty())})
     return {**schema, "fields": fields}
-
-
-def _json_default(value: Any) -> Any:
-    """An Avro value as a schema's JSON default (bytes as ISO-8859-1 text)."""
-    if isinstance(value, bytes):
-        return value.decode("latin-1")
-    if isinstance(value, dict):
-        return {k: _json_default(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_default(v) for v in value]
-    return value
 
 
 def resolution_problem(writer: Any, reader: Any) -> str | None:

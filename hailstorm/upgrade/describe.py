@@ -93,9 +93,11 @@ class NodeDescription:
     python: str = PYTHON
 
     def to_json(self) -> dict[str, Any]:
+        """JSON data (a schema's bytes defaults as ISO-8859-1 text, as Avro writes them)."""
         data = asdict(self)
         data["inputs"] = list(self.inputs)
         data["functions"] = dict(self.functions)
+        data["schema"] = _jsonable(self.schema)
         return data
 
     @classmethod
@@ -105,6 +107,16 @@ class NodeDescription:
         values["inputs"] = tuple(values.get("inputs") or ())
         values["functions"] = dict(values.get("functions") or {})
         return cls(**values)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("latin-1")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 def describe_topology(topology: Topology) -> dict[str, NodeDescription]:
