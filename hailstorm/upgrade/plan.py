@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hailstorm.errors import DefinitionError
@@ -137,7 +137,9 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                       "its state is dropped and built again from the retained records of "
                       "its inputs (read from offset 0)")
     if old is not None and old.python == node.python:
-        changed = [f for f in _MEANING if old.functions.get(f) != node.functions.get(f)]
+        # A new state type comes with its own lift: only the key is compared then.
+        meaning = _MEANING if stored is None or stored.monoid == node.state else ("key",)
+        changed = [f for f in meaning if old.functions.get(f) != node.functions.get(f)]
         if changed:
             what = " and ".join(f"the {f} function" for f in changed)
             return decide(Action.REFUSE, f"{what} changed (fingerprint), so the state would "
@@ -213,6 +215,15 @@ def make_plan(
             plans.append(NodePlan(node.name, node.kind, Action.CARRY,
                                   "resumes at the committed clock" if node.kind == "spout"
                                   else "keeps its progress"))
+    rebuilt = {n.node for n in plans if n.action in (Action.NEW, Action.RESTART)
+               and n.kind == "bolt"}
+    for i, sink in enumerate(plans):
+        starts = sorted(set(new[sink.node].inputs) & rebuilt)
+        if sink.kind == "sink" and sink.action is Action.CARRY and starts:
+            plans[i] = replace(sink, detail=(
+                f"keeps its progress; its input {', '.join(starts)} starts over, so the table "
+                "keeps rows of the old state and gets none for records at or before its "
+                "progress (rebuild it with hailstorm export once the bolt caught up)"))
     for name in sorted(old_names - taken - set(new)):
         kind = old_nodes[name].kind if name in old_nodes else "bolt"
         if name in allow_drop:

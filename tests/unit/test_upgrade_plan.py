@@ -140,6 +140,8 @@ def test_key_function_change_is_refused_until_the_version_is_raised() -> None:
     assert decision(plan, "counts")[0] is Action.RESTART
     assert plan.discarded == {"counts"}
     assert not plan.refused
+    assert "keeps rows of the old state" in decision(plan, "word_counts")[1]
+    assert decision(plan, "word_counts")[0] is Action.CARRY
 
 
 def test_lift_change_is_refused_but_emit_change_is_carried() -> None:
@@ -151,6 +153,18 @@ def test_lift_change_is_refused_but_emit_change_is_carried() -> None:
     assert "the lift function changed" in decision(plan_of(wordcount(), t), "counts")[1]
     changed_emit = wordcount(emit=lambda w, n: [(w.upper(), n)])
     assert decision(plan_of(wordcount(), changed_emit), "counts")[0] is Action.CARRY
+
+
+def test_a_new_state_type_brings_its_own_lift() -> None:
+    t = Topology("wc")
+    lines = t.spout("lines", "words", decoder="text")
+    t.bolt("counts", [lines], state=per_key(Sum("double")), lift=lambda w: 1.0, key=lowered,
+           parallelism=2, emit=lambda w, n: [(w, n)], migrate=float)
+    t.sink("word_counts", ["counts"], TABLE)
+    assert decision(plan_of(wordcount(), t), "counts")[0] is Action.CONVERT
+    t.upgrades["counts"] = replace(t.upgrades["counts"], migrate=None)
+    action, line = decision(plan_of(wordcount(), t), "counts")
+    assert action is Action.REFUSE and "cannot become per_key(Sum(double))" in line
 
 
 def test_a_lower_version_is_refused() -> None:
