@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
@@ -24,6 +24,7 @@ from hailstorm.protocol.layout import (
     parse_processor_id,
 )
 from hailstorm.protocol.records import TopologyRecords
+from hailstorm.snapshots.format import SnapshotError
 from hailstorm.snapshots.store import SnapshotStore
 from hailstorm.topology import Topology
 from hailstorm.upgrade.describe import NodeDescription, describe_topology
@@ -36,38 +37,62 @@ log = logging.getLogger("hailstorm.upgrade")
 
 @dataclass(frozen=True)
 class Deployed:
-    """What is deployed under a name: the recorded nodes (None: not recorded) and each
-    bolt's committed state."""
+    """What is deployed under a name: the recorded nodes (None: not recorded), each
+    bolt's committed state, and what could not be read."""
 
     nodes: Mapping[str, NodeDescription] | None
     states: Mapping[str, StoredState]
+    notes: tuple[str, ...] = ()
+
+
+def _stored(store: SnapshotStore, locations: list[str]) -> StoredState:
+    """The state of one bolt from the first of its committed files whose header reads."""
+    problems = []
+    for location in locations:
+        try:
+            ref = store.resolve(location)
+            return StoredState(ref.monoid, store.writer_schema(ref), ref.parallelism)
+        except (SnapshotError, OSError, ValueError, KeyError) as exc:
+            problems.append(f"{location}: {exc}")
+    raise LookupError("; ".join(problems))
 
 
 def read_deployed(client: KazooClient, name: str, store: SnapshotStore) -> Deployed:
     """The deployment of topology ``name``, from its ZooKeeper records and the headers of
-    its committed snapshots (one file per bolt is read)."""
+    its committed snapshots (one file per bolt is read). A bolt none of whose files reads
+    is described as its last driver recorded it (the bolt itself then reports the file,
+    and the negotiator falls back a round), with a note."""
     records = TopologyRecords(client, name)
     expected = records.expected()
     nodes = None
     if expected is not None and expected.nodes is not None:
         nodes = {k: NodeDescription.from_json(v) for k, v in expected.nodes.items()}
     committed = records.committed()
-    states: dict[str, StoredState] = {}
+    by_bolt: dict[str, list[str]] = {}
     for pid, location in sorted((committed.snapshots if committed else {}).items()):
         processor = parse_processor_id(pid)
-        if processor.role is not Role.BOLT or processor.name in states:
-            continue
-        ref = store.resolve(location)
-        states[processor.name] = StoredState(ref.monoid, store.writer_schema(ref),
-                                             ref.parallelism)
-    return Deployed(nodes, states)
+        if processor.role is Role.BOLT:
+            by_bolt.setdefault(processor.name, []).append(location)
+    states: dict[str, StoredState] = {}
+    notes: list[str] = []
+    for bolt, locations in by_bolt.items():
+        try:
+            states[bolt] = _stored(store, locations)
+        except LookupError as exc:
+            known = (nodes or {}).get(bolt)
+            if known is not None and known.state is not None:
+                states[bolt] = StoredState(known.state, known.schema, known.parallelism or 1)
+            notes.append(f"{bolt}: no committed snapshot header could be read ({exc}); "
+                         "compared with what its last driver recorded")
+    return Deployed(nodes, states, tuple(notes))
 
 
 def plan_for(client: KazooClient, name: str, store: SnapshotStore, topology: Topology,
              allow_drop: Collection[str] = ()) -> Plan:
     """The plan of running ``topology`` under ``name`` now."""
     deployed = read_deployed(client, name, store)
-    return make_plan(deployed.nodes, deployed.states, describe_topology(topology), allow_drop)
+    plan = make_plan(deployed.nodes, deployed.states, describe_topology(topology), allow_drop)
+    return replace(plan, notes=plan.notes + deployed.notes)
 
 
 def edit_committed(record: CommittedRecord, renames: Mapping[str, str],

@@ -234,4 +234,7 @@ def make_plan(
                                   "removed from the topology (or renamed without previously=)",
                                   f"pass --allow-drop {name} to delete it, or declare "
                                   f"previously={name!r} on the node that replaces it"))
+    for name in sorted(set(allow_drop) - (old_names - taken - set(new))):
+        notes.append(f"--allow-drop {name}: no deployed node of that name is removed, so "
+                     "nothing is dropped")
     return Plan(tuple(plans), tuple(notes))

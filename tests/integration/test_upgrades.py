@@ -15,9 +15,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from hailstorm import kafka
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce
+from hailstorm.cli import main
+from hailstorm.harness import SQLITE, Produced, StackAddresses, TopologyRun, produce
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import parse_processor_id
 
@@ -76,6 +78,13 @@ def _hailstorm(stack: StackAddresses, *args: str) -> tuple[subprocess.CompletedP
     return done, time.monotonic() - started
 
 
+def _plan(stack: StackAddresses, module: str, name: str) -> tuple[int, str]:
+    """``hailstorm plan`` in this process: its exit code and output."""
+    env = {"HAILSTORM_ZK": stack.zk, "HAILSTORM_SNAPSHOTS": str(stack.snapshots)}
+    result = CliRunner().invoke(main, ["plan", module, "--name", name], env=env)
+    return result.exit_code, result.output
+
+
 def _exact(run: TopologyRun, produced: Produced, bolt: str) -> None:
     """The committed round covers everything produced and ``bolt``'s state equals the
     reference model of the running code over every message."""
@@ -98,7 +107,7 @@ def test_refusals_rename_and_version_bump(stack_env: dict[str, str], tmp_path: P
     produce(stack.kafka, produced, _lines(rng, 3_000), partitions)
     logs = tmp_path / "logs"
     with TopologyRun(stack, _module(tmp_path, COUNTS, topic), name=name, log_dir=logs,
-                     negotiators=1) as run:
+                     negotiators=1, database=SQLITE) as run:
         run.start()
         _exact(run, produced, "counts")
 
@@ -107,9 +116,8 @@ def test_refusals_rename_and_version_bump(stack_env: dict[str, str], tmp_path: P
         (CASED, "bolt counts: refuse: the key function changed (fingerprint)"),
     ]:
         module = str(_module(tmp_path, text, topic))
-        plan, _ = _hailstorm(stack, "plan", module, "--name", name)
-        assert plan.returncode == 1, plan.stdout + plan.stderr
-        assert reason in plan.stdout, plan.stdout
+        code, output = _plan(stack, module, name)
+        assert code == 1 and reason in output, output
         refused, took = _hailstorm(stack, "run", module, "--name", name, "--log-level", "ERROR")
         errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
         print(f"refused in {took:.1f} s: {errors}")
@@ -118,19 +126,21 @@ def test_refusals_rename_and_version_bump(stack_env: dict[str, str], tmp_path: P
         assert "SparkContext" not in refused.stderr  # refused before Spark started
 
     renamed = str(_module(tmp_path, RENAMED, topic))
-    plan, _ = _hailstorm(stack, "plan", renamed, "--name", name)
-    assert plan.returncode == 0, plan.stdout + plan.stderr
+    code, output = _plan(stack, renamed, name)
+    assert code == 0, output
     assert ("bolt totals: reshard: per_key(Count) state carried (renamed from counts), "
-            "re-sharded from 2 to 3 instances") in plan.stdout
-    with TopologyRun(stack, renamed, name=name, log_dir=logs, negotiators=1) as run:
+            "re-sharded from 2 to 3 instances") in output
+    with TopologyRun(stack, renamed, name=name, log_dir=logs, negotiators=1,
+                     database=SQLITE) as run:
         run.start()
         produce(stack.kafka, produced, _lines(rng, 2_000), partitions)
         _exact(run, produced, "totals")
 
     cased = str(_module(tmp_path, RENAMED_CASED, topic))
-    plan, _ = _hailstorm(stack, "plan", cased, "--name", name)
-    assert "bolt totals: restart: version 1 -> 2" in plan.stdout, plan.stdout
-    with TopologyRun(stack, cased, name=name, log_dir=logs, negotiators=1) as run:
+    code, output = _plan(stack, cased, name)
+    assert code == 0 and "bolt totals: restart: version 1 -> 2" in output, output
+    with TopologyRun(stack, cased, name=name, log_dir=logs, negotiators=1,
+                     database=SQLITE) as run:
         run.start()
         produce(stack.kafka, produced, _lines(rng, 1_000), partitions)
         _exact(run, produced, "totals")

@@ -128,3 +128,16 @@ def test_every_state_reads_with_its_own_reader_schema(monoid: Monoid[Any]) -> No
 def test_resolution_follows_the_avro_rules(writer: Any, reader: Any,
                                            problem: str | None) -> None:
     assert resolution_problem(writer, reader) == problem
+
+
+def test_the_plan_reads_a_bolts_state_from_the_first_readable_header(
+        store: DirectorySnapshotStore, tmp_path: Path) -> None:
+    from hailstorm.upgrade.deployed import _stored
+
+    good = put(store, per_key(Count()), {"a": 1}, instance=1, parallelism=2)
+    missing = str(tmp_path / "snapshots" / "gone.avro")
+    state = _stored(store, [missing, good.uri])
+    assert (state.monoid, state.parallelism) == ("per_key(Count)", 2)
+    assert state.schema == store.writer_schema(good)
+    with pytest.raises(LookupError, match=r"gone\.avro"):
+        _stored(store, [missing])

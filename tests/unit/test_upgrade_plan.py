@@ -208,6 +208,8 @@ def test_removed_node_is_dropped_only_when_allowed() -> None:
     assert decision(plan, "longest")[0] is Action.DROP
     assert decision(plan, "longest_word")[0] is Action.DROP
     assert plan.discarded == {"longest", "longest_word"} and not plan.refused
+    assert plan_of(new, new, allow_drop=("counts",)).notes == (
+        "--allow-drop counts: no deployed node of that name is removed, so nothing is dropped",)
 
 
 def test_previously_naming_a_present_node_is_refused() -> None:
