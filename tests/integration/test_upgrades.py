@@ -1,8 +1,8 @@
 """Upgrading a running topology on the real stack (issue 41): one deployment name, its
 code changed between runs. A state type change and a changed key function are refused at
 once with a one-line error naming the bolt (before Spark starts); a declared rename with a
-new parallelism carries the state exactly; a raised version rebuilds the state under the
-new key function from the retained records."""
+new parallelism and a new state type (``migrate=``) carries the state exactly; a raised
+version rebuilds the state under the new key function from the retained records."""
 
 from __future__ import annotations
 
@@ -48,12 +48,12 @@ topology.bolt("counts", inputs=[lines], key=lambda w: w, state=per_key(Count()),
               lift=lambda w: 1, parallelism=2)
 '''
 RENAMED = HEAD + '''
-topology.bolt("totals", inputs=[lines], key=lambda w: w.lower(), state=per_key(Count()),
-              lift=lambda w: 1, parallelism=3, previously="counts")
+topology.bolt("totals", inputs=[lines], key=lambda w: w.lower(), state=per_key(Sum("double")),
+              lift=lambda w: 1.0, parallelism=3, previously="counts", migrate=float)
 '''
 RENAMED_CASED = HEAD + '''
-topology.bolt("totals", inputs=[lines], key=lambda w: w, state=per_key(Count()),
-              lift=lambda w: 1, parallelism=3, previously="counts", version=2)
+topology.bolt("totals", inputs=[lines], key=lambda w: w, state=per_key(Sum("double")),
+              lift=lambda w: 1.0, parallelism=3, previously="counts", migrate=float, version=2)
 '''
 
 
@@ -128,8 +128,8 @@ def test_refusals_rename_and_version_bump(stack_env: dict[str, str], tmp_path: P
     renamed = str(_module(tmp_path, RENAMED, topic))
     code, output = _plan(stack, renamed, name)
     assert code == 0, output
-    assert ("bolt totals: reshard: per_key(Count) state carried (renamed from counts), "
-            "re-sharded from 2 to 3 instances") in output
+    assert ("bolt totals: convert: per_key(Count) -> per_key(Sum(double)) by its migrate= "
+            "function (renamed from counts), re-sharded from 2 to 3 instances") in output
     with TopologyRun(stack, renamed, name=name, log_dir=logs, negotiators=1,
                      database=SQLITE) as run:
         run.start()
