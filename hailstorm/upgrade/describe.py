@@ -27,6 +27,22 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 """The Python version whose bytecode the fingerprints hash."""
 
 
+def _stable_repr(value: Any) -> str:
+    """``repr`` that is the same in every process: sets sorted (string hashes vary between
+    processes), objects whose repr shows an address by their type."""
+    if isinstance(value, frozenset | set):
+        return f"{type(value).__name__}({sorted(map(_stable_repr, value))})"
+    if isinstance(value, tuple | list):
+        return f"{type(value).__name__}({[_stable_repr(v) for v in value]})"
+    if isinstance(value, dict):
+        return f"dict({[(_stable_repr(k), _stable_repr(v)) for k, v in value.items()]})"
+    text = repr(value)
+    if " at 0x" in text:
+        kind = type(value)
+        return f"<{kind.__module__}.{kind.__qualname__}>"
+    return text
+
+
 def _code_parts(code: types.CodeType, out: list[bytes]) -> None:
     out.append(code.co_code)
     out.append(repr(code.co_names).encode())
@@ -34,32 +50,36 @@ def _code_parts(code: types.CodeType, out: list[bytes]) -> None:
         if isinstance(const, types.CodeType):
             _code_parts(const, out)
         else:
-            out.append(repr(const).encode())
+            out.append(_stable_repr(const).encode())
 
 
-def fingerprint(function: Callable[..., Any] | None) -> str | None:
+def fingerprint(function: Callable[..., Any] | None, depth: int = 0) -> str | None:
     """A short stable hash of what ``function`` computes (None for no function).
 
-    Code objects hash their bytecode, names and constants (nested code included);
-    ``functools.partial`` adds its arguments; anything else (builtins, callable objects)
-    hashes its qualified name."""
+    Code objects hash their bytecode, names and constants (nested code included), their
+    default arguments and closure values (functions among them by their own fingerprint,
+    three levels deep); ``functools.partial`` adds its arguments; anything else (builtins,
+    callable objects) hashes its qualified name."""
     if function is None:
         return None
     parts: list[bytes] = []
     target: Any = function
     while isinstance(target, functools.partial):
-        parts.append(repr((target.args, sorted(target.keywords.items()))).encode())
+        parts.append(_stable_repr((target.args, sorted(target.keywords.items()))).encode())
         target = target.func
     code = getattr(target, "__code__", None)
     if isinstance(code, types.CodeType):
         _code_parts(code, parts)
+        parts.append(_stable_repr(getattr(target, "__defaults__", None)).encode())
         for cell in getattr(target, "__closure__", None) or ():
             try:
                 value = cell.cell_contents
             except ValueError:  # an empty cell
                 continue
-            parts.append(fingerprint(value).encode() if callable(value)  # type: ignore[union-attr]
-                         else repr(value).encode())
+            if callable(value) and depth < 3:
+                parts.append(str(fingerprint(value, depth + 1)).encode())
+            else:
+                parts.append(_stable_repr(value).encode())
     else:
         kind = type(target)
         parts.append(f"{getattr(target, '__module__', kind.__module__)}."

@@ -4,6 +4,7 @@ see, decided from two pure descriptions, and the committed-record edits a run ma
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -291,6 +292,25 @@ def test_fingerprint_ignores_where_the_code_is_but_not_what_it_does() -> None:
     assert fingerprint(functools.partial(max, 1)) != fingerprint(functools.partial(max, 2))
     assert fingerprint(str.lower) != fingerprint(str.upper)
     assert fingerprint(None) is None
+    assert fingerprint(lambda w, n=1: n) != fingerprint(lambda w, n=2: n)
+
+
+def test_fingerprint_is_the_same_in_every_process() -> None:
+    """Sets of strings iterate in an order that differs between processes; objects show
+    their address: neither may change a fingerprint."""
+    import subprocess
+    import sys
+
+    code = ("from hailstorm.upgrade.describe import fingerprint\n"
+            "marker = object()\n"
+            "def make():\n"
+            "    words = {'alpha', 'beta', 'gamma', 'delta'}\n"
+            "    return lambda w: (w in {'x', 'y', 'z', 'w'}, words, marker)\n"
+            "print(fingerprint(make()))\n")
+    prints = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+              for seed in ("1", "2", "3")}
+    assert len(prints) == 1, prints
 
 
 @given(st.sampled_from(["counts", "totals"]), st.integers(1, 8), st.integers(1, 5))
