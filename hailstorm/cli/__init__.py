@@ -8,12 +8,20 @@
 * :mod:`~hailstorm.cli.inspecting` - ``show``, ``status``, ``ui``, ``snapshots``, ``query``
   and ``export``;
 * :mod:`~hailstorm.cli.sinks` - ``sink accept`` and ``sink rebuild``;
-* :mod:`~hailstorm.cli.chaos` - ``chaos``.
+* :mod:`~hailstorm.cli.chaos` - ``chaos``;
+* :mod:`~hailstorm.cli.upgrading` - ``plan``.
 
 Importing this package registers every command on :func:`main` (each module adds its own).
 """
 
-from hailstorm.cli import chaos, dev, inspecting, running, sinks  # noqa: F401  (they register the commands)
+from hailstorm.cli import (  # noqa: F401  (they register the commands)
+    chaos,
+    dev,
+    inspecting,
+    running,
+    sinks,
+    upgrading,
+)
 from hailstorm.cli.group import main
 
 __all__ = ["main"]

@@ -94,22 +94,27 @@ def demo(state_dir: Path, lines: int, keep_running: bool, output: str) -> None:
               help="Map the Spark driver JVM's classes from an archive in the cache directory "
               "($HAILSTORM_CACHE, else ~/.cache/hailstorm): starts take seconds less. The "
               "first run of a JDK and Spark install writes it when it stops.")
+@click.option("--allow-drop", multiple=True, metavar="NODE",
+              help="Let this run drop NODE, a node of the deployed topology the new one "
+              "lacks, and delete its state (repeatable; see 'hailstorm plan').")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshot_dir: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
         log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
-        slot_wait: float, class_archive: bool) -> None:
+        slot_wait: float, class_archive: bool, allow_drop: tuple[str, ...]) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
 
-    Writes the expected processor ids to ZooKeeper first; run 'hailstorm negotiator
-    TOPOLOGY' alongside to drive them.
+    Plans the upgrade from what is deployed under the name first (as 'hailstorm plan'
+    prints it) and stops at once if the plan refuses a node; then writes the expected
+    processor ids to ZooKeeper. Run 'hailstorm negotiator TOPOLOGY' alongside to drive them.
     """
     import logging
 
     from hailstorm.runtime.driver import Driver, RunOptions
     from hailstorm.runtime.spark_stage import SparkOptions, install_signal_handlers
     from hailstorm.topology import TopologyError
+    from hailstorm.upgrade.plan import UpgradeRefused
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -126,6 +131,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         spark=SparkOptions(master=master, extra_conf=spark_conf,
                            max_attempts=max_restarts or None, slot_wait=slot_wait),
         partition_check_interval=partition_check_interval, class_archive=class_archive,
+        allow_drop=allow_drop,
     )
     try:
         driver = Driver(options)
@@ -134,7 +140,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     try:
         try:
             driver.prepare()
-        except LookupError as exc:  # a source topic that does not exist
+        except (LookupError, UpgradeRefused) as exc:  # a missing topic; a refused upgrade
             fail(str(exc))
         install_signal_handlers(driver)
         failures = driver.run()

@@ -603,12 +603,14 @@ class ExpectedRecord:
 
     The negotiator waits for exactly these in Initialize; the spout ids also define the
     source partitions (the domain of every clock). ``graph`` is the topology's DAG as
-    :func:`hailstorm.topology.graph_of` gives it, for the web console (absent in records of
-    older drivers).
+    :func:`hailstorm.topology.graph_of` gives it, for the web console; ``nodes`` each node's
+    description (:class:`hailstorm.upgrade.describe.NodeDescription` as JSON), for the
+    plan of the next upgrade (both absent in records of older drivers).
     """
 
     processors: tuple[str, ...]
     graph: Mapping[str, Any] | None = field(default=None, compare=False)
+    nodes: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for text in self.processors:
@@ -625,6 +627,8 @@ class ExpectedRecord:
         data: dict[str, Any] = {"processors": list(self.processors)}
         if self.graph is not None:
             data["graph"] = dict(self.graph)
+        if self.nodes is not None:
+            data["nodes"] = dict(self.nodes)
         return encode(data)
 
     @classmethod
@@ -636,7 +640,10 @@ class ExpectedRecord:
             graph = d.get("graph")
             if graph is not None and not isinstance(graph, dict):
                 raise LayoutError("'graph' must be an object")
-            return cls(tuple(str(p) for p in procs), graph)
+            nodes = d.get("nodes")
+            if nodes is not None and not isinstance(nodes, dict):
+                raise LayoutError("'nodes' must be an object")
+            return cls(tuple(str(p) for p in procs), graph, nodes)
 
         result: ExpectedRecord = _load("expected record", raw, build)
         return result

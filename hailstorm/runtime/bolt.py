@@ -93,8 +93,10 @@ class BoltShell(InboundShell):
                     and p.name == self.spec.name]
             if refs:
                 try:
+                    upgrade = self.topology.upgrades.get(self.spec.name)
                     _clock, state = self.store.load_for_instance(
-                        refs, self.spec.state, self.id.instance, self.spec.parallelism)
+                        refs, self.spec.state, self.id.instance, self.spec.parallelism,
+                        migrate=upgrade.migrate if upgrade else None)
                 except SnapshotCorruptError as exc:
                     # Named to the negotiator, which falls back to the previous round.
                     log.error("committed round %d: snapshot %s is corrupt: %s",
@@ -117,10 +119,12 @@ class BoltShell(InboundShell):
 
     def _own_snapshot(self, refs: list[str]) -> SnapshotRef | None:
         """This instance's file among a round's ``refs`` when it is exactly what the
-        instance loaded (same parallelism): the next snapshot may build on it."""
+        instance loaded (same bolt name, monoid and parallelism: not renamed or migrated):
+        the next snapshot may build on it."""
         for location in refs:
             ref = self.store.resolve(location)
-            if ref.instance == self.id.instance and ref.parallelism == self.spec.parallelism:
+            if ref.instance == self.id.instance and ref.parallelism == self.spec.parallelism \
+                    and ref.bolt == self.spec.name and ref.monoid == self.spec.state.describe():
                 return ref
         return None
 

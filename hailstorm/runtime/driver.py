@@ -1,8 +1,11 @@
 """The driver (``hailstorm run``): start every processor of a topology on Spark.
 
 1. load the topology; find each spout topic's partitions from Kafka's metadata;
-2. compute the expected processor ids (one spout instance per source partition, every bolt
-   instance, one instance per sink) and write them to ``/hailstorm/<name>/expected``;
+2. plan the upgrade from what is deployed under the name (:mod:`hailstorm.upgrade`:
+   refuse a change the plan refuses, before anything starts; carry out its record edits);
+   compute the expected processor ids (one spout instance per source partition, every bolt
+   instance, one instance per sink) and write them, with the node descriptions the next
+   plan compares with, to ``/hailstorm/<name>/expected``;
 3. build the Spark context (its JVM maps the install's class archive, or writes it at the
    end of this first run: :mod:`hailstorm.runtime.class_archive`) and run one barrier stage
    with a task per processor (:func:`hailstorm.runtime.task.run_processor`), resubmitted
@@ -49,7 +52,10 @@ from hailstorm.runtime.spark_stage import (
     jvm_pid,
 )
 from hailstorm.runtime.task import run_processor
+from hailstorm.snapshots import open_store
 from hailstorm.topology import Topology, graph_of, load_topology
+from hailstorm.upgrade.deployed import apply_plan, plan_for
+from hailstorm.upgrade.describe import describe_topology
 from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
 
 __all__ = ["Driver", "RunOptions", "expected_ids", "source_partitions", "write_expected"]
@@ -82,6 +88,8 @@ class RunOptions:
     """Seconds between two looks for partitions added to a source topic (0: never)."""
     class_archive: bool = True
     """Map the driver JVM's classes from the install's archive (write it when missing)."""
+    allow_drop: tuple[str, ...] = ()
+    """Nodes of the deployed topology this one may drop (their state is deleted)."""
 
 
 def grown_partitions(
@@ -110,15 +118,31 @@ def expected_ids(topology: Topology, partitions: dict[str, list[Partition]]) -> 
 
 
 def write_expected(zk: str, name: str, processors: list[str],
-                   graph: Mapping[str, Any] | None = None) -> None:
-    """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``)."""
+                   graph: Mapping[str, Any] | None = None, *,
+                   upgrade: tuple[Topology, str, tuple[str, ...]] | None = None) -> None:
+    """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``).
+
+    With ``upgrade`` (the topology, the snapshot location and the nodes it may drop),
+    first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`): raise
+    :class:`~hailstorm.upgrade.plan.UpgradeRefused` for a refused node, else carry out the
+    plan's record edits, and record the node descriptions the next plan compares with."""
     paths = TopologyPaths(name)
     client = zk_client(zk)
     client.start(timeout=20)
     try:
         ensure_paths(client, paths.directories())
         check_not_open(client, [paths.root, *paths.directories()])
-        TopologyRecords(client, paths).write_expected(ExpectedRecord(tuple(processors), graph))
+        nodes = None
+        if upgrade is not None:
+            topology, snapshots, allow_drop = upgrade
+            plan = plan_for(client, name, open_store(snapshots), topology, allow_drop)
+            for line in plan.lines():
+                log.info("%s: plan: %s", name, line)
+            plan.check()
+            apply_plan(client, name, plan)
+            nodes = {k: v.to_json() for k, v in describe_topology(topology).items()}
+        TopologyRecords(client, paths).write_expected(
+            ExpectedRecord(tuple(processors), graph, nodes))
     finally:
         client.stop()
         client.close()
@@ -157,7 +181,8 @@ class Driver:
         o = self.options
         self.partitions = source_partitions(self.topology, o.kafka)
         processors = expected_ids(self.topology, self.partitions)
-        write_expected(o.zk, self.name, processors, graph_of(self.topology))
+        write_expected(o.zk, self.name, processors, graph_of(self.topology),
+                       upgrade=(self.topology, o.snapshots, o.allow_drop))
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))
         return [

@@ -25,9 +25,10 @@ from typing import IO, Any
 
 import fastavro
 
-from hailstorm.monoids import Monoid
+from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.protocol.clock import Clock
 from hailstorm.routing import route as default_route
+from hailstorm.snapshots.evolution import evolution_problem, reader_schema
 from hailstorm.snapshots.format import (
     _KEY,
     LAYOUT_WHOLE,
@@ -46,6 +47,34 @@ from hailstorm.snapshots.format import (
 _CHUNK_KEYS = 4096  # keys converted from Avro per monoid call when loading
 
 RouteFunction = Callable[[Any, int], int]
+
+Migrate = Callable[[Any], Any]
+"""A bolt's ``migrate=``: an old value, as its writer's schema decodes it -> the new state."""
+
+
+def _converter(ref: SnapshotRef, monoid: Monoid[Any], migrate: Migrate | None) -> Migrate | None:
+    """``migrate`` when ``ref`` holds state of another monoid than ``monoid``, else None."""
+    return migrate if migrate is not None and ref.monoid != monoid.describe() else None
+
+
+def _evolved_reader(ref: SnapshotRef, header: _Header, monoid: Monoid[Any], *,
+                    converting: bool) -> Any:
+    """The reader schema for ``ref``'s records as ``monoid``'s state: None when written
+    for that monoid (or read as written, to be converted with the same layout); the
+    monoid's schema with identity defaults when Avro schema resolution carries the old
+    records; else :class:`SnapshotMismatchError`."""
+    try:
+        _check_monoid(ref, header, monoid)
+        return None
+    except SnapshotMismatchError as mismatch:
+        if converting and (ref.layout == LAYOUT_WHOLE) == (not isinstance(monoid, KeyedMap)):
+            return None
+        reader = reader_schema(monoid)
+        problem = evolution_problem(ref.monoid, json.loads(header.meta["avro.schema"]),
+                                    monoid.describe(), reader)
+        if problem is not None:
+            raise SnapshotMismatchError(f"{mismatch} ({problem})") from None
+        return reader
 
 
 def _chunks(records: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -278,14 +307,18 @@ class SnapshotStore(ABC):
         with self._verified(ref):
             return ref
 
-    def _records(self, ref: SnapshotRef, monoid: Monoid[Any] | None) -> Iterator[Any]:
-        """Verified raw Avro records of ``ref`` (checked against ``monoid`` when given)."""
+    def _records(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
+                 migrate: Migrate | None = None) -> Iterator[Any]:
+        """Verified raw Avro records of ``ref`` (checked against ``monoid`` when given:
+        state of another type reads with ``monoid``'s schema when Avro schema resolution
+        carries it, as written when ``migrate`` will convert it)."""
         with self._verified(ref) as (fo, header):
+            reader = None
             if monoid is not None:
-                _check_monoid(ref, header, monoid)
+                reader = _evolved_reader(ref, header, monoid, converting=migrate is not None)
             count = 0
             try:
-                for record in fastavro.reader(fo):
+                for record in fastavro.reader(fo, reader_schema=reader):
                     count += 1
                     yield record
             except Exception as e:
@@ -293,8 +326,20 @@ class SnapshotStore(ABC):
             if count != ref.records:
                 raise SnapshotCorruptError(ref.uri, f"{count} records, header says {ref.records}")
 
-    def _keyed_parts(self, ref: SnapshotRef, monoid: Monoid[Any]) -> Iterator[dict[Any, Any]]:
-        for chunk in _chunks(self._records(ref, monoid), _CHUNK_KEYS):
+    def writer_schema(self, ref: SnapshotRef | str) -> Any:
+        """The Avro schema ``ref``'s records were written with (from its header)."""
+        ref = self._ref(ref)
+        with self.open(ref) as fo:
+            return json.loads(_read_header(fo, ref.uri).meta["avro.schema"])
+
+    def _keyed_parts(self, ref: SnapshotRef, monoid: Monoid[Any],
+                     migrate: Migrate | None = None) -> Iterator[dict[Any, Any]]:
+        convert = _converter(ref, monoid, migrate)
+        for chunk in _chunks(self._records(ref, monoid, convert), _CHUNK_KEYS):
+            if convert is not None and isinstance(monoid, KeyedMap):
+                inner = monoid.inner
+                chunk = [{"key": e["key"], "value": inner.to_avro(convert(e["value"]))}
+                         for e in chunk]
             yield monoid.from_avro(chunk)
 
     def chain(self, ref: SnapshotRef | str) -> builtins.list[SnapshotRef]:
@@ -319,19 +364,26 @@ class SnapshotStore(ABC):
             refs.append(older)
         return refs
 
-    def load(self, ref: SnapshotRef | str, monoid: Monoid[Any]) -> tuple[Clock, Any]:
+    def load(self, ref: SnapshotRef | str, monoid: Monoid[Any],
+             migrate: Migrate | None = None) -> tuple[Clock, Any]:
         """``(clock, state)`` of one snapshot (a delta with the snapshots it builds on),
         after verifying the checksum of every file read. A damaged file anywhere in a
-        delta's chain raises :class:`SnapshotCorruptError` naming ``ref``."""
+        delta's chain raises :class:`SnapshotCorruptError` naming ``ref``. State of another
+        monoid is read with ``monoid``'s schema (Avro schema resolution), or converted by
+        ``migrate`` (old value -> new: per key for keyed state); else
+        :class:`SnapshotMismatchError`."""
         ref = self._ref(ref)
         if ref.layout == LAYOUT_WHOLE:
-            [record] = list(self._records(ref, monoid))
+            convert = _converter(ref, monoid, migrate)
+            [record] = list(self._records(ref, monoid, convert))
+            if convert is not None:
+                return ref.clock, convert(record["state"])
             return ref.clock, monoid.from_avro(record["state"])
         state: dict[Any, Any] = {}
         links = self.chain(ref)
         for link in reversed(links):
             try:
-                for part in self._keyed_parts(link, monoid):
+                for part in self._keyed_parts(link, monoid, migrate):
                     if link is links[-1]:
                         state = _merge_into(monoid, state, part)
                     else:  # a delta: whole new values of the keys that changed
@@ -349,6 +401,7 @@ class SnapshotStore(ABC):
         instance: int,
         parallelism: int,
         route: RouteFunction = default_route,
+        migrate: Migrate | None = None,
     ) -> tuple[Clock, Any]:
         """``(clock, state)`` of instance ``instance`` of ``parallelism`` from one round.
 
@@ -367,19 +420,19 @@ class SnapshotStore(ABC):
         old_parallelism = round_refs[0].parallelism
         clock = round_refs[0].clock
         if parallelism == old_parallelism:
-            return clock, self.load(round_refs[instance], monoid)[1]
+            return clock, self.load(round_refs[instance], monoid, migrate)[1]
         if round_refs[0].layout == LAYOUT_WHOLE:
             if parallelism != 1:
                 raise SnapshotMismatchError(
                     f"{monoid.describe()} is not keyed: its state cannot be re-sharded from "
                     f"{old_parallelism} to {parallelism} instances (only to 1)"
                 )
-            states = [self.load(r, monoid)[1] for r in round_refs]
+            states = [self.load(r, monoid, migrate)[1] for r in round_refs]
             return clock, monoid.combine_all(states)
         state: dict[Any, Any] = {}
         for ref in round_refs:
-            parts = (self._keyed_parts(ref, monoid) if ref.base is None
-                     else [self.load(ref, monoid)[1]])
+            parts = (self._keyed_parts(ref, monoid, migrate) if ref.base is None
+                     else [self.load(ref, monoid, migrate)[1]])
             for part in parts:
                 mine = {k: v for k, v in part.items() if route(k, parallelism) == instance}
                 state = _merge_into(monoid, state, mine)

@@ -2,12 +2,15 @@
 :meth:`~Topology.bolt` and :meth:`~Topology.sink` check each node as it is added and whose
 :meth:`~Topology.validate` checks the whole graph (unknown inputs, cycles, dead ends,
 pre-aggregation). Pure.
+
+The module is over 600 lines because each node kind's overloads spell out its precise
+types (what a topology's author sees in an editor) next to the checks of that node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, Unpack, overload
 
 from hailstorm.decoders import Decoder, DecoderSpec, resolve_decoder
 from hailstorm.monoids import KeyedMap, Monoid, Ttl, Window, WindowState
@@ -31,6 +34,7 @@ from hailstorm.topology.specs import (
     SpoutSpec,
 )
 from hailstorm.topology.tables import LATE_COLUMNS, SinkTarget, Table
+from hailstorm.topology.upgrades import NodeUpgrade, Upgrade, check_upgrade
 
 __all__ = ["Topology"]
 
@@ -74,6 +78,8 @@ class Topology:
         self.module_file: str | None = None
         """Absolute path of the module file that defined it, if known."""
         self._nodes: dict[str, Node] = {}
+        self.upgrades: dict[str, NodeUpgrade] = {}
+        """Each bolt's declared history (:mod:`hailstorm.topology.upgrades`)."""
         self._order: list[Node] | None = None
 
     def __repr__(self) -> str:
@@ -217,37 +223,37 @@ class Topology:
              lift: Callable[[T], L], emit: None = ..., key: Callable[[T], K] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | Table | None = ...) -> BoltSpec[T, Any]: ...
+             late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
              lift: Callable[[T], V], emit: None = ..., key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | Table | None = ...) -> BoltSpec[T, Any]: ...
+             late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
              lift: Callable[[T], S], emit: None = ..., key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | Table | None = ...) -> BoltSpec[T, Any]: ...
+             late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
              lift: Callable[[T], L], emit: Emit[T, S, U], key: Callable[[T], K] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | Table | None = ...) -> BoltSpec[T, U]: ...
+             late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, U]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
              lift: Callable[[T], V], emit: Emit[T, WindowState[V], U],
              key: Callable[[T], Any] | None = ..., parallelism: int = ...,
              event_time: Callable[[T], Any] | None = ..., preaggregate: bool = ...,
-             late: str | Table | None = ...) -> BoltSpec[T, U]: ...
+             late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, U]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Monoid[S],
              lift: Callable[[T], S], emit: Emit[T, S, U], key: Callable[[T], Any] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
-             late: str | Table | None = ...) -> BoltSpec[T, U]: ...
+             late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, U]: ...
 
     def bolt(
         self,
@@ -261,6 +267,7 @@ class Topology:
         event_time: Callable[[Any], Any] | None = None,
         preaggregate: bool = False,
         late: str | Table | None = None,
+        **upgrade: Unpack[Upgrade],
     ) -> BoltSpec[Any, Any]:
         """Keep ``state`` (a commutative monoid) over the tuples of ``inputs``.
 
@@ -283,6 +290,9 @@ class Topology:
         then expire nothing by themselves. ``late=Table(...)`` (e.g.
         ``hailstorm.lateness.late_table("clicks_late")``) writes them to that table instead,
         through a sink ``<name>_late`` this adds.
+
+        ``previously=``, ``version=`` and ``migrate=`` declare the bolt's history for an
+        upgrade of a running topology (:class:`~hailstorm.topology.upgrades.Upgrade`).
 
         ``per_key(..., ttl=...)`` state (:class:`~hailstorm.monoids.Ttl`) needs
         ``event_time=`` and ``late=``: a tuple ``retention`` (default ``ttl``) or more behind
@@ -360,6 +370,7 @@ class Topology:
                 label,
             )
         self._add(spec)
+        self.upgrades[name] = check_upgrade(upgrade, name, self.name)
         if spec.late_sink is not None:
             assert isinstance(late, Table)
             self._add(SinkSpec(spec.late_sink, names, late, late_of=name))

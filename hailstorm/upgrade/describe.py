@@ -1,0 +1,165 @@
+"""What a deployment declared, node by node, as plain JSON data: the
+:class:`NodeDescription` the driver records in ZooKeeper's ``expected`` record when it
+starts and ``hailstorm plan`` compares with a new topology. Pure.
+
+The functions a node declares are recorded as fingerprints (:func:`fingerprint`): a hash
+of the function's own bytecode, constants, names and nested functions (not its file or line,
+so moving code changes nothing; not the functions it calls). Bytecode differs between Python
+versions, so fingerprints are compared only when both sides ran the same ``major.minor``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sys
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hailstorm.snapshots.evolution import reader_schema
+from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Topology
+
+__all__ = ["PYTHON", "NodeDescription", "describe_topology", "fingerprint"]
+
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+"""The Python version whose bytecode the fingerprints hash."""
+
+
+def _stable_repr(value: Any) -> str:
+    """``repr`` that is the same in every process: sets sorted (string hashes vary between
+    processes), objects whose repr shows an address by their type."""
+    if isinstance(value, frozenset | set):
+        return f"{type(value).__name__}({sorted(map(_stable_repr, value))})"
+    if isinstance(value, tuple | list):
+        return f"{type(value).__name__}({[_stable_repr(v) for v in value]})"
+    if isinstance(value, dict):
+        return f"dict({[(_stable_repr(k), _stable_repr(v)) for k, v in value.items()]})"
+    text = repr(value)
+    if " at 0x" in text:
+        kind = type(value)
+        return f"<{kind.__module__}.{kind.__qualname__}>"
+    return text
+
+
+def _code_parts(code: types.CodeType, out: list[bytes]) -> None:
+    out.append(code.co_code)
+    out.append(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_parts(const, out)
+        else:
+            out.append(_stable_repr(const).encode())
+
+
+def fingerprint(function: Callable[..., Any] | None, depth: int = 0) -> str | None:
+    """A short stable hash of what ``function`` computes (None for no function).
+
+    Code objects hash their bytecode, names and constants (nested code included), their
+    default arguments and closure values (functions among them by their own fingerprint,
+    three levels deep); ``functools.partial`` adds its arguments; anything else (builtins,
+    callable objects) hashes its qualified name."""
+    if function is None:
+        return None
+    parts: list[bytes] = []
+    target: Any = function
+    while isinstance(target, functools.partial):
+        parts.append(_stable_repr((target.args, sorted(target.keywords.items()))).encode())
+        target = target.func
+    code = getattr(target, "__code__", None)
+    if isinstance(code, types.CodeType):
+        _code_parts(code, parts)
+        parts.append(_stable_repr(getattr(target, "__defaults__", None)).encode())
+        for cell in getattr(target, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(value) and depth < 3:
+                parts.append(str(fingerprint(value, depth + 1)).encode())
+            else:
+                parts.append(_stable_repr(value).encode())
+    else:
+        kind = type(target)
+        parts.append(f"{getattr(target, '__module__', kind.__module__)}."
+                     f"{getattr(target, '__qualname__', kind.__qualname__)}".encode())
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class NodeDescription:
+    """One node as deployed: its kind, wiring and what its state and functions were."""
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...] = ()
+    parallelism: int | None = None
+    """Bolts and sinks; None for spouts (one instance per partition)."""
+    topic: str | None = None
+    """Spouts: the source topic."""
+    state: str | None = None
+    """Bolts: ``monoid.describe()``."""
+    schema: Any = None
+    """Bolts: the Avro schema of the state's snapshot records."""
+    keyed: bool = False
+    functions: Mapping[str, str | None] = field(default_factory=dict)
+    """Fingerprints of the node's functions (bolts: key, lift, emit, event_time; spouts:
+    explode, and the decoder's name)."""
+    version: int = 1
+    previously: str | None = None
+    migrates: bool = False
+    """The bolt declares ``migrate=`` (old state -> new state)."""
+    python: str = PYTHON
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON data (a schema's bytes defaults as ISO-8859-1 text, as Avro writes them)."""
+        data = asdict(self)
+        data["inputs"] = list(self.inputs)
+        data["functions"] = dict(self.functions)
+        data["schema"] = _jsonable(self.schema)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NodeDescription:
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known}
+        values["inputs"] = tuple(values.get("inputs") or ())
+        values["functions"] = dict(values.get("functions") or {})
+        return cls(**values)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("latin-1")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def describe_topology(topology: Topology) -> dict[str, NodeDescription]:
+    """Every node of ``topology`` described, by name."""
+    described: dict[str, NodeDescription] = {}
+    for node in topology.nodes:
+        if isinstance(node, SpoutSpec):
+            described[node.name] = NodeDescription(
+                node.name, "spout", topic=node.topic, functions={
+                    "decoder": node.decoder.name,
+                    "explode": fingerprint(node.explode)})
+        elif isinstance(node, BoltSpec):
+            upgrade = topology.upgrades.get(node.name)
+            described[node.name] = NodeDescription(
+                node.name, "bolt", tuple(node.inputs), node.parallelism,
+                state=node.state.describe(), schema=reader_schema(node.state),
+                keyed=node.keyed, functions={
+                    "key": fingerprint(node.key), "lift": fingerprint(node.lift),
+                    "emit": fingerprint(node.emit),
+                    "event_time": fingerprint(node.event_time)},
+                version=upgrade.version if upgrade else 1,
+                previously=upgrade.previously if upgrade else None,
+                migrates=upgrade is not None and upgrade.migrate is not None)
+        elif isinstance(node, SinkSpec):
+            described[node.name] = NodeDescription(node.name, "sink", tuple(node.inputs), 1)
+    return described

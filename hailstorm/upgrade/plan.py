@@ -1,0 +1,240 @@
+"""The plan of an upgrade: what ``hailstorm run`` does to each node when a new topology
+replaces a deployed one (:func:`make_plan`), from two pure descriptions: the deployed
+nodes (:class:`~hailstorm.upgrade.describe.NodeDescription`, as the last driver recorded
+them) with the state the committed round holds (:class:`StoredState`, from the snapshots'
+metadata), and the new topology's nodes. Pure.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hailstorm.errors import DefinitionError
+from hailstorm.snapshots.evolution import evolution_problem
+from hailstorm.upgrade.describe import NodeDescription
+
+__all__ = ["Action", "NodePlan", "Plan", "StoredState", "UpgradeRefused", "make_plan",
+           "state_change_problem"]
+
+
+class Action(enum.StrEnum):
+    """What a run does to one node."""
+
+    CARRY = "carry"
+    """State (or progress) kept as it is."""
+    RESHARD = "reshard"
+    """State kept, split by key over a new number of instances."""
+    MIGRATE = "migrate"
+    """State read with the new Avro schema (a compatible evolution)."""
+    CONVERT = "convert"
+    """State turned into the new type by the bolt's ``migrate=`` function."""
+    NEW = "new"
+    """No state to carry: starts empty and reads its inputs' retained records."""
+    RESTART = "restart"
+    """``version=`` raised: the old state is dropped, the new one built from the retained
+    records."""
+    DROP = "drop"
+    """Removed from the topology (``--allow-drop``): its state is deleted."""
+    REFUSE = "refuse"
+    """Not done: ``run`` stops before starting anything (see the fix)."""
+
+
+class UpgradeRefused(DefinitionError):
+    """The new topology cannot replace the deployed one as it is (the plan refuses a
+    node)."""
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """What the committed round holds for one bolt (its snapshots' metadata)."""
+
+    monoid: str
+    schema: Any
+    """The Avro schema the snapshot records were written with."""
+    parallelism: int
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """The decision for one node: ``action``, why (``detail``), and for a refusal the
+    ``fix``. ``stored_as`` is the name the node's state is stored under (a rename)."""
+
+    node: str
+    kind: str
+    action: Action
+    detail: str
+    fix: str = ""
+    stored_as: str | None = None
+
+    def line(self) -> str:
+        """The one-line form ``run`` and ``plan`` print."""
+        text = f"{self.kind} {self.node}: {self.action.value}: {self.detail}"
+        return f"{text}. Fix: {self.fix}" if self.fix else text
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every node's decision: the new topology's nodes in order, then removed ones."""
+
+    nodes: tuple[NodePlan, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def refused(self) -> tuple[NodePlan, ...]:
+        return tuple(n for n in self.nodes if n.action is Action.REFUSE)
+
+    @property
+    def renames(self) -> dict[str, str]:
+        """Old bolt name -> new name, for state that follows a rename."""
+        return {n.stored_as: n.node for n in self.nodes
+                if n.stored_as and n.stored_as != n.node
+                and n.action in (Action.CARRY, Action.RESHARD, Action.MIGRATE, Action.CONVERT)}
+
+    @property
+    def discarded(self) -> frozenset[str]:
+        """Names whose committed state is deleted (dropped nodes, raised versions)."""
+        return frozenset(n.stored_as or n.node for n in self.nodes
+                         if n.action in (Action.DROP, Action.RESTART))
+
+    def lines(self) -> list[str]:
+        return [n.line() for n in self.nodes] + list(self.notes)
+
+    def check(self) -> None:
+        """Raise :class:`UpgradeRefused` naming the first refused node."""
+        if self.refused:
+            first = self.refused[0]
+            more = f" (and {len(self.refused) - 1} more: hailstorm plan)" \
+                if len(self.refused) > 1 else ""
+            raise UpgradeRefused(f"upgrade refused: {first.line()}{more}")
+
+
+def state_change_problem(old: StoredState, new: NodeDescription) -> str | None:
+    """Why the stored state cannot be read as the new bolt's state by Avro schema
+    resolution (None: it can): see :func:`hailstorm.snapshots.evolution.evolution_problem`."""
+    return evolution_problem(old.monoid, old.schema, str(new.state), new.schema)
+
+
+_MEANING = ("key", "lift", "event_time")
+
+
+def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
+               stored: StoredState | None, source: str, new_names: Collection[str]) -> NodePlan:
+    def decide(action: Action, detail: str, fix: str = "") -> NodePlan:
+        return NodePlan(node.name, "bolt", action, detail, fix, source)
+
+    renamed = f" (renamed from {source})" if source != node.name else ""
+    if node.previously and node.previously in new_names:
+        return decide(Action.REFUSE, f"previously={node.previously!r} names a node still in "
+                      "the topology", "remove previously=, or the old node")
+    if old is not None and node.version < old.version:
+        return decide(Action.REFUSE, f"version {node.version} is older than the deployed "
+                      f"version {old.version}", f"declare version={old.version + 1} or more")
+    if old is not None and node.version > old.version:
+        return decide(Action.RESTART, f"version {old.version} -> {node.version}{renamed}: "
+                      "its state is dropped and built again from the retained records of "
+                      "its inputs (read from offset 0)")
+    if old is not None and old.python == node.python:
+        # A new state type comes with its own lift: only the key is compared then.
+        meaning = _MEANING if stored is None or stored.monoid == node.state else ("key",)
+        changed = [f for f in meaning if old.functions.get(f) != node.functions.get(f)]
+        if changed:
+            what = " and ".join(f"the {f} function" for f in changed)
+            return decide(Action.REFUSE, f"{what} changed (fingerprint), so the state would "
+                          "mix values of the old and new meaning",
+                          f"declare version={node.version + 1} on the bolt (new state, built "
+                          "from the retained records), or undo the change")
+    if stored is None:
+        return decide(Action.NEW, f"no committed state{renamed}: starts empty and reads the "
+                      "retained records of its inputs (from offset 0)")
+    if stored.parallelism != node.parallelism and not node.keyed and node.parallelism != 1:
+        return decide(Action.REFUSE, f"{node.state} is not keyed: its state cannot be split "
+                      f"from {stored.parallelism} into {node.parallelism} instances",
+                      "use parallelism=1, or keyed state (per_key)")
+    shard = "" if stored.parallelism == node.parallelism else \
+        f", re-sharded from {stored.parallelism} to {node.parallelism} instances"
+    if stored.monoid == node.state:
+        action = Action.CARRY if not shard else Action.RESHARD
+        return decide(action, f"{node.state} state carried{renamed}{shard}")
+    if node.migrates:
+        return decide(Action.CONVERT, f"{stored.monoid} -> {node.state} by its migrate= "
+                      f"function{renamed}{shard}")
+    problem = state_change_problem(stored, node)
+    if problem is None:
+        return decide(Action.MIGRATE, f"{stored.monoid} read as {node.state} (Avro schema "
+                      f"resolution){renamed}{shard}")
+    return decide(Action.REFUSE, f"state {problem}",
+                  f"declare migrate=lambda old: ... (old state -> new) on the bolt, or "
+                  f"version={node.version + 1} to build the new state from the retained "
+                  "records, or undo the change")
+
+
+def make_plan(
+    deployed: Mapping[str, NodeDescription] | None,
+    states: Mapping[str, StoredState],
+    new: Mapping[str, NodeDescription],
+    allow_drop: Collection[str] = (),
+) -> Plan:
+    """What a run of the ``new`` nodes does, given the ``deployed`` ones (None: not
+    recorded, e.g. by an older driver: only the stored state is compared) and the
+    committed round's ``states`` by bolt name."""
+    notes: list[str] = []
+    old_nodes: dict[str, NodeDescription] = dict(deployed or {})
+    old_names = set(old_nodes) | set(states)
+    if not old_names:
+        notes.append("nothing deployed under this name: every node starts afresh")
+    elif deployed is None:
+        notes.append("the deployed driver recorded no node descriptions: function changes "
+                      "cannot be checked, only the stored state")
+    plans: list[NodePlan] = []
+    taken: set[str] = set()
+    for node in new.values():
+        source = node.name
+        if node.name not in old_names and node.previously in old_names:
+            source = node.previously
+        old = old_nodes.get(source)
+        if source in old_names:
+            taken.add(source)
+        if old is not None and old.python != node.python:
+            notes.append(f"{node.name}: functions not compared (deployed with Python "
+                         f"{old.python}, now {node.python})")
+        if node.kind == "bolt":
+            plans.append(_plan_bolt(node, old, states.get(source), source, set(new)))
+        elif old is None or old.kind != node.kind:
+            plans.append(NodePlan(node.name, node.kind, Action.NEW,
+                                  f"reads topic {node.topic} from its first retained offset"
+                                  if node.kind == "spout" else
+                                  "writes what its inputs emit from now on"))
+        elif node.kind == "spout" and old.topic != node.topic:
+            plans.append(NodePlan(node.name, "spout", Action.NEW,
+                                  f"reads topic {node.topic} (was {old.topic}) from its first "
+                                  "retained offset"))
+        else:
+            plans.append(NodePlan(node.name, node.kind, Action.CARRY,
+                                  "resumes at the committed clock" if node.kind == "spout"
+                                  else "keeps its progress"))
+    rebuilt = {n.node for n in plans if n.action in (Action.NEW, Action.RESTART)
+               and n.kind == "bolt"}
+    for i, sink in enumerate(plans):
+        starts = sorted(set(new[sink.node].inputs) & rebuilt)
+        if sink.kind == "sink" and sink.action is Action.CARRY and starts:
+            plans[i] = replace(sink, detail=(
+                f"keeps its progress; its input {', '.join(starts)} starts over, so the table "
+                "keeps rows of the old state and gets none for records at or before its "
+                "progress (rebuild it with hailstorm export once the bolt caught up)"))
+    for name in sorted(old_names - taken - set(new)):
+        kind = old_nodes[name].kind if name in old_nodes else "bolt"
+        if name in allow_drop:
+            plans.append(NodePlan(name, kind, Action.DROP, "removed: its committed state "
+                                  "and records are deleted" if kind == "bolt" else "removed"))
+        else:
+            plans.append(NodePlan(name, kind, Action.REFUSE,
+                                  "removed from the topology (or renamed without previously=)",
+                                  f"pass --allow-drop {name} to delete it, or declare "
+                                  f"previously={name!r} on the node that replaces it"))
+    for name in sorted(set(allow_drop) - (old_names - taken - set(new))):
+        notes.append(f"--allow-drop {name}: no deployed node of that name is removed, so "
+                     "nothing is dropped")
+    return Plan(tuple(plans), tuple(notes))
