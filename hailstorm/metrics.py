@@ -187,6 +187,10 @@ class ProcessorMetrics:
             "hailstorm_refused_connections_total",
             "Data-plane connections refused before a frame was read (no proof of the run's "
             "secret, a handshake too slow, too many at once).")
+        self.waiting_since = r.gauge(
+            "hailstorm_waiting_since_seconds",
+            "Unix time since which the processor waits out an outage of a service it needs "
+            "(a sink's database); 0 when it does not wait.")
 
     def batch(self, started: float, received: int, sent: int) -> None:
         """One batch processed since ``started`` (a ``time.perf_counter()`` value)."""

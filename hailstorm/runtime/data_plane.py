@@ -9,10 +9,10 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hailstorm.auth import AuthError, FrameSealer, RunSecret, greet_peer
-from hailstorm.protocol.wire import Frame, Hello, send_frames
+from hailstorm.protocol.wire import Frame, Hello, encode_frames, send_frames
 
 __all__ = [
     "HANDSHAKE_TIMEOUT",
@@ -62,8 +62,13 @@ class Outbound:
     """A connection to one downstream instance; blocking sends (back-pressure)."""
 
     def __init__(self, sender: str, receiver: str, address: tuple[str, int], epoch: int,
-                 timeout: float, secret: RunSecret) -> None:
+                 timeout: float, secret: RunSecret,
+                 patience: Callable[[], bool] = lambda: False) -> None:
         self.receiver = receiver
+        self.timeout = timeout
+        #: Asked when a send made no progress for ``timeout`` s: True (the topology waits
+        #: out an outage, the receiver is held up by it) keeps waiting.
+        self.patience = patience
         self.sock, self.sealer = self._authenticated(address, secret, timeout)
         self.sock.settimeout(timeout)
         send_frames(self.sock, [Hello(sender, epoch, receiver)], sealer=self.sealer)
@@ -95,10 +100,20 @@ class Outbound:
                 raise
 
     def send(self, frames: Sequence[Frame]) -> None:
-        try:
-            send_frames(self.sock, frames, sealer=self.sealer)
-        except OSError as exc:
-            raise DataPlaneError(f"sending to {self.receiver} failed: {exc}") from exc
+        """Send ``frames``, blocking while the receiver does not read (back pressure): up to
+        the timeout, or as long as :attr:`patience` says the topology waits out an outage."""
+        with memoryview(encode_frames(frames, sealer=self.sealer)) as data:
+            sent = 0
+            while sent < len(data):
+                try:
+                    sent += self.sock.send(data[sent:])
+                except TimeoutError as exc:
+                    if self.patience():
+                        continue
+                    raise DataPlaneError(f"sending to {self.receiver} failed: nothing taken "
+                                         f"for {self.timeout:.0f} s") from exc
+                except OSError as exc:
+                    raise DataPlaneError(f"sending to {self.receiver} failed: {exc}") from exc
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
