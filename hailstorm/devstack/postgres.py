@@ -8,12 +8,13 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hailstorm.devstack.processes import StackProcesses, await_ready, pid_alive
+from hailstorm.devstack.processes import StackProcesses, await_ready, pid_alive, stop_pid
 from hailstorm.devstack.state import (
     DATABASE,
     DATABASE_USER,
@@ -28,7 +29,30 @@ from hailstorm.devstack.state import (
 
 
 class PostgresServer(StackProcesses):
-    """Starts the stack's PostgreSQL."""
+    """Starts, stops and restarts the stack's PostgreSQL."""
+
+    def stop_postgres(self) -> int:
+        """Stop the stack's PostgreSQL by its pid (a fast shutdown: clients are cut off); its
+        data stays. Returns the pid that was stopped."""
+        state = self.load()
+        record = state.services.get("postgres") if state else None
+        if record is None or not pid_alive(record.pid, record.marker):
+            raise DevStackError(f"PostgreSQL does not run under {self.state_dir}")
+        stop_pid(record.pid, record.marker, sig=signal.SIGINT, timeout=30)
+        return record.pid
+
+    def restart_postgres(self) -> ServiceRecord:
+        """Start the stack's stopped PostgreSQL again on its data (the same port when it is
+        free) and wait until it serves."""
+        state = self.load()
+        if state is None or "postgres" not in state.services:
+            raise DevStackError(f"no PostgreSQL under {self.state_dir}")
+        record = state.services["postgres"]
+        if pid_alive(record.pid, record.marker):
+            return record
+        record = self._start_postgres(state, StartAction.RESTART)
+        self._save(state)
+        return record
 
     def _start_postgres(self, state: StackState, action: StartAction) -> ServiceRecord:
         """Make the cluster (``CREATE``) or start it again on its data (``RESTART``, on the
