@@ -21,6 +21,7 @@ __all__ = [
     "Outbound",
     "listen_address",
     "route_address",
+    "send_patiently",
 ]
 
 log = logging.getLogger("hailstorm.processor")
@@ -56,6 +57,20 @@ def listen_address(host: str, zk: str) -> str:
     """The address the data-plane listener binds to and advertises for the ``--host``
     setting (``auto``: :func:`route_address`)."""
     return route_address(zk) if host == "auto" else host
+
+
+def send_patiently(sock: socket.socket, data: bytes, patience: Callable[[], bool]) -> None:
+    """All of ``data`` on ``sock`` (a socket with a timeout). When the peer takes nothing for
+    the socket's timeout, ``patience()`` decides: True waits again (nothing is lost or sent
+    twice: the count of bytes sent is kept), False raises :class:`TimeoutError`."""
+    with memoryview(data) as view:
+        sent = 0
+        while sent < len(view):
+            try:
+                sent += sock.send(view[sent:])
+            except TimeoutError:
+                if not patience():
+                    raise
 
 
 class Outbound:
@@ -102,18 +117,14 @@ class Outbound:
     def send(self, frames: Sequence[Frame]) -> None:
         """Send ``frames``, blocking while the receiver does not read (back pressure): up to
         the timeout, or as long as :attr:`patience` says the topology waits out an outage."""
-        with memoryview(encode_frames(frames, sealer=self.sealer)) as data:
-            sent = 0
-            while sent < len(data):
-                try:
-                    sent += self.sock.send(data[sent:])
-                except TimeoutError as exc:
-                    if self.patience():
-                        continue
-                    raise DataPlaneError(f"sending to {self.receiver} failed: nothing taken "
-                                         f"for {self.timeout:.0f} s") from exc
-                except OSError as exc:
-                    raise DataPlaneError(f"sending to {self.receiver} failed: {exc}") from exc
+        try:
+            send_patiently(self.sock, encode_frames(frames, sealer=self.sealer),
+                           self.patience)
+        except TimeoutError as exc:
+            raise DataPlaneError(f"sending to {self.receiver} failed: nothing taken for "
+                                 f"{self.timeout:.0f} s") from exc
+        except OSError as exc:
+            raise DataPlaneError(f"sending to {self.receiver} failed: {exc}") from exc
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
