@@ -28,6 +28,9 @@ log = logging.getLogger("hailstorm.sinks")
 
 T = TypeVar("T")
 
+_PG_REFUSED = ("authentication failed", "no pg_hba.conf entry", "does not exist",
+               "permission denied")
+"""A PostgreSQL server's refusals of a connection: waiting would not change them."""
 _SQLITE_TRANSIENT = ("locked", "busy", "unable to open", "disk i/o", "readonly", "read-only")
 
 
@@ -83,7 +86,8 @@ def _utc(at: float) -> str:
 
 def is_transient(exc: BaseException) -> bool:
     """True for errors worth retrying: the database is unreachable, restarting, busy,
-    read-only for now, or aborted the transaction (serialization failure, deadlock)."""
+    read-only for now, or aborted the transaction (serialization failure, deadlock). Not:
+    refused credentials, a database or role that does not exist."""
     if isinstance(exc, sqlite3.OperationalError):
         text = str(exc).lower()
         return any(s in text for s in _SQLITE_TRANSIENT)
@@ -94,7 +98,10 @@ def is_transient(exc: BaseException) -> bool:
         if isinstance(exc, psycopg.InterfaceError):
             return True
         if isinstance(exc, psycopg.OperationalError):
-            return not state.startswith(("28", "3D", "54"))  # auth, no database, limits
+            if state.startswith(("28", "3D", "54")):  # auth, no database, limits
+                return False
+            # Refused while connecting: libpq's message carries no SQLSTATE.
+            return not any(s in str(exc).lower() for s in _PG_REFUSED)
     return False
 
 

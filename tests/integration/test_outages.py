@@ -9,12 +9,15 @@ stage attempt and no restart. ``bench/outages.py`` runs the issue's 10 minutes.
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from hailstorm.harness import StackAddresses
-from hailstorm.harness.outages import postgres_outage
+from hailstorm import kafka
+from hailstorm.harness import StackAddresses, TopologyRun
+from hailstorm.harness.outages import WORDCOUNT, postgres_outage
 
 pytestmark = pytest.mark.integration
 
@@ -37,3 +40,25 @@ def test_wordcount_waits_out_a_postgres_outage(stack_env: dict[str, str],
     assert c is not None and (c.lost, c.duplicated, c.wrong, c.instance_mismatches) == (
         0, 0, 0, []), c.first()
     assert c.keys_compared > 0
+
+
+def test_a_driver_that_gives_up_names_the_processor_and_its_cause(
+        stack_env: dict[str, str], tmp_path: Path) -> None:
+    """A sink whose database refuses its credentials fails every attempt (no wait: that is
+    not an outage); with --max-restarts 1 the driver gives up, and its last line names the
+    sink and the database's answer, not Spark's barrier task."""
+    stack = StackAddresses.from_env(stack_env)
+    kafka.recreate_topic(stack.kafka, "words", 2)
+    url = urlsplit(stack_env["HAILSTORM_DATABASE_URL"])
+    refused = urlunsplit(url._replace(netloc=f"hailstorm:wrong-{uuid.uuid4().hex[:6]}@"
+                                             f"{url.hostname}:{url.port}"))
+    with TopologyRun(stack, WORDCOUNT, log_dir=tmp_path / "logs", database=refused) as run:
+        run.driver_options = ["--max-restarts", "1"]
+        run.start()
+        assert run.procs["driver"].wait(timeout=300) == 1
+        last = run.log("driver").strip().splitlines()[-1]
+    print(last)
+    assert last.startswith("error: gave up after 1 consecutive failed stage attempts"), last
+    assert "the last: sink:word_counts:0: SinkError: cannot connect to postgresql://" in last
+    assert "password authentication failed" in last and "wrong-" not in last
+    assert "ResultTask" not in last and "SparkException" not in last

@@ -502,6 +502,16 @@ def test_transient_errors() -> None:
     assert is_transient(sqlite3.OperationalError("unable to open database file"))
     assert not is_transient(sqlite3.OperationalError("no such table: x"))
     assert is_transient(psycopg.OperationalError("connection refused"))
+    # Refused at connection time (libpq gives no SQLSTATE): waiting would not help.
+    for refusal in ('connection failed: connection to server at "127.0.0.1", port 5432 '
+                    'failed: FATAL:  password authentication failed for user "hailstorm"',
+                    'FATAL:  database "nope" does not exist',
+                    'FATAL:  no pg_hba.conf entry for host "10.0.0.9"'):
+        assert not is_transient(psycopg.OperationalError(refusal))
+    assert is_transient(psycopg.OperationalError(
+        "FATAL:  the database system is starting up"))
+    assert is_transient(psycopg.OperationalError("terminating connection due to "
+                                                 "administrator command"))
     assert not is_transient(psycopg.errors.UndefinedTable("no such table"))
     assert not is_transient(ValueError("x"))
 
