@@ -313,7 +313,7 @@ class Shell:
             if fallback is not None:
                 self.metrics.fallbacks.inc()
             self.metrics.rounds_committed.inc(len(decision.commits))
-            if isinstance(new, Initialize):
+            if isinstance(new, Initialize) and new != obs.state:  # a deadline renewed is none
                 self.metrics.recoveries.inc()
             if isinstance(obs.state, SpoutsPaused) and isinstance(new, Flowing):
                 self.metrics.pause(self._pauses[obs.state.epoch])
