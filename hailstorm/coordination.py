@@ -88,6 +88,8 @@ class Coordinator:
         """Set when the session expired: the living node is gone for good."""
         self._registered = False
         self._last_report: ProcessorReport | None = None
+        #: The outage this processor waits out (see :meth:`report_waiting`), in every report.
+        self.waiting: str | None = None
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
                                  ignore_expire=False, deadline=2 * session_timeout,
                                  interrupt=self.lost.is_set)
@@ -166,12 +168,29 @@ class Coordinator:
         error: str | None = None,
         corrupt: str | None = None,
     ) -> None:
-        """Set the living node to a :class:`ProcessorReport` (info included)."""
+        """Set the living node to a :class:`ProcessorReport` (info and the outage being
+        waited out included)."""
         report = ProcessorReport(
-            self.processor, state, epoch, position, loaded, error, self.info, corrupt
+            self.processor, state, epoch, position, loaded, error, self.info, corrupt,
+            self.waiting,
         )
         self.records.write_report(report)
         self._last_report = report
+
+    def report_waiting(self, waiting: str | None) -> None:
+        """Say (in the last report) that this processor waits out an outage, or no longer
+        (None). Best effort, never raises: ZooKeeper may be what is down."""
+        if waiting == self.waiting:
+            return
+        self.waiting = waiting
+        last = self._last_report
+        if not self._registered or last is None or self.lost.is_set():
+            return
+        try:
+            self.report(last.state, last.epoch, position=last.position, loaded=last.loaded,
+                        error=last.error, corrupt=last.corrupt)
+        except Exception:
+            log.debug("could not report the wait", exc_info=True)
 
     def report_error(self, message: str) -> None:
         """Report the last state with ``error`` set (best effort, never raises)."""

@@ -69,7 +69,7 @@ def run_demo(state_dir: Path, *, lines: int, keep_running: bool, console: Consol
             again = f"hailstorm dev env --state-dir {state_dir}"
             console.print(f'stack left running: eval "$({again})"')
         else:
-            stack.down()
+            stack.down(wipe=stack.created)  # a stack that was there before keeps its data
             console.print("[bold]stack down[/]: every process the demo started is stopped")
 
 

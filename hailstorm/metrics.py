@@ -260,6 +260,10 @@ class ProcessorMetrics:
             "hailstorm_live_queries_total",
             "Live queries answered with values (bolts; a query answered with an error is a "
             "refused request).")
+        self.waiting_since = r.gauge(
+            "hailstorm_waiting_since_seconds",
+            "Unix time since which the processor waits out an outage of a service it needs "
+            "(a sink's database); 0 when it does not wait.")
 
     def batch(self, started: float, received: int, sent: int) -> None:
         """One batch processed since ``started`` (a ``time.perf_counter()`` value)."""

@@ -1,6 +1,7 @@
 """The hailstorm negotiator: drives a topology's master state in ZooKeeper.
 
 - :mod:`negotiator.machine` — :func:`~negotiator.machine.step`, the pure state machine;
+- :mod:`negotiator.outages` — no deadline expires while a processor waits out an outage;
 - :mod:`negotiator.shell` — the kazoo shell: election, watches, CAS writes;
 - :mod:`negotiator.daemon` — the ``python -m negotiator`` / ``hailstorm negotiator`` command.
 

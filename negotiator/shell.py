@@ -1,4 +1,5 @@
-"""The kazoo shell around :func:`negotiator.machine.step`.
+"""The kazoo shell around :func:`negotiator.machine.step` (through
+:func:`negotiator.outages.step`).
 
 - Leadership: every negotiator contends on ``election/`` with kazoo's Lock recipe (what
   kazoo's Election uses); exactly one holds it, the others block until the leader's
@@ -58,8 +59,8 @@ from negotiator.machine import (
     ForgetSnapshots,
     Ignored,
     View,
-    step,
 )
+from negotiator.outages import step
 
 if TYPE_CHECKING:
     from hailstorm.metrics import NegotiatorMetrics
@@ -266,7 +267,7 @@ class Shell:
             txn.create(self.paths.master, record.to_json())
         else:
             txn.set_data(self.paths.master, record.to_json(), version=obs.master_version)
-        if isinstance(new, Initialize):
+        if isinstance(new, Initialize) and new != obs.state:  # not a deadline renewed
             recovery = RecoveryRecord(new.epoch, now, label(obs.state), decision.reason,
                                       self.identifier)
             txn.create(self.paths.recovery_prefix, recovery.to_json(), sequence=True)
@@ -312,7 +313,7 @@ class Shell:
             if fallback is not None:
                 self.metrics.fallbacks.inc()
             self.metrics.rounds_committed.inc(len(decision.commits))
-            if isinstance(new, Initialize):
+            if isinstance(new, Initialize) and new != obs.state:  # a deadline renewed is none
                 self.metrics.recoveries.inc()
             if isinstance(obs.state, SpoutsPaused) and isinstance(new, Flowing):
                 self.metrics.pause(self._pauses[obs.state.epoch])

@@ -212,7 +212,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
             fail(f"{exc} (logs in {logs})")
         finally:
             if stack is not None:
-                stack.down()
+                stack.down(wipe=stack.created)
             if temporary is not None:
                 shutil.rmtree(temporary, ignore_errors=True)
     out.print(report.to_text(), markup=False)

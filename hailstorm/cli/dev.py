@@ -1,9 +1,10 @@
-"""``hailstorm dev``: the embedded dev stack (``up``, ``down``, ``status``, ``env``) of
+"""``hailstorm dev``: the embedded dev stack (``up``, ``down``, ``reset``, ``status``, ``env``) of
 :class:`hailstorm.devstack.DevStack`."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -19,44 +20,47 @@ def dev() -> None:
     standalone cluster with --spark-workers) on 127.0.0.1."""
 
 
-@dev.command("up")
-@state_dir_option
-@click.option("--zk-port", type=int, default=0, show_default=True, help="0 picks a free port.")
-@click.option("--kafka-port", type=int, default=0, show_default=True, help="0 picks a free port.")
-@click.option(
-    "--postgres-port", type=int, default=0, show_default=True, help="0 picks a free port."
-)
-@click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Kafka nodes (each a broker and a KRaft controller); 3 gives topics "
-              "replication factor 3 and min.insync.replicas=2.")
-@click.option("--kafka-security", type=click.Choice(["plaintext", "sasl_ssl"]),
-              default="plaintext", show_default=True,
-              help="sasl_ssl: clients connect with SCRAM-SHA-256 over TLS (a CA the stack "
-              "makes); 'dev env' then exports HAILSTORM_KAFKA_CONFIG.")
-@click.option("--spark-workers", type=click.IntRange(min=0), default=0, show_default=True,
-              metavar="N",
-              help="Also start a Spark standalone master and N workers (pyspark's own "
-              "classes); 'dev env' then exports HAILSTORM_SPARK_MASTER, which 'hailstorm run' "
-              "uses.")
-@click.option("--spark-cores", type=click.IntRange(min=1), default=DEFAULT_SPARK_CORES,
-              show_default=True, metavar="N",
-              help="Task slots each Spark worker offers (a processor instance takes one).")
-@click.option(
-    "--timeout",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds each service may take to become ready.",
-)
-@_handle_errors
-def dev_up(
-    state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, brokers: int,
-    kafka_security: str, spark_workers: int, spark_cores: int, timeout: float
-) -> None:
-    """Start the stack (idempotent: running services are left alone).
+def _up_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options of ``dev up`` (and ``dev reset``, which ends with an ``up``)."""
+    options = [
+        state_dir_option,
+        click.option("--zk-port", type=int, default=0, show_default=True,
+                     help="0 picks a free port (a restart keeps the port it had)."),
+        click.option("--kafka-port", type=int, default=0, show_default=True,
+                     help="0 picks a free port."),
+        click.option("--postgres-port", type=int, default=0, show_default=True,
+                     help="0 picks a free port (a restart keeps the port it had)."),
+        click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Kafka nodes (each a broker and a KRaft controller); 3 gives topics "
+                     "replication factor 3 and min.insync.replicas=2."),
+        click.option("--kafka-security", type=click.Choice(["plaintext", "sasl_ssl"]),
+                     default="plaintext", show_default=True,
+                     help="sasl_ssl: clients connect with SCRAM-SHA-256 over TLS (a CA the "
+                     "stack makes); 'dev env' then exports HAILSTORM_KAFKA_CONFIG."),
+        click.option("--spark-workers", type=click.IntRange(min=0), default=0,
+                     show_default=True, metavar="N",
+                     help="Also start a Spark standalone master and N workers (pyspark's own "
+                     "classes); 'dev env' then exports HAILSTORM_SPARK_MASTER, which "
+                     "'hailstorm run' uses."),
+        click.option("--spark-cores", type=click.IntRange(min=1), default=DEFAULT_SPARK_CORES,
+                     show_default=True, metavar="N",
+                     help="Task slots each Spark worker offers (a processor instance takes "
+                     "one)."),
+        click.option("--timeout", type=float, default=60.0, show_default=True,
+                     help="Seconds each service may take to become ready."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
-    The first run fetches Apache Kafka from Maven Central (cached in ~/.cache/hailstorm).
-    """
+
+def _progress(message: str) -> None:
+    console.print(f"[dim]·[/] {message}")
+
+
+def _bring_up(state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int,
+              brokers: int, kafka_security: str, spark_workers: int, spark_cores: int,
+              timeout: float) -> None:
     stack = DevStack(
         state_dir,
         zk_port=zk_port,
@@ -67,22 +71,56 @@ def dev_up(
         spark_workers=spark_workers,
         spark_cores=spark_cores,
         startup_timeout=timeout,
-        progress=lambda message: console.print(f"[dim]·[/] {message}"),
+        progress=_progress,
     )
-    state = stack.up()
+    stack.up()
     console.print(f"[green]dev stack up[/] under {stack.state_dir}")
     console.print(f'  load its addresses with: eval "$(hailstorm dev env --state-dir {state_dir})"')
-    _ = state
+
+
+@dev.command("up")
+@_up_options
+@_handle_errors
+def dev_up(
+    state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, brokers: int,
+    kafka_security: str, spark_workers: int, spark_cores: int, timeout: float
+) -> None:
+    """Start the stack (idempotent: running services are left alone; a stopped one starts
+    again on its data, on the port it had when that is free). Nothing is deleted.
+
+    The first run fetches Apache Kafka from Maven Central (cached in ~/.cache/hailstorm).
+    """
+    _bring_up(state_dir, zk_port, kafka_port, postgres_port, brokers, kafka_security,
+              spark_workers, spark_cores, timeout)
+
+
+@dev.command("reset")
+@_up_options
+@_handle_errors
+def dev_reset(
+    state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, brokers: int,
+    kafka_security: str, spark_workers: int, spark_cores: int, timeout: float
+) -> None:
+    """Stop the stack, DELETE its data (ZooKeeper, Kafka, PostgreSQL, snapshots) and start a
+    new, empty one."""
+    stopped = DevStack(state_dir, progress=_progress).down(wipe=True)
+    console.print(f"[yellow]dev stack wiped[/] ({len(stopped)} service(s) were running)")
+    _bring_up(state_dir, zk_port, kafka_port, postgres_port, brokers, kafka_security,
+              spark_workers, spark_cores, timeout)
 
 
 @dev.command("down")
 @state_dir_option
+@click.option("--wipe", is_flag=True,
+              help="Also DELETE the services' data, the snapshots and the state file.")
 @_handle_errors
-def dev_down(state_dir: Path) -> None:
-    """Stop exactly the processes 'dev up' started, by pid, and remove their data."""
-    stack = DevStack(state_dir, progress=lambda message: console.print(f"[dim]·[/] {message}"))
-    stopped = stack.down()
-    console.print("[green]dev stack down[/]" if stopped else "nothing was running")
+def dev_down(state_dir: Path, wipe: bool) -> None:
+    """Stop exactly the processes 'dev up' started, by pid. Their data stays (the next 'dev
+    up' starts them again on it) unless --wipe."""
+    stack = DevStack(state_dir, progress=_progress)
+    stopped = stack.down(wipe=wipe)
+    console.print(("[green]dev stack down[/]" if stopped else "nothing was running")
+                  + (" and its data deleted" if wipe else "; its data is kept"))
 
 
 @dev.command("status")

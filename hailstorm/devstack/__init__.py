@@ -2,9 +2,10 @@
 
 Every service listens on 127.0.0.1 only (unless the stack is given test hosts, see
 :class:`Host`), on a free port unless one is configured, and keeps its data, log and pid under
-one state directory. ``up`` is idempotent; ``down`` stops exactly
-the processes ``up`` started, by pid (the recorded command line is checked first so a recycled
-pid is never signalled), and removes their data.
+one state directory. ``up`` is idempotent and starts a stopped service again on its data;
+``down`` stops exactly the processes ``up`` started, by pid (the recorded command line is
+checked first so a recycled pid is never signalled), and removes their data only with
+``wipe``.
 
 A package, one concern per module; the names below are its interface (import them from
 ``hailstorm.devstack``):

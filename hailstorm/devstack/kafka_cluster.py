@@ -59,8 +59,8 @@ class KafkaCluster(StackProcesses):
                                                           self.kafka_security):
                 raise DevStackError(
                     f"the stack under {self.state_dir} has {len(cluster.nodes)} Kafka node(s) "
-                    f"({cluster.security}); run 'hailstorm dev down' before changing "
-                    "--brokers or --kafka-security")
+                    f"({cluster.security}); run 'hailstorm dev reset' to change "
+                    "--brokers or --kafka-security (it deletes the stack's data)")
             records = [state.services.get(kafka_node_name(n)) for n in sorted(cluster.nodes)]
             if all(r is not None and pid_alive(r.pid, r.marker) for r in records):
                 for record in records:
@@ -69,8 +69,13 @@ class KafkaCluster(StackProcesses):
                                   f"(pid {record.pid}, port {record.port})")
                 return
         libs = self._kafka_libs()
-        fresh = cluster is None or not all(
-            (self._kafka_dir(n) / "data" / "meta.properties").exists() for n in cluster.nodes)
+        formatted = sorted(int(p.parent.parent.name.removeprefix("node-")) for p in
+                           (self.state_dir / "kafka").glob("node-*/data/meta.properties"))
+        fresh = not formatted
+        if formatted and (cluster is None or formatted != sorted(cluster.nodes)):
+            raise DevStackError(
+                f"kafka: the nodes under {self.state_dir / 'kafka'} ({formatted}) are not the "
+                "recorded cluster's; 'hailstorm dev reset' deletes them and starts afresh")
         if fresh:
             for name in [n for n in state.services if n.startswith("kafka-")]:
                 record = state.services.pop(name)
@@ -181,7 +186,8 @@ class KafkaCluster(StackProcesses):
         return self.state_dir / "kafka" / f"node-{node}"
 
     def _format_kafka(self, cluster: KafkaClusterState, libs: Path) -> None:
-        """Write every node's configuration and format its storage with the cluster id."""
+        """Write every node's configuration and format its storage with the cluster id
+        (only when no node has been formatted: what is under ``kafka/`` holds no log)."""
         base = self.state_dir / "kafka"
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(mode=0o700)

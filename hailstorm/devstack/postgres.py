@@ -8,11 +8,13 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hailstorm.devstack.processes import StackProcesses, await_ready, pid_alive
+from hailstorm.devstack.processes import StackProcesses, await_ready, pid_alive, stop_pid
 from hailstorm.devstack.state import (
     DATABASE,
     DATABASE_USER,
@@ -22,25 +24,70 @@ from hailstorm.devstack.state import (
     Host,
     ServiceRecord,
     StackState,
+    StartAction,
 )
 
 
 class PostgresServer(StackProcesses):
-    """Starts the stack's PostgreSQL."""
+    """Starts, stops and restarts the stack's PostgreSQL."""
 
-    def _start_postgres(self, state: StackState) -> ServiceRecord:
+    def stop_postgres(self) -> int:
+        """Stop the stack's PostgreSQL by its pid (a fast shutdown: clients are cut off); its
+        data stays. Returns the pid that was stopped."""
+        state = self.load()
+        record = state.services.get("postgres") if state else None
+        if record is None or not pid_alive(record.pid, record.marker):
+            raise DevStackError(f"PostgreSQL does not run under {self.state_dir}")
+        stop_pid(record.pid, record.marker, sig=signal.SIGINT, timeout=30)
+        return record.pid
+
+    def restart_postgres(self) -> ServiceRecord:
+        """Start the stack's stopped PostgreSQL again on its data (the same port when it is
+        free) and wait until it serves."""
+        state = self.load()
+        if state is None or "postgres" not in state.services:
+            raise DevStackError(f"no PostgreSQL under {self.state_dir}")
+        record = state.services["postgres"]
+        if pid_alive(record.pid, record.marker):
+            return record
+        record = self._start_postgres(state, StartAction.RESTART)
+        self._save(state)
+        return record
+
+    def _start_postgres(self, state: StackState, action: StartAction) -> ServiceRecord:
+        """Make the cluster (``CREATE``) or start it again on its data (``RESTART``, on the
+        port it had when that is free)."""
         bin_dir = postgres_bin_dir()
-        port = self._port("postgres", "--postgres-port")
+        previous = state.services.get("postgres")
+        port = self._port("postgres", "--postgres-port",
+                          recorded=previous.port if previous else None)
         host = state.host("postgres")
         run_as = _postgres_runner(self.state_dir, host)
         base = self.state_dir / "postgres"
         data = base / "data"
         log = self.state_dir / "logs" / "postgres.log"
-        if base.exists():
-            shutil.rmtree(base)
+        run_as.own(log, create=True)
+        if action is StartAction.RESTART:
+            if not (data / "PG_VERSION").exists():
+                raise DevStackError(
+                    f"postgres: {data} holds no database cluster (an earlier start failed "
+                    "half-way?): 'hailstorm dev reset' deletes it and starts afresh")
+            _clear_stale_locks(data, self.startup_timeout)
+        else:
+            try:
+                self._initdb(state, bin_dir, run_as, base, log)
+            except BaseException:
+                shutil.rmtree(base, ignore_errors=True)  # made in this call: nothing else
+                raise
+        return self._pg_ctl_start(state, bin_dir, run_as, host, port, data, log)
+
+    def _initdb(self, state: StackState, bin_dir: Path, run_as: _Runner, base: Path,
+                log: Path) -> None:
+        """A new database cluster under ``base/data`` (``base`` must not exist)."""
+        data = base / "data"
+        host = state.host("postgres")
         base.mkdir(mode=0o700)
         run_as.own(base)
-        run_as.own(log, create=True)
         password_file = base / "password"
         password_file.write_text(state.database_password + "\n")
         run_as.own(password_file)
@@ -70,6 +117,10 @@ class PostgresServer(StackProcesses):
         if host.address != LOOPBACK:  # initdb lets loopback clients in only
             with open(data / "pg_hba.conf", "a") as hba:
                 hba.write("host all all samenet scram-sha-256\n")
+
+    def _pg_ctl_start(self, state: StackState, bin_dir: Path, run_as: _Runner, host: Host,
+                      port: int, data: Path, log: Path) -> ServiceRecord:
+        base = data.parent
         # shared_buffers holds a sink table of a few million rows and its key index: at
         # 64MB the backends wrote out evicted pages themselves (620k buffers in a 3M-event
         # per-user totals run, 16k at 256MB). Pages are taken as they are used.
@@ -103,6 +154,27 @@ class PostgresServer(StackProcesses):
             lambda: pid_alive(pid, str(data)),
             self.startup_timeout,
         )
+
+
+def _clear_stale_locks(data: Path, timeout: float) -> None:
+    """Remove the lock files (``postmaster.pid``, the socket's) of a postmaster that was
+    killed. PostgreSQL refuses to start while the pid they name exists, and a killed
+    postmaster (reparented to pid 1) may stay a zombie for a while; a live one is waited
+    for, bounded."""
+    deadline = time.monotonic() + timeout
+    for lock in [data / "postmaster.pid", *data.parent.glob(".s.PGSQL.*.lock")]:
+        while True:
+            try:
+                pid = int(lock.read_text().splitlines()[0])
+            except (FileNotFoundError, IndexError, ValueError):
+                break
+            if not pid_alive(pid):  # gone or a zombie: nothing holds the data directory
+                lock.unlink(missing_ok=True)
+                break
+            if time.monotonic() > deadline:
+                raise DevStackError(f"postgres: pid {pid} still holds {data} after "
+                                    f"{timeout:.0f}s; stop it first")
+            time.sleep(0.2)
 
 
 def postgres_bin_dir() -> Path:

@@ -25,6 +25,7 @@ from hailstorm.devstack.state import (
     Host,
     ServiceRecord,
     StackState,
+    restart_port,
 )
 from hailstorm.kafka_broker import Progress
 
@@ -84,6 +85,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """True when a server could listen on ``port`` on 127.0.0.1 right now (as servers do,
+    with SO_REUSEADDR: connections of a stopped one in TIME_WAIT do not hold it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
 
 
 def ensure_port_free(service: str, port: int, flag: str) -> None:
@@ -218,12 +231,20 @@ class StackProcesses:
             out.write(state.to_json())
         tmp.replace(self.state_file)
 
-    def _port(self, name: str, flag: str) -> int:
+    def _port(self, name: str, flag: str, recorded: int | None = None) -> int:
+        """The configured port, else ``recorded`` (the port the service had) when it is
+        free, else a free one."""
         configured = self.ports[name]
         if configured:
             ensure_port_free(name, configured, flag)
             return configured
-        return free_port()
+        chosen = restart_port(recorded, configured, recorded is not None
+                              and port_is_free(recorded))
+        if chosen is None:
+            chosen = free_port()
+            if recorded:
+                self.progress(f"{name}: port {recorded} is taken now; using {chosen}")
+        return chosen
 
     def _spawn(
         self,

@@ -25,9 +25,13 @@ from hailstorm.devstack.state import (
     SPARK_MASTER,
     DevStackError,
     Host,
+    ServiceOnDisk,
     ServiceStatus,
     StackState,
+    StartAction,
     kafka_node_name,
+    placement_of,
+    plan_up,
     spark_worker_name,
 )
 from hailstorm.devstack.zookeeper_server import ZooKeeperServer
@@ -73,6 +77,8 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
         self.startup_timeout = startup_timeout
         self.progress: Progress = progress or (lambda _message: None)
         self.hosts = dict(hosts or {})
+        self.created = False
+        """Whether the last ``up`` made this stack (no state file was there)."""
         placeable = {"zookeeper", "kafka", "postgres", SPARK_MASTER,
                      *(spark_worker_name(i) for i in range(1, spark_workers + 1))}
         unknown = sorted(set(self.hosts) - placeable)
@@ -83,14 +89,18 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
     def up(self) -> StackState:
         """Start whatever is not running yet; return the stack with its addresses.
 
-        A Kafka node that stopped is started again on its own data (Kafka keeps its log);
-        ZooKeeper and PostgreSQL start afresh.
+        A service that stopped is started again on its own data, on the port it had when
+        that is free (:func:`~hailstorm.devstack.state.plan_up`); nothing is deleted here.
         """
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # its owner's only
-        state = self.load() or StackState(state_dir=str(self.state_dir), hosts=self.hosts)
+        recorded = self.load()
+        plan = plan_up(recorded is not None, {
+            name: self._on_disk(recorded, name) for name in SERVICES})
+        self.created = recorded is None
+        state = recorded or StackState(state_dir=str(self.state_dir), hosts=self.hosts)
         if self.hosts and state.hosts != self.hosts:
             raise DevStackError(f"the stack under {self.state_dir} runs on other hosts; run "
-                                "'hailstorm dev down' before moving it")
+                                "'hailstorm dev reset' to move it (it deletes its data)")
         if not state.database_password:
             state.database_password = secrets.token_urlsafe(18)
         (self.state_dir / "snapshots").mkdir(mode=0o700, exist_ok=True)
@@ -102,14 +112,14 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
                     self._up_kafka(state)
                     continue
                 record = state.services.get(name)
-                if record is not None and pid_alive(record.pid, record.marker):
+                if plan[name] is StartAction.KEEP:
+                    assert record is not None
                     self.progress(f"{name} already running (pid {record.pid}, port {record.port})")
                     continue
-                if record is not None:
-                    self._cleanup_data(name)
-                self.progress(f"starting {name}")
-                starter = self._start_zookeeper if name == "zookeeper" else self._start_postgres
-                state.services[name] = starter(state)
+                again = plan[name] is StartAction.RESTART
+                self.progress(f"starting {name}" + (" again on its data" if again else ""))
+                state.services[name] = (self._start_zookeeper(state) if name == "zookeeper"
+                                        else self._start_postgres(state, plan[name]))
                 self._save(state)
                 self.progress(f"{name} ready on {state.address(name)}")
             self._up_spark(state)
@@ -119,8 +129,23 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
         self._save(state)
         return state
 
-    def down(self) -> list[str]:
-        """Stop every process ``up`` started here and remove its data (logs stay).
+    def _on_disk(self, state: StackState | None, name: str) -> ServiceOnDisk:
+        """What is there of service ``name`` (every Kafka node for "kafka")."""
+        records = ([r for n, r in state.services.items() if placement_of(n) == name]
+                   if state else [])
+        alive = bool(records) and all(pid_alive(r.pid, r.marker) for r in records)
+        if name == "kafka":
+            has_data = any((self.state_dir / "kafka").glob("node-*/data/meta.properties"))
+        elif name == "zookeeper":
+            has_data = (self.state_dir / "zookeeper" / "version-2").exists()
+        else:
+            has_data = (self.state_dir / name).exists()
+        return ServiceOnDisk(recorded=bool(records), alive=alive, has_data=has_data)
+
+    def down(self, *, wipe: bool = False) -> list[str]:
+        """Stop every process ``up`` started here, by pid; with ``wipe``, also delete the
+        services' data, the snapshots and the state file (logs stay). Without it the next
+        ``up`` starts every service again on its data.
 
         Returns the names of the services that were running.
         """
@@ -145,10 +170,13 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
             if running:
                 stopped.append(name)
                 self.progress(f"stopped {name} (pid {record.pid})")
-            del state.services[name]
-            self._save(state)
+            if wipe:
+                del state.services[name]
+                self._save(state)
+        if not wipe:
+            return stopped
         for name in SERVICES:
-            self._cleanup_data(name)
+            self._delete_data(name)
         for worker in range(1, state.spark_workers + 1):
             shutil.rmtree(self.state_dir / spark_worker_name(worker), ignore_errors=True)
         # Snapshots name offsets of a broker that is gone now: never let them outlive it.
@@ -179,7 +207,7 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
             )
         return state.env()
 
-    def _cleanup_data(self, name: str) -> None:
+    def _delete_data(self, name: str) -> None:
         shutil.rmtree(self.state_dir / name, ignore_errors=True)
         if name == "zookeeper":
             (self.state_dir / "zoo.cfg").unlink(missing_ok=True)
@@ -189,9 +217,10 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
 
 @contextlib.contextmanager
 def running_stack(state_dir: str | os.PathLike[str], **options: object) -> Iterator[StackState]:
-    """Bring a stack up for the duration of a ``with`` block, and always down afterwards."""
+    """Bring a stack up for the duration of a ``with`` block, and always down afterwards
+    (its data deleted when this call created the stack)."""
     stack = DevStack(state_dir, **options)  # type: ignore[arg-type]
     try:
         yield stack.up()
     finally:
-        stack.down()
+        stack.down(wipe=stack.created)

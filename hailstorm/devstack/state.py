@@ -6,9 +6,11 @@ started or signalled here.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,3 +239,57 @@ class ServiceStatus:
     pid: int | None
     running: bool
     log: str | None
+
+
+class StartAction(enum.Enum):
+    """What ``up`` does with one service (see :func:`plan_start`)."""
+
+    KEEP = "keep"
+    """It runs: left alone."""
+    RESTART = "restart"
+    """It is stopped and its data is there: started again on that data."""
+    CREATE = "create"
+    """It has no data yet: made and started."""
+
+
+@dataclass(frozen=True)
+class ServiceOnDisk:
+    """What ``up`` finds of one service: a record in the state file, a live process, data."""
+
+    recorded: bool
+    alive: bool
+    has_data: bool
+
+
+def plan_start(name: str, found: ServiceOnDisk) -> StartAction:
+    """What ``up`` does with service ``name``; never a plan that deletes data.
+
+    Data there without a record of it (the state file lost, or an ``up`` that failed
+    half-way) is started on all the same; only ``dev down --wipe`` or ``dev reset`` removes
+    a service's data.
+    """
+    if found.recorded and found.alive:
+        return StartAction.KEEP
+    return StartAction.RESTART if found.has_data else StartAction.CREATE
+
+
+def plan_up(state_recorded: bool, found: Mapping[str, ServiceOnDisk]) -> dict[str, StartAction]:
+    """:func:`plan_start` for every service; an error when there is data of a stack whose
+    state file (and with it the database password and Kafka's cluster id) is gone."""
+    orphaned = sorted(name for name, f in found.items() if f.has_data and not state_recorded)
+    if orphaned:
+        raise DevStackError(
+            f"{', '.join(orphaned)} data of an earlier stack is here without its {STATE_FILE}: "
+            "'hailstorm dev reset' deletes it and starts afresh"
+        )
+    return {name: plan_start(name, f) for name, f in found.items()}
+
+
+def restart_port(recorded: int | None, configured: int, recorded_free: bool) -> int | None:
+    """The port a restarted service listens on: the one asked for, else the one it had when
+    that is free (clients keep their address), else None (pick a free one)."""
+    if configured:
+        return configured
+    if recorded and recorded_free:
+        return recorded
+    return None

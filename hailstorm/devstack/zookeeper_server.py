@@ -15,11 +15,14 @@ class ZooKeeperServer(StackProcesses):
     """Starts the stack's ZooKeeper."""
 
     def _start_zookeeper(self, state: StackState) -> ServiceRecord:
+        """Start ZooKeeper on its data directory (made when missing), on the port it had
+        when that is free."""
         host = state.host("zookeeper")
         java = java_binary()
         jars = pyspark_jars()
-        port = self._port("zookeeper", "--zk-port")
-        data = self.state_dir / "zookeeper"
+        previous = state.services.get("zookeeper")
+        port = self._port("zookeeper", "--zk-port", recorded=previous.port if previous else None)
+        data = self.state_dir / "zookeeper"  # kept: a restart serves the same znodes
         data.mkdir(exist_ok=True)
         config = self.state_dir / "zoo.cfg"
         config.write_text(

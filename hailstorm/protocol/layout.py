@@ -419,7 +419,10 @@ class ProcessorReport:
     the snapshot loaded in this run ({} when none). ``error``: set when the processor failed
     fatally (it should then exit; the negotiator restarts the topology). ``corrupt`` (bolts,
     with ``error``): the ref of a committed snapshot that failed its checks when loaded: the
-    negotiator then falls back to the previous committed round.
+    negotiator then falls back to the previous committed round. ``waiting``: set while the
+    processor waits out an outage of a service it needs ("the database at ... has been
+    unavailable since T"): it is alive and will go on by itself, so the negotiator's waits
+    do not time out meanwhile.
     """
 
     processor: str
@@ -430,6 +433,7 @@ class ProcessorReport:
     error: str | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
     corrupt: str | None = None
+    waiting: str | None = None
 
     @property
     def role(self) -> Role:
@@ -447,6 +451,7 @@ class ProcessorReport:
                 "error": self.error,
                 "info": dict(self.info),
                 **({} if self.corrupt is None else {"corrupt": self.corrupt}),
+                **({} if self.waiting is None else {"waiting": self.waiting}),
             }
         )
 
@@ -458,6 +463,7 @@ class ProcessorReport:
                 raise LayoutError(f"role {d['role']!r} does not match id {pid}")
             error = d.get("error")
             corrupt = d.get("corrupt")
+            waiting = d.get("waiting")
             return cls(
                 str(pid),
                 ProcessorState(d["state"]),
@@ -467,6 +473,7 @@ class ProcessorReport:
                 None if error is None else str(error),
                 dict(d.get("info") or {}),
                 None if corrupt is None else str(corrupt),
+                None if waiting is None else str(waiting),
             )
 
         result: ProcessorReport = _load("processor report", raw, build)

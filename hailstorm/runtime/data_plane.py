@@ -9,11 +9,11 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hailstorm.auth import AuthError, FrameSealer, RunSecret, greet_peer
 from hailstorm.errors import ServiceError
-from hailstorm.protocol.wire import Frame, Hello, send_frames
+from hailstorm.protocol.wire import Frame, Hello, encode_frames, send_frames
 
 __all__ = [
     "HANDSHAKE_TIMEOUT",
@@ -22,6 +22,7 @@ __all__ = [
     "Outbound",
     "listen_address",
     "route_address",
+    "send_patiently",
 ]
 
 log = logging.getLogger("hailstorm.processor")
@@ -59,12 +60,31 @@ def listen_address(host: str, zk: str) -> str:
     return route_address(zk) if host == "auto" else host
 
 
+def send_patiently(sock: socket.socket, data: bytes, patience: Callable[[], bool]) -> None:
+    """All of ``data`` on ``sock`` (a socket with a timeout). When the peer takes nothing for
+    the socket's timeout, ``patience()`` decides: True waits again (nothing is lost or sent
+    twice: the count of bytes sent is kept), False raises :class:`TimeoutError`."""
+    with memoryview(data) as view:
+        sent = 0
+        while sent < len(view):
+            try:
+                sent += sock.send(view[sent:])
+            except TimeoutError:
+                if not patience():
+                    raise
+
+
 class Outbound:
     """A connection to one downstream instance; blocking sends (back-pressure)."""
 
     def __init__(self, sender: str, receiver: str, address: tuple[str, int], epoch: int,
-                 timeout: float, secret: RunSecret) -> None:
+                 timeout: float, secret: RunSecret,
+                 patience: Callable[[], bool] = lambda: False) -> None:
         self.receiver = receiver
+        self.timeout = timeout
+        #: Asked when a send made no progress for ``timeout`` s: True (the topology waits
+        #: out an outage, the receiver is held up by it) keeps waiting.
+        self.patience = patience
         self.sock, self.sealer = self._authenticated(address, secret, timeout)
         self.sock.settimeout(timeout)
         send_frames(self.sock, [Hello(sender, epoch, receiver)], sealer=self.sealer)
@@ -96,8 +116,14 @@ class Outbound:
                 raise
 
     def send(self, frames: Sequence[Frame]) -> None:
+        """Send ``frames``, blocking while the receiver does not read (back pressure): up to
+        the timeout, or as long as :attr:`patience` says the topology waits out an outage."""
         try:
-            send_frames(self.sock, frames, sealer=self.sealer)
+            send_patiently(self.sock, encode_frames(frames, sealer=self.sealer),
+                           self.patience)
+        except TimeoutError as exc:
+            raise DataPlaneError(f"sending to {self.receiver} failed: nothing taken for "
+                                 f"{self.timeout:.0f} s") from exc
         except OSError as exc:
             raise DataPlaneError(f"sending to {self.receiver} failed: {exc}") from exc
 

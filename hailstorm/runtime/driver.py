@@ -40,6 +40,7 @@ from hailstorm.protocol.layout import (
     expected_processor_ids,
 )
 from hailstorm.protocol.records import TopologyRecords
+from hailstorm.runtime.causes import root_cause
 from hailstorm.runtime.class_archive import ClassArchive, plan_archive
 from hailstorm.runtime.processor import Assignment
 from hailstorm.runtime.spark_stage import (
@@ -221,7 +222,8 @@ class Driver:
             check_slots(context, len(assignments), wait=spark.slot_wait)
         self.runner = StageRunner(
             context, assignments, run_processor, spark, made_progress=self.committed_since,
-            prepare_attempt=None if self.fixed_secret else self.with_fresh_secret)
+            prepare_attempt=None if self.fixed_secret else self.with_fresh_secret,
+            explain=self.explain)
         return self.runner
 
     @staticmethod
@@ -241,6 +243,23 @@ class Driver:
             client.stop()
             client.close()
         return committed is not None and committed.committed_at >= since
+
+    def explain(self, exc: BaseException) -> str:
+        """Why a stage attempt failed: the processor and its error, from what Spark carries
+        and the negotiator's restart reason in ZooKeeper."""
+        reason = None
+        try:
+            client = zk_client(self.options.zk)
+            client.start(timeout=10)
+            try:
+                master = TopologyRecords(client, self.name).master()
+            finally:
+                client.stop()
+                client.close()
+            reason = master.reason if master is not None else None
+        except Exception as problem:  # ZooKeeper may be what is down: Spark's text alone
+            log.debug("could not read the negotiator's reason: %s", problem)
+        return root_cause(str(exc), reason)
 
     def run(self) -> int:
         """Run until stopped; returns the number of failed stage attempts."""

@@ -271,6 +271,33 @@ class Shell:
         if self.coord is not None:
             self.coord.changed.set()
 
+    def report_waiting(self, waiting: str | None, since: float = 0.0) -> None:
+        """Say in ZooKeeper, the metrics and the log that this processor waits out an outage
+        (``waiting``: "the database at ... has been unavailable since T"), or no longer
+        (None). Meanwhile nothing times out on it (see :meth:`topology_waits`)."""
+        coord = self.coord
+        before = coord.waiting if coord is not None else None
+        if coord is not None:
+            coord.report_waiting(waiting)
+        self.metrics.waiting_since.set(since if waiting is not None else 0.0)
+        if waiting is not None and before is None:
+            log.warning("waiting for %s; the topology waits with it", waiting)
+        elif waiting is None and before is not None:
+            log.warning("the wait is over (%s)", before)
+
+    def topology_waits(self) -> bool:
+        """True while this processor or another of the topology waits out an outage: a
+        peer that does not read is held up by it (back pressure), not broken."""
+        coord = self.coord
+        if coord is None:
+            return False
+        if coord.waiting is not None:
+            return True
+        try:
+            return any(report.waiting for report in coord.reports().values())
+        except Exception:  # ZooKeeper itself unreachable: the usual timeouts apply
+            return False
+
     def check(self) -> None:
         """Raise the first recorded failure, a lost session, or an orphaned process."""
         if self._failure is not None:
@@ -377,7 +404,7 @@ class Shell:
                 address = (str(report.info["host"]), int(report.info["port"]))
                 outbound[receiver] = Outbound(
                     self.assignment.processor, receiver, address, self.joined,
-                    self.assignment.io_timeout, self.secret,
+                    self.assignment.io_timeout, self.secret, patience=self.topology_waits,
                 )
         except BaseException:
             for out in outbound.values():
@@ -506,7 +533,9 @@ class InboundShell(Shell):
                 self.inbound.put((sender, frame), timeout=POLL)
                 return
             except queue.Full:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline and self.topology_waits():
+                    deadline = time.monotonic() + self.assignment.io_timeout
+                elif time.monotonic() > deadline:
                     raise DataPlaneError(
                         f"the main thread took no frame for {self.assignment.io_timeout} s"
                     ) from None

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from hailstorm.errors import ConfigurationError, HaltError
 from hailstorm.halt import TopologyHalted, halt_reason
+from hailstorm.runtime.causes import root_cause
 
 log = logging.getLogger("hailstorm.run")
 
@@ -208,6 +209,7 @@ class StageRunner:
         on_attempt: Callable[[int], None] | None = None,
         made_progress: Callable[[float], bool] | None = None,
         prepare_attempt: Callable[[list[Any]], list[Any]] | None = None,
+        explain: Callable[[BaseException], str] | None = None,
     ) -> None:
         self.context = context
         self.assignments = list(assignments)
@@ -220,6 +222,9 @@ class StageRunner:
         self.made_progress = made_progress or (lambda _since: False)
         #: Turns the assignments into those of one attempt (e.g. a fresh secret each).
         self.prepare_attempt = prepare_attempt or (lambda assignments: assignments)
+        #: The one line that says why an attempt failed (a processor and its error, not
+        #: Spark's generic line): :func:`~hailstorm.runtime.causes.root_cause`.
+        self.explain = explain or (lambda exc: root_cause(str(exc)))
         self.stopping = threading.Event()
         self.attempts = 0
         self.failures = 0
@@ -270,7 +275,7 @@ class StageRunner:
                 if healthy or _safely(self.made_progress, started_at):
                     backoff = self.options.backoff_initial
                     consecutive = 1
-                reason = _first_line(exc)
+                reason = _explained(self.explain, exc)
                 limit = self.options.max_attempts
                 if limit is not None and consecutive >= limit:
                     log.error("stage attempt %d failed (%s); giving up", self.attempts, reason)
@@ -306,13 +311,12 @@ def _safely(check: Callable[[float], bool], since: float) -> bool:
         return False
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    for line in text.splitlines():
-        line = line.strip()
-        if "Error" in line or "Exception" in line:
-            return line[:300]
-    return (text.splitlines() or [type(exc).__name__])[0][:300]
+def _explained(explain: Callable[[BaseException], str], exc: BaseException) -> str:
+    try:
+        return explain(exc)
+    except Exception as problem:  # explaining must never stop the driver
+        log.debug("explaining a failure failed: %s", problem)
+        return root_cause(str(exc))
 
 
 class Stoppable(Protocol):

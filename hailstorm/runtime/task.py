@@ -10,6 +10,7 @@ import os
 from hailstorm.config import KAFKA_CONFIG_VAR
 from hailstorm.protocol.layout import Role, parse_processor_id
 from hailstorm.runtime.bolt import BoltShell
+from hailstorm.runtime.causes import ProcessorFailed
 from hailstorm.runtime.processor import Assignment, Shell
 from hailstorm.runtime.sink import SinkShell
 from hailstorm.runtime.spout import SpoutShell
@@ -30,7 +31,8 @@ holds between two flushes or commits (rows buffered for a transaction, a batch's
 
 
 def run_processor(assignment: Assignment) -> None:
-    """Run one processor instance until it fails or the topology restarts (then raise)."""
+    """Run one processor instance until it fails or the topology restarts (then raise
+    :class:`~hailstorm.runtime.causes.ProcessorFailed` naming it and the error)."""
     gc.set_threshold(*GC_THRESHOLDS)
     _configure_logging(assignment)
     if assignment.kafka_config:
@@ -44,7 +46,10 @@ def run_processor(assignment: Assignment) -> None:
         shell = BoltShell(assignment, topology)
     else:
         shell = SinkShell(assignment, topology)
-    shell.run()
+    try:
+        shell.run()
+    except BaseException as exc:  # named, so the driver can say which processor and why
+        raise ProcessorFailed(assignment.processor, exc) from exc
 
 
 def _configure_logging(assignment: Assignment) -> None:

@@ -21,12 +21,16 @@ from hailstorm.sinks.sql import Dialect, TableShape, dialect_for
 from hailstorm.sinks.urls import DatabaseUrl, parse_url, redact, scrub
 from hailstorm.topology import NAME_PATTERN
 
-__all__ = ["Database", "RetryPolicy", "create_postgres_database", "is_transient", "with_retries"]
+__all__ = ["Database", "Outage", "RetryPolicy", "create_postgres_database", "is_transient",
+           "with_retries"]
 
 log = logging.getLogger("hailstorm.sinks")
 
 T = TypeVar("T")
 
+_PG_REFUSED = ("authentication failed", "no pg_hba.conf entry", "does not exist",
+               "permission denied")
+"""A PostgreSQL server's refusals of a connection: waiting would not change them."""
 _SQLITE_TRANSIENT = ("locked", "busy", "unable to open", "disk i/o", "readonly", "read-only")
 
 
@@ -39,25 +43,51 @@ class RetryPolicy:
     ``attempts`` failures the error is raised.
     """
 
-    attempts: int = 8
+    attempts: int | None = 8
+    """None: never give up (a sink waits out an outage of any length)."""
     initial_delay: float = 0.25
     max_delay: float = 10.0
     multiplier: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError("attempts must be >= 1")
+        if self.attempts is not None and self.attempts < 1:
+            raise ValueError("attempts must be >= 1 (or None: never give up)")
         if self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
             raise ValueError("delays must be >= 0 and multiplier >= 1")
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt ``attempt``."""
-        return float(min(self.max_delay, self.initial_delay * self.multiplier ** (attempt - 1)))
+        exponent = min(attempt - 1, 64)  # a wait of days is still a float
+        return float(min(self.max_delay, self.initial_delay * self.multiplier ** exponent))
+
+    def gives_up(self, attempt: int) -> bool:
+        """True when failed attempt ``attempt`` is the last one."""
+        return self.attempts is not None and attempt >= self.attempts
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A database that fails every attempt: since when (``time.time()``), and the last
+    error (URL redacted, password scrubbed)."""
+
+    what: str
+    """"the database at <redacted URL>"."""
+    since: float
+    attempts: int
+    error: str
+
+    def describe(self) -> str:
+        return f"{self.what} has been unavailable since {_utc(self.since)}"
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def is_transient(exc: BaseException) -> bool:
     """True for errors worth retrying: the database is unreachable, restarting, busy,
-    read-only for now, or aborted the transaction (serialization failure, deadlock)."""
+    read-only for now, or aborted the transaction (serialization failure, deadlock). Not:
+    refused credentials, a database or role that does not exist."""
     if isinstance(exc, sqlite3.OperationalError):
         text = str(exc).lower()
         return any(s in text for s in _SQLITE_TRANSIENT)
@@ -68,7 +98,10 @@ def is_transient(exc: BaseException) -> bool:
         if isinstance(exc, psycopg.InterfaceError):
             return True
         if isinstance(exc, psycopg.OperationalError):
-            return not state.startswith(("28", "3D", "54"))  # auth, no database, limits
+            if state.startswith(("28", "3D", "54")):  # auth, no database, limits
+                return False
+            # Refused while connecting: libpq's message carries no SQLSTATE.
+            return not any(s in str(exc).lower() for s in _PG_REFUSED)
     return False
 
 
@@ -93,49 +126,49 @@ def with_retries(
     policy: RetryPolicy,
     reset: Callable[[], None] = lambda: None,
     logger: logging.Logger = log,
+    on_outage: Callable[[Outage | None], None] = lambda _outage: None,
 ) -> T:
     """``op(attempt)``, retried with exponential backoff while it fails transiently.
 
     Every failed attempt is logged (URL redacted, password scrubbed from the driver's
-    message) and ``reset()`` is called (drop the connection) before the next one. After
-    ``policy.attempts`` failures raises :class:`DatabaseUnavailableError`. Other errors
-    propagate at once.
+    message), ``on_outage`` is told (an :class:`Outage`; None once an attempt succeeds
+    after failures) and ``reset()`` is called (drop the connection) before the next one.
+    After ``policy.attempts`` failures raises :class:`DatabaseUnavailableError` naming the
+    database and since when it is unavailable; with ``attempts=None`` it never gives up.
+    Other errors propagate at once.
     """
     attempt = 0
+    since: float | None = None
     while True:
         attempt += 1
         try:
-            return op(attempt)
+            result = op(attempt)
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            reason = scrub(_reason(exc), url)
+            since = time.time() if since is None else since
+            outage = Outage(f"the database at {redact(url)}", since, attempt,
+                            scrub(_reason(exc), url))
             with contextlib.suppress(Exception):
                 reset()
-            if attempt >= policy.attempts:
-                logger.error(
-                    "%s: %s failed (attempt %d of %d): %s; giving up",
-                    what,
-                    redact(url),
-                    attempt,
-                    policy.attempts,
-                    reason,
-                )
+            of = f"of {policy.attempts}" if policy.attempts is not None else "waiting it out"
+            if policy.gives_up(attempt):
+                logger.error("%s: %s failed (attempt %d %s): %s; giving up", what, redact(url),
+                             attempt, of, outage.error)
                 raise DatabaseUnavailableError(
-                    f"{what}: database {redact(url)} still unavailable after {attempt} "
-                    f"attempts: {reason}"
+                    f"{what}: {outage.describe()} ({attempt} attempts): {outage.error}"
                 ) from None
+            on_outage(outage)
             delay = policy.delay(attempt)
-            logger.warning(
-                "%s: %s failed (attempt %d of %d): %s; retrying in %.2f s",
-                what,
-                redact(url),
-                attempt,
-                policy.attempts,
-                reason,
-                delay,
-            )
+            logger.warning("%s: %s failed (attempt %d %s): %s; retrying in %.2f s", what,
+                           redact(url), attempt, of, outage.error, delay)
             time.sleep(delay)
+            continue
+        if since is not None:
+            logger.warning("%s: %s answers again after %.0f s", what, redact(url),
+                           time.time() - since)
+            on_outage(None)
+        return result
 
 
 class Database:

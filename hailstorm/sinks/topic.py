@@ -311,13 +311,13 @@ class TopicWriter(BufferedWriter):
                 if not isinstance(error, KafkaError) or error.fatal():
                     raise self._fenced(exc) from None
                 self._abort()
-                if attempt >= self.retry.attempts:
+                if self.retry.gives_up(attempt):
                     raise TopicUnavailableError(
                         f"{self.what}: the transaction failed {attempt} times: "
                         f"{_text(exc)}") from None
                 delay = self.retry.delay(attempt)
-                self.log.warning("%s: the transaction failed (attempt %d of %d): %s; retrying "
-                                 "in %.2f s", self.what, attempt, self.retry.attempts,
+                self.log.warning("%s: the transaction failed (attempt %d of %s): %s; retrying "
+                                 "in %.2f s", self.what, attempt, self.retry.attempts or "no limit",
                                  _text(exc), delay)
                 time.sleep(delay)
         self.rows_rejected += len(rejected)

@@ -26,7 +26,7 @@ from hailstorm.failpoints import pause_point
 from hailstorm.halt import TopologyHalt
 from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_to_json
 from hailstorm.sinks.buffer import BufferedWriter, RowBuffer, Selection
-from hailstorm.sinks.db import Database, RetryPolicy, is_refused_row, with_retries
+from hailstorm.sinks.db import Database, Outage, RetryPolicy, is_refused_row, with_retries
 from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError
 from hailstorm.sinks.sql import (
     PROGRESS_TABLE,
@@ -97,6 +97,7 @@ class SinkWriter(BufferedWriter):
         logger: logging.Logger | None = None,
         on_reject: Callable[[RejectedRow], None] | None = None,
         halt_as: str | None = None,
+        on_outage: Callable[[Outage | None], None] | None = None,
     ) -> None:
         if not isinstance(table, Table):
             raise SinkConfigError(f"a SinkWriter writes a Table, not {table!r}")
@@ -128,6 +129,9 @@ class SinkWriter(BufferedWriter):
         """Set (to the sink's name) for ``on_error="fail"``: a tuple to reject raises
         :class:`~hailstorm.halt.TopologyHalt` naming it, and the commit is rolled back."""
         self._rejected_table_ready = False
+        self.on_outage = on_outage or (lambda _outage: None)
+        """Told of every failed attempt while the database is unavailable (an
+        :class:`~hailstorm.sinks.db.Outage`) and of its end (None)."""
 
     def __repr__(self) -> str:
         return (
@@ -208,6 +212,7 @@ class SinkWriter(BufferedWriter):
             policy=self.retry,
             reset=self._drop_connection,
             logger=self.log,
+            on_outage=self.on_outage,
         )
 
     # -- progress -----------------------------------------------------------------------

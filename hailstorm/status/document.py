@@ -194,6 +194,7 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "state": None if found is None else str(found.state),
             "epoch": None if found is None else found.epoch,
             "error": None if found is None else found.error,
+            "waiting": None if found is None else found.waiting,
             "host": host,
             "port": port,
             "address": None if host is None else (f"{host}:{port}" if port else str(host)),
@@ -238,7 +239,10 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
         for r in inputs.recoveries
     ]
     doc["graph"] = None if inputs.expected is None else inputs.expected.graph
-    doc["problems"] = [*inputs.problems, *lost, *filter(None, map(budget_problem, processors))]
+    waits = [f"{p['id']} is waiting for {p['waiting']}; the topology waits with it"
+             for p in processors if p["waiting"]]
+    doc["problems"] = [*inputs.problems, *lost, *waits,
+                       *filter(None, map(budget_problem, processors))]
     return doc
 
 

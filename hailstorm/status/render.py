@@ -65,6 +65,8 @@ def render(doc: Mapping[str, Any]) -> Any:
         state = p["state"] or "missing"
         if p["error"]:
             state = f"[red]error[/]: {p['error']}"
+        elif p.get("waiting"):
+            state = f"[yellow]waiting[/] for {p['waiting']}"
         elif not p["registered"]:
             state = "[red]missing[/]"
         extra = p["state_keys"] if p["role"] == "bolt" else p["rows_committed"]

@@ -149,6 +149,8 @@ def hailstorm(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 def test_dev_up_twice_status_env_down(state_dir: Path) -> None:
+    """Running services are left alone, stopped ones start again on their data, and only
+    'dev down --wipe' deletes it."""
     first = hailstorm("dev", "up", "--state-dir", str(state_dir))
     assert first.returncode == 0, first.stderr
     pids = [row.pid for row in DevStack(state_dir).status()]
@@ -175,12 +177,63 @@ def test_dev_up_twice_status_env_down(state_dir: Path) -> None:
         "export HAILSTORM_SNAPSHOTS",
     ]
 
-    down = hailstorm("dev", "down", "--state-dir", str(state_dir))
+    _stopped_services_come_back_on_their_data(state_dir)
+    down = hailstorm("dev", "down", "--wipe", "--state-dir", str(state_dir))
     assert down.returncode == 0, down.stderr
     assert not any(pid_alive(pid) for pid in pids if pid)  # postmaster included
     assert not (state_dir / "stack.json").exists()
     assert not (state_dir / "postgres").exists() and not (state_dir / "zookeeper").exists()
     assert hailstorm("dev", "status", "--state-dir", str(state_dir)).returncode == 1
+
+
+def _stopped_services_come_back_on_their_data(state_dir: Path) -> None:
+    """A service stopped under the stack (here: killed by its pid) comes back on its data and
+    its port; 'dev down' keeps the data for the next 'up' (the caller wipes it)."""
+    before = DevStack(state_dir).load()
+    assert before is not None
+    url, zk_hosts = before.database_url("hailstorm"), before.address("zookeeper")
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE kept (k text PRIMARY KEY)")
+        conn.execute("INSERT INTO kept VALUES ('a'), ('b')")
+    zk = KazooClient(hosts=zk_hosts)
+    zk.start(timeout=15)
+    zk.create("/kept", b"here")
+    zk.stop()
+    zk.close()
+    topic = _unique("kept")
+    kafka.create_topic(before.kafka_bootstrap, topic, 1)
+    kafka.produce(before.kafka_bootstrap, topic, [(0, None, b"v")])
+    for name in ("postgres", "zookeeper"):
+        record = before.services[name]
+        stop_pid(record.pid, record.marker, sig=signal.SIGKILL, timeout=10)
+
+    again = hailstorm("dev", "up", "--state-dir", str(state_dir))
+    assert again.returncode == 0, again.stderr
+    assert "starting postgres again on its data" in again.stderr
+    after = DevStack(state_dir).load()
+    assert after is not None
+    assert {n: r.port for n, r in after.services.items()} == {
+        n: r.port for n, r in before.services.items()}
+
+    def everything_kept() -> None:
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT k FROM kept ORDER BY k").fetchall() == [("a",), ("b",)]
+        client = KazooClient(hosts=zk_hosts)
+        client.start(timeout=15)
+        try:
+            assert client.get("/kept")[0] == b"here"
+        finally:
+            client.stop()
+            client.close()
+        assert [r.value for r in kafka.read_range(before.kafka_bootstrap, topic, 0, 0, 0,
+                                                  timeout=60)] == [b"v"]
+
+    everything_kept()
+    down = hailstorm("dev", "down", "--state-dir", str(state_dir))
+    assert down.returncode == 0 and "data is kept" in down.stderr, down.stderr
+    assert (state_dir / "postgres" / "data").exists() and (state_dir / "stack.json").exists()
+    assert hailstorm("dev", "up", "--state-dir", str(state_dir)).returncode == 0
+    everything_kept()
 
 
 def test_port_in_use_is_one_clear_line(state_dir: Path) -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hailstorm.devstack import (
+    SERVICES,
     SPARK_MASTER,
     SPARK_MASTER_VAR,
     DevStack,
@@ -16,6 +19,13 @@ from hailstorm.devstack import (
     ServiceRecord,
     StackState,
     spark_worker_name,
+)
+from hailstorm.devstack.state import (
+    ServiceOnDisk,
+    StartAction,
+    plan_start,
+    plan_up,
+    restart_port,
 )
 from hailstorm.kafka_broker import NodePorts
 
@@ -88,3 +98,53 @@ def test_a_bad_host_is_refused(address: str, netns: str | None) -> None:
 def test_a_stack_refuses_to_place_a_service_it_does_not_have(tmp_path: Path) -> None:
     with pytest.raises(DevStackError, match="cannot place spark-worker-3"):
         DevStack(tmp_path, spark_workers=2, hosts={spark_worker_name(3): Host("10.0.0.2")})
+
+
+# ------------------------------------------------------------- what 'up' does per service
+
+_RUNNING = ServiceOnDisk(recorded=True, alive=True, has_data=True)
+_STOPPED = ServiceOnDisk(recorded=True, alive=False, has_data=True)
+_NOTHING = ServiceOnDisk(recorded=False, alive=False, has_data=False)
+
+
+def test_up_keeps_a_running_service_and_restarts_a_stopped_one_on_its_data() -> None:
+    plan = plan_up(True, {"zookeeper": _RUNNING, "kafka": _STOPPED, "postgres": _STOPPED})
+    assert plan == {"zookeeper": StartAction.KEEP, "kafka": StartAction.RESTART,
+                    "postgres": StartAction.RESTART}
+
+
+def test_up_creates_only_what_has_no_data() -> None:
+    assert plan_up(False, dict.fromkeys(SERVICES, _NOTHING)) == dict.fromkeys(
+        SERVICES, StartAction.CREATE)
+    # A record whose data directory is gone: nothing to keep, so made again.
+    gone = ServiceOnDisk(recorded=True, alive=False, has_data=False)
+    assert plan_start("postgres", gone) is StartAction.CREATE
+
+
+@given(recorded=st.booleans(), alive=st.booleans(), has_data=st.booleans())
+def test_no_plan_ever_recreates_a_service_that_has_data(recorded: bool, alive: bool,
+                                                        has_data: bool) -> None:
+    """CREATE (initdb, format) is the only action that would overwrite data: never with data."""
+    action = plan_start("postgres", ServiceOnDisk(recorded, alive, has_data))
+    if has_data:
+        assert action is not StartAction.CREATE
+    if action is StartAction.KEEP:
+        assert recorded and alive
+
+
+def test_data_without_its_state_file_is_refused_with_the_way_forward() -> None:
+    found = {"zookeeper": _NOTHING, "kafka": ServiceOnDisk(False, False, True),
+             "postgres": ServiceOnDisk(False, False, True)}
+    with pytest.raises(DevStackError, match=r"kafka, postgres data .* dev reset"):
+        plan_up(False, found)
+
+
+@pytest.mark.parametrize("recorded, configured, free, expected", [
+    (5432, 0, True, 5432),     # the port it had: clients keep their address
+    (5432, 0, False, None),    # taken meanwhile: a free one
+    (None, 0, True, None),     # never started: a free one
+    (5432, 6000, True, 6000),  # asked for: that one
+])
+def test_a_restarted_service_keeps_its_port_where_possible(
+        recorded: int | None, configured: int, free: bool, expected: int | None) -> None:
+    assert restart_port(recorded, configured, free) == expected

@@ -27,6 +27,7 @@ from hailstorm.sinks import (
     with_retries,
 )
 from hailstorm.sinks.buffer import advance
+from hailstorm.sinks.db import Outage
 from hailstorm.sinks.sql import (
     HIDDEN_COLUMNS,
     REWRITTEN_FILLFACTOR,
@@ -461,6 +462,37 @@ def test_retry_policy_backs_off_exponentially() -> None:
     assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
     with pytest.raises(ValueError):
         RetryPolicy(attempts=0)
+    assert policy.gives_up(5) and not policy.gives_up(4)
+
+
+def test_a_policy_without_a_limit_waits_any_outage_out_at_its_longest_delay() -> None:
+    forever = RetryPolicy(attempts=None, initial_delay=0.25, max_delay=10.0)
+    assert not any(forever.gives_up(n) for n in (1, 8, 10_000, 10**9))
+    assert [forever.delay(n) for n in (1, 2, 6, 7, 10_000, 10**9)] == [
+        0.25, 0.5, 8.0, 10.0, 10.0, 10.0]
+
+
+def test_with_retries_reports_the_outage_and_its_end() -> None:
+    """An outage longer than any finite policy: reported on every failure with the same
+    start, then None once an attempt succeeds."""
+    import psycopg
+
+    seen: list[Outage | None] = []
+
+    def op(attempt: int) -> str:
+        if attempt < 20:
+            raise psycopg.OperationalError("connection refused")
+        return "done"
+
+    result = with_retries(op, what="sink x", url="postgresql://u:secret@h/db",
+                          policy=RetryPolicy(attempts=None, initial_delay=0, max_delay=0),
+                          on_outage=seen.append)
+    assert result == "done" and seen[-1] is None
+    outages = [o for o in seen if o is not None]
+    assert len(outages) == 19 and len({o.since for o in outages}) == 1
+    assert all("secret" not in o.what + o.error for o in outages)
+    assert outages[-1].describe().startswith("the database at postgresql://u:***@h/db has "
+                                             "been unavailable since 20")
 
 
 def test_transient_errors() -> None:
@@ -470,6 +502,16 @@ def test_transient_errors() -> None:
     assert is_transient(sqlite3.OperationalError("unable to open database file"))
     assert not is_transient(sqlite3.OperationalError("no such table: x"))
     assert is_transient(psycopg.OperationalError("connection refused"))
+    # Refused at connection time (libpq gives no SQLSTATE): waiting would not help.
+    for refusal in ('connection failed: connection to server at "127.0.0.1", port 5432 '
+                    'failed: FATAL:  password authentication failed for user "hailstorm"',
+                    'FATAL:  database "nope" does not exist',
+                    'FATAL:  no pg_hba.conf entry for host "10.0.0.9"'):
+        assert not is_transient(psycopg.OperationalError(refusal))
+    assert is_transient(psycopg.OperationalError(
+        "FATAL:  the database system is starting up"))
+    assert is_transient(psycopg.OperationalError("terminating connection due to "
+                                                 "administrator command"))
     assert not is_transient(psycopg.errors.UndefinedTable("no such table"))
     assert not is_transient(ValueError("x"))
 

@@ -204,3 +204,21 @@ def test_a_rounds_size_counts_the_store_files_only() -> None:
     assert doc["committed"]["size_bytes"] == 4096
     assert assemble(inputs(committed=committed, snapshot_sizes={}))["committed"][
         "size_bytes"] is None
+
+
+def test_a_sink_waiting_for_its_database_is_a_problem_and_shown_as_such() -> None:
+    """Issue 40: "waiting for <the database> since T" in the document, its problems (which
+    the console lists) and the rendering."""
+    down = ("the database at postgresql://hailstorm:***@127.0.0.1:5432/hailstorm has been "
+            "unavailable since 2026-11-27T05:40:00Z")
+    reports = dict(inputs().reports)
+    reports["sink:out:0"] = ProcessorReport("sink:out:0", ProcessorState.READY, 8,
+                                            waiting=down, info={"host": "h2", "pid": 14})
+    doc = assemble(inputs(reports=reports))
+    sink = next(p for p in doc["processors"] if p["id"] == "sink:out:0")
+    assert sink["waiting"] == down and sink["error"] is None
+    assert f"sink:out:0 is waiting for {down}; the topology waits with it" in doc["problems"]
+    assert all(p["waiting"] is None for p in doc["processors"] if p["id"] != "sink:out:0")
+    console = Console(width=400, record=True)
+    console.print(render(doc))
+    assert f"waiting for {down}" in console.export_text()
