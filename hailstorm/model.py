@@ -64,6 +64,9 @@ class ModelResult:
         self.topology = topology
         self.messages_processed = 0
         """Messages consumed, including those that became dead letters."""
+        self.messages: Sequence[Message] | None = None
+        """The messages, when given as a list or tuple: the harness runs the independent
+        oracle (:mod:`hailstorm.oracle`) over the same ones."""
         self.dead_letters: list[DeadLetter] = []
         """Quarantined records, in the order met."""
         self.late: list[DeadLetter] = []
@@ -202,6 +205,8 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     """
     topology.validate()
     result = ModelResult(topology)
+    if isinstance(messages, list | tuple):
+        result.messages = messages
     spouts_by_topic: dict[str, list[SpoutSpec]] = {}
     for spout in topology.spouts:
         spouts_by_topic.setdefault(spout.topic, []).append(spout)
