@@ -85,7 +85,9 @@ class ModelResult:
             s.name: {} for s in topology.sinks if isinstance(s.target, Table | Topic)
         }
         self._append_counts: dict[tuple[str, Origin], int] = {}
-        self._stream_times: dict[tuple[str, Partition], StreamTime] = {}
+        self._stream_times: dict[tuple[str, str, Partition], StreamTime] = {}
+        """``(bolt, spout, partition)`` -> that spout's stream time of the partition for the
+        bolt: each spout keeps its own, as the runtime's spout instances do."""
 
     def _bolt(self, name: str) -> BoltSpec:
         node = self.topology.node(name)
@@ -108,7 +110,7 @@ class ModelResult:
         """For bolt ``name`` routing late data: the smallest stream time over the
         partitions that sent it a tuple (None when none did or the bolt does not route
         late data). Every window closed at it is closed for good."""
-        times = [clock.time for (bolt, _p), clock in self._stream_times.items()
+        times = [clock.time for (bolt, _s, _p), clock in self._stream_times.items()
                  if bolt == name and clock.time is not None]
         return min(times) if times else None
 
@@ -238,9 +240,9 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
         outputs[source].append((origin, t))
         for node in downstream[source]:
             if isinstance(node, BoltSpec) and node.late is not None and source in spout_names:
-                clock = stream_times.get((node.name, origin[0]))
+                clock = stream_times.get((node.name, source, origin[0]))
                 if clock is None:
-                    clock = stream_times[(node.name, origin[0])] = StreamTime(node)
+                    clock = stream_times[(node.name, source, origin[0])] = StreamTime(node)
                 why = clock.judge(t)
                 if why is not None:
                     if node.late_sink is not None:
