@@ -222,7 +222,7 @@ class _Run:
             if node.late is not None and source in self.spouts and self._late(source, node,
                                                                                origin, t):
                 continue
-            for out in self.process(node, origin, t):
+            for out in self.run_bolt(node, origin, t):
                 self.deliver(node.name, origin, out)
 
     # -- lateness (docs/writing-topologies.md, "Late data")
@@ -234,7 +234,7 @@ class _Run:
         assert timing is not None and bolt.event_time is not None
         try:
             event_time = bolt.event_time(t)
-            timing.check_time(event_time)
+            timing.check_event_time(event_time)
             start, end, closes = timing.late_span(event_time)
         except Exception:
             return False  # the bolt quarantines it
@@ -262,7 +262,7 @@ class _Run:
 
     # -- bolts (docs/writing-topologies.md, "Bolts" and "Bad records")
 
-    def process(self, bolt: BoltSpec[Any, Any], origin: Origin, t: Any) -> list[Any]:
+    def run_bolt(self, bolt: BoltSpec[Any, Any], origin: Origin, t: Any) -> list[Any]:
         try:
             key, value, event_time = self._contribution(bolt, t)
         except Failed as failed:
@@ -323,7 +323,7 @@ class _Run:
             assert bolt.event_time is not None
             try:
                 event_time = bolt.event_time(t)
-                timing.check_time(event_time)
+                timing.check_event_time(event_time)
                 if timing.kind != "ttl" and not timing.starts(event_time):
                     raise ValueError(f"no window covers event time {event_time}")
             except Exception as exc:
@@ -355,7 +355,7 @@ class _Run:
             if timed is None:
                 timed = timed_states[name] = Timed(timing)
         timed.add(event_time, value, self.seq)
-        return timed.emitted(late)
+        return timed.seen_by_emit(late)
 
     # -- sinks (docs/writing-topologies.md, "Sinks"; docs/sinks.md)
 

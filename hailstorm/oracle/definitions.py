@@ -69,7 +69,7 @@ class Timing:
             n -= 1
         return starts[::-1]
 
-    def check_time(self, t: Any) -> None:
+    def check_event_time(self, t: Any) -> None:
         """A 64-bit int (``time_type="long"``) or a finite number (``"double"``)."""
         if self.time_type == "long":
             if type(t) is bool or not isinstance(t, int):
@@ -164,7 +164,7 @@ class Timed:
     def state(self, late: bool) -> Any:
         return self.sessions() if self.timing.kind == "ttl" else self.window_state(not late)
 
-    def emitted(self, late: bool) -> Any:
+    def seen_by_emit(self, late: bool) -> Any:
         return self.latest_session() if self.timing.kind == "ttl" else self.window_state(not late)
 
 
@@ -310,7 +310,7 @@ def decoded(spout: SpoutSpec[Any], raw: bytes | None) -> Any:
             return value
         if isinstance(decoder, CallableDecoder):
             return decoder.function(raw)
-        return decoder.decode(raw)  # the user's own Decoder
+        return decoder._decode(raw)  # the user's own Decoder subclass
     except Exception as exc:
         raise Failed("decode", exc) from exc
 
