@@ -18,8 +18,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hailstorm import Message, load_topology, run_model
-from hailstorm.harness.compare import model_disagreements, oracle_disagreements
+from hailstorm.harness.compare import (
+    compare_with_model,
+    model_disagreements,
+    oracle_disagreements,
+)
 from hailstorm.harness.producing import keyed_events, zipf_text_lines
+from hailstorm.harness.results import BoltStates
 from hailstorm.joins import LookupJoin, WindowJoin
 from hailstorm.lateness import late_table
 from hailstorm.monoids import (
@@ -433,3 +438,47 @@ def test_a_model_bug_is_a_disagreement() -> None:
     assert any(line.startswith("bolt counts['zz']: model 1, oracle <absent>") for line in lines)
     assert any(line.startswith("table table: model only:") for line in lines)
     assert any(line.startswith("dead letter: oracle only:") for line in lines)
+
+
+# ------------------------------------------------------------------ the harness
+
+
+def _committed(model: Any, merged: dict[str, Any]) -> dict[str, BoltStates]:
+    instances = model.instance_states("counts")
+    return {"counts": BoltStates("counts", {}, list(instances), merged, [{}] * len(instances))}
+
+
+def test_a_run_is_compared_with_both_models() -> None:
+    topology = _counting(2)
+    batch = spread("w", [b"a b a", b"c"], 2)
+    model = run_model(topology, batch)
+    tables = {"table": {k: dict(v) for k, v in model.table("table").items()}}
+    good = compare_with_model(model, _committed(model, {"a": 2, "b": 1, "c": 1}), tables)
+    assert good.ok and good.oracle is not None and good.oracle.ok
+    assert good.oracle.keys_compared == good.keys_compared == 6
+    assert good.oracle_lines()[-1] == "the model and the oracle agree"
+    tables["table"][("a",)]["n"] = 1
+    bad = compare_with_model(model, _committed(model, {"a": 1, "b": 1, "c": 1}), tables)
+    assert bad.oracle is not None and (bad.oracle.lost, bad.oracle.wrong) == (1, 1)
+    assert not bad.ok and not bad.model_disagreements
+
+
+def test_a_disagreement_between_the_models_fails_the_comparison() -> None:
+    topology = _counting(2)
+    model = run_model(topology, spread("w", [b"a b a"], 1))
+    states = _committed(model, {"a": 2, "b": 1})
+    model.instance_states("counts")[0]["a"] = 5  # a model bug: the run agrees with the oracle
+    comparison = compare_with_model(model, states)
+    assert comparison.oracle is not None and comparison.oracle.ok
+    assert comparison.model_disagreements == ["bolt counts['a']: model 5, oracle 2"]
+    assert not comparison.ok
+    assert "BUG: the model and the oracle disagree (1 differences):" in comparison.oracle_lines()
+
+
+def test_without_the_messages_the_oracle_says_why_it_did_not_run() -> None:
+    topology = _counting(2)
+    model = run_model(topology, iter(spread("w", [b"a"], 1)))
+    comparison = compare_with_model(model, _committed(model, {"a": 1}))
+    assert comparison.ok and comparison.oracle is None
+    assert comparison.oracle_lines() == [
+        "oracle: not run (the model was not given a list of messages)"]
