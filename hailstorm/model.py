@@ -108,8 +108,8 @@ class ModelResult:
 
     def watermark(self, name: str) -> Any:
         """For bolt ``name`` routing late data: the smallest stream time over the
-        partitions that sent it a tuple (None when none did or the bolt does not route
-        late data). Every window closed at it is closed for good."""
+        partitions (of each spout) that sent it a tuple (None when none did or the bolt does
+        not route late data). Every window closed at it is closed for good."""
         times = [clock.time for (bolt, _s, _p), clock in self._stream_times.items()
                  if bolt == name and clock.time is not None]
         return min(times) if times else None
