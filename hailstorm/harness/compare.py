@@ -16,7 +16,14 @@ from typing import Any, Literal
 
 from hailstorm.harness.results import BoltStates, keyed_append_rows
 from hailstorm.model import Message, ModelResult, RecordHalt, run_model
-from hailstorm.oracle import OracleHalt, OracleResult, OracleUnsupported, run_oracle
+from hailstorm.oracle import (
+    DIGEST,
+    OUTPUTS_KEPT,
+    OracleHalt,
+    OracleResult,
+    OracleUnsupported,
+    run_oracle,
+)
 from hailstorm.topic import Topic
 from hailstorm.topology import SinkSpec, Table, Topology
 
@@ -237,22 +244,19 @@ def _differ(what: str, want: Counter[str], got: Counter[str], lines: list[str]) 
         lines.append(f"{what}: oracle only: {item:.300}")
 
 
-EXACT_OUTPUTS = 200_000
-"""Up to this many tuples a node's outputs are compared item by item; beyond, by their
-number and an order-independent sum of their hashes (memory stays flat)."""
-
-
-def _differ_many(what: str, want: Sequence[Any], got: Sequence[Any], lines: list[str]) -> None:
-    if max(len(want), len(got)) <= EXACT_OUTPUTS:
-        _differ(what, _multiset(want), _multiset(got), lines)
+def _differ_outputs(name: str, model: ModelResult, oracle: OracleResult,
+                    lines: list[str]) -> None:
+    """A node's outputs: item by item while the oracle kept them all, else by their number
+    and the sum of their hashes."""
+    want = model.outputs(name)
+    got = oracle.outputs.get(name)
+    if got is not None and len(want) <= OUTPUTS_KEPT:
+        _differ(f"{name} emitted", _multiset(want), _multiset(got), lines)
         return
-
-    def digest(items: Sequence[Any]) -> int:
-        return sum(hash(repr(item)) for item in items) % (1 << 64)
-
-    if len(want) != len(got) or digest(want) != digest(got):
-        lines.append(f"{what}: {len(want)} tuples by the model, {len(got)} by the oracle, "
-                     "not the same ones")
+    digest = (len(want), sum(hash(repr(item)) for item in want) % DIGEST)
+    if digest != oracle.output_digests[name]:
+        lines.append(f"{name} emitted: {len(want)} tuples by the model, "
+                     f"{oracle.output_digests[name][0]} by the oracle, not the same ones")
 
 
 def model_disagreements(model: ModelResult, oracle: OracleResult, limit: int = 20
@@ -278,7 +282,7 @@ def model_disagreements(model: ModelResult, oracle: OracleResult, limit: int = 2
         else:
             lines.append(f"bolt {bolt.name}: model {want!r:.200}, oracle {got!r:.200}")
     for name in [s.name for s in topology.spouts] + [b.name for b in topology.bolts]:
-        _differ_many(f"{name} emitted", model.outputs(name), oracle.outputs[name], lines)
+        _differ_outputs(name, model, oracle, lines)
     for sink in topology.sinks:
         if isinstance(sink.target, Table | Topic):
             want_rows, got_rows = model.table(sink.name), oracle.table(sink.name)

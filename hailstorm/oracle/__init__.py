@@ -3,7 +3,7 @@
 :func:`run_oracle` computes what a topology makes of a list of messages from the
 definitions in ``docs/writing-topologies.md`` and ``docs/sinks.md``, sharing no code with
 the engine or with the fast reference model (:mod:`hailstorm.model`): no ``BoltSpec``
-execution method, no router, no lateness or window code, no decoders, no sink code. What
+execution method, no router, no lateness or window code, no decoding, no sink code. What
 it shares are the declarations (a node's functions and parameters, a table's columns), the
 monoids' ``empty``/``combine``/``check`` (and ``per_key``'s ``check_key``) of the states
 that are not event-timed, and the record vocabulary (:mod:`hailstorm.vocabulary`). Windows,
@@ -53,7 +53,14 @@ from hailstorm.vocabulary import (
     record_text,
 )
 
-__all__ = ["OracleHalt", "OracleResult", "OracleUnsupported", "run_oracle"]
+__all__ = ["DIGEST", "OUTPUTS_KEPT", "OracleHalt", "OracleResult", "OracleUnsupported",
+           "run_oracle"]
+
+OUTPUTS_KEPT = 200_000
+"""A node's outputs are kept (and compared item by item) up to this many; a run of millions
+of tuples keeps only their :attr:`OracleResult.output_digests`, so memory stays flat."""
+
+DIGEST = 1 << 64
 
 
 class OracleHalt(RuntimeError):
@@ -78,6 +85,11 @@ class OracleResult:
     late: list[DeadLetter] = field(default_factory=list)
     rejected_rows: dict[str, list[RejectedRow]] = field(default_factory=dict)
     outputs: dict[str, list[tuple[Origin, Any]]] = field(default_factory=dict)
+    """``(origin, tuple)`` each spout and bolt emitted, while there are at most
+    :data:`OUTPUTS_KEPT` (then the list is dropped: see :attr:`output_digests`)."""
+    output_digests: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per spout and bolt, how many tuples it emitted and the sum of the hashes of their
+    ``repr`` (modulo 2**64): what compares beyond :data:`OUTPUTS_KEPT`."""
     sink_rows: dict[str, list[tuple[Origin, Any]]] = field(default_factory=dict)
     tables: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
     _plain: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -158,8 +170,10 @@ class _Run:
         for spout in topology.spouts:
             self.readers.setdefault(spout.topic, []).append(spout)
             result.outputs[spout.name] = []
+            result.output_digests[spout.name] = (0, 0)
         for bolt in topology.bolts:
             result.outputs[bolt.name] = []
+            result.output_digests[bolt.name] = (0, 0)
             keyed = isinstance(bolt.state, KeyedMap)
             inner = bolt.state.inner if isinstance(bolt.state, KeyedMap) else bolt.state
             timing = self.timings[bolt.name] = timing_of(inner)
@@ -213,7 +227,14 @@ class _Run:
             raise OracleHalt(node, stage, origin, error)
 
     def deliver(self, source: str, origin: Origin, t: Any) -> None:
-        self.result.outputs[source].append((origin, t))
+        result = self.result
+        kept = result.outputs.get(source)
+        if kept is not None:
+            kept.append((origin, t))
+            if len(kept) > OUTPUTS_KEPT:
+                del result.outputs[source]
+        count, hashes = result.output_digests[source]
+        result.output_digests[source] = (count + 1, (hashes + hash(repr((origin, t)))) % DIGEST)
         for node in self.downstream[source]:
             if isinstance(node, SinkSpec):
                 if node.late_of is None:
