@@ -69,6 +69,9 @@ class ModelResult:
         self.topology = topology
         self.messages_processed = 0
         """Messages consumed, including those that became dead letters."""
+        self.messages: Sequence[Message] | None = None
+        """The messages, when given as a list or tuple: the harness runs the independent
+        oracle (:mod:`hailstorm.oracle`) over the same ones."""
         self.dead_letters: list[DeadLetter] = []
         """Quarantined records, in the order met."""
         self.late: list[DeadLetter] = []
@@ -87,7 +90,9 @@ class ModelResult:
             s.name: {} for s in topology.sinks if isinstance(s.target, Table | Topic)
         }
         self._append_counts: dict[tuple[str, Origin], int] = {}
-        self._stream_times: dict[tuple[str, Partition], StreamTime] = {}
+        self._stream_times: dict[tuple[str, str, Partition], StreamTime] = {}
+        """``(bolt, spout, partition)`` -> that spout's stream time of the partition for the
+        bolt: each spout keeps its own, as the runtime's spout instances do."""
 
     def _bolt(self, name: str) -> BoltSpec:
         node = self.topology.node(name)
@@ -108,9 +113,9 @@ class ModelResult:
 
     def watermark(self, name: str) -> Any:
         """For bolt ``name`` routing late data: the smallest stream time over the
-        partitions that sent it a tuple (None when none did or the bolt does not route
-        late data). Every window closed at it is closed for good."""
-        times = [clock.time for (bolt, _p), clock in self._stream_times.items()
+        partitions (of each spout) that sent it a tuple (None when none did or the bolt does
+        not route late data). Every window closed at it is closed for good."""
+        times = [clock.time for (bolt, _s, _p), clock in self._stream_times.items()
                  if bolt == name and clock.time is not None]
         return min(times) if times else None
 
@@ -210,6 +215,8 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     """
     topology.validate()
     result = ModelResult(topology)
+    if isinstance(messages, list | tuple):
+        result.messages = messages
     spouts_by_topic: dict[str, list[SpoutSpec]] = {}
     for spout in topology.spouts:
         spouts_by_topic.setdefault(spout.topic, []).append(spout)
@@ -260,9 +267,9 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
         outputs[source].append((origin, t))
         for node in downstream[source]:
             if isinstance(node, BoltSpec) and node.late is not None and source in spout_names:
-                clock = stream_times.get((node.name, origin[0]))
+                clock = stream_times.get((node.name, source, origin[0]))
                 if clock is None:
-                    clock = stream_times[(node.name, origin[0])] = StreamTime(node)
+                    clock = stream_times[(node.name, source, origin[0])] = StreamTime(node)
                 why = clock.judge(t)
                 if why is not None:
                     if node.late_sink is not None:

@@ -4,9 +4,16 @@ Each mutation is applied to a copy of the committed tree (``git archive HEAD``, 
 ``--working-tree`` the working tree's files; this checkout is never touched), and
 ``hailstorm chaos`` runs from that copy on its own embedded stack. A control run without
 any mutation must pass; every mutation must make the run end with a report that fails
-(something lost, duplicated or wrong, a fault that never recovered, or an unexplained
-restart). A run that fails without a report (a crash) counts as neither: the script says
-so and fails. The results are recorded in docs/chaos.md.
+(something lost, duplicated or wrong against either oracle, the two models disagreeing, a
+fault that never recovered, or an unexplained restart). A run that fails without a report
+(a crash) counts as neither: the script says so and fails. The results are recorded in
+docs/chaos.md.
+
+Mutations of code the reference model runs itself (the router, the lateness judge) are
+checked at unit level instead (``check="oracle"``): ``tests/unit/test_oracle.py`` runs in
+the mutated copy, where :func:`hailstorm.run_model` goes through the mutant and the
+independent oracle does not, so the two must disagree on some example or random topology
+(a control run of the same tests must pass).
 
     .venv/bin/python scripts/mutation_check.py [--only NAME ...] [--messages N]
 
@@ -44,6 +51,9 @@ class Mutation:
     chaos_args: tuple[str, ...]
     """Fault kinds (and more) that give the bug a chance to show."""
     topology: str = "topologies/wordcount.py"
+    check: str = "chaos"
+    """``"chaos"``: a ``hailstorm chaos`` run must fail; ``"oracle"``: the oracle's unit
+    tests must (run_model goes through the mutant, the oracle does not)."""
 
 
 #: The A/B split's rule "a tuple goes to A when offset <= C[p]" is written out in three
@@ -76,6 +86,50 @@ MUTATIONS = (
     Mutation(
         "none", "control: the code as it is", (),
         ("--kinds", "processor,zombie,stall,zk-session,negotiator", "--kills", "5"),
+    ),
+    Mutation("none-oracle", "control: the oracle's unit tests on the code as it is", (), (),
+             check="oracle"),
+    Mutation(
+        "router-two-instances",
+        "a key's second tuple goes to the next instance (the router splits a key over two)",
+        (Edit("hailstorm/routing.py", "            return memo[key]\n",
+              "            return (memo[key] + 1) % self.parallelism\n"),),
+        (), check="oracle",
+    ),
+    Mutation(
+        "lateness-off-by-one",
+        "a tuple is late only once its window closed strictly before the stream time",
+        (Edit("hailstorm/lateness.py", "            if closes <= now:",
+              "            if closes < now:"),),
+        (), check="oracle",
+    ),
+    Mutation(
+        "batch-doubles-a-key",
+        "a spout's pre-aggregation of a batch counts its first key twice",
+        (Edit("hailstorm/topology/specs.py", "            sums: dict[Any, Any] = Counter(keys)",
+              "            sums: dict[Any, Any] = Counter(keys + keys[:1])"),),
+        ("--kinds", "processor", "--phases", "Flowing"),
+    ),
+    Mutation(
+        "batch-drops-a-key",
+        "a spout's pre-aggregation of a batch leaves its first key out",
+        (Edit("hailstorm/topology/specs.py",
+              "            return Combined(list(sums), list(sums), list(sums.values()))",
+              "            return Combined(list(sums)[1:], list(sums)[1:], "
+              "list(sums.values())[1:])"),),
+        ("--kinds", "processor", "--phases", "Flowing"),
+    ),
+    Mutation(
+        "compaction-watermark",
+        "a compacting bolt forwards the watermark before the rows it held back",
+        (Edit("hailstorm/processors/bolt_core.py",
+              "            if outgoing is not None:\n"
+              "                actions.append(ForwardWatermark(outgoing))\n"
+              "        return actions\n\n    @property",
+              "            if outgoing is not None:\n"
+              "                actions.insert(0, ForwardWatermark(outgoing))\n"
+              "        return actions\n\n    @property"),),
+        ("--kinds", "processor,stall", "--phases", "Flowing", "--kills", "6"),
     ),
     Mutation(
         "sink-fencing",
@@ -163,6 +217,12 @@ def run(mutation: Mutation, root: Path, messages: int, kills: int, seed: int,
         working_tree: bool) -> tuple[int, str]:
     copy = mutated_copy(mutation, root, working_tree)
     env = dict(os.environ, PYTHONPATH=str(copy), PYSPARK_PYTHON=sys.executable)
+    if mutation.check == "oracle":
+        tests = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+             "tests/unit/test_oracle.py"], cwd=copy, env=env, capture_output=True, text=True,
+            timeout=1800)
+        return tests.returncode, tests.stdout + tests.stderr
     result = subprocess.run(
         [sys.executable, "-m", "hailstorm", "chaos", mutation.topology,
          "--messages", str(messages), "--kills", str(kills), "--seed", str(seed),
@@ -173,9 +233,9 @@ def run(mutation: Mutation, root: Path, messages: int, kills: int, seed: int,
 
 def verdict(output: str) -> str:
     """The report's lines that say what went wrong (or right)."""
-    keep = ("result:", "by hand:", "  lost:", "  duplicated:", "  wrong:", "zombies:",
-            "restarts:",
-            "never", "error:", "Error:")
+    keep = ("result:", "by hand:", "oracle:", "BUG:", "  lost:", "  duplicated:",
+            "  wrong:", "zombies:", "restarts:", "never", "error:", "Error:", "FAILED ",
+            "E       assert", "E         Left contains", "E         At index")
     lines = [line.strip() for line in output.splitlines()
              if line.startswith(keep) or any(k in line for k in ("never recovered",))]
     return "\n".join(lines[:8]) or output.strip()[-800:]
@@ -199,9 +259,12 @@ def main() -> int:
             started = time.monotonic()
             code, output = run(mutation, Path(tmp), args.messages, args.kills, args.seed,
                                args.working_tree)
-            reported = "\nresult: " in output
+            if mutation.check == "oracle":  # pytest's summary line, a failed test in it
+                reported = re.search(r"^=* ?\d+ (passed|failed)", output, re.M) is not None
+            else:
+                reported = "\nresult: " in output
             caught = code != 0 and reported
-            expected = mutation.name != "none"
+            expected = not mutation.name.startswith("none")
             ok = caught == expected and (code == 0 or reported)
             failures += not ok
             outcome = ("caught" if caught else "passed" if code == 0 else

@@ -202,7 +202,7 @@ class ChaosReport:
             "instance_mismatches": c.instance_mismatches, "keys_compared": c.keys_compared,
             "differences": [{**asdict(d), "key": repr(d.key), "expected": repr(d.expected),
                              "actual": repr(d.actual)} for d in c.first(10)],
-            "notes": self.notes,
+            "notes": self.notes, "oracle": c.oracle_lines(),
             "restarts": self.restarts,
             "retries": [asdict(r) for r in self.retries],
             "planned_restarts": None if self.planned_restarts is None
@@ -291,6 +291,7 @@ class ChaosReport:
             for d in i.first(5):
                 lines.append(f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, "
                              f"committed {d.actual!r}")
+        lines.extend(c.oracle_lines())
         lines.extend(self.notes)
         lines.append("OK: exactly the model's state" if self.ok else "FAILED")
         return "\n".join(lines)

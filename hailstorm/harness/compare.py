@@ -1,5 +1,7 @@
 """Checking what a run committed: :func:`compare_with_model` names lost, duplicated and wrong
-values of the bolt states and sink tables against :func:`hailstorm.model.run_model`,
+values of the bolt states and sink tables against :func:`hailstorm.model.run_model` and
+against the independent oracle (:func:`hailstorm.oracle.run_oracle`), and
+:func:`model_disagreements` where the two models differ (a bug in one of them);
 :func:`compare_tables` compares sink tables with expected rows, such as those the
 independent by-hand counts (:data:`BY_HAND`) compute without the topology's code."""
 
@@ -8,14 +10,22 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hailstorm.harness.results import BoltStates, keyed_append_rows
-from hailstorm.model import Message, ModelResult
+from hailstorm.model import Message, ModelResult, RecordHalt, run_model
+from hailstorm.oracle import (
+    DIGEST,
+    OUTPUTS_KEPT,
+    OracleHalt,
+    OracleResult,
+    OracleUnsupported,
+    run_oracle,
+)
 from hailstorm.topic import Topic
-from hailstorm.topology import SinkSpec, Table
+from hailstorm.topology import SinkSpec, Table, Topology
 
 
 @dataclass(frozen=True)
@@ -30,7 +40,8 @@ class Difference:
 
 @dataclass
 class Comparison:
-    """Committed states against the model: totals and the first differences."""
+    """Committed states against the model (and the oracle): totals and the first
+    differences."""
 
     lost: int = 0
     """Missing units of count (per_key(Count)-like states), or missing keys otherwise."""
@@ -39,18 +50,58 @@ class Comparison:
     differences: list[Difference] = field(default_factory=list)
     instance_mismatches: list[str] = field(default_factory=list)
     keys_compared: int = 0
+    oracle: Comparison | None = None
+    """The same states and tables against the independent oracle (None: not run, see
+    :attr:`oracle_note`)."""
+    model_disagreements: list[str] = field(default_factory=list)
+    """Where the model and the oracle differ over the same messages: a bug in one of them
+    (or in the documentation they were written from), whatever the run did."""
+    oracle_note: str = ""
+    """Why the oracle was not run, when it was not."""
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.wrong or self.instance_mismatches)
+        return not (self.lost or self.duplicated or self.wrong or self.instance_mismatches
+                    or self.model_disagreements
+                    or (self.oracle is not None and not self.oracle.ok))
 
     def first(self, n: int = 5) -> list[Difference]:
         return self.differences[:n]
+
+    def oracle_lines(self) -> list[str]:
+        """What the oracle found, for a report: the run against it, and any disagreement
+        between the two models."""
+        if self.oracle is None:
+            return [f"oracle: {self.oracle_note or 'not run'}"]
+        o = self.oracle
+        lines = [f"oracle: {o.keys_compared} keys and rows against the independent oracle: "
+                 f"{o.lost} lost, {o.duplicated} duplicated, {o.wrong} wrong"]
+        lines += [f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, "
+                  f"committed {d.actual!r}" for d in o.first(5)]
+        if self.model_disagreements:
+            lines.append(f"BUG: the model and the oracle disagree ({len(self.model_disagreements)}"
+                         " differences):")
+            lines += [f"  {line}" for line in self.model_disagreements[:10]]
+        else:
+            lines.append("the model and the oracle agree")
+        return lines
 
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
+
+def _append_target(topology: Topology, sink: str) -> bool:
+    spec = topology.node(sink)
+    return isinstance(spec, SinkSpec) and isinstance(spec.target, Table | Topic) \
+        and spec.target.mode == "append"
+
+
+def _canonical(rows: Mapping[tuple[Any, ...], Mapping[str, Any]]) -> dict[tuple[Any, ...],
+                                                                         dict[str, Any]]:
+    """Append rows keyed ``(topic, partition, offset, n)`` renumbered canonically per
+    origin (:func:`keyed_append_rows`)."""
+    return keyed_append_rows(((k[0], k[1], k[2]), row) for k, row in rows.items())
 
 
 def compare_with_model(
@@ -58,6 +109,7 @@ def compare_with_model(
     states: Mapping[str, BoltStates],
     tables: Mapping[str, Mapping[tuple[Any, ...], Mapping[str, Any]]] | None = None,
     limit: int = 20,
+    oracle: OracleResult | None = None,
 ) -> Comparison:
     """Lost, duplicated and wrong values of every bolt's committed state vs the model.
 
@@ -71,26 +123,74 @@ def compare_with_model(
     ``tables`` (sink name -> key -> row, as :meth:`TopologyRun.sink_tables` reads them) are
     compared with :meth:`ModelResult.table`: a missing row is lost, an extra one
     duplicated, a different one wrong.
+
+    The same merged states and tables are compared with the independent oracle
+    (:attr:`Comparison.oracle`): ``oracle``, or :func:`~hailstorm.oracle.run_oracle` over
+    the model's messages (when the model was given a list), and the two models with each
+    other (:attr:`Comparison.model_disagreements`); either difference fails the comparison.
     """
     result = Comparison()
+    topology = model.topology
 
     def note(d: Difference) -> None:
         if len(result.differences) < limit:
             result.differences.append(d)
 
-    for bolt in model.topology.bolts:
+    for bolt in topology.bolts:
         name = bolt.name
-        comparable = model.comparable  # a late-routing bolt may have dropped closed windows
-        expected = comparable(name, model.bolt_state(name))
+        if name not in states:
+            continue
+        for i, (want, got) in enumerate(zip(model.instance_states(name),
+                                            states[name].instances, strict=False)):
+            if model.comparable(name, want) != model.comparable(name, got):
+                result.instance_mismatches.append(f"{name}:{i}")
+    _compare_run(topology, lambda name: model.comparable(name, model.bolt_state(name)),
+                 model.comparable, model.table, states, tables, result, note)
+    if oracle is None:
+        if model.messages is None:
+            result.oracle_note = "not run (the model was not given a list of messages)"
+            return result
+        try:
+            oracle = run_oracle(topology, model.messages)
+        except OracleUnsupported as exc:
+            result.oracle_note = f"not run: {exc}"
+            return result
+        except OracleHalt as exc:
+            result.model_disagreements.append(
+                f"the oracle halts ({exc}) where the model ran to the end")
+            return result
+    result.model_disagreements = model_disagreements(model, oracle, limit)
+    against = result.oracle = Comparison()
+
+    def note_oracle(d: Difference) -> None:
+        if len(against.differences) < limit:
+            against.differences.append(d)
+
+    assert oracle is not None
+    _compare_run(topology, oracle.comparable, oracle.comparable, oracle.table, states,
+                 tables, against, note_oracle)
+    return result
+
+
+def _compare_run(
+    topology: Topology,
+    expected_state: Callable[[str], Any],
+    comparable: Callable[[str, Any], Any],
+    expected_table: Callable[[str], Rows],
+    states: Mapping[str, BoltStates],
+    tables: Mapping[str, Rows] | None,
+    result: Comparison,
+    note: Callable[[Difference], None],
+) -> None:
+    """The merged committed states and the tables against one model's."""
+    for bolt in topology.bolts:
+        name = bolt.name
+        expected = expected_state(name)
         if name not in states:
             result.wrong += 1
             note(Difference(name, None, "a committed state", None, "wrong"))
             continue
         actual = comparable(name, states[name].merged)
-        for i, (want, got) in enumerate(zip(model.instance_states(name),
-                                            states[name].instances, strict=False)):
-            if comparable(name, want) != comparable(name, got):
-                result.instance_mismatches.append(f"{name}:{i}")
         if isinstance(expected, dict) and isinstance(actual, dict):
             keys = sorted(set(expected) | set(actual), key=repr)
             result.keys_compared += len(keys)
@@ -123,14 +223,120 @@ def compare_with_model(
                     result.wrong += 1
                     note(Difference(name, None, expected, actual, "wrong"))
     for sink, table in (tables or {}).items():
-        want_rows = model.table(sink)
-        spec = model.topology.node(sink)
-        if isinstance(spec, SinkSpec) and isinstance(spec.target, Table | Topic) \
-                and spec.target.mode == "append":
-            want_rows = keyed_append_rows(((k[0], k[1], k[2]), row)
-                                          for k, row in want_rows.items())
+        want_rows = expected_table(sink)
+        if _append_target(topology, sink):
+            want_rows = _canonical(want_rows)
         _compare_rows(sink, want_rows, table, result, note)
-    return result
+
+
+# ------------------------------------------------------------------ model against oracle
+
+
+def _multiset(items: Iterable[Any]) -> Counter[str]:
+    return Counter(map(repr, items))
+
+
+def _differ(what: str, want: Counter[str], got: Counter[str], lines: list[str]) -> None:
+    """Lines for the items only the model has (``-``) or only the oracle has (``+``)."""
+    for item in sorted(want - got):
+        lines.append(f"{what}: model only: {item:.300}")
+    for item in sorted(got - want):
+        lines.append(f"{what}: oracle only: {item:.300}")
+
+
+def _differ_outputs(name: str, model: ModelResult, oracle: OracleResult,
+                    lines: list[str]) -> None:
+    """A node's outputs: item by item while the oracle kept them all, else by their number
+    and the sum of their hashes."""
+    want = model.outputs(name)
+    got = oracle.outputs.get(name)
+    if got is not None and len(want) <= OUTPUTS_KEPT:
+        _differ(f"{name} emitted", _multiset(want), _multiset(got), lines)
+        return
+    digest = (len(want), sum(hash(repr(item)) for item in want) % DIGEST)
+    if digest != oracle.output_digests[name]:
+        lines.append(f"{name} emitted: {len(want)} tuples by the model, "
+                     f"{oracle.output_digests[name][0]} by the oracle, not the same ones")
+
+
+def model_disagreements(model: ModelResult, oracle: OracleResult, limit: int = 20
+                        ) -> list[str]:
+    """Where :func:`~hailstorm.model.run_model` and :func:`~hailstorm.oracle.run_oracle`
+    differ over the same messages, as readable lines (empty: they agree): bolt states
+    merged across instances, every node's output, the tables and topics, dead letters, late
+    records and rejected rows (compared without their error texts)."""
+    topology = model.topology
+    lines: list[str] = []
+    if model.messages_processed != oracle.messages_processed:
+        lines.append(f"messages: the model read {model.messages_processed}, the oracle "
+                     f"{oracle.messages_processed}")
+    for bolt in topology.bolts:
+        want, got = model.bolt_state(bolt.name), oracle.bolt_state(bolt.name)
+        if want == got:
+            continue
+        if isinstance(want, dict) and isinstance(got, dict):
+            for key in sorted(set(want) | set(got), key=repr):
+                if want.get(key, _NONE) != got.get(key, _NONE):
+                    lines.append(f"bolt {bolt.name}[{key!r}]: model {want.get(key, _NONE)!r:.200},"
+                                 f" oracle {got.get(key, _NONE)!r:.200}")
+        else:
+            lines.append(f"bolt {bolt.name}: model {want!r:.200}, oracle {got!r:.200}")
+    for name in [s.name for s in topology.spouts] + [b.name for b in topology.bolts]:
+        _differ_outputs(name, model, oracle, lines)
+    for sink in topology.sinks:
+        if isinstance(sink.target, Table | Topic):
+            want_rows, got_rows = model.table(sink.name), oracle.table(sink.name)
+            if _append_target(topology, sink.name):
+                want_rows, got_rows = _canonical(want_rows), _canonical(got_rows)
+            _differ(f"table {sink.name}", _multiset(want_rows.items()),
+                    _multiset(got_rows.items()), lines)
+        else:
+            _differ(f"sink {sink.name} received", _multiset(model.sink_rows(sink.name)),
+                    _multiset(oracle.sink_rows[sink.name]), lines)
+        _differ(f"rejected by {sink.name}",
+                _multiset((r.origin, r.stage, r.record) for r in model.rejected_rows[sink.name]),
+                _multiset((r.origin, r.stage, r.record)
+                          for r in oracle.rejected_rows[sink.name]), lines)
+    _differ("dead letter", _multiset(_letter(d) for d in model.dead_letters),
+            _multiset(_letter(d) for d in oracle.dead_letters), lines)
+    _differ("late", _multiset(_letter(d) for d in model.late),
+            _multiset(_letter(d) for d in oracle.late), lines)
+    if len(lines) > limit:
+        lines[limit:] = [f"... and {len(lines) - limit} more"]
+    return lines
+
+
+_NONE: Any = type("Absent", (), {"__repr__": lambda self: "<absent>"})()
+
+
+def _letter(d: Any) -> tuple[Any, ...]:
+    """A dead letter or late record without its error text."""
+    return (d.node, d.topic, d.stage, d.message, d.details)
+
+
+def oracle_disagreements(topology: Topology, messages: Sequence[Message], limit: int = 20
+                         ) -> list[str]:
+    """:func:`model_disagreements` of both models run over ``messages``; with
+    ``on_error="fail"``, where each halts (node, stage and origin) is compared instead."""
+    model_halt = oracle_halt = None
+    try:
+        model = run_model(topology, messages)
+    except RecordHalt as exc:
+        model_halt = exc
+    try:
+        oracle = run_oracle(topology, messages)
+    except OracleHalt as exc:
+        oracle_halt = exc
+    if model_halt is None and oracle_halt is None:
+        return model_disagreements(model, oracle, limit)
+    if model_halt is None or oracle_halt is None:
+        return [f"halts: model {model_halt or 'runs to the end'}, oracle "
+                f"{oracle_halt or 'runs to the end'}"]
+    (topic, partition), offset = oracle_halt.origin
+    where = f"{oracle_halt.node}: {oracle_halt.stage} failed on the record at " \
+        f"{topic}:{partition}:{offset}:"
+    return [] if str(model_halt).startswith(where) else [
+        f"halts: model {model_halt}, oracle {oracle_halt}"]
 
 
 Rows = Mapping[tuple[Any, ...], Mapping[str, Any]]

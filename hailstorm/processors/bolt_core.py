@@ -213,7 +213,7 @@ class BoltCore:
                 partitions, offsets, tuples, contributions = self._contributions_of(
                     partitions, offsets, tuples)
             contributions = list(contributions)
-            self.closed_windows.note(partitions, contributions)
+            self.closed_windows.note(partitions, contributions, upstream)
         if self.spec.emit is None or self.compacting:
             self._absorb_quietly(upstream, partitions, offsets, tuples, contributions)
             return Batch()
@@ -291,7 +291,7 @@ class BoltCore:
         if self.closed_windows is None:
             return 0
         return self.closed_windows.expire(self._segments, self._watermarks.outgoing(), budget,
-                                          self._changed)
+                                          self._changed, self._watermarks.carried())
 
     def on_watermark(self, upstream: str, watermark: Mapping[PartitionKey, int]) -> list[Action]:
         """Record ``upstream``'s watermark; return snapshots now due (oldest first), then

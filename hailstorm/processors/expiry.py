@@ -2,9 +2,10 @@
 
 A tuple reaches such a bolt only when it is not late for its partition: its window's
 ``start + size + retention`` is above the partition's stream time (see
-:mod:`hailstorm.lateness`). A bolt instance keeps, per partition, the latest window start it
-received; the smallest of those over every partition its upstreams carry is at or below
-every partition's stream time. A window that closed at that bound can receive no tuple any
+:mod:`hailstorm.lateness`). A bolt instance keeps, per upstream spout instance and
+partition, the latest window start it received; the smallest of those over every one its
+upstreams carry is at or below every stream time (each spout keeps its own, so two spouts
+reading one topic count apart). A window that closed at that bound can receive no tuple any
 more, so dropping it (and a key left without windows) changes no row.
 
 The same holds for ttl sessions (:class:`~hailstorm.monoids.Ttl`): a session ending
@@ -27,7 +28,7 @@ drops again (:func:`~hailstorm.lateness.forget_dropped`). The model keeps everyt
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableSet, Sequence
+from collections.abc import Iterable, Mapping, MutableSet, Sequence
 from typing import Any
 
 from hailstorm.topology import BoltSpec
@@ -47,9 +48,10 @@ class ClosedWindows:
         assert spec.window is not None
         self.keyed = spec.keyed
         self.window = spec.window
-        self.reached: dict[Any, Any] = {}
-        """The latest event-time progress received per partition (window start, or ttl
-        session end: :meth:`~hailstorm.monoids.EventTimed.reached`)."""
+        self.reached: dict[tuple[str, Any], Any] = {}
+        """The latest event-time progress received per ``(upstream, partition)`` (window
+        start, or ttl session end: :meth:`~hailstorm.monoids.EventTimed.reached`): each
+        spout keeps its own stream time, so two spouts reading one topic progress apart."""
         self._at_rounds: list[dict[Any, Any]] = []
         """:attr:`reached` when each pending round's clock arrived, oldest first."""
         self._sweep: list[Any] = []
@@ -61,14 +63,15 @@ class ClosedWindows:
         self.keys = 0
         """Keys dropped with their last window so far."""
 
-    def note(self, partitions: Sequence[Any], contributions: Sequence[tuple[Any, Any]]) -> None:
-        """Contributions ``(key, value)`` arrived from ``partitions``."""
+    def note(self, partitions: Sequence[Any], contributions: Sequence[tuple[Any, Any]],
+             upstream: str = "") -> None:
+        """Contributions ``(key, value)`` arrived from ``partitions`` through ``upstream``."""
         reached = self.reached
         progress = self.window.reached
         for p, (_key, value) in zip(partitions, contributions, strict=True):
             at = progress(value)
-            if at is not None and (p not in reached or at > reached[p]):
-                reached[p] = at
+            if at is not None and ((upstream, p) not in reached or at > reached[upstream, p]):
+                reached[upstream, p] = at
 
     def round_started(self) -> None:
         """A round's clock arrived: every tuple absorbed so far is within it, so the
@@ -79,26 +82,30 @@ class ClosedWindows:
         """The oldest pending round's snapshot was handed out."""
         self._at_rounds.pop(0)
 
-    def bound(self, partitions: Mapping[Any, Any] | None) -> Any:
+    def bound(self, partitions: Mapping[Any, Any] | None,
+              carried: Iterable[tuple[str, Any]] | None = None) -> Any:
         """What closed at this event time is closed for good: the smallest progress over
-        ``partitions`` (every one the upstreams carry); None until each sent a tuple. While
-        a round is pending, its progress when its clock arrived: a snapshot holds only cuts
+        ``carried`` (every ``(upstream, partition)`` the upstreams carry; by default
+        ``partitions`` through the upstream ``""``); None until each sent a tuple. While a
+        round is pending, its progress when its clock arrived: a snapshot holds only cuts
         that tuples within its clock justify, or replaying the tuples after it could
         reach what was cut."""
         reached = self._at_rounds[0] if self._at_rounds else self.reached
-        if not partitions or any(p not in reached for p in partitions):
+        required = list(carried) if carried is not None else [("", p) for p in partitions or ()]
+        if not partitions or not required or any(k not in reached for k in required):
             return None
-        return min(reached[p] for p in partitions)
+        return min(reached[k] for k in required)
 
     def expire(self, segments: list[Any], partitions: Mapping[Any, Any] | None,
-               budget: int, changed: MutableSet[Any] | None = None) -> int:
+               budget: int, changed: MutableSet[Any] | None = None,
+               carried: Iterable[tuple[str, Any]] | None = None) -> int:
         """Drop from ``segments`` (the bolt's states, changed in place) what closed at
         :meth:`bound`, looking at up to ``budget`` keys from where the last call stopped;
         returns the windows (or sessions) dropped; a call looks at more keys when the pass
         would otherwise take more than :data:`SLICES_PER_PASS` calls. A key's parts in the
         segments are cut as one state. The keys of ``segments[0]`` this changes or removes
         are added to ``changed`` (what the next delta snapshot holds)."""
-        bound = self.bound(partitions)
+        bound = self.bound(partitions, carried)
         if bound is None:
             return 0
         window = self.window

@@ -100,6 +100,10 @@ class UpstreamWatermarks:
 
     # -- queries ------------------------------------------------------------------------
 
+    def carried(self) -> list[tuple[str, PartitionKey]]:
+        """Every ``(upstream, partition)`` some upstream's watermark names."""
+        return [(upstream, p) for upstream, marks in self._marks.items() for p in marks]
+
     def offset(self, partition: PartitionKey) -> int:
         """``LWM[partition]`` (:data:`UNBOUNDED` when no upstream carries it)."""
         if self._silent:

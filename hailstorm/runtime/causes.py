@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hailstorm.errors import HailstormError
+
 MARK = "[failed] "
 _MARKED = re.compile(re.escape(MARK) + r"(\S+): (.+)")
 _NEGOTIATOR_FAILED = re.compile(r"^(\S+:\S+:\d+) failed: (.+)$")
@@ -36,7 +38,7 @@ CONSEQUENCES = (
 """Failures that follow another processor's: they name no cause of their own."""
 
 
-class ProcessorFailed(RuntimeError):
+class ProcessorFailed(HailstormError, RuntimeError):
     """What a processor task raises when it ends with an error: ``str()`` names it."""
 
     def __init__(self, processor: str, error: BaseException) -> None:

@@ -228,3 +228,36 @@ def test_no_import_cycle_inside_a_package() -> None:
     import the face: the cycle only works while the face's imports are ordered just so."""
     cycle = find_cycle(module_graph())
     assert cycle is None, "import cycle inside a package: " + " -> ".join(cycle or [])
+
+
+ORACLE_MAY_IMPORT = ("hailstorm.oracle", "hailstorm.vocabulary", "hailstorm.errors",
+                     "hailstorm.topology", "hailstorm.topic", "hailstorm.monoids",
+                     "hailstorm.decoders")
+"""What the independent oracle may import of hailstorm: itself, the record vocabulary, the
+error family (a leaf that executes nothing), and the declarations (nodes, tables, topics,
+monoids, decoders) whose attributes it reads."""
+
+ENGINE_PATHS = frozenset({
+    "tuples_of", "tuples_of_many", "contribution", "contributions", "absorb", "absorb_all",
+    "absorb_owned", "absorb_contributions", "process", "process_batch", "value_for_emit",
+    "combine_contributions", "combine_all", "group_of", "instance_for", "split_by_instance",
+    "instance_of_key", "to_row", "key_of", "record_of", "encode_value", "window_starts",
+    "groups", "closes", "span", "lift_unexpiring", "check_time", "emitted", "open_part",
+    "cut", "judge", "decode_all", "late_sink", "late_topic", "window", "value_monoid",
+})
+"""Attributes of the engine's execution paths (``BoltSpec``'s per-tuple and batch methods,
+windows' and sinks' code, lateness) the oracle must never touch: it computes them again."""
+
+
+def test_the_oracle_shares_no_execution_code_with_the_engine() -> None:
+    """The oracle (issue 47) imports only the vocabulary and the declarations, and reads no
+    attribute of the engine's execution paths: a bug there cannot hide from it."""
+    offenders = sorted(
+        f"{module} imports {dotted}" for module, dotted in _module_imports()
+        if _within(module, ("hailstorm.oracle",)) and _within(dotted, ("hailstorm",))
+        and not _within(dotted, ORACLE_MAY_IMPORT))
+    for path in sorted((ROOT / "hailstorm" / "oracle").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in ENGINE_PATHS:
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} uses .{node.attr}")
+    assert not offenders, "the oracle shares engine code:\n  " + "\n  ".join(offenders)

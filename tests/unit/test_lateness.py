@@ -349,3 +349,30 @@ def test_a_session_split_by_a_pending_round_closes_as_a_whole_and_replays_alike(
     assert feed(replay, tuples, (b, 0), (a, 1), (b, 1)) == [("x", 2), ("q", 1), ("q", 2)]
     replay.expire(100)
     assert feed(replay, tuples, (a, 2)) == [("x", 3)]
+
+
+def test_two_spouts_of_one_topic_close_windows_by_the_slower_one() -> None:
+    """Each spout keeps its own stream time (issue 47; the oracle found the model sharing
+    one): ``s1`` shifts event times 40 later, so its tuples on partition 0 reach window 40
+    while ``s0``'s stream time is 5. Window [0, 10) is not closed for ``s0``, whose x@8
+    is on time, so the bolt may not drop it: the row counts both of ``s0``'s views."""
+    top = Topology("two")
+    s0 = top.spout("s0", topic="ev", decoder="json")
+    s1 = top.spout("s1", topic="ev", decoder="json",
+                   explode=lambda e: [{**e, "t": e["t"] + 40}])
+    spec = top.bolt("w", inputs=[s0, s1], key=lambda e: e["k"],
+                    state=per_key(TumblingWindow(10, Count(), retention=0)), lift=Count.lift,
+                    event_time=lambda e: e["t"], late="two.late",
+                    emit=lambda e, w: [(e["t"] - e["t"] % 10, w[1][e["t"] - e["t"] % 10])])
+    p = ("ev", 0)
+    core = BoltCore(spec, ["s0:0", "s1:0"])
+    core.on_watermark("s0:0", {p: -1})
+    core.on_watermark("s1:0", {p: -1})
+    rows = list(core.on_data("s0:0", [p], [0], [{"k": "x", "t": 5}]).tuples)
+    rows += core.on_data("s1:0", [p], [0], [{"k": "x", "t": 45}]).tuples
+    assert core.expire(100) == 0
+    rows += core.on_data("s0:0", [p], [1], [{"k": "x", "t": 8}]).tuples
+    rows += core.on_data("s1:0", [p], [1], [{"k": "x", "t": 48}]).tuples
+    msgs = [Message("ev", 0, 0, b'{"k": "x", "t": 5}'), Message("ev", 0, 1, b'{"k": "x", "t": 8}')]
+    assert rows == [t for _origin, t in run_model(top, msgs).outputs("w")] == [
+        (0, 1), (40, 1), (0, 2), (40, 2)]
