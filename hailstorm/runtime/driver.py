@@ -16,6 +16,13 @@
 
 The negotiator (``hailstorm negotiator``) runs separately and drives the processors through
 ZooKeeper.
+
+Stopping drains: a run starts by deleting the topology's ``stop`` request, and
+:meth:`Driver.stop` (SIGTERM, Ctrl-C) writes one; the negotiator commits a last round and
+records ``Stopped``, the processors leave, and the stage ends without being resubmitted (as
+it does after ``hailstorm stop``). Only when that takes longer than
+:attr:`RunOptions.drain_timeout` is the stage cancelled (the next run recovers as after a
+crash).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,6 +41,8 @@ from hailstorm.kafka import partitions_of
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import (
     ExpectedRecord,
+    Stopped,
+    StopRequest,
     TopologyPaths,
     expected_processor_ids,
 )
@@ -82,6 +92,9 @@ class RunOptions:
     """Seconds between two looks for partitions added to a source topic (0: never)."""
     class_archive: bool = True
     """Map the driver JVM's classes from the install's archive (write it when missing)."""
+    drain_timeout: float = 60.0
+    """On :meth:`Driver.stop`, how long to wait for the negotiator to commit a last round
+    and the processors to leave before cancelling the stage."""
 
 
 def grown_partitions(
@@ -110,15 +123,19 @@ def expected_ids(topology: Topology, partitions: dict[str, list[Partition]]) -> 
 
 
 def write_expected(zk: str, name: str, processors: list[str],
-                   graph: Mapping[str, Any] | None = None) -> None:
-    """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``)."""
+                   graph: Mapping[str, Any] | None = None, *, start: bool = False) -> None:
+    """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``);
+    ``start``: a new run, so delete the ``stop`` request an earlier one left."""
     paths = TopologyPaths(name)
     client = zk_client(zk)
     client.start(timeout=20)
     try:
         ensure_paths(client, paths.directories())
         check_not_open(client, [paths.root, *paths.directories()])
-        TopologyRecords(client, paths).write_expected(ExpectedRecord(tuple(processors), graph))
+        records = TopologyRecords(client, paths)
+        if start:
+            records.clear_stop()
+        records.write_expected(ExpectedRecord(tuple(processors), graph))
     finally:
         client.stop()
         client.close()
@@ -146,6 +163,10 @@ class Driver:
         #: Set by stop() (signals): the driver ends instead of picking up new partitions.
         self.stopping = threading.Event()
         self._grown = threading.Event()
+        #: Set whenever no stage runs (a drain waits for it).
+        self._idle = threading.Event()
+        self._idle.set()
+        self._started = False
         #: The data plane's secret is handed to the tasks with their assignments, a new one
         #: for every stage attempt (:meth:`with_fresh_secret`), unless
         #: $HAILSTORM_SECRET_FILE names one: then only that variable travels, and every
@@ -157,7 +178,9 @@ class Driver:
         o = self.options
         self.partitions = source_partitions(self.topology, o.kafka)
         processors = expected_ids(self.topology, self.partitions)
-        write_expected(o.zk, self.name, processors, graph_of(self.topology))
+        write_expected(o.zk, self.name, processors, graph_of(self.topology),
+                       start=not self._started)
+        self._started = True
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))
         return [
@@ -196,7 +219,8 @@ class Driver:
             check_slots(context, len(assignments), wait=spark.slot_wait)
         self.runner = StageRunner(
             context, assignments, run_processor, spark, made_progress=self.committed_since,
-            prepare_attempt=None if self.fixed_secret else self.with_fresh_secret)
+            prepare_attempt=None if self.fixed_secret else self.with_fresh_secret,
+            stopped_by=self.stopped_by)
         return self.runner
 
     @staticmethod
@@ -217,11 +241,29 @@ class Driver:
             client.close()
         return committed is not None and committed.committed_at >= since
 
+    def _records(self, use: Any) -> Any:
+        """``use(TopologyRecords)`` on a short-lived ZooKeeper connection."""
+        client = zk_client(self.options.zk)
+        client.start(timeout=10)
+        try:
+            return use(TopologyRecords(client, self.name))
+        finally:
+            client.stop()
+            client.close()
+
+    def stopped_by(self) -> str | None:
+        """Who stopped the topology, when the master records ``Stopped`` (else None)."""
+        master = self._records(lambda records: records.master())
+        if master is not None and isinstance(master.state, Stopped):
+            return master.state.by or "a stop request"
+        return None
+
     def run(self) -> int:
         """Run until stopped; returns the number of failed stage attempts."""
         failures = 0
         while True:
             runner = self.runner or self.prepare()
+            self._idle.clear()
             done = threading.Event()
             watcher = threading.Thread(target=self._watch_partitions, args=(runner, done),
                                        name="partition-watch", daemon=True)
@@ -233,6 +275,7 @@ class Driver:
                 watcher.join(5)
                 self.close()
                 self.runner = None
+                self._idle.set()
             if self.stopping.is_set() or not self._grown.is_set():
                 return failures
             self._grown.clear()
@@ -260,9 +303,24 @@ class Driver:
                 return
 
     def stop(self) -> None:
+        """Drain (see the module docstring), then cancel whatever still runs."""
         self.stopping.set()
-        if self.runner is not None:
-            self.runner.stop()
+        if self.runner is not None and self.options.drain_timeout > 0:
+            by = f"hailstorm run (pid {os.getpid()}, stopped by a signal)"
+            try:
+                self._records(lambda r: r.request_stop(StopRequest(by, time.time())))
+            except Exception as exc:  # ZooKeeper unreachable: cancel at once
+                log.warning("%s: could not ask the negotiator to stop the topology (%s); "
+                            "cancelling the stage", self.name, exc)
+            else:
+                log.info("%s: stopping: a last round commits what was read (up to %.0fs)",
+                         self.name, self.options.drain_timeout)
+                if not self._idle.wait(self.options.drain_timeout):
+                    log.warning("%s: not stopped after %.0fs (is a negotiator running?); "
+                                "cancelling the stage", self.name, self.options.drain_timeout)
+        runner = self.runner
+        if runner is not None:
+            runner.stop()
 
     def close(self) -> None:
         context = self.context
