@@ -258,6 +258,27 @@ class Driver:
             return master.state.by or "a stop request"
         return None
 
+    def _ask_to_stop(self) -> bool:
+        """Write the stop request when a negotiator runs to act on it; False (cancel at
+        once, the next run recovers from the committed round) when none does or ZooKeeper
+        cannot be reached."""
+        by = f"hailstorm run (pid {os.getpid()}, stopped by a signal)"
+
+        def ask(records: TopologyRecords) -> bool:
+            if not records.negotiators():
+                return False
+            records.request_stop(StopRequest(by, time.time()))
+            return True
+
+        try:
+            if self._records(ask):
+                return True
+            why = "no negotiator runs to commit a last round"
+        except Exception as exc:
+            why = f"could not ask the negotiator to stop the topology ({exc})"
+        log.warning("%s: %s: cancelling the stage", self.name, why)
+        return False
+
     def run(self) -> int:
         """Run until stopped; returns the number of failed stage attempts."""
         failures = 0
@@ -305,19 +326,12 @@ class Driver:
     def stop(self) -> None:
         """Drain (see the module docstring), then cancel whatever still runs."""
         self.stopping.set()
-        if self.runner is not None and self.options.drain_timeout > 0:
-            by = f"hailstorm run (pid {os.getpid()}, stopped by a signal)"
-            try:
-                self._records(lambda r: r.request_stop(StopRequest(by, time.time())))
-            except Exception as exc:  # ZooKeeper unreachable: cancel at once
-                log.warning("%s: could not ask the negotiator to stop the topology (%s); "
-                            "cancelling the stage", self.name, exc)
-            else:
-                log.info("%s: stopping: a last round commits what was read (up to %.0fs)",
-                         self.name, self.options.drain_timeout)
-                if not self._idle.wait(self.options.drain_timeout):
-                    log.warning("%s: not stopped after %.0fs (is a negotiator running?); "
-                                "cancelling the stage", self.name, self.options.drain_timeout)
+        if self.runner is not None and self.options.drain_timeout > 0 and self._ask_to_stop():
+            log.info("%s: stopping: a last round commits what was read (up to %.0fs)",
+                     self.name, self.options.drain_timeout)
+            if not self._idle.wait(self.options.drain_timeout):
+                log.warning("%s: not stopped after %.0fs; cancelling the stage", self.name,
+                            self.options.drain_timeout)
         runner = self.runner
         if runner is not None:
             runner.stop()
