@@ -15,7 +15,7 @@ import traceback
 from typing import Any
 
 from hailstorm.topology.builder import Topology
-from hailstorm.topology.errors import TopologyError
+from hailstorm.topology.errors import TopologyError, all_problems, collecting
 
 __all__ = ["load_topology"]
 
@@ -28,10 +28,19 @@ def load_topology(ref: str) -> Topology:
     the file's directory (for a path) or the current directory (for a dotted name) is
     appended to ``sys.path`` if missing. The ref is recorded as ``topology.source`` (and
     the file as ``module_file``) so that executors can load the same module. Every failure
-    raises :class:`TopologyError`.
+    raises :class:`TopologyError`; the problems of several declarations (and of tables'
+    names) are all reported in one, each naming where, what and a fix (its ``problems``).
     """
     is_path = ref.endswith(".py") or "/" in ref or os.sep in ref
-    module = _import_path(ref) if is_path else _import_dotted(ref)
+    with collecting() as problems:
+        try:
+            module = _import_path(ref) if is_path else _import_dotted(ref)
+        except TopologyError as exc:
+            if not problems:
+                raise
+            raise all_problems([*problems, exc], ref) from None
+    if problems:
+        raise all_problems(problems, ref)
     topology = getattr(module, "topology", None)
     if topology is None:
         found = [n for n, v in vars(module).items() if isinstance(v, Topology)]
