@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar, overload
 
 from hailstorm.decoders import Decoder, DecoderSpec, resolve_decoder
-from hailstorm.monoids import KeyedMap, Monoid, Ttl, Window, WindowState
+from hailstorm.monoids import KeyedMap, Monoid, Ttl, Window, WindowValue
 from hailstorm.topology.errors import (
     ON_ERROR_POLICIES,
     OnError,
@@ -247,7 +247,7 @@ class Topology:
              late: str | Table | None = ...) -> BoltSpec[T, U]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
-             lift: Callable[[T], V], emit: Emit[T, WindowState[V], U],
+             lift: Callable[[T], V], emit: Emit[T, WindowValue[V], U],
              key: Callable[[T], Any] | None = ..., parallelism: int = ...,
              event_time: Callable[[T], Any] | None = ..., preaggregate: bool = ...,
              late: str | Table | None = ...) -> BoltSpec[T, U]: ...

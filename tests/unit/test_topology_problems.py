@@ -167,3 +167,46 @@ def test_every_example_topology_decides_about_late_data() -> None:
         topology = load_topology(str(path))
         for bolt in topology.bolts:
             assert bolt.window is None or "late:" in render_text(topology), path
+
+
+# --------------------------------------------------------------------------- window emit, units
+
+
+def test_a_window_bolt_emits_a_typed_value_that_is_still_the_tuple() -> None:
+    from hailstorm import WindowValue
+
+    topology = Topology("t")
+    src = topology.spout("src", topic="t")
+    seen: list[object] = []
+    bolt = topology.bolt("b", inputs=[src], key=lambda t: t[0],
+                         state=per_key(TumblingWindow(60, Count())), lift=lambda t: 1,
+                         event_time=lambda t: t[1], late="drop",
+                         emit=lambda t, windows: seen.append(windows) or [
+                             (t[0], windows.get(60), windows[1].get(60))])
+    state = bolt.state.empty()
+    for t in (("p", 61), ("p", 70)):
+        state, outputs, _ = bolt.process(state, t)
+    assert outputs == [("p", 2, 2)]
+    value = seen[-1]
+    assert isinstance(value, WindowValue)
+    assert value == (70, {60: 2}) and value.newest_event_time == 70 and value.windows == {60: 2}
+    unkeyed = topology.bolt("u", inputs=[src], state=TumblingWindow(60, Count()),
+                            lift=lambda t: 1, event_time=lambda t: t[1], late="drop",
+                            emit=lambda t, windows: [windows])
+    assert isinstance(unkeyed.value_for_emit(None, [(61, {60: 1})]), WindowValue)
+
+
+@pytest.mark.parametrize("unit", ["ms", "s", "min", "us"])
+def test_show_prints_windows_in_their_declared_unit(unit: str) -> None:
+    topology = Topology("t")
+    src = topology.spout("src", topic="t")
+    topology.bolt("b", inputs=[src], key=lambda t: t[0], lift=lambda t: 1,
+                  state=per_key(SlidingWindow(60_000, 10_000, Count(), unit=unit)),
+                  event_time=lambda t: t[1], late="drop")
+    assert (f"  state:       per_key(sliding(60000{unit} every 10000{unit}, Count))"
+            in render_text(topology).splitlines())
+
+
+def test_an_unknown_unit_is_refused() -> None:
+    with pytest.raises(ValueError, match="unit must be one of ns, us, ms, s, min, h, d"):
+        TumblingWindow(60, Count(), unit="sec")
