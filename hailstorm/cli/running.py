@@ -50,6 +50,23 @@ def demo(state_dir: Path, lines: int, keep_running: bool, output: str) -> None:
     sys.exit(0 if ok else 1)
 
 
+@main.command("init")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@_handle_errors
+def init_command(directory: Path) -> None:
+    """Make a project of your own in DIRECTORY: a topology module, its test with run_model,
+    a producer of sample data and a README with the commands (writes only new files)."""
+    from hailstorm.project import write_project
+
+    try:
+        written = write_project(directory)
+    except FileExistsError as exc:
+        fail(str(exc))
+    for path in written:
+        out.print(f"wrote {path}")
+    out.print(f"next: cd {directory} && pip install pytest && pytest (see README.md)")
+
+
 @main.command()
 @click.argument("topology_ref", metavar="TOPOLOGY")
 @click.option("--master", metavar="URL", envvar=SPARK_MASTER_VAR,
