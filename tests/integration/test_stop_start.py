@@ -16,7 +16,14 @@ import pytest
 from deployments import deployed
 
 from hailstorm import kafka
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
+from hailstorm.harness import (
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    produce,
+    wait_for,
+    wordcount_lines,
+)
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import Stopped
 
@@ -38,6 +45,11 @@ def status_json(run: TopologyRun) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
     doc: dict[str, Any] = json.loads(result.stdout)
     return doc
+
+
+def flowing_status(run: TopologyRun) -> dict[str, Any] | None:
+    doc = status_json(run)
+    return doc if doc["state"] == "Flowing" else None
 
 
 def assert_table_is_the_models(run: TopologyRun, produced: Produced) -> None:
@@ -84,9 +96,9 @@ def test_stop_then_run_again_is_a_stop_and_a_start(stack_env: dict[str, str],
         run_driver(run)
         target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
         run.wait_committed(target, timeout=300)
-        run.wait_flowing(timeout=120)
-        doc = status_json(run)
-        assert doc["state"] == "Flowing" and doc["stopped"] is False
+        # Snapshot rounds come every second: ask until status catches Flowing between two.
+        doc = wait_for("status to show Flowing", lambda: flowing_status(run), 60, run.alive)
+        assert doc["stopped"] is False
         assert doc["recovery_count"] == 0, doc["recoveries"]
         assert [n["recoveries"] for n in doc["negotiators"]] == [0]
         starts = [r for r in doc["recoveries"] if r["start"]]
