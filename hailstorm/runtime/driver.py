@@ -167,6 +167,9 @@ class Driver:
         self._idle = threading.Event()
         self._idle.set()
         self._started = False
+        #: The ``Stopped`` master an earlier run left, as (epoch, entered_at): not a stop of
+        #: this run (the negotiator leaves it once this run's processors register).
+        self._earlier_stop: tuple[int, float] | None = None
         #: The data plane's secret is handed to the tasks with their assignments, a new one
         #: for every stage attempt (:meth:`with_fresh_secret`), unless
         #: $HAILSTORM_SECRET_FILE names one: then only that variable travels, and every
@@ -178,6 +181,8 @@ class Driver:
         o = self.options
         self.partitions = source_partitions(self.topology, o.kafka)
         processors = expected_ids(self.topology, self.partitions)
+        if not self._started:
+            self._earlier_stop = self._stop_record()
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
                        start=not self._started)
         self._started = True
@@ -251,12 +256,21 @@ class Driver:
             client.stop()
             client.close()
 
-    def stopped_by(self) -> str | None:
-        """Who stopped the topology, when the master records ``Stopped`` (else None)."""
+    def _stop_record(self) -> tuple[int, float] | None:
         master = self._records(lambda records: records.master())
         if master is not None and isinstance(master.state, Stopped):
-            return master.state.by or "a stop request"
+            return master.state.epoch, master.entered_at
         return None
+
+    def stopped_by(self) -> str | None:
+        """Who stopped this run, when the master records a ``Stopped`` (not the one an
+        earlier run left) (else None)."""
+        master = self._records(lambda records: records.master())
+        if master is None or not isinstance(master.state, Stopped):
+            return None
+        if (master.state.epoch, master.entered_at) == self._earlier_stop:
+            return None
+        return master.state.by or "a stop request"
 
     def _ask_to_stop(self) -> bool:
         """Write the stop request when a negotiator runs to act on it; False (cancel at
