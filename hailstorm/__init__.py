@@ -51,6 +51,7 @@ from hailstorm.monoids import (
     TopK,
     Ttl,
     TumblingWindow,
+    WindowValue,
     per_key,
 )
 from hailstorm.routing import itself, route
@@ -113,6 +114,7 @@ __all__ = [
     "TopologyError",
     "Ttl",
     "TumblingWindow",
+    "WindowValue",
     "itself",
     "load_topology",
     "messages",

@@ -27,10 +27,11 @@ from hailstorm.devstack import DevStack
 from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce
 from hailstorm.model import run_model
 from hailstorm.sinks import redact
+from hailstorm.topology.loading import examples_dir
 
 TOPIC = "words"
 PARTITIONS = 4
-TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"
+TOPOLOGIES = examples_dir()
 TOPOLOGY = TOPOLOGIES / "wordcount.py"
 TO_KAFKA = TOPOLOGIES / "wordstream.py"
 

@@ -132,8 +132,9 @@ class _Join:
     def bolt(self, topology: Topology, name: str, inputs: Sequence[Any], *,
              parallelism: int = 1, late: str | None = None) -> BoltSpec[Any, Any]:
         """Add the join's bolt to ``topology`` (routed by the join key). ``late``: a
-        :class:`WindowJoin` read from spouts may route late events to that topic (see
-        ``Topology.bolt``): its windows then close by nothing else."""
+        :class:`WindowJoin` must say what happens to late events: read from spouts, it may
+        route them to that topic (see ``Topology.bolt``), and its windows then close by
+        nothing else; ``late="drop"`` drops them."""
         return topology.bolt(name, inputs=inputs, state=self.state, key=self.key,
                              lift=self.lift, emit=self.emit, parallelism=parallelism,
                              event_time=self.event_time, late=late)

@@ -301,7 +301,8 @@ class NegotiatorMetrics:
         self.rounds_committed = r.counter("hailstorm_negotiator_rounds_committed_total",
                                           "Snapshot rounds committed by this negotiator.")
         self.recoveries = r.counter("hailstorm_negotiator_recoveries_total",
-                                    "Transitions to Initialize written by this negotiator.")
+                                    "Recoveries (moves to Initialize but starts) written by "
+                                    "this negotiator.")
         self.transitions = r.counter("hailstorm_negotiator_transitions_total",
                                      "Master state transitions written by this negotiator.")
         self.epoch = r.gauge("hailstorm_negotiator_epoch",

@@ -29,12 +29,25 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
     Initialize(e)     -> Initialize(new) + FallBack         a bolt found a snapshot of the
                                                             committed round corrupt: its
                                                             previous round becomes committed
+
+A stop request (the ``stop`` node, :attr:`View.stop`) drains the topology::
+
+    Flowing(e, None)  -> SpoutsPaused(new)                  a stop is requested: a last round
+    Flowing(e, C)     -> Stopped(e, C, by) + CommitClock    ... commits what was read
+    Initialize(e), SpoutsRewind(e, C) -> Stopped(e, K, by)  a stop is requested; nothing
+                                                            flowed past the committed clock K
+    Stopped(e, C, by) -> Initialize(new)                    no stop request (a new run cleared
+                                                            it) and a processor registered
+
+In Stopped the processors leave; losing them is no failure. Leaving Stopped (or
+NegotiatorDisconnected) for Initialize is a start; every other move to Initialize is a
+recovery.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hailstorm.protocol.clock import (
     NOTHING,
@@ -46,13 +59,13 @@ from hailstorm.protocol.clock import (
     merge_max,
 )
 from hailstorm.protocol.layout import (
-    CommittedRecord,
     LayoutError,
     ProcessorId,
     ProcessorReport,
     ProcessorState,
     Role,
     SnapshotReport,
+    StopRequest,
     parse_processor_id,
 )
 from hailstorm.protocol.states import (
@@ -62,132 +75,32 @@ from hailstorm.protocol.states import (
     NegotiatorDisconnected,
     SpoutsPaused,
     SpoutsRewind,
+    Stopped,
+)
+from negotiator.decision import (
+    SAVERS,
+    CommitClock,
+    Config,
+    Decision,
+    FallBack,
+    ForgetSnapshots,
+    Ignored,
+    NegotiatorAction,
+    View,
 )
 
-# --------------------------------------------------------------------------- inputs
-
-
-SAVERS = (Role.BOLT, Role.SINK)
-"""Roles that must save a round at exactly its clock before it commits: bolts write their
-state A to the snapshot store; sinks commit their table through the clock (their progress
-must cover it, because bolts never re-emit what the committed round already holds)."""
-
-@dataclass(frozen=True)
-class Config:
-    """Timing of the machine, in seconds."""
-
-    snapshot_interval: float = 5.0
-    """Time from one snapshot round's start to the next's: Flowing(None) lasts this long
-    minus how long the round it follows took (see :func:`next_round_due`), and up to half
-    of it more while the spouts read a backlog (:data:`BEHIND_WAIT_SHARE`)."""
-    initialize_timeout: float = 60.0
-    """Initialize: every processor registered and ready (bolts loaded their snapshots)."""
-    rewind_timeout: float = 60.0
-    """SpoutsRewind: every spout seeked to the rewind clock."""
-    pause_timeout: float = 60.0
-    """SpoutsPaused: every spout paused and reported its position."""
-    snapshot_timeout: float = 60.0
-    """Flowing(C): every bolt instance reported a durable snapshot at C."""
-
-    def __post_init__(self) -> None:
-        for name in ("snapshot_interval", "initialize_timeout", "rewind_timeout",
-                     "pause_timeout", "snapshot_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0")
-
-    @classmethod
-    def uniform(cls, snapshot_interval: float = 5.0, timeout: float = 60.0) -> Config:
-        """Same timeout for every wait."""
-        return cls(snapshot_interval, timeout, timeout, timeout, timeout)
-
-
-@dataclass(frozen=True)
-class View:
-    """Everything the machine may look at, re-read from ZooKeeper for every step.
-
-    ``living`` maps each ``living/`` node name to its report (None when unreadable);
-    ``snapshots`` maps each bolt instance id to its latest snapshot report (None when
-    unreadable); ``expected`` is None when the driver has not written the list yet;
-    ``highest_epoch`` is the largest epoch recorded anywhere for this topology (master,
-    committed record, any report); ``entered_at`` is when the current state was entered.
-    """
-
-    now: float
-    entered_at: float
-    expected: frozenset[str] | None
-    living: Mapping[str, ProcessorReport | None] = field(default_factory=dict)
-    snapshots: Mapping[str, SnapshotReport | None] = field(default_factory=dict)
-    committed: CommittedRecord | None = None
-    highest_epoch: int = 0
-
-
-# --------------------------------------------------------------------------- outputs
-
-
-@dataclass(frozen=True)
-class CommitClock:
-    """Write the committed record for round ``epoch`` (its predecessor becomes
-    ``previous``), in the same ZooKeeper transaction as the next master state."""
-
-    epoch: int
-    clock: Clock
-    snapshots: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class ForgetSnapshots:
-    """Snapshots written in rounds ``<= up_to_epoch`` whose ref is not in ``keep`` (the new
-    committed round and the previous one, whose epochs are ``keep_epochs``) are garbage and
-    may be deleted: rounds abandoned or superseded, never loaded again."""
-
-    up_to_epoch: int
-    keep: frozenset[str]
-    keep_epochs: frozenset[int] = frozenset()
-
-
-@dataclass(frozen=True)
-class FallBack:
-    """The committed round ``epoch`` cannot be loaded (``corrupt`` failed its checks):
-    make its ``previous`` the committed record, in the same transaction as the next
-    ``Initialize``, so the recovery loads the round before and replays from its clock."""
-
-    epoch: int
-    corrupt: str
-
-
-@dataclass(frozen=True)
-class Ignored:
-    """Something in the view the machine ignored (unknown processor, malformed or
-    future-epoch report...). The shell logs each distinct one once."""
-
-    subject: str
-    why: str
-
-
-NegotiatorAction = CommitClock | ForgetSnapshots | FallBack | Ignored
-"""What a decision asks the shell to do with its next state (a processor core's are
-:data:`hailstorm.processors.Action`, a sink core's
-:data:`hailstorm.processors.sink_core.SinkAction`)."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to do: move to ``next_state`` (None: stay) applying ``actions`` atomically."""
-
-    next_state: MasterState | None
-    actions: tuple[NegotiatorAction, ...] = ()
-    reason: str = ""
-    wake_at: float | None = None
-    """When to step again if nothing changes (the current wait's deadline)."""
-
-    @property
-    def commits(self) -> tuple[CommitClock, ...]:
-        return tuple(a for a in self.actions if isinstance(a, CommitClock))
-
-    @property
-    def fallback(self) -> FallBack | None:
-        return next((a for a in self.actions if isinstance(a, FallBack)), None)
-
+__all__ = [
+    "SAVERS",
+    "CommitClock",
+    "Config",
+    "Decision",
+    "FallBack",
+    "ForgetSnapshots",
+    "Ignored",
+    "NegotiatorAction",
+    "View",
+    "step",
+]
 
 # --------------------------------------------------------------------------- helpers
 
@@ -318,11 +231,40 @@ def step(state: MasterState, view: View, config: Config) -> Decision:
             return _flowing(state, view, config, roster)
         case Flowing():
             return _snapshotting(state, view, config, roster)
+        case Stopped():
+            return _stopped(state, view, config, roster)
     raise TypeError(f"not a master state: {state!r}")  # pragma: no cover
+
+
+def _stop_now(state: Initialize | SpoutsRewind, view: View, roster: _Roster,
+              stop: StopRequest) -> Decision:
+    """Stopped before anything flowed in epoch ``e``: at the committed clock."""
+    clock = view.committed.clock if view.committed is not None else {}
+    return Decision(Stopped(state.epoch, clock, stop.by), roster.notes,
+                    f"stop requested by {stop.by}: nothing flowed since the committed clock "
+                    f"{clock_to_json(clock)}")
+
+
+def _stopped(state: Stopped, view: View, config: Config, roster: _Roster) -> Decision:
+    """Stay stopped while the request stands; start when a new run cleared it and one of
+    its processors registered. (No deadline: the wake-up only looks again.)"""
+    look_again = view.now + config.initialize_timeout
+    if view.stop is not None:
+        return Decision(None, roster.notes, f"stopped by {state.by}; the stop request stands",
+                        wake_at=look_again)
+    registered = sorted(roster.registered, key=str)
+    if registered:
+        epoch = max(state.epoch, view.highest_epoch) + 1
+        return Decision(Initialize(epoch), roster.notes,
+                        f"a new run started after the stop ({registered[0]} registered)")
+    return Decision(None, roster.notes, f"stopped by {state.by}; waiting for a new run",
+                    wake_at=look_again)
 
 
 def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) -> Decision:
     e = state.epoch
+    if view.stop is not None:
+        return _stop_now(state, view, roster, view.stop)
     deadline = view.entered_at + config.initialize_timeout
     if not roster.expected:
         pending = "no expected processors (the driver writes the list)"
@@ -394,6 +336,8 @@ def _ready(report: ProcessorReport | None, epoch: int) -> bool:
 
 def _rewind(state: SpoutsRewind, view: View, config: Config, roster: _Roster) -> Decision:
     e, clock = state.epoch, state.clock
+    if view.stop is not None:
+        return _stop_now(state, view, roster, view.stop)
     casualty = _casualty(roster)
     if casualty:
         return _restart(state, view, roster, casualty)
@@ -503,6 +447,10 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
     casualty = _casualty(roster)
     if casualty:
         return _restart(state, view, roster, casualty)
+    if view.stop is not None:
+        epoch = max(state.epoch, view.highest_epoch) + 1
+        return Decision(SpoutsPaused(epoch), roster.notes,
+                        f"stop requested by {view.stop.by}: a last round commits what was read")
     due = next_round_due(state, view, config)
     reason = f"snapshot interval {config.snapshot_interval:.1f}s elapsed"
     if view.now < due and caught_up(state, roster):
@@ -570,9 +518,13 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
     if casualty:
         return _restart(state, view, roster, casualty)
     committed = view.committed
+    stop = view.stop
     if committed is not None and committed.epoch >= e:
-        return Decision(Flowing(e, None), roster.notes,
-                        f"round {e} already committed (committed epoch {committed.epoch})")
+        done = f"round {e} already committed (committed epoch {committed.epoch})"
+        if stop is not None:
+            return Decision(Stopped(e, committed.clock, stop.by), roster.notes,
+                            f"stop requested by {stop.by}: {done}")
+        return Decision(Flowing(e, None), roster.notes, done)
     waiting = []
     refs: dict[str, str] = {}
     for bolt in (pid for role in SAVERS for pid in roster.of(role)):
@@ -601,11 +553,12 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
         keep_epochs = frozenset({e} | ({committed.epoch} if committed else set()))
         forget = ForgetSnapshots(e, keep, keep_epochs)
         actions: tuple[NegotiatorAction, ...] = (*roster.notes, commit, forget)
-        return Decision(
-            Flowing(e, None), actions,
-            f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt and sink "
-            f"instances saved",
-        )
+        done = (f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt and "
+                f"sink instances saved")
+        if stop is not None:
+            return Decision(Stopped(e, clock, stop.by), actions,
+                            f"stop requested by {stop.by}: {done}")
+        return Decision(Flowing(e, None), actions, done)
     deadline = view.entered_at + config.snapshot_timeout
     if view.now >= deadline:
         return _restart(

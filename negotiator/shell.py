@@ -44,6 +44,7 @@ from hailstorm.protocol.layout import (
 )
 from hailstorm.protocol.records import TopologyRecords
 from hailstorm.protocol.states import (
+    START_PHASES,
     Flowing,
     Initialize,
     MasterState,
@@ -73,6 +74,7 @@ _UNREADABLE = {
     "master": "unreadable master record ({}): reinitializing",
     "committed": "unreadable committed record ({})",
     "expected": "unreadable expected record ({})",
+    "stop": "unreadable stop request ({}): not stopping",
 }
 """What the leader notes (once) about an unreadable record it reads."""
 
@@ -313,7 +315,8 @@ class Shell:
             if fallback is not None:
                 self.metrics.fallbacks.inc()
             self.metrics.rounds_committed.inc(len(decision.commits))
-            if isinstance(new, Initialize) and new != obs.state:  # a deadline renewed is none
+            if (isinstance(new, Initialize) and new != obs.state  # a renewed deadline is none
+                    and obs.state.phase not in START_PHASES):  # a start is none either
                 self.metrics.recoveries.inc()
             if isinstance(obs.state, SpoutsPaused) and isinstance(new, Flowing):
                 self.metrics.pause(self._pauses[obs.state.epoch])
@@ -408,7 +411,8 @@ class Shell:
                 # Written by an earlier leader with its own wall clock: a skew between the
                 # two machines must not expire a wait early. Waits restart at the takeover.
                 entered_at = self.leader_since
-        view = View(now, entered_at, expected, living, snapshots, committed, highest)
+        stop = records.stop_request(self._watch)
+        view = View(now, entered_at, expected, living, snapshots, committed, highest, stop)
         return Observation(state, master_read.version, committed, committed_read.version, view)
 
     def _note_once(self, subject: str, why: str) -> None:

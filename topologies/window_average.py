@@ -29,7 +29,7 @@ it, and since every number adds exactly one to the count of each of its windows,
 count of a window passes ``THRESHOLD + 1`` exactly once if and only if the window ends up
 with more than ``THRESHOLD`` numbers. The one condition: a number must not arrive more
 than ``RETENTION`` seconds (event time) behind the newest timestamp the bolt has already
-seen; windows that old are closed, and such late numbers are ignored.
+seen; windows that old are closed, and such late numbers are dropped (``late="drop"``).
 """
 
 from typing import Any
@@ -83,6 +83,7 @@ windows = topology.bolt(
     event_time=lambda reading: reading[0],
     lift=lambda reading: Mean.lift(reading[1]),
     emit=window_rows,
+    late="drop",  # numbers RETENTION behind the newest are ignored (see the docstring)
 )
 
 busy = topology.bolt(

@@ -1,6 +1,7 @@
 """Running a topology: ``hailstorm run`` (its processors as one Spark barrier stage),
-``hailstorm negotiator`` (the daemon, run by module name) and ``hailstorm demo`` (word count
-end to end on a stack of its own)."""
+``hailstorm stop`` (drains it to the ``Stopped`` state), ``hailstorm negotiator`` (the
+daemon, run by module name) and ``hailstorm demo`` (word count end to end on a stack of its
+own)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,23 @@ def demo(state_dir: Path, lines: int, keep_running: bool, output: str) -> None:
     ok = run_demo(state_dir, lines=lines, keep_running=keep_running, console=out,
                   output=output)
     sys.exit(0 if ok else 1)
+
+
+@main.command("init")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@_handle_errors
+def init_command(directory: Path) -> None:
+    """Make a project of your own in DIRECTORY: a topology module, its test with run_model,
+    a producer of sample data and a README with the commands (writes only new files)."""
+    from hailstorm.project import write_project
+
+    try:
+        written = write_project(directory)
+    except FileExistsError as exc:
+        fail(str(exc))
+    for path in written:
+        out.print(f"wrote {path}")
+    out.print(f"next: cd {directory} && pip install pytest && pytest (see README.md)")
 
 
 @main.command()
@@ -103,7 +121,10 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
         log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
         slot_wait: float, class_archive: bool, allow_drop: tuple[str, ...]) -> None:
-    """Run TOPOLOGY's processors as one Spark barrier stage (until Ctrl-C).
+    """Run TOPOLOGY's processors as one Spark barrier stage (until stopped).
+
+    'hailstorm stop TOPOLOGY', Ctrl-C or SIGTERM drain it: a last round commits what was
+    read and the master records Stopped; a second Ctrl-C exits at once.
 
     Plans the upgrade from what is deployed under the name first (as 'hailstorm plan'
     prints it) and stops at once if the plan refuses a node; then writes the expected
@@ -147,6 +168,60 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     finally:
         driver.finish()
     console.print(f"stopped ({failures} failed stage attempts)")
+
+
+@main.command("stop")
+@click.argument("topology_ref", metavar="TOPOLOGY")
+@click.option("--name", metavar="NAME", help="ZooKeeper name of the topology (default: its own).")
+@config.zk_option()
+@click.option("--timeout", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              metavar="SECONDS", help="How long to wait for the topology to stop.")
+@_handle_errors
+def stop_command(topology_ref: str, name: str | None, zk: str | None, timeout: float) -> None:
+    """Stop TOPOLOGY cleanly: a last round commits what was read, its processors leave and
+    the master records Stopped (the next 'hailstorm run' starts from there)."""
+    import getpass
+    import socket
+    import time
+
+    from hailstorm.protocol.layout import Stopped, StopRequest
+    from hailstorm.protocol.records import TopologyRecords
+    from hailstorm.protocol.states import label
+    from hailstorm.status.collect import resolve_name
+    from hailstorm.topology import TopologyError
+    from hailstorm.zookeeper import zk_client
+
+    settings = config.Settings.from_env(zk=zk)
+    client = zk_client(settings.require_zk())
+    client.start(timeout=20)
+    try:
+        records_of = lambda n: TopologyRecords(client, n)  # noqa: E731
+        try:
+            topology = resolve_name(topology_ref, name,
+                                    lambda n: records_of(n).master() is not None)
+        except TopologyError as exc:
+            fail(str(exc))
+        records = records_of(topology)
+        if records.master() is None:
+            fail(f"{topology}: no master record in ZooKeeper: never run (nothing to stop)")
+        by = f"hailstorm stop ({getpass.getuser()}@{socket.gethostname()})"
+        records.request_stop(StopRequest(by, time.time()))
+        console.print(f"{topology}: stop requested; waiting for the last round")
+        deadline = time.monotonic() + timeout
+        while True:
+            master = records.master()
+            if master is not None and isinstance(master.state, Stopped):
+                out.print(f"{topology}: {label(master.state)} (epoch {master.state.epoch}, "
+                          f"by {master.state.by})")
+                return
+            if time.monotonic() >= deadline:
+                now = "no master" if master is None else label(master.state)
+                fail(f"{topology}: not stopped after {timeout:.0f}s (master: {now}); is a "
+                     f"negotiator running? The request stands until the next 'hailstorm run'")
+            time.sleep(0.2)
+    finally:
+        client.stop()
+        client.close()
 
 
 def _spark_conf(items: Sequence[str]) -> tuple[tuple[str, str], ...]:

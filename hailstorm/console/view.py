@@ -18,9 +18,11 @@ from typing import Any, Literal
 from hailstorm.protocol.layout import LayoutError, parse_processor_id
 from hailstorm.status.document import budget_problem
 
-Phase = Literal["flowing", "paused", "recovering", "dead"]
+Phase = Literal["flowing", "paused", "recovering", "stopped", "dead"]
 """How an instance is drawn: moving data, a spout standing paused for a snapshot round,
-the topology (re)starting, or failed or gone (see :func:`phase_of`)."""
+the topology (re)starting, stopped on request, or failed or gone (see :func:`phase_of`)."""
+
+PHASES: tuple[Phase, ...] = ("flowing", "paused", "recovering", "stopped", "dead")
 
 RECOVERING_STATES = frozenset({"Initialize", "SpoutsRewind", "NegotiatorDisconnected"})
 """Master states in which no instance is flowing: the topology is (re)starting."""
@@ -55,16 +57,21 @@ def master_phase(master: Mapping[str, Any] | None) -> Phase:
     """The phase of the topology as a whole, from the master record (None: no master)."""
     if master is None or master.get("state") in RECOVERING_STATES:
         return "recovering"
+    if master.get("state") == "Stopped":
+        return "stopped"
     return "paused" if master.get("state") == "SpoutsPaused" else "flowing"
 
 
 def phase_of(processor: Mapping[str, Any], master: Mapping[str, Any] | None) -> Phase:
     """The phase of one instance (a processor row of the status document): ``dead`` when it
     failed, or is missing while the master does not know yet; ``recovering`` while the
-    master (re)starts the topology, whether the instance registered again or not yet."""
+    master (re)starts the topology, whether the instance registered again or not yet;
+    ``stopped`` while the topology is stopped (its instances left on request)."""
+    topology = master_phase(master)
+    if topology == "stopped":
+        return "stopped"
     if processor.get("error"):
         return "dead"
-    topology = master_phase(master)
     if topology == "recovering":
         return "recovering"
     if not processor.get("registered"):
@@ -265,7 +272,7 @@ class History:
             "layout": drawn,
             "phases": phases,
             "phase_counts": {phase: sum(1 for v in phases.values() if v == phase)
-                             for phase in ("flowing", "paused", "recovering", "dead")},
+                             for phase in PHASES},
             "series": self.series(),
             "rounds": [self.rounds[e].to_json() for e in sorted(self.rounds)],
             "recoveries": list(doc.get("recoveries", [])),

@@ -81,6 +81,7 @@ from hailstorm.monoids.windows import (
     TumblingWindow,
     Window,
     WindowState,
+    WindowValue,
 )
 
 __all__ = [
@@ -105,6 +106,7 @@ __all__ = [
     "TumblingWindow",
     "Window",
     "WindowState",
+    "WindowValue",
     "per_key",
     "stable_hash",
 ]

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from hailstorm.monoids.avro import check_number, record
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
 
-__all__ = ["EventTimed", "SlidingWindow", "TumblingWindow", "Window", "WindowState"]
+__all__ = ["TIME_UNITS", "EventTimed", "SlidingWindow", "TumblingWindow", "Window", "WindowState",
+           "WindowValue"]
 
 
 V = TypeVar("V")
@@ -20,6 +21,31 @@ V = TypeVar("V")
 
 WindowState = tuple[Any, dict[Any, V]]
 """``(max_event_time_seen or None, {window_start: inner_state})``."""
+
+TIME_UNITS = ("ns", "us", "ms", "s", "min", "h", "d")
+"""What ``unit=`` may say: the unit of event times, sizes and retentions (they are numbers
+in that unit; ``hailstorm show`` prints them with it)."""
+
+
+class WindowValue(NamedTuple, Generic[V]):
+    """What a window bolt's ``emit`` receives (for a key, with ``per_key``): the windows
+    holding data, by start. Still the ``(newest_event_time, {start: inner_state})`` tuple
+    it was (``value[1].get(start)`` reads as before).
+
+    >>> value = WindowValue(61, {0: 1, 60: 1})
+    >>> value.get(60), value.get(120), value[1][0]
+    (1, None, 1)
+    """
+
+    newest_event_time: Any
+    """The newest event time absorbed (None when only a bolt routing late data fed it)."""
+    windows: dict[Any, V]
+    """``{window_start: inner_state}`` of the windows still held."""
+
+    def get(self, start: Any, default: V | None = None) -> V | None:
+        """The inner state of the window starting at ``start`` (``default`` if none)."""
+        return self.windows.get(start, default)
+
 
 ES = TypeVar("ES")
 """The states of an :class:`EventTimed` monoid."""
@@ -38,6 +64,8 @@ class EventTimed(Monoid[ES]):
     def _init_time(self, time_type: str, unit: str) -> None:
         if time_type not in ("long", "double"):
             raise ValueError("time_type must be 'long' or 'double'")
+        if unit not in TIME_UNITS:
+            raise ValueError(f"unit must be one of {', '.join(TIME_UNITS)}, got {unit!r}")
         self.time_type = time_type
         self.unit = unit
         self._time_label = _EventTimeOf(self)
@@ -230,6 +258,10 @@ class Window(EventTimed[WindowState[V]]):
             return (t, dict(buckets))
         copy = self.inner.copy
         return (t, {s: copy(v) for s, v in buckets.items()})
+
+    def emitted(self, value: WindowState[V]) -> WindowValue[V]:
+        """What a bolt's emit receives: the state as a :class:`WindowValue`."""
+        return WindowValue(*value)
 
     def windows(self, state: WindowState[Any]) -> list[tuple[Any, Any, Any]]:
         """``[(start, end, inner_state), ...]`` sorted by start."""

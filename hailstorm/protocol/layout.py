@@ -16,6 +16,9 @@ Everything lives under ``/hailstorm/<topology>/``::
     recoveries/r-<sequence>     JSON RecoveryRecord persistent, created by the negotiator in
                                                     the same transaction as every move to
                                                     Initialize (the last RECOVERIES_KEPT)
+    stop                        JSON StopRequest    persistent, written by ``hailstorm stop``
+                                                    or a signalled ``hailstorm run``; deleted
+                                                    by the next ``hailstorm run``
 
 Processor ids (also the ``living`` node names)::
 
@@ -52,6 +55,7 @@ from hailstorm.protocol.states import (
     NegotiatorDisconnected,
     SpoutsPaused,
     SpoutsRewind,
+    Stopped,
 )
 
 __all__ = [
@@ -73,6 +77,8 @@ __all__ = [
     "SnapshotReport",
     "SpoutsPaused",
     "SpoutsRewind",
+    "StopRequest",
+    "Stopped",
     "TopologyPaths",
     "decode",
     "encode",
@@ -239,6 +245,10 @@ class TopologyPaths:
         return f"{self.root}/recoveries"
 
     @property
+    def stop(self) -> str:
+        return f"{self.root}/stop"
+
+    @property
     def recovery_prefix(self) -> str:
         """Prefix of the sequential ``recoveries/r-<sequence>`` nodes."""
         return f"{self.recoveries}/r-"
@@ -338,6 +348,7 @@ _STATE_NAMES = {
     "SpoutsRewind": SpoutsRewind,
     "SpoutsPaused": SpoutsPaused,
     "Flowing": Flowing,
+    "Stopped": Stopped,
 }
 
 
@@ -345,7 +356,7 @@ _STATE_NAMES = {
 class MasterRecord:
     """The ``master`` znode: the state plus when and why it was entered, and by whom."""
 
-    state: Initialize | SpoutsRewind | SpoutsPaused | Flowing
+    state: Initialize | SpoutsRewind | SpoutsPaused | Flowing | Stopped
     entered_at: float
     leader: str = ""
     reason: str = ""
@@ -360,6 +371,7 @@ class MasterRecord:
                 "entered_at": self.entered_at,
                 "leader": self.leader,
                 "reason": self.reason,
+                **({"by": self.state.by} if isinstance(self.state, Stopped) else {}),
             }
         )
 
@@ -369,13 +381,15 @@ class MasterRecord:
             kind = _STATE_NAMES.get(d["state"])
             epoch = int(d["epoch"])
             clock = _clock_or_none(d.get("clock"))
-            state: Initialize | SpoutsRewind | SpoutsPaused | Flowing
+            state: Initialize | SpoutsRewind | SpoutsPaused | Flowing | Stopped
             if kind is Flowing:
                 state = Flowing(epoch, clock)
             elif kind is SpoutsRewind:
                 if clock is None:
                     raise LayoutError("SpoutsRewind without a clock")
                 state = SpoutsRewind(epoch, clock)
+            elif kind is Stopped:
+                state = Stopped(epoch, clock or {}, str(d.get("by", "")))
             elif kind is Initialize or kind is SpoutsPaused:
                 state = kind(epoch)
             else:
@@ -678,7 +692,8 @@ class RecoveryRecord:
 
     @property
     def is_start(self) -> bool:
-        return self.previous == NegotiatorDisconnected.__name__
+        """A start (of a fresh topology, or a run after a stop), not a recovery."""
+        return self.previous.partition("(")[0] in START_LABELS
 
     def to_json(self) -> bytes:
         return encode({"epoch": self.epoch, "at": self.at, "previous": self.previous,
@@ -691,6 +706,31 @@ class RecoveryRecord:
                        str(d.get("reason", "")), str(d.get("leader", "")))
 
         result: RecoveryRecord = _load("recovery record", raw, build)
+        return result
+
+
+START_LABELS = frozenset({NegotiatorDisconnected.__name__, Stopped.__name__})
+"""Labels of the states whose move to ``Initialize`` is a start, not a recovery."""
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """The ``stop`` node: ``by`` asked the topology to stop at ``at`` (``time.time()``). The
+    negotiator drains (a last round commits what was read) and records ``Stopped``; the
+    next ``hailstorm run`` deletes the node."""
+
+    by: str
+    at: float
+
+    def to_json(self) -> bytes:
+        return encode({"by": self.by, "at": self.at})
+
+    @classmethod
+    def from_json(cls, raw: bytes | Mapping[str, Any]) -> StopRequest:
+        def build(d: Mapping[str, Any]) -> StopRequest:
+            return cls(str(d["by"]), float(d["at"]))
+
+        result: StopRequest = _load("stop request", raw, build)
         return result
 
 

@@ -20,7 +20,8 @@ of :mod:`~hailstorm.protocol.layout` only through it. The rules, in this one pla
 * ``call(operation, *args, **kwargs)`` runs every kazoo operation (a processor retries them
   across connection losses); by default they run as they are.
 
-Writes of persistent records are set-or-create (``expected``, ``snapshots/<name>/<instance>``).
+Writes of persistent records are set-or-create (``expected``, ``stop``,
+``snapshots/<name>/<instance>``).
 The negotiator's transaction (master, committed and recovery records compare-and-set in one
 ZooKeeper transaction) and the ephemeral nodes' creation stay with their owners: they are
 about sessions and fencing, not about the records' shapes.
@@ -47,6 +48,7 @@ from hailstorm.protocol.layout import (
     ProcessorReport,
     RecoveryRecord,
     SnapshotReport,
+    StopRequest,
     TopologyPaths,
     decode,
     encode,
@@ -180,6 +182,10 @@ class TopologyRecords:
         """The ``expected`` record (None: no driver has written one)."""
         return self._read("expected", ExpectedRecord.from_json, watch).record
 
+    def stop_request(self, watch: Watch | None = None) -> StopRequest | None:
+        """The ``stop`` request (None: nobody asked, or a run started since)."""
+        return self._read("stop", StopRequest.from_json, watch).record
+
     # -- listings -------------------------------------------------------------------------
 
     def reports(self, watch: Watch | None = None) -> dict[str, ProcessorReport | None]:
@@ -236,6 +242,15 @@ class TopologyRecords:
     def write_expected(self, record: ExpectedRecord) -> None:
         """Set (or create) ``expected``."""
         self._put(self.paths.expected, record.to_json())
+
+    def request_stop(self, request: StopRequest) -> None:
+        """Set (or create) ``stop``: the negotiator drains the topology and stops it."""
+        self._put(self.paths.stop, request.to_json())
+
+    def clear_stop(self) -> None:
+        """Delete ``stop`` (a new run starts); absent is fine."""
+        with contextlib.suppress(NoNodeError):
+            self._call(self.client.delete, self.paths.stop)
 
     def write_snapshot_report(self, report: SnapshotReport) -> None:
         """Set (or create) ``snapshots/<name>/<instance>``."""

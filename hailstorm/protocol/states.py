@@ -31,6 +31,7 @@ class Phase(enum.Enum):
     FLOWING = "Flowing(None)"
     SPOUTS_PAUSED = "SpoutsPaused"
     FLOWING_SNAPSHOT = "Flowing(C)"
+    STOPPED = "Stopped"
 
 
 def _frozen_clock(clock: Mapping[Partition, int]) -> Clock:
@@ -105,19 +106,45 @@ class Flowing:
         return Phase.FLOWING if self.clock is None else Phase.FLOWING_SNAPSHOT
 
 
-MasterState = NegotiatorDisconnected | Initialize | SpoutsRewind | SpoutsPaused | Flowing
+@dataclass(frozen=True)
+class Stopped:
+    """Stopped on request: the last round committed ``clock`` (what was read, or the
+    committed clock when the stop came before anything flowed) and every processor left.
+    ``by`` names who asked (``hailstorm stop`` or a signal to ``hailstorm run``). The next
+    run starts from it as a start, not a recovery."""
+
+    epoch: int
+    clock: Clock = field(default_factory=dict)
+    by: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clock", _frozen_clock(self.clock))
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.STOPPED
+
+
+MasterState = (NegotiatorDisconnected | Initialize | SpoutsRewind | SpoutsPaused | Flowing
+               | Stopped)
 """Any master state."""
 
 
 LEGAL_TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
     Phase.DISCONNECTED: frozenset({Phase.INITIALIZE}),
-    Phase.INITIALIZE: frozenset({Phase.INITIALIZE, Phase.SPOUTS_REWIND}),
-    Phase.SPOUTS_REWIND: frozenset({Phase.INITIALIZE, Phase.FLOWING}),
+    Phase.INITIALIZE: frozenset({Phase.INITIALIZE, Phase.SPOUTS_REWIND, Phase.STOPPED}),
+    Phase.SPOUTS_REWIND: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED}),
     Phase.FLOWING: frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED}),
     Phase.SPOUTS_PAUSED: frozenset({Phase.INITIALIZE, Phase.FLOWING_SNAPSHOT}),
-    Phase.FLOWING_SNAPSHOT: frozenset({Phase.INITIALIZE, Phase.FLOWING}),
+    Phase.FLOWING_SNAPSHOT: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED}),
+    Phase.STOPPED: frozenset({Phase.INITIALIZE}),
 }
-"""Phase -> the phases the master may move to next."""
+"""Phase -> the phases the master may move to next. A stop drains: Flowing(None) starts a
+last round at once, whose commit enters Stopped; before anything flows (Initialize,
+SpoutsRewind) nothing was read past the committed clock, so Stopped follows at once."""
+
+START_PHASES: frozenset[Phase] = frozenset({Phase.DISCONNECTED, Phase.STOPPED})
+"""Leaving one of these for Initialize is a start, not a recovery."""
 
 NEW_EPOCH_PHASES: frozenset[Phase] = frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED})
 """Entering one of these phases starts a new (strictly larger) epoch; others keep it."""
@@ -137,6 +164,8 @@ def label(state: MasterState) -> str:
     match state:
         case Flowing(clock=None):
             return "Flowing(None)"
+        case Stopped(clock=clock):
+            return f"Stopped({clock_to_json(clock)})"
         case Flowing(clock=clock) | SpoutsRewind(clock=clock) if clock is not None:
             return f"{type(state).__name__}({clock_to_json(clock)})"
         case _:

@@ -19,6 +19,13 @@
 
 The negotiator (``hailstorm negotiator``) runs separately and drives the processors through
 ZooKeeper.
+
+Stopping drains: a run starts by deleting the topology's ``stop`` request, and
+:meth:`Driver.stop` (SIGTERM, Ctrl-C) writes one; the negotiator commits a last round and
+records ``Stopped``, the processors leave, and the stage ends without being resubmitted (as
+it does after ``hailstorm stop``). Only when that takes longer than
+:attr:`RunOptions.drain_timeout` is the stage cancelled (the next run recovers as after a
+crash).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +44,8 @@ from hailstorm.kafka import partitions_of
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import (
     ExpectedRecord,
+    Stopped,
+    StopRequest,
     TopologyPaths,
     expected_processor_ids,
 )
@@ -91,6 +101,9 @@ class RunOptions:
     """Map the driver JVM's classes from the install's archive (write it when missing)."""
     allow_drop: tuple[str, ...] = ()
     """Nodes of the deployed topology this one may drop (their state is deleted)."""
+    drain_timeout: float = 60.0
+    """On :meth:`Driver.stop`, how long to wait for the negotiator to commit a last round
+    and the processors to leave before cancelling the stage."""
 
 
 def grown_partitions(
@@ -120,8 +133,10 @@ def expected_ids(topology: Topology, partitions: dict[str, list[Partition]]) -> 
 
 def write_expected(zk: str, name: str, processors: list[str],
                    graph: Mapping[str, Any] | None = None, *,
-                   upgrade: tuple[Topology, str, tuple[str, ...]] | None = None) -> None:
-    """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``).
+                   upgrade: tuple[Topology, str, tuple[str, ...]] | None = None,
+                   start: bool = False) -> None:
+    """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``);
+    ``start``: a new run, so delete the ``stop`` request an earlier one left.
 
     With ``upgrade`` (the topology, the snapshot location and the nodes it may drop),
     first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`): raise
@@ -142,8 +157,10 @@ def write_expected(zk: str, name: str, processors: list[str],
             plan.check()
             apply_plan(client, name, plan)
             nodes = {k: v.to_json() for k, v in describe_topology(topology).items()}
-        TopologyRecords(client, paths).write_expected(
-            ExpectedRecord(tuple(processors), graph, nodes))
+        records = TopologyRecords(client, paths)
+        if start:
+            records.clear_stop()
+        records.write_expected(ExpectedRecord(tuple(processors), graph, nodes))
     finally:
         client.stop()
         client.close()
@@ -171,6 +188,13 @@ class Driver:
         #: Set by stop() (signals): the driver ends instead of picking up new partitions.
         self.stopping = threading.Event()
         self._grown = threading.Event()
+        #: Set whenever no stage runs (a drain waits for it).
+        self._idle = threading.Event()
+        self._idle.set()
+        self._started = False
+        #: The ``Stopped`` master an earlier run left, as (epoch, entered_at): not a stop of
+        #: this run (the negotiator leaves it once this run's processors register).
+        self._earlier_stop: tuple[int, float] | None = None
         #: The data plane's secret is handed to the tasks with their assignments, a new one
         #: for every stage attempt (:meth:`with_fresh_secret`), unless
         #: $HAILSTORM_SECRET_FILE names one: then only that variable travels, and every
@@ -182,8 +206,12 @@ class Driver:
         o = self.options
         self.partitions = source_partitions(self.topology, o.kafka)
         processors = expected_ids(self.topology, self.partitions)
+        if not self._started:
+            self._earlier_stop = self._stop_record()
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
-                       upgrade=(self.topology, o.snapshots, o.allow_drop))
+                       upgrade=(self.topology, o.snapshots, o.allow_drop),
+                       start=not self._started)
+        self._started = True
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))
         return [
@@ -223,7 +251,7 @@ class Driver:
         self.runner = StageRunner(
             context, assignments, run_processor, spark, made_progress=self.committed_since,
             prepare_attempt=None if self.fixed_secret else self.with_fresh_secret,
-            explain=self.explain)
+            explain=self.explain, stopped_by=self.stopped_by)
         return self.runner
 
     @staticmethod
@@ -249,23 +277,65 @@ class Driver:
         and the negotiator's restart reason in ZooKeeper."""
         reason = None
         try:
-            client = zk_client(self.options.zk)
-            client.start(timeout=10)
-            try:
-                master = TopologyRecords(client, self.name).master()
-            finally:
-                client.stop()
-                client.close()
+            master = self._records(lambda records: records.master())
             reason = master.reason if master is not None else None
         except Exception as problem:  # ZooKeeper may be what is down: Spark's text alone
             log.debug("could not read the negotiator's reason: %s", problem)
         return root_cause(str(exc), reason)
+
+    def _records(self, use: Any) -> Any:
+        """``use(TopologyRecords)`` on a short-lived ZooKeeper connection."""
+        client = zk_client(self.options.zk)
+        client.start(timeout=10)
+        try:
+            return use(TopologyRecords(client, self.name))
+        finally:
+            client.stop()
+            client.close()
+
+    def _stop_record(self) -> tuple[int, float] | None:
+        master = self._records(lambda records: records.master())
+        if master is not None and isinstance(master.state, Stopped):
+            return master.state.epoch, master.entered_at
+        return None
+
+    def stopped_by(self) -> str | None:
+        """Who stopped this run, when the master records a ``Stopped`` (not the one an
+        earlier run left) (else None)."""
+        master = self._records(lambda records: records.master())
+        if master is None or not isinstance(master.state, Stopped):
+            return None
+        if (master.state.epoch, master.entered_at) == self._earlier_stop:
+            return None
+        return master.state.by or "a stop request"
+
+    def _ask_to_stop(self) -> bool:
+        """Write the stop request when a negotiator runs to act on it; False (cancel at
+        once, the next run recovers from the committed round) when none does or ZooKeeper
+        cannot be reached."""
+        by = f"hailstorm run (pid {os.getpid()}, stopped by a signal)"
+
+        def ask(records: TopologyRecords) -> bool:
+            if not records.negotiators():
+                return False
+            records.request_stop(StopRequest(by, time.time()))
+            return True
+
+        try:
+            if self._records(ask):
+                return True
+            why = "no negotiator runs to commit a last round"
+        except Exception as exc:
+            why = f"could not ask the negotiator to stop the topology ({exc})"
+        log.warning("%s: %s: cancelling the stage", self.name, why)
+        return False
 
     def run(self) -> int:
         """Run until stopped; returns the number of failed stage attempts."""
         failures = 0
         while True:
             runner = self.runner or self.prepare()
+            self._idle.clear()
             done = threading.Event()
             watcher = threading.Thread(target=self._watch_partitions, args=(runner, done),
                                        name="partition-watch", daemon=True)
@@ -277,6 +347,7 @@ class Driver:
                 watcher.join(5)
                 self.close()
                 self.runner = None
+                self._idle.set()
             if self.stopping.is_set() or not self._grown.is_set():
                 return failures
             self._grown.clear()
@@ -304,9 +375,17 @@ class Driver:
                 return
 
     def stop(self) -> None:
+        """Drain (see the module docstring), then cancel whatever still runs."""
         self.stopping.set()
-        if self.runner is not None:
-            self.runner.stop()
+        if self.runner is not None and self.options.drain_timeout > 0 and self._ask_to_stop():
+            log.info("%s: stopping: a last round commits what was read (up to %.0fs)",
+                     self.name, self.options.drain_timeout)
+            if not self._idle.wait(self.options.drain_timeout):
+                log.warning("%s: not stopped after %.0fs; cancelling the stage", self.name,
+                            self.options.drain_timeout)
+        runner = self.runner
+        if runner is not None:
+            runner.stop()
 
     def close(self) -> None:
         context = self.context

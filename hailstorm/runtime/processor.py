@@ -27,6 +27,7 @@ from hailstorm.coordination import Coordinator
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
 from hailstorm.processors import Batch, Destination, Router
+from hailstorm.protocol.clock import clock_to_json
 from hailstorm.protocol.layout import (
     Flowing,
     Initialize,
@@ -34,6 +35,7 @@ from hailstorm.protocol.layout import (
     ProcessorState,
     SpoutsPaused,
     SpoutsRewind,
+    Stopped,
     parse_processor_id,
 )
 from hailstorm.protocol.wire import (
@@ -64,6 +66,7 @@ __all__ = [
     "LiveQuery",
     "RestartRequired",
     "Shell",
+    "TopologyStopped",
 ]
 
 log = logging.getLogger("hailstorm.processor")
@@ -77,8 +80,20 @@ BEHIND_FRAMES = QUEUE_FRAMES // 2
 upstreams (:attr:`InboundShell.behind`): reading a backlog, it batches its output longest."""
 
 
+def _stop_of(state: Any, joined: int) -> TopologyStopped | None:
+    """``state`` as the stop of the run joined in epoch ``joined`` (None: it is not one)."""
+    if isinstance(state, Stopped) and state.epoch >= joined:
+        return TopologyStopped(f"the topology stopped (by {state.by or 'request'}, at "
+                               f"{clock_to_json(state.clock)})")
+    return None
+
+
 class RestartRequired(RuntimeError):
     """The topology restarted (a newer Initialize): this incarnation ends, a new one joins."""
+
+
+class TopologyStopped(Exception):
+    """The master recorded ``Stopped`` in this incarnation's run: it leaves, cleanly."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +219,13 @@ class Shell:
                 self.check()
                 self.follow_master()
                 self.step()
+        except TopologyStopped as exc:
+            log.info("%s: leaving", exc)
         except BaseException as exc:
+            stopped = None if isinstance(exc, TopologyHalt) else self._stop_of_this_run()
+            if stopped is not None:  # e.g. an upstream left first and closed its connection
+                log.info("%s: leaving (%s: %s)", stopped, type(exc).__name__, exc)
+                return
             halted = None if isinstance(exc, TopologyHalt) else self._halt_of_this_run()
             if halted is not None:
                 log.warning("ending (%s: %s): the topology halted", type(exc).__name__, exc)
@@ -239,6 +260,19 @@ class Shell:
             return None
         reason = halt_reason(record.reason)
         return TopologyHalt(reason) if reason is not None else None
+
+    def _stop_of_this_run(self) -> TopologyStopped | None:
+        """The stop of the run this incarnation joined, if the master recorded one (None
+        otherwise, or when ZooKeeper cannot tell)."""
+        if self.coord is None or self.joined is None:
+            return None
+        try:
+            record = self.coord.master()
+        except Exception:
+            return None
+        if record is None:
+            return None
+        return _stop_of(record.state, self.joined)
 
     def setup(self) -> None:
         """Role-specific preparation after registration (before any master state)."""
@@ -349,6 +383,9 @@ class Shell:
             return
         if self.joined is None or epoch < self.joined:
             return  # a new incarnation waits for the next Initialize
+        stopped = _stop_of(state, self.joined)
+        if stopped is not None:
+            raise stopped
         if isinstance(state, SpoutsRewind) and epoch != self.joined:
             raise RestartRequired(f"SpoutsRewind({epoch}) of a run this incarnation missed")
         if self.answered(state):

@@ -210,6 +210,7 @@ class StageRunner:
         made_progress: Callable[[float], bool] | None = None,
         prepare_attempt: Callable[[list[Any]], list[Any]] | None = None,
         explain: Callable[[BaseException], str] | None = None,
+        stopped_by: Callable[[], str | None] | None = None,
     ) -> None:
         self.context = context
         self.assignments = list(assignments)
@@ -225,6 +226,9 @@ class StageRunner:
         #: The one line that says why an attempt failed (a processor and its error, not
         #: Spark's generic line): :func:`~hailstorm.runtime.causes.root_cause`.
         self.explain = explain or (lambda exc: root_cause(str(exc)))
+        #: Asked when an attempt ended: who stopped the topology (None: nobody). A stopped
+        #: topology's processors leave; the loop ends instead of resubmitting them.
+        self.stopped_by = stopped_by or (lambda: None)
         self.stopping = threading.Event()
         self.attempts = 0
         self.failures = 0
@@ -253,14 +257,14 @@ class StageRunner:
             started_at = time.time()
             try:
                 self.run_once()
-                if self.stopping.is_set():
+                if self.stopping.is_set() or self._stopped():
                     break
                 log.info("stage attempt %d: every processor ended; resubmitting", self.attempts)
                 consecutive = 0
                 backoff = self.options.backoff_initial
                 continue
             except Exception as exc:  # Spark wraps task failures in Py4J errors
-                if self.stopping.is_set():
+                if self.stopping.is_set() or self._stopped():
                     break
                 self.failures += 1
                 if _SLOTS_REFUSED in str(exc):  # a worker left: wait for one, not forever
@@ -272,7 +276,7 @@ class StageRunner:
                     raise TopologyHalted(halted) from None
                 consecutive += 1
                 healthy = time.monotonic() - started >= self.options.healthy_after
-                if healthy or _safely(self.made_progress, started_at):
+                if healthy or bool(_safely(self.made_progress, started_at)):
                     backoff = self.options.backoff_initial
                     consecutive = 1
                 reason = _explained(self.explain, exc)
@@ -295,6 +299,13 @@ class StageRunner:
         return self.failures
 
 
+    def _stopped(self) -> bool:
+        by = _safely(lambda _since: self.stopped_by() or "", 0.0, default="")
+        if by:
+            log.info("stage attempt %d ended: the topology was stopped by %s", self.attempts, by)
+        return bool(by)
+
+
 _SLOTS_REFUSED = "SPARK-24819"
 """In the error of a barrier stage Spark refused for lack of task slots."""
 
@@ -303,12 +314,12 @@ class RestartsExhausted(HaltError, RuntimeError):
     """The stage kept failing and the topology made no progress between the attempts."""
 
 
-def _safely(check: Callable[[float], bool], since: float) -> bool:
+def _safely(check: Callable[[float], Any], since: float, default: Any = False) -> Any:
     try:
-        return bool(check(since))
-    except Exception as exc:  # a progress probe must never stop the driver
+        return check(since)
+    except Exception as exc:  # a probe of ZooKeeper must never stop the driver
         log.debug("progress check failed: %s", exc)
-        return False
+        return default
 
 
 def _explained(explain: Callable[[BaseException], str], exc: BaseException) -> str:

@@ -19,6 +19,7 @@ from hailstorm.protocol.layout import (
     ProcessorReport,
     RecoveryRecord,
     SnapshotReport,
+    Stopped,
     parse_processor_id,
 )
 
@@ -113,8 +114,10 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "age_s": _age(now, master.entered_at),
             "leader": master.leader,
             "reason": master.reason,
+            "stopped_by": getattr(master.state, "by", None),
         }
     doc["state"] = _state_label(master)
+    doc["stopped"] = master is not None and isinstance(master.state, Stopped)
     doc["epoch"] = None if master is None else master.state.epoch
     doc["leader"] = None if master is None else master.leader
 
@@ -238,6 +241,7 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
          "reason": r.reason, "start": r.is_start}
         for r in inputs.recoveries
     ]
+    doc["recovery_count"] = sum(1 for r in inputs.recoveries if not r.is_start)
     doc["graph"] = None if inputs.expected is None else inputs.expected.graph
     waits = [f"{p['id']} is waiting for {p['waiting']}; the topology waits with it"
              for p in processors if p["waiting"]]

@@ -27,7 +27,8 @@ def render(doc: Mapping[str, Any]) -> Any:
     head = Text()
     head.append(f"{doc['topology']}  ", style="bold")
     colour = "green" if doc["state"] == "Flowing" else (
-        "yellow" if doc["state"] in ("Flowing(C)", "SpoutsPaused") else "red")
+        "yellow" if doc["state"] in ("Flowing(C)", "SpoutsPaused") else
+        "blue" if doc.get("stopped") else "red")
     head.append(doc["state"], style=f"bold {colour}")
     if master is not None:
         head.append(f"  epoch {master['epoch']}  for {_fmt(master['age_s'], ' s')}"
@@ -67,6 +68,8 @@ def render(doc: Mapping[str, Any]) -> Any:
             state = f"[red]error[/]: {p['error']}"
         elif p.get("waiting"):
             state = f"[yellow]waiting[/] for {p['waiting']}"
+        elif not p["registered"] and doc.get("stopped"):
+            state = "stopped"
         elif not p["registered"]:
             state = "[red]missing[/]"
         extra = p["state_keys"] if p["role"] == "bolt" else p["rows_committed"]

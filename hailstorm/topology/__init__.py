@@ -15,12 +15,14 @@ runtime and the sequential reference model (:mod:`hailstorm.model`) share:
 :meth:`SpoutSpec.tuples_of`, :meth:`BoltSpec.contribution`, :meth:`BoltSpec.absorb`,
 :meth:`BoltSpec.value_for_emit`, :meth:`BoltSpec.outputs` (plus the batch helpers built on
 them) and :meth:`Table.to_row`. Mistakes raise :class:`TopologyError` naming the module,
-the node and the fix.
+the node and the fix; loading a module reports all of its mistakes in one.
 
 One owner per concept; this package re-exports what the rest of hailstorm imports:
 
 * :mod:`~hailstorm.topology.errors`: the name rule (:data:`NAME_PATTERN`), topic names,
-  :class:`TopologyError`, :class:`RowError`, :class:`RecordFailed`;
+  :class:`TopologyError`, :class:`RowError`, :class:`RecordFailed`, and the collecting of
+  every problem of a module being loaded;
+* :mod:`~hailstorm.topology.late_rules`: what a window or ttl bolt must say about late data;
 * :mod:`~hailstorm.topology.source`: readable names of user functions (a lambda's source);
 * :mod:`~hailstorm.topology.tables`: sink targets (:class:`Table`, :class:`Collect`) and the
   one vocabulary of SQL column types;

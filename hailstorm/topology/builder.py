@@ -13,15 +13,18 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar, Unpack, overload
 
 from hailstorm.decoders import Decoder, DecoderSpec, resolve_decoder
-from hailstorm.monoids import KeyedMap, Monoid, Ttl, Window, WindowState
+from hailstorm.monoids import KeyedMap, Monoid, Ttl, Window, WindowValue
 from hailstorm.topology.errors import (
     OnError,
     Quarantine,
     TopologyError,
     check_name,
     check_topic_name,
+    declaration,
+    deferred,
     on_error_policy,
 )
+from hailstorm.topology.late_rules import DROP, late_problem
 from hailstorm.topology.specs import (
     BoltSpec,
     Edge,
@@ -33,10 +36,11 @@ from hailstorm.topology.specs import (
     SinkSpec,
     SpoutSpec,
 )
-from hailstorm.topology.tables import LATE_COLUMNS, SinkTarget, Table
+from hailstorm.topology.tables import SinkTarget, Table
 from hailstorm.topology.upgrades import NodeUpgrade, Upgrade, check_upgrade
 
 __all__ = ["Topology"]
+
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -67,7 +71,8 @@ class Topology:
 
     def __init__(self, name: str, *, dead_letter: str | None = None,
                  on_error: OnError | Quarantine = "quarantine") -> None:
-        check_name(name, "topology name", None, None)
+        with deferred():
+            check_name(name, "topology name", None, None)
         self.name = name
         self.dead_letter_topic = dead_letter if dead_letter is not None else f"{name}.dead-letter"
         check_topic_name(self.dead_letter_topic, "dead-letter topic", None, name)
@@ -128,6 +133,7 @@ class Topology:
     def spout(self, name: str, topic: str, decoder: str | Decoder, explode: Explode[Any, T],
               dead_letter: str | None = ...) -> SpoutSpec[T]: ...
 
+    @declaration
     def spout(
         self,
         name: str,
@@ -144,7 +150,8 @@ class Topology:
         explode go to ``dead_letter`` (default: the topology's dead-letter topic).
         """
         label = f"spout {name!r}"
-        check_name(name, "spout name", label, self.name)
+        with deferred():
+            check_name(name, "spout name", label, self.name)
         check_topic_name(topic, "topic", label, self.name)
         try:
             resolved = resolve_decoder(decoder)
@@ -244,7 +251,7 @@ class Topology:
              late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, U]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: Window[V],
-             lift: Callable[[T], V], emit: Emit[T, WindowState[V], U],
+             lift: Callable[[T], V], emit: Emit[T, WindowValue[V], U],
              key: Callable[[T], Any] | None = ..., parallelism: int = ...,
              event_time: Callable[[T], Any] | None = ..., preaggregate: bool = ...,
              late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, U]: ...
@@ -255,6 +262,7 @@ class Topology:
              preaggregate: bool = ...,
              late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, U]: ...
 
+    @declaration
     def bolt(
         self,
         name: str,
@@ -283,13 +291,16 @@ class Topology:
         tuple instead of once per tuple, so only upsert tables may read the bolt, and the
         table keys of emit's rows must depend on ``key(t)`` (and the windows) alone.
 
-        ``late="<topic>"`` (window state read from spouts) routes late tuples to that topic
-        instead of dropping them: a tuple is late when its (earliest) window closed
+        Window and ttl state must say what happens to late tuples: ``late="<topic>"``
+        (window state read from spouts) routes them to that topic: a tuple is late when its
+        (earliest) window closed
         (``end + retention``) at the largest event time its Kafka partition reached before
         it, the same decision in every run (see :mod:`hailstorm.lateness`). The windows
         then expire nothing by themselves. ``late=Table(...)`` (e.g.
         ``hailstorm.lateness.late_table("clicks_late")``) writes them to that table instead,
-        through a sink ``<name>_late`` this adds.
+        through a sink ``<name>_late`` this adds. ``late="drop"`` drops them (retention
+        behind each key's newest event time), knowingly; without ``late=`` such a bolt is
+        refused.
 
         ``previously=``, ``version=`` and ``migrate=`` declare the bolt's history for an
         upgrade of a running topology (:class:`~hailstorm.topology.upgrades.Upgrade`).
@@ -299,7 +310,8 @@ class Topology:
         its partition's newest event time is late, and keys idle long enough are dropped.
         """
         label = f"bolt {name!r}"
-        check_name(name, "bolt name", label, self.name)
+        with deferred():
+            check_name(name, "bolt name", label, self.name)
         names = self._input_names(inputs, label, "bolt")
         if not isinstance(state, Monoid):
             raise self._error(
@@ -335,12 +347,9 @@ class Topology:
                 "pass preaggregate=True to let spouts combine contributions per batch",
                 label,
             )
-        if late is not None:
-            self._check_late(late, state, label)
-        self._check_ttl(state, late, label)
-        spec = BoltSpec(
-            name, names, state, lift, emit, key, parallelism, event_time, preaggregate, late
-        )
+        self._check_late(late, state, label)
+        spec = BoltSpec(name, names, state, lift, emit, key, parallelism, event_time,
+                        preaggregate, None if late == DROP else late)
         if spec.keyed and key is None:
             raise self._error(
                 f"state {state.describe()} is keyed, so each tuple needs a key",
@@ -376,11 +385,13 @@ class Topology:
             self._add(SinkSpec(spec.late_sink, names, late, late_of=name))
         return spec
 
+    @declaration
     def sink(self, name: str, inputs: Inputs[Any], target: SinkTarget) -> SinkSpec:
         """Write the tuples of ``inputs`` to ``target``: a :class:`Table`, a
         :class:`~hailstorm.topic.Topic` or :class:`Collect`."""
         label = f"sink {name!r}"
-        check_name(name, "sink name", label, self.name)
+        with deferred():
+            check_name(name, "sink name", label, self.name)
         names = self._input_names(inputs, label, "sink")
         if not isinstance(target, SinkTarget):
             raise self._error(
@@ -465,44 +476,17 @@ class Topology:
         return order
 
     def _check_late(self, late: Any, state: Monoid[Any], label: str) -> None:
-        """``late=`` names a valid topic or table, and the state is windows (keyed or not)
-        or ttl."""
-        if isinstance(late, Table):
-            missing = [c for c in LATE_COLUMNS if c not in late.columns] \
-                if late.row is None else []
-            if missing:
-                raise self._error(
-                    f"late table {late.name!r} lacks the column(s) {', '.join(missing)} of "
-                    "a late row",
-                    "use hailstorm.lateness.late_table(name), or pass row= to the Table",
-                    label)
-        elif isinstance(late, str):
-            check_topic_name(late, "late topic", label, self.name)
-        else:
-            raise self._error(f"late must be a topic name or a Table, got {late!r}",
-                              'pass late="<topology>.late" or late=late_table("late_rows")',
-                              label)
-        inner = state.inner if isinstance(state, KeyedMap) else state
-        if not isinstance(inner, Window | Ttl):
-            raise self._error(
-                f"late= needs window or ttl state, got {state.describe()}",
-                "use TumblingWindow(...) or SlidingWindow(...) (or per_key(...) of one), "
-                "or per_key(..., ttl=...)",
-                label,
-            )
-
-    def _check_ttl(self, state: Monoid[Any], late: Any, label: str) -> None:
-        """Ttl state is keyed, and routes late data (its sessions are dropped at a bound
-        only lateness makes safe)."""
+        """A window or ttl bolt decides what happens to late tuples (see
+        :mod:`~hailstorm.topology.late_rules`); a ttl one is keyed."""
         if isinstance(state, Ttl):
             raise self._error(
                 f"ttl state must be kept per key, got {state.describe()}",
                 "use per_key(inner, ttl=...)", label)
-        if isinstance(state, KeyedMap) and isinstance(state.inner, Ttl) and late is None:
-            raise self._error(
-                f"{state.describe()} needs late=: a tuple too far behind its partition "
-                "might belong to a dropped key, so it is routed there",
-                'pass late="<topology>.late" or late=late_table("late_rows")', label)
+        problem = late_problem(late, state)
+        if problem is not None:
+            raise self._error(*problem, label)
+        if isinstance(late, str) and late != DROP:
+            check_topic_name(late, "late topic", label, self.name)
 
     def _check_preaggregate(self, bolt: BoltSpec[Any, Any]) -> None:
         """A pre-aggregating bolt sees fewer tuples, so emit runs less often: only upsert

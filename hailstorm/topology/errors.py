@@ -4,14 +4,21 @@
 with a budget for bad records), :class:`RowError` for a sink tuple that is no
 row of its table, :class:`RecordFailed` for a user function failing on one record, and
 :func:`mapped`, a user function over a batch that cannot lose items silently. Pure.
+
+While a module loads (:func:`collecting`), declarations (:func:`declaration`) and name
+checks (:func:`deferred`) note their problems instead of raising at the first one, so that
+:func:`all_problems` reports every one in a single error.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from hailstorm.errors import DefinitionError, RecordError
 
@@ -24,10 +31,17 @@ __all__ = [
     "RecordFailed",
     "RowError",
     "TopologyError",
+    "Unbuilt",
+    "all_problems",
     "check_name",
     "check_topic_name",
+    "collecting",
+    "declaration",
+    "deferred",
+    "is_collecting",
     "mapped",
     "on_error_policy",
+    "suggest_name",
 ]
 
 T = TypeVar("T")
@@ -63,6 +77,8 @@ class TopologyError(DefinitionError):
         self.node = node
         self.topology = topology
         self.module = module
+        self.problems: list[TopologyError] = [self]
+        """Every problem this error reports (more than itself when a module had several)."""
 
     def __str__(self) -> str:
         where = []
@@ -70,7 +86,7 @@ class TopologyError(DefinitionError):
             where.append(f"topology {self.topology!r}")
         if self.node:
             where.append(self.node)
-        text = self.problem.rstrip(".")
+        text = self.problem if len(self.problems) > 1 else self.problem.rstrip(".")
         if where:
             text = f"{', '.join(where)}: {text}"
         if self.module:
@@ -184,26 +200,124 @@ def _rebuild_failure(node: str, stage: str, error: str) -> RecordFailed:
     return failure
 
 
+NAME_USES = {
+    "topology name": "it names the topology's ZooKeeper node and snapshot directory and "
+                     "starts its dead-letter topic's name",
+    "spout name": "it is part of the spout's processor ids (ZooKeeper node names)",
+    "bolt name": "it is part of the bolt's processor ids (ZooKeeper node names) and "
+                 "snapshot directory",
+    "sink name": "it is part of the sink's processor id (a ZooKeeper node name)",
+    "table name": "it becomes an unquoted SQL identifier",
+    "column": "it becomes an unquoted SQL identifier",
+}
+"""Why each kind of name must follow :data:`NAME_PATTERN`: only what is true of it."""
+
+
 def check_name(name: object, what: str, node: str | None, topology: str | None) -> None:
     """Raise :class:`TopologyError` unless ``name`` (the ``what`` of ``node`` in
-    ``topology``) follows :data:`NAME_PATTERN`."""
+    ``topology``) follows :data:`NAME_PATTERN`; the message says why for that kind of name
+    and suggests one (``user_id`` for ``userId``)."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        why = NAME_USES.get(what, "it is used in ZooKeeper, Kafka and SQL names")
         raise TopologyError(
-            f"{what} {name!r} is not a valid name (it must match {NAME_PATTERN.pattern}: "
-            "lowercase letters, digits and '_', not starting with a digit, at most 63 "
-            "characters) because it becomes a ZooKeeper path segment, part of Kafka topic "
-            "names and an SQL identifier",
-            fix=f"rename it, e.g. {_suggest_name(name)!r}",
+            f"{what} {name!r} is not a valid name: it must match {NAME_PATTERN.pattern} "
+            "(lowercase letters, digits and '_', not starting with a digit, at most 63 "
+            f"characters) because {why}",
+            fix=f"rename it, e.g. {suggest_name(name)!r}",
             node=node,
             topology=topology,
         )
 
 
-def _suggest_name(name: object) -> str:
-    text = re.sub(r"[^a-z0-9_]+", "_", str(name).lower()).strip("_") or "name"
+def suggest_name(name: object) -> str:
+    """A valid name close to ``name``: ``userId`` -> ``user_id``, ``Page Views`` ->
+    ``page_views``, ``2fa`` -> ``_2fa``."""
+    text = str(name)
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", text)
+    text = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_") or "name"
     if text[0].isdigit():
         text = f"_{text}"
     return text[:63]
+
+
+_COLLECTED: ContextVar[list[TopologyError] | None] = ContextVar(
+    "hailstorm_topology_problems", default=None)
+
+
+@contextmanager
+def collecting() -> Iterator[list[TopologyError]]:
+    """While loading a module: the problems :func:`deferred` blocks meet, in order, instead
+    of each raising at once (see :func:`~hailstorm.topology.load_topology`)."""
+    problems: list[TopologyError] = []
+    token = _COLLECTED.set(problems)
+    try:
+        yield problems
+    finally:
+        _COLLECTED.reset(token)
+
+
+def is_collecting() -> bool:
+    """Within :func:`collecting`."""
+    return _COLLECTED.get() is not None
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A :class:`TopologyError` raised in the block is noted (within :func:`collecting`)
+    and the code after the block goes on; outside, it is raised as usual."""
+    try:
+        yield
+    except TopologyError as error:
+        problems = _COLLECTED.get()
+        if problems is None:
+            raise
+        problems.append(error)
+
+
+M = TypeVar("M", bound=Callable[..., Any])
+
+
+class Unbuilt(str):
+    """What a declaration returns, while a module loads, in place of a node it found a
+    problem in: its name, so that later declarations may read it and report their own
+    problems (the loader raises them all at the end)."""
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+def declaration(method: M) -> M:
+    """A declaration (``spout``, ``bolt``, ``sink``) whose :class:`TopologyError`, while a
+    module loads (:func:`~hailstorm.topology.errors.collecting`), is noted and answered with
+    an :class:`Unbuilt` so that loading goes on; otherwise raised."""
+
+    @functools.wraps(method)
+    def declare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except TopologyError as error:
+            if not is_collecting():
+                raise
+            with deferred():
+                raise error from None
+            name = kwargs.get("name", args[0] if args else "")
+            return Unbuilt(name if isinstance(name, str) else repr(name))
+
+    return cast(M, declare)
+
+
+def all_problems(problems: Sequence[TopologyError], module: str) -> TopologyError:
+    """One error for every problem of ``module`` (the one itself when there is one)."""
+    for problem in problems:
+        problem.module = None
+    if len(problems) == 1:
+        problems[0].module = module
+        return problems[0]
+    lines = "\n".join(f"  {i}. {problem}" for i, problem in enumerate(problems, 1))
+    error = TopologyError(f"{len(problems)} problems:\n{lines}", module=module)
+    error.problems = list(problems)
+    return error
 
 
 def check_topic_name(topic: object, what: str, node: str | None, topology: str | None) -> None:

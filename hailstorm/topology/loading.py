@@ -12,12 +12,31 @@ import os
 import re
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 from hailstorm.topology.builder import Topology
-from hailstorm.topology.errors import TopologyError
+from hailstorm.topology.errors import TopologyError, all_problems, collecting
 
-__all__ = ["load_topology"]
+__all__ = ["examples_dir", "load_topology"]
+
+
+def examples_dir() -> Path:
+    """The example topologies: the checkout's ``topologies/`` beside the package, else the
+    copy an installed wheel ships as ``hailstorm/examples/`` (see ``setup.py``)."""
+    package = Path(__file__).resolve().parents[1]
+    checkout = package.parent / "topologies"
+    return checkout if (checkout / "wordcount.py").is_file() else package / "examples"
+
+
+def _example(ref: str) -> str | None:
+    """The example a missing ``topologies/<name>.py`` (or ``<name>.py``) path names, if any:
+    the repository's paths work from anywhere, also for an installed hailstorm."""
+    path = Path(ref)
+    if path.suffix != ".py" or path.parent.name not in ("topologies", ""):
+        return None
+    example = examples_dir() / path.name
+    return str(example) if example.is_file() else None
 
 
 def load_topology(ref: str) -> Topology:
@@ -26,12 +45,23 @@ def load_topology(ref: str) -> Topology:
 
     Like ``python file.py`` and ``python -m name``, the module can import its neighbours:
     the file's directory (for a path) or the current directory (for a dotted name) is
-    appended to ``sys.path`` if missing. The ref is recorded as ``topology.source`` (and
-    the file as ``module_file``) so that executors can load the same module. Every failure
-    raises :class:`TopologyError`.
+    appended to ``sys.path`` if missing. A path ``topologies/<name>.py`` that does not exist
+    names the example of that name (:func:`examples_dir`). The ref is recorded as
+    ``topology.source`` (and the file as ``module_file``) so that executors can load the
+    same module. Every failure
+    raises :class:`TopologyError`; the problems of several declarations (and of tables'
+    names) are all reported in one, each naming where, what and a fix (its ``problems``).
     """
     is_path = ref.endswith(".py") or "/" in ref or os.sep in ref
-    module = _import_path(ref) if is_path else _import_dotted(ref)
+    with collecting() as problems:
+        try:
+            module = _import_path(ref) if is_path else _import_dotted(ref)
+        except TopologyError as exc:
+            if not problems:
+                raise
+            raise all_problems([*problems, exc], ref) from None
+    if problems:
+        raise all_problems(problems, ref)
     topology = getattr(module, "topology", None)
     if topology is None:
         found = [n for n, v in vars(module).items() if isinstance(v, Topology)]
@@ -61,6 +91,9 @@ def load_topology(ref: str) -> Topology:
 
 def _import_path(ref: str) -> Any:
     path = os.path.abspath(ref)
+    example = None if os.path.isfile(path) else _example(ref)
+    if example is not None:
+        path = example
     if not os.path.isfile(path):
         raise TopologyError(
             f"no such file {ref!r} (looked in {os.getcwd()})",

@@ -47,6 +47,8 @@ def _node_details(node: Node) -> list[tuple[str, str]]:
             details.append(("late", f"topic {node.late_topic} (decided per source partition)"))
         elif node.late_sink is not None:
             details.append(("late", f"sink {node.late_sink} (decided per source partition)"))
+        elif node.window is not None:
+            details.append(("late", 'dropped (late="drop")'))
         return details
     details = [("inputs", ", ".join(node.inputs)), ("target", node.target.describe())]
     if node.late_of is not None:

@@ -400,9 +400,8 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
             else:
                 value = self.value_monoid.combine_all(present)
             return value if self.emits_state else self.window.emitted(value)  # type: ignore[union-attr]
-        if len(states) == 1:
-            return states[0]
-        return self.state.combine_all(states)
+        merged = states[0] if len(states) == 1 else self.state.combine_all(states)
+        return merged if self.emits_state else self.window.emitted(merged)  # type: ignore[union-attr]
 
     def outputs(self, t: Any, value: Any) -> list[Any]:
         """``emit(t, value)`` as a list of output tuples (empty without emit); raises

@@ -20,7 +20,7 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any, Literal
 
-from hailstorm.topology.errors import RowError, TopologyError, check_name
+from hailstorm.topology.errors import RowError, TopologyError, check_name, deferred
 from hailstorm.urls import redact
 
 __all__ = [
@@ -241,7 +241,8 @@ class Table(SinkTarget):
 
     def __post_init__(self) -> None:
         node = f"table {self.name!r}"
-        check_name(self.name, "table name", node, None)
+        with deferred():
+            check_name(self.name, "table name", node, None)
         longest = 63 - len(REJECTED_SUFFIX)
         if len(self.name) > longest:
             raise TopologyError(
@@ -258,7 +259,8 @@ class Table(SinkTarget):
                 node=node,
             )
         for column, sql_type in self.columns.items():
-            check_name(column, "column", node, None)
+            with deferred():
+                check_name(column, "column", node, None)
             if not isinstance(sql_type, str) or declared_type(sql_type) is None:
                 raise TopologyError(
                     f"column {column!r} has unsupported type {sql_type!r}",

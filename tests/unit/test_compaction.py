@@ -42,7 +42,7 @@ def topology(shape: str) -> Topology:
         window = TumblingWindow(10, Sum(), retention=1000)
         bolt = top.bolt(
             "b", inputs=[src], key=lambda t: t[0], state=per_key(window),
-            lift=lambda t: t[1], event_time=lambda t: t[1], preaggregate=True,
+            lift=lambda t: t[1], event_time=lambda t: t[1], preaggregate=True, late="drop",
             emit=lambda t, w: [(t[0], s, v) for s, v in sorted(w[1].items())
                                if s == t[1] // 10 * 10])
         top.sink("out", inputs=[bolt], target=WINDOWS)

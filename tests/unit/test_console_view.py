@@ -61,9 +61,23 @@ def doc(time: float, **fields: Any) -> dict[str, Any]:
     ("NegotiatorDisconnected", {}, "recovering"),
     ("SpoutsPaused", {}, "paused"),
     ("Flowing", {"state": "paused"}, "paused"),
+    ("Stopped", {"registered": False}, "stopped"),
+    ("Stopped", {}, "stopped"),
+    ("Stopped", {"error": "connection closed while leaving"}, "stopped"),
 ])
 def test_phase_of_a_spout(master: str, fields: dict[str, Any], phase: str) -> None:
     assert phase_of(processor("spout:lines:words:0", **fields), {"state": master}) == phase
+
+
+def test_a_stopped_topology_is_drawn_stopped_not_recovering() -> None:
+    history = History()
+    rows = [processor(p, registered=False, out_per_s=None) for p in IDS]
+    history.add(doc(1.0, processors=rows) | {"master": {"state": "Stopped"}})
+    view = history.view(dead_letters=[])
+    assert view["master_phase"] == "stopped"
+    assert set(view["phases"].values()) == {"stopped"}
+    assert view["phase_counts"]["stopped"] == len(IDS)
+    assert view["phase_counts"]["recovering"] == view["phase_counts"]["dead"] == 0
 
 
 def test_bolts_are_not_paused_with_the_spouts() -> None:
@@ -163,7 +177,8 @@ def test_the_view_colours_instances_and_labels_edges() -> None:
     history.add(doc(1.0, processors=rows))
     view = history.view(dead_letters=[{"node": "lines", "error": "bad"}])
     assert view["phases"]["bolt:counts:0"] == "dead"
-    assert view["phase_counts"] == {"flowing": 4, "paused": 0, "recovering": 0, "dead": 1}
+    assert view["phase_counts"] == {"flowing": 4, "paused": 0, "recovering": 0, "stopped": 0,
+                                   "dead": 1}
     squares = {i["id"]: i["phase"] for n in view["layout"]["nodes"] for i in n["instances"]}
     assert squares == view["phases"]
     assert {(e["source"], e["rate"]) for e in view["layout"]["edges"]} == {

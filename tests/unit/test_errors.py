@@ -19,7 +19,7 @@ from hailstorm.errors import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTROL_FLOW = {"RestartRequired", "Preempted", "ArchiveUnsupported"}
+CONTROL_FLOW = {"RestartRequired", "TopologyStopped", "Preempted", "ArchiveUnsupported"}
 """Exceptions the runtime raises to steer itself, not to report a failure."""
 CLI_ONLY = {"CommandError"}
 """click's exit message of a command: never reaches a user's code."""

@@ -269,7 +269,7 @@ def test_keys_events_and_values_the_state_cannot_hold_are_quarantined() -> None:
     src = topology.spout("src", topic="t", decoder="json")
     topology.bolt("b", inputs=[src], key=lambda e: e["k"], lift=lambda e: e["n"],
                   state=per_key(TumblingWindow(60, Sum())), event_time=lambda e: e["at"],
-                  parallelism=2)
+                  parallelism=2, late="drop")
     events = [{"k": "a", "n": 1, "at": 5}, {"k": {"x": 1}, "n": 1, "at": 5},
               {"k": "a", "n": 2**63, "at": 5}, {"k": "a", "n": 1, "at": 5.5},
               {"k": ["a"], "n": 1, "at": 5}, {"k": "b", "n": 1, "at": 7}]
@@ -295,7 +295,7 @@ def poisoned_topology(stage: str, on_error: OnError) -> Topology:
                          decoder=lambda raw: poison("decode")(raw.decode())[0])
     bolt = topology.bolt("b", inputs=[src], state=per_key(TumblingWindow(60, Count())),
                          key=poison("key"), lift=poison("lift"), event_time=poison("event_time"),
-                         emit=lambda t, v: poison("emit")(t))
+                         emit=lambda t, v: poison("emit")(t), late="drop")
     topology.sink("out", inputs=[bolt], target=Table(
         "out", columns={"w": "text"}, mode="append",
         row=lambda t: {"w": poison("row")(t)[0]}))
@@ -368,6 +368,7 @@ def test_windowed_contributions() -> None:
         lift=lambda t: 1,
         event_time=lambda t: t[1],
         emit=lambda t, windows: [(t[0], windows)],
+        late="drop",
     )
     assert bolt.contribution(("p", 61)) == ("p", (61, {60: 1}))
     state, outputs = bolt.process_batch(bolt.state.empty(), [("p", 61), ("p", 5), ("q", 0)])

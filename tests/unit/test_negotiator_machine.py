@@ -17,6 +17,7 @@ from hailstorm.protocol.layout import (
     ProcessorReport,
     ProcessorState,
     SnapshotReport,
+    StopRequest,
     expected_processor_ids,
     parse_processor_id,
 )
@@ -29,6 +30,7 @@ from hailstorm.protocol.states import (
     Phase,
     SpoutsPaused,
     SpoutsRewind,
+    Stopped,
     is_legal,
     label,
 )
@@ -729,6 +731,130 @@ def test_duplicate_views_after_a_commit_do_not_commit_again() -> None:
     assert d8.next_state is None and not d8.commits
 
 
+# --------------------------------------------------------------------------- stopping
+
+STOP = StopRequest("hailstorm stop (ann@box)", T0)
+
+
+def stopping(v: View) -> View:
+    return replace(v, stop=STOP)
+
+
+def test_labels_of_stopped() -> None:
+    assert label(Stopped(9, C, "x")) == "Stopped({'words:0': 15, 'words:1': 4})"
+    assert Stopped(9, C).phase is Phase.STOPPED
+
+
+def test_a_stop_while_flowing_starts_a_last_round_at_once() -> None:
+    """No waiting for the snapshot interval: the round commits what was read."""
+    d = check(Flowing(7), stopping(view(FLOWING_LIVING, now=T0 + 0.1)))
+    assert d.next_state == SpoutsPaused(8)
+    assert d.reason == "stop requested by hailstorm stop (ann@box): a last round commits " \
+                       "what was read"
+
+
+def test_the_last_rounds_pause_is_an_ordinary_pause() -> None:
+    d = check(SpoutsPaused(7), stopping(view(PAUSED_LIVING)))
+    assert d.next_state == Flowing(7, C)
+
+
+def test_the_last_rounds_commit_enters_stopped_at_its_clock() -> None:
+    d = check(SNAP, stopping(view(PAUSED_LIVING, snapshots=saved(7, C), committed=PREV)))
+    assert d.next_state == Stopped(7, C, STOP.by)
+    assert [c.clock for c in d.commits] == [C]
+    assert any(isinstance(a, ForgetSnapshots) for a in d.actions)
+    assert d.reason.startswith(f"stop requested by {STOP.by}: round 7 committed at")
+
+
+def test_the_last_round_waits_for_every_saver_like_any_round() -> None:
+    d = check(SNAP, stopping(view(PAUSED_LIVING, snapshots=saved(7, C, (B0, B1)))))
+    assert d.next_state is None and K0 in d.reason
+
+
+def test_a_last_round_already_committed_stops_at_the_committed_clock() -> None:
+    committed = PREV.succeeded_by(7, C, {}, 2.0)
+    d = check(SNAP, stopping(view(PAUSED_LIVING, committed=committed)))
+    assert d.next_state == Stopped(7, C, STOP.by) and not d.commits
+
+
+@pytest.mark.parametrize("committed", [None, PREV])
+@pytest.mark.parametrize("state", [Initialize(5), REWIND], ids=label)
+def test_a_stop_before_anything_flowed_stops_at_once_at_the_committed_clock(
+    state: MasterState, committed: CommittedRecord | None,
+) -> None:
+    d = check(state, stopping(view(ready(5), committed=committed)))
+    clock = committed.clock if committed is not None else {}
+    assert d.next_state == Stopped(state.epoch, clock, STOP.by)
+    assert "nothing flowed since the committed clock" in d.reason
+
+
+def test_a_failure_during_the_last_round_recovers_then_stops() -> None:
+    gone = {k: v for k, v in PAUSED_LIVING.items() if k != B1}
+    d = check(SNAP, stopping(view(gone, committed=PREV)))
+    assert d.next_state == Initialize(8)
+    assert check(Initialize(8), stopping(view({}, committed=PREV))).next_state == \
+        Stopped(8, PREV.clock, STOP.by)
+
+
+def test_stopped_stays_while_the_request_stands_even_with_processors_around() -> None:
+    living = dict(FLOWING_LIVING) | {B1: report(B1, ProcessorState.JOINING, 0)}
+    for v in (view({}), view(living), view(FLOWING_LIVING)):
+        d = check(Stopped(7, C, "x"), stopping(v))
+        assert d.next_state is None and "stop request stands" in d.reason
+        assert d.wake_at == v.now + CONFIG.initialize_timeout
+
+
+def test_stopped_loses_no_sleep_over_processors_leaving_or_failing() -> None:
+    broken = {B0: ProcessorReport(B0, ProcessorState.FLOWING, 7, None, None, "closed")}
+    for living in ({}, broken):
+        assert check(Stopped(7, C), stopping(view(living))).next_state is None
+
+
+def test_a_new_run_starts_from_stopped_when_it_cleared_the_request_and_registered() -> None:
+    assert check(Stopped(7, C), view({})).next_state is None, "no run yet"
+    d = check(Stopped(7, C), view({S0: report(S0, ProcessorState.JOINING, 0)}, highest=9))
+    assert d.next_state == Initialize(10)
+    assert d.reason == f"a new run started after the stop ({S0} registered)"
+
+
+def test_only_leaving_disconnected_or_stopped_is_a_start() -> None:
+    from hailstorm.protocol.layout import RecoveryRecord
+    from hailstorm.protocol.states import START_PHASES
+
+    assert {Phase.DISCONNECTED, Phase.STOPPED} == START_PHASES
+    for state in (NegotiatorDisconnected(), Stopped(3, C, "x")):
+        assert RecoveryRecord(4, 0.0, label(state), "").is_start
+    for state in (Initialize(3), REWIND, Flowing(3), Flowing(3, C), SpoutsPaused(3)):
+        assert not RecoveryRecord(4, 0.0, label(state), "").is_start
+    for phase, targets in LEGAL_TRANSITIONS.items():
+        assert (Phase.STOPPED in targets) == (phase in {
+            Phase.INITIALIZE, Phase.SPOUTS_REWIND, Phase.FLOWING_SNAPSHOT}), phase
+
+
+def test_a_cooperative_run_stops_and_starts_again_from_the_committed_clock() -> None:
+    m = Model()
+    for _ in range(20):
+        m.cooperate_all(advance=3)
+        m.negotiate()
+        m.now += 1
+    m.stop = STOP
+    for _ in range(6):
+        m.cooperate_all(advance=3)
+        m.negotiate()
+        m.now += 0.1
+    assert isinstance(m.state, Stopped) and m.committed is not None
+    assert m.state.clock == m.committed.clock and m.state.by == STOP.by
+    assert m.living == {}, "every processor left"
+    stopped_at = dict(m.committed.clock)
+    m.stop = None
+    for pid in sorted(EXPECTED):
+        m.living[pid] = report(pid, ProcessorState.JOINING, 0)
+    d = m.negotiate()
+    assert isinstance(d.next_state, Initialize)
+    m.cooperate_all()
+    assert m.negotiate().next_state == SpoutsRewind(m.state.epoch, stopped_at)
+
+
 # --------------------------------------------------------------------------- failures matrix
 
 RUNNING_STATES: dict[str, tuple[MasterState, Mapping[str, ProcessorReport | None]]] = {
@@ -900,6 +1026,7 @@ class Model:
         self.expected: frozenset[str] | None = EXPECTED
         self.older_load: set[str] = set()
         """Bolts that load the previous committed snapshot instead of the latest."""
+        self.stop: StopRequest | None = None
 
     def highest(self) -> int:
         epochs = [self.state.epoch]
@@ -911,7 +1038,7 @@ class Model:
 
     def view(self) -> View:
         return View(self.now, self.entered_at, self.expected, dict(self.living),
-                    dict(self.snapshots), self.committed, self.highest())
+                    dict(self.snapshots), self.committed, self.highest(), self.stop)
 
     def negotiate(self) -> Decision:
         before = self.state
@@ -979,6 +1106,8 @@ class Model:
                                           position={SPOUTS[pid]: self.spout_pos[pid]})
             case Flowing(epoch=e, clock=clock) if role in ("bolt", "sink") and clock is not None:
                 self.snapshots[pid] = SnapshotReport(pid, e, dict(clock), f"ref-{pid}-{e}")
+            case Stopped():
+                self.living.pop(pid, None)  # processors leave a stopped topology
             case _:
                 pass
 
@@ -1039,6 +1168,7 @@ states = st.one_of(
     st.builds(SpoutsRewind, st.integers(1, 10), clocks),
     st.builds(SpoutsPaused, st.integers(1, 10)),
     st.builds(Flowing, st.integers(1, 10), st.none() | clocks),
+    st.builds(Stopped, st.integers(1, 10), clocks, st.just("hailstorm stop")),
 )
 committed_records = st.none() | st.builds(
     CommittedRecord, epoch=st.integers(0, 10), clock=clocks,
@@ -1053,6 +1183,7 @@ views = st.builds(
     snapshots=st.dictionaries(st.sampled_from(IDS), st.none() | snapshot_reports),
     committed=committed_records,
     highest_epoch=st.integers(0, 15),
+    stop=st.none() | st.just(StopRequest("hailstorm stop", 1.0)),
 )
 
 
@@ -1224,6 +1355,27 @@ class NegotiatorWorld(RuleBasedStateMachine):
     @rule()
     def driver_writes_expected(self) -> None:
         self.m.expected = EXPECTED
+
+    @rule()
+    def request_stop(self) -> None:
+        self.m.stop = StopRequest("hailstorm stop", self.m.now)
+
+    @precondition(lambda self: self.m.stop is not None)
+    @rule()
+    def run_again(self) -> None:
+        """A new ``hailstorm run``: clears the request; its processors register."""
+        self.m.stop = None
+        for pid in sorted(EXPECTED):
+            self.restart(pid)
+
+    @invariant()
+    def stopped_at_the_committed_clock(self) -> None:
+        """A stop never leaves anything read but uncommitted: Stopped is at the clock the
+        committed record holds."""
+        state = self.m.state
+        if isinstance(state, Stopped):
+            committed = self.m.committed
+            assert state.clock == (committed.clock if committed is not None else {})
 
     @invariant()
     def committed_never_goes_back(self) -> None:

@@ -128,7 +128,7 @@ def specs() -> dict[str, BoltSpec]:
         "unkeyed whole": top.bolt("d", inputs=[src], state=SetUnion(), lift=lambda t: {t[1]}),
         "windowed": top.bolt("e", inputs=[src], key=lambda t: t[0],
                              state=per_key(TumblingWindow(10, Sum())), lift=lambda t: t[1],
-                             event_time=lambda t: t[1]),
+                             event_time=lambda t: t[1], late="drop"),
     }
 
 

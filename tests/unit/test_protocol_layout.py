@@ -18,13 +18,14 @@ from hailstorm.protocol.layout import (
     ProcessorState,
     Role,
     SnapshotReport,
+    StopRequest,
     TopologyPaths,
     decode,
     expected_processor_ids,
     is_garbage,
     parse_processor_id,
 )
-from hailstorm.protocol.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind
+from hailstorm.protocol.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind, Stopped
 
 P0, P1 = ("words", 0), ("words", 1)
 
@@ -80,13 +81,26 @@ def test_paths() -> None:
 @pytest.mark.parametrize(
     "state",
     [Initialize(1), SpoutsRewind(2, {P0: -1, P1: 7}), Flowing(2), Flowing(3, {P0: 4}),
-     SpoutsPaused(3)],
+     SpoutsPaused(3), Stopped(4, {P0: 4}, "hailstorm stop (ann@box)"), Stopped(1)],
 )
-def test_master_record_round_trip(state: Initialize | SpoutsRewind | Flowing | SpoutsPaused,
-                                  ) -> None:
+def test_master_record_round_trip(
+    state: Initialize | SpoutsRewind | Flowing | SpoutsPaused | Stopped,
+) -> None:
     record = MasterRecord(state, 12.5, "host:1", "why")
     assert MasterRecord.from_json(record.to_json()) == record
     assert decode(record.to_json())["state"] == type(state).__name__
+
+
+def test_a_stopped_master_record_says_who_stopped_it_and_a_stop_request_round_trips(
+) -> None:
+    record = MasterRecord(Stopped(4, {P0: 4}, "me"), 1.0)
+    assert decode(record.to_json())["by"] == "me"
+    assert "by" not in decode(MasterRecord(Flowing(4), 1.0).to_json())
+    request = StopRequest("hailstorm stop (ann@box)", 12.5)
+    assert StopRequest.from_json(request.to_json()) == request
+    with pytest.raises(LayoutError):
+        StopRequest.from_json(b'{"at": 1}')
+    assert TopologyPaths("wc").stop == "/hailstorm/wc/stop"
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from hailstorm.protocol.layout import (
     ProcessorState,
     RecoveryRecord,
     SnapshotReport,
+    StopRequest,
     TopologyPaths,
 )
 from hailstorm.protocol.records import TopologyRecords
@@ -68,6 +69,11 @@ class FakeZk:
         if path not in self.nodes:
             raise NoNodeError(path)
         self.put(path, data)
+
+    def delete(self, path: str) -> None:
+        if path not in self.nodes:
+            raise NoNodeError(path)
+        del self.nodes[path]
 
     def create(self, path: str, data: bytes, makepath: bool = False) -> None:
         if path in self.nodes:
@@ -179,3 +185,14 @@ def test_every_operation_goes_through_call() -> None:
     records.write_expected(ExpectedRecord(("bolt:counts:0",)))
     records.expected()
     assert calls == ["set", "create", "get"]
+
+
+def test_a_stop_request_is_written_read_and_cleared() -> None:
+    zk = FakeZk()
+    records = TopologyRecords(zk, PATHS)  # type: ignore[arg-type]
+    assert records.stop_request() is None
+    records.clear_stop()  # absent is fine
+    records.request_stop(StopRequest("me", 1.0))
+    assert records.stop_request() == StopRequest("me", 1.0)
+    records.clear_stop()
+    assert records.stop_request() is None

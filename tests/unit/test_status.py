@@ -15,6 +15,7 @@ from hailstorm.protocol.layout import (
     ProcessorState,
     RecoveryRecord,
     SnapshotReport,
+    Stopped,
 )
 from hailstorm.status import Inputs, assemble, rates, render, resolve_name
 from hailstorm.topology import TopologyError
@@ -195,6 +196,26 @@ def test_recoveries_and_graph_are_passed_on() -> None:
         {"epoch": 6, "at": 980.0, "age_s": 20.0, "previous": "Flowing",
          "reason": "bolt:counts:0 lost", "start": False}]
     assert assemble(inputs(expected=None))["graph"] is None
+    assert doc["recovery_count"] == 1
+
+
+def test_a_stopped_topology_says_who_stopped_it_and_its_processors_are_stopped() -> None:
+    master = MasterRecord(Stopped(9, {P0: 41, P1: 9}, "hailstorm stop (ann@box)"), 999.0,
+                          "neg-a", "stop requested by hailstorm stop (ann@box): ...")
+    doc = assemble(inputs(master=master, reports={}, recoveries=[
+        RecoveryRecord(3, 900.0, "NegotiatorDisconnected", "leader elected"),
+        RecoveryRecord(10, 999.5, "Stopped({'words:0': 41})", "a new run started")]))
+    assert doc["state"] == "Stopped" and doc["stopped"] is True
+    assert doc["master"]["stopped_by"] == "hailstorm stop (ann@box)"
+    assert doc["master"]["clock"] == {"words:0": 41, "words:1": 9}
+    assert doc["recovery_count"] == 0, "a start after a stop is no recovery"
+    assert assemble(inputs())["stopped"] is False
+    console = Console(width=200, record=True, file=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(render(doc))
+    text = captured.get()
+    assert "Stopped" in text and "stopped" in text.replace("Stopped", "")
+    assert "missing" not in text
 
 
 def test_a_rounds_size_counts_the_store_files_only() -> None:

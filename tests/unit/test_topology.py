@@ -204,7 +204,11 @@ def test_unsafe_names(tmp_path: Path, body: str, node: str, name: str) -> None:
     assert node in message
     assert name in message
     assert "is not a valid name" in message
-    assert "ZooKeeper path segment" in message
+    # Each kind of name says only what is true of it: tables and columns are SQL
+    # identifiers, never ZooKeeper nodes; topologies and nodes are ZooKeeper nodes.
+    sql = node.startswith("table ")
+    assert ("because it becomes an unquoted SQL identifier" in message) == sql
+    assert ("ZooKeeper" in message) != sql
     assert "rename it, e.g." in message
 
 
@@ -248,7 +252,7 @@ def test_window_state_needs_event_time(tmp_path: Path) -> None:
     message = load_error(
         tmp_path,
         SPOUT + "topology.bolt('b', inputs=[src], key=len, "
-        "state=per_key(TumblingWindow(60, Count())), lift=lambda t: 1)\n",
+        "state=per_key(TumblingWindow(60, Count())), lift=lambda t: 1, late='drop')\n",
     )
     assert "bolt 'b': state per_key(tumbling(60s, Count)) keeps event time" in message
     assert "pass event_time=lambda t: ..." in message
@@ -520,6 +524,7 @@ def test_render_text_windows_and_mean() -> None:
         state=TumblingWindow(60, Mean()),
         lift=lambda t: Mean.lift(t["v"]),
         event_time=lambda t: t["ts"],
+        late="drop",
     )
     text = render_text(topology)
     assert "  state:       tumbling(60s, Mean)" in text

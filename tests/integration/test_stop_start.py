@@ -1,0 +1,116 @@
+"""Stopping is a state: ``hailstorm stop`` drains a running word count to ``Stopped`` (a last
+round commits what was read, the driver ends by itself), the next ``hailstorm run`` starts
+from there as a start (zero recoveries), and SIGTERM of ``hailstorm run`` drains the same
+way. The table is exactly the model's after each stop. Real ZooKeeper, Kafka, Spark."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deployments import deployed
+
+from hailstorm import kafka
+from hailstorm.harness import (
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    produce,
+    wait_for,
+    wordcount_lines,
+)
+from hailstorm.model import run_model
+from hailstorm.protocol.layout import Stopped
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "topologies" / "wordcount.py"
+TOPIC = "words"
+
+
+def hailstorm(run: TopologyRun, *args: str, timeout: float = 120,
+              ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hailstorm", *args], cwd=REPO, env=run.env,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def status_json(run: TopologyRun) -> dict[str, Any]:
+    result = hailstorm(run, "status", run.name, "--json", "--sample", "0")
+    assert result.returncode == 0, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def flowing_status(run: TopologyRun) -> dict[str, Any] | None:
+    doc = status_json(run)
+    return doc if doc["state"] == "Flowing" else None
+
+
+def assert_table_is_the_models(run: TopologyRun, produced: Produced) -> None:
+    committed = run.committed()
+    assert committed is not None
+    assert dict(committed.clock) == {(TOPIC, p): o for p, o in produced.last_offsets().items()}
+    model = run_model(run.topology, produced.model_messages())
+    assert run.sink_tables()["word_counts"] == model.table("word_counts")
+
+
+def run_driver(run: TopologyRun) -> None:
+    run.spawn("driver", ["-m", "hailstorm", "run", run.topology_ref, "--name", run.name])
+
+
+def test_stop_then_run_again_is_a_stop_and_a_start(stack_env: dict[str, str],
+                                                    tmp_path: Path) -> None:
+    stack = StackAddresses.from_env(stack_env)
+    kafka.recreate_topic(stack.kafka, TOPIC, 2)
+    partitions = kafka.partitions_of(stack.kafka, TOPIC)
+    produced = Produced(TOPIC)
+    with deployed(stack, TOPOLOGY, tmp_path / "logs", negotiators=1) as run:
+        produce(stack.kafka, produced, wordcount_lines(3000, seed=21), partitions)
+        run.start()
+        run.wait_flowing(timeout=300)
+        # More lines while it flows: the stop must commit what was read of them, and the
+        # rest is read by the next run.
+        produce(stack.kafka, produced, wordcount_lines(2000, seed=22), partitions)
+
+        stopped = hailstorm(run, "stop", run.name, "--timeout", "90")
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"{run.name}: Stopped(" in stopped.stdout, stopped.stdout
+        assert run.procs["driver"].wait(90) == 0, run.log("driver")[-3000:]
+        master = run.master()
+        assert master is not None and isinstance(master.state, Stopped)
+        assert master.state.by.startswith("hailstorm stop (")
+        committed = run.committed()
+        assert committed is not None and master.state.clock == committed.clock
+        doc = status_json(run)
+        assert (doc["state"], doc["stopped"], doc["recovery_count"]) == ("Stopped", True, 0)
+        assert doc["master"]["stopped_by"] == master.state.by
+        assert {p["registered"] for p in doc["processors"]} == {False}, "they all left"
+
+        produce(stack.kafka, produced, wordcount_lines(1000, seed=23), partitions)
+        run_driver(run)
+        target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
+        run.wait_committed(target, timeout=300)
+        # Snapshot rounds come every second: ask until status catches Flowing between two.
+        doc = wait_for("status to show Flowing", lambda: flowing_status(run), 60, run.alive)
+        assert doc["stopped"] is False
+        assert doc["recovery_count"] == 0, doc["recoveries"]
+        assert [n["recoveries"] for n in doc["negotiators"]] == [0]
+        starts = [r for r in doc["recoveries"] if r["start"]]
+        assert [r["previous"].split("(")[0] for r in starts] == [
+            "NegotiatorDisconnected", "Stopped"], doc["recoveries"]
+        assert_table_is_the_models(run, produced)
+
+        # SIGTERM (Ctrl-C alike) drains too: the driver ends by itself, Stopped.
+        run.procs["driver"].send_signal(signal.SIGTERM)
+        assert run.procs["driver"].wait(90) == 0, run.log("driver")[-3000:]
+        master = run.master()
+        assert master is not None and isinstance(master.state, Stopped), master
+        assert "signal" in master.state.by
+        assert status_json(run)["recovery_count"] == 0
+        assert_table_is_the_models(run, produced)
