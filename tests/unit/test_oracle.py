@@ -263,7 +263,7 @@ def random_topology(draw: st.DrawFn) -> Topology:
             state = inner
         ttl = draw(st.sampled_from([10, 40])) if timing == "ttl" else None
         state = per_key(state, "string", ttl=ttl) if keyed else state
-        late: Any = None
+        late: Any = "drop" if timing in ("tumbling", "sliding") else None  # a decision
         if timing == "ttl" or timing.startswith("late"):
             late = draw(st.sampled_from(["t.late", late_table(f"late_{i}")]))
         bad = st.sampled_from([None, None, 3, 5])
@@ -362,7 +362,7 @@ def random_join(draw: st.DrawFn) -> tuple[Topology, list[Message]]:
             right_id=lambda e: f"r{e['v']}", left_time=lambda e: e["t"],
             right_time=lambda e: e["t"],
             row=lambda k, start, left, right: (k, start, digest(left) + digest(right)), how=how)
-        late = draw(st.sampled_from([None, "j.late"]))
+        late = draw(st.sampled_from(["drop", "j.late"]))
     left = topology.spout("left", topic="a", decoder="json", explode=join.left.explode())
     right = topology.spout("right", topic="b", decoder="json", explode=join.right.explode())
     bolt = join.bolt(topology, "joined", inputs=[left, right],
