@@ -119,10 +119,11 @@ def expected_ids(topology: Topology, partitions: dict[str, list[Partition]]) -> 
 
 def write_expected(zk: str, name: str, processors: list[str],
                    graph: Mapping[str, Any] | None = None, *,
-                   upgrade: tuple[Topology, str, tuple[str, ...]] | None = None) -> None:
+                   upgrade: tuple[Topology, str, tuple[str, ...], str] | None = None) -> None:
     """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``).
 
-    With ``upgrade`` (the topology, the snapshot location and the nodes it may drop),
+    With ``upgrade`` (the topology, the snapshot location, the nodes it may drop and the Kafka
+    bootstrap),
     first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`): raise
     :class:`~hailstorm.upgrade.plan.UpgradeRefused` for a refused node, else carry out the
     plan's record edits, and record the node descriptions the next plan compares with."""
@@ -134,8 +135,8 @@ def write_expected(zk: str, name: str, processors: list[str],
         check_not_open(client, [paths.root, *paths.directories()])
         nodes = None
         if upgrade is not None:
-            topology, snapshots, allow_drop = upgrade
-            plan = plan_for(client, name, open_store(snapshots), topology, allow_drop)
+            topology, snapshots, allow_drop, kafka = upgrade
+            plan = plan_for(client, name, open_store(snapshots), topology, allow_drop, kafka)
             for line in plan.lines():
                 log.info("%s: plan: %s", name, line)
             plan.check()
@@ -182,7 +183,7 @@ class Driver:
         self.partitions = source_partitions(self.topology, o.kafka)
         processors = expected_ids(self.topology, self.partitions)
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
-                       upgrade=(self.topology, o.snapshots, o.allow_drop))
+                       upgrade=(self.topology, o.snapshots, o.allow_drop, o.kafka))
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))
         return [

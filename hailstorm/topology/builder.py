@@ -291,8 +291,8 @@ class Topology:
         ``hailstorm.lateness.late_table("clicks_late")``) writes them to that table instead,
         through a sink ``<name>_late`` this adds.
 
-        ``previously=``, ``version=`` and ``migrate=`` declare the bolt's history for an
-        upgrade of a running topology (:class:`~hailstorm.topology.upgrades.Upgrade`).
+        ``previously=``, ``version=``, ``migrate=`` and ``start=`` declare the bolt's history
+        for an upgrade of a running topology (:class:`~hailstorm.topology.upgrades.Upgrade`).
 
         ``per_key(..., ttl=...)`` state (:class:`~hailstorm.monoids.Ttl`) needs
         ``event_time=`` and ``late=``: a tuple ``retention`` (default ``ttl``) or more behind
