@@ -271,6 +271,14 @@ def make_plan(
                                   else "keeps its progress"))
     rebuilt = {n.node for n in plans if n.action in (Action.NEW, Action.RESTART)
                and n.kind == "bolt"}
+    carried = {n.node for n in plans if n.kind == "bolt" and n.node not in rebuilt
+               and n.action is not Action.REFUSE} if old_names else set()
+    for i, bolt in enumerate(plans):
+        behind = sorted(set(new[bolt.node].inputs) & carried) if bolt.node in rebuilt else []
+        if behind:
+            plans[i] = replace(bolt, detail=(
+                f"{bolt.detail}; but its input {', '.join(behind)} is carried and sends only "
+                "what it emits from the committed round on, not its history"))
     for i, sink in enumerate(plans):
         starts = sorted(set(new[sink.node].inputs) & rebuilt)
         if sink.kind == "sink" and sink.action is Action.CARRY and starts:

@@ -213,3 +213,18 @@ def test_the_halt_blames_the_committed_state_when_it_needs_them() -> None:
     for committed in (None, 15310):
         text = lost_offsets_message("words", 0, 15311, 16000, 17000, committed=committed)
         assert "records the committed state depends on are gone" in text
+
+
+def test_a_new_bolt_behind_a_carried_bolt_is_told_it_gets_no_history() -> None:
+    def chained() -> Topology:
+        t = wordcount()
+        t.bolt("totals", [t.node("counts")], state=Count(), lift=lambda wn: 1)
+        return t
+
+    plan = plan_of(wordcount(), chained(), {("words", 0): 0})
+    action, text = line(plan, "totals")
+    assert action is Action.NEW
+    assert text.endswith("(from offset 0); but its input counts is carried and sends only "
+                         "what it emits from the committed round on, not its history")
+    assert not line(plan_of(wordcount(), wordcount(longest={}), None), "longest")[1] \
+        .endswith("not its history")
