@@ -3,7 +3,8 @@ on the real stack: a word count committed its history, then retention (``delete_
 moved each partition's log start. A new bolt declaring no ``start=`` is refused by the plan
 and by ``run`` with one line naming it; declared ``start="earliest"`` it is built from the
 log start, ``start="latest"`` it starts at the committed round's clock; the carried bolt
-keeps its state, and every state equals the reference model over what each was promised."""
+keeps its state, and every state (and the new bolt's new table) equals the reference model
+over what each was promised."""
 
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ from confluent_kafka import TopicPartition
 
 from hailstorm import kafka
 from hailstorm.cli import main
-from hailstorm.harness import SQLITE, Produced, StackAddresses, TopologyRun, produce
+from hailstorm.harness import (
+    SQLITE,
+    Produced,
+    StackAddresses,
+    TopologyRun,
+    produce,
+    wait_for,
+)
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import parse_processor_id
 
@@ -41,7 +49,14 @@ topology.bolt("counts", inputs=[lines], key=lambda w: w.lower(), state=per_key(C
 '''
 NEW_BOLT = '''
 topology.bolt("{bolt}", inputs=[lines], key=lambda w: w, state=per_key(Count()),
-              lift=lambda w: 1{start})
+              lift=lambda w: 1, emit=lambda w, n: [(w, n)]{start})
+'''
+SINK = '''
+from hailstorm import Table
+
+topology.sink("cased_counts", [topology.node("cased")],
+              Table("cased_counts_{suffix}", columns={{"word": "text", "n": "bigint"}},
+                    key=["word"], mode="upsert"))
 '''
 
 
@@ -113,7 +128,8 @@ def test_new_bolts_after_retention_start_where_declared(stack_env: dict[str, str
 
     declared = str(_module(tmp_path, HEAD
                            + NEW_BOLT.format(bolt="cased", start=', start="earliest"')
-                           + NEW_BOLT.format(bolt="recent", start=', start="latest"'), topic))
+                           + NEW_BOLT.format(bolt="recent", start=', start="latest"')
+                           + SINK.format(suffix=uuid.uuid4().hex[:8]), topic))
     code, output = _plan(stack, declared, name)
     print(output)
     assert code == 0, output
@@ -132,7 +148,7 @@ def test_new_bolts_after_retention_start_where_declared(stack_env: dict[str, str
               f"; recoveries: {[r.reason for r in run.recoveries()]}")
         states = run.committed_bolt_states(committed)
         assert {parse_processor_id(p).name for p in committed.snapshots} == \
-            {"counts", "cased", "recent"}
+            {"counts", "cased", "recent", "cased_counts"}
         messages = produced.model_messages()
         everything = run_model(run.topology, messages)
         retained = run_model(run.topology, [m for m in messages
@@ -142,3 +158,9 @@ def test_new_bolts_after_retention_start_where_declared(stack_env: dict[str, str
         assert states["counts"].instances == everything.instance_states("counts")
         assert states["cased"].instances == retained.instance_states("cased")
         assert states["recent"].instances == recent.instance_states("recent")
+        expected = retained.table("cased_counts")
+        wait_for("the new sink's table to equal the model",
+                 lambda: run.sink_tables()["cased_counts"] == expected, 60, run.alive)
+        table = run.sink_tables()["cased_counts"]
+        assert table == expected, "the new sink's table"
+        print(f"cased_counts: {len(table)} rows equal to the model's")
