@@ -149,8 +149,12 @@ def consumer_error_kind(error: KafkaError) -> str:
 
 
 def lost_offsets_message(topic: str, partition: int, needed: int,
-                         log_start: int | None, log_end: int | None) -> str:
-    """One line naming what is gone: the topology's need and the log's extent."""
+                         log_start: int | None, log_end: int | None,
+                         committed: int | None = None) -> str:
+    """One line naming what is gone: the topology's need and the log's extent.
+    ``committed``: the offset the committed round includes in this partition; a need at or
+    below it is a bolt without committed state (new, or a raised ``version=``), not the
+    committed state."""
     if log_start is None or log_end is None:
         extent = "its log start and end are unknown"
     elif log_start >= log_end:
@@ -158,8 +162,17 @@ def lost_offsets_message(topic: str, partition: int, needed: int,
     else:
         extent = f"the log holds offsets {log_start}..{log_end - 1} (start {log_start}, " \
                  f"end {log_end})"
+    where = f"Kafka topic {topic!r} partition {partition}"
+    if committed is not None and needed <= committed:
+        return (
+            f"{where}: a bolt without committed state (new, or a raised version=) must read "
+            f"from offset {needed}, but {extent}; the committed state (through offset "
+            f"{committed}) does not need them. Fix: declare start='earliest' (from the log "
+            "start) or start='latest' (from the committed round on) on that bolt; "
+            "'hailstorm plan' names it"
+        )
     return (
-        f"Kafka topic {topic!r} partition {partition}: the topology must read from offset "
+        f"{where}: the topology must read from offset "
         f"{needed}, but {extent}; records the committed state depends on are gone "
         "(retention, delete_records, or the topic was re-created). hailstorm never skips "
         "them silently: see 'Lost offsets' in docs/operations.md"
@@ -271,6 +284,21 @@ def log_ends(bootstrap: str, partitions: Iterable[tuple[str, int]],
                                                       timeout=timeout, cached=False)
             ends[(topic, number)] = int(high)
         return ends
+    finally:
+        reader.close()
+
+
+def log_starts(bootstrap: str, partitions: Iterable[tuple[str, int]],
+               timeout: float = 10.0) -> dict[tuple[str, int], int]:
+    """Each partition's log start (its first retained offset), asked of the broker."""
+    reader = consumer(bootstrap)
+    try:
+        starts = {}
+        for topic, number in partitions:
+            low, _high = reader.get_watermark_offsets(TopicPartition(topic, number),
+                                                      timeout=timeout, cached=False)
+            starts[(topic, number)] = int(low)
+        return starts
     finally:
         reader.close()
 

@@ -80,3 +80,29 @@ def clock_to_json(clock: Mapping[Partition, int]) -> dict[str, int]:
 def clock_from_json(data: Mapping[str, int]) -> Clock:
     """Inverse of :func:`clock_to_json`."""
     return {parse_partition_key(k): int(v) for k, v in data.items()}
+
+
+def fresh_clock(start: str | None, committed: Mapping[Partition, int] | None,
+                log_starts: Mapping[Partition, int]) -> Clock:
+    """The loaded clock of a bolt instance with no committed state (new, or a raised
+    ``version=``), by its ``start=`` declaration: what its empty state stands for.
+
+    ``None``: nothing (every partition -1): the spouts replay from offset 0, and a log
+    start past it is the lost-offsets halt. ``"earliest"``: everything before each
+    partition's log start (``log_starts``; a partition absent there: nothing), so the
+    spouts replay from the log start. ``"latest"``: the ``committed`` round's clock, so no
+    spout replays anything for it (None, nothing committed yet: nothing, like every other
+    bolt of a first start). Never beyond ``committed``'s offsets for ``"earliest"``: a
+    bolt's loaded clock is at most the round every other bolt loaded, so the low water
+    mark stays where the other bolts need it.
+    """
+    if start is None:
+        return {}
+    if start == "latest":
+        return dict(committed or {})
+    if start == "earliest":
+        marks = {p: max(NOTHING, s - 1) for p, s in log_starts.items()}
+        if committed is not None:
+            marks = {p: min(m, committed.get(p, NOTHING)) for p, m in marks.items()}
+        return {p: m for p, m in marks.items() if m > NOTHING}
+    raise ValueError(f"start must be 'earliest', 'latest' or None, got {start!r}")

@@ -25,8 +25,9 @@ from hailstorm.processors import (
     Router,
     WriteSnapshot,
 )
-from hailstorm.protocol.clock import Clock
+from hailstorm.protocol.clock import Clock, clock_to_json, fresh_clock
 from hailstorm.protocol.layout import (
+    CommittedRecord,
     Flowing,
     ProcessorState,
     Role,
@@ -87,6 +88,7 @@ class BoltShell(InboundShell):
         loaded: Clock = {}
         state: Any = self.spec.state.empty()
         base: SnapshotRef | None = None
+        fresh = True
         if committed is not None:
             refs = [ref for pid, ref in sorted(committed.snapshots.items())
                     if (p := parse_processor_id(pid)).role is Role.BOLT
@@ -106,6 +108,9 @@ class BoltShell(InboundShell):
                     raise
                 loaded = dict(committed.clock)
                 base = self._own_snapshot(refs)
+                fresh = False
+        if fresh:
+            loaded = self._fresh_clock(committed)
         # Writes still queued from before this Initialize build on their own chain.
         self.chain = Chain(base)
         self.core = BoltCore(self.spec, self.upstream_ids(), self.table.to_wire(loaded), state,
@@ -116,6 +121,22 @@ class BoltShell(InboundShell):
         gc.freeze()  # the loaded state is long-lived: collections need not walk it again
         log.info("loaded %s", f"the committed round at {loaded}" if loaded else "nothing")
         self.report(ProcessorState.READY, epoch, loaded=loaded)
+
+    def _fresh_clock(self, committed: CommittedRecord | None) -> Clock:
+        """What this bolt's empty state stands for when no committed round holds its
+        state, by its ``start=`` (:func:`~hailstorm.protocol.clock.fresh_clock`)."""
+        upgrade = self.topology.upgrades.get(self.spec.name)
+        start = upgrade.start if upgrade else None
+        starts: Clock = {}
+        if start == "earliest" and committed is not None:
+            from hailstorm.kafka import log_starts
+            starts = log_starts(self.assignment.kafka, sorted(committed.clock),
+                                timeout=self.assignment.io_timeout)
+        clock = fresh_clock(start, committed.clock if committed else None, starts)
+        if clock:
+            log.info("no committed state: start=%r, its empty state stands for %s", start,
+                     clock_to_json(clock))
+        return clock
 
     def _own_snapshot(self, refs: list[str]) -> SnapshotRef | None:
         """This instance's file among a round's ``refs`` when it is exactly what the

@@ -133,15 +133,15 @@ def expected_ids(topology: Topology, partitions: dict[str, list[Partition]]) -> 
 
 def write_expected(zk: str, name: str, processors: list[str],
                    graph: Mapping[str, Any] | None = None, *,
-                   upgrade: tuple[Topology, str, tuple[str, ...]] | None = None,
+                   upgrade: tuple[Topology, str, tuple[str, ...], str] | None = None,
                    start: bool = False) -> None:
     """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``);
     ``start``: a new run, so delete the ``stop`` request an earlier one left.
 
-    With ``upgrade`` (the topology, the snapshot location and the nodes it may drop),
-    first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`): raise
-    :class:`~hailstorm.upgrade.plan.UpgradeRefused` for a refused node, else carry out the
-    plan's record edits, and record the node descriptions the next plan compares with."""
+    With ``upgrade`` (the topology, the snapshot location, the nodes it may drop and the
+    Kafka bootstrap), first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`):
+    raise :class:`~hailstorm.upgrade.plan.UpgradeRefused` for a refused node, else carry out
+    the plan's record edits, and record the node descriptions the next plan compares with."""
     paths = TopologyPaths(name)
     client = zk_client(zk)
     client.start(timeout=20)
@@ -150,8 +150,8 @@ def write_expected(zk: str, name: str, processors: list[str],
         check_not_open(client, [paths.root, *paths.directories()])
         nodes = None
         if upgrade is not None:
-            topology, snapshots, allow_drop = upgrade
-            plan = plan_for(client, name, open_store(snapshots), topology, allow_drop)
+            topology, snapshots, allow_drop, kafka = upgrade
+            plan = plan_for(client, name, open_store(snapshots), topology, allow_drop, kafka)
             for line in plan.lines():
                 log.info("%s: plan: %s", name, line)
             plan.check()
@@ -209,7 +209,7 @@ class Driver:
         if not self._started:
             self._earlier_stop = self._stop_record()
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
-                       upgrade=(self.topology, o.snapshots, o.allow_drop),
+                       upgrade=(self.topology, o.snapshots, o.allow_drop, o.kafka),
                        start=not self._started)
         self._started = True
         log.info("%s: %d processors expected: %s", self.name, len(processors),

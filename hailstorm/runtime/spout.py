@@ -68,6 +68,8 @@ class SpoutShell(Shell):
         self._dead_letters_committed = 0.0
         self.from_log_start = False
         """Reading a partition no committed round has seen from its log start."""
+        self.committed_offset: int | None = None
+        """The offset the committed round includes in this partition (None: unseen)."""
         self.log_start_retries = 0
 
     def shutdown(self) -> None:
@@ -101,6 +103,7 @@ class SpoutShell(Shell):
             # also for a partition committed as empty (-1): a record it missed is an error.
             # (Re-reading for lost stream times from the log start is no gap either.)
             unseen = committed is None or p not in committed.clock
+            self.committed_offset = None if committed is None else committed.clock.get(p)
             rebuilding = kept is not None and kept[0] < core.position
             self.from_log_start = (unseen or rebuilding) and seek == NOTHING + 1
             start = self._log_start() if self.from_log_start else seek
@@ -242,7 +245,8 @@ class SpoutShell(Shell):
                     TopicPartition(topic, partition), timeout=10)
             except KafkaException:
                 low = high = None
-            raise TopologyHalt(lost_offsets_message(topic, partition, needed, low, high))
+            raise TopologyHalt(lost_offsets_message(topic, partition, needed, low, high,
+                                                    self.committed_offset))
         if kind == "auth":
             raise TopologyHalt(f"Kafka refused the spout's credentials: {error.str()}")
         if kind == "fatal":

@@ -302,8 +302,8 @@ class Topology:
         behind each key's newest event time), knowingly; without ``late=`` such a bolt is
         refused.
 
-        ``previously=``, ``version=`` and ``migrate=`` declare the bolt's history for an
-        upgrade of a running topology (:class:`~hailstorm.topology.upgrades.Upgrade`).
+        ``previously=``, ``version=``, ``migrate=`` and ``start=`` declare the bolt's history
+        for an upgrade of a running topology (:class:`~hailstorm.topology.upgrades.Upgrade`).
 
         ``per_key(..., ttl=...)`` state (:class:`~hailstorm.monoids.Ttl`) needs
         ``event_time=`` and ``late=``: a tuple ``retention`` (default ``ttl``) or more behind

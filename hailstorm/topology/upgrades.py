@@ -1,7 +1,7 @@
 """What a bolt declares about its own history, for upgrading a running topology
 (``hailstorm plan``, :mod:`hailstorm.upgrade`): a rename (``previously=``), a new meaning of
-its state (``version=``) and how to turn its old state into the new one (``migrate=``).
-Pure.
+its state (``version=``), how to turn its old state into the new one (``migrate=``), and
+where new state starts when the records before it are gone (``start=``). Pure.
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from typing import Any, TypedDict
 
 from hailstorm.topology.errors import TopologyError, check_name
 
-__all__ = ["NodeUpgrade", "Upgrade", "check_upgrade"]
+__all__ = ["STARTS", "NodeUpgrade", "Upgrade", "check_upgrade"]
+
+STARTS = ("earliest", "latest")
+"""Where a bolt without committed state starts (``start=``): ``earliest``, the log start
+of its inputs' topics (records retention deleted are skipped); ``latest``, the committed
+round's clock (nothing before it is read). Not declared: from offset 0, refused when
+records before the log start are gone."""
 
 
 class Upgrade(TypedDict, total=False):
@@ -28,6 +34,10 @@ class Upgrade(TypedDict, total=False):
     """Old state -> new state, for a state type change no Avro schema resolution carries:
     called per key with the old value (keyed state) or once with the whole old state, as
     decoded from the snapshot with the schema it was written with."""
+    start: str
+    """Where the bolt starts when it has no committed state (new, or a raised version):
+    ``"earliest"`` (its inputs' log start) or ``"latest"`` (the committed round's clock);
+    see :data:`STARTS`."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,7 @@ class NodeUpgrade:
     previously: str | None = None
     version: int = 1
     migrate: Callable[[Any], Any] | None = None
+    start: str | None = None
 
 
 def check_upgrade(
@@ -50,7 +61,8 @@ def check_upgrade(
     unknown = sorted(set(declared) - set(Upgrade.__annotations__))
     if unknown:
         raise error(f"unknown argument(s) {', '.join(unknown)}",
-                    "see Topology.bolt's arguments (previously=, version=, migrate=)")
+                    "see Topology.bolt's arguments (previously=, version=, migrate=, "
+                    "start=)")
     previously = declared.get("previously")
     if previously is not None:
         check_name(previously, "previously", f"bolt {name!r}", topology)
@@ -65,4 +77,9 @@ def check_upgrade(
     if migrate is not None and not callable(migrate):
         raise error(f"migrate must be a function old state -> new state, got {migrate!r}",
                     "pass migrate=lambda old: ... or leave it out")
-    return NodeUpgrade(previously, version, migrate)
+    start = declared.get("start")
+    if start is not None and start not in STARTS:
+        raise error(f"start must be 'earliest' or 'latest', got {start!r}",
+                    "start='earliest' reads from the log start, start='latest' from the "
+                    "committed round on")
+    return NodeUpgrade(previously, version, migrate, start)

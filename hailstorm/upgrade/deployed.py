@@ -12,10 +12,12 @@ import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
+from confluent_kafka import KafkaException
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from hailstorm.errors import ProtocolError
+from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import (
     CommittedRecord,
     ProcessorId,
@@ -30,7 +32,8 @@ from hailstorm.topology import Topology
 from hailstorm.upgrade.describe import NodeDescription, describe_topology
 from hailstorm.upgrade.plan import Plan, StoredState, make_plan
 
-__all__ = ["Deployed", "apply_plan", "edit_committed", "plan_for", "read_deployed"]
+__all__ = ["Deployed", "apply_plan", "committed_log_starts", "edit_committed", "plan_for",
+           "read_deployed"]
 
 log = logging.getLogger("hailstorm.upgrade")
 
@@ -87,12 +90,34 @@ def read_deployed(client: KazooClient, name: str, store: SnapshotStore) -> Deplo
     return Deployed(nodes, states, tuple(notes))
 
 
+def committed_log_starts(client: KazooClient, name: str, topology: Topology,
+                         kafka: str) -> dict[Partition, int]:
+    """The log start of each source partition of ``topology`` the committed round's clock
+    holds (a partition it lacks is read from its log start anyway), asked of Kafka."""
+    from hailstorm.kafka import log_starts
+
+    committed = TopologyRecords(client, name).committed()
+    topics = {spout.topic for spout in topology.spouts}
+    partitions = sorted(p for p in (committed.clock if committed else {}) if p[0] in topics)
+    return log_starts(kafka, partitions) if partitions else {}
+
+
 def plan_for(client: KazooClient, name: str, store: SnapshotStore, topology: Topology,
-             allow_drop: Collection[str] = ()) -> Plan:
-    """The plan of running ``topology`` under ``name`` now."""
+             allow_drop: Collection[str] = (), kafka: str | None = None) -> Plan:
+    """The plan of running ``topology`` under ``name`` now; with ``kafka`` (its bootstrap)
+    a bolt built from offset 0 is checked against its inputs' log starts."""
     deployed = read_deployed(client, name, store)
-    plan = make_plan(deployed.nodes, deployed.states, describe_topology(topology), allow_drop)
-    return replace(plan, notes=plan.notes + deployed.notes)
+    notes = list(deployed.notes)
+    starts = None
+    if kafka is not None:
+        try:
+            starts = committed_log_starts(client, name, topology, kafka)
+        except KafkaException as exc:
+            notes.append(f"the inputs' log starts are unknown ({exc}): lost records are "
+                         "not checked")
+    plan = make_plan(deployed.nodes, deployed.states, describe_topology(topology), allow_drop,
+                     starts)
+    return replace(plan, notes=plan.notes + tuple(notes))
 
 
 def edit_committed(record: CommittedRecord, renames: Mapping[str, str],

@@ -110,6 +110,8 @@ class NodeDescription:
     previously: str | None = None
     migrates: bool = False
     """The bolt declares ``migrate=`` (old state -> new state)."""
+    start: str | None = None
+    """Bolts: ``start=`` (where new state starts when records are gone)."""
     python: str = PYTHON
 
     def to_json(self) -> dict[str, Any]:
@@ -159,7 +161,8 @@ def describe_topology(topology: Topology) -> dict[str, NodeDescription]:
                     "event_time": fingerprint(node.event_time)},
                 version=upgrade.version if upgrade else 1,
                 previously=upgrade.previously if upgrade else None,
-                migrates=upgrade is not None and upgrade.migrate is not None)
+                migrates=upgrade is not None and upgrade.migrate is not None,
+                start=upgrade.start if upgrade else None)
         elif isinstance(node, SinkSpec):
             described[node.name] = NodeDescription(node.name, "sink", tuple(node.inputs), 1)
     return described

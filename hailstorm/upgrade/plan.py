@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hailstorm.errors import DefinitionError
+from hailstorm.protocol.clock import Partition, partition_key
 from hailstorm.snapshots.evolution import evolution_problem
 from hailstorm.upgrade.describe import NodeDescription
 
-__all__ = ["Action", "NodePlan", "Plan", "StoredState", "UpgradeRefused", "make_plan",
-           "state_change_problem"]
+__all__ = ["Action", "NodePlan", "Plan", "StoredState", "UpgradeRefused", "gone_before",
+           "make_plan", "source_topics", "state_change_problem"]
 
 
 class Action(enum.StrEnum):
@@ -120,8 +121,59 @@ def state_change_problem(old: StoredState, new: NodeDescription) -> str | None:
 _MEANING = ("key", "lift", "event_time")
 
 
+def source_topics(name: str, nodes: Mapping[str, NodeDescription]) -> frozenset[str]:
+    """The topics of the spouts upstream of node ``name`` (through any bolts)."""
+    topics: set[str] = set()
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        node = nodes.get(todo.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.kind == "spout" and node.topic is not None:
+            topics.add(node.topic)
+        todo.extend(node.inputs)
+    return frozenset(topics)
+
+
+def gone_before(topics: Collection[str],
+                log_starts: Mapping[Partition, int]) -> dict[Partition, int]:
+    """The partitions of ``topics`` whose log no longer starts at offset 0, with their
+    log start: a bolt reading from offset 0 would need the records before it."""
+    return {p: start for p, start in sorted(log_starts.items())
+            if p[0] in topics and start > 0}
+
+
+def _gone_text(gone: Mapping[Partition, int]) -> str:
+    return ", ".join(f"{partition_key(p)} offsets 0..{start - 1}" for p, start in gone.items())
+
+
+def _fresh_start(node: NodeDescription, detail: str, gone: Mapping[Partition, int] | None,
+                 decide: Any, action: Action) -> NodePlan:
+    """The decision for a bolt without state to carry (new, or a raised version), by its
+    ``start=`` and the records its inputs lost (``gone``; None: not known)."""
+    if node.start == "latest":
+        return decide(action, f"{detail}: starts empty at the committed round's clock "
+                      "(start='latest'): no record up to it is read")
+    if node.start == "earliest":
+        lost = f"; gone: {_gone_text(gone)}" if gone else \
+            "; nothing is gone" if gone is not None else ""
+        return decide(action, f"{detail}: starts empty and reads the retained records of "
+                      f"its inputs from their log start (start='earliest'{lost})")
+    if gone:
+        return decide(Action.REFUSE, f"{detail}: it would read its inputs from offset 0, "
+                      f"but records are gone: {_gone_text(gone)}",
+                      "declare start='earliest' on the bolt (read from the log start, "
+                      "without them) or start='latest' (start empty at the committed "
+                      "round's clock)")
+    return decide(action, f"{detail}: starts empty and reads the retained records of its "
+                  "inputs (from offset 0)")
+
+
 def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
-               stored: StoredState | None, source: str, new_names: Collection[str]) -> NodePlan:
+               stored: StoredState | None, source: str, new_names: Collection[str],
+               gone: Mapping[Partition, int] | None) -> NodePlan:
     def decide(action: Action, detail: str, fix: str = "") -> NodePlan:
         return NodePlan(node.name, "bolt", action, detail, fix, source)
 
@@ -133,9 +185,8 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
         return decide(Action.REFUSE, f"version {node.version} is older than the deployed "
                       f"version {old.version}", f"declare version={old.version + 1} or more")
     if old is not None and node.version > old.version:
-        return decide(Action.RESTART, f"version {old.version} -> {node.version}{renamed}: "
-                      "its state is dropped and built again from the retained records of "
-                      "its inputs (read from offset 0)")
+        return _fresh_start(node, f"version {old.version} -> {node.version}{renamed}: its "
+                            "state is dropped", gone, decide, Action.RESTART)
     if old is not None and old.python == node.python:
         # A new state type comes with its own lift: only the key is compared then.
         meaning = _MEANING if stored is None or stored.monoid == node.state else ("key",)
@@ -147,8 +198,7 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                           f"declare version={node.version + 1} on the bolt (new state, built "
                           "from the retained records), or undo the change")
     if stored is None:
-        return decide(Action.NEW, f"no committed state{renamed}: starts empty and reads the "
-                      "retained records of its inputs (from offset 0)")
+        return _fresh_start(node, f"no committed state{renamed}", gone, decide, Action.NEW)
     if stored.parallelism != node.parallelism and not node.keyed and node.parallelism != 1:
         return decide(Action.REFUSE, f"{node.state} is not keyed: its state cannot be split "
                       f"from {stored.parallelism} into {node.parallelism} instances",
@@ -176,10 +226,12 @@ def make_plan(
     states: Mapping[str, StoredState],
     new: Mapping[str, NodeDescription],
     allow_drop: Collection[str] = (),
+    log_starts: Mapping[Partition, int] | None = None,
 ) -> Plan:
     """What a run of the ``new`` nodes does, given the ``deployed`` ones (None: not
-    recorded, e.g. by an older driver: only the stored state is compared) and the
-    committed round's ``states`` by bolt name."""
+    recorded, e.g. by an older driver: only the stored state is compared), the
+    committed round's ``states`` by bolt name, and the source partitions' ``log_starts``
+    (None: not known; then a bolt built from offset 0 is not checked for lost records)."""
     notes: list[str] = []
     old_nodes: dict[str, NodeDescription] = dict(deployed or {})
     old_names = set(old_nodes) | set(states)
@@ -201,7 +253,9 @@ def make_plan(
             notes.append(f"{node.name}: functions not compared (deployed with Python "
                          f"{old.python}, now {node.python})")
         if node.kind == "bolt":
-            plans.append(_plan_bolt(node, old, states.get(source), source, set(new)))
+            gone = None if log_starts is None or not old_names else \
+                gone_before(source_topics(node.name, new), log_starts)
+            plans.append(_plan_bolt(node, old, states.get(source), source, set(new), gone))
         elif old is None or old.kind != node.kind:
             plans.append(NodePlan(node.name, node.kind, Action.NEW,
                                   f"reads topic {node.topic} from its first retained offset"
@@ -217,6 +271,14 @@ def make_plan(
                                   else "keeps its progress"))
     rebuilt = {n.node for n in plans if n.action in (Action.NEW, Action.RESTART)
                and n.kind == "bolt"}
+    carried = {n.node for n in plans if n.kind == "bolt" and n.node not in rebuilt
+               and n.action is not Action.REFUSE} if old_names else set()
+    for i, bolt in enumerate(plans):
+        behind = sorted(set(new[bolt.node].inputs) & carried) if bolt.node in rebuilt else []
+        if behind:
+            plans[i] = replace(bolt, detail=(
+                f"{bolt.detail}; but its input {', '.join(behind)} is carried and sends only "
+                "what it emits from the committed round on, not its history"))
     for i, sink in enumerate(plans):
         starts = sorted(set(new[sink.node].inputs) & rebuilt)
         if sink.kind == "sink" and sink.action is Action.CARRY and starts:
