@@ -29,7 +29,7 @@ VOCABULARY = [
 
 
 VOCABULARIES = ("zipf", "toy")
-"""``zipf``: realistic text (:class:`hailstorm.workloads.ZipfText`: 50,000 words, s = 1.1,
+"""``zipf``: realistic text (:class:`hailstorm.dev.workloads.ZipfText`: 50,000 words, s = 1.1,
 mixed case and punctuation). ``toy``: the old 300 equally likely words, a *best case* for
 pre-aggregation (every batch holds every word), shown only labelled as such."""
 
@@ -38,7 +38,7 @@ def sample_lines(count: int, seed: int = 11, vocabulary: str = "zipf",
                  words: tuple[int, int] = (4, 12)) -> list[str]:
     """Deterministic text lines (see :data:`VOCABULARIES`)."""
     if vocabulary == "zipf":
-        from hailstorm.workloads import ZipfText
+        from hailstorm.dev.workloads import ZipfText
 
         return list(ZipfText(words_per_line=(4, 16)).lines(count, seed))
     if vocabulary != "toy":
@@ -123,7 +123,7 @@ def embedded_stack(prefix: str = "hailstorm-bench-") -> Iterator[dict[str, str]]
 
     Brought down (every process stopped by pid) and removed afterwards.
     """
-    from hailstorm.devstack import DevStack
+    from hailstorm.dev.services import DevStack
 
     state_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(state_dir, 0o755)  # the 'postgres' user must reach its data directory
@@ -151,7 +151,7 @@ def processor_metrics(run: Any, role: str, node: str | None = None) -> dict[str,
     """The ``/metrics`` samples (names summed over labels) of every living processor of
     ``role`` (``"spout"``, ``"bolt"``, ``"sink"``), optionally only those of ``node``.
 
-    ``run`` is a :class:`hailstorm.harness.TopologyRun`; processors that advertise no
+    ``run`` is a :class:`hailstorm.dev.harness.TopologyRun`; processors that advertise no
     metrics port, or do not answer, are left out.
     """
     from hailstorm.metrics import scrape
@@ -242,8 +242,8 @@ def run_on_backlog(stack: Any, module: Path, topic: str, partitions: int,
     ``module`` (one negotiator, its sinks in ``stack``'s PostgreSQL) on that backlog, read
     once first (:func:`warm_broker`), until a committed round covers every offset;
     ``stack`` is a
-    :class:`hailstorm.harness.StackAddresses`."""
-    from hailstorm.harness import Produced, TopologyRun, produce, wait_for
+    :class:`hailstorm.dev.harness.StackAddresses`."""
+    from hailstorm.dev.harness import Produced, TopologyRun, produce, wait_for
 
     kafka.create_topic(stack.kafka, topic, partitions)
     produced = Produced(topic)

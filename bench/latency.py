@@ -52,7 +52,7 @@ from common import bench_logs, embedded_stack, machine, percentile, report  # no
 from latency_topology import OUTPUT_TOPIC  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import SQLITE, HarnessError, StackAddresses, TopologyRun  # noqa: E402
+from hailstorm.dev.harness import SQLITE, HarnessError, StackAddresses, TopologyRun  # noqa: E402
 
 TOPIC = "bench-latency"
 TABLE = "bench_latency"

@@ -3,7 +3,7 @@
     .venv/bin/python bench/outages.py [--outage 600] [--rate 100]
 
 Starts an embedded stack of its own (brought down afterwards) and runs
-:func:`hailstorm.harness.outages.postgres_outage`: word count into a PostgreSQL server of
+:func:`hailstorm.dev.harness.outages.postgres_outage`: word count into a PostgreSQL server of
 its own, stopped by its pid once a round committed data and started again on its data after
 ``--outage`` seconds, while a producer writes ``--rate`` lines/s throughout (the lines are
 sized to last the outage and a minute more). The driver runs with ``--max-restarts 1``.
@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import bench_logs, embedded_stack, machine, report  # noqa: E402
 
-from hailstorm.harness import StackAddresses  # noqa: E402
-from hailstorm.harness.outages import postgres_outage  # noqa: E402
+from hailstorm.dev.harness import StackAddresses  # noqa: E402
+from hailstorm.dev.harness.outages import postgres_outage  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

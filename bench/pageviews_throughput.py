@@ -4,7 +4,7 @@ Bytewax.
     .venv/bin/python bench/pageviews_throughput.py [--views 1000000]
 
 Starts an embedded stack of its own (brought down afterwards), produces ``--views`` Avro page
-views (:class:`hailstorm.workloads.PageViews`: 100,000 pages by Zipf's law s = 1.1, 1M users
+views (:class:`hailstorm.dev.workloads.PageViews`: 100,000 pages by Zipf's law s = 1.1, 1M users
 s = 0.8, ``--per-second`` (1,000) views per second of event time, 5% delayed by up to
 5 min, 0.5% by 5-30 min) to the topic ``page-views`` (4 partitions), then, after one untimed
 read that warms the broker for every contender (``common.warm_broker``), on that same
@@ -46,8 +46,8 @@ from common import (  # noqa: E402
 from fastavro import parse_schema, schemaless_reader, schemaless_writer  # noqa: E402
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
-from hailstorm.harness import StackAddresses  # noqa: E402
-from hailstorm.workloads import PageViews  # noqa: E402
+from hailstorm.dev.harness import StackAddresses  # noqa: E402
+from hailstorm.dev.workloads import PageViews  # noqa: E402
 from topologies.pageviews import PAGE_VIEW_SCHEMA, USERS, WINDOW_MS  # noqa: E402
 
 TOPIC = "page-views"

@@ -47,7 +47,7 @@ from common import (  # noqa: E402
 )
 
 from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import (  # noqa: E402
+from hailstorm.dev.harness import (  # noqa: E402
     SQLITE,
     BackgroundProducer,
     HarnessError,

@@ -51,7 +51,7 @@ from common import (  # noqa: E402
 )
 
 from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import (  # noqa: E402
+from hailstorm.dev.harness import (  # noqa: E402
     SQLITE,
     Produced,
     StackAddresses,

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from common import bench_logs, embedded_stack, machine, report, sample_lines  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce  # noqa: E402
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce  # noqa: E402
 
 TOPIC = "words"
 PARTITIONS = 4

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from common import bench_logs, embedded_stack, machine, processor_metrics, report  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import StackAddresses, TopologyRun, wait_for  # noqa: E402
+from hailstorm.dev.harness import StackAddresses, TopologyRun, wait_for  # noqa: E402
 
 TOPIC = "ttl-keys"
 PARTITIONS = 4

@@ -3,7 +3,7 @@
     .venv/bin/python bench/two_stage_throughput.py [--events 2000000] [--users 2000000]
 
 Starts an embedded stack of its own (brought down afterwards), produces ``--events`` JSON
-events (:class:`hailstorm.workloads.KeyedEvents`: users drawn by Zipf's law, s = 0.6, from
+events (:class:`hailstorm.dev.workloads.KeyedEvents`: users drawn by Zipf's law, s = 0.6, from
 ``--users``, each user in one of 10 countries) to the topic ``events`` (4 partitions),
 then, after one untimed read that warms the broker for every contender
 (``common.warm_broker``), on that same backlog:
@@ -51,8 +51,8 @@ from common import (  # noqa: E402
 )
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
-from hailstorm.harness import StackAddresses  # noqa: E402
-from hailstorm.workloads import KeyedEvents  # noqa: E402
+from hailstorm.dev.harness import StackAddresses  # noqa: E402
+from hailstorm.dev.workloads import KeyedEvents  # noqa: E402
 from topologies.top_spenders import TOP  # noqa: E402
 
 TOPIC = "events"

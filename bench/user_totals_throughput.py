@@ -3,7 +3,7 @@
     .venv/bin/python bench/user_totals_throughput.py [--events 3000000] [--users 2000000]
 
 Starts an embedded stack of its own (brought down afterwards), produces ``--events`` JSON
-events (:class:`hailstorm.workloads.KeyedEvents`: users drawn by Zipf's law, s = 0.6, from
+events (:class:`hailstorm.dev.workloads.KeyedEvents`: users drawn by Zipf's law, s = 0.6, from
 ``--users``; 3M events touch about 1.3M distinct users, half of them once) to the topic
 ``events`` (4 partitions), then, after one untimed read that warms the broker for every
 contender (``common.warm_broker``), on that same backlog:
@@ -41,8 +41,8 @@ from common import (  # noqa: E402
 )
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
-from hailstorm.harness import StackAddresses  # noqa: E402
-from hailstorm.workloads import KeyedEvents  # noqa: E402
+from hailstorm.dev.harness import StackAddresses  # noqa: E402
+from hailstorm.dev.workloads import KeyedEvents  # noqa: E402
 
 TOPIC = "events"
 PARTITIONS = 4

@@ -59,7 +59,7 @@ from common import (  # noqa: E402
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
 from hailstorm.protocol.layout import CommittedRecord, SnapshotReport  # noqa: E402
 from topologies.wordcount import words_of  # noqa: E402
 
@@ -86,7 +86,7 @@ def topic_counts(bootstrap: str, topic: str) -> dict[str, int]:
     """The newest count per word on the output topic (read_committed)."""
     import json
 
-    from hailstorm.harness import topic_records
+    from hailstorm.dev.harness import topic_records
 
     return {record.key.decode(): json.loads(record.value)["count"]
             for record in topic_records(bootstrap, topic) if record.key and record.value}

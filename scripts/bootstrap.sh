@@ -47,7 +47,7 @@ fi
 # Apache Kafka for the dev stack: a no-op once cached.
 .venv/bin/python -c "
 import sys
-from hailstorm.kafka_broker import KafkaSetupError, ensure_kafka_libs
+from hailstorm.dev.kafka_broker import KafkaSetupError, ensure_kafka_libs
 try:
     ensure_kafka_libs(lambda m: print('bootstrap: ' + m, flush=True))
 except KafkaSetupError as exc:

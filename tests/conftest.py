@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from hailstorm.devstack import DevStack, StackState
+from hailstorm.dev.services import DevStack, StackState
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

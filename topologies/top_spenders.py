@@ -2,7 +2,7 @@
 
 A two-stage pipeline (spout -> bolt -> bolt -> sink). Messages of the Kafka topic ``events``
 are JSON objects ``{"user": "u0001234", "amount": 37, "country": "DE"}`` (the shape
-:class:`hailstorm.workloads.KeyedEvents` generates, as for ``topologies/user_totals.py``).
+:class:`hailstorm.dev.workloads.KeyedEvents` generates, as for ``topologies/user_totals.py``).
 
 * ``totals`` keeps, per ``(country, user)``, the ``Sum`` of the amounts (two instances,
   split by that key) and emits ``(country, user, spent_so_far)`` after every event;

@@ -1,7 +1,7 @@
 """Per-user totals: how much each user spent, in how many events, kept up to date in a table.
 
 Each message of the Kafka topic ``events`` is a JSON object ``{"user": "u0001234",
-"amount": 37, "country": "DE"}`` (the shape :class:`hailstorm.workloads.KeyedEvents`
+"amount": 37, "country": "DE"}`` (the shape :class:`hailstorm.dev.workloads.KeyedEvents`
 generates). The ``totals`` bolt keeps, per user, a ``Record`` of the amounts' ``Sum`` and
 the events' ``Count``, split over two instances by user, and emits the user's running
 figures; the sink upserts them into ``user_totals(user_id text primary key, spent bigint,

@@ -1,6 +1,6 @@
 """``hailstorm chaos``: a topology under injected faults on an embedded stack (or the
 ``HAILSTORM_*`` one), checked against the reference model by
-:func:`hailstorm.harness.run_chaos`."""
+:func:`hailstorm.dev.harness.run_chaos`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import click
 
 from hailstorm import config
 from hailstorm.cli.group import _handle_errors, console, fail, main, out
-from hailstorm.devstack import DevStack
+from hailstorm.dev.services import DevStack
 
 
 def _interrupted(_signum: int, _frame: object) -> NoReturn:
@@ -112,7 +112,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
 
     from confluent_kafka import KafkaException
 
-    from hailstorm.harness import (
+    from hailstorm.dev.harness import (
         DEFAULT_FAULT_KINDS,
         FAULT_KINDS,
         MASTER_PHASES,

@@ -1,5 +1,5 @@
 """``hailstorm dev``: the embedded dev stack (``up``, ``down``, ``reset``, ``status``, ``env``) of
-:class:`hailstorm.devstack.DevStack`."""
+:class:`hailstorm.dev.services.DevStack`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from hailstorm.cli.group import _handle_errors, console, main, out, state_dir_option
-from hailstorm.devstack import DEFAULT_SPARK_CORES, DevStack
+from hailstorm.dev.services import DEFAULT_SPARK_CORES, DevStack
 
 
 @main.group()

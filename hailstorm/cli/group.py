@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 
 from hailstorm import config
-from hailstorm.devstack import DevStackError
+from hailstorm.dev.services import DevStackError
 from hailstorm.halt import TopologyHalted
 from hailstorm.kafka import KafkaAuthError, KafkaConfigError, KafkaUnreachable
 from hailstorm.runtime.spark_stage import NotEnoughSlots, RestartsExhausted

@@ -13,7 +13,7 @@ import click
 
 from hailstorm import config
 from hailstorm.cli.group import _handle_errors, console, fail, main, out
-from hailstorm.devstack import SPARK_MASTER_VAR
+from hailstorm.dev.services import SPARK_MASTER_VAR
 
 
 @main.command()
@@ -43,7 +43,7 @@ def demo(state_dir: Path, lines: int, keep_running: bool, output: str) -> None:
     newest record per word on the word-totals topic, read as a read_committed consumer).
     Exits 1 if they differ.
     """
-    from hailstorm.demo import run_demo
+    from hailstorm.dev.demo import run_demo
 
     ok = run_demo(state_dir, lines=lines, keep_running=keep_running, console=out,
                   output=output)

@@ -19,7 +19,7 @@ the state, which depends on the routing hash: the oracle refuses it
 (:class:`OracleUnsupported`).
 
 The two models disagreeing is a bug in one of them (or in the documentation):
-:func:`hailstorm.harness.compare.model_disagreements` names the differences.
+:func:`hailstorm.dev.harness.compare.model_disagreements` names the differences.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     BackgroundProducer,
     BoltStates,
     Produced,

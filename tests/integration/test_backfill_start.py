@@ -22,7 +22,7 @@ from confluent_kafka import TopicPartition
 
 from hailstorm import kafka
 from hailstorm.cli import main
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     SQLITE,
     Produced,
     StackAddresses,

@@ -18,8 +18,8 @@ import pytest
 from deployments import REPO
 
 from hailstorm import kafka
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
-from hailstorm.harness.producing import BackgroundProducer
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
+from hailstorm.dev.harness.producing import BackgroundProducer
 from hailstorm.model import RecordHalt, run_model
 
 pytestmark = pytest.mark.integration

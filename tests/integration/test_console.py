@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     BackgroundProducer,
     Produced,
     StackAddresses,

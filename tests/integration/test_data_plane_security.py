@@ -19,7 +19,7 @@ from deployments import WORDCOUNT, deployed
 
 from hailstorm import kafka
 from hailstorm.auth import MAGIC
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     Produced,
     StackAddresses,
     TopologyRun,

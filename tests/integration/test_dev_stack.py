@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError
 
 from hailstorm import kafka
-from hailstorm.devstack import DevStack, pid_alive, stop_pid
+from hailstorm.dev.services import DevStack, pid_alive, stop_pid
 
 pytestmark = pytest.mark.integration
 

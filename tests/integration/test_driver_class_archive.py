@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import StackAddresses, TopologyRun
+from hailstorm.dev.harness import StackAddresses, TopologyRun
 
 pytestmark = pytest.mark.integration
 

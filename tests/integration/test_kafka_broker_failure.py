@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.devstack import DevStack, pid_alive
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     BackgroundProducer,
     ChaosSchedule,
     Produced,
@@ -28,6 +27,7 @@ from hailstorm.harness import (
     topic_layout,
     wordcount_lines,
 )
+from hailstorm.dev.services import DevStack, pid_alive
 from hailstorm.model import run_model
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ import pytest
 from deployments import command_lines
 
 from hailstorm import kafka
-from hailstorm.devstack import StackState
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
+from hailstorm.dev.services import StackState
 from hailstorm.model import run_model
 
 pytestmark = pytest.mark.integration

@@ -29,14 +29,14 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from hailstorm import kafka
-from hailstorm.devstack import StackState
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     StackAddresses,
     TopologyRun,
     compare_with_model,
     wait_for,
     wordcount_lines,
 )
+from hailstorm.dev.services import StackState
 from hailstorm.kafka import Record
 from hailstorm.model import Message, ModelResult, run_model
 from hailstorm.protocol.clock import Partition

@@ -1,6 +1,6 @@
 """The word count across hosts: ZooKeeper, Kafka, PostgreSQL, the Spark master and two Spark
 workers each run on a test host of their own (a network namespace the test makes, see
-:mod:`hailstorm.netns`); the driver and the negotiators run on the test's own host.
+:mod:`hailstorm.dev.netns`); the driver and the negotiators run on the test's own host.
 
 Processors bind and advertise their host's address (``--host auto``), so their frames cross
 the links between the worker hosts. Pulling the cable of a worker host that runs processors in
@@ -21,14 +21,7 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.devstack import (
-    SPARK_MASTER,
-    SPARK_MASTER_VAR,
-    DevStack,
-    pid_alive,
-    spark_worker_name,
-)
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     Produced,
     StackAddresses,
     TopologyRun,
@@ -36,7 +29,14 @@ from hailstorm.harness import (
     wait_for,
     wordcount_lines,
 )
-from hailstorm.netns import NetworkUnavailable, TestNetwork
+from hailstorm.dev.netns import NetworkUnavailable, TestNetwork
+from hailstorm.dev.services import (
+    SPARK_MASTER,
+    SPARK_MASTER_VAR,
+    DevStack,
+    pid_alive,
+    spark_worker_name,
+)
 
 pytestmark = pytest.mark.integration
 

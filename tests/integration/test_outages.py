@@ -16,8 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import StackAddresses, TopologyRun
-from hailstorm.harness.outages import WORDCOUNT, postgres_outage
+from hailstorm.dev.harness import StackAddresses, TopologyRun
+from hailstorm.dev.harness.outages import WORDCOUNT, postgres_outage
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from deployments import REPO, assert_secret_hidden, command_lines
 from kazoo.exceptions import NoNodeError
 
 from hailstorm import kafka
-from hailstorm.devstack import pid_alive
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
+from hailstorm.dev.services import pid_alive
 from hailstorm.model import run_model
 from hailstorm.quarantine import VALUE_LIMIT
 from hailstorm.sinks.db import Database

@@ -30,7 +30,7 @@ from deployments import WORDCOUNT, deployed
 
 from hailstorm import kafka
 from hailstorm.auth import SECRET_FILE_VAR, FrameSealer, RunSecret, greet_peer
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
 from hailstorm.metrics import parse_samples
 from hailstorm.model import run_model
 from hailstorm.protocol.clock import clock_to_json

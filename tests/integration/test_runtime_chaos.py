@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     MASTER_PHASES,
     ZOMBIE_FENCED,
     ChaosSchedule,
     StackAddresses,
     run_chaos,
 )
-from hailstorm.harness.evidence import FENCED, STOPPED_BEFORE_COMMIT, expects_recovery
-from hailstorm.harness.producing import zipf_text_lines
+from hailstorm.dev.harness.evidence import FENCED, STOPPED_BEFORE_COMMIT, expects_recovery
+from hailstorm.dev.harness.producing import zipf_text_lines
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     BackgroundProducer,
     Produced,
     StackAddresses,

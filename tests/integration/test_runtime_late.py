@@ -20,7 +20,7 @@ from deployments import run_killing_a_spout_then_a_bolt
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from hailstorm import kafka
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, compare_with_model
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, compare_with_model
 from hailstorm.model import run_model
 
 pytestmark = pytest.mark.integration

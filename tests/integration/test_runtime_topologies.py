@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     BackgroundProducer,
     Produced,
     StackAddresses,

@@ -19,7 +19,7 @@ import pytest
 from deployments import run_killing_a_spout_then_a_bolt
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     BoltStates,
     Produced,
     StackAddresses,

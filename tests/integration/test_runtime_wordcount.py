@@ -1,6 +1,6 @@
 """Word count really runs: negotiators + driver (Spark local) + processors, real ZooKeeper and
 Kafka; the committed snapshots must equal the reference model exactly, also after a
-processor is SIGKILLed mid-run. Built on :mod:`hailstorm.harness`."""
+processor is SIGKILLed mid-run. Built on :mod:`hailstorm.dev.harness`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 from deployments import deployed
 
 from hailstorm import kafka
-from hailstorm.devstack import pid_alive
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     BackgroundProducer,
     Produced,
     StackAddresses,
@@ -24,6 +23,7 @@ from hailstorm.harness import (
     wait_for,
     wordcount_lines,
 )
+from hailstorm.dev.services import pid_alive
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import CommittedRecord
 from hailstorm.snapshots import DirectorySnapshotStore

@@ -1,6 +1,6 @@
 """Snapshots on object storage: the store through s3fs against a real S3-API server.
 
-S3Proxy (fetched from Maven Central by :mod:`hailstorm.s3proxy`) serves the S3 API on
+S3Proxy (fetched from Maven Central by :mod:`hailstorm.dev.s3proxy`) serves the S3 API on
 127.0.0.1; hailstorm reaches it through s3fs/botocore exactly as it would reach Amazon S3.
 The store must keep its promises there (write-once round files verified after upload,
 checksums, garbage collection), an upload cut short by a kill must leave nothing visible,
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     Produced,
     StackAddresses,
     TopologyRun,
@@ -29,9 +29,9 @@ from hailstorm.harness import (
     produce,
     wordcount_lines,
 )
+from hailstorm.dev.s3proxy import S3Server
 from hailstorm.model import run_model
 from hailstorm.monoids import Count, per_key
-from hailstorm.s3proxy import S3Server
 from hailstorm.snapshots import (
     FsspecSnapshotStore,
     SnapshotCorruptError,

@@ -31,8 +31,8 @@ from databases import query
 from deployments import REPO
 
 from hailstorm import kafka
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
-from hailstorm.harness.producing import wordcount_lines
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
+from hailstorm.dev.harness.producing import wordcount_lines
 from hailstorm.model import run_model
 from hailstorm.processors.sink_guard import CommittedRound, opening_shortfall
 from hailstorm.protocol.clock import Clock

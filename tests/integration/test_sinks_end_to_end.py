@@ -16,7 +16,7 @@ import pytest
 from databases import query
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     SQLITE,
     Produced,
     StackAddresses,

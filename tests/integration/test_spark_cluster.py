@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.devstack import SPARK_MASTER, SPARK_MASTER_VAR, DevStack, spark_worker_name
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     Produced,
     StackAddresses,
     TopologyRun,
     produce,
     wordcount_lines,
 )
+from hailstorm.dev.services import SPARK_MASTER, SPARK_MASTER_VAR, DevStack, spark_worker_name
 
 pytestmark = pytest.mark.integration
 

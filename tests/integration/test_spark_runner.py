@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from spark_entries import record_pid_and_wait
 
-from hailstorm.devstack import pid_alive
+from hailstorm.dev.services import pid_alive
 from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_context
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wordcount_lines
 from hailstorm.metrics import parse_samples
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ import pytest
 from deployments import deployed
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     Produced,
     StackAddresses,
     TopologyRun,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     ZOMBIE_FENCED,
     Produced,
     StackAddresses,

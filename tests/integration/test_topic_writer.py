@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from hailstorm.harness import topic_records
+from hailstorm.dev.harness import topic_records
 from hailstorm.sinks import FencedError
 from hailstorm.sinks.topic import ORIGIN_HEADER, TopicWriter
 from hailstorm.topic import Topic

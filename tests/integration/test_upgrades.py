@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from hailstorm import kafka
 from hailstorm.cli import main
-from hailstorm.harness import SQLITE, Produced, StackAddresses, TopologyRun, produce
+from hailstorm.dev.harness import SQLITE, Produced, StackAddresses, TopologyRun, produce
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import parse_processor_id
 

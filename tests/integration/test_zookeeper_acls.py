@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from hailstorm import kafka
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     Produced,
     StackAddresses,
     TopologyRun,

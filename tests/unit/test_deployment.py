@@ -17,7 +17,7 @@ import yaml
 
 from hailstorm import config
 from hailstorm.cli import main as cli_main
-from hailstorm.kafka_broker import KAFKA_VERSION
+from hailstorm.dev.kafka_broker import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

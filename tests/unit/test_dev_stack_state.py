@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hailstorm.devstack import (
+from hailstorm.dev.kafka_broker import NodePorts
+from hailstorm.dev.services import (
     SERVICES,
     SPARK_MASTER,
     SPARK_MASTER_VAR,
@@ -20,14 +21,13 @@ from hailstorm.devstack import (
     StackState,
     spark_worker_name,
 )
-from hailstorm.devstack.state import (
+from hailstorm.dev.services.state import (
     ServiceOnDisk,
     StartAction,
     plan_start,
     plan_up,
     restart_port,
 )
-from hailstorm.kafka_broker import NodePorts
 
 
 def _record(name: str, port: int) -> ServiceRecord:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm.cli import main
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     MASTER_PHASES,
     ChaosReport,
     ChaosSchedule,
@@ -26,7 +26,7 @@ from hailstorm.harness import (
     Recovery,
     TopologyRun,
 )
-from hailstorm.harness.evidence import (
+from hailstorm.dev.harness.evidence import (
     FENCED,
     NEW_LEADER,
     RECOVERY_NAMES_VICTIM,

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from hailstorm import Count, Table, Topology, per_key
 from hailstorm.cli import main
-from hailstorm.harness import (
+from hailstorm.dev.harness import (
     BY_HAND,
     DEFAULT_FAULT_KINDS,
     FAULT_KINDS,
@@ -44,8 +44,8 @@ from hailstorm.harness import (
     private_database,
     zombie_outcome,
 )
-from hailstorm.harness.chaos import cycled
-from hailstorm.harness.evidence import (
+from hailstorm.dev.harness.chaos import cycled
+from hailstorm.dev.harness.evidence import (
     NODE_BACK,
     VICTIM_GONE,
 )

@@ -168,7 +168,8 @@ def test_modules_are_small_or_say_why() -> None:
 
 MODELS = ("hailstorm.model", "hailstorm.oracle")
 """The two oracles a run is judged by (issue 47)."""
-JUDGES = ("hailstorm", "hailstorm.testing", "hailstorm.harness", "hailstorm.cli", "hailstorm.demo")
+JUDGES = ("hailstorm", "hailstorm.testing", "hailstorm.dev.harness", "hailstorm.cli",
+          "hailstorm.dev.demo")
 """What may import a model besides the models: the package face (it re-exports
 ``run_model``), the user's test helpers, and the tooling that compares a run with them."""
 

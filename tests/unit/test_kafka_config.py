@@ -8,8 +8,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from hailstorm import kafka
+from hailstorm.dev.kafka_broker import ClusterLayout, NodePorts, TlsFiles, server_properties
 from hailstorm.halt import TopologyHalt, halt_reason
-from hailstorm.kafka_broker import ClusterLayout, NodePorts, TlsFiles, server_properties
 from hailstorm.runtime.driver import grown_partitions
 
 SECURED = """\

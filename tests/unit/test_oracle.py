@@ -19,14 +19,15 @@ from hypothesis import strategies as st
 
 import hailstorm.oracle as oracle_module
 from hailstorm import Message, load_topology, run_model
-from hailstorm.harness import compare
-from hailstorm.harness.compare import (
+from hailstorm.dev.harness import compare
+from hailstorm.dev.harness.compare import (
     compare_with_model,
     model_disagreements,
     oracle_disagreements,
 )
-from hailstorm.harness.producing import keyed_events, zipf_text_lines
-from hailstorm.harness.results import BoltStates
+from hailstorm.dev.harness.producing import keyed_events, zipf_text_lines
+from hailstorm.dev.harness.results import BoltStates
+from hailstorm.dev.workloads import PageViews
 from hailstorm.joins import LookupJoin, WindowJoin
 from hailstorm.lateness import late_table
 from hailstorm.monoids import (
@@ -46,7 +47,6 @@ from hailstorm.monoids import (
 from hailstorm.oracle import OracleHalt, OracleUnsupported, run_oracle
 from hailstorm.topic import Topic
 from hailstorm.topology import Table, Topology
-from hailstorm.workloads import PageViews
 
 TOPOLOGIES = Path(__file__).resolve().parents[2] / "topologies"
 

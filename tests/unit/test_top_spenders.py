@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hailstorm import Message, Topology, load_topology, messages, run_model
-from hailstorm.workloads import KeyedEvents
+from hailstorm.dev.workloads import KeyedEvents
 
 TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "top_spenders.py"
 

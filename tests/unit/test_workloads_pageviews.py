@@ -1,11 +1,11 @@
-"""The page-view generator (hailstorm.workloads.PageViews): seeded, in event-time order with
+"""The page-view generator (hailstorm.dev.workloads.PageViews): seeded, in event-time order with
 the documented share of delayed views and stragglers, Zipf-shaped pages."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from hailstorm.workloads import PageViews
+from hailstorm.dev.workloads import PageViews
 
 
 def test_page_views_are_seeded_and_shaped_as_documented() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm import kafka
-from hailstorm.harness.wait import HarnessError
+from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import CommittedRecord
 from hailstorm.snapshots import open_store
@@ -96,7 +96,8 @@ def topic_rows(bootstrap: str, target: Topic, since: Mapping[int, int] | None = 
 def read_bolt_states(topology: Topology, snapshots: Path | str,
                      committed: CommittedRecord) -> dict[str, BoltStates]:
     """Every bolt's state in the round ``committed``, from its snapshots in the store at
-    ``snapshots`` (see :meth:`~hailstorm.harness.deployment.Deployment.committed_bolt_states`)."""
+    ``snapshots`` (see
+    :meth:`~hailstorm.dev.harness.deployment.Deployment.committed_bolt_states`)."""
     store = open_store(snapshots)
     result = {}
     for bolt in topology.bolts:
@@ -119,7 +120,7 @@ def read_sink_tables(topology: Topology, bootstrap: str, database: str,
                      topic_starts: Mapping[str, Mapping[int, int]],
                      ) -> dict[str, dict[tuple[Any, ...], dict[str, Any]]]:
     """Every sink's table or topic, key tuple -> row (see
-    :meth:`~hailstorm.harness.deployment.Deployment.sink_tables`): tables without a URL
+    :meth:`~hailstorm.dev.harness.deployment.Deployment.sink_tables`): tables without a URL
     are in ``database``, topics are read from ``topic_starts`` on."""
     from hailstorm.sinks.db import Database
     from hailstorm.sinks.sql import HIDDEN_COLUMNS

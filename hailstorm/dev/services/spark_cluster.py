@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hailstorm.devstack.processes import (
+from hailstorm.dev.services.processes import (
     StackProcesses,
     await_ready,
     free_port,
@@ -18,7 +18,7 @@ from hailstorm.devstack.processes import (
     pid_alive,
     pyspark_jars,
 )
-from hailstorm.devstack.state import (
+from hailstorm.dev.services.state import (
     SPARK_MASTER,
     Host,
     ServiceRecord,

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from hailstorm.harness.faults import RECOVERY_PHASES, Explanation, Fault, FaultKind
+from hailstorm.dev.harness.faults import RECOVERY_PHASES, Explanation, Fault, FaultKind
 from hailstorm.protocol.layout import RecoveryRecord
 
 VICTIM_GONE = "victim gone"
@@ -55,7 +55,7 @@ watch and writes the record, on a machine whose cores other jobs share."""
 BROKER_RECOVERY_WINDOW = 60.0
 """Seconds after a broker fault within which a processor may fail because of it: a dead
 node keeps leading its partitions until the controller fences it (9 s by default), it is
-down for up to :attr:`~hailstorm.harness.deployment.Deployment.broker_downtime`, and
+down for up to :attr:`~hailstorm.dev.harness.deployment.Deployment.broker_downtime`, and
 clients retry before they give up."""
 DECLARED_WINDOW = 120.0
 """Seconds after a restart a test declared (or a failpoint that fired) within which

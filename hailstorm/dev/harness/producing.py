@@ -15,10 +15,10 @@ from typing import Any
 from confluent_kafka import Producer
 
 from hailstorm import kafka
-from hailstorm.harness.wait import HarnessError
+from hailstorm.dev.harness.wait import HarnessError
+from hailstorm.dev.workloads import KeyedEvents, ZipfText
 from hailstorm.protocol.clock import Partition
 from hailstorm.vocabulary import Message
-from hailstorm.workloads import KeyedEvents, ZipfText
 
 
 @dataclass
@@ -211,14 +211,14 @@ def wordcount_lines(count: int, seed: int) -> list[bytes]:
 
 
 def zipf_text_lines(count: int, seed: int) -> list[bytes]:
-    """``count`` seeded lines of realistic text (:class:`hailstorm.workloads.ZipfText`:
+    """``count`` seeded lines of realistic text (:class:`hailstorm.dev.workloads.ZipfText`:
     50,000 words by Zipf's law, a few hot, most rare)."""
     return [line.encode() for line in ZipfText().lines(count, seed)]
 
 
 def keyed_events(count: int, seed: int) -> list[bytes]:
     """``count`` seeded JSON events of users drawn by Zipf's law from 2,000,000
-    (:class:`hailstorm.workloads.KeyedEvents`)."""
+    (:class:`hailstorm.dev.workloads.KeyedEvents`)."""
     return list(KeyedEvents().events(count, seed))
 
 

@@ -22,7 +22,7 @@ Faults:
 * :meth:`TopologyRun.kill_broker` - SIGKILL the Kafka node that leads the most partitions of
   the source topic (from the cluster metadata), keep it down a few seconds, then start it
   again on its own data. It needs a :class:`BrokerControl` (a
-  :class:`hailstorm.devstack.DevStack` is one) and a cluster of at least
+  :class:`hailstorm.dev.services.DevStack` is one) and a cluster of at least
   :data:`MIN_KAFKA_NODES` nodes: killing the only broker is not a recoverable fault.
 
 :class:`ChaosSchedule` plans seeded faults, :meth:`TopologyRun.inject` runs one (recording
@@ -37,43 +37,43 @@ all together into a :class:`ChaosReport` (text or JSON), as ``hailstorm chaos`` 
 
 Modules, by concern (this package re-exports the names the rest of the repository uses):
 
-* :mod:`~hailstorm.harness.wait` - :class:`HarnessError` and :func:`wait_for`, the bounded
+* :mod:`~hailstorm.dev.harness.wait` - :class:`HarnessError` and :func:`wait_for`, the bounded
   waits;
-* :mod:`~hailstorm.harness.stack` - the stack's addresses, a run's private database, the
+* :mod:`~hailstorm.dev.harness.stack` - the stack's addresses, a run's private database, the
   Kafka nodes (partition layout, whether a broker fault is recoverable, restarting a node);
-* :mod:`~hailstorm.harness.producing` - :class:`Produced`, :func:`produce`,
+* :mod:`~hailstorm.dev.harness.producing` - :class:`Produced`, :func:`produce`,
   :class:`BackgroundProducer` and the seeded :data:`WORKLOADS`;
-* :mod:`~hailstorm.harness.faults` - the fault kinds and phases, :class:`Fault`,
+* :mod:`~hailstorm.dev.harness.faults` - the fault kinds and phases, :class:`Fault`,
   :class:`Recovery`, how a zombie ended (from its log);
-* :mod:`~hailstorm.harness.evidence` - whether a fault bit (its evidence), which fault
+* :mod:`~hailstorm.dev.harness.evidence` - whether a fault bit (its evidence), which fault
   each recovery is due to (:func:`account`), the restarts a plan causes;
-* :mod:`~hailstorm.harness.results` - reading committed bolt states, sink tables and topics;
-* :mod:`~hailstorm.harness.compare` - :func:`compare_with_model`, :func:`compare_tables` and
+* :mod:`~hailstorm.dev.harness.results` - reading committed bolt states, sink tables and topics;
+* :mod:`~hailstorm.dev.harness.compare` - :func:`compare_with_model`, :func:`compare_tables` and
   the by-hand counts (:data:`BY_HAND`);
-* :mod:`~hailstorm.harness.deployment` - the processes of one deployment, its ZooKeeper
+* :mod:`~hailstorm.dev.harness.deployment` - the processes of one deployment, its ZooKeeper
   records, its committed results and its recoveries;
-* :mod:`~hailstorm.harness.run` - :class:`TopologyRun`: that deployment, hurt on purpose,
+* :mod:`~hailstorm.dev.harness.run` - :class:`TopologyRun`: that deployment, hurt on purpose,
   with its recoveries measured;
-* :mod:`~hailstorm.harness.chaos` - :class:`ChaosSchedule`, :func:`run_chaos` and
+* :mod:`~hailstorm.dev.harness.chaos` - :class:`ChaosSchedule`, :func:`run_chaos` and
   :class:`ChaosReport`, behind ``hailstorm chaos``.
 """
 
-from hailstorm.harness.chaos import ChaosReport, ChaosSchedule, PlannedFault, run_chaos
-from hailstorm.harness.compare import (
+from hailstorm.dev.harness.chaos import ChaosReport, ChaosSchedule, PlannedFault, run_chaos
+from hailstorm.dev.harness.compare import (
     BY_HAND,
     Comparison,
     Difference,
     compare_tables,
     compare_with_model,
 )
-from hailstorm.harness.evidence import (
+from hailstorm.dev.harness.evidence import (
     Accounting,
     account,
     missing_evidence,
     planned_restarts,
     recovery_window,
 )
-from hailstorm.harness.faults import (
+from hailstorm.dev.harness.faults import (
     DEFAULT_FAULT_KINDS,
     FAULT_KINDS,
     MASTER_PHASES,
@@ -86,7 +86,7 @@ from hailstorm.harness.faults import (
     Recovery,
     zombie_outcome,
 )
-from hailstorm.harness.producing import (
+from hailstorm.dev.harness.producing import (
     PRODUCER_SETTINGS,
     WORKLOADS,
     BackgroundProducer,
@@ -95,9 +95,9 @@ from hailstorm.harness.producing import (
     produce,
     wordcount_lines,
 )
-from hailstorm.harness.results import BoltStates, keyed_append_rows, topic_records
-from hailstorm.harness.run import TopologyRun
-from hailstorm.harness.stack import (
+from hailstorm.dev.harness.results import BoltStates, keyed_append_rows, topic_records
+from hailstorm.dev.harness.run import TopologyRun
+from hailstorm.dev.harness.stack import (
     MIN_KAFKA_NODES,
     SQLITE,
     BrokerControl,
@@ -109,7 +109,7 @@ from hailstorm.harness.stack import (
     private_database,
     topic_layout,
 )
-from hailstorm.harness.wait import HarnessError, wait_for
+from hailstorm.dev.harness.wait import HarnessError, wait_for
 
 __all__ = [
     "BY_HAND",

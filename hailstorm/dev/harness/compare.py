@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hailstorm.harness.results import BoltStates, keyed_append_rows
+from hailstorm.dev.harness.results import BoltStates, keyed_append_rows
 from hailstorm.model import Message, ModelResult, RecordHalt, run_model
 from hailstorm.oracle import (
     DIGEST,

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm.config import KAFKA_CONFIG_VAR
+from hailstorm.dev.kafka_broker import ClusterLayout, NodePorts
 from hailstorm.errors import ServiceError
-from hailstorm.kafka_broker import ClusterLayout, NodePorts
 
 LOOPBACK = "127.0.0.1"
 STATE_FILE = "stack.json"
@@ -43,7 +43,7 @@ class Host:
     namespace its process is started in (None: this process's own).
 
     The default is this machine's loopback. Tests place services on test hosts they make
-    with network namespaces (:mod:`hailstorm.netns`); the namespace must already exist.
+    with network namespaces (:mod:`hailstorm.dev.netns`); the namespace must already exist.
     """
 
     address: str = LOOPBACK

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaException
 
 from hailstorm import kafka
-from hailstorm.harness.wait import HarnessError, wait_for
+from hailstorm.dev.harness.wait import HarnessError, wait_for
 from hailstorm.protocol.clock import Partition
 from hailstorm.sinks.urls import is_postgres_url
 
@@ -79,7 +79,7 @@ one node can die while every partition keeps a leader and acknowledged writes su
 
 
 class BrokerControl(Protocol):
-    """Stops and starts the nodes of a Kafka cluster; a :class:`hailstorm.devstack.DevStack`
+    """Stops and starts the nodes of a Kafka cluster; a :class:`hailstorm.dev.services.DevStack`
     is one."""
 
     def kill_kafka_node(self, node: int) -> int:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hailstorm import kafka
-from hailstorm.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
-from hailstorm.harness.evidence import missing_evidence, planned_restarts
-from hailstorm.harness.faults import (
+from hailstorm.dev.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
+from hailstorm.dev.harness.evidence import missing_evidence, planned_restarts
+from hailstorm.dev.harness.faults import (
     DEFAULT_FAULT_KINDS,
     MASTER_PHASES,
     RECOVERY_PHASES,
@@ -27,10 +27,15 @@ from hailstorm.harness.faults import (
     MasterPhase,
     Recovery,
 )
-from hailstorm.harness.producing import BackgroundProducer, Produced
-from hailstorm.harness.run import TopologyRun
-from hailstorm.harness.stack import BrokerControl, StackAddresses, broker_fault_problem, kafka_nodes
-from hailstorm.harness.wait import HarnessError
+from hailstorm.dev.harness.producing import BackgroundProducer, Produced
+from hailstorm.dev.harness.run import TopologyRun
+from hailstorm.dev.harness.stack import (
+    BrokerControl,
+    StackAddresses,
+    broker_fault_problem,
+    kafka_nodes,
+)
+from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import RecoveryRecord
 from hailstorm.sinks.urls import redact

@@ -1,5 +1,5 @@
 """The dev stack's Apache Kafka in KRaft mode, from the official artifacts
-(:mod:`hailstorm.kafka_broker` fetches them from Maven Central once), run with the
+(:mod:`hailstorm.dev.kafka_broker` fetches them from Maven Central once), run with the
 machine's Java: one node, or a cluster of ``kafka_brokers`` nodes (each a broker and a
 controller). With ``kafka_security="sasl_ssl"`` clients reach it through a SCRAM-SHA-256 +
 TLS listener only, with a CA the stack makes; ``hailstorm dev env`` then names a client
@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm.config import read_properties
-from hailstorm.devstack.processes import (
+from hailstorm.dev.kafka_broker import (
+    LOG4J2_CONFIG,
+    SCRAM_MECHANISM,
+    KafkaSetupError,
+    NodePorts,
+    ensure_kafka_libs,
+    make_dev_tls,
+    new_cluster_id,
+    server_properties,
+)
+from hailstorm.dev.services.processes import (
     StackProcesses,
     await_ready,
     free_port,
@@ -25,7 +35,7 @@ from hailstorm.devstack.processes import (
     pid_alive,
     stop_pid,
 )
-from hailstorm.devstack.state import (
+from hailstorm.dev.services.state import (
     KAFKA_CLIENT_CONFIG,
     KAFKA_USER,
     DevStackError,
@@ -36,16 +46,6 @@ from hailstorm.devstack.state import (
     kafka_node_name,
 )
 from hailstorm.kafka import broker_answers
-from hailstorm.kafka_broker import (
-    LOG4J2_CONFIG,
-    SCRAM_MECHANISM,
-    KafkaSetupError,
-    NodePorts,
-    ensure_kafka_libs,
-    make_dev_tls,
-    new_cluster_id,
-    server_properties,
-)
 
 
 class KafkaCluster(StackProcesses):

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hailstorm.devstack.processes import StackProcesses, await_ready, pid_alive, stop_pid
-from hailstorm.devstack.state import (
+from hailstorm.dev.services.processes import StackProcesses, await_ready, pid_alive, stop_pid
+from hailstorm.dev.services.state import (
     DATABASE,
     DATABASE_USER,
     LOCAL,

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hailstorm.devstack.state import (
+from hailstorm.dev.kafka_broker import Progress
+from hailstorm.dev.services.state import (
     LOOPBACK,
     STATE_FILE,
     DevStackError,
@@ -27,7 +28,6 @@ from hailstorm.devstack.state import (
     StackState,
     restart_port,
 )
-from hailstorm.kafka_broker import Progress
 
 # --------------------------------------------------------------------------- processes
 
@@ -203,7 +203,7 @@ class StackProcesses:
     """What starting any service takes: the state directory and its state file, the
     configured ports, spawning a process that logs under ``logs/``. The service mixins
     (:mod:`.zookeeper_server`, :mod:`.kafka_cluster`, :mod:`.postgres`, :mod:`.spark_cluster`)
-    build on it; :class:`~hailstorm.devstack.stack.DevStack` sets these attributes."""
+    build on it; :class:`~hailstorm.dev.services.stack.DevStack` sets these attributes."""
 
     state_dir: Path
     ports: dict[str, int]

@@ -1,5 +1,5 @@
 """Hurting a running topology: :class:`TopologyRun` is a
-:class:`~hailstorm.harness.deployment.Deployment` that injects faults (a processor's SIGKILL,
+:class:`~hailstorm.dev.harness.deployment.Deployment` that injects faults (a processor's SIGKILL,
 the leading negotiator's, an expired ZooKeeper session, a zombie sink, a stalled bolt, a
 killed Kafka node), each timed for a master state and recorded with what the topology held
 when it hit, and measures the recovery from each."""
@@ -17,10 +17,8 @@ from collections.abc import Iterator, Mapping
 from confluent_kafka import KafkaException
 
 from hailstorm import kafka
-from hailstorm.devstack import pid_alive
-from hailstorm.failpoints import PAUSE_DIR_VAR, pause_request
-from hailstorm.harness.deployment import Deployment
-from hailstorm.harness.evidence import (
+from hailstorm.dev.harness.deployment import Deployment
+from hailstorm.dev.harness.evidence import (
     FENCED,
     NEW_LEADER,
     NODE_BACK,
@@ -31,7 +29,7 @@ from hailstorm.harness.evidence import (
     VICTIM_STOPPED,
     expects_recovery,
 )
-from hailstorm.harness.faults import (
+from hailstorm.dev.harness.faults import (
     _RECOVERING,
     RECOVERY_PHASES,
     VICTIM_ROLES,
@@ -44,21 +42,23 @@ from hailstorm.harness.faults import (
     process_stopped,
     zombie_outcome,
 )
-from hailstorm.harness.producing import BackgroundProducer
-from hailstorm.harness.stack import (
+from hailstorm.dev.harness.producing import BackgroundProducer
+from hailstorm.dev.harness.stack import (
     TopicLayout,
     _NodeRestart,
     broker_fault_problem,
     busiest_leader,
     topic_layout,
 )
-from hailstorm.harness.wait import HarnessError, wait_for
+from hailstorm.dev.harness.wait import HarnessError, wait_for
+from hailstorm.dev.services import pid_alive
+from hailstorm.failpoints import PAUSE_DIR_VAR, pause_request
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import RecoveryRecord
 
 
 class TopologyRun(Deployment):
-    """A :class:`~hailstorm.harness.deployment.Deployment` the harness hurts: faults timed
+    """A :class:`~hailstorm.dev.harness.deployment.Deployment` the harness hurts: faults timed
     for a master state, and the recovery from each measured (context manager)."""
 
     # -- timing a fault -------------------------------------------------------------------
@@ -507,7 +507,7 @@ class TopologyRun(Deployment):
         """Seconds from ``fault`` until the topology flowed again after it, and until a
         commit passed it.
 
-        A fault that fails a processor (:func:`~hailstorm.harness.evidence.expects_recovery`)
+        A fault that fails a processor (:func:`~hailstorm.dev.harness.evidence.expects_recovery`)
         is recovered from once the master is ``Flowing`` in the epoch of the recovery
         recorded for it (a move through ``Initialize`` after the fault whose reason names
         the victim, see :meth:`accounting`) or a later one: a later epoch alone proves

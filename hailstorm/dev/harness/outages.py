@@ -24,18 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm import kafka
-from hailstorm.devstack import DevStack, StackState
-from hailstorm.devstack.state import StartAction
-from hailstorm.harness.compare import Comparison, compare_with_model
-from hailstorm.harness.producing import BackgroundProducer, Produced, wordcount_lines
-from hailstorm.harness.run import TopologyRun
-from hailstorm.harness.stack import StackAddresses
-from hailstorm.harness.wait import HarnessError, wait_for
+from hailstorm.dev.harness.compare import Comparison, compare_with_model
+from hailstorm.dev.harness.producing import BackgroundProducer, Produced, wordcount_lines
+from hailstorm.dev.harness.run import TopologyRun
+from hailstorm.dev.harness.stack import StackAddresses
+from hailstorm.dev.harness.wait import HarnessError, wait_for
+from hailstorm.dev.services import DevStack, StackState
+from hailstorm.dev.services.state import StartAction
 from hailstorm.model import run_model
 
 __all__ = ["OutageResult", "own_postgres", "postgres_outage"]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 WORDCOUNT = REPO / "topologies" / "wordcount.py"
 TOPIC = "words"
 

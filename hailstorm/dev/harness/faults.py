@@ -2,8 +2,8 @@
 for (:data:`MASTER_PHASES`), the record of one injected (:class:`Fault`, with the evidence
 that it happened) and of the recovery from it (:class:`Recovery`), what else may explain a
 recovery (:class:`Explanation`), and how a zombie sink ended, read from its log lines
-(:func:`zombie_outcome`). :class:`~hailstorm.harness.run.TopologyRun` injects them;
-:mod:`~hailstorm.harness.evidence` judges whether they bit."""
+(:func:`zombie_outcome`). :class:`~hailstorm.dev.harness.run.TopologyRun` injects them;
+:mod:`~hailstorm.dev.harness.evidence` judges whether they bit."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class Fault:
     """Injected only to start a recovery that the next fault is timed to hit."""
     evidence: dict[str, bool] = field(default_factory=dict)
     """What the harness saw of the fault, by the names of
-    :mod:`~hailstorm.harness.evidence` (``"victim gone": True``...)."""
+    :mod:`~hailstorm.dev.harness.evidence` (``"victim gone": True``...)."""
     lethal_at: float | None = None
     """A stall that ended in a SIGKILL: when the kill struck (the recovery is timed from
     it)."""
@@ -88,9 +88,9 @@ class Recovery:
     """A broker fault: seconds until the killed node was back in the cluster metadata."""
     record: RecoveryRecord | None = None
     """The recovery ZooKeeper recorded for the fault (see
-    :func:`~hailstorm.harness.evidence.account`; None: none was, or none was due)."""
+    :func:`~hailstorm.dev.harness.evidence.account`; None: none was, or none was due)."""
     missing: list[str] = field(default_factory=list)
-    """The evidence the fault lacks (:func:`~hailstorm.harness.evidence.missing_evidence`):
+    """The evidence the fault lacks (:func:`~hailstorm.dev.harness.evidence.missing_evidence`):
     anything here means it may not have happened as planned."""
 
     @property

@@ -24,7 +24,7 @@ import subprocess
 from collections.abc import Sequence
 from types import TracebackType
 
-from hailstorm.devstack import Host
+from hailstorm.dev.services import Host
 from hailstorm.errors import ServiceError
 
 SWITCH_BRIDGE = "br0"

@@ -1,7 +1,7 @@
 """The dev stack's orchestration: :class:`DevStack` brings the services up in order (each
 started only when it does not run yet), down by pid, and reports their status and the
 ``HAILSTORM_*`` variables; :func:`running_stack` holds one up for a ``with`` block. How each
-service starts is a mixin of its own module (see :mod:`hailstorm.devstack`).
+service starts is a mixin of its own module (see :mod:`hailstorm.dev.services`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import signal
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from hailstorm.devstack.kafka_cluster import KafkaCluster
-from hailstorm.devstack.postgres import PostgresServer
-from hailstorm.devstack.processes import pid_alive, stop_pid
-from hailstorm.devstack.spark_cluster import SparkCluster
-from hailstorm.devstack.state import (
+from hailstorm.dev.kafka_broker import Progress
+from hailstorm.dev.services.kafka_cluster import KafkaCluster
+from hailstorm.dev.services.postgres import PostgresServer
+from hailstorm.dev.services.processes import pid_alive, stop_pid
+from hailstorm.dev.services.spark_cluster import SparkCluster
+from hailstorm.dev.services.state import (
     DEFAULT_SPARK_CORES,
     KAFKA_CLIENT_CONFIG,
     SERVICES,
@@ -34,8 +35,7 @@ from hailstorm.devstack.state import (
     plan_up,
     spark_worker_name,
 )
-from hailstorm.devstack.zookeeper_server import ZooKeeperServer
-from hailstorm.kafka_broker import Progress
+from hailstorm.dev.services.zookeeper_server import ZooKeeperServer
 
 
 class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
@@ -90,7 +90,7 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
         """Start whatever is not running yet; return the stack with its addresses.
 
         A service that stopped is started again on its own data, on the port it had when
-        that is free (:func:`~hailstorm.devstack.state.plan_up`); nothing is deleted here.
+        that is free (:func:`~hailstorm.dev.services.state.plan_up`); nothing is deleted here.
         """
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # its owner's only
         recorded = self.load()

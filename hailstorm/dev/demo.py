@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hailstorm import kafka
-from hailstorm.devstack import DevStack
-from hailstorm.harness import Produced, StackAddresses, TopologyRun, produce
+from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce
+from hailstorm.dev.services import DevStack
 from hailstorm.model import run_model
 from hailstorm.sinks import redact
 from hailstorm.topology.loading import examples_dir

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import socket
 
-from hailstorm.devstack.processes import StackProcesses, await_ready, java_binary, pyspark_jars
-from hailstorm.devstack.state import LOOPBACK, ServiceRecord, StackState
+from hailstorm.dev.services.processes import StackProcesses, await_ready, java_binary, pyspark_jars
+from hailstorm.dev.services.state import LOOPBACK, ServiceRecord, StackState
 from hailstorm.runtime.spark_stage import C1_ONLY
 
 

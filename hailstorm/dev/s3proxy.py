@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from hailstorm.config import cache_dir
-from hailstorm.devstack import free_port, listens
+from hailstorm.dev.services import free_port, listens
 from hailstorm.errors import ServiceError
 
 __all__ = ["S3PROXY_VERSION", "S3Server", "S3SetupError", "ensure_s3proxy_jar"]

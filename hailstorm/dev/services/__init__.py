@@ -8,21 +8,21 @@ checked first so a recycled pid is never signalled), and removes their data only
 ``wipe``.
 
 A package, one concern per module; the names below are its interface (import them from
-``hailstorm.devstack``):
+``hailstorm.dev.services``):
 
-* :mod:`~hailstorm.devstack.state` — the services, hosts and the state file (pure);
-* :mod:`~hailstorm.devstack.processes` — pids, ports, waiting for readiness, Java, and the
+* :mod:`~hailstorm.dev.services.state` — the services, hosts and the state file (pure);
+* :mod:`~hailstorm.dev.services.processes` — pids, ports, waiting for readiness, Java, and the
   state file and spawning every service shares;
-* :mod:`~hailstorm.devstack.zookeeper_server`, :mod:`~hailstorm.devstack.kafka_cluster`,
-  :mod:`~hailstorm.devstack.postgres`, :mod:`~hailstorm.devstack.spark_cluster` — how each
+* :mod:`~hailstorm.dev.services.zookeeper_server`, :mod:`~hailstorm.dev.services.kafka_cluster`,
+  :mod:`~hailstorm.dev.services.postgres`, :mod:`~hailstorm.dev.services.spark_cluster` — how each
   service is started (and Kafka nodes stopped and restarted);
-* :mod:`~hailstorm.devstack.stack` — :class:`DevStack`, the orchestration.
+* :mod:`~hailstorm.dev.services.stack` — :class:`DevStack`, the orchestration.
 """
 
 from __future__ import annotations
 
-from hailstorm.devstack.postgres import postgres_bin_dir
-from hailstorm.devstack.processes import (
+from hailstorm.dev.services.postgres import postgres_bin_dir
+from hailstorm.dev.services.processes import (
     ensure_port_free,
     free_port,
     java_binary,
@@ -31,8 +31,8 @@ from hailstorm.devstack.processes import (
     pyspark_jars,
     stop_pid,
 )
-from hailstorm.devstack.stack import DevStack, running_stack
-from hailstorm.devstack.state import (
+from hailstorm.dev.services.stack import DevStack, running_stack
+from hailstorm.dev.services.state import (
     DATABASE,
     DATABASE_USER,
     DEFAULT_SPARK_CORES,
@@ -55,7 +55,7 @@ from hailstorm.devstack.state import (
     placement_of,
     spark_worker_name,
 )
-from hailstorm.devstack.zookeeper_server import four_letter_word
+from hailstorm.dev.services.zookeeper_server import four_letter_word
 
 __all__ = [
     "DATABASE",

@@ -1,9 +1,9 @@
 """One deployment of a topology on a running stack: :class:`Deployment` starts its
 negotiators and driver as subprocesses (logs in ``log_dir``), stops every process it started
 by pid (the Spark Python workers through the pids processors report), reads its records in
-ZooKeeper and what it committed (:mod:`~hailstorm.harness.results`), compares that with the
-model (:mod:`~hailstorm.harness.compare`) and accounts for its recoveries
-(:mod:`~hailstorm.harness.evidence`)."""
+ZooKeeper and what it committed (:mod:`~hailstorm.dev.harness.results`), compares that with the
+model (:mod:`~hailstorm.dev.harness.compare`) and accounts for its recoveries
+(:mod:`~hailstorm.dev.harness.evidence`)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,20 @@ from types import TracebackType
 from typing import Any, Self
 
 from hailstorm import kafka
-from hailstorm.devstack import SPARK_MASTER_VAR, pid_alive, stop_pid
+from hailstorm.dev.harness.compare import Comparison, compare_with_model
+from hailstorm.dev.harness.evidence import Accounting, account, recovery_window
+from hailstorm.dev.harness.faults import ZOMBIE_SPARK_CONF, Explanation, Fault
+from hailstorm.dev.harness.producing import BackgroundProducer, Produced
+from hailstorm.dev.harness.results import BoltStates, read_bolt_states, read_sink_tables, topic_ends
+from hailstorm.dev.harness.stack import (
+    BrokerControl,
+    StackAddresses,
+    _NodeRestart,
+    private_database,
+)
+from hailstorm.dev.harness.wait import HarnessError, wait_for
+from hailstorm.dev.services import SPARK_MASTER_VAR, pid_alive, stop_pid
 from hailstorm.failpoints import FAILPOINTS_DIR_VAR, PAUSE_DIR_VAR
-from hailstorm.harness.compare import Comparison, compare_with_model
-from hailstorm.harness.evidence import Accounting, account, recovery_window
-from hailstorm.harness.faults import ZOMBIE_SPARK_CONF, Explanation, Fault
-from hailstorm.harness.producing import BackgroundProducer, Produced
-from hailstorm.harness.results import BoltStates, read_bolt_states, read_sink_tables, topic_ends
-from hailstorm.harness.stack import BrokerControl, StackAddresses, _NodeRestart, private_database
-from hailstorm.harness.wait import HarnessError, wait_for
 from hailstorm.model import run_model
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import (
@@ -43,13 +48,13 @@ from hailstorm.topic import Topic
 from hailstorm.topology import Topology, load_topology
 from hailstorm.zookeeper import zk_client
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 class Deployment:
     """Negotiators and driver of one topology deployment (context manager): starting and
     stopping them, the topology's records in ZooKeeper, what it committed, and which of its
-    recoveries something explains. :class:`~hailstorm.harness.run.TopologyRun` adds the
+    recoveries something explains. :class:`~hailstorm.dev.harness.run.TopologyRun` adds the
     faults."""
 
     def __init__(
@@ -362,8 +367,8 @@ class Deployment:
 
     def accounting(self) -> Accounting:
         """Which fault, declared restart or failpoint each recovery so far is due to (see
-        :func:`~hailstorm.harness.evidence.account`: a fault's recovery names its victim
-        within :func:`~hailstorm.harness.evidence.recovery_window` of the processors'
+        :func:`~hailstorm.dev.harness.evidence.account`: a fault's recovery names its victim
+        within :func:`~hailstorm.dev.harness.evidence.recovery_window` of the processors'
         session timeout)."""
         return account(self.recoveries(), self.faults, self.explanations(),
                        window=recovery_window(self.processor_session_timeout),
