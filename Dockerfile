@@ -15,7 +15,6 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY hailstorm ./hailstorm
-COPY negotiator ./negotiator
 COPY topologies ./topologies
 RUN pip install --no-cache-dir '.[s3]'
 

@@ -13,7 +13,7 @@ test: bootstrap lint
 	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/python -m pytest -q --timeout=900 --durations=15 tests
 
 lint: bootstrap
-	.venv/bin/ruff check hailstorm negotiator topologies tests bench
+	.venv/bin/ruff check hailstorm topologies tests bench
 	.venv/bin/mypy
 
 clean:

@@ -30,7 +30,7 @@ topology name:
    meaningless below about 10^5 keys) add up to every tuple, and per processor its
    ``hailstorm_messages_in_total`` and ``_out_total`` over that time;
 4. **at full state**: the run goes on until ``--rounds-after`` (default 2) more rounds
-   committed; rounds run one after the other (``negotiator/machine.py``), so each of these
+   committed; rounds run one after the other (``hailstorm/negotiator/machine.py``), so each of these
    started after the state was complete. A keyed bolt writes a round as a delta of the keys
    changed since its previous one (see ``docs/operations.md``), so these rounds write
    little or nothing, whatever N; the build rounds write the keys each one added. Each

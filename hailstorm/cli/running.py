@@ -243,8 +243,8 @@ def _absolute_sqlite(url: str) -> str:
     return url
 
 
-NEGOTIATOR_MODULE = "negotiator"
-"""The daemon ``hailstorm negotiator`` runs, by module name: ``python -m negotiator``."""
+NEGOTIATOR_MODULE = "hailstorm.negotiator"
+"""The daemon ``hailstorm negotiator`` runs, by module name: ``python -m hailstorm.negotiator``."""
 
 
 @main.command("negotiator", add_help_option=False,
@@ -253,10 +253,10 @@ NEGOTIATOR_MODULE = "negotiator"
 def negotiator_command(args: tuple[str, ...]) -> None:
     """Run the negotiator daemon of a topology.
 
-    The same command as `python -m negotiator`; `hailstorm negotiator --help` lists its
+    The same command as `python -m hailstorm.negotiator`; `hailstorm negotiator --help` lists its
     options."""
     # The negotiator package depends on hailstorm (its protocol), never the reverse: the
-    # daemon is run by module name in this process, as `python -m negotiator` runs it.
+    # daemon is run by module name in this process, as `python -m hailstorm.negotiator` runs it.
     import runpy
 
     sys.argv = [NEGOTIATOR_MODULE, *args]

@@ -11,7 +11,7 @@ agree on. This package owns it; everybody else imports it from here.
 - :mod:`~hailstorm.protocol.wire` — the data plane's frame format (pure, plus blocking
   socket helpers).
 
-Dependencies point inward only: nothing here imports :mod:`negotiator`, the processor
+Dependencies point inward only: nothing here imports :mod:`hailstorm.negotiator`, the processor
 shells (:mod:`hailstorm.runtime`) or the cores (:mod:`hailstorm.processors`); the modules
 import each other, :mod:`hailstorm.auth` (the wire's frame MACs) and kazoo (the records).
 This ``__init__`` imports nothing, so a pure module's importers never load kazoo.

@@ -416,11 +416,12 @@ class ProcessorState(enum.StrEnum):
     """Informational: a spout resumed emitting (not required by the negotiator)."""
     BEHIND = "behind"
     """A flowing spout is reading a backlog: a fetch came back full. A round falling due
-    meanwhile waits a little for it to catch up (``negotiator.machine.BEHIND_WAIT_SHARE``)."""
+    meanwhile waits a little for it to catch up
+    (``hailstorm.negotiator.machine.BEHIND_WAIT_SHARE``)."""
     CAUGHT_UP = "caught-up"
     """A flowing spout read a backlog to the partition's end since the last round paused
     it. When a spout reports it for this epoch and none reports ``behind``, the negotiator
-    starts the next round early (``negotiator.machine.early_round_due``), so the
+    starts the next round early (``hailstorm.negotiator.machine.early_round_due``), so the
     backlog's results commit without waiting for the interval."""
 
 

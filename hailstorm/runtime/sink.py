@@ -45,7 +45,7 @@ log = logging.getLogger("hailstorm.processor")
 WAIT_OUT = RetryPolicy(attempts=None, initial_delay=0.25, max_delay=10.0)
 """A sink's database retries: an outage of any length is waited out, trying again every 10 s
 at most; the processor says so meanwhile (:meth:`SinkShell._outage`) and nothing times out
-on it (the topology waits with it, see :mod:`negotiator.outages`)."""
+on it (the topology waits with it, see :mod:`hailstorm.negotiator.outages`)."""
 
 class SinkShell(InboundShell):
     """One sink instance: rows go to its table exactly once, and it takes part in rounds.

@@ -23,6 +23,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from hailstorm.negotiator.machine import Config
+from hailstorm.negotiator.shell import Shell
 from hailstorm.protocol.clock import Clock, dominates
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -39,8 +41,6 @@ from hailstorm.protocol.layout import (
     parse_processor_id,
 )
 from hailstorm.protocol.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind
-from negotiator.machine import Config
-from negotiator.shell import Shell
 
 pytestmark = pytest.mark.integration
 
@@ -399,8 +399,8 @@ def test_two_negotiators_elect_exactly_one_leader(
 def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "negotiator", *args], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen([sys.executable, "-m", "hailstorm.negotiator", *args], cwd=REPO,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def test_sigkill_of_the_leader_mid_round(

@@ -28,11 +28,11 @@ KINDS = (ConfigurationError, DefinitionError, HaltError, ProtocolError, RecordEr
 
 
 def _exception_classes() -> list[tuple[str, str]]:
-    """``(module path, class name)`` of every class under hailstorm/ and negotiator/ whose
+    """``(module path, class name)`` of every class under hailstorm/ whose
     name says it is an error (ends in Error, Halt, Halted, Violation, Unreachable...) or
     that derives from a built-in exception."""
     found = []
-    for package in ("hailstorm", "negotiator"):
+    for package in ("hailstorm",):
         for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if not isinstance(node, ast.ClassDef):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from negotiator.daemon import main, negotiator_command, topology_name
+from hailstorm.negotiator.daemon import main, negotiator_command, topology_name
 
 
 def test_help_lists_the_options() -> None:

@@ -11,6 +11,20 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from hailstorm.negotiator.machine import (
+    BEHIND_WAIT_SHARE,
+    CAUGHT_UP_SHARE,
+    MIN_FLOWING_SHARE,
+    CommitClock,
+    Config,
+    Decision,
+    FallBack,
+    ForgetSnapshots,
+    Ignored,
+    View,
+    next_round_due,
+    step,
+)
 from hailstorm.protocol.clock import Clock, dominates
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -33,20 +47,6 @@ from hailstorm.protocol.states import (
     Stopped,
     is_legal,
     label,
-)
-from negotiator.machine import (
-    BEHIND_WAIT_SHARE,
-    CAUGHT_UP_SHARE,
-    MIN_FLOWING_SHARE,
-    CommitClock,
-    Config,
-    Decision,
-    FallBack,
-    ForgetSnapshots,
-    Ignored,
-    View,
-    next_round_due,
-    step,
 )
 
 P0, P1 = ("words", 0), ("words", 1)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hailstorm.negotiator.machine import Config, View
+from hailstorm.negotiator.machine import step as machine_step
+from hailstorm.negotiator.outages import step, waiting_in
 from hailstorm.protocol.layout import ProcessorReport, ProcessorState, expected_processor_ids
 from hailstorm.protocol.states import Flowing, Initialize
-from negotiator.machine import Config, View
-from negotiator.machine import step as machine_step
-from negotiator.outages import step, waiting_in
 
 P0 = ("words", 0)
 S0, B0, K0 = "spout:lines:words:0", "bolt:counts:0", "sink:out:0"

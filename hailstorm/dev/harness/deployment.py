@@ -167,7 +167,7 @@ class Deployment:
         self._negotiators_started += 1
         retention = [] if self.snapshot_retention is None else \
             ["--snapshot-retention", str(self.snapshot_retention)]
-        self.spawn(label, ["-m", "negotiator", self.topology_ref, "--name", self.name,
+        self.spawn(label, ["-m", "hailstorm.negotiator", self.topology_ref, "--name", self.name,
                            "--id", label, "--snapshot-interval", str(self.snapshot_interval),
                            "--timeout", str(self.timeout),
                            "--session-timeout", str(self.negotiator_session_timeout),

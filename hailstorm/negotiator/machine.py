@@ -49,6 +49,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from hailstorm.negotiator.decision import (
+    SAVERS,
+    CommitClock,
+    Config,
+    Decision,
+    FallBack,
+    ForgetSnapshots,
+    Ignored,
+    NegotiatorAction,
+    View,
+)
 from hailstorm.protocol.clock import (
     NOTHING,
     Clock,
@@ -76,17 +87,6 @@ from hailstorm.protocol.states import (
     SpoutsPaused,
     SpoutsRewind,
     Stopped,
-)
-from negotiator.decision import (
-    SAVERS,
-    CommitClock,
-    Config,
-    Decision,
-    FallBack,
-    ForgetSnapshots,
-    Ignored,
-    NegotiatorAction,
-    View,
 )
 
 __all__ = [

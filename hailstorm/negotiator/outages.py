@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hailstorm.negotiator.machine import Config, Decision, View
+from hailstorm.negotiator.machine import step as machine_step
 from hailstorm.protocol.states import Initialize, MasterState, NegotiatorDisconnected, label
-from negotiator.machine import Config, Decision, View
-from negotiator.machine import step as machine_step
 
 __all__ = ["step", "waiting_in"]
 
@@ -34,8 +34,9 @@ def waiting_in(view: View, epoch: int) -> str | None:
 
 
 def step(state: MasterState, view: View, config: Config) -> Decision:
-    """:func:`negotiator.machine.step`, except that a restart only a deadline forced is not
-    made while a processor waits out an outage: the state is entered again instead."""
+    """:func:`hailstorm.negotiator.machine.step`, except that a restart only a deadline
+    forced is not made while a processor waits out an outage: the state is entered again
+    instead."""
     decision = machine_step(state, view, config)
     if not isinstance(decision.next_state, Initialize) or isinstance(
             state, NegotiatorDisconnected):

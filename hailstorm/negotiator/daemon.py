@@ -1,4 +1,4 @@
-"""``python -m negotiator TOPOLOGY`` (also ``hailstorm negotiator TOPOLOGY``): the daemon.
+"""``python -m hailstorm.negotiator TOPOLOGY`` (also ``hailstorm negotiator TOPOLOGY``): the daemon.
 
 Run any number of these per topology; one leads, the others stand by. The daemon is
 stateless: everything it needs (expected processors, master state, committed record,
@@ -22,10 +22,10 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from hailstorm.config import ZK_VAR, snapshots_option, zk_option
 from hailstorm.metrics import NegotiatorMetrics, start_server
+from hailstorm.negotiator.machine import Config, ForgetSnapshots
+from hailstorm.negotiator.shell import Shell
 from hailstorm.protocol.layout import NegotiatorRecord, TopologyPaths
 from hailstorm.zookeeper import ensure_paths, zk_client
-from negotiator.machine import Config, ForgetSnapshots
-from negotiator.shell import Shell
 
 log = logging.getLogger("negotiator")
 
@@ -195,7 +195,7 @@ def negotiator_command(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m negotiator``; returns the exit status."""
+    """Entry point of ``python -m hailstorm.negotiator``; returns the exit status."""
     try:
         negotiator_command.main(args=list(argv) if argv is not None else None,
                                 prog_name="negotiator", standalone_mode=False)

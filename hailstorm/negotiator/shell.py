@@ -1,5 +1,5 @@
-"""The kazoo shell around :func:`negotiator.machine.step` (through
-:func:`negotiator.outages.step`).
+"""The kazoo shell around :func:`hailstorm.negotiator.machine.step` (through
+:func:`hailstorm.negotiator.outages.step`).
 
 - Leadership: every negotiator contends on ``election/`` with kazoo's Lock recipe (what
   kazoo's Election uses); exactly one holds it, the others block until the leader's
@@ -33,6 +33,15 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
+from hailstorm.negotiator.machine import (
+    CommitClock,
+    Config,
+    Decision,
+    ForgetSnapshots,
+    Ignored,
+    View,
+)
+from hailstorm.negotiator.outages import step
 from hailstorm.protocol.layout import (
     RECOVERIES_KEPT,
     CommittedRecord,
@@ -53,15 +62,6 @@ from hailstorm.protocol.states import (
     label,
 )
 from hailstorm.zookeeper import ensure_paths
-from negotiator.machine import (
-    CommitClock,
-    Config,
-    Decision,
-    ForgetSnapshots,
-    Ignored,
-    View,
-)
-from negotiator.outages import step
 
 if TYPE_CHECKING:
     from hailstorm.metrics import NegotiatorMetrics

@@ -1,15 +1,18 @@
 """The hailstorm negotiator: drives a topology's master state in ZooKeeper.
 
-- :mod:`negotiator.machine` — :func:`~negotiator.machine.step`, the pure state machine;
-- :mod:`negotiator.outages` — no deadline expires while a processor waits out an outage;
-- :mod:`negotiator.shell` — the kazoo shell: election, watches, CAS writes;
-- :mod:`negotiator.daemon` — the ``python -m negotiator`` / ``hailstorm negotiator`` command.
+- :mod:`hailstorm.negotiator.machine` — :func:`~hailstorm.negotiator.machine.step`, the pure
+  state machine;
+- :mod:`hailstorm.negotiator.outages` — no deadline expires while a processor waits out an outage;
+- :mod:`hailstorm.negotiator.shell` — the kazoo shell: election, watches, CAS writes;
+- :mod:`hailstorm.negotiator.daemon` — the ``python -m hailstorm.negotiator`` /
+  ``hailstorm negotiator`` command.
 
 The master states, the ZooKeeper layout and its records belong to :mod:`hailstorm.protocol`
 (shared with processors, the driver and the tools); this package depends on it, never the
-reverse: nothing in :mod:`hailstorm` imports :mod:`negotiator`.
+reverse: nothing in :mod:`hailstorm` imports :mod:`hailstorm.negotiator`.
 """
 
+from hailstorm.negotiator.machine import Config, Decision, View, step
 from hailstorm.protocol.states import (
     Flowing,
     Initialize,
@@ -18,7 +21,6 @@ from hailstorm.protocol.states import (
     SpoutsPaused,
     SpoutsRewind,
 )
-from negotiator.machine import Config, Decision, View, step
 
 __all__ = [
     "Config",

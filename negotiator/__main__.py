@@ -1,7 +1,0 @@
-"""``python -m negotiator TOPOLOGY [--zk HOSTS] ...``"""
-
-import sys
-
-from negotiator.daemon import main
-
-sys.exit(main())
