@@ -186,3 +186,19 @@ def negotiator_command(args: tuple[str, ...]) -> None:
 
     sys.argv = [NEGOTIATOR_MODULE, *args]
     runpy.run_module(NEGOTIATOR_MODULE, run_name="__main__", alter_sys=True)
+
+
+@main.command("secret")
+@click.argument("path", type=click.Path(dir_okay=False))
+@_handle_errors
+def secret_command(path: str) -> None:
+    """Write a new run CA (certificate and key, PEM) to PATH, mode 0600, for
+    $HAILSTORM_SECRET_FILE: every processor and live query of a run started with it mints its
+    TLS certificate from it. An existing file is never overwritten."""
+    from hailstorm.auth import write_secret_file
+
+    try:
+        write_secret_file(path)
+    except OSError as exc:
+        fail(f"cannot write the secret file {path}: {exc.strerror}")
+    click.echo(f"wrote a new run CA to {path} (mode 0600)")
