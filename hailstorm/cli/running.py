@@ -1,6 +1,7 @@
 """Running a topology: ``hailstorm run`` (its processors as one Spark barrier stage),
-``hailstorm negotiator`` (the daemon, run by module name) and ``hailstorm demo`` (word count
-end to end on a stack of its own)."""
+``hailstorm negotiator`` (the daemon, run by module name), ``hailstorm demo`` (word count
+end to end on a stack of its own) and ``hailstorm secret`` (a run CA for
+``$HAILSTORM_SECRET_FILE``)."""
 
 from __future__ import annotations
 

@@ -193,3 +193,18 @@ def test_the_key_is_never_in_a_repr() -> None:
     key_line = SECRET.ca_key.decode().splitlines()[1]
     assert key_line not in repr(SECRET)
     assert "ca_key" not in repr(SECRET)
+
+
+def test_hailstorm_secret_writes_a_private_ca_and_never_overwrites(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from hailstorm.cli import main
+
+    path = tmp_path / "run.secret"
+    first = CliRunner().invoke(main, ["secret", str(path)])
+    assert first.exit_code == 0, first.output
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    made = RunSecret.from_file(path)
+    again = CliRunner().invoke(main, ["secret", str(path)])
+    assert again.exit_code == 1 and "cannot write" in again.output
+    assert RunSecret.from_file(path) == made
