@@ -50,7 +50,6 @@ QUERY_IDENTITY = "query"
 """The identity a live-query client's certificate carries."""
 CA_NAME = "hailstorm run CA"
 _CA_DAYS = 3650
-_LEAF_DAYS = 30
 _SKEW = datetime.timedelta(minutes=5)
 
 
@@ -60,9 +59,9 @@ class AuthError(ProtocolError):
 
 @dataclass(frozen=True)
 class RunSecret:
-    """The run's certificate authority, PEM-encoded (the key is never shown by ``repr``)."""
+    """The run's certificate authority, PEM-encoded (``repr`` shows neither part)."""
 
-    ca_cert: bytes
+    ca_cert: bytes = field(repr=False)  # long: a repr stays one short line in task errors
     ca_key: bytes = field(repr=False)
 
     def __post_init__(self) -> None:
@@ -124,7 +123,8 @@ class RunSecret:
         return cls.from_file(path) if path else None
 
     def mint(self, identity: str) -> tuple[bytes, bytes]:
-        """A certificate for ``identity`` signed by this CA, and its key (PEM)."""
+        """A certificate for ``identity`` signed by this CA, valid as long as the CA, and
+        its key (PEM)."""
         ca_cert = x509.load_pem_x509_certificate(self.ca_cert)
         ca_key = serialization.load_pem_private_key(self.ca_key, None)
         if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
@@ -136,7 +136,8 @@ class RunSecret:
                 .issuer_name(ca_cert.subject).public_key(key.public_key())
                 .serial_number(x509.random_serial_number())
                 .not_valid_before(now - _SKEW)
-                .not_valid_after(now + datetime.timedelta(days=_LEAF_DAYS))
+                .not_valid_after(ca_cert.not_valid_after_utc)  # as long as the CA:
+                # a process keeps its certificate while it lives (a fixed CA lasts long)
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .add_extension(x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.SERVER_AUTH,
                                                       x509.ExtendedKeyUsageOID.CLIENT_AUTH]),
