@@ -108,10 +108,11 @@ def first_request(frames: list[Frame]) -> Hello | Query:
                                     "or QUERY")
 
 
-def hello_refusal(hello: Hello, *, me: str, joined: int | None,
-                  upstreams: Collection[str]) -> Refusal | None:
+def hello_refusal(hello: Hello, *, me: str, joined: int | None, upstreams: Collection[str],
+                  peer: str | None = None) -> Refusal | None:
     """Why a HELLO does not make a peer of this processor (None: it does): it must name this
-    processor, the run it joined, and an upstream instance of it as the sender."""
+    processor, the run it joined, and an upstream instance of it as the sender, the one the
+    connection's TLS certificate names (``peer``, when given)."""
     if joined is None:
         return Refusal(FOREIGN_HELLO, f"HELLO from {hello.sender} before {me} joined a run")
     if hello.receiver != me or hello.epoch != joined:
@@ -120,6 +121,9 @@ def hello_refusal(hello: Hello, *, me: str, joined: int | None,
     if hello.sender not in upstreams:
         return Refusal(FOREIGN_HELLO, f"HELLO from {hello.sender}, which is not an upstream "
                                       f"of {me}")
+    if peer is not None and peer != hello.sender:
+        return Refusal(FOREIGN_HELLO, f"HELLO from {hello.sender} over a connection whose "
+                                      f"certificate names {peer}")
     return None
 
 

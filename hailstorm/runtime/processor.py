@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.auth import SECRET_FILE_VAR, RunSecret
+from hailstorm.auth import SECRET_FILE_VAR, RunSecret, peer_identity
 from hailstorm.coordination import Coordinator
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
@@ -460,7 +460,7 @@ class Shell:
                 return
             self.joined_event.wait(self.assignment.io_timeout)
             refusal = hello_refusal(request, me=self.assignment.processor, joined=self.joined,
-                                    upstreams=self.upstream_ids())
+                                    upstreams=self.upstream_ids(), peer=peer_identity(tls))
             if refusal is not None:
                 self.gate.refuse_client(sock, address, refusal)
                 return

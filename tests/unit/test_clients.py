@@ -88,10 +88,16 @@ def test_the_first_frame_must_be_a_hello_or_a_query_alone() -> None:
 def test_only_a_hello_of_an_upstream_in_this_run_makes_a_peer() -> None:
     upstreams = {"spout:s:0", "spout:s:1"}
 
-    def judge(hello: Hello, joined: int | None = 4) -> Refusal | None:
-        return hello_refusal(hello, me=ME, joined=joined, upstreams=upstreams)
+    def judge(hello: Hello, joined: int | None = 4, peer: str | None = None
+              ) -> Refusal | None:
+        return hello_refusal(hello, me=ME, joined=joined, upstreams=upstreams, peer=peer)
 
     assert judge(Hello("spout:s:0", 4, ME)) is None
+    assert judge(Hello("spout:s:0", 4, ME), peer="spout:s:0") is None
+    for peer in ("spout:s:1", "query"):  # another upstream's certificate, the query client's
+        refusal = judge(Hello("spout:s:0", 4, ME), peer=peer)
+        assert refusal is not None and refusal.kind == "foreign_hello"
+        assert f"certificate names {peer}" in refusal.reason
     for hello, joined, words in [
         (Hello("spout:s:0", 4, ME), None, "before bolt:counts:0 joined"),
         (Hello("spout:s:0", 3, ME), 4, "in epoch 3"),
