@@ -8,7 +8,9 @@ bytes per tuple, and whether the round trip is exact (equal values *and* equal t
 tuple coming back as a list or a bytearray as bytes counts as a failure). It also times whole
 DATA frames through :mod:`hailstorm.protocol.wire` (packed origin columns + the chosen encoding +
 :class:`~hailstorm.protocol.wire.FrameReader`), to show the frame overhead over the bare encoding,
-and again with the data plane's per-frame MAC (``FRAME+MAC``, :mod:`hailstorm.auth`).
+and through a socket pair, sender and receiver threads, plain (``SOCK``) and with the data
+plane's mutual TLS 1.3 (``SOCK+TLS``, :mod:`hailstorm.auth`); those two rows are encode, send,
+receive and decode of 50 frames, per tuple.
 
 The chosen encoding must be exact on every workload; among exact ones it is the fastest round
 trip (geometric mean of tuples/s over all workloads).
@@ -24,7 +26,9 @@ import marshal
 import math
 import pickle
 import random
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hailstorm.auth import FrameSealer
+from hailstorm.auth import RunSecret, accept_peer, greet_peer
 from hailstorm.protocol import wire
 
 Codec = tuple[Callable[[list[Any]], bytes], Callable[[bytes], Any]]
@@ -153,28 +157,75 @@ def measure_codec(name: str, values: list[Any], repeat: int) -> dict[str, Any]:
     }
 
 
-def measure_frame(values: list[Any], repeat: int, sealed: bool = False) -> dict[str, Any]:
-    """Whole DATA frames through hailstorm.protocol.wire: encode_frames + FrameReader.feed; with
-    ``sealed`` each frame also gets (and is checked against) its data-plane MAC, as between
-    processors."""
+def measure_frame(values: list[Any], repeat: int) -> dict[str, Any]:
+    """Whole DATA frames through hailstorm.protocol.wire: encode_frames + FrameReader.feed."""
     n = len(values)
     batch = wire.DataBatch.of([i % 8 for i in range(n)], range(n), values)
-    key = b"k" * 32
-
-    def sealer() -> FrameSealer | None:
-        return FrameSealer(key) if sealed else None
-
-    data = wire.encode_frames([batch], sealer=sealer())
-    decoded = wire.FrameReader(checker=sealer()).feed(data)
+    data = wire.encode_frames([batch])
+    decoded = wire.FrameReader().feed(data)
     assert decoded == [batch], "frame round trip failed"
-    enc = _best(lambda: wire.encode_frames([batch], sealer=sealer()), repeat)
-    dec = _best(lambda: wire.FrameReader(checker=sealer()).feed(data), repeat)
+    enc = _best(lambda: wire.encode_frames([batch]), repeat)
+    dec = _best(lambda: wire.FrameReader().feed(data), repeat)
     return {
         "bytes_per_tuple": round(len(data) / n, 2),
         "encode_mb_s": round(len(data) / 1e6 / enc, 1),
         "decode_mb_s": round(len(data) / 1e6 / dec, 1),
         "roundtrip_tuples_s": round(n / (enc + dec)),
         "roundtrip_us_per_10k": round((enc + dec) / n * 1e4 * 1e6, 1),
+    }
+
+
+SOCKET_FRAMES = 50
+
+
+def measure_socket(values: list[Any], repeat: int, tls: bool) -> dict[str, Any]:
+    """``SOCKET_FRAMES`` DATA frames encoded, sent over a socket pair, received and decoded
+    by another thread, as between processors; with ``tls`` over the data plane's mutual
+    TLS 1.3 (the handshake is not timed)."""
+    n = len(values)
+    batch = wire.DataBatch.of([i % 8 for i in range(n)], range(n), values)
+    secret = RunSecret.generate()
+
+    def once() -> float:
+        a, b = socket.socketpair()
+        if tls:
+            box: list[Any] = []
+            helper = threading.Thread(target=lambda: box.append(
+                accept_peer(b, secret, "bolt:b:0", 10)))
+            helper.start()
+            sender = greet_peer(a, secret, "spout:s:t:0", "bolt:b:0", 10)
+            helper.join()
+            receiver = box[0]
+        else:
+            sender, receiver = a, b
+        got: list[int] = []
+
+        def receive() -> None:
+            reader, count = wire.FrameReader(), 0
+            while count < SOCKET_FRAMES:
+                count += len(wire.recv_frames(receiver, reader))
+            got.append(count)
+
+        thread = threading.Thread(target=receive)
+        started = time.perf_counter()
+        thread.start()
+        for _ in range(SOCKET_FRAMES):
+            wire.send_frames(sender, [batch])
+        thread.join()
+        elapsed = time.perf_counter() - started
+        assert got == [SOCKET_FRAMES]
+        sender.close()
+        receiver.close()
+        return elapsed
+
+    best = min(once() for _ in range(max(1, repeat // 4)))
+    size = len(wire.encode_frames([batch]))
+    return {
+        "bytes_per_tuple": round(size / n, 2),
+        "encode_mb_s": round(size * SOCKET_FRAMES / 1e6 / best, 1),
+        "decode_mb_s": round(size * SOCKET_FRAMES / 1e6 / best, 1),
+        "roundtrip_tuples_s": round(n * SOCKET_FRAMES / best),
+        "roundtrip_us_per_10k": round(best / (n * SOCKET_FRAMES) * 1e4 * 1e6, 1),
     }
 
 
@@ -187,13 +238,15 @@ def main() -> None:
 
     results: dict[str, dict[str, Any]] = {name: {} for name in CANDIDATES}
     frames: dict[str, Any] = {}
-    sealed: dict[str, Any] = {}
+    plain: dict[str, Any] = {}
+    secured: dict[str, Any] = {}
     for workload, make in WORKLOADS.items():
         values = make(args.tuples, rng)
         for name in CANDIDATES:
             results[name][workload] = measure_codec(name, values, args.repeat)
         frames[workload] = measure_frame(values, args.repeat)
-        sealed[workload] = measure_frame(values, args.repeat, sealed=True)
+        plain[workload] = measure_socket(values, args.repeat, tls=False)
+        secured[workload] = measure_socket(values, args.repeat, tls=True)
 
     exact_everywhere = [n for n in CANDIDATES if all(r["exact"] for r in results[n].values())]
     encodable_by_all = [
@@ -218,7 +271,8 @@ def main() -> None:
         "tuples_per_batch": args.tuples,
         "candidates": results,
         "data_frame": frames,
-        "data_frame_sealed": sealed,
+        "data_frame_socket": plain,
+        "data_frame_socket_tls": secured,
         "exact_everywhere": exact_everywhere,
         "fastest_exact": fastest_exact,
         "fastest_any": fastest_any,
@@ -242,7 +296,8 @@ def main() -> None:
                 f"{r['bytes_per_tuple']:>8} {r['encode_mb_s']:>9} {r['decode_mb_s']:>9} "
                 f"{r['roundtrip_tuples_s'] / 1e6:>10.2f} {r['roundtrip_us_per_10k']:>8}"
             )
-        for label, f in (("FRAME", frames[workload]), ("FRAME+MAC", sealed[workload])):
+        for label, f in (("FRAME", frames[workload]), ("SOCK", plain[workload]),
+                         ("SOCK+TLS", secured[workload])):
             print(
                 f"{workload:<10} {label:<8} {'yes':<6} {f['bytes_per_tuple']:>8} "
                 f"{f['encode_mb_s']:>9} {f['decode_mb_s']:>9} "

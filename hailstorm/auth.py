@@ -1,100 +1,118 @@
-"""The data plane's trust boundary: mutual challenge-response, then a MAC on every frame.
+"""The data plane's trust boundary: mutual TLS 1.3 under a per-run certificate authority.
 
-Every processor of a run holds the run's secret (:class:`RunSecret`: the driver generates
-one per run and hands it to the tasks with their assignments, or an operator fixes one with
-``HAILSTORM_SECRET_FILE``). A connection is authenticated before a single byte of a frame
-is read, with fixed-size messages only (HMAC-SHA256, ``K`` the secret)::
-
-    client -> server   "HSA1" | client nonce Nc (32 bytes)
-    server -> client   server nonce Ns (32) | HMAC(K, "hailstorm server" | Nc | Ns)
-    client -> server   HMAC(K, "hailstorm client" | Ns | Nc)
-
-Both sides prove they hold ``K`` for nonces the other chose, so neither a recorded exchange
-nor a reflected one passes. Each direction then gets its own key,
-``HMAC(K, "hailstorm c2s" | Nc | Ns)`` (and ``s2c``), and every frame carries a 32-byte tag
-over its frame number and bytes (:class:`FrameSealer`): a frame altered, dropped, replayed
-or moved to another connection fails its check before it is decoded.
+Every processor of a run holds the run's secret (:class:`RunSecret`: a CA certificate and
+its private key; the driver generates one per stage attempt and hands it to the tasks with
+their assignments, or an operator fixes one with ``HAILSTORM_SECRET_FILE``, a PEM file made
+by ``hailstorm secret``). Each holder mints its own certificate for its identity (its
+processor id, or :data:`QUERY_IDENTITY`), signed by the run's CA, in memory. A connection is
+a TLS 1.3 handshake with ``CERT_REQUIRED`` on both sides, trusting only the run's CA; the
+connecting side also checks that the listener's certificate names the processor it meant to
+reach. No byte of a frame is read before the handshake has authenticated the peer, and TLS
+then gives every frame confidentiality and integrity.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import contextlib
+import datetime
+import functools
 import os
-import secrets
+import select
 import socket
+import ssl
 import stat
+import tempfile
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
 
 from hailstorm.errors import ProtocolError
 
 __all__ = [
-    "KEY_SIZE",
+    "QUERY_IDENTITY",
     "SECRET_FILE_VAR",
-    "TAG_SIZE",
     "AuthError",
-    "FrameSealer",
     "RunSecret",
     "accept_peer",
     "greet_peer",
+    "peer_identity",
+    "write_secret_file",
 ]
 
-KEY_SIZE = 32
-NONCE_SIZE = 32
-TAG_SIZE = 32
-MAGIC = b"HSA1"
 SECRET_FILE_VAR = "HAILSTORM_SECRET_FILE"
-
-_SERVER_PROOF = b"hailstorm server"
-_CLIENT_PROOF = b"hailstorm client"
-_TO_SERVER = b"hailstorm c2s"
-_TO_CLIENT = b"hailstorm s2c"
+QUERY_IDENTITY = "query"
+"""The identity a live-query client's certificate carries."""
+CA_NAME = "hailstorm run CA"
+_CA_DAYS = 3650
+_SKEW = datetime.timedelta(minutes=5)
 
 
 class AuthError(ProtocolError):
-    """A peer did not prove it holds the run's secret, or a frame failed its check."""
-
-
-def _mac(key: bytes, *parts: bytes) -> bytes:
-    digest = hmac.new(key, digestmod=hashlib.sha256)
-    for part in parts:
-        digest.update(part)
-    return digest.digest()
+    """A peer did not authenticate as a member of this run, or its TLS stream broke."""
 
 
 @dataclass(frozen=True)
 class RunSecret:
-    """The key every processor of a run shares (never shown by ``repr``)."""
+    """The run's certificate authority, PEM-encoded (``repr`` shows neither part)."""
 
-    key: bytes = field(repr=False)
+    ca_cert: bytes = field(repr=False)  # long: a repr stays one short line in task errors
+    ca_key: bytes = field(repr=False)
 
     def __post_init__(self) -> None:
-        if len(self.key) < KEY_SIZE:
-            raise ValueError(f"a run secret needs at least {KEY_SIZE} bytes, "
-                             f"got {len(self.key)}")
+        try:
+            cert = x509.load_pem_x509_certificate(self.ca_cert)
+            key = serialization.load_pem_private_key(self.ca_key, None)
+        except ValueError as exc:
+            raise ValueError(f"not a run CA (certificate and unencrypted key in PEM): "
+                             f"{exc}") from None
+        if cert.public_key().public_bytes(*_PUBLIC) != key.public_key().public_bytes(*_PUBLIC):
+            raise ValueError("the run CA's key does not match its certificate")
 
     @classmethod
     def generate(cls) -> RunSecret:
-        return cls(secrets.token_bytes(KEY_SIZE))
+        """A new CA (ECDSA P-256), valid from a few minutes ago for ten years."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - _SKEW)
+                .not_valid_after(now + datetime.timedelta(days=_CA_DAYS))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                .add_extension(x509.KeyUsage(False, False, False, False, False, True, True,
+                                             False, False), critical=True)
+                .sign(key, hashes.SHA256()))
+        return cls(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+    def to_pem(self) -> bytes:
+        """The certificate and the key, as ``hailstorm secret`` writes them."""
+        return self.ca_cert + self.ca_key
 
     @classmethod
     def from_file(cls, path: str | Path) -> RunSecret:
-        """Read a secret file: at least 32 bytes (all of them are the key, a trailing
-        newline too), readable by its owner only."""
+        """Read a secret file (PEM: the CA certificate and its unencrypted key), readable by
+        its owner only."""
         path = Path(path)
         try:
             mode = path.stat().st_mode
-            key = path.read_bytes()  # every byte: every processor reads the same file
+            text = path.read_bytes()
         except OSError as exc:
             raise ValueError(f"cannot read the secret file {path}: {exc.strerror}") from None
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ValueError(f"the secret file {path} is readable by others "
                              f"(mode {stat.S_IMODE(mode):o}); chmod 600 it")
+        cert, key = _pem_block(text, b"CERTIFICATE"), _pem_block(text, b"PRIVATE KEY")
+        if cert is None or key is None:
+            raise ValueError(f"the secret file {path} is not a run CA (a certificate and a "
+                             "private key in PEM; make one with `hailstorm secret`)")
         try:
-            return cls(key)
+            return cls(cert, key)
         except ValueError as exc:
             raise ValueError(f"the secret file {path}: {exc}") from None
 
@@ -104,92 +122,150 @@ class RunSecret:
         path = os.environ.get(SECRET_FILE_VAR)
         return cls.from_file(path) if path else None
 
-
-class FrameSealer:
-    """Tags (or checks) the frames of one direction of one connection, numbering them."""
-
-    def __init__(self, key: bytes) -> None:
-        self._key = key
-        self._number = 0
-
-    def tag(self, parts: Iterable[bytes | bytearray | memoryview]) -> bytes:
-        """The tag of the next frame, whose bytes are ``parts`` in order."""
-        digest = hmac.new(self._key, self._number.to_bytes(8, "big"), hashlib.sha256)
-        for part in parts:
-            digest.update(part)
-        self._number += 1
-        return digest.digest()
-
-    def check(self, frame: bytes | bytearray | memoryview,
-              tag: bytes | bytearray | memoryview) -> None:
-        """Raise :class:`AuthError` unless ``tag`` is the next frame's tag for ``frame``."""
-        if not hmac.compare_digest(self.tag((frame,)), bytes(tag)):
-            raise AuthError(f"frame {self._number - 1} failed its integrity check "
-                            "(altered, replayed, reordered, or not from the authenticated peer)")
-
-
-def _recv_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
-    """``size`` bytes, or :class:`AuthError` when the peer closes or ``deadline`` passes
-    (a slow peer cannot hold a handshake open)."""
-    data = bytearray()
-    while len(data) < size:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AuthError("handshake timed out")
-        try:
-            sock.settimeout(left)
-            chunk = sock.recv(size - len(data))
-        except TimeoutError:
-            raise AuthError("handshake timed out") from None
-        except OSError as exc:  # a reset: the peer went away
-            raise AuthError(f"connection lost during the handshake: {exc}") from None
-        if not chunk:
-            raise AuthError(f"peer closed during the handshake after {len(data)} of {size} "
-                            "bytes")
-        data += chunk
-    return bytes(data)
+    def mint(self, identity: str) -> tuple[bytes, bytes]:
+        """A certificate for ``identity`` signed by this CA, valid as long as the CA, and
+        its key (PEM)."""
+        ca_cert = x509.load_pem_x509_certificate(self.ca_cert)
+        ca_key = serialization.load_pem_private_key(self.ca_key, None)
+        if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+            raise ValueError("the run CA's key is neither EC nor RSA")
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity)]))
+                .issuer_name(ca_cert.subject).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(now - _SKEW)
+                .not_valid_after(ca_cert.not_valid_after_utc)  # as long as the CA:
+                # a process keeps its certificate while it lives (a fixed CA lasts long)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.SERVER_AUTH,
+                                                      x509.ExtendedKeyUsageOID.CLIENT_AUTH]),
+                               critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
-def _send(sock: socket.socket, data: bytes) -> None:
+_PUBLIC = (serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _pem_block(text: bytes, label: bytes) -> bytes | None:
+    """The first PEM block whose label ends with ``label`` (``EC PRIVATE KEY`` too)."""
+    start = 0
+    while (start := text.find(b"-----BEGIN ", start)) >= 0:
+        head_end = text.find(b"-----", start + 11)
+        kind = text[start + 11:head_end]
+        end_marker = b"-----END " + kind + b"-----"
+        end = text.find(end_marker, head_end)
+        if end < 0:
+            return None
+        if kind.endswith(label):
+            return text[start:end + len(end_marker)] + b"\n"
+        start = end
+    return None
+
+
+def write_secret_file(path: str | Path) -> RunSecret:
+    """Make a new run CA and write it to ``path`` (created mode 0600, never overwritten)."""
+    secret = RunSecret.generate()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(secret.to_pem())
+    return secret
+
+
+@functools.lru_cache(maxsize=8)
+def _context(secret: RunSecret, identity: str, server: bool) -> ssl.SSLContext:
+    """A TLS 1.3 context presenting a fresh certificate for ``identity``, trusting only the
+    run's CA, requiring the peer's certificate. ``ssl`` loads a key only from a file: it is
+    written to a private directory (0700, the file 0600) and removed at once."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.check_hostname = False  # addresses vary; the certificate's name is checked instead
+    context.load_verify_locations(cadata=secret.ca_cert.decode())
+    cert, key = secret.mint(identity)
+    with tempfile.TemporaryDirectory(prefix="hailstorm-tls-") as private:
+        path = os.path.join(private, "identity.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(cert + key)
+        context.load_cert_chain(path)
+    return context
+
+
+def _handshake(tls: ssl.SSLSocket, timeout: float) -> None:
+    """Complete ``tls``'s handshake within ``timeout`` seconds in all, however slowly the
+    peer's bytes trickle in; :class:`AuthError` otherwise."""
+    deadline = time.monotonic() + timeout
+    tls.setblocking(False)
     try:
-        sock.sendall(data)
+        while True:
+            try:
+                tls.do_handshake()
+                return
+            except ssl.SSLWantReadError:
+                wanted: tuple[list[ssl.SSLSocket], list[ssl.SSLSocket]] = ([tls], [])
+            except ssl.SSLWantWriteError:
+                wanted = ([], [tls])
+            except ssl.SSLError as exc:
+                why = getattr(exc, "verify_message", None) or exc.reason or exc
+                raise AuthError(f"TLS handshake refused: {why}") from None
+            except OSError as exc:
+                raise AuthError(f"connection lost during the TLS handshake: {exc}") from None
+            left = deadline - time.monotonic()
+            if left <= 0 or not any(select.select(*wanted, [], left)[:2]):
+                raise AuthError("TLS handshake timed out")
+    finally:
+        if tls.fileno() >= 0:
+            tls.setblocking(True)
+
+
+def peer_identity(tls: ssl.SSLSocket) -> str:
+    """The common name in the authenticated peer's certificate."""
+    cert: dict[str, Any] = dict(tls.getpeercert() or {})
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    raise AuthError("the peer's certificate names no one")
+
+
+def accept_peer(sock: socket.socket, secret: RunSecret, identity: str,
+                timeout: float) -> ssl.SSLSocket:
+    """The listening side: a TLS stream over ``sock`` whose peer presented a certificate of
+    this run, within ``timeout`` seconds; :class:`AuthError` for anyone else (nothing the
+    peer sent is interpreted beyond the TLS handshake)."""
+    try:
+        tls = _context(secret, identity, True).wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False)
     except OSError as exc:
-        raise AuthError(f"connection lost during the handshake: {exc}") from None
+        raise AuthError(f"connection lost before the TLS handshake: {exc}") from None
+    _checked(tls, timeout, None)
+    return tls
 
 
-def greet_peer(sock: socket.socket, secret: RunSecret,
-               timeout: float) -> tuple[FrameSealer, FrameSealer]:
-    """The connecting side's handshake; returns (sealer of frames it sends, checker of
-    frames it receives). Raises :class:`AuthError` when the server is not of this run."""
-    deadline = time.monotonic() + timeout
-    client_nonce = secrets.token_bytes(NONCE_SIZE)
-    _send(sock, MAGIC + client_nonce)
-    answer = _recv_exact(sock, NONCE_SIZE + TAG_SIZE, deadline)
-    server_nonce, proof = answer[:NONCE_SIZE], answer[NONCE_SIZE:]
-    key = secret.key
-    if not hmac.compare_digest(proof, _mac(key, _SERVER_PROOF, client_nonce, server_nonce)):
-        raise AuthError("the listener did not prove it holds this run's secret")
-    _send(sock, _mac(key, _CLIENT_PROOF, server_nonce, client_nonce))
-    return (FrameSealer(_mac(key, _TO_SERVER, client_nonce, server_nonce)),
-            FrameSealer(_mac(key, _TO_CLIENT, client_nonce, server_nonce)))
+def greet_peer(sock: socket.socket, secret: RunSecret, identity: str, expected: str,
+               timeout: float) -> ssl.SSLSocket:
+    """The connecting side: a TLS stream over ``sock`` to a listener whose certificate of
+    this run names ``expected``; :class:`AuthError` otherwise."""
+    tls = _context(secret, identity, False).wrap_socket(sock, do_handshake_on_connect=False)
+    _checked(tls, timeout, expected)
+    return tls
 
 
-def accept_peer(sock: socket.socket, secret: RunSecret,
-                timeout: float) -> tuple[FrameSealer, FrameSealer]:
-    """The listening side's handshake, bounded by ``timeout`` seconds in all; returns
-    (checker of frames it receives, sealer of frames it sends). Raises :class:`AuthError`
-    for anything but a peer of this run; nothing the peer sent is interpreted beyond
-    comparing fixed-size byte strings."""
-    deadline = time.monotonic() + timeout
-    greeting = _recv_exact(sock, len(MAGIC) + NONCE_SIZE, deadline)
-    if not hmac.compare_digest(greeting[:len(MAGIC)], MAGIC):
-        raise AuthError("not a hailstorm data-plane handshake")
-    client_nonce = greeting[len(MAGIC):]
-    server_nonce = secrets.token_bytes(NONCE_SIZE)
-    key = secret.key
-    _send(sock, server_nonce + _mac(key, _SERVER_PROOF, client_nonce, server_nonce))
-    proof = _recv_exact(sock, TAG_SIZE, deadline)
-    if not hmac.compare_digest(proof, _mac(key, _CLIENT_PROOF, server_nonce, client_nonce)):
-        raise AuthError("the peer did not prove it holds this run's secret")
-    return (FrameSealer(_mac(key, _TO_SERVER, client_nonce, server_nonce)),
-            FrameSealer(_mac(key, _TO_CLIENT, client_nonce, server_nonce)))
+def _checked(tls: ssl.SSLSocket, timeout: float, expected: str | None) -> None:
+    """The handshake, and the peer's name when ``expected``; ``tls`` closed on failure."""
+    try:
+        _handshake(tls, timeout)
+        if expected is not None and (peer := peer_identity(tls)) != expected:
+            raise AuthError(f"the listener is {peer!r} of this run, not {expected!r}")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tls.close()
+        raise

@@ -248,12 +248,12 @@ class ProcessorMetrics:
             "Keys a bolt routing late data dropped with their last closed window (bolts).")
         self.refused_connections = r.counter(
             "hailstorm_refused_connections_total",
-            "Data-plane connections refused before a frame was read (no proof of the run's "
-            "secret, a handshake too slow, too many at once).")
+            "Data-plane connections refused before a frame was read (no TLS certificate of "
+            "the run's CA, a handshake too slow, too many at once).")
         self.refused_requests = r.counter_by(
             "hailstorm_refused_requests_total",
             "Authenticated data-plane connections refused before they became a peer, by "
-            "kind: closed, stalled, oversized, bad_tag, garbled, malformed_query, "
+            "kind: closed, stalled, oversized, garbled, malformed_query, "
             "unexpected_frame, foreign_hello, unanswerable_query, other (bolts and sinks).",
             "kind")
         self.live_queries = r.counter(

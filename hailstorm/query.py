@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.auth import AuthError, RunSecret, greet_peer
+from hailstorm.auth import QUERY_IDENTITY, AuthError, RunSecret, greet_peer
 from hailstorm.errors import HailstormError
 from hailstorm.export import choose_round
 from hailstorm.lateness import forget_dropped
@@ -233,7 +233,8 @@ def query_live(zk: str, topology: str, bolt: BoltSpec, keys: Sequence[Any] | Non
                              "recovering): ask again, or drop --live to read the committed "
                              "round")
         address = (str(report.info["host"]), int(report.info["port"]))
-        fields = _ask(address, secret, Query(bolt.name, instance, instance_keys), timeout)
+        fields = _ask(address, processor, secret, Query(bolt.name, instance, instance_keys),
+                      timeout)
         if fields.get("error"):
             raise QueryError(f"{processor} at {address[0]}:{address[1]}: {fields['error']}")
         answers.append(LiveAnswer(processor, int(fields["epoch"]), fields["through"],
@@ -256,21 +257,22 @@ def _lowest(clocks: list[Clock | None]) -> Clock | None:
     return low_water_mark(present, set().union(*present))
 
 
-def _ask(address: tuple[str, int], secret: RunSecret, query: Query,
+def _ask(address: tuple[str, int], processor: str, secret: RunSecret, query: Query,
          timeout: float) -> dict[str, Any]:
-    """Send ``query`` to the instance at ``address``; its ANSWER's fields."""
+    """Send ``query`` to ``processor`` at ``address`` over TLS; its ANSWER's fields."""
     where = f"{address[0]}:{address[1]}"
     try:
-        with socket.create_connection(address, timeout=timeout) as sock:
-            sealer, checker = greet_peer(sock, secret, timeout)
+        with socket.create_connection(address, timeout=timeout) as plain, \
+                greet_peer(plain, secret, QUERY_IDENTITY, processor, timeout) as sock:
+            sock.settimeout(timeout)
             try:
-                request = encode_frames([query], max_frame_size=MAX_REQUEST_SIZE, sealer=sealer)
+                request = encode_frames([query], max_frame_size=MAX_REQUEST_SIZE)
             except FrameTooLargeError:
                 raise QueryError(f"the query for {len(query.keys or ())} keys is over "
                                  f"{MAX_REQUEST_SIZE} bytes, more than an instance reads: ask "
                                  "for fewer keys at once") from None
             sock.sendall(request)
-            reader = FrameReader(checker=checker)
+            reader = FrameReader()
             while True:
                 frames = recv_frames(sock, reader)
                 if not frames:
@@ -278,8 +280,8 @@ def _ask(address: tuple[str, int], secret: RunSecret, query: Query,
                 if isinstance(frames[0], Answer):
                     return frames[0].fields
                 raise QueryError(f"{where} answered with a {type(frames[0]).__name__} frame")
-    except AuthError:
-        raise QueryError(f"{where} did not accept the secret: give the query the run's "
-                         "$HAILSTORM_SECRET_FILE") from None
+    except AuthError as exc:
+        raise QueryError(f"{where} did not accept the secret ({exc}): give the query the "
+                         "run's $HAILSTORM_SECRET_FILE") from None
     except (OSError, FrameError) as exc:
         raise QueryError(f"asking {where}: {exc}") from None

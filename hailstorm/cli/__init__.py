@@ -4,7 +4,8 @@
 * :mod:`~hailstorm.cli.group` - the group itself, the consoles, one-line errors and the
   shared ``--state-dir`` option;
 * :mod:`~hailstorm.cli.dev` - ``hailstorm dev up|down|status|env``;
-* :mod:`~hailstorm.cli.running` - ``init``, ``run``, ``stop``, ``negotiator`` and ``demo``;
+* :mod:`~hailstorm.cli.running` - ``init``, ``run``, ``stop``, ``negotiator``, ``demo`` and
+  ``secret``;
 * :mod:`~hailstorm.cli.inspecting` - ``show``, ``status``, ``ui``, ``snapshots``, ``query``
   and ``export``;
 * :mod:`~hailstorm.cli.sinks` - ``sink accept`` and ``sink rebuild``;

@@ -1,7 +1,7 @@
 """Running a topology: ``hailstorm run`` (its processors as one Spark barrier stage),
 ``hailstorm stop`` (drains it to the ``Stopped`` state), ``hailstorm negotiator`` (the
-daemon, run by module name) and ``hailstorm demo`` (word count end to end on a stack of its
-own)."""
+daemon, run by module name), ``hailstorm demo`` (word count end to end on a stack of its
+own) and ``hailstorm secret`` (a run CA for ``$HAILSTORM_SECRET_FILE``)."""
 
 from __future__ import annotations
 
@@ -261,3 +261,19 @@ def negotiator_command(args: tuple[str, ...]) -> None:
 
     sys.argv = [NEGOTIATOR_MODULE, *args]
     runpy.run_module(NEGOTIATOR_MODULE, run_name="__main__", alter_sys=True)
+
+
+@main.command("secret")
+@click.argument("path", type=click.Path(dir_okay=False))
+@_handle_errors
+def secret_command(path: str) -> None:
+    """Write a new run CA (certificate and key, PEM) to PATH, mode 0600, for
+    $HAILSTORM_SECRET_FILE: every processor and live query of a run started with it mints its
+    TLS certificate from it. An existing file is never overwritten."""
+    from hailstorm.auth import write_secret_file
+
+    try:
+        write_secret_file(path)
+    except OSError as exc:
+        fail(f"cannot write the secret file {path}: {exc.strerror}")
+    click.echo(f"wrote a new run CA to {path} (mode 0600)")

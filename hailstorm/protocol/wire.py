@@ -47,11 +47,9 @@ buffers. A whole DATA frame of ``(word, count)`` tuples encodes+decodes at ~6.5 
 for another encoding later.
 
 Security: unpickling runs code chosen by whoever wrote the bytes, so no frame is read from
-a peer that has not proven it holds the run's secret (:mod:`hailstorm.auth`: a fixed-size
-challenge-response before the first frame), and on such a connection every frame is
-followed by a 32-byte HMAC-SHA256 tag (``FrameReader(checker=...)``,
-``encode_frames(sealer=...)``) that is checked before its payload is decoded. HELLO then
-names the sender within the run.
+a peer that has not authenticated as a member of the run (:mod:`hailstorm.auth`: mutual
+TLS 1.3 under the run's CA, completed before the first frame); TLS then protects every
+frame's integrity and confidentiality. HELLO then names the sender within the run.
 
 Integers in the packed columns are little-endian on the wire (byte-swapped on big-endian
 hosts); header fields are big-endian.
@@ -72,7 +70,6 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from hailstorm.auth import TAG_SIZE, AuthError, FrameSealer
 from hailstorm.errors import ProtocolError
 from hailstorm.protocol.clock import Clock, Partition
 
@@ -433,16 +430,11 @@ def encode_frame(frame: Frame, *, max_frame_size: int = MAX_FRAME_SIZE) -> bytes
     return b"".join(_frame_parts(frame, max_frame_size))
 
 
-def encode_frames(frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE,
-                  sealer: FrameSealer | None = None) -> bytes:
-    """The bytes of several frames, back to back (each followed by its tag with a
-    ``sealer``)."""
+def encode_frames(frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE) -> bytes:
+    """The bytes of several frames, back to back."""
     parts: list[Any] = []
     for frame in frames:
-        framed = _frame_parts(frame, max_frame_size)
-        parts += framed
-        if sealer is not None:
-            parts.append(sealer.tag(framed))
+        parts += _frame_parts(frame, max_frame_size)
     return b"".join(parts)
 
 
@@ -564,13 +556,10 @@ class FrameReader:
     """
 
     def __init__(self, *, max_frame_size: int = MAX_FRAME_SIZE,
-                 checker: FrameSealer | None = None,
                  max_first_frame_size: int | None = None) -> None:
         self._buffer = bytearray()
         self._max_frame_size = max_frame_size
         self._first_limit = max_first_frame_size  # None once the first frame is read
-        self._checker = checker
-        self._tag_size = 0 if checker is None else TAG_SIZE
         self._error: FrameError | None = None
         self._recv_chunk: bytearray | None = None  # scratch buffer of recv_frames
 
@@ -601,17 +590,11 @@ class FrameReader:
                             f"{limit}-byte limit"
                             + ("" if self._first_limit is None else " of a first frame"))
                     payload_end = pos + HEADER_SIZE + length
-                    stop = payload_end + self._tag_size
-                    if stop > end:
+                    if payload_end > end:
                         break
-                    if self._checker is not None:  # before a byte of the payload is read
-                        self._checker.check(view[pos:payload_end], view[payload_end:stop])
                     frames.append(decode_frame(kind, view[pos + HEADER_SIZE : payload_end]))
                     self._first_limit = None
-                    pos = stop
-        except AuthError as e:
-            self._error = FrameError(str(e))
-            raise
+                    pos = payload_end
         except FrameError as e:
             self._error = e
             raise
@@ -631,10 +614,9 @@ class FrameReader:
 
 def send_frames(
     sock: socket.socket, frames: Iterable[Frame], *, max_frame_size: int = MAX_FRAME_SIZE,
-    sealer: FrameSealer | None = None,
 ) -> int:
     """Send ``frames`` with one ``sendall``; returns the number of bytes sent."""
-    data = encode_frames(frames, max_frame_size=max_frame_size, sealer=sealer)
+    data = encode_frames(frames, max_frame_size=max_frame_size)
     sock.sendall(data)
     return len(data)
 

@@ -41,10 +41,10 @@ Each processor:
 
 Data plane: upstream instances connect to their downstream instances (addresses from the
 ``living`` reports) once the run passed ``Initialize`` (every expected processor was ready
-in it). A connection first proves both ends hold the run's secret (:mod:`hailstorm.auth`;
-a listener refuses, logs and counts anything else without failing, and authenticates at
-most :data:`MAX_HANDSHAKES` at once, each within :data:`HANDSHAKE_TIMEOUT` s); every frame
-then carries a MAC checked before it is decoded. Frames (:mod:`hailstorm.protocol.wire`) are sent
+in it). A connection is mutual TLS 1.3 under the run's CA, completed before a frame is read
+(:mod:`hailstorm.auth`; a listener refuses, logs and counts anything else without failing,
+and runs at most :data:`MAX_HANDSHAKES` handshakes at once, each within
+:data:`HANDSHAKE_TIMEOUT` s). Frames (:mod:`hailstorm.protocol.wire`) are sent
 with blocking ``sendall`` (socket timeout
 :attr:`Assignment.io_timeout`); receivers put them into a bounded queue, so a slow bolt
 stops reading its sockets and back-pressure reaches the spouts through TCP.

@@ -1,10 +1,10 @@
 """What a listener makes of an authenticated connection before it is a peer (issue 40).
 
-A connection that passed the handshake (:mod:`hailstorm.auth`) is a *client* until its
+A connection that passed the TLS handshake (:mod:`hailstorm.auth`) is a *client* until its
 first frame says otherwise. Only a HELLO of an upstream instance in this processor's run
 makes it a *peer*, whose broken connection is a fault of the topology and fails the
-processor. Everything else a client does (close, stall, garbage, a frame that fails its
-tag, an oversized or malformed request, a DATA frame first, a HELLO of another run or of no
+processor. Everything else a client does (close, stall, garbage, a broken TLS record, an
+oversized or malformed request, a DATA frame first, a HELLO of another run or of no
 upstream, a QUERY the bolt cannot answer) is a :class:`Refusal`: the connection is closed,
 counted by :attr:`Refusal.kind` (``hailstorm_refused_requests_total``) and, where the
 stream still allows a frame, answered with an ANSWER carrying the reason, which
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from hailstorm.auth import AuthError
 from hailstorm.errors import ProtocolError
 from hailstorm.protocol.wire import (
     MAX_REQUEST_SIZE,
@@ -47,14 +46,13 @@ REQUEST_TIMEOUT = 10.0
 CLOSED = "closed"
 STALLED = "stalled"
 OVERSIZED = "oversized"
-BAD_TAG = "bad_tag"
 GARBLED = "garbled"
 MALFORMED_QUERY = "malformed_query"
 UNEXPECTED_FRAME = "unexpected_frame"
 FOREIGN_HELLO = "foreign_hello"
 UNANSWERABLE_QUERY = "unanswerable_query"
 OTHER = "other"
-REFUSAL_KINDS = (CLOSED, STALLED, OVERSIZED, BAD_TAG, GARBLED, MALFORMED_QUERY,
+REFUSAL_KINDS = (CLOSED, STALLED, OVERSIZED, GARBLED, MALFORMED_QUERY,
                  UNEXPECTED_FRAME, FOREIGN_HELLO, UNANSWERABLE_QUERY, OTHER)
 """Every :attr:`Refusal.kind` (the label values of ``hailstorm_refused_requests_total``)."""
 
@@ -84,8 +82,6 @@ def refusal_of(exc: BaseException, timeout: float = REQUEST_TIMEOUT) -> Refusal:
         return Refusal(CLOSED, f"closed in the middle of its first frame ({exc})", False)
     if isinstance(exc, OSError):
         return Refusal(CLOSED, f"connection lost before a request: {exc}", False)
-    if isinstance(exc, AuthError):
-        return Refusal(BAD_TAG, str(exc))
     if isinstance(exc, FrameTooLargeError):
         return Refusal(OVERSIZED, f"{exc} (at most {MAX_REQUEST_SIZE} bytes: ask for fewer "
                                   "keys at once)")
@@ -112,10 +108,11 @@ def first_request(frames: list[Frame]) -> Hello | Query:
                                     "or QUERY")
 
 
-def hello_refusal(hello: Hello, *, me: str, joined: int | None,
-                  upstreams: Collection[str]) -> Refusal | None:
+def hello_refusal(hello: Hello, *, me: str, joined: int | None, upstreams: Collection[str],
+                  peer: str | None = None) -> Refusal | None:
     """Why a HELLO does not make a peer of this processor (None: it does): it must name this
-    processor, the run it joined, and an upstream instance of it as the sender."""
+    processor, the run it joined, and an upstream instance of it as the sender, the one the
+    connection's TLS certificate names (``peer``, when given)."""
     if joined is None:
         return Refusal(FOREIGN_HELLO, f"HELLO from {hello.sender} before {me} joined a run")
     if hello.receiver != me or hello.epoch != joined:
@@ -124,6 +121,9 @@ def hello_refusal(hello: Hello, *, me: str, joined: int | None,
     if hello.sender not in upstreams:
         return Refusal(FOREIGN_HELLO, f"HELLO from {hello.sender}, which is not an upstream "
                                       f"of {me}")
+    if peer is not None and peer != hello.sender:
+        return Refusal(FOREIGN_HELLO, f"HELLO from {hello.sender} over a connection whose "
+                                      f"certificate names {peer}")
     return None
 
 

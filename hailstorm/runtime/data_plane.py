@@ -11,7 +11,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 
-from hailstorm.auth import AuthError, FrameSealer, RunSecret, greet_peer
+from hailstorm.auth import AuthError, RunSecret, greet_peer
 from hailstorm.errors import ServiceError
 from hailstorm.protocol.wire import Frame, Hello, encode_frames, send_frames
 
@@ -28,8 +28,8 @@ __all__ = [
 log = logging.getLogger("hailstorm.processor")
 
 HANDSHAKE_TIMEOUT = 3.0
-"""Seconds a connecting peer has to prove it holds the run's secret (a slow one is
-refused); a peer of the run needs one round trip."""
+"""Seconds a connecting peer has to complete its TLS handshake (a slow one is refused); a
+peer of the run needs one round trip."""
 MAX_HANDSHAKES = 64
 """Connections a listener authenticates at once; more are refused at once (an upstream
 refused that way tries again until its ``io_timeout``)."""
@@ -85,13 +85,13 @@ class Outbound:
         #: Asked when a send made no progress for ``timeout`` s: True (the topology waits
         #: out an outage, the receiver is held up by it) keeps waiting.
         self.patience = patience
-        self.sock, self.sealer = self._authenticated(address, secret, timeout)
+        self.sock = self._authenticated(sender, address, secret, timeout)
         self.sock.settimeout(timeout)
-        send_frames(self.sock, [Hello(sender, epoch, receiver)], sealer=self.sealer)
+        send_frames(self.sock, [Hello(sender, epoch, receiver)])
 
-    def _authenticated(self, address: tuple[str, int], secret: RunSecret,
-                       timeout: float) -> tuple[socket.socket, FrameSealer]:
-        """A connection that passed the handshake. A listener busy with strangers'
+    def _authenticated(self, sender: str, address: tuple[str, int], secret: RunSecret,
+                       timeout: float) -> socket.socket:
+        """A TLS connection to ``receiver`` of this run. A listener busy with strangers'
         handshakes refuses at once: try again (backing off) until ``timeout``."""
         deadline = time.monotonic() + timeout
         pause = 0.05
@@ -99,8 +99,8 @@ class Outbound:
             sock = socket.create_connection(address, timeout=timeout)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sealer, _ = greet_peer(sock, secret, min(timeout, HANDSHAKE_TIMEOUT))
-                return sock, sealer
+                return greet_peer(sock, secret, sender, self.receiver,
+                                  min(timeout, HANDSHAKE_TIMEOUT))
             except AuthError as exc:
                 with contextlib.suppress(OSError):
                     sock.close()
@@ -119,7 +119,7 @@ class Outbound:
         """Send ``frames``, blocking while the receiver does not read (back pressure): up to
         the timeout, or as long as :attr:`patience` says the topology waits out an outage."""
         try:
-            send_patiently(self.sock, encode_frames(frames, sealer=self.sealer),
+            send_patiently(self.sock, encode_frames(frames),
                            self.patience)
         except TimeoutError as exc:
             raise DataPlaneError(f"sending to {self.receiver} failed: nothing taken for "

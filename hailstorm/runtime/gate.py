@@ -1,4 +1,4 @@
-"""A listener's gate: the handshake and the first frame of every connection, bounded in
+"""A listener's gate: the TLS handshake and the first frame of every connection, bounded in
 number and time, and the refusals of :mod:`hailstorm.runtime.clients` applied (counted,
 logged a line per kind a minute, answered with the reason where the stream allows). What
 passes is a HELLO for the shell to judge, or a QUERY the gate answers itself."""
@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from hailstorm.auth import AuthError, FrameSealer, RunSecret, accept_peer
+from hailstorm.auth import AuthError, RunSecret, accept_peer
 from hailstorm.metrics import ProcessorMetrics
 from hailstorm.protocol.wire import (
     MAX_REQUEST_SIZE,
@@ -40,9 +41,9 @@ __all__ = ["Gate", "Opened", "recv_request"]
 
 log = logging.getLogger("hailstorm.processor")
 
-Opened = tuple[Hello | Query, FrameReader, FrameSealer, list[Frame]]
-"""An authenticated connection's first request, its reader, the sealer of replies, and the
-frames that came after the request."""
+Opened = tuple[Hello | Query, FrameReader, ssl.SSLSocket, list[Frame]]
+"""An authenticated connection's first request, its reader, its TLS stream (the socket to
+use from then on), and the frames that came after the request."""
 
 
 def recv_request(sock: socket.socket, reader: FrameReader,
@@ -91,21 +92,23 @@ class Gate:
         return False
 
     def open(self, sock: socket.socket, address: Any, secret: RunSecret) -> Opened | None:
-        """The handshake and the first frame of an admitted connection, then its slot back;
-        None when the connection was refused."""
+        """The TLS handshake and the first frame of an admitted connection, then its slot
+        back; None when the connection was refused."""
         try:
             try:
-                checker, sealer = accept_peer(sock, secret, HANDSHAKE_TIMEOUT)
+                tls = accept_peer(sock, secret, self.processor, HANDSHAKE_TIMEOUT)
             except (AuthError, OSError) as exc:
                 self.refuse(sock, address, exc)
                 return None
-            reader = FrameReader(checker=checker, max_first_frame_size=MAX_REQUEST_SIZE)
+            reader = FrameReader(max_first_frame_size=MAX_REQUEST_SIZE)
             try:
-                frames = recv_request(sock, reader, self.request_timeout)
-                return first_request(frames), reader, sealer, frames[1:]
+                frames = recv_request(tls, reader, self.request_timeout)
+                return first_request(frames), reader, tls, frames[1:]
             except Exception as exc:  # whatever a client sends, never a failure
                 refusal = refusal_of(exc, self.request_timeout)
-                self.refuse_client(sock, sealer, address, refusal)
+                self.refuse_client(tls, address, refusal)
+                with contextlib.suppress(OSError):
+                    tls.close()
                 return None
         finally:
             self._slots.release()
@@ -118,7 +121,7 @@ class Gate:
         with contextlib.suppress(OSError):
             sock.close()
 
-    def refuse_client(self, sock: socket.socket, sealer: FrameSealer, address: Any,
+    def refuse_client(self, sock: socket.socket, address: Any,
                       refusal: Refusal, answer: dict[str, Any] | None = None) -> None:
         """Refuse an authenticated client: counted by kind, logged, answered with ``answer``
         (else the reason) where the stream allows; the caller closes the connection."""
@@ -129,9 +132,9 @@ class Gate:
             reply = answer or {"processor": me, "error": f"{me} refused the request: {refusal}"}
             with contextlib.suppress(Exception):  # the client may be gone: nothing to tell
                 sock.settimeout(HANDSHAKE_TIMEOUT)
-                send_frames(sock, [Answer(reply)], sealer=sealer)
+                send_frames(sock, [Answer(reply)])
 
-    def answer_query(self, sock: socket.socket, sealer: FrameSealer, address: Any,
+    def answer_query(self, sock: socket.socket, address: Any,
                      query: Query, answer: Callable[[Query], dict[str, Any]]) -> None:
         """Send ``answer(query)``; an error in it, or a client gone, is a refusal."""
         try:
@@ -140,18 +143,18 @@ class Gate:
             fields = {"processor": self.processor, "error": f"{type(exc).__name__}: {exc}"}
         if fields.get("error"):
             refusal = Refusal(UNANSWERABLE_QUERY, str(fields["error"]))
-            self.refuse_client(sock, sealer, address, refusal, fields)
+            self.refuse_client(sock, address, refusal, fields)
             return
         try:
             sock.settimeout(self.io_timeout)
-            send_frames(sock, [Answer(fields)], sealer=sealer)
+            send_frames(sock, [Answer(fields)])
         except OSError as exc:
             refusal = Refusal(CLOSED, f"gone before its answer was sent: {exc}", False)
-            self.refuse_client(sock, sealer, address, refusal)
+            self.refuse_client(sock, address, refusal)
             return
         except Exception as exc:  # an answer that does not encode (too large, unpicklable)
             refusal = Refusal(UNANSWERABLE_QUERY, f"the answer does not encode: {exc}")
-            self.refuse_client(sock, sealer, address, refusal)
+            self.refuse_client(sock, address, refusal)
             return
         self.metrics.live_queries.inc()
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.auth import SECRET_FILE_VAR, RunSecret
+from hailstorm.auth import SECRET_FILE_VAR, RunSecret, peer_identity
 from hailstorm.coordination import Coordinator
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
@@ -515,15 +515,18 @@ class Shell:
             opened = self.gate.open(sock, address, self.secret)
             if opened is None:
                 return
-            request, reader, sealer, rest = opened
+            request, reader, tls, rest = opened
+            self._accepted.discard(sock)  # the TLS stream owns the connection now
+            self._accepted.add(tls)
+            sock = tls
             if isinstance(request, Query):
-                self.gate.answer_query(sock, sealer, address, request, self.answer)
+                self.gate.answer_query(sock, address, request, self.answer)
                 return
             self.joined_event.wait(self.assignment.io_timeout)
             refusal = hello_refusal(request, me=self.assignment.processor, joined=self.joined,
-                                    upstreams=self.upstream_ids())
+                                    upstreams=self.upstream_ids(), peer=peer_identity(tls))
             if refusal is not None:
-                self.gate.refuse_client(sock, sealer, address, refusal)
+                self.gate.refuse_client(sock, address, refusal)
                 return
             self._serve(sock, reader, request.sender, rest)
         finally:

@@ -1,13 +1,15 @@
 """The data plane's trust boundary on a running word count: a stranger who can reach a bolt's
 or a sink's port cannot run code in it, cannot forge rows into an exactly-once table, and
 cannot make the topology restart, whether it sends a crafted pickle, a forged HELLO with
-data, nothing at all, or a handshake too slow or too many at once."""
+data, nothing at all, a TLS certificate of no run or of another run, or a handshake too
+slow or too many at once."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
+import ssl
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ import pytest
 from deployments import WORDCOUNT, deployed
 
 from hailstorm import kafka
-from hailstorm.auth import MAGIC
+from hailstorm.auth import RunSecret
 from hailstorm.dev.harness import (
     Produced,
     StackAddresses,
@@ -65,6 +67,25 @@ def _send(address: tuple[str, int], data: bytes) -> None:
             pass
 
 
+TLS_RECORD = b"\x16\x03\x01"
+"""The first bytes of a TLS handshake record (a ClientHello follows)."""
+
+
+def _send_tls(address: tuple[str, int], chain: Path, data: bytes) -> None:
+    """Connect with TLS presenting ``chain`` (a certificate not of the run), trusting anyone,
+    and send ``data``; the listener refuses the handshake."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(chain)
+    with socket.create_connection(address, timeout=5) as sock, \
+            contextlib.suppress(OSError), context.wrap_socket(sock) as tls:
+        tls.sendall(data)
+        tls.settimeout(HANDSHAKE_TIMEOUT + 5)
+        while tls.recv(4096):
+            pass
+
+
 def _refused(metrics_port: int) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
                                   timeout=5).read().decode()
@@ -87,6 +108,10 @@ def test_strangers_cannot_run_code_forge_rows_or_restart_the_topology(
     marker = tmp_path / "code-ran"
     exploit = DataBatch.of([0], [1], [_RunsCode(marker)])
     forged_row = DataBatch.of([0], [10**9], [("forgedword", 424242)])
+    other = RunSecret.generate()
+    self_signed, other_run = tmp_path / "self-signed.pem", tmp_path / "other-run.pem"
+    self_signed.write_bytes(other.to_pem())  # a CA certificate signs itself
+    other_run.write_bytes(b"".join(other.mint("spout:lines:words:0")))
     before = {ident: _refused(int(info["metrics"])) for ident, info in listening.items()}
     for ident, info in listening.items():
         address = (str(info["host"]), int(info["port"]))
@@ -95,14 +120,17 @@ def test_strangers_cannot_run_code_forge_rows_or_restart_the_topology(
         upstream = "bolt:counts:0" if ident.startswith("sink:") else "spout:lines:words:0"
         _send(address, encode_frames([Hello(upstream, epoch, ident), forged_row, exploit]))
         # A handshake's first bytes with the pickle behind them; connect-and-close.
-        _send(address, MAGIC + encode_frames([exploit]))
+        _send(address, TLS_RECORD + encode_frames([exploit]))
         socket.create_connection(address, timeout=5).close()
+        # TLS with a self-signed certificate, then one of another run's CA, then the pickle.
+        _send_tls(address, self_signed, encode_frames([exploit]))
+        _send_tls(address, other_run, encode_frames([exploit]))
     # Slow-loris and a flood on one sink port: the listener closes each within its bound.
     sink = next(i for i in listening if i.startswith("sink:"))
     address = (str(listening[sink]["host"]), int(listening[sink]["port"]))
     flood = [socket.create_connection(address, timeout=5) for _ in range(MAX_HANDSHAKES + 8)]
     for sock in flood:
-        sock.sendall(MAGIC[:2])
+        sock.sendall(TLS_RECORD[:2])
     started = time.monotonic()
     for sock in flood:
         sock.settimeout(HANDSHAKE_TIMEOUT + 10)
@@ -125,6 +153,6 @@ def test_strangers_cannot_run_code_forge_rows_or_restart_the_topology(
     run.check_recoveries()  # no restart at all: no stranger failed a processor
     after = {ident: _refused(int(info["metrics"])) for ident, info in listening.items()}
     for ident in listening:  # every connection above was refused and counted
-        assert after[ident] - before[ident] >= 4, (ident, before[ident], after[ident])
-    assert after[sink] - before[sink] >= 4 + len(flood)
+        assert after[ident] - before[ident] >= 6, (ident, before[ident], after[ident])
+    assert after[sink] - before[sink] >= 6 + len(flood)
     assert "refused a data-plane connection" in run.log("driver")

@@ -1,44 +1,36 @@
-"""The data plane's handshake and frame MACs (hailstorm.auth, hailstorm.protocol.wire): a peer
-of the run gets through; anyone else, or anything altered, is refused before a frame is
-decoded."""
+"""The data plane's mutual TLS (hailstorm.auth): a peer of the run gets through and sees who
+the other end is; a stranger (no certificate, a self-signed one, another run's, plain TCP,
+a pickle) is refused during the handshake, before a frame is read."""
 
 from __future__ import annotations
 
 import os
 import pickle
 import socket
+import ssl
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from hailstorm.auth import (
-    MAGIC,
-    NONCE_SIZE,
-    TAG_SIZE,
+    QUERY_IDENTITY,
     AuthError,
-    FrameSealer,
     RunSecret,
     accept_peer,
     greet_peer,
+    peer_identity,
+    write_secret_file,
 )
-from hailstorm.protocol.wire import (
-    HEADER_SIZE,
-    DataBatch,
-    FrameError,
-    FrameReader,
-    Hello,
-    Query,
-    Watermark,
-    encode_frame,
-    encode_frames,
-)
+from hailstorm.protocol.wire import DataBatch, FrameReader, Hello, encode_frames, recv_frames
 
-SECRET = RunSecret(b"k" * 32)
+SECRET = RunSecret.generate()
+OTHER_RUN = RunSecret.generate()
+BOLT = "bolt:counts:0"
+SPOUT = "spout:lines:words:0"
 
 
 def _both(client: Callable[[socket.socket], Any],
@@ -65,199 +57,154 @@ def _both(client: Callable[[socket.socket], Any],
     return results["client"], results["server"]
 
 
-def test_peers_of_one_run_agree_on_keys_per_direction() -> None:
-    (c_send, c_recv), (s_recv, s_send) = _both(
-        lambda s: greet_peer(s, SECRET, 5), lambda s: accept_peer(s, SECRET, 5))
-    frame = b"some frame bytes"
-    s_recv.check(frame, c_send.tag([frame]))
-    c_recv.check(frame, s_send.tag([frame]))
-    with pytest.raises(AuthError):  # the directions' keys differ
-        FrameSealer(c_send._key).check(frame, s_send.tag([frame]))
+def _stranger_tls(chain: bytes | None, tmp_path: Path) -> ssl.SSLContext:
+    """A TLS 1.3 client that trusts anyone and presents ``chain`` (PEM cert+key) if any."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if chain is not None:
+        path = tmp_path / "stranger.pem"
+        path.write_bytes(chain)
+        context.load_cert_chain(path)
+    return context
 
 
-def test_a_peer_without_the_secret_is_refused_both_ways() -> None:
-    other = RunSecret(b"x" * 32)
-    client, server = _both(lambda s: greet_peer(s, other, 5),
-                           lambda s: accept_peer(s, SECRET, 5))
-    assert isinstance(client, AuthError) and "listener did not prove" in str(client)
-    assert isinstance(server, AuthError)
+def _talk_as_stranger(context: ssl.SSLContext, payload: bytes) -> Callable[[socket.socket], Any]:
+    def client(sock: socket.socket) -> None:
+        with context.wrap_socket(sock) as tls:
+            tls.sendall(payload)
+            tls.recv(1)
+
+    return client
 
 
-def test_a_client_with_the_wrong_secret_never_gets_past_the_server() -> None:
-    def forger(sock: socket.socket) -> None:
-        sock.sendall(MAGIC + b"n" * NONCE_SIZE)
-        sock.recv(NONCE_SIZE + TAG_SIZE)
-        sock.sendall(b"\0" * TAG_SIZE)  # no proof
-
-    _client, server = _both(forger, lambda s: accept_peer(s, SECRET, 5))
-    assert isinstance(server, AuthError) and "did not prove" in str(server)
-
-
-def test_a_pickle_instead_of_a_handshake_is_refused_unread(tmp_path: Path) -> None:
-    marker = tmp_path / "ran"
-
+def _exploit(marker: Path) -> bytes:
     class Exploit:
         def __reduce__(self) -> tuple[Any, ...]:
             return (os.system, (f"touch {marker}",))
 
-    payload = pickle.dumps(Exploit())
-    _client, server = _both(lambda s: s.sendall(payload * 4),
-                            lambda s: accept_peer(s, SECRET, 5))
-    assert isinstance(server, AuthError) and "not a hailstorm" in str(server)
+    return encode_frames([DataBatch.of([0], [1], [Exploit()])])
+
+
+def test_peers_of_one_run_authenticate_each_other_and_exchange_frames() -> None:
+    hello = Hello(SPOUT, 3, BOLT)
+
+    def client(sock: socket.socket) -> str:
+        with greet_peer(sock, SECRET, SPOUT, BOLT, 5) as tls:
+            assert tls.version() == "TLSv1.3"
+            tls.sendall(encode_frames([hello]))
+            return peer_identity(tls)
+
+    def server(sock: socket.socket) -> tuple[str, list[Any]]:
+        with accept_peer(sock, SECRET, BOLT, 5) as tls:
+            return peer_identity(tls), recv_frames(tls, FrameReader())
+
+    seen_by_client, (seen_by_server, frames) = _both(client, server)
+    assert (seen_by_client, seen_by_server, frames) == (BOLT, SPOUT, [hello])
+
+
+def test_the_client_refuses_a_listener_of_the_run_that_is_not_the_one_it_meant() -> None:
+    client, _server = _both(lambda s: greet_peer(s, SECRET, SPOUT, "bolt:counts:1", 5),
+                            lambda s: accept_peer(s, SECRET, BOLT, 5))
+    assert isinstance(client, AuthError) and "not 'bolt:counts:1'" in str(client)
+
+
+def test_another_runs_certificates_are_refused_both_ways() -> None:
+    client, server = _both(lambda s: greet_peer(s, OTHER_RUN, SPOUT, BOLT, 5),
+                           lambda s: accept_peer(s, SECRET, BOLT, 5))
+    assert isinstance(client, AuthError) and "TLS handshake refused" in str(client)
+    assert isinstance(server, AuthError)
+
+
+@pytest.mark.parametrize("who", ["no certificate", "self-signed", "another run's CA"])
+def test_a_stranger_with_a_pickle_is_refused_in_the_handshake(who: str,
+                                                               tmp_path: Path) -> None:
+    chain = {"no certificate": None,
+             "self-signed": OTHER_RUN.to_pem(),  # a CA certificate is self-signed
+             "another run's CA": b"".join(OTHER_RUN.mint(SPOUT))}[who]
+    marker = tmp_path / "ran"
+    stranger = _talk_as_stranger(_stranger_tls(chain, tmp_path), _exploit(marker))
+    _client, server = _both(stranger, lambda s: accept_peer(s, SECRET, BOLT, 5))
+    assert isinstance(server, AuthError) and "TLS handshake refused" in str(server), server
     assert not marker.exists()
 
 
-def test_a_slow_or_silent_peer_times_out() -> None:
-    def slow(sock: socket.socket) -> None:
-        sock.sendall(MAGIC[:2])
-        sock.recv(1)  # until the server gives up and closes
+def test_plain_tcp_a_pickle_or_garbage_is_refused_unread(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    for payload in (_exploit(marker), pickle.dumps(list(range(100))) * 4, b"\x16\x03" * 999):
+        _client, server = _both(lambda s, p=payload: s.sendall(p),
+                                lambda s: accept_peer(s, SECRET, BOLT, 5))
+        assert isinstance(server, AuthError), server
+    assert not marker.exists()
 
-    _client, server = _both(slow, lambda s: accept_peer(s, SECRET, 0.3))
-    assert isinstance(server, AuthError) and "timed out" in str(server)
+
+def test_a_silent_or_trickling_peer_times_out_within_the_bound() -> None:
+    def trickle(sock: socket.socket) -> None:
+        hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\0" * 200
+        for byte in hello:  # a ClientHello one byte every 50 ms: far slower than the bound
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    started = time.monotonic()
+    _client, server = _both(trickle, lambda s: accept_peer(s, SECRET, BOLT, 0.5))
+    assert isinstance(server, AuthError) and "timed out" in str(server), server
+    assert time.monotonic() - started < 0.5 + 1.0 + 10 * 0.05
 
 
 def test_connect_and_close_is_an_auth_error_not_a_crash() -> None:
-    _client, server = _both(lambda s: None, lambda s: accept_peer(s, SECRET, 5))
-    assert isinstance(server, AuthError) and "closed during the handshake" in str(server)
+    _client, server = _both(lambda s: None, lambda s: accept_peer(s, SECRET, BOLT, 5))
+    assert isinstance(server, AuthError)
 
 
-def test_secret_file_must_be_private_and_long_enough(tmp_path: Path) -> None:
-    path = tmp_path / "secret"
-    path.write_bytes(b"s" * 40 + b"\n")
-    path.chmod(0o644)
+def test_the_query_client_authenticates_as_query() -> None:
+    client, server = _both(
+        lambda s: greet_peer(s, SECRET, QUERY_IDENTITY, BOLT, 5).close(),
+        lambda s: peer_identity(accept_peer(s, SECRET, BOLT, 5)))
+    assert client is None and server == QUERY_IDENTITY
+
+
+def test_a_secret_file_is_written_private_once_and_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "run.secret"
+    written = write_secret_file(path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert RunSecret.from_file(path) == written
+    with pytest.raises(FileExistsError):
+        write_secret_file(path)
+    path.chmod(0o640)
     with pytest.raises(ValueError, match="readable by others"):
-        RunSecret.from_file(path)
-    path.chmod(0o600)
-    assert RunSecret.from_file(path).key == b"s" * 40 + b"\n"  # every byte is the key
-    path.write_bytes(b"short")
-    with pytest.raises(ValueError, match="at least 32 bytes"):
         RunSecret.from_file(path)
     with pytest.raises(ValueError, match="cannot read"):
         RunSecret.from_file(tmp_path / "missing")
-    assert "s" * 40 not in repr(RunSecret(b"s" * 40))
 
 
-# ------------------------------------------------------------------ frames with tags
+def test_a_secret_file_must_be_a_ca_with_its_own_key(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    for text in (b"s" * 64, SECRET.ca_cert, SECRET.ca_cert + OTHER_RUN.ca_key):
+        path.write_bytes(text)
+        path.chmod(0o600)
+        with pytest.raises(ValueError, match=r"not a run CA|does not match"):
+            RunSecret.from_file(path)
 
 
-def _pair() -> tuple[FrameSealer, FrameSealer]:
-    return FrameSealer(b"d" * 32), FrameSealer(b"d" * 32)
+def test_the_key_is_never_in_a_repr() -> None:
+    key_line = SECRET.ca_key.decode().splitlines()[1]
+    assert key_line not in repr(SECRET)
+    assert repr(SECRET) == "RunSecret()"
 
 
-FRAMES = [Hello("spout:s:0", 3, "bolt:b:1"),
-          DataBatch.of([0, 1], [5, 6], [("a", 1), ("b", 2)]),
-          Watermark(3, {0: 5, 1: 6})]
+def test_hailstorm_secret_writes_a_private_ca_and_never_overwrites(tmp_path: Path) -> None:
+    from click.testing import CliRunner
 
+    from hailstorm.cli import main
 
-def test_sealed_frames_round_trip_in_any_split() -> None:
-    sealer, checker = _pair()
-    raw = encode_frames(FRAMES, sealer=sealer)
-    assert len(raw) == len(encode_frames(FRAMES)) + len(FRAMES) * TAG_SIZE
-    reader = FrameReader(checker=checker)
-    got = [f for i in range(0, len(raw), 7) for f in reader.feed(raw[i:i + 7])]
-    assert got == FRAMES
-
-
-def _payload_positions(raw: bytes, frames: int) -> list[int]:
-    """Indices of the payload bytes of each of ``frames`` sealed frames in ``raw`` (not
-    their headers, not their tags)."""
-    positions: list[int] = []
-    pos = 0
-    for _ in range(frames):
-        length = int.from_bytes(raw[pos:pos + 4], "big")
-        start = pos + HEADER_SIZE
-        positions += range(start, start + length)
-        pos = start + length + TAG_SIZE
-    assert pos == len(raw)
-    return positions
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_any_flipped_payload_byte_fails_its_tag_check(data: st.DataObject) -> None:
-    """A flipped payload byte is an :class:`AuthError` of the tag, whatever the byte: a
-    reader that decoded before checking would see a corrupt frame (a ``FrameError``) or a
-    different value instead. The frames before the flipped one come out."""
-    sealer, checker = _pair()
-    raw = bytearray(encode_frames(FRAMES, sealer=sealer))
-    where = data.draw(st.sampled_from(_payload_positions(bytes(raw), len(FRAMES))))
-    raw[where] ^= data.draw(st.integers(1, 255))
-    reader = FrameReader(checker=checker)
-    got: list[Any] = []
-    with pytest.raises(AuthError, match="failed its integrity check"):
-        for i in range(len(raw)):  # byte by byte: every frame before the flip comes out
-            got += reader.feed(raw[i:i + 1])
-    assert got == FRAMES[:len(got)] and len(got) < len(FRAMES)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_any_flipped_byte_fails_before_decoding(data: st.DataObject) -> None:
-    """Anywhere (a header too): only the frames before the flipped one come out; a flipped
-    length makes the reader wait for bytes that never come, or refuse the frame's size or
-    kind from its header alone."""
-    sealer, checker = _pair()
-    raw = bytearray(encode_frames(FRAMES, sealer=sealer))
-    where = data.draw(st.integers(0, len(raw) - 1))
-    raw[where] ^= data.draw(st.integers(1, 255))
-    reader = FrameReader(checker=checker)
-    try:
-        got = reader.feed(bytes(raw))
-    except (AuthError, FrameError):
-        return
-    assert len(got) < len(FRAMES) and got == FRAMES[:len(got)]
-
-
-class _CreatesFile:
-    """Unpickling this creates the file ``path`` (``open(path, "w")``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (open, (str(self.path), "w"))
-
-
-@pytest.mark.parametrize("frame_of", [
-    lambda exploit: DataBatch.of([0], [1], [exploit]),
-    lambda exploit: Query("counts", 0, [exploit]),
-], ids=["DATA", "QUERY"])
-def test_the_tag_is_checked_before_the_pickle_is_read(
-        tmp_path: Path, frame_of: Callable[[Any], Any]) -> None:
-    """A frame whose pickle would create a file, sealed with another key: refused by its tag
-    (:class:`AuthError`), the file never appears. The same bytes with the right tag do
-    create it (the exploit is real, so its absence above means it was never unpickled)."""
-    marker = tmp_path / "created-by-unpickling"
-    frame = frame_of(_CreatesFile(marker))
-    sealer, _ = _pair()
-    sealed = encode_frames([FRAMES[0], frame], sealer=sealer)
-    another_key = encode_frames([FRAMES[0], frame], sealer=FrameSealer(b"w" * 32))
-    for wrong_tag in (another_key[-TAG_SIZE:], bytes(TAG_SIZE)):
-        _, checker = _pair()
-        with pytest.raises(AuthError, match="frame 1 failed its integrity check"):
-            FrameReader(checker=checker).feed(sealed[:-TAG_SIZE] + wrong_tag)
-        assert not marker.exists(), "a frame was unpickled before its tag was checked"
-    alone = encode_frames([frame], sealer=FrameSealer(b"w" * 32))  # first on its stream
-    with pytest.raises(AuthError, match="frame 0 failed its integrity check"):
-        FrameReader(checker=_pair()[1]).feed(alone)
-    assert not marker.exists(), "a frame was unpickled before its tag was checked"
-
-    _, checker = _pair()
-    got = FrameReader(checker=checker).feed(sealed)  # control: the right tag
-    assert len(got) == 2 and marker.exists()
-
-
-def test_replayed_dropped_or_foreign_frames_fail() -> None:
-    sealer, checker = _pair()
-    first = encode_frames(FRAMES[:1], sealer=sealer)
-    second = encode_frames(FRAMES[1:2], sealer=sealer)
-    reader = FrameReader(checker=checker)
-    assert reader.feed(first) == FRAMES[:1]
-    with pytest.raises(AuthError):  # the first frame again
-        reader.feed(first)
-    _s, fresh = _pair()
-    with pytest.raises(AuthError):  # the second without the first
-        FrameReader(checker=fresh).feed(second)
-    with pytest.raises(AuthError):  # a frame with no tag at all, padded to look whole
-        FrameReader(checker=FrameSealer(b"d" * 32)).feed(
-            encode_frame(FRAMES[0]) + b"\0" * TAG_SIZE)
+    path = tmp_path / "run.secret"
+    first = CliRunner().invoke(main, ["secret", str(path)])
+    assert first.exit_code == 0, first.output
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    made = RunSecret.from_file(path)
+    again = CliRunner().invoke(main, ["secret", str(path)])
+    assert again.exit_code == 1 and "cannot write" in again.output
+    assert RunSecret.from_file(path) == made

@@ -5,19 +5,22 @@ refused, counted by kind, and answered with the reason where the stream allows."
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hailstorm.auth import AuthError, FrameSealer, RunSecret, greet_peer
+from hailstorm.auth import QUERY_IDENTITY, RunSecret, greet_peer
 from hailstorm.metrics import ProcessorMetrics, parse_samples, render
 from hailstorm.protocol.wire import (
     MAX_REQUEST_SIZE,
@@ -44,7 +47,7 @@ from hailstorm.runtime.clients import (
 )
 from hailstorm.runtime.gate import Gate
 
-SECRET = RunSecret(b"s" * 32)
+SECRET = RunSecret.generate()
 ME = "bolt:counts:0"
 
 
@@ -56,7 +59,7 @@ ME = "bolt:counts:0"
     (ConnectionResetError("reset"), "closed", False),
     (BrokenPipeError("pipe"), "closed", False),
     (StreamEndedError("stream ended inside a frame"), "closed", False),
-    (AuthError("frame 0 failed its integrity check"), "bad_tag", True),
+    (ssl.SSLError(1, "[SSL: DECRYPTION_FAILED_OR_BAD_RECORD_MAC]"), "closed", False),
     (FrameTooLargeError("incoming frame announces..."), "oversized", True),
     (FrameError("corrupted QUERY frame: x", FrameKind.QUERY), "malformed_query", True),
     (FrameError("corrupted HELLO frame: x", FrameKind.HELLO), "garbled", True),
@@ -85,10 +88,16 @@ def test_the_first_frame_must_be_a_hello_or_a_query_alone() -> None:
 def test_only_a_hello_of_an_upstream_in_this_run_makes_a_peer() -> None:
     upstreams = {"spout:s:0", "spout:s:1"}
 
-    def judge(hello: Hello, joined: int | None = 4) -> Refusal | None:
-        return hello_refusal(hello, me=ME, joined=joined, upstreams=upstreams)
+    def judge(hello: Hello, joined: int | None = 4, peer: str | None = None
+              ) -> Refusal | None:
+        return hello_refusal(hello, me=ME, joined=joined, upstreams=upstreams, peer=peer)
 
     assert judge(Hello("spout:s:0", 4, ME)) is None
+    assert judge(Hello("spout:s:0", 4, ME), peer="spout:s:0") is None
+    for peer in ("spout:s:1", "query"):  # another upstream's certificate, the query client's
+        refusal = judge(Hello("spout:s:0", 4, ME), peer=peer)
+        assert refusal is not None and refusal.kind == "foreign_hello"
+        assert f"certificate names {peer}" in refusal.reason
     for hello, joined, words in [
         (Hello("spout:s:0", 4, ME), None, "before bolt:counts:0 joined"),
         (Hello("spout:s:0", 3, ME), 4, "in epoch 3"),
@@ -139,16 +148,16 @@ def _served(metrics: ProcessorMetrics) -> float:
                if name == "hailstorm_live_queries_total")
 
 
-def _client(act: Callable[[socket.socket, FrameSealer], None]
+def _client(act: Callable[[socket.socket], None]
             ) -> Callable[[socket.socket], dict[str, Any] | None]:
     """A client that authenticates, does ``act``, then reads an ANSWER (None: none came)."""
 
     def run(sock: socket.socket) -> dict[str, Any] | None:
-        sealer, checker = greet_peer(sock, SECRET, 5)
-        act(sock, sealer)
-        sock.settimeout(5)
+        tls = greet_peer(sock, SECRET, QUERY_IDENTITY, ME, 5)
+        act(tls)
+        tls.settimeout(5)
         try:
-            frames = recv_frames(sock, FrameReader(checker=checker))
+            frames = recv_frames(tls, FrameReader())
         except (OSError, FrameError):
             return None
         return frames[0].fields if frames and isinstance(frames[0], Answer) else None
@@ -180,40 +189,35 @@ def _through_the_gate(client: Callable[[socket.socket], Any],
         assert gate.admit(b, "test")
         opened = gate.open(b, "test", SECRET)
         if opened is not None and isinstance(opened[0], Query):
-            gate.answer_query(b, opened[2], "test", opened[0], answer or (lambda q: {}))
+            gate.answer_query(opened[2], "test", opened[0], answer or (lambda q: {}))
     finally:
+        if opened is not None:
+            opened[2].close()
         b.close()
         thread.join(10)
     return got["client"], opened, metrics
 
 
-def _sealed_raw(sock: socket.socket, sealer: FrameSealer, kind: FrameKind,
-                payload: bytes) -> None:
-    frame = struct.pack(">IB", len(payload), kind) + payload
-    sock.sendall(frame + sealer.tag([frame]))
+def _raw(sock: socket.socket, kind: FrameKind, payload: bytes) -> None:
+    sock.sendall(struct.pack(">IB", len(payload), kind) + payload)
 
 
-MISBEHAVIOURS: dict[str, tuple[Callable[[socket.socket, FrameSealer], None], str, str]] = {
-    "close": (lambda s, _: s.shutdown(socket.SHUT_WR), "closed", ""),
+MISBEHAVIOURS: dict[str, tuple[Callable[[socket.socket], None], str, str]] = {
+    "close": (lambda s: s.shutdown(socket.SHUT_WR), "closed", ""),
     "half a frame, then close": (
-        lambda s, _: (s.sendall(encode_frame(Query("counts", 0, ["storm"]))[:7]),
+        lambda s: (s.sendall(encode_frame(Query("counts", 0, ["storm"]))[:7]),
                       s.shutdown(socket.SHUT_WR)), "closed", ""),
-    "garbage": (lambda s, _: s.sendall(b"\xff" * 64), "garbled", "unknown frame kind 255"),
-    "a bad tag": (lambda s, _: s.sendall(encode_frame(Query("counts", 0, ["storm"]))
-                                         + b"\0" * 32), "bad_tag", "integrity check"),
+    "garbage": (lambda s: s.sendall(b"\xff" * 64), "garbled", "unknown frame kind 255"),
     "an oversized request": (
-        lambda s, _: s.sendall(struct.pack(">IB", MAX_REQUEST_SIZE + 1, FrameKind.QUERY)),
+        lambda s: s.sendall(struct.pack(">IB", MAX_REQUEST_SIZE + 1, FrameKind.QUERY)),
         "oversized", "fewer keys"),
     "a malformed QUERY": (
-        lambda s, sealer: _sealed_raw(s, sealer, FrameKind.QUERY,
-                                      pickle.dumps({"instance": 0})),
+        lambda s: _raw(s, FrameKind.QUERY, pickle.dumps({"instance": 0})),
         "malformed_query", "corrupted QUERY frame"),
     "a QUERY of the wrong types": (
-        lambda s, sealer: _sealed_raw(s, sealer, FrameKind.QUERY,
-                                      pickle.dumps({"bolt": 1, "instance": "x"})),
+        lambda s: _raw(s, FrameKind.QUERY, pickle.dumps({"bolt": 1, "instance": "x"})),
         "malformed_query", "corrupted QUERY frame"),
-    "DATA first": (lambda s, sealer: s.sendall(encode_frames([DataBatch.of([0], [1], ["x"])],
-                                                             sealer=sealer)),
+    "DATA first": (lambda s: s.sendall(encode_frames([DataBatch.of([0], [1], ["x"])])),
                    "unexpected_frame", "opened with a DataBatch frame"),
 }
 
@@ -230,7 +234,7 @@ def test_a_misbehaving_client_is_refused_counted_and_told_why(name: str) -> None
 
 
 def test_a_silent_or_trickling_client_is_refused_within_the_request_timeout() -> None:
-    def trickle(sock: socket.socket, _: FrameSealer) -> None:
+    def trickle(sock: socket.socket) -> None:
         for byte in encode_frame(Query("counts", 0, ["storm"]))[:20]:
             try:
                 sock.sendall(bytes([byte]))
@@ -238,7 +242,7 @@ def test_a_silent_or_trickling_client_is_refused_within_the_request_timeout() ->
                 return
             time.sleep(0.05)
 
-    for act in (lambda s, _: None, trickle):
+    for act in (lambda s: None, trickle):
         started = time.monotonic()
         client_got, opened, metrics = _through_the_gate(_client(act), request_timeout=0.5)
         assert opened is None and time.monotonic() - started < 3
@@ -255,7 +259,7 @@ def test_a_stranger_is_counted_apart_from_clients() -> None:
 
 def test_a_query_is_answered_and_an_unanswerable_one_is_refused_with_its_error() -> None:
     query = Query("counts", 0, ["storm"])
-    ask = _client(lambda s, sealer: s.sendall(encode_frames([query], sealer=sealer)))
+    ask = _client(lambda s: s.sendall(encode_frames([query])))
     got, opened, metrics = _through_the_gate(ask, lambda q: {"values": {"storm": 3}})
     assert opened[0] == query and got == {"values": {"storm": 3}}
     assert _served(metrics) == 1 and set(_refused(metrics).values()) == {0.0}
@@ -274,8 +278,8 @@ def test_a_query_is_answered_and_an_unanswerable_one_is_refused_with_its_error()
 
 def test_a_hello_passes_the_gate_with_what_followed_it() -> None:
     hello, data = Hello("spout:s:0", 1, ME), DataBatch.of([0], [1], [("w", 1)])
-    peer = _client(lambda s, sealer: (s.sendall(encode_frames([hello, data], sealer=sealer)),
-                                      s.shutdown(socket.SHUT_WR)))
+    peer = _client(lambda s: (s.sendall(encode_frames([hello, data])),
+                              s.shutdown(socket.SHUT_WR)))
     _got, opened, metrics = _through_the_gate(peer)
     assert opened is not None and opened[0] == hello and opened[3] == [data]
     assert set(_refused(metrics).values()) == {0.0}
@@ -291,18 +295,52 @@ def test_the_query_client_does_not_send_a_request_over_the_limit() -> None:
 
     def serve() -> None:
         sock, _ = listener.accept()
-        with sock:
-            accept_peer(sock, SECRET, 5)
-            sock.settimeout(5)
-            received.append(sock.recv(1 << 16))
+        with accept_peer(sock, SECRET, ME, 5) as tls:
+            tls.settimeout(5)
+            received.append(tls.recv(1 << 16))
 
     thread = threading.Thread(target=serve)
     thread.start()
     keys = [f"word{i:07d}" for i in range(MAX_REQUEST_SIZE // 10)]
     try:
         with pytest.raises(QueryError, match="ask for fewer keys at once"):
-            _ask(listener.getsockname(), SECRET, Query("counts", 0, keys), 5)
+            _ask(listener.getsockname(), ME, SECRET, Query("counts", 0, keys), 5)
     finally:
         thread.join(10)
         listener.close()
     assert received == [b""]  # nothing was sent after the handshake
+
+
+def test_strangers_are_refused_in_the_tls_handshake_and_their_pickle_never_runs(
+        tmp_path: Path) -> None:
+    """Plain TCP, no certificate, a self-signed one, one of another run's CA: each is counted
+    as a refused connection (not a client refusal), and the pickle bomb behind it never runs."""
+    marker = tmp_path / "ran"
+
+    class Exploit:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (os.system, (f"touch {marker}",))
+
+    bomb = encode_frames([Hello("spout:s:0", 1, ME), DataBatch.of([0], [1], [Exploit()])])
+    other = RunSecret.generate()
+    chains = [None, other.to_pem(), b"".join(other.mint("spout:s:0"))]
+
+    def stranger(chain: bytes | None) -> Callable[[socket.socket], None]:
+        def run(sock: socket.socket) -> None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            if chain is not None:
+                (tmp_path / "chain.pem").write_bytes(chain)
+                context.load_cert_chain(tmp_path / "chain.pem")
+            with context.wrap_socket(sock) as tls:
+                tls.sendall(bomb)
+                tls.recv(1)
+        return run
+
+    for client in [lambda s: s.sendall(bomb), *map(stranger, chains)]:
+        _got, opened, metrics = _through_the_gate(client)
+        assert opened is None and set(_refused(metrics).values()) == {0.0}
+        samples = parse_samples(render(metrics.registry))
+        assert [v for n, _, v in samples if n == "hailstorm_refused_connections_total"] == [1.0]
+    assert not marker.exists()
