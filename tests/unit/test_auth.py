@@ -37,6 +37,7 @@ from hailstorm.protocol.wire import (
     encode_frame,
     encode_frames,
 )
+from hailstorm.runtime.data_plane import DataPlaneError, Outbound
 
 SECRET = RunSecret(b"k" * 32)
 
@@ -261,3 +262,13 @@ def test_replayed_dropped_or_foreign_frames_fail() -> None:
     with pytest.raises(AuthError):  # a frame with no tag at all, padded to look whole
         FrameReader(checker=FrameSealer(b"d" * 32)).feed(
             encode_frame(FRAMES[0]) + b"\0" * TAG_SIZE)
+
+
+def test_a_refused_connection_names_its_receiver() -> None:
+    """A downstream instance that is gone refuses the connection; the error says which one
+    (the negotiator's recovery reason repeats it)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = closed.getsockname()
+    with pytest.raises(DataPlaneError, match=r"connecting to sink:word_counts:0 at .* failed"):
+        Outbound("bolt:counts:0", "sink:word_counts:0", address, 1, 2.0, SECRET)
