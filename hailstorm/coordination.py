@@ -44,6 +44,7 @@ from hailstorm.protocol.layout import (
     TopologyPaths,
 )
 from hailstorm.protocol.records import TopologyRecords
+from hailstorm.protocol.states import Initialize
 from hailstorm.zookeeper import ensure_paths, zk_client
 
 __all__ = ["CoordinationError", "Coordinator"]
@@ -211,8 +212,12 @@ class Coordinator:
 
     def fail_visibly(self, message: str, linger: float = 3.0) -> None:
         """Report ``message`` as an error and keep the session up to ``linger`` s, until the
-        master moves to a newer epoch: closing at once would make the negotiator see a lost
-        node instead of the error. Best effort, never raises."""
+        negotiator restarts the run (an ``Initialize`` of a newer epoch): closing at once
+        would make the negotiator see a lost node instead of the error. A snapshot round
+        raises the epoch too, so a newer epoch alone does not end the wait: a processor
+        that failed just before a round would close its session before the negotiator read
+        its error, and the restart would name it lost instead of what failed it. Best
+        effort, never raises."""
         try:
             before = self.master()
             self.report_error(message)
@@ -222,7 +227,8 @@ class Coordinator:
             while (remaining := deadline - time.monotonic()) > 0 and not self.lost.is_set():
                 self.changed.wait(remaining)
                 now = self.master()
-                if now is None or now.state.epoch > before.state.epoch:
+                if now is None or (isinstance(now.state, Initialize)
+                                   and now.state.epoch > before.state.epoch):
                     return
         except Exception:
             log.debug("could not report the error", exc_info=True)

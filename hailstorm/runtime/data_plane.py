@@ -96,7 +96,11 @@ class Outbound:
         deadline = time.monotonic() + timeout
         pause = 0.05
         while True:
-            sock = socket.create_connection(address, timeout=timeout)
+            try:  # the error names the receiver: a recovery's reason says who was gone
+                sock = socket.create_connection(address, timeout=timeout)
+            except OSError as exc:
+                raise DataPlaneError(
+                    f"connecting to {self.receiver} at {address} failed: {exc}") from exc
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 return greet_peer(sock, secret, sender, self.receiver,

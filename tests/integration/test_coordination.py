@@ -14,10 +14,12 @@ import pytest
 from hailstorm.coordination import CoordinationError, Coordinator
 from hailstorm.protocol.layout import (
     Flowing,
+    Initialize,
     MasterRecord,
     ProcessorReport,
     ProcessorState,
     SnapshotReport,
+    SpoutsPaused,
     TopologyPaths,
 )
 
@@ -114,6 +116,28 @@ def test_errors_are_reported_on_the_living_node(hosts: str, name: str,
     report = coord.reports()[BOLT]
     assert (report.state, report.epoch, report.error) == (
         ProcessorState.READY, 4, "ValueError: boom")
+
+
+def test_a_failed_processor_lingers_through_a_snapshot_round_until_the_restart(
+        hosts: str, name: str, made: list[Coordinator]) -> None:
+    """A snapshot round raises the epoch but restarts nothing: the failed processor keeps
+    its session (so the negotiator reads its error, not a lost node) until an Initialize."""
+    coord = Coordinator(hosts, name, BOLT)
+    made.append(coord)
+    coord.register(timeout=5)
+    coord.report(ProcessorState.READY, 4, loaded={})
+    paths = TopologyPaths(name)
+    coord.client.create(paths.master, MasterRecord(Flowing(4, None), 1.0).to_json())
+    failing = threading.Thread(target=coord.fail_visibly, args=("OSError: gone", 20.0))
+    failing.start()
+    time.sleep(0.5)
+    coord.client.set(paths.master, MasterRecord(SpoutsPaused(5), 2.0).to_json())
+    failing.join(1.5)
+    assert failing.is_alive(), "a snapshot round ended the linger"
+    assert coord.reports()[BOLT].error == "OSError: gone"
+    coord.client.set(paths.master, MasterRecord(Initialize(6), 3.0).to_json())
+    failing.join(5)
+    assert not failing.is_alive(), "the restart did not end the linger"
 
 
 class Cuttable:

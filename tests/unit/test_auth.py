@@ -26,6 +26,7 @@ from hailstorm.auth import (
     write_secret_file,
 )
 from hailstorm.protocol.wire import DataBatch, FrameReader, Hello, encode_frames, recv_frames
+from hailstorm.runtime.data_plane import DataPlaneError, Outbound
 
 SECRET = RunSecret.generate()
 OTHER_RUN = RunSecret.generate()
@@ -208,3 +209,13 @@ def test_hailstorm_secret_writes_a_private_ca_and_never_overwrites(tmp_path: Pat
     again = CliRunner().invoke(main, ["secret", str(path)])
     assert again.exit_code == 1 and "cannot write" in again.output
     assert RunSecret.from_file(path) == made
+
+
+def test_a_refused_connection_names_its_receiver() -> None:
+    """A downstream instance that is gone refuses the connection; the error says which one
+    (the negotiator's recovery reason repeats it)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = closed.getsockname()
+    with pytest.raises(DataPlaneError, match=r"connecting to sink:word_counts:0 at .* failed"):
+        Outbound(SPOUT, "sink:word_counts:0", address, 1, 2.0, SECRET)

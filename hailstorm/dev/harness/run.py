@@ -28,6 +28,8 @@ from hailstorm.dev.harness.evidence import (
     VICTIM_RESUMED,
     VICTIM_STOPPED,
     expects_recovery,
+    fault_window,
+    recovery_window,
 )
 from hailstorm.dev.harness.faults import (
     _RECOVERING,
@@ -511,7 +513,9 @@ class TopologyRun(Deployment):
         is recovered from once the master is ``Flowing`` in the epoch of the recovery
         recorded for it (a move through ``Initialize`` after the fault whose reason names
         the victim, see :meth:`accounting`) or a later one: a later epoch alone proves
-        nothing, every snapshot round raises it. A negotiator kill: once a master written
+        nothing, every snapshot round raises it; once the fault's
+        :func:`~hailstorm.harness.evidence.fault_window` has passed without one, the wait
+        ends (the fault lacks its evidence). A negotiator kill: once a master written
         after the fault by another negotiator is ``Flowing``. A stall that restarts nothing
         and a broker fault may leave the topology flowing (spouts ride out a leader move):
         then "Flowing after" is when the master was first seen Flowing (about 0), or when
@@ -529,6 +533,10 @@ class TopologyRun(Deployment):
             and fault.evidence.get(SESSION_EXPIRED, True)
         deadline = time.monotonic() + timeout
         looked = 0.0  # when the recoveries were last read (every 0.5 s: one read per record)
+        # After the fault's window no recovery can be matched to it: waiting out ``timeout``
+        # would show nothing more (the report names the missing evidence).
+        record_due = fault_window(fault, recovery_window(self.processor_session_timeout),
+                                  self.timeout)[1] + 1.0
         while time.monotonic() < deadline and (
                 recovery.committed_after is None
                 or (restart is not None and recovery.restored_after is None)):
@@ -545,9 +553,12 @@ class TopologyRun(Deployment):
             master = self.master()
             flowing = master is not None and master.state.__class__.__name__ == "Flowing"
             if needs_recovery:
-                if recovery.record is None and time.monotonic() - looked >= 0.5:
+                overdue = now > record_due
+                if recovery.record is None and (time.monotonic() - looked >= 0.5 or overdue):
                     looked = time.monotonic()
                     recovery.record = self._recovery_of(fault)
+                    if recovery.record is None and overdue:
+                        break
                 if (recovery.flowing_after is None and flowing and recovery.record is not None
                         and master is not None
                         and master.state.epoch >= recovery.record.epoch):
