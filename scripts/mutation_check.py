@@ -161,8 +161,17 @@ MUTATIONS = (
         (Edit("hailstorm/runtime/bolt.py",
               "                    _clock, state = self.store.load_for_instance(\n"
               "                        refs, self.spec.state, self.id.instance, "
-              "self.spec.parallelism)",
+              "self.spec.parallelism,\n"
+              "                        migrate=upgrade.migrate if upgrade else None)",
               "                    state = self.spec.state.empty()"),),
+        ("--kinds", "processor", "--phases", "Flowing"),
+    ),
+    Mutation(
+        "fault-does-nothing",
+        "the harness itself: a processor kill that silently kills nothing",
+        (Edit("hailstorm/dev/harness/run.py",
+              "            os.kill(victim, signal.SIGKILL)\n",
+              "            pass  # the mutant: no signal is sent\n"),),
         ("--kinds", "processor", "--phases", "Flowing"),
     ),
     Mutation(

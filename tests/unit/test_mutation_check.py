@@ -1,0 +1,30 @@
+"""scripts/mutation_check.py stays meaningful: every mutation's text is in the code once, so
+no mutant silently stops applying when the code it breaks moves or changes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("mutation_check",
+                                               REPO / "scripts" / "mutation_check.py")
+assert _spec is not None and _spec.loader is not None
+mutation_check = importlib.util.module_from_spec(_spec)
+sys.modules["mutation_check"] = mutation_check  # dataclasses look their module up
+_spec.loader.exec_module(mutation_check)
+
+
+@pytest.mark.parametrize("mutation", mutation_check.MUTATIONS, ids=lambda m: m.name)
+def test_every_mutation_applies_exactly_once(mutation: object) -> None:
+    for edit in mutation.edits:  # type: ignore[attr-defined]
+        found = (REPO / edit.path).read_text().count(edit.old)
+        assert found == 1, f"{edit.path}: the text to change is there {found} times"
+
+
+def test_the_harness_itself_is_among_the_mutants() -> None:
+    names = {m.name for m in mutation_check.MUTATIONS}
+    assert {"none", "none-oracle", "fault-does-nothing"} <= names
