@@ -27,7 +27,7 @@ from hailstorm.dev.harness.faults import (
     MasterPhase,
     Recovery,
 )
-from hailstorm.dev.harness.producing import BackgroundProducer, Produced
+from hailstorm.dev.harness.producing import BackgroundProducer, Outgoing, ProducedTopics
 from hailstorm.dev.harness.run import TopologyRun
 from hailstorm.dev.harness.stack import (
     BrokerControl,
@@ -39,6 +39,7 @@ from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import RecoveryRecord
 from hailstorm.sinks.urls import redact
+from hailstorm.topology import Topology
 
 T = TypeVar("T")
 
@@ -320,10 +321,15 @@ def cycled(values: Sequence[T], start: int, count: int) -> list[T]:
     return [values[(start + i) % len(values)] for i in range(count)] if values else []
 
 
+def late_topics(topology: Topology) -> list[str]:
+    """The topics the bolts write their late tuples to (sorted, each once)."""
+    return sorted({b.late_topic for b in topology.bolts if b.late_topic is not None})
+
+
 def run_chaos(
     stack: StackAddresses,
     topology_ref: str | Path,
-    values: Sequence[bytes],
+    values: Sequence[Outgoing],
     schedule: ChaosSchedule,
     *,
     log_dir: Path,
@@ -359,15 +365,17 @@ def run_chaos(
             raise HarnessError(problem)
     with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers,
                      database=database, zombies=any(p.kind == "zombie" for p in plan)) as run:
-        topics = {s.topic for s in run.topology.spouts}
-        if len(topics) != 1:
-            raise HarnessError(f"run_chaos needs a topology with one source topic, got {topics}")
-        topic = topics.pop()
-        kafka.create_topic(stack.kafka, topic, partitions)
-        for dead in run.topology.dead_letter_topics:
-            kafka.create_topic(stack.kafka, dead, 1)
-        parts = kafka.partitions_of(stack.kafka, topic)
-        produced = Produced(topic)
+        topics = run.topology.source_topics
+        for topic in topics:
+            kafka.create_topic(stack.kafka, topic, partitions)
+        for other in [*run.topology.dead_letter_topics, *late_topics(run.topology)]:
+            kafka.create_topic(stack.kafka, other, 1)
+        parts = kafka.partitions_of(stack.kafka, topics[0])
+        for topic in topics[1:]:
+            if kafka.partitions_of(stack.kafka, topic) != parts:
+                raise HarnessError(f"the source topics {', '.join(topics)} must have the same "
+                                   f"partitions; {topic} has others than {topics[0]}")
+        produced = ProducedTopics(topics)
         progress(f"starting {run.name} ({run.expected_count()} processors)")
         run.start()
         run.wait_flowing(timeout)
@@ -411,7 +419,7 @@ def run_chaos(
             else:
                 producer.join(timeout + len(values) / rate)
         again = produced.count - len(values)
-        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        target = produced.clock()
         progress(f"produced {produced.count}; draining")
         committed = run.wait_committed(target, timeout)
         produced.fill_before(stack.kafka, committed.clock)
