@@ -304,10 +304,11 @@ class ChaosReport:
 
 
 TOP_UP_SECONDS = 60.0
-"""When the faults outlast the workload, :func:`run_chaos` produces up to this many seconds
-more of it (from where the last top-up ended) before the next fault, so that every fault
-hits data in flight (a fault timed for a recovery state strikes only once its trigger's
-recovery got there); the last top-up stops once the faults are done."""
+"""When the faults outlast the workload, :func:`run_chaos` produces more of it (from where
+the last top-up ended) before the next fault, this many seconds for each fault still to
+come, so that every fault hits data in flight (a fault timed for a recovery state strikes
+only once its trigger's recovery got there, which on a busy machine can take longer than
+one fault's share); the last top-up stops once the faults are done."""
 TOP_UP_RATE = 0.1
 """A top-up's rate, as a share of the run's: a trickle in small chunks
 (:data:`TOP_UP_CHUNK`) keeps data in flight without a backlog that the end of the run must
@@ -351,7 +352,7 @@ def run_chaos(
 
     Every fault must bite (its evidence, and data in flight when it hit) unless its kind is
     in ``may_miss``: when the faults outlast ``values``, more of them are produced again
-    (up to :data:`TOP_UP_SECONDS` at a time, noted in the report); the restarts must be within
+    (:data:`TOP_UP_SECONDS` per fault to come, noted in the report); the restarts must be within
     the schedule's :meth:`ChaosSchedule.restarts`.
     """
     started = time.monotonic()
@@ -392,7 +393,8 @@ def run_chaos(
                 if not producer.running:  # the faults outlast the workload: more of it
                     producer.join(0)  # its error, if it had one
                     trickle = max(1.0, rate * TOP_UP_RATE)
-                    more = cycled(values, topped_up, max(1, int(trickle * TOP_UP_SECONDS)))
+                    remaining = TOP_UP_SECONDS * (len(plan) - i)
+                    more = cycled(values, topped_up, max(1, int(trickle * remaining)))
                     topped_up += len(more)
                     producer = producers.enter_context(BackgroundProducer(
                         stack.kafka, produced, more, parts, trickle, chunk=TOP_UP_CHUNK))
