@@ -98,7 +98,8 @@ def check_monoid_laws(
     Checks identity (both sides), associativity, commutativity, that ``combine`` mutates
     neither input nor returns structure shared with them, that ``absorb`` agrees with
     ``combine``, that ``combine_all`` folds, that ``copy`` is equal and independent, and that
-    states survive an Avro round trip (``parse_schema`` + schemaless writer/reader).
+    states survive an Avro round trip (``parse_schema`` + schemaless writer/reader) and
+    combine after it as before (a state loaded from a snapshot must not change a result).
     ``equal`` replaces ``==`` (e.g. :func:`approx_equal` for float states). The error message
     names the monoid, the law and the counterexample.
     """
@@ -125,6 +126,12 @@ def check_monoid_laws(
 
     def combine(a: Any, b: Any) -> Any:
         return monoid.combine(a, b)
+
+    def round_trip(state: Any) -> Any:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, schema, monoid.to_avro(state))
+        buf.seek(0)
+        return monoid.from_avro(fastavro.schemaless_reader(buf, schema, None))
 
     @settings(
         max_examples=max_examples,
@@ -174,10 +181,10 @@ def check_monoid_laws(
             same(a, a0, "absorbing into copy(a) changed a")
         for name, state in (("a", a), ("combine(a, b)", ab)):
             with law("Avro round trip", state=state):
-                buf = io.BytesIO()
-                fastavro.schemaless_writer(buf, schema, monoid.to_avro(state))
-                buf.seek(0)
-                back = monoid.from_avro(fastavro.schemaless_reader(buf, schema, None))
-                same(back, state, f"from_avro(to_avro({name})) != {name}")
+                same(round_trip(state), state, f"from_avro(to_avro({name})) != {name}")
+        with law("combine after an Avro round trip", a=a0, b=b0):
+            # A state loaded from a snapshot must combine as the state itself did.
+            same(combine(round_trip(a), b), ab, "combine(from_avro(to_avro(a)), b) != "
+                 "combine(a, b)")
 
     laws()

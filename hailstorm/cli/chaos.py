@@ -42,7 +42,8 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
               help="The topology's workload generator (default: its first; wordcount and "
                    "wordstream: zipf for realistic text over 50,000 words, uniform for 80 "
                    "equally likely words; user_totals: zipf for JSON events of 2,000,000 "
-                   "users).")
+                   "users; pageviews: zipf for Avro page views, some late; enriched_views: "
+                   "zipf for JSON views, clicks and profiles on its three topics).")
 @click.option("--kinds",
               help="Fault kinds to draw from, of processor, negotiator, zk-session, zombie "
                    "(a sink stopped until its replacement committed, then resumed), stall (a "

@@ -12,6 +12,8 @@ that a few keys are hot and a long tail is written rarely, as in real text and r
 * :class:`PageViews`: page views ``{"page", "user", "ts", "latency_ms"}`` (pages and users
   by Zipf's law) in event-time order with the disorder of real collection: some views are
   delayed by seconds to minutes, a few by up to half an hour (late for 5-minute windows).
+* :class:`UserActivity`: page views, the ad clicks that follow some of them and changing
+  user profiles, on three topics (for joins).
 
 The same ``(parameters, seed)`` always give the same data.
 """
@@ -23,7 +25,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["KeyedEvents", "PageViews", "ZipfText", "zipf_ranks"]
+__all__ = ["PAGE_VIEW_SCHEMA", "KeyedEvents", "PageViews", "UserActivity", "ZipfText",
+           "zipf_ranks"]
 
 _ONSETS = ("b", "br", "c", "ch", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n",
            "p", "pl", "qu", "r", "s", "sh", "st", "t", "th", "tr", "v", "w", "z")
@@ -207,6 +210,79 @@ class PageViews:
                 yield {"page": f"/p{pages[i] * page_stride % self.pages:07d}",
                        "user": f"u{users[i] * user_stride % self.users:07d}",
                        "ts": ts, "latency_ms": max(1, int(math.exp(4.5 + 0.6 * gauss(0, 1))))}
+
+
+PAGE_VIEW_SCHEMA: dict[str, object] = {
+    "type": "record",
+    "name": "PageView",
+    "namespace": "hailstorm.examples",
+    "fields": [
+        {"name": "page", "type": "string"},
+        {"name": "user", "type": "string"},
+        {"name": "ts", "type": "long", "doc": "event time, epoch milliseconds"},
+        {"name": "latency_ms", "type": "long"},
+    ],
+}
+"""The Avro schema of a :class:`PageViews` view (the one ``topologies/pageviews.py``
+decodes with)."""
+
+
+@dataclass(frozen=True)
+class UserActivity:
+    """Page views, ad clicks and user profiles as ``(topic, record)``, in the order written.
+
+    Each record is a view ``{"id": "v17", "user", "page", "ts"}`` (users and pages from
+    :class:`PageViews`, ``per_second`` views a second of event time, with its disorder;
+    ``very_late`` of them two hours old, late for windows kept an hour), with probability
+    ``clicks`` a click ``{"id": "c18", "user", "page", "ts"}`` by the user of one of the
+    last 50 views, up to 2 min after it (on that view's page with probability ``on_page``),
+    or with probability ``profiles`` a profile ``{"user", "version", "country", "plan"}``
+    of such a user (versions 1..20 in any order, so a newer one may come first).
+    """
+
+    users: int = 20_000
+    pages: int = 2_000
+    per_second: int = 10
+    clicks: float = 0.15
+    profiles: float = 0.05
+    on_page: float = 0.6
+    very_late: float = 0.002
+    views_topic: str = "user-views"
+    clicks_topic: str = "ad-clicks"
+    profiles_topic: str = "user-profiles"
+    seed: int = 0
+
+    def records(self, count: int, seed: int = 0) -> Iterator[tuple[str, dict[str, object]]]:
+        """``count`` records (views, clicks and profiles together); ``seed`` picks which."""
+        rng = random.Random(f"activity/{self.seed}/{seed}")
+        views = PageViews(pages=self.pages, users=self.users, per_second=self.per_second,
+                          seed=self.seed).views(count, seed)
+        recent: list[tuple[str, str, int]] = []  # (user, page, ts) of the last views
+        for i in range(count):
+            draw = rng.random()
+            if recent and draw < self.clicks:
+                user, page, ts = rng.choice(recent)
+                if rng.random() >= self.on_page:
+                    page = f"/p{rng.randrange(self.pages):07d}"
+                yield self.clicks_topic, {"id": f"c{i}", "user": user, "page": page,
+                                          "ts": ts + rng.randrange(120_000)}
+            elif recent and draw < self.clicks + self.profiles:
+                yield self.profiles_topic, {"user": rng.choice(recent)[0],
+                                            "version": rng.randint(1, 20),
+                                            "country": rng.choice(_COUNTRIES),
+                                            "plan": rng.choice(("free", "pro", "team"))}
+            else:
+                view = next(views)
+                written = view["ts"]
+                assert isinstance(written, int)
+                user, page, ts = str(view["user"]), str(view["page"]), written
+                if rng.random() < self.very_late:
+                    ts -= 2 * 3600 * 1000
+                recent = [*recent[-49:], (user, page, ts)]
+                yield self.views_topic, {"id": f"v{i}", "user": user, "page": page, "ts": ts}
+
+
+_COUNTRIES = ("DE", "FR", "JP", "BR", "US", "IN")
 
 
 def _coprime_stride(n: int, seed: int) -> int:

@@ -229,12 +229,27 @@ class Mean(Monoid[tuple[float, int]]):
         return (float(data["sum"]), int(data["count"]))
 
 
+def canonical_text(value: Any) -> str:
+    """``repr(value)`` with every dict's items sorted (by their text) and tuples written as
+    lists: the same for a value and for what it becomes after a round trip through a
+    snapshot, whatever order its dicts' keys were inserted in."""
+    if isinstance(value, dict):
+        items = sorted(f"{canonical_text(k)}: {canonical_text(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(canonical_text(v) for v in value) + "]"
+    return repr(value)
+
+
 class Last(Monoid[Any]):
     """Latest value wins: state ``None`` or ``(order, value)``; the greatest ``order`` wins.
 
     ``order`` is any comparable value, typically ``(event_time_or_offset, tiebreak)``.
-    When two orders are equal the value with the greater ``repr`` wins, so the result never
-    depends on merge order. Values are treated as immutable (never mutate them).
+    When two orders are equal the value whose canonical text is greater wins (its ``repr``
+    with dict items sorted and tuples written as lists: :func:`canonical_text`), so the
+    result depends neither on merge order nor on whether a value came back from a snapshot
+    (the JSON codec sorts keys and turns tuples into lists, Avro records come back in field
+    order). Values are treated as immutable (never mutate them).
 
     ``value_type`` is an Avro type (``"string"``, ``"double"``, ``"long"``, any schema dict or
     union list) or ``"json"`` (any JSON data stored as a JSON string; arrays come back as
@@ -261,7 +276,7 @@ class Last(Monoid[Any]):
         oa, ob = a[0], b[0]
         if oa != ob:
             return a if oa > ob else b
-        return a if repr(a[1]) >= repr(b[1]) else b
+        return a if canonical_text(a[1]) >= canonical_text(b[1]) else b
 
     def absorb(self, acc: Any, value: Any) -> Any:
         return self.combine(acc, value)

@@ -114,7 +114,8 @@ def test_joins_are_exact_across_a_kill(stack_env: dict[str, str], tmp_path: Path
     latest: dict[str, dict[str, Any]] = {}
     for p in profiles:
         current = latest.get(p["user"])
-        if current is None or (p["version"], repr(p)) > (current["version"], repr(current)):
+        if current is None or (p["version"], sorted(p.items())) > (current["version"],
+                                                                   sorted(current.items())):
             latest[p["user"]] = p
     activity = tables["user_activity_table"]
     assert {k[0] for k in activity} == {v["user"] for v in views}

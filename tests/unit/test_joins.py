@@ -107,11 +107,12 @@ def views_profiles_clicks(seed: int, n_views: int, n_clicks: int, users: int,
 def expected_activity(views: list[dict[str, Any]],
                       profiles: list[dict[str, Any]]) -> dict[tuple[str], dict[str, Any]]:
     """``user_activity`` computed directly: the profile of the highest version wins (ties:
-    the greater repr, as ``Last`` breaks them)."""
+    the greater sorted fields, as ``Last`` breaks them)."""
     latest: dict[str, dict[str, Any]] = {}
     for p in profiles:
         current = latest.get(p["user"])
-        if current is None or (p["version"], repr(p)) > (current["version"], repr(current)):
+        if current is None or (p["version"], sorted(p.items())) > (current["version"],
+                                                                   sorted(current.items())):
             latest[p["user"]] = p
     table: dict[tuple[str], dict[str, Any]] = {}
     for user in sorted({v["user"] for v in views}):

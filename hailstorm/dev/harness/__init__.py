@@ -7,7 +7,8 @@ started is stopped by pid on exit, also when the body raised; the Spark Python w
 driver forked are found through the pids processors report in ZooKeeper.
 
 Workloads are produced with :func:`produce` or a :class:`BackgroundProducer`; both record
-exactly what was written (:class:`Produced`: partition -> ``[(offset, value)]``), so
+exactly what was written (:class:`Produced`: partition -> ``[(offset, value)]``;
+:class:`ProducedTopics` for several topics), so
 :func:`hailstorm.model.run_model` can be fed the very same messages.
 
 Faults:
@@ -90,7 +91,9 @@ from hailstorm.dev.harness.producing import (
     PRODUCER_SETTINGS,
     WORKLOADS,
     BackgroundProducer,
+    Outgoing,
     Produced,
+    ProducedTopics,
     Workload,
     produce,
     wordcount_lines,
@@ -135,8 +138,10 @@ __all__ = [
     "FaultKind",
     "HarnessError",
     "MasterPhase",
+    "Outgoing",
     "PlannedFault",
     "Produced",
+    "ProducedTopics",
     "Recovery",
     "StackAddresses",
     "TopicLayout",

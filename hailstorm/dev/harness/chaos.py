@@ -27,7 +27,7 @@ from hailstorm.dev.harness.faults import (
     MasterPhase,
     Recovery,
 )
-from hailstorm.dev.harness.producing import BackgroundProducer, Produced
+from hailstorm.dev.harness.producing import BackgroundProducer, Outgoing, ProducedTopics
 from hailstorm.dev.harness.run import TopologyRun
 from hailstorm.dev.harness.stack import (
     BrokerControl,
@@ -39,6 +39,7 @@ from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import RecoveryRecord
 from hailstorm.sinks.urls import redact
+from hailstorm.topology import Topology
 
 T = TypeVar("T")
 
@@ -303,10 +304,11 @@ class ChaosReport:
 
 
 TOP_UP_SECONDS = 60.0
-"""When the faults outlast the workload, :func:`run_chaos` produces up to this many seconds
-more of it (from where the last top-up ended) before the next fault, so that every fault
-hits data in flight (a fault timed for a recovery state strikes only once its trigger's
-recovery got there); the last top-up stops once the faults are done."""
+"""When the faults outlast the workload, :func:`run_chaos` produces more of it (from where
+the last top-up ended) before the next fault, this many seconds for each fault still to
+come, so that every fault hits data in flight (a fault timed for a recovery state strikes
+only once its trigger's recovery got there, which on a busy machine can take longer than
+one fault's share); the last top-up stops once the faults are done."""
 TOP_UP_RATE = 0.1
 """A top-up's rate, as a share of the run's: a trickle in small chunks
 (:data:`TOP_UP_CHUNK`) keeps data in flight without a backlog that the end of the run must
@@ -320,10 +322,15 @@ def cycled(values: Sequence[T], start: int, count: int) -> list[T]:
     return [values[(start + i) % len(values)] for i in range(count)] if values else []
 
 
+def late_topics(topology: Topology) -> list[str]:
+    """The topics the bolts write their late tuples to (sorted, each once)."""
+    return sorted({b.late_topic for b in topology.bolts if b.late_topic is not None})
+
+
 def run_chaos(
     stack: StackAddresses,
     topology_ref: str | Path,
-    values: Sequence[bytes],
+    values: Sequence[Outgoing],
     schedule: ChaosSchedule,
     *,
     log_dir: Path,
@@ -345,7 +352,7 @@ def run_chaos(
 
     Every fault must bite (its evidence, and data in flight when it hit) unless its kind is
     in ``may_miss``: when the faults outlast ``values``, more of them are produced again
-    (up to :data:`TOP_UP_SECONDS` at a time, noted in the report); the restarts must be within
+    (:data:`TOP_UP_SECONDS` per fault to come, noted in the report); the restarts must be within
     the schedule's :meth:`ChaosSchedule.restarts`.
     """
     started = time.monotonic()
@@ -359,15 +366,17 @@ def run_chaos(
             raise HarnessError(problem)
     with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers,
                      database=database, zombies=any(p.kind == "zombie" for p in plan)) as run:
-        topics = {s.topic for s in run.topology.spouts}
-        if len(topics) != 1:
-            raise HarnessError(f"run_chaos needs a topology with one source topic, got {topics}")
-        topic = topics.pop()
-        kafka.create_topic(stack.kafka, topic, partitions)
-        for dead in run.topology.dead_letter_topics:
-            kafka.create_topic(stack.kafka, dead, 1)
-        parts = kafka.partitions_of(stack.kafka, topic)
-        produced = Produced(topic)
+        topics = run.topology.source_topics
+        for topic in topics:
+            kafka.create_topic(stack.kafka, topic, partitions)
+        for other in [*run.topology.dead_letter_topics, *late_topics(run.topology)]:
+            kafka.create_topic(stack.kafka, other, 1)
+        parts = kafka.partitions_of(stack.kafka, topics[0])
+        for topic in topics[1:]:
+            if kafka.partitions_of(stack.kafka, topic) != parts:
+                raise HarnessError(f"the source topics {', '.join(topics)} must have the same "
+                                   f"partitions; {topic} has others than {topics[0]}")
+        produced = ProducedTopics(topics)
         progress(f"starting {run.name} ({run.expected_count()} processors)")
         run.start()
         run.wait_flowing(timeout)
@@ -384,7 +393,8 @@ def run_chaos(
                 if not producer.running:  # the faults outlast the workload: more of it
                     producer.join(0)  # its error, if it had one
                     trickle = max(1.0, rate * TOP_UP_RATE)
-                    more = cycled(values, topped_up, max(1, int(trickle * TOP_UP_SECONDS)))
+                    remaining = TOP_UP_SECONDS * (len(plan) - i)
+                    more = cycled(values, topped_up, max(1, int(trickle * remaining)))
                     topped_up += len(more)
                     producer = producers.enter_context(BackgroundProducer(
                         stack.kafka, produced, more, parts, trickle, chunk=TOP_UP_CHUNK))
@@ -411,7 +421,7 @@ def run_chaos(
             else:
                 producer.join(timeout + len(values) / rate)
         again = produced.count - len(values)
-        target = {(topic, p): o for p, o in produced.last_offsets().items()}
+        target = produced.clock()
         progress(f"produced {produced.count}; draining")
         committed = run.wait_committed(target, timeout)
         produced.fill_before(stack.kafka, committed.clock)

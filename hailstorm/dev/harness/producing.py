@@ -1,22 +1,27 @@
-"""Producing workloads: exactly what was written is recorded (:class:`Produced`), so
-:func:`hailstorm.model.run_model` can be fed the very same messages; :func:`produce` writes
-and waits, a :class:`BackgroundProducer` writes at a bounded rate on a thread, and
-:data:`WORKLOADS` generates seeded message values per topology."""
+"""Producing workloads: exactly what was written is recorded (:class:`Produced` for one
+topic, :class:`ProducedTopics` for several), so :func:`hailstorm.model.run_model` can be fed
+the very same messages; :func:`produce` writes and waits, a :class:`BackgroundProducer`
+writes at a bounded rate on a thread, and :data:`WORKLOADS` generates seeded message values
+per topology (plain values for a topology with one source topic, ``(topic, value)`` pairs
+for one with several)."""
 
 from __future__ import annotations
 
+import io
+import json
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Producer
+from fastavro import parse_schema, schemaless_writer
 
 from hailstorm import kafka
 from hailstorm.dev.harness.wait import HarnessError
-from hailstorm.dev.workloads import KeyedEvents, ZipfText
+from hailstorm.dev.workloads import PAGE_VIEW_SCHEMA, KeyedEvents, PageViews, UserActivity, ZipfText
 from hailstorm.protocol.clock import Partition
 from hailstorm.vocabulary import Message
 
@@ -36,6 +41,21 @@ class Produced:
             self.messages.setdefault(partition, []).append((offset, value))
             if offset > self._last.get(partition, -1):
                 self._last[partition] = offset
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return (self.topic,)
+
+    @property
+    def default_topic(self) -> str:
+        """Where a plain value (not a ``(topic, value)`` pair) goes."""
+        return self.topic
+
+    def record(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
+        """:meth:`add`, for a message of ``topic`` (which must be this one's)."""
+        if topic != self.topic:
+            raise HarnessError(f"a message of {topic!r} recorded as one of {self.topic!r}")
+        self.add(partition, offset, value)
 
     @property
     def count(self) -> int:
@@ -78,6 +98,77 @@ class Produced:
                     for o, value in sorted(self.messages[p], key=lambda e: e[0])]
 
 
+class ProducedTopics:
+    """Exactly what was written to several topics: one :class:`Produced` per topic, with
+    the same reading methods (their clocks merged, their messages in topic, partition and
+    offset order)."""
+
+    def __init__(self, topics: Iterable[str]) -> None:
+        self.by_topic = {topic: Produced(topic) for topic in sorted(set(topics))}
+        if not self.by_topic:
+            raise HarnessError("nothing to record: no topic")
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(self.by_topic)
+
+    @property
+    def default_topic(self) -> str | None:
+        """Where a plain value goes: the only topic (None: there are several)."""
+        return next(iter(self.by_topic)) if len(self.by_topic) == 1 else None
+
+    def record(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
+        produced = self.by_topic.get(topic)
+        if produced is None:
+            raise HarnessError(f"a message of {topic!r} recorded, which is none of "
+                               f"{', '.join(self.by_topic)}")
+        produced.add(partition, offset, value)
+
+    @property
+    def count(self) -> int:
+        return sum(p.count for p in self.by_topic.values())
+
+    def clock(self) -> dict[Partition, int]:
+        """The clock of a round that includes everything written so far, to every topic."""
+        return {part: o for p in self.by_topic.values() for part, o in p.clock().items()}
+
+    def fill_before(self, bootstrap: str, clock: Mapping[Partition, int] | None = None) -> int:
+        """:meth:`Produced.fill_before` for every topic."""
+        return sum(p.fill_before(bootstrap, clock) for p in self.by_topic.values())
+
+    def model_messages(self) -> list[Message]:
+        """Every topic's messages, in topic, partition and offset order."""
+        return [m for p in self.by_topic.values() for m in p.model_messages()]
+
+
+Recorded = Produced | ProducedTopics
+"""Where a producer records what it wrote."""
+
+Outgoing = bytes | tuple[str, bytes]
+"""A value for the only topic a :data:`Recorded` holds, or ``(topic, value)``."""
+
+
+def routed(values: Iterable[Outgoing], default_topic: str | None, partitions: Sequence[int],
+           sent: MutableMapping[str, int]) -> list[tuple[str, int, bytes]]:
+    """``(topic, partition, value)`` for each of ``values``: round-robin over ``partitions``
+    per topic, continuing from ``sent`` (values sent to each topic so far, updated), so that
+    each topic is spread evenly however the topics alternate. A plain value goes to
+    ``default_topic`` (None: a plain value is refused)."""
+    out = []
+    for item in values:
+        if isinstance(item, bytes):
+            if default_topic is None:
+                raise HarnessError("a plain value where a (topic, value) pair is needed: "
+                                   "the workload writes to several topics")
+            topic, value = default_topic, item
+        else:
+            topic, value = item
+        index = sent.get(topic, 0)
+        sent[topic] = index + 1
+        out.append((topic, partitions[index % len(partitions)], value))
+    return out
+
+
 PRODUCER_SETTINGS: dict[str, object] = {
     "acks": "all",
     "enable.idempotence": True,
@@ -96,14 +187,16 @@ def producer_client(bootstrap: str) -> Producer:
     return kafka.producer(bootstrap, **PRODUCER_SETTINGS)
 
 
-def produce(bootstrap: str, produced: Produced, values: Iterable[bytes],
-            partitions: Sequence[int], *, client: Producer | None = None) -> dict[int, int]:
-    """Produce ``values`` round-robin over ``partitions``, recording each acknowledged one.
+def produce(bootstrap: str, produced: Recorded, values: Iterable[Outgoing],
+            partitions: Sequence[int], *, client: Producer | None = None,
+            sent: MutableMapping[str, int] | None = None) -> dict[int, int]:
+    """Produce ``values`` round-robin over ``partitions`` (per topic, see :func:`routed`;
+    ``sent``: where earlier calls left off), recording each acknowledged one.
 
     Waits until every message was acknowledged or failed; any failure raises
     :class:`HarnessError` (a failed message may or may not be in the log, so the model could
     no longer be fed exactly). ``client``: a producer to reuse (default: a new one).
-    Returns the last offsets written per partition by this call.
+    Returns the last offsets written per partition by this call (of any topic).
     """
     last: dict[int, int] = {}
     errors: list[Any] = []
@@ -112,15 +205,15 @@ def produce(bootstrap: str, produced: Produced, values: Iterable[bytes],
         if err is not None:
             errors.append(err)
             return
-        produced.add(msg.partition(), msg.offset(), msg.value())
+        produced.record(msg.topic(), msg.partition(), msg.offset(), msg.value())
         last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
 
     out = client if client is not None else producer_client(bootstrap)
-    for i, value in enumerate(values):
+    addressed = routed(values, produced.default_topic, partitions, {} if sent is None else sent)
+    for i, (topic, partition, value) in enumerate(addressed):
         while True:
             try:
-                out.produce(produced.topic, value=value, partition=partitions[i % len(partitions)],
-                            on_delivery=delivered)
+                out.produce(topic, value=value, partition=partition, on_delivery=delivered)
                 break
             except BufferError:
                 out.poll(0.1)
@@ -141,7 +234,7 @@ class BackgroundProducer:
     broker failure only delays it: librdkafka retries on the partition's new leader.
     """
 
-    def __init__(self, bootstrap: str, produced: Produced, values: Sequence[bytes],
+    def __init__(self, bootstrap: str, produced: Recorded, values: Sequence[Outgoing],
                  partitions: Sequence[int], rate: float, chunk: int = 500) -> None:
         self.bootstrap = bootstrap
         self.produced = produced
@@ -159,14 +252,13 @@ class BackgroundProducer:
         try:
             self.started_at = time.monotonic()
             client = producer_client(self.bootstrap)
+            sent: dict[str, int] = {}  # round-robin continuity across chunks
             for start in range(0, len(self.values), self.chunk):
                 if self._stop.is_set():
                     return
                 chunk = self.values[start:start + self.chunk]
-                # Keep round-robin continuity across chunks.
-                shift = start % len(self.partitions)
-                produce(self.bootstrap, self.produced, chunk,
-                        self.partitions[shift:] + self.partitions[:shift], client=client)
+                produce(self.bootstrap, self.produced, chunk, self.partitions, client=client,
+                        sent=sent)
                 self.sent = start + len(chunk)
                 ahead = self.started_at + self.sent / self.rate - time.monotonic()
                 if ahead > 0:
@@ -222,13 +314,37 @@ def keyed_events(count: int, seed: int) -> list[bytes]:
     return list(KeyedEvents().events(count, seed))
 
 
-Workload = Callable[[int, int], list[bytes]]
-"""``generate(count, seed) -> message values``."""
+def page_views_avro(count: int, seed: int) -> list[bytes]:
+    """``count`` seeded page views (:class:`hailstorm.dev.workloads.PageViews`: pages and
+    users by Zipf's law, 5% delayed, 0.5% stragglers up to 30 min, so some are late),
+    schemaless Avro of :data:`~hailstorm.dev.workloads.PAGE_VIEW_SCHEMA`; 50 views a
+    second of event time, so 50,000 views span about four 5-minute windows."""
+    schema = parse_schema(PAGE_VIEW_SCHEMA)
+    values = []
+    for view in PageViews(per_second=50).views(count, seed):
+        out = io.BytesIO()
+        schemaless_writer(out, schema, view)
+        values.append(out.getvalue())
+    return values
+
+
+def user_activity(count: int, seed: int) -> list[tuple[str, bytes]]:
+    """``count`` seeded JSON views, clicks and profiles (``(topic, value)``, see
+    :class:`hailstorm.dev.workloads.UserActivity`) for ``topologies/enriched_views.py``."""
+    return [(topic, json.dumps(record, separators=(",", ":")).encode())
+            for topic, record in UserActivity().records(count, seed)]
+
+
+Workload = Callable[[int, int], Sequence[Outgoing]]
+"""``generate(count, seed) -> message values`` (``(topic, value)`` pairs for several
+source topics)."""
 
 WORKLOADS: dict[str, dict[str, Workload]] = {
     "wordcount": {"zipf": zipf_text_lines, "uniform": wordcount_lines},
     "wordstream": {"zipf": zipf_text_lines, "uniform": wordcount_lines},
     "user_totals": {"zipf": keyed_events},
+    "pageviews": {"zipf": page_views_avro},
+    "enriched_views": {"zipf": user_activity},
 }
 """Workload generators by topology name, then by workload name (the first is the
 default): ``zipf`` draws keys by Zipf's law from a large key space, as production data

@@ -83,16 +83,15 @@ class TopologyRun(Deployment):
 
     def uncommitted(self) -> int | None:
         """Messages in the source partitions that the committed clock does not cover yet
-        (None: unknown). While the run's producer feeds the only source topic, from what it
+        (None: unknown). While the run's producer feeds every source topic, from what it
         had acknowledged (a ZooKeeper read: quick enough to take just before a fault);
         otherwise from Kafka's log ends (None when the broker does not answer)."""
         committed = self.committed()
         clock = committed.clock if committed else {}
         producer = self.producer
-        if producer is not None and self.source_topics() == [producer.produced.topic]:
-            topic = producer.produced.topic
-            return sum(max(0, last - clock.get((topic, p), -1))
-                       for p, last in producer.produced.last_offsets().items())
+        if producer is not None and self.source_topics() == sorted(producer.produced.topics):
+            return sum(max(0, last - clock.get(part, -1))
+                       for part, last in producer.produced.clock().items())
         try:
             partitions = [(topic, number) for topic in self.source_topics()
                           for number in kafka.partitions_of(self.stack.kafka, topic, timeout=5)]
@@ -435,8 +434,8 @@ class TopologyRun(Deployment):
         fault.detail = (f"leader of {layout.led_by(victim)}/{len(layout.leaders)} source "
                         f"partitions, down {down:.1f} s")
         if producer is not None and producer.running:
-            fault.acked = {_clock_key((producer.produced.topic, p)): o
-                           for p, o in producer.produced.last_offsets().items()}
+            fault.acked = {_clock_key(part): o
+                           for part, o in producer.produced.clock().items()}
         fault.pid = self.brokers.kill_kafka_node(victim)
         fault.evidence[VICTIM_GONE] = not pid_alive(fault.pid)
         restart = _NodeRestart(self.brokers, victim, down, layout.addresses.get(victim))
@@ -492,8 +491,7 @@ class TopologyRun(Deployment):
         # A message acknowledged after the kill on every partition: written to and read
         # from the new leaders. Once the producer stopped, what it wrote last will do.
         final = None if producer is None or producer.running else {
-            _clock_key((producer.produced.topic, p)): o
-            for p, o in producer.produced.last_offsets().items()}
+            _clock_key(part): o for part, o in producer.produced.clock().items()}
         for key, acked in fault.acked.items():
             want = acked + 1 if final is None else min(acked + 1, final.get(key, acked))
             needed[key] = max(needed.get(key, -1), want)
