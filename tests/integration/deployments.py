@@ -4,7 +4,11 @@ tail of every process's log printed for the test report; and where a secret must
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,3 +127,16 @@ def run_killing_a_spout_then_a_bolt(
         if check is not None:
             check(run, target, produced)
     return KilledRun(run, produced, states, tables)
+
+
+def hailstorm_command(stack: StackAddresses, *args: str
+                      ) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``python -m hailstorm ARGS`` against ``stack`` (its services in the environment):
+    the finished process and how many seconds it took."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable,
+               HAILSTORM_ZK=stack.zk, HAILSTORM_KAFKA=stack.kafka,
+               HAILSTORM_SNAPSHOTS=str(stack.snapshots))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "hailstorm", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    return done, time.monotonic() - started

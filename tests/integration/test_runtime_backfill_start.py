@@ -8,10 +8,7 @@ over what each was promised."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import TopicPartition
+from deployments import hailstorm_command
 
 from hailstorm import kafka
 from hailstorm.cli import main
@@ -66,17 +64,6 @@ def _module(tmp_path: Path, text: str, topic: str) -> Path:
     return module
 
 
-def _hailstorm(stack: StackAddresses, *args: str) -> tuple[subprocess.CompletedProcess[str],
-                                                           float]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable,
-               HAILSTORM_ZK=stack.zk, HAILSTORM_KAFKA=stack.kafka,
-               HAILSTORM_SNAPSHOTS=str(stack.snapshots))
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "hailstorm", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
-    return done, time.monotonic() - started
-
-
 def _plan(stack: StackAddresses, module: str, name: str) -> tuple[int, str]:
     """``hailstorm plan --kafka`` in this process: its exit code and output."""
     env = {"HAILSTORM_ZK": stack.zk, "HAILSTORM_SNAPSHOTS": str(stack.snapshots),
@@ -120,7 +107,8 @@ def test_new_bolts_after_retention_start_where_declared(stack_env: dict[str, str
     reason = (f"bolt cased: refuse: no committed state: it would read its inputs from offset "
               f"0, but records are gone: {gone}")
     assert code == 1 and reason in output, output
-    refused, took = _hailstorm(stack, "run", undeclared, "--name", name, "--log-level", "ERROR")
+    refused, took = hailstorm_command(stack, "run", undeclared, "--name", name,
+                                      "--log-level", "ERROR")
     errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
     print(f"refused in {took:.1f} s: {errors}")
     assert refused.returncode != 0 and len(errors) == 1, refused.stderr[-3000:]

@@ -6,16 +6,13 @@ version rebuilds the state under the new key function from the retained records.
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from deployments import hailstorm_command
 
 from hailstorm import kafka
 from hailstorm.cli import main
@@ -67,17 +64,6 @@ def _lines(rng: random.Random, n: int) -> list[bytes]:
     return [" ".join(rng.choices(WORDS, k=4)).encode() for _ in range(n)]
 
 
-def _hailstorm(stack: StackAddresses, *args: str) -> tuple[subprocess.CompletedProcess[str],
-                                                           float]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable,
-               HAILSTORM_ZK=stack.zk, HAILSTORM_KAFKA=stack.kafka,
-               HAILSTORM_SNAPSHOTS=str(stack.snapshots))
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "hailstorm", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
-    return done, time.monotonic() - started
-
-
 def _plan(stack: StackAddresses, module: str, name: str) -> tuple[int, str]:
     """``hailstorm plan`` in this process: its exit code and output."""
     env = {"HAILSTORM_ZK": stack.zk, "HAILSTORM_SNAPSHOTS": str(stack.snapshots)}
@@ -118,7 +104,8 @@ def test_refusals_rename_and_version_bump(stack_env: dict[str, str], tmp_path: P
         module = str(_module(tmp_path, text, topic))
         code, output = _plan(stack, module, name)
         assert code == 1 and reason in output, output
-        refused, took = _hailstorm(stack, "run", module, "--name", name, "--log-level", "ERROR")
+        refused, took = hailstorm_command(stack, "run", module, "--name", name,
+                                          "--log-level", "ERROR")
         errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
         print(f"refused in {took:.1f} s: {errors}")
         assert refused.returncode != 0 and len(errors) == 1, refused.stderr[-3000:]
