@@ -1,15 +1,17 @@
 """Issue 12's figures in one command: every realistic benchmark, several runs, medians.
 
     .venv/bin/python bench/issue12.py [--runs 3] [--only wordcount-300k,user-totals]
-                                      [--no-bytewax] [--out runs.jsonl]
+                                      [--no-bytewax] [--peers pathway,quix,pyflink]
+                                      [--out runs.jsonl]
 
 Runs the benchmark scripts of :data:`WORKLOADS` ``--runs`` times each, one after the other,
 each run in a process of its own on an embedded stack of its own (so every run compares
-hailstorm, the single-process baseline and Bytewax on the same topic, as the scripts do
-alone). The workloads take turns (word count 300k, word count 2M, ..., then again) so that
-a slow spell of the machine does not fall on one of them. Every run's JSON line goes to
-``--out`` (if given) as it arrives; at the end it prints, per workload, the median and the range of
-hailstorm's rate, the baseline's and Bytewax's, and of the two ratios, against the issue's
+hailstorm, the single-process baseline, Bytewax and, where the script runs them, Pathway,
+Quix Streams and PyFlink on the same topic, as the scripts do alone). The workloads take
+turns (word count 300k, word count 2M, ..., then again) so that a slow spell of the machine
+does not fall on one of them. Every run's JSON line goes to ``--out`` (if given) as it
+arrives; at the end it prints, per workload, the median and the range of hailstorm's rate,
+the baseline's and each peer's, and of hailstorm's ratio to each, against the issue's
 targets, as a Markdown table and one JSON line.
 
 This VM's rates move by up to 20% between runs of the same code, so one run says little
@@ -39,26 +41,34 @@ class Workload:
     args: tuple[str, ...]
     baseline_target: float | None
     bytewax_target: float | None
+    other_peers: bool = False
+    """Whether the script runs Pathway, Quix Streams and PyFlink too (``--peers``)."""
 
 
 WORKLOADS: dict[str, Workload] = {
     "wordcount-300k": Workload(("wordcount_throughput.py", "--backlog", "--lines", "300000"),
-                               0.8, 3.0),
+                               0.8, 3.0, other_peers=True),
     "wordcount-2m": Workload(("wordcount_throughput.py", "--backlog", "--lines", "2000000"),
-                             0.8, 3.0),
-    "user-totals": Workload(("user_totals_throughput.py",), 0.5, 2.0),
+                             0.8, 3.0, other_peers=True),
+    "user-totals": Workload(("user_totals_throughput.py",), 0.5, 2.0, other_peers=True),
     "two-stage": Workload(("two_stage_throughput.py",), 0.5, 2.0),
     "pageviews": Workload(("pageviews_throughput.py",), None, None),
 }
 """The issue's workloads, in the order they take turns."""
 
-FIGURES = ("hailstorm", "baseline", "bytewax", "to_baseline", "to_bytewax")
+PEERS = ("bytewax", "pathway", "quix", "pyflink")
+"""Every peer a benchmark line may carry a rate of (``<peer>_<unit>_per_s``)."""
+
+FIGURES = ("hailstorm", "baseline", *PEERS, "to_baseline", *(f"to_{p}" for p in PEERS))
+
+
+PEER_LABELS = {"bytewax": "Bytewax", "pathway": "Pathway", "quix": "Quix", "pyflink": "PyFlink"}
 
 
 def figures_of(line: dict[str, Any]) -> dict[str, float | None]:
-    """The five figures of one benchmark JSON line: the three rates (per second, whatever
-    the unit: lines, events or views; Bytewax's running totals where a script also runs
-    its end-only variant) and hailstorm's ratio to the baseline and to Bytewax."""
+    """The figures of one benchmark JSON line: the rates (per second, whatever the unit:
+    lines, events or views; Bytewax's running totals where a script also runs its end-only
+    variant) of hailstorm, the baseline and each peer, and hailstorm's ratio to each."""
     def rate(prefix: str) -> float | None:
         for key in (f"{prefix}_lines_per_s", f"{prefix}_events_per_s",
                     f"{prefix}_views_per_s", f"{prefix}_word_count_lines_per_s"):
@@ -66,11 +76,15 @@ def figures_of(line: dict[str, Any]) -> dict[str, float | None]:
                 return float(line[key])
         return None
 
-    to_bytewax = line.get("ratio_hailstorm_to_bytewax",
-                          line.get("ratio_hailstorm_to_bytewax_word_count"))
+    def ratio(peer: str) -> float | None:
+        value = line.get(f"ratio_hailstorm_to_{peer}",
+                         line.get(f"ratio_hailstorm_to_{peer}_word_count"))
+        return None if value is None else float(value)
+
     return {"hailstorm": rate("hailstorm"), "baseline": rate("baseline"),
-            "bytewax": rate("bytewax"), "to_baseline": line.get("ratio_hailstorm_to_baseline"),
-            "to_bytewax": None if to_bytewax is None else float(to_bytewax)}
+            **{peer: rate(peer) for peer in PEERS},
+            "to_baseline": line.get("ratio_hailstorm_to_baseline"),
+            **{f"to_{peer}": ratio(peer) for peer in PEERS}}
 
 
 def summarize(runs: list[dict[str, Any]], workload: Workload) -> dict[str, Any]:
@@ -108,23 +122,27 @@ def markdown(summaries: dict[str, dict[str, Any]]) -> str:
             text += f"; >= {target:g} in {summary[name + '_met']} of {len(figure['all'])}"
         return text + ")"
 
-    lines = ["| workload | runs | hailstorm /s | baseline /s | Bytewax /s | "
-             "hailstorm / baseline | hailstorm / Bytewax |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| workload | runs | hailstorm /s | baseline /s | hailstorm / baseline | "
+             + " | ".join(f"hailstorm / {PEER_LABELS[p]}" for p in PEERS) + " |",
+             "|---|---|---|---|---|" + "---|" * len(PEERS)]
     for name, s in summaries.items():
         w = WORKLOADS[name]
+        targets = {"bytewax": w.bytewax_target}
         lines.append(f"| {name} | {s['runs']} | {rate(s['hailstorm'])} | {rate(s['baseline'])} "
-                     f"| {rate(s['bytewax'])} | {ratio(s, 'to_baseline', w.baseline_target)} "
-                     f"| {ratio(s, 'to_bytewax', w.bytewax_target)} |")
+                     f"| {ratio(s, 'to_baseline', w.baseline_target)} | "
+                     + " | ".join(ratio(s, f"to_{p}", targets.get(p)) for p in PEERS) + " |")
     return "\n".join(lines)
 
 
-def run_once(workload: Workload, no_bytewax: bool, timeout: float) -> dict[str, Any]:
+def run_once(workload: Workload, no_bytewax: bool, peers: str,
+             timeout: float) -> dict[str, Any]:
     """One run of ``workload``'s script; its JSON line. Raises RuntimeError with the
     script's last output when it fails or prints none."""
     command = [sys.executable, str(REPO / "bench" / workload.args[0]), *workload.args[1:]]
     if no_bytewax:
         command.append("--no-bytewax")
+    if workload.other_peers:
+        command.extend(("--peers", peers))
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                           check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -143,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(WORKLOADS),
                         help=f"Comma-separated workloads (default: all of {', '.join(WORKLOADS)}).")
     parser.add_argument("--no-bytewax", action="store_true", help="Skip the Bytewax peer.")
+    parser.add_argument("--peers", default="pathway,quix,pyflink",
+                        help="The other peers, for the workloads whose script runs them "
+                        "(comma-separated; 'none' for none).")
     parser.add_argument("--out", type=Path,
                         help="A file every run's JSON line is appended to (default: none).")
     parser.add_argument("--timeout", type=float, default=1800.0,
@@ -160,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         for j, name in enumerate(chosen):
             step = i * len(chosen) + j + 1
             print(f"[{step}/{total}] {name}, run {i + 1} ...", flush=True)
-            line = run_once(WORKLOADS[name], args.no_bytewax, args.timeout)
+            line = run_once(WORKLOADS[name], args.no_bytewax, args.peers, args.timeout)
             line["workload"] = name
             if args.out is not None:
                 with args.out.open("a") as out:

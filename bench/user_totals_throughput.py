@@ -39,6 +39,7 @@ from common import (  # noqa: E402
     report,
     run_on_backlog,
 )
+from peer_runs import add_peers_option, chosen_peers, peer_figures, run_peers  # noqa: E402
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
 from hailstorm.dev.harness import StackAddresses  # noqa: E402
@@ -73,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=3_000_000)
     parser.add_argument("--users", type=int, default=2_000_000)
     parser.add_argument("--no-bytewax", action="store_true", help="Skip the Bytewax peer.")
+    add_peers_option(parser)
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args(argv)
+    others = chosen_peers(args.peers)
 
     print(f"generating {args.events:,} events over {args.users:,} users", flush=True)
     values = list(KeyedEvents(keys=args.users).events(args.events))
@@ -91,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         if bytewax_available() and not args.no_bytewax:
             print("Bytewax", flush=True)
             bytewax = run_bytewax("user_totals", stack.kafka, TOPIC)
-    expected = {user: (spent, count) for user, (spent, count) in totals.by_user.items()}
+        expected = {user: (spent, count) for user, (spent, count) in totals.by_user.items()}
+        outcomes = run_peers("user_totals", stack.kafka, TOPIC, PARTITIONS, args.events,
+                             expected, normalise=tuple, peers=others)
     committed = {key[0]: (row["spent"], row["events"]) for key, row in table.items()}
     if committed != expected:
         print(f"MISMATCH: hailstorm's table has {len(committed)} users, the baseline "
@@ -126,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         figures["ratio_hailstorm_to_bytewax"] = round(rate / bytewax_rate, 3)
         lines.append(f"  Bytewax:   {bytewax_rate:,.0f} events/s (stateful_map, 2 processes, "
                      f"recovery on, 1 s epochs); hailstorm is {rate / bytewax_rate:.2f}x")
+    other_figures, other_lines = peer_figures(outcomes, args.events, rate, "events")
+    figures.update(other_figures)
+    lines.extend(other_lines)
     report("user_totals_throughput", figures, "\n".join(lines))
     return 0
 

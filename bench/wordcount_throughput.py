@@ -56,12 +56,13 @@ from common import (  # noqa: E402
     sample_lines,
     warm_broker,
 )
+from peer_runs import add_peers_option, chosen_peers, peer_figures, run_peers  # noqa: E402
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
 from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
 from hailstorm.protocol.layout import CommittedRecord, SnapshotReport  # noqa: E402
-from topologies.wordcount import words_of  # noqa: E402
+from topologies.wordcount import WORD, words_of  # noqa: E402
 
 TOPIC = "words"
 PARTITIONS = 4
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-bytewax", action="store_true",
                         help="Skip the Bytewax peer (it runs when bytewax is installed: "
                         "pip install -e '.[bench]').")
+    add_peers_option(parser)
     parser.add_argument("--timeline", action="store_true",
                         help="Also print, every 0.25 s of the hailstorm run, the tuples the "
                              "spouts, bolts and sink took in and the master state.")
@@ -148,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="Bound on waiting for the commit (s).")
     args = parser.parse_args(argv)
+    others = chosen_peers(args.peers)
 
     lines = sample_lines(args.lines, vocabulary=args.vocabulary)
     values = [line.encode() for line in lines]
@@ -229,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         if with_bytewax:
             for job in ("word_count", "word_count_final"):
                 peers[job] = run_bytewax(job, stack.kafka, TOPIC)
+        outcomes = run_peers("word_count", stack.kafka, TOPIC, PARTITIONS, args.lines,
+                             dict(counts), word_pattern=WORD.pattern, peers=others)
     if dict(counts) != state:
         print(f"MISMATCH: hailstorm committed {sum(state.values())} words, baseline counted "
               f"{sum(counts.values())}", file=sys.stderr)
@@ -249,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     baseline_rate = args.lines / baseline_s
     consume_rate = args.lines / consume_s
     bytewax_rates = {job: args.lines / peer.seconds for job, peer in peers.items()}
+    other_figures, other_lines = peer_figures(outcomes, args.lines, hailstorm_rate, "lines")
     figures = {
         "vocabulary": args.vocabulary, "distinct_words": distinct,
         "lines": args.lines, "words": words, "partitions": PARTITIONS,
@@ -269,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"bytewax_{job}_lines_per_s": round(rate) for job, rate in bytewax_rates.items()},
         **{f"ratio_hailstorm_to_bytewax_{job}": round(hailstorm_rate / rate, 3)
            for job, rate in bytewax_rates.items()},
-        **pauses,
+        **other_figures, **pauses,
         "sink_commits": int(commits), "sink_commit_mean_ms": commit_ms,
         "sink": args.sink, "mode": "backlog" if args.backlog else "live",
         "broker_warmed": args.backlog and not args.cold_broker,
@@ -298,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         f"on average per round, {pauses['pause_max_ms']} ms at most\n"
         f"  sink:      {int(commits)} commits, {commit_ms} ms each on average\n"
         f"  ratio:     {hailstorm_rate / baseline_rate:.2f}; committed state == baseline Counter"
-        + peer_lines))
+        + peer_lines + "".join(f"\n{line}" for line in other_lines)))
     return 0
 
 

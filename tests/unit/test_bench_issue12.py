@@ -19,14 +19,20 @@ def wordcount_line(hailstorm: int, baseline: int, bytewax: int) -> dict[str, obj
             "ratio_hailstorm_to_bytewax_word_count": round(hailstorm / bytewax, 3)}
 
 
+NO_OTHER_PEERS = {"pathway": None, "quix": None, "pyflink": None,
+                  "to_pathway": None, "to_quix": None, "to_pyflink": None}
+
+
 def test_the_figures_of_each_script_are_found_by_their_names() -> None:
     assert figures_of(wordcount_line(90, 100, 30)) == {
         "hailstorm": 90.0, "baseline": 100.0, "bytewax": 30.0, "to_baseline": 0.9,
-        "to_bytewax": 3.0}  # running totals, not the end-only variant
+        "to_bytewax": 3.0, **NO_OTHER_PEERS}  # running totals, not the end-only variant
     events = {"hailstorm_events_per_s": 60, "baseline_events_per_s": 120,
-              "ratio_hailstorm_to_baseline": 0.5}  # --no-bytewax
+              "ratio_hailstorm_to_baseline": 0.5, "pathway_events_per_s": 100,
+              "ratio_hailstorm_to_pathway": 0.6}  # --no-bytewax
     assert figures_of(events) == {"hailstorm": 60.0, "baseline": 120.0, "bytewax": None,
-                                  "to_baseline": 0.5, "to_bytewax": None}
+                                  "to_baseline": 0.5, "to_bytewax": None,
+                                  **NO_OTHER_PEERS, "pathway": 100.0, "to_pathway": 0.6}
 
 
 def test_medians_ranges_and_targets_met() -> None:
@@ -36,7 +42,8 @@ def test_medians_ranges_and_targets_met() -> None:
                                     "all": [70.0, 81.0, 95.0]}
     assert summary["to_baseline_met"] == 2 and summary["to_bytewax_met"] == 1
     table = markdown({"wordcount-300k": summary})
-    assert "| wordcount-300k | 3 | 81 (70-95) | 100 | 30 |" in table
+    assert "| wordcount-300k | 3 | 81 (70-95) | 100 | **0.81**" in table
+    assert table.endswith("| - | - | - |")  # no Pathway, Quix or PyFlink figure
     assert "**0.81** (0.70, 0.81, 0.95; >= 0.8 in 2 of 3)" in table
     untargeted = summarize(runs[:1], WORKLOADS["pageviews"])
     assert untargeted["to_baseline_met"] is None
