@@ -4,7 +4,8 @@ With ``HAILSTORM_ZK_AUTH=user:password`` set, each client authenticates with the
 scheme and every node it creates is readable and writable by that identity only (and
 readable by ``HAILSTORM_ZK_READER=user:password``, when set, for ``hailstorm status`` run by
 someone who must not write). Without it, nodes are open to anyone who reaches ZooKeeper,
-as before: set it wherever ZooKeeper is shared. Processors, negotiators, the driver,
+which :func:`refuse_open_zookeeper` allows only when the deployment is on loopback (or
+the operator passes ``--allow-open-zookeeper``). Processors, negotiators, the driver,
 ``status``, ``export`` and the chaos harness all make their clients here, and read the
 variables from their environment (never from a command line).
 """
@@ -12,6 +13,7 @@ variables from their environment (never from a command line).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterable
 
@@ -20,6 +22,7 @@ from kazoo.exceptions import NodeExistsError
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions, make_digest_acl
 
 from hailstorm.config import ConfigError
+from hailstorm.exposure import open_zookeeper_refusal
 from hailstorm.protocol.layout import ROOT
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "ZK_READER_VAR",
     "check_not_open",
     "ensure_paths",
+    "refuse_open_zookeeper",
     "zk_acl",
     "zk_client",
     "zk_credentials",
@@ -34,6 +38,8 @@ __all__ = [
 
 ZK_AUTH_VAR = "HAILSTORM_ZK_AUTH"
 ZK_READER_VAR = "HAILSTORM_ZK_READER"
+
+log = logging.getLogger(__name__)
 
 
 def _credentials(variable: str) -> tuple[str, str] | None:
@@ -72,6 +78,21 @@ def zk_client(hosts: str, timeout: float = 10.0) -> KazooClient:
         return KazooClient(hosts=hosts, timeout=timeout)
     return KazooClient(hosts=hosts, timeout=timeout, default_acl=zk_acl(),
                        auth_data=[("digest", f"{owner[0]}:{owner[1]}")])
+
+
+def refuse_open_zookeeper(zk: str, *, allow_open: bool, processor_host: str = "127.0.0.1",
+                          master: str | None = None) -> None:
+    """Raise :class:`ConfigError` with the reason when the deployment (ZooKeeper ``zk``,
+    processors on ``processor_host``, Spark ``master``) is off loopback and
+    ``$HAILSTORM_ZK_AUTH`` is unset; with ``allow_open``, log a warning instead
+    (:func:`hailstorm.exposure.open_zookeeper_refusal`)."""
+    refusal, warning = open_zookeeper_refusal(
+        zk, authenticated=zk_credentials() is not None, allow_open=allow_open,
+        processor_host=processor_host, master=master)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    if warning is not None:
+        log.warning("%s", warning)
 
 
 def check_not_open(client: KazooClient, paths: list[str]) -> None:

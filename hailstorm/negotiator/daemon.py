@@ -20,12 +20,18 @@ import click
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
-from hailstorm.config import ZK_VAR, snapshots_option, zk_option
+from hailstorm.config import (
+    ZK_VAR,
+    ConfigError,
+    allow_open_zookeeper_option,
+    snapshots_option,
+    zk_option,
+)
 from hailstorm.metrics import NegotiatorMetrics, start_server
 from hailstorm.negotiator.machine import Config, ForgetSnapshots
 from hailstorm.negotiator.shell import Shell
 from hailstorm.protocol.layout import NegotiatorRecord, TopologyPaths
-from hailstorm.zookeeper import ensure_paths, zk_client
+from hailstorm.zookeeper import ensure_paths, refuse_open_zookeeper, zk_client
 
 log = logging.getLogger("negotiator")
 
@@ -128,6 +134,7 @@ def _timeout(value: float | None, default: float) -> float:
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
               help="Serve /metrics on HOST (a free port, written to "
                    "/hailstorm/<name>/negotiators/<id>); 'none' serves nothing.")
+@allow_open_zookeeper_option()
 def negotiator_command(
     topology: str | None, zk: str | None, name: str | None, snapshot_interval: float,
     timeout: float,
@@ -135,10 +142,12 @@ def negotiator_command(
     pause_timeout: float | None, snapshot_timeout: float | None, session_timeout: float,
     identifier: str | None, log_level: str, snapshot_dir: str | None = None,
     snapshot_retention: float = 60.0, metrics_host: str = "127.0.0.1",
+    allow_open_zookeeper: bool = False,
 ) -> None:
     """Drive the master state of TOPOLOGY (a module path or dotted name) in ZooKeeper.
 
-    With --name, TOPOLOGY may be omitted (nothing is imported).
+    With --name, TOPOLOGY may be omitted (nothing is imported). A ZooKeeper off loopback
+    is refused unless $HAILSTORM_ZK_AUTH is set or --allow-open-zookeeper is passed.
 
     The driver (`hailstorm run`) writes the expected processor ids to
     /hailstorm/<name>/expected; processors register under /hailstorm/<name>/living.
@@ -152,6 +161,10 @@ def negotiator_command(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        refuse_open_zookeeper(zk, allow_open=allow_open_zookeeper)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     config = Config(
         snapshot_interval=snapshot_interval,
         initialize_timeout=_timeout(initialize_timeout, timeout),
