@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -34,6 +35,9 @@ from hailstorm.protocol.layout import NegotiatorRecord, TopologyPaths
 from hailstorm.zookeeper import ensure_paths, refuse_open_zookeeper, zk_client
 
 log = logging.getLogger("negotiator")
+
+_SINK_REF = re.compile(r"(table|topic|sink):[^/\\]+\Z")
+"""What a sink's round reports name (``table:<name>``...): not a file of the store."""
 
 
 def topology_name(ref: str) -> str:
@@ -82,10 +86,20 @@ class SnapshotCollector:
         self.retention = retention
 
     def forget(self, action: ForgetSnapshots) -> None:
+        """Delete what ``action`` made garbage; the refs it keeps are checked first (they
+        were read from ZooKeeper): a bolt's ref that names anything but a snapshot of a
+        kept round of this topology in the store deletes nothing."""
+        from hailstorm.snapshots import SnapshotRefRefused
+
+        bolt_refs = [ref for ref in action.keep if not _SINK_REF.match(ref)]
         try:
             removed = self.store.forget_rounds(self.topology, action.up_to_epoch,
                                                action.keep_epochs,
-                                               time.time() - self.retention)
+                                               time.time() - self.retention,
+                                               keep_refs=bolt_refs)
+        except SnapshotRefRefused as exc:
+            log.error("not deleting snapshots of rounds <= %d: %s", action.up_to_epoch, exc)
+            return
         except Exception as exc:  # a shared filesystem hiccup must not stop the negotiator
             log.warning("deleting snapshots of rounds <= %d failed: %s", action.up_to_epoch, exc)
             return
