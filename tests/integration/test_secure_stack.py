@@ -3,11 +3,13 @@ with ``tcpdump`` from before the stack starts: no word of the produced text and 
 crosses any of the stack's connections (ZooKeeper, Kafka's client, inter-broker and
 controller listeners, PostgreSQL) or the data plane in cleartext, every port the stack's
 services and the processors listen on speaks TLS (checked by connecting to each), and
-plaintext is refused. One small run on a stack of its own (the session's is plaintext).
+plaintext is refused; ``status`` and ``query --live`` work from the same configuration. One
+small run on a stack of its own (the session's is plaintext).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from deployments import WORDCOUNT, deployed
+from deployments import WORDCOUNT, deployed, hailstorm_command
 
 from hailstorm import kafka
 from hailstorm.auth import RunSecret, greet_peer
@@ -36,9 +38,10 @@ from hailstorm.model import run_model
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 TOPIC = "words"
-WORDS = [f"cleartext{n:02d}leak" for n in range(40)]
-"""The produced text's vocabulary: words long enough that none turns up by chance in the
-captured ciphertext (16 bytes: about 2^-128 per place)."""
+WORDS = [f"cleartext{chr(97 + n // 26)}{chr(97 + n % 26)}leak" for n in range(40)]
+"""The produced text's vocabulary: words of letters only (the word count's words, as the
+bolts and the table hold them), long enough that none turns up by chance in the captured
+ciphertext (15 bytes: about 2^-120 per place)."""
 _SSL_REQUEST = struct.pack("!II", 8, 80877103)
 """PostgreSQL's SSLRequest: the server answers ``S`` and the TLS handshake follows."""
 
@@ -158,6 +161,16 @@ def test_the_word_count_on_the_secure_stack_sends_nothing_in_cleartext(
             comparison = compare_with_model(model, run.committed_bolt_states(committed),
                                             run.sink_tables())
             assert comparison.ok, comparison.first(5)
+            # The commands read the same configuration from their environment.
+            status, _ = hailstorm_command(addresses, "status", "--name", run.name, "--json",
+                                          "--sample", "0")
+            assert status.returncode == 0, status.stderr[-2000:]
+            assert json.loads(status.stdout)["master"], status.stdout[:500]
+            word = WORDS[0]
+            live, _ = hailstorm_command(addresses, "query", str(WORDCOUNT), "counts", word,
+                                        "--name", run.name, "--live")
+            assert live.returncode == 0, live.stderr[-2000:]
+            assert json.loads(live.stdout.splitlines()[0])["found"], live.stdout
 
             # Every port the services listen on speaks TLS 1.3, with the stack's CA.
             context = client_context(tls)
