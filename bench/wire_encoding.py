@@ -10,7 +10,8 @@ DATA frames through :mod:`hailstorm.protocol.wire` (packed origin columns + the 
 :class:`~hailstorm.protocol.wire.FrameReader`), to show the frame overhead over the bare encoding,
 and through a socket pair, sender and receiver threads, plain (``SOCK``) and with the data
 plane's mutual TLS 1.3 (``SOCK+TLS``, :mod:`hailstorm.auth`); those two rows are encode, send,
-receive and decode of 50 frames, per tuple.
+receive and decode of 50 frames, per tuple. Last, the milliseconds of that mutual TLS
+handshake itself (once per connection).
 
 The chosen encoding must be exact on every workload; among exact ones it is the fastest round
 trip (geometric mean of tuples/s over all workloads).
@@ -176,6 +177,35 @@ def measure_frame(values: list[Any], repeat: int) -> dict[str, Any]:
 
 
 SOCKET_FRAMES = 50
+HANDSHAKES = 50
+
+
+def tls_pair(a: socket.socket, b: socket.socket, secret: RunSecret) -> tuple[Any, Any]:
+    """The data plane's mutual TLS 1.3 handshake over the connected pair ``a``, ``b`` (the
+    listener's side on another thread, as in a processor): the two TLS streams."""
+    box: list[Any] = []
+    helper = threading.Thread(target=lambda: box.append(accept_peer(b, secret, "bolt:b:0", 10)))
+    helper.start()
+    sender = greet_peer(a, secret, "spout:s:t:0", "bolt:b:0", 10)
+    helper.join()
+    return sender, box[0]
+
+
+def measure_handshake(count: int = HANDSHAKES) -> dict[str, float]:
+    """Milliseconds of one data-plane connection's mutual TLS 1.3 handshake (certificates
+    minted and checked both ways, ECDSA P-256) over a socket pair: best and median of
+    ``count``."""
+    secret = RunSecret.generate()
+    times = []
+    for _ in range(count):
+        a, b = socket.socketpair()
+        started = time.perf_counter()
+        sender, receiver = tls_pair(a, b, secret)
+        times.append((time.perf_counter() - started) * 1e3)
+        sender.close()
+        receiver.close()
+    times.sort()
+    return {"best_ms": round(times[0], 2), "median_ms": round(times[len(times) // 2], 2)}
 
 
 def measure_socket(values: list[Any], repeat: int, tls: bool) -> dict[str, Any]:
@@ -188,16 +218,7 @@ def measure_socket(values: list[Any], repeat: int, tls: bool) -> dict[str, Any]:
 
     def once() -> float:
         a, b = socket.socketpair()
-        if tls:
-            box: list[Any] = []
-            helper = threading.Thread(target=lambda: box.append(
-                accept_peer(b, secret, "bolt:b:0", 10)))
-            helper.start()
-            sender = greet_peer(a, secret, "spout:s:t:0", "bolt:b:0", 10)
-            helper.join()
-            receiver = box[0]
-        else:
-            sender, receiver = a, b
+        sender, receiver = tls_pair(a, b, secret) if tls else (a, b)
         got: list[int] = []
 
         def receive() -> None:
@@ -248,6 +269,8 @@ def main() -> None:
         plain[workload] = measure_socket(values, args.repeat, tls=False)
         secured[workload] = measure_socket(values, args.repeat, tls=True)
 
+    handshake = measure_handshake()
+
     exact_everywhere = [n for n in CANDIDATES if all(r["exact"] for r in results[n].values())]
     encodable_by_all = [
         w for w in WORKLOADS if all("error" not in results[n][w] for n in CANDIDATES)
@@ -273,6 +296,7 @@ def main() -> None:
         "data_frame": frames,
         "data_frame_socket": plain,
         "data_frame_socket_tls": secured,
+        "tls_handshake": handshake,
         "exact_everywhere": exact_everywhere,
         "fastest_exact": fastest_exact,
         "fastest_any": fastest_any,
@@ -304,6 +328,8 @@ def main() -> None:
                 f"{f['roundtrip_tuples_s'] / 1e6:>10.2f} {f['roundtrip_us_per_10k']:>8}"
             )
     print()
+    print(f"data-plane TLS handshake (mutual, TLS 1.3, ECDSA P-256), {HANDSHAKES} of them: "
+          f"best {handshake['best_ms']} ms, median {handshake['median_ms']} ms")
     print(f"exact on every workload: {', '.join(exact_everywhere) or 'none'}")
     print(f"fastest exact: {fastest_exact}; fastest overall (ignoring exactness): {fastest_any}")
     if fastest_exact == CHOSEN:

@@ -143,6 +143,15 @@ def zk_option() -> Decorator:
                         help="ZooKeeper connection string (host:port,...[/chroot]).")
 
 
+def allow_open_zookeeper_option() -> Decorator:
+    """``--allow-open-zookeeper``: run off loopback without ZooKeeper authentication."""
+    return click.option(
+        "--allow-open-zookeeper", is_flag=True,
+        help="Run even though ZooKeeper, the processors or the Spark master are off loopback "
+             "and $HAILSTORM_ZK_AUTH is unset (a warning): whoever reaches ZooKeeper can then "
+             "forge the master state.")
+
+
 def kafka_option() -> Decorator:
     """``--kafka BOOTSTRAP``, else ``$HAILSTORM_KAFKA``."""
     return click.option("--kafka", envvar=KAFKA_VAR, show_envvar=True, metavar="BOOTSTRAP",

@@ -14,10 +14,12 @@ to every scrape).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import logging
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -143,21 +145,47 @@ def scrape_address(host: object, port: object) -> tuple[str, int]:
 
 
 def scrape(host: str, port: int, timeout: float = 2.0) -> dict[str, float]:
-    """GET ``http://host:port/metrics`` and :func:`parse` it: no redirect is followed and
-    an answer over :data:`SCRAPE_LIMIT` bytes is refused."""
+    """GET ``http://host:port/metrics`` and :func:`parse` it: no redirect is followed, an
+    answer over :data:`SCRAPE_LIMIT` bytes is refused, and the whole exchange gets
+    ``timeout`` seconds, however slowly the answer trickles in (the socket is shut down
+    then)."""
     host, port = scrape_address(host, port)
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    started = time.monotonic()
+    watchdog: threading.Timer | None = None
     try:
-        connection.request("GET", "/metrics")
-        response = connection.getresponse()
-        if response.status != 200:
-            raise ScrapeRefused(f"{host}:{port}/metrics answered {response.status}")
-        body = response.read(SCRAPE_LIMIT + 1)
+        connection.connect()
+        sock = connection.sock
+        watchdog = threading.Timer(max(0.0, timeout - (time.monotonic() - started)),
+                                   _shut, (sock,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            connection.request("GET", "/metrics")
+            response = connection.getresponse()
+            if response.status != 200:
+                raise ScrapeRefused(f"{host}:{port}/metrics answered {response.status}")
+            body = response.read(SCRAPE_LIMIT + 1)
+        except (OSError, http.client.HTTPException):
+            if time.monotonic() - started >= timeout:
+                raise ScrapeRefused(f"{host}:{port}/metrics did not answer within "
+                                    f"{timeout:g} s") from None
+            raise
+        if time.monotonic() - started >= timeout:  # cut short by the watchdog
+            raise ScrapeRefused(f"{host}:{port}/metrics did not answer within {timeout:g} s")
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         connection.close()
     if len(body) > SCRAPE_LIMIT:
         raise ScrapeRefused(f"{host}:{port}/metrics answered more than {SCRAPE_LIMIT} bytes")
     return parse(body.decode())
+
+
+def _shut(sock: socket.socket) -> None:
+    """End a scrape that ran out of time: its blocked reads return at once."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 class MetricsServer:

@@ -4,36 +4,49 @@ With ``HAILSTORM_ZK_AUTH=user:password`` set, each client authenticates with the
 scheme and every node it creates is readable and writable by that identity only (and
 readable by ``HAILSTORM_ZK_READER=user:password``, when set, for ``hailstorm status`` run by
 someone who must not write). Without it, nodes are open to anyone who reaches ZooKeeper,
-as before: set it wherever ZooKeeper is shared. Processors, negotiators, the driver,
+which :func:`refuse_open_zookeeper` allows only when the deployment is on loopback (or
+the operator passes ``--allow-open-zookeeper``). Processors, negotiators, the driver,
 ``status``, ``export`` and the chaos harness all make their clients here, and read the
-variables from their environment (never from a command line).
+variables from their environment (never from a command line). ``HAILSTORM_ZK_TLS`` (a
+directory with the CA and a client certificate) makes every client speak TLS to
+ZooKeeper's secure port (:func:`zk_tls`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions, make_digest_acl
 
 from hailstorm.config import ConfigError
+from hailstorm.exposure import open_zookeeper_refusal
 from hailstorm.protocol.layout import ROOT
 
 __all__ = [
     "ZK_AUTH_VAR",
     "ZK_READER_VAR",
+    "ZK_TLS_VAR",
     "check_not_open",
     "ensure_paths",
+    "refuse_open_zookeeper",
     "zk_acl",
     "zk_client",
     "zk_credentials",
+    "zk_tls",
 ]
 
 ZK_AUTH_VAR = "HAILSTORM_ZK_AUTH"
 ZK_READER_VAR = "HAILSTORM_ZK_READER"
+ZK_TLS_VAR = "HAILSTORM_ZK_TLS"
+
+log = logging.getLogger(__name__)
 
 
 def _credentials(variable: str) -> tuple[str, str] | None:
@@ -64,14 +77,50 @@ def zk_acl() -> list[ACL] | None:
     return acl
 
 
+def zk_tls() -> dict[str, Any]:
+    """kazoo's TLS settings from ``$HAILSTORM_ZK_TLS``, a directory holding the CA that
+    signed ZooKeeper's certificate (``ca.pem``) and this client's certificate and key
+    (``client.crt``, ``client.key``), as ``hailstorm dev up --secure`` makes it: TLS with
+    the server's certificate and name checked, and a client certificate ({} when unset:
+    plaintext)."""
+    directory = os.environ.get(ZK_TLS_VAR)
+    if not directory:
+        return {}
+    files = {"ca": "ca.pem", "certfile": "client.crt", "keyfile": "client.key"}
+    paths = {option: Path(directory) / name for option, name in files.items()}
+    missing = [str(path) for path in paths.values() if not path.is_file()]
+    if missing:
+        raise ConfigError(f"${ZK_TLS_VAR}: {', '.join(missing)} missing (the directory must "
+                          "hold ca.pem, client.crt and client.key)")
+    return {"use_ssl": True, "verify_certs": True, "check_hostname": True,
+            **{option: str(path) for option, path in paths.items()}}
+
+
 def zk_client(hosts: str, timeout: float = 10.0) -> KazooClient:
     """A (not yet started) client of ``hosts`` that authenticates as ``$HAILSTORM_ZK_AUTH``
-    and creates nodes with :func:`zk_acl`."""
+    and creates nodes with :func:`zk_acl`, over TLS when ``$HAILSTORM_ZK_TLS`` says so
+    (:func:`zk_tls`)."""
     owner = zk_credentials()
+    tls = zk_tls()
     if owner is None:
-        return KazooClient(hosts=hosts, timeout=timeout)
+        return KazooClient(hosts=hosts, timeout=timeout, **tls)
     return KazooClient(hosts=hosts, timeout=timeout, default_acl=zk_acl(),
-                       auth_data=[("digest", f"{owner[0]}:{owner[1]}")])
+                       auth_data=[("digest", f"{owner[0]}:{owner[1]}")], **tls)
+
+
+def refuse_open_zookeeper(zk: str, *, allow_open: bool, processor_host: str = "127.0.0.1",
+                          master: str | None = None) -> None:
+    """Raise :class:`ConfigError` with the reason when the deployment (ZooKeeper ``zk``,
+    processors on ``processor_host``, Spark ``master``) is off loopback and
+    ``$HAILSTORM_ZK_AUTH`` is unset; with ``allow_open``, log a warning instead
+    (:func:`hailstorm.exposure.open_zookeeper_refusal`)."""
+    refusal, warning = open_zookeeper_refusal(
+        zk, authenticated=zk_credentials() is not None, allow_open=allow_open,
+        processor_host=processor_host, master=master)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    if warning is not None:
+        log.warning("%s", warning)
 
 
 def check_not_open(client: KazooClient, paths: list[str]) -> None:

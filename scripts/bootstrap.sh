@@ -2,8 +2,8 @@
 # Install what hailstorm needs on a fresh Debian machine: Java (ZooKeeper, Kafka), Maven (it
 # fetches Apache Kafka from Maven Central), openssl (the dev stack's TLS), kcat (the Kafka
 # semantics tests produce with it), PostgreSQL's server binaries, iproute2 (the multi-host test
-# makes its test hosts with ip netns), chromium (the web console's test loads the page in it), a
-# repo-local virtualenv with
+# makes its test hosts with ip netns), chromium (the web console's test loads the page in it),
+# tcpdump (the secure stack's test captures its traffic), a repo-local virtualenv with
 # the package and its test extras, and the pinned Apache Kafka artifacts (cached in
 # ~/.cache/hailstorm, outside the repository).
 # Safe to run again: it only does what is missing.
@@ -17,6 +17,7 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v kcat >/dev/null 2>&1 || need_apt+=(kcat)  # tests: a Kafka client of its own
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # tests: test hosts in network namespaces
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # tests: the web console's page
+command -v tcpdump >/dev/null 2>&1 || need_apt+=(tcpdump)  # tests: no cleartext on the wire
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   need_apt+=(postgresql)
 fi

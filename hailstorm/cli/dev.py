@@ -37,6 +37,11 @@ def _up_options(command: Callable[..., None]) -> Callable[..., None]:
                      default="plaintext", show_default=True,
                      help="sasl_ssl: clients connect with SCRAM-SHA-256 over TLS (a CA the "
                      "stack makes); 'dev env' then exports HAILSTORM_KAFKA_CONFIG."),
+        click.option("--secure", is_flag=True,
+                     help="Every service speaks TLS only, with a CA the stack makes, and asks "
+                     "for a password: ZooKeeper (client certificate and digest ACLs), Kafka "
+                     "(SCRAM over TLS; implies --kafka-security sasl_ssl), PostgreSQL "
+                     "(sslmode=verify-full); 'dev env' exports what every client needs."),
         click.option("--spark-workers", type=click.IntRange(min=0), default=0,
                      show_default=True, metavar="N",
                      help="Also start a Spark standalone master and N workers (pyspark's own "
@@ -59,8 +64,8 @@ def _progress(message: str) -> None:
 
 
 def _bring_up(state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int,
-              brokers: int, kafka_security: str, spark_workers: int, spark_cores: int,
-              timeout: float) -> None:
+              brokers: int, kafka_security: str, secure: bool, spark_workers: int,
+              spark_cores: int, timeout: float) -> None:
     stack = DevStack(
         state_dir,
         zk_port=zk_port,
@@ -68,6 +73,7 @@ def _bring_up(state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int
         postgres_port=postgres_port,
         kafka_brokers=brokers,
         kafka_security=kafka_security,
+        secure=secure,
         spark_workers=spark_workers,
         spark_cores=spark_cores,
         startup_timeout=timeout,
@@ -83,14 +89,14 @@ def _bring_up(state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int
 @_handle_errors
 def dev_up(
     state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, brokers: int,
-    kafka_security: str, spark_workers: int, spark_cores: int, timeout: float
+    kafka_security: str, secure: bool, spark_workers: int, spark_cores: int, timeout: float
 ) -> None:
     """Start the stack (idempotent: running services are left alone; a stopped one starts
     again on its data, on the port it had when that is free). Nothing is deleted.
 
     The first run fetches Apache Kafka from Maven Central (cached in ~/.cache/hailstorm).
     """
-    _bring_up(state_dir, zk_port, kafka_port, postgres_port, brokers, kafka_security,
+    _bring_up(state_dir, zk_port, kafka_port, postgres_port, brokers, kafka_security, secure,
               spark_workers, spark_cores, timeout)
 
 
@@ -99,13 +105,13 @@ def dev_up(
 @_handle_errors
 def dev_reset(
     state_dir: Path, zk_port: int, kafka_port: int, postgres_port: int, brokers: int,
-    kafka_security: str, spark_workers: int, spark_cores: int, timeout: float
+    kafka_security: str, secure: bool, spark_workers: int, spark_cores: int, timeout: float
 ) -> None:
     """Stop the stack, DELETE its data (ZooKeeper, Kafka, PostgreSQL, snapshots) and start a
     new, empty one."""
     stopped = DevStack(state_dir, progress=_progress).down(wipe=True)
     console.print(f"[yellow]dev stack wiped[/] ({len(stopped)} service(s) were running)")
-    _bring_up(state_dir, zk_port, kafka_port, postgres_port, brokers, kafka_security,
+    _bring_up(state_dir, zk_port, kafka_port, postgres_port, brokers, kafka_security, secure,
               spark_workers, spark_cores, timeout)
 
 
@@ -148,7 +154,9 @@ def dev_status(state_dir: Path) -> None:
 @_handle_errors
 def dev_env(state_dir: Path) -> None:
     """Print 'export' lines for HAILSTORM_ZK, _KAFKA, _DATABASE_URL and _SNAPSHOTS (and
-    _KAFKA_CONFIG for a sasl_ssl stack, _SPARK_MASTER for one with Spark workers)."""
+    _KAFKA_CONFIG for a sasl_ssl stack, _SPARK_MASTER for one with Spark workers; a --secure
+    stack's _ZK_TLS, _ZK_AUTH, _SECRET_FILE and PGPASSFILE, its database URL without the
+    password)."""
     for name, value in DevStack(state_dir).env().items():
         click.echo(f"export {name}={_shell_quote(value)}")
 

@@ -13,6 +13,7 @@ import click
 
 from hailstorm import config
 from hailstorm.cli.group import _handle_errors, console, fail, main, out
+from hailstorm.config import allow_open_zookeeper_option
 from hailstorm.dev.services import SPARK_MASTER_VAR
 
 
@@ -115,16 +116,21 @@ def init_command(directory: Path) -> None:
 @click.option("--allow-drop", multiple=True, metavar="NODE",
               help="Let this run drop NODE, a node of the deployed topology the new one "
               "lacks, and delete its state (repeatable; see 'hailstorm plan').")
+@allow_open_zookeeper_option()
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshot_dir: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
         log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
-        slot_wait: float, class_archive: bool, allow_drop: tuple[str, ...]) -> None:
+        slot_wait: float, class_archive: bool, allow_drop: tuple[str, ...],
+        allow_open_zookeeper: bool) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until stopped).
 
     'hailstorm stop TOPOLOGY', Ctrl-C or SIGTERM drain it: a last round commits what was
     read and the master records Stopped; a second Ctrl-C exits at once.
+
+    Off loopback (ZooKeeper, --host or the Spark master), refuses to start unless
+    $HAILSTORM_ZK_AUTH is set or --allow-open-zookeeper is passed.
 
     Plans the upgrade from what is deployed under the name first (as 'hailstorm plan'
     prints it) and stops at once if the plan refuses a node; then writes the expected
@@ -136,6 +142,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     from hailstorm.runtime.spark_stage import SparkOptions, install_signal_handlers
     from hailstorm.topology import TopologyError
     from hailstorm.upgrade.plan import UpgradeRefused
+    from hailstorm.zookeeper import refuse_open_zookeeper
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -143,6 +150,8 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     settings = config.Settings.from_env(
         zk=zk, kafka=kafka, snapshots=snapshot_dir, database_url=database, kafka_config=kafka_config
     )
+    refuse_open_zookeeper(settings.require_zk(), allow_open=allow_open_zookeeper,
+                          processor_host=host, master=master)
     options = RunOptions(
         topology_ref=topology_ref, zk=settings.require_zk(), kafka=settings.require_kafka(),
         kafka_config=settings.kafka_config,

@@ -6,14 +6,14 @@ repository (``$HAILSTORM_CACHE``, else ``~/.cache/hailstorm``), and run with the
 Java as ``kafka.Kafka`` after ``kafka.tools.StorageTool format``. Every node is a combined
 broker and KRaft controller; a cluster of N nodes has N voters.
 
-Rendering a node's ``server.properties`` is pure (:func:`server_properties`); the rest are thin
-wrappers around ``mvn`` and ``openssl``.
+Rendering a node's ``server.properties`` is pure (:func:`server_properties`); the rest is a
+thin wrapper around ``mvn``. A ``sasl_ssl`` cluster has no plaintext port: clients use
+SCRAM over TLS, brokers and controllers TLS between themselves.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import subprocess
 import tempfile
@@ -166,7 +166,7 @@ def server_properties(layout: ClusterLayout, node: int, data_dir: Path,
         listeners = (f"CLIENT://{host}:{ports.client},INTERNAL://{host}:{ports.internal},"
                      f"CONTROLLER://{host}:{ports.controller}")
         advertised = f"CLIENT://{host}:{ports.client},INTERNAL://{host}:{ports.internal}"
-        protocols = "CLIENT:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        protocols = "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL"  # no plaintext port
         inter_broker = "INTERNAL"
     else:
         listeners = f"CLIENT://{host}:{ports.client},CONTROLLER://{host}:{ports.controller}"
@@ -244,44 +244,9 @@ Configuration:
 
 @dataclass(frozen=True)
 class TlsFiles:
-    """A CA the dev stack made, and the broker's key and certificate signed by it."""
+    """The stack's CA (:mod:`hailstorm.dev.services.tls`), and the broker's key and
+    certificate signed by it."""
 
     ca_cert: Path
     #: The broker's PKCS#8 private key followed by its certificate (Kafka's PEM keystore).
     server_pem: Path
-
-
-def make_dev_tls(directory: Path, host: str) -> TlsFiles:
-    """Generate a private CA and a broker certificate for ``host`` (openssl, mode 0600)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise KafkaSetupError("openssl not found: apt-get install openssl")
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ca_key, ca_cert = directory / "ca.key", directory / "ca.pem"
-    key, csr, cert = directory / "broker.key", directory / "broker.csr", directory / "broker.crt"
-    ext = directory / "broker.ext"
-    ext.write_text(f"subjectAltName=IP:{host},DNS:localhost\n")
-
-    def run(*argv: str) -> None:
-        result = subprocess.run([openssl, *argv], stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise KafkaSetupError(f"openssl {argv[0]} failed: {last}")
-
-    old = os.umask(0o077)
-    try:
-        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key),
-            "-out", str(ca_cert), "-days", "30", "-subj", "/CN=hailstorm dev CA")
-        run("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
-            "-out", str(key))
-        run("req", "-new", "-key", str(key), "-out", str(csr), "-subj", f"/CN={host}")
-        run("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
-            "-CAcreateserial", "-out", str(cert), "-days", "30", "-extfile", str(ext))
-        server_pem = directory / "broker.pem"
-        server_pem.write_text(key.read_text() + cert.read_text())
-    finally:
-        os.umask(old)
-    for leftover in (csr, ext, cert):
-        leftover.unlink(missing_ok=True)
-    return TlsFiles(ca_cert=ca_cert, server_pem=server_pem)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -20,14 +21,23 @@ import click
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
-from hailstorm.config import ZK_VAR, snapshots_option, zk_option
+from hailstorm.config import (
+    ZK_VAR,
+    ConfigError,
+    allow_open_zookeeper_option,
+    snapshots_option,
+    zk_option,
+)
 from hailstorm.metrics import NegotiatorMetrics, start_server
 from hailstorm.negotiator.machine import Config, ForgetSnapshots
 from hailstorm.negotiator.shell import Shell
 from hailstorm.protocol.layout import NegotiatorRecord, TopologyPaths
-from hailstorm.zookeeper import ensure_paths, zk_client
+from hailstorm.zookeeper import ensure_paths, refuse_open_zookeeper, zk_client
 
 log = logging.getLogger("negotiator")
+
+_SINK_REF = re.compile(r"(table|topic|sink):[^/\\]+\Z")
+"""What a sink's round reports name (``table:<name>``...): not a file of the store."""
 
 
 def topology_name(ref: str) -> str:
@@ -76,10 +86,20 @@ class SnapshotCollector:
         self.retention = retention
 
     def forget(self, action: ForgetSnapshots) -> None:
+        """Delete what ``action`` made garbage; the refs it keeps are checked first (they
+        were read from ZooKeeper): a bolt's ref that names anything but a snapshot of a
+        kept round of this topology in the store deletes nothing."""
+        from hailstorm.snapshots import SnapshotRefRefused
+
+        bolt_refs = [ref for ref in action.keep if not _SINK_REF.match(ref)]
         try:
             removed = self.store.forget_rounds(self.topology, action.up_to_epoch,
                                                action.keep_epochs,
-                                               time.time() - self.retention)
+                                               time.time() - self.retention,
+                                               keep_refs=bolt_refs)
+        except SnapshotRefRefused as exc:
+            log.error("not deleting snapshots of rounds <= %d: %s", action.up_to_epoch, exc)
+            return
         except Exception as exc:  # a shared filesystem hiccup must not stop the negotiator
             log.warning("deleting snapshots of rounds <= %d failed: %s", action.up_to_epoch, exc)
             return
@@ -128,6 +148,7 @@ def _timeout(value: float | None, default: float) -> float:
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
               help="Serve /metrics on HOST (a free port, written to "
                    "/hailstorm/<name>/negotiators/<id>); 'none' serves nothing.")
+@allow_open_zookeeper_option()
 def negotiator_command(
     topology: str | None, zk: str | None, name: str | None, snapshot_interval: float,
     timeout: float,
@@ -135,10 +156,12 @@ def negotiator_command(
     pause_timeout: float | None, snapshot_timeout: float | None, session_timeout: float,
     identifier: str | None, log_level: str, snapshot_dir: str | None = None,
     snapshot_retention: float = 60.0, metrics_host: str = "127.0.0.1",
+    allow_open_zookeeper: bool = False,
 ) -> None:
     """Drive the master state of TOPOLOGY (a module path or dotted name) in ZooKeeper.
 
-    With --name, TOPOLOGY may be omitted (nothing is imported).
+    With --name, TOPOLOGY may be omitted (nothing is imported). A ZooKeeper off loopback
+    is refused unless $HAILSTORM_ZK_AUTH is set or --allow-open-zookeeper is passed.
 
     The driver (`hailstorm run`) writes the expected processor ids to
     /hailstorm/<name>/expected; processors register under /hailstorm/<name>/living.
@@ -152,6 +175,10 @@ def negotiator_command(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    try:
+        refuse_open_zookeeper(zk, allow_open=allow_open_zookeeper)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     config = Config(
         snapshot_interval=snapshot_interval,
         initialize_timeout=_timeout(initialize_timeout, timeout),

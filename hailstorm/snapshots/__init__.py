@@ -27,7 +27,9 @@ from hailstorm.snapshots.format import (
     SnapshotExistsError,
     SnapshotMismatchError,
     SnapshotRef,
+    SnapshotRefRefused,
     snapshot_key,
+    snapshot_key_problem,
     write_snapshot,
 )
 from hailstorm.snapshots.object_store import FsspecSnapshotStore
@@ -41,10 +43,12 @@ __all__ = [
     "SnapshotExistsError",
     "SnapshotMismatchError",
     "SnapshotRef",
+    "SnapshotRefRefused",
     "SnapshotStore",
     "jsonable",
     "open_store",
     "snapshot_key",
+    "snapshot_key_problem",
     "write_snapshot",
 ]
 

@@ -25,6 +25,7 @@ from hailstorm.snapshots.format import (
     SnapshotError,
     SnapshotExistsError,
     SnapshotRef,
+    SnapshotRefRefused,
     _check_name,
     _read_header,
     _ref_from_header,
@@ -169,13 +170,23 @@ class DirectorySnapshotStore(SnapshotStore):
             (path for _, _, _, path, temp in self._files(topology) if not temp),
             lambda path: self._read_ref(path, self._key_of(path)))
 
-    def delete(self, ref: SnapshotRef | str) -> None:
-        path = self._local_path(ref.uri if isinstance(ref, SnapshotRef) else ref)
+    def _store_key(self, location: str) -> str:
         try:
-            path.unlink()
-        except FileNotFoundError:
-            return
-        _fsync_dir(path.parent)
+            path = self._local_path(location)
+        except (ValueError, SnapshotError) as exc:
+            raise SnapshotRefRefused(f"{str(exc).removesuffix(': refused')}: refused") from None
+        if not self._inside(path):
+            raise SnapshotRefRefused(f"{location} is outside the snapshot store {self.root} "
+                                     "(through a link): refused")
+        return self._key_of(path)
+
+    def _inside(self, path: Path) -> bool:
+        """Whether ``path``'s directory is inside the store once links are followed: a
+        link in the store must not make garbage collection delete a file elsewhere."""
+        return path.parent.resolve().is_relative_to(self.root.resolve())
+
+    def _locator(self, key: str) -> Path:
+        return self._path(key)
 
     def _written_at(self, locator: Any) -> float:
         return _mtime(locator)
@@ -187,6 +198,8 @@ class DirectorySnapshotStore(SnapshotStore):
         """Unlink ``paths`` (gone already is fine), fsync their directories; their keys."""
         removed: list[Path] = []
         for path in sorted(paths):
+            if not self._inside(path):
+                continue  # a linked directory leads out of the store: not its file
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(path)

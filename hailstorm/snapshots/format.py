@@ -61,7 +61,7 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,6 +158,38 @@ def snapshot_key(topology: str, bolt: str, instance: int, epoch: int) -> str:
     if instance < 0 or epoch < 0:
         raise ValueError(f"instance and epoch must be >= 0, not {instance} and {epoch}")
     return f"{topology}/{bolt}/{instance}/epoch-{epoch:012d}.avro"
+
+
+class SnapshotRefRefused(SnapshotError, ValueError):
+    """A snapshot ref (as read from ZooKeeper) that names no snapshot file the store holds
+    for the topology: refused before anything is read or deleted."""
+
+
+def snapshot_key_problem(key: str, topology: str,
+                         epochs: Collection[int] | None = None) -> str | None:
+    """Why ``key`` is not the key of a snapshot file of ``topology`` (of one of ``epochs``,
+    when given) as :func:`snapshot_key` makes them (None: it is).
+
+    >>> snapshot_key_problem("wc/counts/0/epoch-000000000007.avro", "wc") is None
+    True
+    >>> snapshot_key_problem("wc/../0/epoch-000000000007.avro", "wc")
+    "bolt name '..' is not a name"
+    """
+    match = _KEY.match(key)
+    if match is None:
+        return "not a snapshot key <topology>/<bolt>/<instance>/epoch-<12 digits>.avro"
+    owner, bolt = key.split("/", 1)[0], match["bolt"]
+    for kind, name in (("topology", owner), ("bolt", bolt)):
+        if not _NAME.match(name):
+            return f"{kind} name {name!r} is not a name"
+    if owner != topology:
+        return f"a snapshot of topology {owner!r}, not of {topology!r}"
+    if match["instance"] != str(int(match["instance"])):
+        return f"instance {match['instance']!r} is not written as snapshot keys write it"
+    if epochs is not None and int(match["epoch"]) not in epochs:
+        return (f"of round {int(match['epoch'])}, not of the rounds it may name "
+                f"({', '.join(map(str, sorted(epochs)))})")
+    return None
 
 
 def _check_name(kind: str, name: str) -> None:

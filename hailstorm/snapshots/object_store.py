@@ -15,6 +15,7 @@ from hailstorm.snapshots.format import (
     SnapshotError,
     SnapshotExistsError,
     SnapshotRef,
+    SnapshotRefRefused,
     _check_name,
     _read_header,
     _ref_from_header,
@@ -134,9 +135,14 @@ class FsspecSnapshotStore(SnapshotStore):
         return refs_still_there((path for _, _, _, path, _ in self._files(topology)),
                                 lambda path: self.resolve(path[len(self.base) + 1:]))
 
-    def delete(self, ref: SnapshotRef | str) -> None:
-        key = self._key_of(ref.uri if isinstance(ref, SnapshotRef) else ref)
-        self._remove([self._full(key)])
+    def _store_key(self, location: str) -> str:
+        try:
+            return self._key_of(location)
+        except (ValueError, SnapshotError) as exc:
+            raise SnapshotRefRefused(f"{str(exc).removesuffix(': refused')}: refused") from None
+
+    def _locator(self, key: str) -> str:
+        return self._full(key)
 
     def _remove(self, locators: Iterable[Any]) -> builtins.list[str]:
         removed = []

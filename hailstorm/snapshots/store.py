@@ -19,7 +19,7 @@ import json
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import IO, Any
 
@@ -36,11 +36,13 @@ from hailstorm.snapshots.format import (
     SnapshotError,
     SnapshotMismatchError,
     SnapshotRef,
+    SnapshotRefRefused,
     _check_monoid,
     _Header,
     _read_header,
     _verify,
     snapshot_key,
+    snapshot_key_problem,
     write_snapshot,
 )
 
@@ -108,6 +110,13 @@ def refs_still_there(locators: Iterable[Any],
         except FileNotFoundError:
             continue
     return sorted(refs, key=lambda r: (r.bolt, r.instance, r.epoch))
+
+
+def _identity(key: str) -> tuple[str, int, int]:
+    """``(bolt, instance, epoch)`` of a checked snapshot key."""
+    match = _KEY.match(key)
+    assert match is not None
+    return match["bolt"], int(match["instance"]), int(match["epoch"])
 
 
 def jsonable(value: Any) -> Any:
@@ -193,9 +202,33 @@ class SnapshotStore(ABC):
     def list(self, topology: str) -> list[SnapshotRef]:
         """Every snapshot of ``topology``, sorted by (bolt, instance, epoch)."""
 
-    @abstractmethod
     def delete(self, ref: SnapshotRef | str) -> None:
-        """Remove one snapshot (no error if already gone)."""
+        """Remove one snapshot (no error if already gone); anything but a snapshot file of
+        the store (:func:`~.format.snapshot_key_problem`) is :class:`SnapshotRefRefused`."""
+        location = ref.uri if isinstance(ref, SnapshotRef) else ref
+        key = self._store_key(location)
+        self.owned_key(key, key.split("/", 1)[0])
+        self._remove([self._locator(key)])
+
+    def owned_key(self, location: str, topology: str,
+                  epochs: Collection[int] | None = None) -> str:
+        """The key of the snapshot file ``location`` (a ref: a key or URI of this store)
+        names, checked to be inside the store, of a snapshot's shape, of ``topology`` (and
+        of one of ``epochs``, when given); else :class:`SnapshotRefRefused`."""
+        key = self._store_key(location)
+        problem = snapshot_key_problem(key, topology, epochs)
+        if problem is not None:
+            raise SnapshotRefRefused(f"snapshot ref {location!r}: {problem}: refused")
+        return key
+
+    @abstractmethod
+    def _store_key(self, location: str) -> str:
+        """The store-relative key ``location`` (a key or URI) names;
+        :class:`SnapshotRefRefused` for anything outside the store."""
+
+    @abstractmethod
+    def _locator(self, key: str) -> Any:
+        """What :meth:`_remove` takes for the file at ``key``."""
 
     @abstractmethod
     def _files(self, topology: str) -> Iterator[tuple[str, int, int, Any, bool]]:
@@ -260,19 +293,26 @@ class SnapshotStore(ABC):
         up_to_epoch: int,
         keep_epochs: Iterable[int],
         written_before: float | None = None,
+        keep_refs: Iterable[str] = (),
     ) -> builtins.list[str]:
         """Remove every snapshot (and leftover temporary file) of rounds ``<= up_to_epoch``
         except those of ``keep_epochs``: what a commit of round ``up_to_epoch`` made garbage
         (the negotiator keeps the new committed round and the previous one). With
         ``written_before`` (a POSIX time) only files written before it go, so that a reader
-        of a recently superseded round (``hailstorm export``) can finish.
+        of a recently superseded round (``hailstorm export``) can finish. ``keep_refs``
+        (the committed records' refs, read from ZooKeeper) are kept too, and checked first
+        (:meth:`owned_key`, of ``keep_epochs``): one that names anything but a snapshot of
+        those rounds of ``topology`` in this store is :class:`SnapshotRefRefused`, and
+        nothing is removed.
 
         Returns the removed keys.
         """
         keep = frozenset(keep_epochs)
+        named = [self.owned_key(ref, topology, keep) for ref in keep_refs]
         files = list(self._files(topology))
         kept = self._with_bases(files, {(b, i, e) for b, i, e, _, temp in files
-                                        if not temp and (e in keep or e > up_to_epoch)})
+                                        if not temp and (e in keep or e > up_to_epoch)}
+                                | {_identity(key) for key in named})
         return self._remove(
             locator for b, i, e, locator, temp in files
             if e <= up_to_epoch and (temp or (b, i, e) not in kept)

@@ -11,8 +11,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
+from hailstorm.exposure import off_loopback, written_under_authentication
 from hailstorm.protocol.clock import Partition
-from hailstorm.protocol.layout import LayoutError, TopologyPaths
+from hailstorm.protocol.layout import (
+    LayoutError,
+    NegotiatorRecord,
+    ProcessorReport,
+    TopologyPaths,
+)
 from hailstorm.protocol.records import TopologyRecords
 from hailstorm.status.document import (
     RECOVERIES_SHOWN,
@@ -55,6 +63,8 @@ class Collector:
 
         self.zk = zk_client(zk, timeout)
         self.zk.start(timeout=timeout)
+        self.local = not off_loopback(zk)
+        """ZooKeeper on loopback: its nodes are trusted for metrics addresses as they are."""
         self.kafka = kafka
         self.snapshot_root = Path(snapshots) if snapshots else None
         self._consumer: Any = None
@@ -83,7 +93,8 @@ class Collector:
         inputs.master = records.master()
         inputs.committed = records.committed()
         inputs.expected = records.expected()
-        for report in records.reports().values():
+        living = records.reports()
+        for report in living.values():
             if report is not None:
                 inputs.reports[report.processor] = report
         for snap in records.snapshot_reports().values():
@@ -91,6 +102,13 @@ class Collector:
                 inputs.snapshots[snap.processor] = snap
         inputs.recoveries = records.recoveries(last=RECOVERIES_SHOWN)
         inputs.negotiators = records.negotiators()
+        inputs.unscraped = self._unauthenticated(TopologyPaths(topology), living,
+                                                 inputs.negotiators)
+        if inputs.unscraped:
+            problems.append(
+                f"metrics of {len(inputs.unscraped)} processors and negotiators not fetched: "
+                "their ZooKeeper nodes are not written under authentication (set "
+                "$HAILSTORM_ZK_AUTH where the topology runs)")
 
         partitions = set(inputs.expected.partitions) if inputs.expected is not None else set()
         if self.kafka and partitions:
@@ -104,6 +122,34 @@ class Collector:
                 refs |= set(record.snapshots.values())
         inputs.snapshot_sizes = self._snapshot_sizes(sorted(refs), problems)
         return inputs
+
+    def _unauthenticated(self, paths: TopologyPaths,
+                         living: dict[str, ProcessorReport | None],
+                         negotiators: list[NegotiatorRecord]) -> set[str]:
+        """The metrics targets (processor ids, ``negotiator:<id>``) whose address was read
+        from a node that someone unauthenticated may have written (none when ZooKeeper is
+        on loopback): a node, or its directory, that an unauthenticated identity may change
+        (:func:`~hailstorm.exposure.written_under_authentication`), or a record that names
+        another node than its own."""
+        if self.local:
+            return set()
+        nodes = [(paths.living, f"{paths.living}/{name}", report.processor,
+                  report.processor == name)
+                 for name, report in living.items() if report is not None]
+        nodes += [(paths.negotiators, paths.negotiator_node(record.identifier),
+                   f"negotiator:{record.identifier}", True) for record in negotiators]
+        trusted: dict[str, bool] = {}
+
+        def authenticated(path: str) -> bool:
+            if path not in trusted:
+                try:
+                    trusted[path] = written_under_authentication(self.zk.get_acls(path)[0])
+                except KazooException:
+                    trusted[path] = False
+            return trusted[path]
+
+        return {target for directory, node, target, named in nodes
+                if not (named and authenticated(directory) and authenticated(node))}
 
     def _log_ends(self, partitions: set[Partition]) -> dict[Partition, int]:
         from confluent_kafka import TopicPartition
@@ -149,12 +195,14 @@ def scrape_all(inputs: Inputs, timeout: float = 2.0) -> dict[str, Scrape | None]
 
     targets: dict[str, tuple[str, int]] = {}
     for pid, report in inputs.reports.items():
+        if pid in inputs.unscraped:
+            continue
         host = report.info.get("metrics_host") or report.info.get("host")
         port = report.info.get("metrics")
         if host and port:
             targets[pid] = (str(host), int(port))
     for record in inputs.negotiators:
-        if record.metrics:
+        if record.metrics and f"negotiator:{record.identifier}" not in inputs.unscraped:
             targets[f"negotiator:{record.identifier}"] = (record.host, record.metrics)
 
     def one(address: tuple[str, int]) -> Scrape | None:

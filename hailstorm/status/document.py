@@ -57,6 +57,9 @@ class Inputs:
     snapshot_sizes: dict[str, int | None] = field(default_factory=dict)
     """Snapshot ref -> its size in bytes (None: unknown)."""
     problems: list[str] = field(default_factory=list)
+    unscraped: set[str] = field(default_factory=set)
+    """Processor ids (``negotiator:<id>``) whose metrics address is not fetched: it was
+    read from a node not written under authentication, ZooKeeper being off loopback."""
 
 
 # --------------------------------------------------------------------------- pure

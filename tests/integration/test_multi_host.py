@@ -37,6 +37,7 @@ from hailstorm.dev.services import (
     pid_alive,
     spark_worker_name,
 )
+from hailstorm.exposure import ALLOW_OPEN_FLAG
 
 pytestmark = pytest.mark.integration
 
@@ -115,6 +116,9 @@ def test_word_count_across_hosts_survives_a_pulled_cable(network: TestNetwork, s
                      log_dir=tmp_path / "logs", master=env[SPARK_MASTER_VAR],
                      processor_host="auto", driver_address=network.controller,
                      spark_conf=ALL_EXECUTORS) as run:
+        # ZooKeeper off loopback and open: refused unless said so (docs/security.md).
+        run.driver_options.append(ALLOW_OPEN_FLAG)
+        run.negotiator_options.append(ALLOW_OPEN_FLAG)
         run.start()
         run.wait_flowing(300)
         produce(addresses.kafka, produced, lines[:3000], partitions)

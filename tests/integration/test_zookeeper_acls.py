@@ -5,6 +5,8 @@ or snapshot refs, a read-only identity can read but not write, and the topology 
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,13 @@ from hailstorm.dev.harness import (
     wordcount_lines,
 )
 from hailstorm.model import run_model
+from hailstorm.protocol.layout import (
+    NegotiatorRecord,
+    ProcessorReport,
+    ProcessorState,
+    TopologyPaths,
+)
+from hailstorm.status import Collector, scrape_all
 from hailstorm.zookeeper import ZK_AUTH_VAR, ZK_READER_VAR
 
 pytestmark = pytest.mark.integration
@@ -74,6 +83,17 @@ def test_only_the_owner_writes_and_the_reader_reads(run: TopologyRun) -> None:
         assert living  # ephemeral nodes are protected too
         with pytest.raises(NoAuthError):
             stranger.delete(f"{paths.living}/{living[0]}")
+        # Off loopback, status fetches metrics from addresses written under authentication:
+        # every processor's and negotiator's here.
+        collector = Collector(run.stack.zk, None, None)
+        collector.local = False
+        try:
+            inputs = collector.read(run.name)
+        finally:
+            collector.close()
+        assert inputs.reports and not inputs.unscraped
+        scraped = scrape_all(inputs)
+        assert scraped and all(values is not None for values in scraped.values()), scraped
     finally:
         for client in (stranger, reader):
             client.stop()
@@ -108,3 +128,42 @@ def test_a_squatted_open_node_stops_the_driver(stack_env: dict[str, str], tmp_pa
         wait_for("the driver to stop", lambda: run.procs["driver"].poll() is not None, 120)
         assert run.procs["driver"].returncode == 1
         assert "may be changed by anyone" in run.log("driver")
+
+
+def test_status_fetches_no_metrics_from_open_nodes_off_loopback(
+        stack_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A processor's and a negotiator's node written by someone unauthenticated: off
+    loopback, status names them as not fetched and never connects to what they name; on
+    loopback (everything on this machine) it fetches them."""
+    monkeypatch.delenv(ZK_AUTH_VAR, raising=False)
+    paths = TopologyPaths(f"forged_{uuid.uuid4().hex[:8]}")
+    trap = socket.create_server(("127.0.0.1", 0))
+    trap.settimeout(0.5)
+    port = trap.getsockname()[1]
+    forger = _client(stack_env["HAILSTORM_ZK"], None)
+    collector = Collector(stack_env["HAILSTORM_ZK"], None, None)
+    try:
+        report = ProcessorReport("bolt:counts:0", ProcessorState.READY, 1,
+                                 info={"host": "127.0.0.1", "metrics": port})
+        forger.create(paths.living_node("bolt:counts:0"), report.to_json(), makepath=True)
+        forger.create(paths.negotiator_node("n1"),
+                      NegotiatorRecord("n1", "127.0.0.1", port, True).to_json(), makepath=True)
+        collector.local = False
+        inputs = collector.read(paths.topology)
+        assert inputs.unscraped == {"bolt:counts:0", "negotiator:n1"}
+        assert any("not written under authentication" in p for p in inputs.problems)
+        assert scrape_all(inputs) == {}
+        with pytest.raises(TimeoutError):
+            trap.accept()  # nobody came
+        collector.local = True
+        inputs = collector.read(paths.topology)
+        assert not inputs.unscraped
+        assert set(scrape_all(inputs, timeout=0.5)) == {"bolt:counts:0", "negotiator:n1"}
+        trap.accept()[0].close()  # on loopback it did come
+    finally:
+        collector.close()
+        with contextlib.suppress(NoAuthError):  # /hailstorm may let anyone create only
+            forger.delete(paths.root, recursive=True)
+        forger.stop()
+        forger.close()
+        trap.close()

@@ -168,12 +168,13 @@ def test_three_node_config_replicates_three_ways_with_two_in_sync(tmp_path: Path
     assert props["unclean.leader.election.enable"] == "false"
 
 
-def test_secured_config_has_a_sasl_ssl_client_listener_and_no_secret(tmp_path: Path) -> None:
+def test_secured_config_has_a_sasl_ssl_client_listener_no_plaintext_and_no_secret(
+        tmp_path: Path) -> None:
     tls = TlsFiles(ca_cert=tmp_path / "ca.pem", server_pem=tmp_path / "broker.pem")
     text = server_properties(_layout(1, "sasl_ssl"), 1, tmp_path, tls)
     props = _props(text)
     assert props["listener.security.protocol.map"] == (
-        "CLIENT:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT")
+        "CLIENT:SASL_SSL,INTERNAL:SSL,CONTROLLER:SSL")
     assert props["inter.broker.listener.name"] == "INTERNAL"
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-256"
     assert props["ssl.keystore.location"] == str(tmp_path / "broker.pem")

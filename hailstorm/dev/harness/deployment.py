@@ -135,6 +135,8 @@ class Deployment:
         """The driver's ``--conf`` settings (besides those of ``zombies``)."""
         self.driver_options: list[str] = []
         """More options of the driver's ``hailstorm run`` (``--no-class-archive``)."""
+        self.negotiator_options: list[str] = []
+        """More options of each ``hailstorm negotiator``."""
         if driver_address is not None:  # what the driver binds and tells executors
             self.env["SPARK_LOCAL_IP"] = driver_address
         if zombies:  # sinks stop where the harness asks them to (failpoints.pause_point)
@@ -171,7 +173,7 @@ class Deployment:
                            "--id", label, "--snapshot-interval", str(self.snapshot_interval),
                            "--timeout", str(self.timeout),
                            "--session-timeout", str(self.negotiator_session_timeout),
-                           *retention])
+                           *retention, *self.negotiator_options])
 
     def start(self) -> Self:
         """Start the negotiators, then the driver. Output topics of topic sinks may hold

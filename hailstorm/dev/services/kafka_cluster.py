@@ -2,8 +2,9 @@
 (:mod:`hailstorm.dev.kafka_broker` fetches them from Maven Central once), run with the
 machine's Java: one node, or a cluster of ``kafka_brokers`` nodes (each a broker and a
 controller). With ``kafka_security="sasl_ssl"`` clients reach it through a SCRAM-SHA-256 +
-TLS listener only, with a CA the stack makes; ``hailstorm dev env`` then names a client
-properties file (mode 0600). The chaos harness stops and restarts single nodes.
+TLS listener only, brokers and controllers each other over TLS, with the stack's CA
+(:mod:`~hailstorm.dev.services.tls`); ``hailstorm dev env`` then names a client properties
+file (mode 0600). The chaos harness stops and restarts single nodes.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from hailstorm.dev.kafka_broker import (
     SCRAM_MECHANISM,
     KafkaSetupError,
     NodePorts,
+    TlsFiles,
     ensure_kafka_libs,
-    make_dev_tls,
     new_cluster_id,
     server_properties,
 )
@@ -38,6 +39,7 @@ from hailstorm.dev.services.processes import (
 from hailstorm.dev.services.state import (
     KAFKA_CLIENT_CONFIG,
     KAFKA_USER,
+    TLS_DIR,
     DevStackError,
     Host,
     KafkaClusterState,
@@ -45,6 +47,7 @@ from hailstorm.dev.services.state import (
     StackState,
     kafka_node_name,
 )
+from hailstorm.dev.services.tls import make_stack_tls
 from hailstorm.kafka import broker_answers
 
 
@@ -148,7 +151,7 @@ class KafkaCluster(StackProcesses):
     def _await_kafka_node(self, state: StackState, record: ServiceRecord,
                           process: subprocess.Popen[bytes], timeout: float) -> ServiceRecord:
         """Wait until this node itself answers a metadata request that lists it (through its
-        plaintext listener). Asking the others proves nothing: they keep listing a killed
+        internal listener). Asking the others proves nothing: they keep listing a killed
         node until it is fenced."""
         assert state.kafka is not None
         node = int(record.name.rsplit("-", 1)[1])
@@ -192,7 +195,10 @@ class KafkaCluster(StackProcesses):
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(mode=0o700)
         (base / "log4j2.yaml").write_text(LOG4J2_CONFIG)
-        tls = make_dev_tls(base / "tls", cluster.host) if cluster.security == "sasl_ssl" else None
+        tls = None
+        if cluster.security == "sasl_ssl":
+            stack_tls = make_stack_tls(self.state_dir / TLS_DIR, [cluster.host])
+            tls = TlsFiles(ca_cert=stack_tls.ca_cert, server_pem=stack_tls.server_pem)
         if tls is not None:
             self._write_client_config(cluster, tls.ca_cert)
         layout = cluster.layout()
@@ -228,8 +234,8 @@ class KafkaCluster(StackProcesses):
             out.write("\n".join(lines) + "\n")
 
     def _client_config(self, state: StackState, plaintext: bool = False) -> dict[str, Any]:
-        """librdkafka settings that reach the cluster (the internal listener when
-        ``plaintext``, used to bootstrap SCRAM credentials)."""
+        """librdkafka settings that reach the cluster (the internal listener, TLS without
+        SASL, when ``plaintext``: used to bootstrap SCRAM credentials)."""
         path = state.kafka_client_config
         if path is None:
             return {}
@@ -237,7 +243,9 @@ class KafkaCluster(StackProcesses):
             assert state.kafka is not None
             internal = [p.internal for _, p in sorted(state.kafka.nodes.items())]
             host = state.kafka.host
-            return {"bootstrap.servers": ",".join(f"{host}:{p}" for p in internal)}
+            return {"bootstrap.servers": ",".join(f"{host}:{p}" for p in internal),
+                    "security.protocol": "SSL",
+                    "ssl.ca.location": str(self.state_dir / TLS_DIR / "ca.pem")}
         return dict(read_properties(path))
 
     def _add_kafka_user(self, state: StackState) -> None:

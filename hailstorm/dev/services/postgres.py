@@ -20,12 +20,14 @@ from hailstorm.dev.services.state import (
     DATABASE_USER,
     LOCAL,
     LOOPBACK,
+    TLS_DIR,
     DevStackError,
     Host,
     ServiceRecord,
     StackState,
     StartAction,
 )
+from hailstorm.dev.services.tls import make_stack_tls
 
 
 class PostgresServer(StackProcesses):
@@ -114,7 +116,15 @@ class PostgresServer(StackProcesses):
             )
         finally:
             password_file.unlink(missing_ok=True)
-        if host.address != LOOPBACK:  # initdb lets loopback clients in only
+        if state.secure:  # TCP clients over TLS only, with the password
+            (data / "pg_hba.conf").write_text(secure_hba(host.address != LOOPBACK))
+            tls = make_stack_tls(self.state_dir / TLS_DIR, [host.address])
+            for source, target in ((tls.server_cert, "server.crt"), (tls.server_key, "server.key")):
+                copy = base / target  # PostgreSQL reads a key only its own user owns
+                copy.write_bytes(source.read_bytes())
+                copy.chmod(0o600)
+                run_as.own(copy)
+        elif host.address != LOOPBACK:  # initdb lets loopback clients in only
             with open(data / "pg_hba.conf", "a") as hba:
                 hba.write("host all all samenet scram-sha-256\n")
 
@@ -128,6 +138,9 @@ class PostgresServer(StackProcesses):
             f"-p {port} -k {base} -c listen_addresses={host.address} "
             "-c fsync=on -c max_connections=200 -c shared_buffers=256MB"
         )
+        if state.secure:
+            options += (f" -c ssl=on -c ssl_cert_file={base / 'server.crt'} -c "
+                        f"ssl_key_file={base / 'server.key'} -c ssl_min_protocol_version=TLSv1.3")
         run_as.run(
             [
                 str(bin_dir / "pg_ctl"),
@@ -154,6 +167,19 @@ class PostgresServer(StackProcesses):
             lambda: pid_alive(pid, str(data)),
             self.startup_timeout,
         )
+
+
+def secure_hba(samenet: bool) -> str:
+    """``pg_hba.conf`` of a secure stack: the local socket (the postgres user's tools) as
+    initdb made it, and TCP only over TLS with a SCRAM password (no ``host`` line: a
+    plaintext connection is refused)."""
+    lines = ["local all all trust",
+             "hostssl all all 127.0.0.1/32 scram-sha-256",
+             "hostnossl all all 0.0.0.0/0 reject",
+             "hostnossl all all ::/0 reject"]
+    if samenet:
+        lines.insert(2, "hostssl all all samenet scram-sha-256")
+    return "\n".join(lines) + "\n"
 
 
 def _clear_stale_locks(data: Path, timeout: float) -> None:

@@ -20,10 +20,14 @@ from hailstorm.dev.services.postgres import PostgresServer
 from hailstorm.dev.services.processes import pid_alive, stop_pid
 from hailstorm.dev.services.spark_cluster import SparkCluster
 from hailstorm.dev.services.state import (
+    DATABASE_USER,
     DEFAULT_SPARK_CORES,
     KAFKA_CLIENT_CONFIG,
+    PGPASS_FILE,
+    RUN_SECRET_FILE,
     SERVICES,
     SPARK_MASTER,
+    TLS_DIR,
     DevStackError,
     Host,
     ServiceOnDisk,
@@ -35,6 +39,7 @@ from hailstorm.dev.services.state import (
     plan_up,
     spark_worker_name,
 )
+from hailstorm.dev.services.tls import make_stack_tls, write_private
 from hailstorm.dev.services.zookeeper_server import ZooKeeperServer
 
 
@@ -55,10 +60,14 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
         startup_timeout: float = 60.0,
         progress: Progress | None = None,
         hosts: Mapping[str, Host] | None = None,
+        secure: bool = False,
     ) -> None:
         """``hosts`` places services on other hosts than this machine's loopback (see
         :attr:`StackState.hosts`); it is recorded by the first ``up`` and kept until
-        ``down``."""
+        ``down``. ``secure`` (implies Kafka's ``sasl_ssl``): every service speaks TLS only,
+        with the stack's CA, and asks for a password (:meth:`_secure`)."""
+        if secure:
+            kafka_security = "sasl_ssl"
         if spark_workers < 0 or spark_cores < 1:
             raise DevStackError(f"--spark-workers must be >= 0 and --spark-cores >= 1, not "
                                 f"{spark_workers} and {spark_cores}")
@@ -74,6 +83,7 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
         self.kafka_security = kafka_security
         self.spark_workers = spark_workers
         self.spark_cores = spark_cores
+        self.secure = secure
         self.startup_timeout = startup_timeout
         self.progress: Progress = progress or (lambda _message: None)
         self.hosts = dict(hosts or {})
@@ -103,6 +113,12 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
                                 "'hailstorm dev reset' to move it (it deletes its data)")
         if not state.database_password:
             state.database_password = secrets.token_urlsafe(18)
+        if recorded is not None and recorded.secure != self.secure:
+            raise DevStackError(f"the stack under {self.state_dir} was made "
+                                f"{'with' if recorded.secure else 'without'} --secure; run "
+                                "'hailstorm dev reset' to change that (it deletes its data)")
+        if self.secure:
+            self._secure(state)
         (self.state_dir / "snapshots").mkdir(mode=0o700, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)  # PostgreSQL (its own user) logs here
         self._kafka_libs()  # fail before starting anything when Kafka cannot be had
@@ -127,7 +143,26 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
             self._save(state)
             raise
         self._save(state)
+        if state.secure:  # the port may have changed: libpq's password file follows it
+            host, port = state.address("postgres").rsplit(":", 1)
+            write_private(self.state_dir / PGPASS_FILE,
+                          f"{host}:{port}:*:{DATABASE_USER}:{state.database_password}\n")
         return state
+
+    def _secure(self, state: StackState) -> None:
+        """A secure stack's secrets, made once: ZooKeeper's digest password, the stack's
+        CA and certificates (:mod:`~hailstorm.dev.services.tls`), and the data plane's
+        run CA file (``$HAILSTORM_SECRET_FILE``), all 0600 under the state directory."""
+        from hailstorm.auth import write_secret_file
+
+        state.secure = True
+        if not state.zk_password:
+            state.zk_password = secrets.token_urlsafe(18)
+        addresses = sorted({state.host(name).address for name in SERVICES})
+        tls = make_stack_tls(self.state_dir / TLS_DIR, addresses)
+        run_secret = tls.directory / RUN_SECRET_FILE
+        if not run_secret.exists():
+            write_secret_file(run_secret)
 
     def _on_disk(self, state: StackState | None, name: str) -> ServiceOnDisk:
         """What is there of service ``name`` (every Kafka node for "kafka")."""
@@ -213,6 +248,9 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
             (self.state_dir / "zoo.cfg").unlink(missing_ok=True)
         if name == "kafka":
             (self.state_dir / KAFKA_CLIENT_CONFIG).unlink(missing_ok=True)
+        if name == "postgres":
+            (self.state_dir / PGPASS_FILE).unlink(missing_ok=True)
+            shutil.rmtree(self.state_dir / TLS_DIR, ignore_errors=True)  # the last to go
 
 
 @contextlib.contextmanager

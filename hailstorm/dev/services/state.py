@@ -28,6 +28,14 @@ DATABASE_USER = "hailstorm"
 #: The SCRAM user of a ``sasl_ssl`` dev cluster.
 KAFKA_USER = "hailstorm"
 KAFKA_CLIENT_CONFIG = "kafka-client.properties"
+TLS_DIR = "tls"
+"""A secure stack's CA and certificates (:mod:`hailstorm.dev.services.tls`)."""
+PGPASS_FILE = "pgpass"
+"""A secure stack's libpq password file (0600), which ``$PGPASSFILE`` names."""
+RUN_SECRET_FILE = "run-secret.pem"
+"""A secure stack's data-plane CA (``$HAILSTORM_SECRET_FILE``): only its path reaches Spark."""
+#: ZooKeeper's digest user of a secure stack.
+ZK_USER = "hailstorm"
 
 
 class DevStackError(ServiceError, RuntimeError):
@@ -146,6 +154,11 @@ class StackState:
     """Workers of the stack's Spark standalone cluster (0: no cluster)."""
     spark_cores: int = 0
     """Task slots each Spark worker offers."""
+    secure: bool = False
+    """``dev up --secure``: every service speaks TLS only and asks for a password
+    (:meth:`env` then exports what every client needs for it)."""
+    zk_password: str = ""
+    """The digest password of ZooKeeper's user ``hailstorm`` (a secure stack's)."""
     hosts: dict[str, Host] = field(default_factory=dict)
     """Where services run that do not run on this machine's loopback: "zookeeper", "kafka"
     (every node), "postgres", "spark-master", "spark-worker-<n>" -> host."""
@@ -190,22 +203,39 @@ class StackState:
             "HAILSTORM_DATABASE_URL": self.database_url(DATABASE),
             "HAILSTORM_SNAPSHOTS": str(Path(self.state_dir) / "snapshots"),
         }
+        if self.secure:  # no password in a variable but ZooKeeper's digest credentials
+            tls = Path(self.state_dir) / TLS_DIR
+            variables |= {
+                "HAILSTORM_DATABASE_URL": self.database_url(DATABASE, password=False),
+                "PGPASSFILE": str(Path(self.state_dir) / PGPASS_FILE),
+                "HAILSTORM_ZK_TLS": str(tls),
+                "HAILSTORM_ZK_AUTH": f"{ZK_USER}:{self.zk_password}",
+                "HAILSTORM_SECRET_FILE": str(tls / RUN_SECRET_FILE),
+            }
         if self.kafka_client_config is not None:
             variables[KAFKA_CONFIG_VAR] = str(self.kafka_client_config)
         if self.spark_master_url is not None:
             variables[SPARK_MASTER_VAR] = self.spark_master_url
         return variables
 
-    def database_url(self, database: str) -> str:
-        """The URL of ``database`` on the stack's PostgreSQL server."""
-        return (f"postgresql://{DATABASE_USER}:{self.database_password}@"
-                f"{self.address('postgres')}/{database}")
+    def database_url(self, database: str, *, password: bool = True) -> str:
+        """The URL of ``database`` on the stack's PostgreSQL server (without the password:
+        libpq reads it from ``$PGPASSFILE``); a secure stack's asks for TLS with the
+        server's certificate checked against the stack's CA (``sslmode=verify-full``)."""
+        user = f"{DATABASE_USER}:{self.database_password}" if password else DATABASE_USER
+        url = f"postgresql://{user}@{self.address('postgres')}/{database}"
+        if self.secure:
+            url += (f"?sslmode=verify-full&sslrootcert="
+                    f"{Path(self.state_dir) / TLS_DIR / 'ca.pem'}")
+        return url
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "state_dir": self.state_dir,
                 "database_password": self.database_password,
+                "secure": self.secure,
+                "zk_password": self.zk_password,
                 "kafka": self.kafka.to_jsonable() if self.kafka else None,
                 "spark_workers": self.spark_workers,
                 "spark_cores": self.spark_cores,
@@ -222,6 +252,8 @@ class StackState:
         return cls(
             state_dir=data["state_dir"],
             database_password=data.get("database_password", ""),
+            secure=bool(data.get("secure", False)),
+            zk_password=data.get("zk_password", ""),
             kafka=KafkaClusterState.from_jsonable(kafka) if kafka else None,
             spark_workers=int(data.get("spark_workers", 0)),
             spark_cores=int(data.get("spark_cores", 0)),
