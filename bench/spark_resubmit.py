@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import machine, report  # noqa: E402
 
+from hailstorm.dev.harness import wait_for  # noqa: E402
 from hailstorm.runtime.spark_stage import SparkOptions, build_context  # noqa: E402
 
 POLL = 0.01
@@ -79,13 +80,7 @@ def started(directory: Path) -> dict[str, tuple[float, int, int]]:
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(POLL)
-    raise TimeoutError(f"{what} not within {timeout} s")
+    return wait_for(what, check, timeout, poll=POLL)
 
 
 def barrier_kill(context: Any, tasks: int, directory: Path) -> dict[str, float]:

@@ -437,7 +437,9 @@ class ProcessorReport:
     negotiator then falls back to the previous committed round. ``waiting``: set while the
     processor waits out an outage of a service it needs ("the database at ... has been
     unavailable since T"): it is alive and will go on by itself, so the negotiator's waits
-    do not time out meanwhile.
+    do not time out meanwhile. ``lost_peer`` (with ``error``): the processor whose
+    data-plane connection with this one broke, which the negotiator names as the one that
+    failed (it noticed first, through its connection, long before its session expires).
     """
 
     processor: str
@@ -449,6 +451,7 @@ class ProcessorReport:
     info: Mapping[str, Any] = field(default_factory=dict)
     corrupt: str | None = None
     waiting: str | None = None
+    lost_peer: str | None = None
 
     @property
     def role(self) -> Role:
@@ -467,6 +470,7 @@ class ProcessorReport:
                 "info": dict(self.info),
                 **({} if self.corrupt is None else {"corrupt": self.corrupt}),
                 **({} if self.waiting is None else {"waiting": self.waiting}),
+                **({} if self.lost_peer is None else {"lost_peer": self.lost_peer}),
             }
         )
 
@@ -479,6 +483,7 @@ class ProcessorReport:
             error = d.get("error")
             corrupt = d.get("corrupt")
             waiting = d.get("waiting")
+            lost_peer = d.get("lost_peer")
             return cls(
                 str(pid),
                 ProcessorState(d["state"]),
@@ -489,6 +494,7 @@ class ProcessorReport:
                 dict(d.get("info") or {}),
                 None if corrupt is None else str(corrupt),
                 None if waiting is None else str(waiting),
+                None if lost_peer is None else str(lost_peer),
             )
 
         result: ProcessorReport = _load("processor report", raw, build)
