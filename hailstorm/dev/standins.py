@@ -34,6 +34,7 @@ from hailstorm.dev.harness.wait import wait_for
 from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import (
     CommittedRecord,
+    ExpectedRecord,
     ProcessorId,
     ProcessorReport,
     ProcessorState,
@@ -47,7 +48,8 @@ from hailstorm.protocol.records import TopologyRecords
 from hailstorm.protocol.states import Flowing, Initialize, MasterState, SpoutsPaused, SpoutsRewind
 from hailstorm.zookeeper import ensure_paths
 
-__all__ = ["StandInFleet", "decide_recovery", "negotiator_process", "wait_commits"]
+__all__ = ["StandInFleet", "decide_recovery", "negotiator_process", "wait_commits",
+           "write_expected"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -251,3 +253,18 @@ def decide_recovery(fleet: StandInFleet, victim: str, timeout: float) -> tuple[f
     record: RecoveryRecord = wait_for(f"a recovery naming {victim}", recorded, timeout,
                                       poll=0.02)
     return record.at - crashed_at, record
+
+
+def write_expected(hosts: str, topology: str, processors: Sequence[str],
+                   edges: Sequence[tuple[str, str]]) -> None:
+    """The driver's part: the expected list, with the DAG's ``(source, target)`` edges."""
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=30)
+    try:
+        graph = {"nodes": [], "edges": [{"source": s, "target": t, "routing": "key"}
+                                        for s, t in edges]}
+        client.create(TopologyPaths(topology).expected,
+                      ExpectedRecord(tuple(processors), graph).to_json(), makepath=True)
+    finally:
+        client.stop()
+        client.close()

@@ -19,9 +19,7 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
                                                             spouts caught up with a backlog
                                                             (>= a tenth of an interval after
                                                             the commit, half a one after
-                                                            round e started); after a
-                                                            recovery, a tenth of an interval
-                                                            after the rewind
+                                                            round e started)
     SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
                                                             C = max of their positions
     Flowing(e, C)     -> Flowing(e, None) + CommitClock     every bolt instance durably
@@ -430,22 +428,6 @@ interval for the spouts to catch up, so that one round commits the backlog's end
 one just before it and another after (under a long backlog: a round every 1.5 intervals)."""
 
 
-RECOVERED_ROUND_SHARE = CAUGHT_UP_SHARE
-"""After a recovery, Flowing(None) starts its first round this share of the snapshot interval
-after the spouts rewound: the replay is committed at once (a backlog's rule, :func:`behind`,
-still lets the spouts finish it first), not a whole interval later."""
-
-
-def recovered_round_due(state: Flowing, view: View, config: Config) -> float | None:
-    """When the first round after a recovery is due: Flowing(e, None) entered from
-    SpoutsRewind(e) (no round of epoch ``e`` committed) over a committed round to recover
-    from; None otherwise (a first start keeps the interval)."""
-    committed = view.committed
-    if committed is None or committed.epoch >= state.epoch:
-        return None
-    return view.entered_at + RECOVERED_ROUND_SHARE * config.snapshot_interval
-
-
 def _spout_states(state: Flowing, roster: _Roster) -> set[ProcessorState]:
     """What the spouts report in epoch ``e`` (reports of earlier epochs are stale)."""
     return {report.state for spout in roster.of(Role.SPOUT)
@@ -477,9 +459,6 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
                         f"stop requested by {view.stop.by}: a last round commits what was read")
     due = next_round_due(state, view, config)
     reason = f"snapshot interval {config.snapshot_interval:.1f}s elapsed"
-    recovered = recovered_round_due(state, view, config)
-    if recovered is not None and recovered < due:
-        due, reason = recovered, "the first round after a recovery commits its replay"
     if view.now < due and caught_up(state, roster):
         due = min(due, early_round_due(state, view, config))
         reason = "the spouts caught up with a backlog"

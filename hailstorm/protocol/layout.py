@@ -696,6 +696,10 @@ class RecoveryRecord:
     """The label of the state it left (``NegotiatorDisconnected`` for a first start)."""
     reason: str
     leader: str = ""
+    scope: str = ""
+    """Whether the recovery restarted everything or could restart the failed instances
+    alone, and why (``global: ...``/``local: ...``, see
+    :mod:`hailstorm.negotiator.recovery_scope`; empty for a start or an older negotiator)."""
 
     @property
     def is_start(self) -> bool:
@@ -704,13 +708,15 @@ class RecoveryRecord:
 
     def to_json(self) -> bytes:
         return encode({"epoch": self.epoch, "at": self.at, "previous": self.previous,
-                       "reason": self.reason, "leader": self.leader})
+                       "reason": self.reason, "leader": self.leader,
+                       **({"scope": self.scope} if self.scope else {})})
 
     @classmethod
     def from_json(cls, raw: bytes | Mapping[str, Any]) -> RecoveryRecord:
         def build(d: Mapping[str, Any]) -> RecoveryRecord:
             return cls(int(d["epoch"]), float(d["at"]), str(d["previous"]),
-                       str(d.get("reason", "")), str(d.get("leader", "")))
+                       str(d.get("reason", "")), str(d.get("leader", "")),
+                       str(d.get("scope", "")))
 
         result: RecoveryRecord = _load("recovery record", raw, build)
         return result

@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 
 from hailstorm.dev.standins import (
     StandInFleet,
     decide_recovery,
     negotiator_process,
     wait_commits,
+    write_expected,
 )
 from hailstorm.protocol.clock import dominates
-from hailstorm.protocol.layout import ExpectedRecord, TopologyPaths, expected_processor_ids
+from hailstorm.protocol.layout import expected_processor_ids
 from hailstorm.protocol.states import Initialize
 
 pytestmark = pytest.mark.integration
@@ -35,14 +35,7 @@ def test_two_hundred_stand_ins_commit_recover_and_commit_again(zookeeper: Any,
                                                                tmp_path: Path) -> None:
     hosts = str(zookeeper.hosts)
     name = f"scale_{uuid.uuid4().hex[:8]}"
-    driver = KazooClient(hosts=hosts)
-    driver.start(timeout=15)
-    try:
-        driver.create(TopologyPaths(name).expected, ExpectedRecord(tuple(EXPECTED)).to_json(),
-                      makepath=True)
-    finally:
-        driver.stop()
-        driver.close()
+    write_expected(hosts, name, EXPECTED, [("src", "agg"), ("agg", "out")])
     assert len(EXPECTED) == 200
     with StandInFleet(hosts, name, EXPECTED) as fleet:
         negotiator = negotiator_process(hosts, name, tmp_path / "negotiator.log",
@@ -57,6 +50,8 @@ def test_two_hundred_stand_ins_commit_recover_and_commit_again(zookeeper: Any,
             victim = "bolt:agg:37"
             _, record = decide_recovery(fleet, victim, 60)
             assert record.reason.startswith(f"{victim} lost")
+            assert record.scope == (f"global: local recovery is off; {victim} can restart "
+                                    "alone (their inputs replay from Kafka)")
             fleet.restart(victim)
             again, = wait_commits(fleet.records, 1, record.epoch, 120)
             assert sorted(again.snapshots) == sorted(SAVERS)

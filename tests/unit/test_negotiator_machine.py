@@ -15,7 +15,6 @@ from hailstorm.negotiator.machine import (
     BEHIND_WAIT_SHARE,
     CAUGHT_UP_SHARE,
     MIN_FLOWING_SHARE,
-    RECOVERED_ROUND_SHARE,
     CommitClock,
     Config,
     Decision,
@@ -24,7 +23,6 @@ from hailstorm.negotiator.machine import (
     Ignored,
     View,
     next_round_due,
-    recovered_round_due,
     step,
 )
 from hailstorm.protocol.clock import Clock, dominates
@@ -447,6 +445,7 @@ def test_a_round_slower_than_the_interval_still_leaves_half_an_interval_of_flowi
 
 
 @pytest.mark.parametrize("committed", [
+    CommittedRecord(6, {P0: 8}, {}, T0, pause_s=0.5, snapshot_s=1.5),  # an older round
     CommittedRecord(7, {P0: 8}, {}, T0, pause_s=None, snapshot_s=1.5),  # taken over mid-round
     CommittedRecord(7, {P0: 8}, {}, T0, pause_s=0.5, snapshot_s=None),
     None,
@@ -466,53 +465,6 @@ def test_rounds_keep_the_interval_and_at_least_half_of_it_flowing(
     assert due >= T0 + MIN_FLOWING_SHARE * interval - 1e-9
     assert due == pytest.approx(max(T0 - pause - save + interval,
                                     T0 + MIN_FLOWING_SHARE * interval))
-
-
-RECOVERED_AT = T0 + RECOVERED_ROUND_SHARE * CONFIG.snapshot_interval
-ROUND6 = CommittedRecord(6, {P0: 8}, {}, T0 - 30, pause_s=0.5, snapshot_s=1.5)
-"""The committed round a recovery into epoch 7 loaded (Flowing(7, None) entered from the
-rewind: no round of epoch 7 committed)."""
-
-
-def test_the_first_round_after_a_recovery_starts_at_once_not_an_interval_later() -> None:
-    d = check(Flowing(7), view(FLOWING_LIVING, now=T0 + 0.01, committed=ROUND6))
-    assert d.next_state is None and d.wake_at == RECOVERED_AT
-    d = check(Flowing(7), view(FLOWING_LIVING, now=RECOVERED_AT, committed=ROUND6))
-    assert d.next_state == SpoutsPaused(8) and "after a recovery" in d.reason
-
-
-def test_a_first_start_and_the_rounds_after_a_recovery_keep_the_interval() -> None:
-    round7 = CommittedRecord(7, {P0: 8}, {}, T0, pause_s=0.0, snapshot_s=0.0)
-    for committed in (None, round7):
-        v = view(FLOWING_LIVING, now=RECOVERED_AT, committed=committed)
-        assert recovered_round_due(Flowing(7), v, CONFIG) is None
-        assert check(Flowing(7), v).wake_at == T0 + 5
-
-
-def test_the_first_round_after_a_recovery_lets_the_spouts_finish_their_replay() -> None:
-    late = RECOVERED_AT + BEHIND_WAIT_SHARE * CONFIG.snapshot_interval
-    living = with_spouts(FLOWING_LIVING, ProcessorState.BEHIND, 7, {S0: 30})
-    d = check(Flowing(7), view(living, now=RECOVERED_AT, committed=ROUND6))
-    assert d.next_state is None and d.wake_at == late
-    caught = with_spouts(living, ProcessorState.CAUGHT_UP, 7, {S0: 41})
-    d = check(Flowing(7), view(caught, now=RECOVERED_AT + 0.1, committed=ROUND6))
-    assert d.next_state == SpoutsPaused(8)
-
-
-@given(interval=st.floats(0.01, 100), now=st.floats(0, 1000),
-       committed_epoch=st.integers(0, 7))
-def test_a_round_after_a_recovery_is_never_later_than_the_interval_says(
-        interval: float, now: float, committed_epoch: int) -> None:
-    cfg = Config.uniform(snapshot_interval=interval)
-    committed = CommittedRecord(committed_epoch, {P0: 8}, {}, T0, pause_s=0.0, snapshot_s=0.0)
-    v = view(FLOWING_LIVING, now=T0 + now, committed=committed)
-    d = check(Flowing(7), v, cfg)
-    if T0 + now >= next_round_due(Flowing(7), v, cfg):
-        assert d.next_state == SpoutsPaused(8)
-    recovered = recovered_round_due(Flowing(7), v, cfg)
-    assert (recovered is None) == (committed_epoch == 7)
-    if recovered is not None and T0 + now >= recovered:
-        assert d.next_state == SpoutsPaused(8)
 
 
 CAUGHT_UP_AT = T0 + CAUGHT_UP_SHARE * CONFIG.snapshot_interval
