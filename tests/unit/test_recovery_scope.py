@@ -5,7 +5,7 @@ built (``Config.local_recovery`` is refused)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm.negotiator.decision import Config
@@ -110,6 +110,7 @@ def test_the_graph_comes_from_the_expected_record() -> None:
 STATES = st.sampled_from([*FLOWING_STATES, Initialize(7), SpoutsRewind(7, {})])
 
 
+@settings(deadline=None)  # a loaded CI machine: correctness, not speed
 @given(state=STATES, failed=st.sets(st.sampled_from(sorted(EXPECTED))), enabled=st.booleans())
 def test_a_local_recovery_restarts_only_what_can_be_replayed_to(
         state: MasterState, failed: set[str], enabled: bool) -> None:
