@@ -16,6 +16,7 @@ is a new incarnation: it reports ``joining`` and answers nothing before the next
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -27,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.retry import KazooRetry
 
 from hailstorm.dev.harness.wait import wait_for
 from hailstorm.protocol.clock import Clock
@@ -52,6 +54,7 @@ __all__ = ["StandInFleet", "decide_recovery", "negotiator_process", "wait_commit
            "write_expected"]
 
 REPO = Path(__file__).resolve().parents[2]
+log = logging.getLogger("hailstorm.standins")
 
 SESSION_TIMEOUT = 10.0
 """The stand-ins' ZooKeeper session timeout (a crash ends its session at once anyway)."""
@@ -80,6 +83,7 @@ class StandInFleet:
         self.client.start(timeout=30)
         ensure_paths(self.client, self.paths.directories())
         self.records = TopologyRecords(self.client, self.paths)
+        self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=60)
         self.members: dict[str, _StandIn] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -141,9 +145,15 @@ class StandInFleet:
     def _follow(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            record = self.records.master(watch=lambda _event: self._wake.set())
-            if record is not None:
-                self._answer(record.state)
+            try:
+                record = self.records.master(watch=lambda _event: self._wake.set())
+                if record is not None:
+                    self._answer(record.state)
+            except KazooException as exc:  # a connection lost under load: read again
+                log.warning("stand-ins: %s; reading the master again", exc)
+                self._wake.set()
+                time.sleep(0.1)
+                continue
             self._wake.wait(5.0)
 
     def _answer(self, state: MasterState) -> None:
@@ -168,12 +178,15 @@ class StandInFleet:
                    for path, data, create in writes]  # all in flight at once
         for path, data, create, done in pending:
             try:
-                done.get(timeout=30)
+                try:
+                    done.get(timeout=30)
+                except ConnectionLoss:  # the session survives it: write again
+                    self._retry(self.client.set, path, data)
             except NoNodeError:
                 if not create:
                     continue  # a crashed stand-in's node
                 with contextlib.suppress(NodeExistsError):
-                    self.client.create(path, data, makepath=True)
+                    self._retry(self.client.create, path, data, makepath=True)
             self.answers += 1
 
     def _reaction(self, member: _StandIn, state: MasterState,
