@@ -118,7 +118,8 @@ def report(name: str, figures: dict[str, Any], summary: str) -> None:
 
 
 @contextlib.contextmanager
-def embedded_stack(prefix: str = "hailstorm-bench-") -> Iterator[dict[str, str]]:
+def embedded_stack(prefix: str = "hailstorm-bench-",
+                   startup_timeout: float = 90) -> Iterator[dict[str, str]]:
     """A DevStack of its own in a temporary directory; its ``HAILSTORM_*`` variables.
 
     Brought down (every process stopped by pid) and removed afterwards.
@@ -127,7 +128,7 @@ def embedded_stack(prefix: str = "hailstorm-bench-") -> Iterator[dict[str, str]]
 
     state_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(state_dir, 0o755)  # the 'postgres' user must reach its data directory
-    stack = DevStack(state_dir, startup_timeout=90)
+    stack = DevStack(state_dir, startup_timeout=startup_timeout)
     try:
         yield stack.up().env()
     finally:

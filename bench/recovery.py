@@ -16,7 +16,9 @@ increasing order) on the same topic ``bench-keys`` (4 partitions):
    measure with :meth:`TopologyRun.measure_recovery`: **flowing after** = from the kill
    until a master written after it is ``Flowing`` in a later epoch (every bolt reloaded its
    snapshot, spouts rewound); **caught up after** = from the kill until a commit whose
-   clock is past the furthest position the topology had reached before the kill;
+   clock is past the furthest position the topology had reached before the kill (the
+   first round after the recovery, once the spouts read the replay); and which processors
+   restarted (a new incarnation);
 4. stop the load, wait for the commit covering everything produced and check exactly-once:
    N keys, counts summing to every key produced.
 
@@ -113,6 +115,8 @@ def one_size(stack: StackAddresses, size: int, keys: list[str], produced: Produc
         else round(recovery.flowing_after, 2),
         "caught_up_after_s": None if recovery.committed_after is None
         else round(recovery.committed_after, 2),
+        "restarted": recovery.restarted,
+        "recovery": None if recovery.record is None else recovery.record.reason,
         "exactly_once": exact,
     }
 
@@ -157,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             f"(committed past the pre-kill position) after {r['caught_up_after_s']} s; "
             f"snapshots {r['snapshot_bytes_total'] / 1e6:.2f} MB "
             f"({r['snapshot_bytes_per_key']} B/key, slowest write {r['snapshot_write_s_max']} s); "
-            f"state built in {r['build_s']} s; exactly once: {r['exactly_once']}")
+            f"state built in {r['build_s']} s; exactly once: {r['exactly_once']}; "
+            f"restarted {len(r['restarted'] or [])} processors")
     report("recovery", {"results": results, "load_rate": args.load_rate,
                         "keys_per_message": args.keys_per_message, "seed": args.seed,
                         **machine()}, "\n".join(summary))

@@ -168,12 +168,13 @@ class Coordinator:
         loaded: Clock | None = None,
         error: str | None = None,
         corrupt: str | None = None,
+        lost_peer: str | None = None,
     ) -> None:
         """Set the living node to a :class:`ProcessorReport` (info and the outage being
         waited out included)."""
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info, corrupt,
-            self.waiting,
+            self.waiting, lost_peer,
         )
         self.records.write_report(report)
         self._last_report = report
@@ -193,8 +194,9 @@ class Coordinator:
         except Exception:
             log.debug("could not report the wait", exc_info=True)
 
-    def report_error(self, message: str) -> None:
-        """Report the last state with ``error`` set (best effort, never raises)."""
+    def report_error(self, message: str, lost_peer: str | None = None) -> None:
+        """Report the last state with ``error`` set, and ``lost_peer`` when the error is a
+        broken connection with that processor (best effort, never raises)."""
         last = self._last_report
         if not self._registered or last is None or self.lost.is_set():
             return
@@ -206,11 +208,13 @@ class Coordinator:
                 loaded=last.loaded,
                 error=message.splitlines()[0][:ERROR_CHARS] if message else "error",
                 corrupt=last.corrupt,
+                lost_peer=lost_peer,
             )
         except Exception:
             log.debug("could not report the error", exc_info=True)
 
-    def fail_visibly(self, message: str, linger: float = 3.0) -> None:
+    def fail_visibly(self, message: str, linger: float = 3.0,
+                     lost_peer: str | None = None) -> None:
         """Report ``message`` as an error and keep the session up to ``linger`` s, until the
         negotiator restarts the run (an ``Initialize`` of a newer epoch): closing at once
         would make the negotiator see a lost node instead of the error. A snapshot round
@@ -220,7 +224,7 @@ class Coordinator:
         effort, never raises."""
         try:
             before = self.master()
-            self.report_error(message)
+            self.report_error(message, lost_peer)
             if before is None:
                 return
             deadline = time.monotonic() + linger

@@ -40,12 +40,19 @@ class Config:
     """SpoutsPaused: every spout paused and reported its position."""
     snapshot_timeout: float = 60.0
     """Flowing(C): every bolt instance reported a durable snapshot at C."""
+    local_recovery: bool = False
+    """Restart a failed instance alone where it can (:mod:`hailstorm.negotiator.recovery_scope`).
+    Off, and refused when on: processors and the driver cannot do it yet. Every recovery
+    records whether it could have been local meanwhile."""
 
     def __post_init__(self) -> None:
         for name in ("snapshot_interval", "initialize_timeout", "rewind_timeout",
                      "pause_timeout", "snapshot_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.local_recovery:
+            raise ValueError("local recovery is designed, not built: the processors and the "
+                             "driver cannot restart one instance alone yet (docs/deployment.md)")
 
     @classmethod
     def uniform(cls, snapshot_interval: float = 5.0, timeout: float = 60.0) -> Config:

@@ -202,9 +202,15 @@ def _casualty(roster: _Roster) -> str | None:
     lost = [p for p in roster.expected if p not in roster.registered]
     if lost:
         return f"{_names(lost)} lost (living node gone)"
-    for pid, report in roster.reports.items():
-        if report.error is not None:
-            return f"{pid} failed: {report.error}"
+    # A processor's own failure first: its peers' broken connections follow from it.
+    failed = sorted(((r.lost_peer is not None, str(p)), p, r)
+                    for p, r in roster.reports.items() if r.error is not None)
+    if failed:
+        _, pid, report = failed[0]
+        if report.lost_peer is not None:
+            return (f"{report.lost_peer} lost: {pid} reports its connection broke: "
+                    f"{report.error}")
+        return f"{pid} failed: {report.error}"
     restarted = [p for p, r in roster.reports.items() if r.state is ProcessorState.JOINING]
     if restarted:
         return f"{_names(restarted)} restarted (reports joining)"

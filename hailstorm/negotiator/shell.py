@@ -42,6 +42,7 @@ from hailstorm.negotiator.machine import (
     View,
 )
 from hailstorm.negotiator.outages import step
+from hailstorm.negotiator.recovery_scope import failed_instances, graph_edges, recovery_scope
 from hailstorm.protocol.layout import (
     RECOVERIES_KEPT,
     CommittedRecord,
@@ -89,6 +90,8 @@ class Observation:
     committed: CommittedRecord | None
     committed_version: int | None
     view: View
+    edges: frozenset[tuple[str, str]] = frozenset()
+    """The DAG's ``(source, target)`` node names, from the expected record's graph."""
 
 
 def describe_transition(old: MasterState, new: MasterState, reason: str) -> str:
@@ -269,9 +272,15 @@ class Shell:
             txn.create(self.paths.master, record.to_json())
         else:
             txn.set_data(self.paths.master, record.to_json(), version=obs.master_version)
+        scope = None
         if isinstance(new, Initialize) and new != obs.state:  # not a deadline renewed
+            if obs.state.phase not in START_PHASES:
+                view = obs.view
+                scope = recovery_scope(
+                    obs.state, failed_instances(view.expected or (), view.living),
+                    view.expected or (), obs.edges, enabled=self.config.local_recovery)
             recovery = RecoveryRecord(new.epoch, now, label(obs.state), decision.reason,
-                                      self.identifier)
+                                      self.identifier, "" if scope is None else str(scope))
             txn.create(self.paths.recovery_prefix, recovery.to_json(), sequence=True)
         committed = obs.committed
         fallback = decision.fallback
@@ -305,6 +314,8 @@ class Shell:
         self._noted.clear()
         self._last_wait = ""
         log.info("%s", describe_transition(obs.state, new, decision.reason))
+        if scope is not None:
+            log.info("epoch=%d recovery %s", new.epoch, scope)
         if isinstance(new, Initialize):
             self._trim_recoveries()
         if fallback is not None:
@@ -413,7 +424,9 @@ class Shell:
                 entered_at = self.leader_since
         stop = records.stop_request(self._watch)
         view = View(now, entered_at, expected, living, snapshots, committed, highest, stop)
-        return Observation(state, master_read.version, committed, committed_read.version, view)
+        edges = graph_edges(expected_record.graph if expected_record is not None else None)
+        return Observation(state, master_read.version, committed, committed_read.version, view,
+                           edges)
 
     def _note_once(self, subject: str, why: str) -> None:
         if (subject, why) not in self._noted:

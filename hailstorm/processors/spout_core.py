@@ -371,18 +371,27 @@ class Backlog:
     (:attr:`state`): ``BEHIND`` from a full fetch to the partition's end, ``CAUGHT_UP``
     from then until a round pauses the spout (the round then covers what it read; a full
     fetch meanwhile changes nothing, so a spout reports at most twice between two
-    pauses), else ``FLOWING``."""
+    pauses), else ``FLOWING``. The replay after a rewind over a committed round (a
+    recovery) is a backlog however short: reaching the partition's end then reports
+    ``CAUGHT_UP``, so the negotiator commits the replay at once (its early round) instead
+    of a whole snapshot interval later."""
 
     def __init__(self) -> None:
         self.behind = False
         self.caught_up = False
+        self.replaying = False
+
+    def rewound(self) -> None:
+        """The spout rewound to a committed round's clock: what it reads up to the
+        partition's end is a replay."""
+        self.replaying = True
 
     def fetched(self, *, full: bool, at_end: bool) -> None:
         """A fetch came back: ``full`` (as many records as asked for), ``at_end`` (it
         reached the partition's end)."""
         if at_end:
-            self.caught_up = self.caught_up or self.behind
-            self.behind = False
+            self.caught_up = self.caught_up or self.behind or self.replaying
+            self.behind = self.replaying = False
         elif full and not self.caught_up:
             self.behind = True
 

@@ -437,7 +437,9 @@ class ProcessorReport:
     negotiator then falls back to the previous committed round. ``waiting``: set while the
     processor waits out an outage of a service it needs ("the database at ... has been
     unavailable since T"): it is alive and will go on by itself, so the negotiator's waits
-    do not time out meanwhile.
+    do not time out meanwhile. ``lost_peer`` (with ``error``): the processor whose
+    data-plane connection with this one broke, which the negotiator names as the one that
+    failed (it noticed first, through its connection, long before its session expires).
     """
 
     processor: str
@@ -449,6 +451,7 @@ class ProcessorReport:
     info: Mapping[str, Any] = field(default_factory=dict)
     corrupt: str | None = None
     waiting: str | None = None
+    lost_peer: str | None = None
 
     @property
     def role(self) -> Role:
@@ -467,6 +470,7 @@ class ProcessorReport:
                 "info": dict(self.info),
                 **({} if self.corrupt is None else {"corrupt": self.corrupt}),
                 **({} if self.waiting is None else {"waiting": self.waiting}),
+                **({} if self.lost_peer is None else {"lost_peer": self.lost_peer}),
             }
         )
 
@@ -479,6 +483,7 @@ class ProcessorReport:
             error = d.get("error")
             corrupt = d.get("corrupt")
             waiting = d.get("waiting")
+            lost_peer = d.get("lost_peer")
             return cls(
                 str(pid),
                 ProcessorState(d["state"]),
@@ -489,6 +494,7 @@ class ProcessorReport:
                 dict(d.get("info") or {}),
                 None if corrupt is None else str(corrupt),
                 None if waiting is None else str(waiting),
+                None if lost_peer is None else str(lost_peer),
             )
 
         result: ProcessorReport = _load("processor report", raw, build)
@@ -690,6 +696,10 @@ class RecoveryRecord:
     """The label of the state it left (``NegotiatorDisconnected`` for a first start)."""
     reason: str
     leader: str = ""
+    scope: str = ""
+    """Whether the recovery restarted everything or could restart the failed instances
+    alone, and why (``global: ...``/``local: ...``, see
+    :mod:`hailstorm.negotiator.recovery_scope`; empty for a start or an older negotiator)."""
 
     @property
     def is_start(self) -> bool:
@@ -698,13 +708,15 @@ class RecoveryRecord:
 
     def to_json(self) -> bytes:
         return encode({"epoch": self.epoch, "at": self.at, "previous": self.previous,
-                       "reason": self.reason, "leader": self.leader})
+                       "reason": self.reason, "leader": self.leader,
+                       **({"scope": self.scope} if self.scope else {})})
 
     @classmethod
     def from_json(cls, raw: bytes | Mapping[str, Any]) -> RecoveryRecord:
         def build(d: Mapping[str, Any]) -> RecoveryRecord:
             return cls(int(d["epoch"]), float(d["at"]), str(d["previous"]),
-                       str(d.get("reason", "")), str(d.get("leader", "")))
+                       str(d.get("reason", "")), str(d.get("leader", "")),
+                       str(d.get("scope", "")))
 
         result: RecoveryRecord = _load("recovery record", raw, build)
         return result

@@ -36,7 +36,14 @@ refused that way tries again until its ``io_timeout``)."""
 
 
 class DataPlaneError(ServiceError, RuntimeError):
-    """A peer misbehaved or vanished on the data plane."""
+    """A peer misbehaved or vanished on the data plane; ``peer`` names the processor whose
+    connection broke (closed, reset, refused, or took nothing for the I/O timeout), which
+    the processor reports with its error (``lost_peer``), so the negotiator names the one
+    that failed, not the one that noticed."""
+
+    def __init__(self, message: str, *, peer: str | None = None) -> None:
+        super().__init__(message)
+        self.peer = peer
 
 
 def route_address(zk: str) -> str:
@@ -99,8 +106,8 @@ class Outbound:
             try:  # the error names the receiver: a recovery's reason says who was gone
                 sock = socket.create_connection(address, timeout=timeout)
             except OSError as exc:
-                raise DataPlaneError(
-                    f"connecting to {self.receiver} at {address} failed: {exc}") from exc
+                raise DataPlaneError(f"connecting to {self.receiver} at {address} failed: "
+                                     f"{exc}", peer=self.receiver) from exc
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 return greet_peer(sock, secret, sender, self.receiver,
@@ -127,9 +134,10 @@ class Outbound:
                            self.patience)
         except TimeoutError as exc:
             raise DataPlaneError(f"sending to {self.receiver} failed: nothing taken for "
-                                 f"{self.timeout:.0f} s") from exc
+                                 f"{self.timeout:.0f} s", peer=self.receiver) from exc
         except OSError as exc:
-            raise DataPlaneError(f"sending to {self.receiver} failed: {exc}") from exc
+            raise DataPlaneError(f"sending to {self.receiver} failed: {exc}",
+                                 peer=self.receiver) from exc
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

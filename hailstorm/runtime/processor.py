@@ -235,7 +235,8 @@ class Shell:
             else:
                 log.error("failed:\n%s", "".join(traceback.format_exception(exc)))
                 if self.coord is not None:
-                    self.coord.fail_visibly(f"{type(exc).__name__}: {exc}")
+                    self.coord.fail_visibly(f"{type(exc).__name__}: {exc}",
+                                            lost_peer=getattr(exc, "peer", None))
             raise
         finally:
             self.shutdown()
@@ -543,11 +544,14 @@ class Shell:
         while True:
             for frame in frames:
                 if isinstance(frame, Bye):
-                    raise DataPlaneError(f"{sender} closed its connection")
+                    raise DataPlaneError(f"{sender} closed its connection", peer=sender)
                 self.deliver(sender, frame)
-            frames = recv_frames(sock, reader)
+            try:
+                frames = recv_frames(sock, reader)
+            except OSError as exc:  # reset: the peer is gone as surely as after a close
+                raise DataPlaneError(f"{sender}'s connection broke: {exc}", peer=sender) from exc
             if not frames:
-                raise DataPlaneError(f"{sender} closed its connection")
+                raise DataPlaneError(f"{sender} closed its connection", peer=sender)
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,8 @@ class SpoutShell(Shell):
             self.from_log_start = (unseen or rebuilding) and seek == NOTHING + 1
             start = self._log_start() if self.from_log_start else seek
             self.consumer.assign([TopicPartition(p[0], p[1], start)])
+            if committed is not None:  # a recovery's replay: its round is due once read
+                self.backlog.rewound()
             self.started = True
             self.send_all([self._watermark(core.watermark())])
             self.report(ProcessorState.REWOUND, state.epoch, position={p: core.position})

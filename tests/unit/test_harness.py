@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm import Count, Table, Topology, per_key
@@ -54,6 +54,7 @@ from hailstorm.dev.harness.evidence import (
     NODE_BACK,
     VICTIM_GONE,
 )
+from hailstorm.dev.harness.faults import describe_restarts, restarted_processors
 from hailstorm.dev.harness.producing import routed
 from hailstorm.dev.workloads import PAGE_VIEW_SCHEMA
 from hailstorm.model import Message, ModelResult, messages, run_model
@@ -143,6 +144,46 @@ def test_report_counts_triggers_apart_and_tallies_phases() -> None:
     assert "(pid 1, Initialize 3, trigger, 5 uncommitted)" in text
     data = json.loads(report.to_json())
     assert data["triggers"] == 1 and data["recoveries"][0]["trigger"] is True
+
+
+def test_report_says_which_processors_each_fault_restarted() -> None:
+    _, model = _model()
+    comparison = compare_with_model(model, _states(model, {"a": 2, "b": 1, "c": 1}))
+    living = {"spout:l:w:0": "h:10", "bolt:x:0": "h:11", "bolt:x:1": "h:12"}
+
+    def recovered(target: str, after: dict[str, str]) -> Recovery:
+        fault = Fault("processor", target, 1, 0.0, 3, {}, uncommitted=5, producing=True,
+                      phase="Flowing", incarnations=dict(living))
+        recovery = Recovery(fault, 1.0, 2.0)
+        recovery.restarted = restarted_processors(fault.incarnations, after)
+        return recovery
+
+    everything = recovered("bolt:x:1", {"spout:l:w:0": "h:20", "bolt:x:0": "h:21",
+                                        "bolt:x:1": "h:22"})
+    alone = recovered("bolt:x:1", living | {"bolt:x:1": "h:30"})
+    nothing = recovered("bolt:x:1", dict(living))
+    gone = recovered("bolt:x:1", {k: v for k, v in living.items() if k != "bolt:x:1"})
+    report = ChaosReport("t", 4, 1, 0, [everything, alone, nothing, gone], comparison, 4, 1.5)
+    lines = [line for line in report.to_text().splitlines() if "bolt:x:1 (pid" in line]
+    assert "restarted all 3" in lines[0]
+    assert "restarted 1 of 3: bolt:x:1" in lines[1]
+    assert "restarted none of 3" in lines[2]
+    assert "restarted 1 of 3: bolt:x:1" in lines[3]
+    data = json.loads(report.to_json())
+    assert [r["restarted"] for r in data["recoveries"]][1:] == [["bolt:x:1"], [], ["bolt:x:1"]]
+    assert data["recoveries"][0]["living"] == 3
+
+
+@settings(deadline=None)  # a loaded CI machine: correctness, not speed
+@given(before=st.dictionaries(st.sampled_from("abcdef"), st.sampled_from("xyz")),
+       after=st.dictionaries(st.sampled_from("abcdef"), st.sampled_from("xyz")))
+def test_a_processor_restarted_when_its_incarnation_changed_or_came_or_went(
+        before: dict[str, str], after: dict[str, str]) -> None:
+    restarted = restarted_processors(before, after)
+    assert restarted == sorted(restarted)
+    for p in before.keys() | after.keys():
+        assert (p in restarted) == (before.get(p) != after.get(p))
+    assert describe_restarts(restarted, len(before)).startswith("restarted ")
 
 
 def test_report_renders_as_text_and_json() -> None:

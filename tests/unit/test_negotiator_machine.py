@@ -899,6 +899,27 @@ def test_processor_error_in_every_running_state(name: str, victim: str) -> None:
     assert d.reason == f"{victim} failed: ValueError: bad tuple"
 
 
+@pytest.mark.parametrize("name", sorted(RUNNING_STATES))
+@pytest.mark.parametrize("victim", sorted(EXPECTED))
+def test_a_broken_connection_names_the_peer_that_failed(name: str, victim: str) -> None:
+    """Whoever noticed a peer's connection break reports it: the restart names the peer
+    (its living node outlives it until its session expires), and a processor's own
+    failure comes before the broken connections that follow from it."""
+    state, living = RUNNING_STATES[name]
+    noticed = min(pid for pid in EXPECTED if pid != victim)
+    old = living[noticed]
+    assert old is not None
+    error = f"DataPlaneError: sending to {victim} failed: Broken pipe"
+    broken = replace(old, error=error, lost_peer=victim)
+    d = check(state, view(dict(living) | {noticed: broken}))
+    assert d.next_state == Initialize(state.epoch + 1)
+    assert d.reason == f"{victim} lost: {noticed} reports its connection broke: {error}"
+    own = living[victim]
+    assert own is not None
+    failing = dict(living) | {noticed: broken, victim: replace(own, error="OSError: disk")}
+    assert check(state, view(failing)).reason == f"{victim} failed: OSError: disk"
+
+
 SATISFIED: dict[str, tuple[MasterState, View]] = {
     "SpoutsRewind": (REWIND, view(FLOWING_LIVING)),
     "Flowing(None)": (Flowing(7), view(FLOWING_LIVING, now=T0 + 5)),

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from hailstorm.runtime.data_plane import send_patiently
+from hailstorm.protocol.wire import DataBatch
+from hailstorm.runtime.data_plane import DataPlaneError, Outbound, send_patiently
 
 PAYLOAD = bytes(range(256)) * 40_000  # 10 MB: far more than the socket buffers hold
 
@@ -54,3 +55,24 @@ def test_an_impatient_send_gives_up_at_its_timeout() -> None:
     assert time.monotonic() - started < 5
     sender.close()
     receiver.close()
+
+
+@pytest.mark.parametrize("stalled", [False, True])
+def test_a_broken_or_stalled_connection_names_the_receiver(stalled: bool) -> None:
+    """What a processor reports as its ``lost_peer``: the receiver, whether its end closed
+    (a SIGKILLed worker) or it took nothing for the timeout (a stalled one)."""
+    sender, receiver = socket.socketpair()
+    out = Outbound.__new__(Outbound)  # the connection without its TLS handshake
+    out.receiver, out.timeout, out.patience, out.sock = "bolt:c:1", 0.2, lambda: False, sender
+    sender.settimeout(0.2)
+    if not stalled:
+        receiver.close()
+    try:
+        with pytest.raises(DataPlaneError) as failure:
+            for _ in range(100):  # a stalled receiver's buffers fill first
+                out.send([DataBatch.of([0], [1], [PAYLOAD[:100_000]])])
+        assert failure.value.peer == "bolt:c:1"
+        assert "bolt:c:1" in str(failure.value)
+    finally:
+        sender.close()
+        receiver.close()

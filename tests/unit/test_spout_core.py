@@ -378,6 +378,18 @@ def test_backlog_is_behind_from_a_full_fetch_to_the_end_and_caught_up_until_a_pa
     assert backlog.state is ProcessorState.FLOWING
 
 
+def test_a_recoverys_replay_is_caught_up_at_the_partitions_end_however_short() -> None:
+    backlog = Backlog()
+    backlog.rewound()
+    backlog.fetched(full=False, at_end=False)
+    assert backlog.state is ProcessorState.FLOWING  # still replaying
+    backlog.fetched(full=False, at_end=True)  # the replay was read: its round is due
+    assert backlog.state is ProcessorState.CAUGHT_UP
+    backlog.paused()
+    backlog.fetched(full=False, at_end=True)  # a trickle again afterwards
+    assert backlog.state is ProcessorState.FLOWING
+
+
 def test_staged_records_wait_for_a_flush_and_a_pause_leaves_them_beyond_the_clock() -> None:
     spout = make_spout()
     spout.start({P: 9})

@@ -26,6 +26,7 @@ from hailstorm.dev.harness.faults import (
     FaultKind,
     MasterPhase,
     Recovery,
+    describe_restarts,
 )
 from hailstorm.dev.harness.producing import BackgroundProducer, Outgoing, ProducedTopics
 from hailstorm.dev.harness.run import TopologyRun
@@ -202,7 +203,8 @@ class ChaosReport:
                  "committed_after": None if r.committed_after is None
                  else round(r.committed_after, 2),
                  "restored_after": None if r.restored_after is None
-                 else round(r.restored_after, 2)}
+                 else round(r.restored_after, 2),
+                 "restarted": r.restarted, "living": len(r.fault.incarnations)}
                 for r in self.faults],
             "lost": c.lost, "duplicated": c.duplicated, "wrong": c.wrong,
             "instance_mismatches": c.instance_mismatches, "keys_compared": c.keys_compared,
@@ -250,6 +252,7 @@ class ChaosReport:
                 line += f"; {r.fault.detail}"
             if r.record is not None:
                 line += f"; recovery epoch {r.record.epoch}: {r.record.reason[:120]}"
+            line += f"; {describe_restarts(r.restarted, len(r.fault.incarnations))}"
             if r.missing:
                 line += f"; NO EVIDENCE: {', '.join(r.missing)}"
             lines.append(line)

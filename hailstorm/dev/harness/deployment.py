@@ -260,6 +260,11 @@ class Deployment:
                 self.processor_pids.add(int(report.info["pid"]))
         return result
 
+    def incarnations(self) -> dict[str, str]:
+        """Each living processor's incarnation, ``host:pid`` (a restart changes it)."""
+        return {ident: f"{report.info.get('host', '?')}:{report.info.get('pid', '?')}"
+                for ident, report in self.processors().items()}
+
     def expected_count(self) -> int:
         """How many processors the deployment has (without asking the driver)."""
         spouts = sum(len(kafka.partitions_of(self.stack.kafka, s.topic))

@@ -8,6 +8,7 @@ recovery (:class:`Explanation`), and how a zombie sink ended, read from its log 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -70,6 +71,9 @@ class Fault:
     lethal_at: float | None = None
     """A stall that ended in a SIGKILL: when the kill struck (the recovery is timed from
     it)."""
+    incarnations: dict[str, str] = field(default_factory=dict)
+    """Each living processor's incarnation (``host:pid``) just before the fault: what
+    :func:`restarted_processors` compares the end of its recovery with."""
 
     @property
     def effective(self) -> bool:
@@ -92,11 +96,35 @@ class Recovery:
     missing: list[str] = field(default_factory=list)
     """The evidence the fault lacks (:func:`~hailstorm.dev.harness.evidence.missing_evidence`):
     anything here means it may not have happened as planned."""
+    restarted: list[str] | None = None
+    """The processors that restarted for it: a new incarnation at the end of its recovery
+    (:func:`restarted_processors`; None: not measured). A recovery restarts all of them
+    today; a local recovery restarts the failed one alone."""
 
     @property
     def bit(self) -> bool:
         """The fault hit data in flight and left every piece of its evidence."""
         return self.fault.effective and not self.missing
+
+
+def restarted_processors(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """The processors whose incarnation (``host:pid``) differs between ``before`` and
+    ``after`` (a processor in only one of them restarted too: it was gone at one end)."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+
+
+def describe_restarts(restarted: Sequence[str] | None, processors: int) -> str:
+    """``restarted all 7``, ``restarted 1 of 7: bolt:counts:1``, ``restarted none of 7``
+    (``processors``: how many were living at the fault)."""
+    if restarted is None:
+        return "restarts not measured"
+    if not restarted:
+        return f"restarted none of {processors}"
+    if len(restarted) >= processors:
+        return f"restarted all {len(restarted)}"
+    shown = ", ".join(restarted[:5]) + (f" and {len(restarted) - 5} more"
+                                         if len(restarted) > 5 else "")
+    return f"restarted {len(restarted)} of {processors}: {shown}"
 
 
 VICTIM_ROLES = ("spout", "bolt", "sink")

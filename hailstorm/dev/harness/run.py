@@ -42,6 +42,7 @@ from hailstorm.dev.harness.faults import (
     Recovery,
     _clock_key,
     process_stopped,
+    restarted_processors,
     zombie_outcome,
 )
 from hailstorm.dev.harness.producing import BackgroundProducer
@@ -132,6 +133,7 @@ class TopologyRun(Deployment):
         master = self.master()
         fault.phase = master.state.__class__.__name__ if master else "none"
         fault.epoch = master.state.epoch if master else 0
+        fault.incarnations = self.incarnations()
         fault.at = time.time()
         self.faults.append(fault)
         return fault
@@ -577,6 +579,7 @@ class TopologyRun(Deployment):
                             for t, p in [key.rsplit(":", 1)])):
                 recovery.committed_after = now - fault.at
             time.sleep(0.1)
+        recovery.restarted = restarted_processors(fault.incarnations, self.incarnations())
         return recovery
 
 
