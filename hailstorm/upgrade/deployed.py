@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from hailstorm.errors import ProtocolError
-from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.clock import Clock, Partition
 from hailstorm.protocol.layout import (
     CommittedRecord,
     ProcessorId,
@@ -136,13 +136,19 @@ def edit_committed(record: CommittedRecord, renames: Mapping[str, str],
             edited[pid] = ref
         return edited
 
+    def edit_clocks(clocks: Mapping[str, Clock]) -> dict[str, Clock]:
+        """Catching-up nodes' own clocks follow the same renames and drops."""
+        return {renames.get(node, node): dict(clock) for node, clock in clocks.items()
+                if node not in discarded}
+
     previous = record.previous
     if previous is not None:
         previous = CommittedRecord(previous.epoch, previous.clock, edit(previous.snapshots),
                                    previous.committed_at, None, previous.snapshot_s,
-                                   previous.pause_s)
+                                   previous.pause_s, edit_clocks(previous.clocks))
     return CommittedRecord(record.epoch, record.clock, edit(record.snapshots),
-                           record.committed_at, previous, record.snapshot_s, record.pause_s)
+                           record.committed_at, previous, record.snapshot_s, record.pause_s,
+                           edit_clocks(record.clocks))
 
 
 def apply_plan(client: KazooClient, name: str, plan: Plan) -> None:
