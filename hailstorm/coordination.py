@@ -168,12 +168,13 @@ class Coordinator:
         loaded: Clock | None = None,
         error: str | None = None,
         corrupt: str | None = None,
+        backfill: Clock | None = None,
     ) -> None:
         """Set the living node to a :class:`ProcessorReport` (info and the outage being
         waited out included)."""
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info, corrupt,
-            self.waiting,
+            self.waiting, backfill,
         )
         self.records.write_report(report)
         self._last_report = report
@@ -189,7 +190,7 @@ class Coordinator:
             return
         try:
             self.report(last.state, last.epoch, position=last.position, loaded=last.loaded,
-                        error=last.error, corrupt=last.corrupt)
+                        error=last.error, corrupt=last.corrupt, backfill=last.backfill)
         except Exception:
             log.debug("could not report the wait", exc_info=True)
 
