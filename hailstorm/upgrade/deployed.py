@@ -115,8 +115,9 @@ def plan_for(client: KazooClient, name: str, store: SnapshotStore, topology: Top
         except KafkaException as exc:
             notes.append(f"the inputs' log starts are unknown ({exc}): lost records are "
                          "not checked")
+    committed = TopologyRecords(client, name).committed()
     plan = make_plan(deployed.nodes, deployed.states, describe_topology(topology), allow_drop,
-                     starts)
+                     starts, committed.clock if committed is not None else None)
     return replace(plan, notes=plan.notes + tuple(notes))
 
 
