@@ -13,7 +13,7 @@ from typing import Any
 from hailstorm.halt import TopologyHalt
 from hailstorm.processors import Contributions, Router, SpoutCore, SpoutOutput
 from hailstorm.processors.backfill import (
-    BACKFILL_BATCH,
+    BackfillPace,
     joinable,
     new_dead_letters,
     within_live,
@@ -85,6 +85,7 @@ class SpoutShell(Shell):
         joins the live one)."""
         self.back_clock: Clock | None = None
         """The clock of the round being resumed as the nodes catching up see it."""
+        self.pace = BackfillPace()
 
     def shutdown(self) -> None:
         for consumer in (getattr(self, "consumer", None), getattr(self, "back_consumer", None)):
@@ -145,6 +146,7 @@ class SpoutShell(Shell):
             self._send(out)  # what was held or staged over the pause
             self.metrics.messages_out.inc(out.sent)
             if self.back is not None:
+                self._pace_backfill(state)
                 self._send_backfill(self.back.resume(state.epoch, self.back_clock)
                                     if self.back_clock is not None else self.back.resume())
             self._flowing = None
@@ -184,6 +186,18 @@ class SpoutShell(Shell):
         log.info("backfill for %s: reading from %d up to the live cursor at %d",
                  ", ".join(sorted(n.name for n in catching)), seek, self.core.position)
 
+    def _pace_backfill(self, state: Flowing) -> None:
+        """A round's clock: a new budget for the backfill; a commit: judge how long the
+        round took."""
+        assert self.coord is not None
+        if state.clock is not None:
+            self.pace.round_started()
+            return
+        committed = self.coord.committed()
+        if committed is not None and committed.epoch == state.epoch:
+            self.pace.round_committed(committed.epoch, committed.snapshot_s)
+            log.debug("backfill budget %d records a round", self.pace.budget)
+
     def _read_backfill(self) -> None:
         """One bounded read of the backfill cursor, never beyond the live one; the cursors
         join once it read everything up to the live position."""
@@ -191,11 +205,12 @@ class SpoutShell(Shell):
 
         back, core = self.back, self.core
         assert back is not None and core is not None and self.back_consumer is not None
-        if back.paused:
+        allowed = self.pace.allowed()
+        if back.paused or not allowed:
             return
         offsets: list[int] = []
         values: list[bytes | None] = []
-        for message in self.back_consumer.consume(BACKFILL_BATCH, timeout=POLL / 10):
+        for message in self.back_consumer.consume(allowed, timeout=POLL / 10):
             error = message.error()
             if error is not None:
                 if consumer_error_kind(error) == "lost":
@@ -208,6 +223,7 @@ class SpoutShell(Shell):
                 offsets.append(message.offset())
                 values.append(message.value())
         kept, kept_values, reached = within_live(offsets, values, core.position)
+        self.pace.read(len(offsets))
         if kept:
             for start in range(0, len(kept), SPOUT_CHUNK):
                 self.follow_master()

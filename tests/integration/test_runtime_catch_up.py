@@ -40,9 +40,9 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 2
 HISTORY = 60_000
 """Lines committed before the new bolt is deployed (four words each)."""
-LIVE = 3_000
+LIVE = 6_000
 """Lines produced while it catches up, at :data:`RATE` a second."""
-RATE = 300
+RATE = 200
 
 
 def test_new_bolt_catches_up_while_the_others_commit(stack_env: dict[str, str],
@@ -82,6 +82,7 @@ def test_new_bolt_catches_up_while_the_others_commit(stack_env: dict[str, str],
         rounds = RoundLog(run)
         started = time.monotonic()
         run.start()
+        run.wait_flowing()
         with BackgroundProducer(stack.kafka, produced, _lines(rng, LIVE), partitions,
                                 RATE) as producer:
             wait_for("the new bolt to join the rounds", rounds.joined, 240, run.alive)
