@@ -30,7 +30,7 @@ live cursor): bounds what a live record waits for behind the backfill."""
 
 ROUND_TARGET_S = 1.0
 """A round while nodes catch up should commit within this many seconds of its clock."""
-BUDGET_START = 20_000
+BUDGET_START = 2_000
 BUDGET_MIN = 1_000
 BUDGET_MAX = 1_000_000
 """Records the backfill cursor may read per round: at first, and the bounds."""

@@ -38,7 +38,7 @@ from hailstorm.model import run_model
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
-HISTORY = 60_000
+HISTORY = 30_000
 """Lines committed before the new bolt is deployed (four words each)."""
 LIVE = 6_000
 """Lines produced while it catches up, at :data:`RATE` a second."""
