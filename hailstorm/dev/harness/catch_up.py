@@ -1,21 +1,32 @@
-"""A new bolt catching up on its own clock while the others commit (docs/upgrading.md):
-the topologies, the log of committed rounds and the plan's output shared by
-``tests/integration/test_runtime_catch_up.py`` and ``bench/catch_up.py``."""
+"""A new bolt catching up on its own clock while the others commit (docs/upgrading.md),
+run for real: :func:`catch_up_run`, shared by ``tests/integration/test_runtime_catch_up.py``
+(small) and ``bench/catch_up.py`` (2M lines of history)."""
 
 from __future__ import annotations
 
+import os
+import random
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from hailstorm.dev.harness.compare import Comparison
-from hailstorm.dev.harness.deployment import Deployment
-from hailstorm.dev.harness.stack import StackAddresses
+from hailstorm import kafka
+from hailstorm.dev.harness.compare import Comparison, compare_with_model
+from hailstorm.dev.harness.deployment import REPO, Deployment
+from hailstorm.dev.harness.producing import BackgroundProducer, Produced, produce
+from hailstorm.dev.harness.run import TopologyRun
+from hailstorm.dev.harness.stack import SQLITE, StackAddresses
+from hailstorm.dev.harness.wait import wait_for
+from hailstorm.model import run_model
 from hailstorm.protocol.clock import Clock, clock_to_json
 
-__all__ = ["CATCH_UP_BASE", "CATCH_UP_NEW", "CommittedRound", "RoundLog", "comparison_line",
-           "plan_output"]
+__all__ = ["CATCH_UP_BASE", "CATCH_UP_NEW", "CatchUpResult", "CommittedRound", "RoundLog",
+           "catch_up_run", "comparison_line", "plan_output"]
 
 CATCH_UP_BASE = '''
 from hailstorm import Count, Table, Topology, per_key
@@ -96,18 +107,16 @@ class RoundLog:
 
 
 def plan_output(stack: StackAddresses, module: str, name: str) -> str:
-    """``hailstorm plan MODULE --name NAME`` (with Kafka) in this process: its output,
-    raising when it refused."""
-    from click.testing import CliRunner
-
-    from hailstorm.cli import main
-
-    env = {"HAILSTORM_ZK": stack.zk, "HAILSTORM_SNAPSHOTS": str(stack.snapshots),
-           "HAILSTORM_KAFKA": stack.kafka}
-    result = CliRunner().invoke(main, ["plan", module, "--name", name], env=env)
-    if result.exit_code != 0:
-        raise AssertionError(f"hailstorm plan exited {result.exit_code}: {result.output}")
-    return result.output
+    """``hailstorm plan MODULE --name NAME`` (with Kafka), as an operator runs it: its
+    output, raising when it refused or failed."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), HAILSTORM_ZK=stack.zk,
+               HAILSTORM_KAFKA=stack.kafka, HAILSTORM_SNAPSHOTS=str(stack.snapshots))
+    done = subprocess.run([sys.executable, "-m", "hailstorm", "plan", module, "--name", name],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise AssertionError(f"hailstorm plan exited {done.returncode}: {done.stdout}"
+                             f"{done.stderr[-2000:]}")
+    return done.stdout
 
 
 def comparison_line(comparison: Comparison) -> str:
@@ -115,3 +124,102 @@ def comparison_line(comparison: Comparison) -> str:
     return (f"{comparison.keys_compared} keys and rows against the model: {comparison.lost} "
             f"lost, {comparison.duplicated} duplicated, {comparison.wrong} wrong; "
             + "; ".join(comparison.oracle_lines()))
+
+
+WORDS = ["Apple", "apple", "Bob", "bob", "cat", "Cat", "dog", "Eel", "eel", "fox"]
+
+
+def _lines(rng: random.Random, n: int) -> list[bytes]:
+    return [" ".join(rng.choices(WORDS, k=4)).encode() for _ in range(n)]
+
+
+@dataclass
+class CatchUpResult:
+    """What :func:`catch_up_run` saw."""
+
+    history: Clock = field(default_factory=dict)
+    """The committed clock when the new bolt was deployed."""
+    plan: str = ""
+    rounds: str = ""
+    """Every committed round of the second deployment (:meth:`RoundLog.table`)."""
+    catching_up: int = 0
+    """Rounds committed while the new bolt had its own clock."""
+    clock_moved: bool = False
+    """The round's clock moved during those rounds (the carried bolt kept up with the
+    lines produced meanwhile)."""
+    joined_s: float | None = None
+    """Seconds from the first round with the new bolt catching up to the one it joined."""
+    restarts: list[str] = field(default_factory=list)
+    failed_attempts: list[str] = field(default_factory=list)
+    comparison: Comparison | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.catching_up >= 1 and self.clock_moved and not self.restarts
+                and not self.failed_attempts and self.comparison is not None
+                and self.comparison.ok)
+
+
+def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, rate: float,
+                 partitions: int = 2, snapshot_interval: float = 1.0,
+                 progress: Callable[[str], None] = print) -> CatchUpResult:
+    """Commit ``history`` lines with :data:`CATCH_UP_BASE`, then deploy it with
+    :data:`CATCH_UP_NEW` under the same name while ``live`` lines are produced at ``rate``
+    a second; wait for the new bolt to join the rounds and compare every state and table
+    with the model."""
+    result = CatchUpResult()
+    topic = f"catchup-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, partitions)
+    numbers = kafka.partitions_of(stack.kafka, topic)
+    name = f"catchup_{uuid.uuid4().hex[:8]}"
+    rng = random.Random(4142)
+    produced = Produced(topic)
+    for start in range(0, history, 100_000):
+        produce(stack.kafka, produced, _lines(rng, min(100_000, history - start)), numbers)
+    progress(f"produced {history} lines of history on {topic}")
+    base = logs / "base.py"
+    logs.mkdir(parents=True, exist_ok=True)
+    base.write_text(CATCH_UP_BASE.format(topic=topic))
+    with TopologyRun(stack, base, name=name, log_dir=logs / "base", negotiators=1,
+                     database=SQLITE, snapshot_interval=snapshot_interval) as run:
+        started = time.monotonic()
+        run.start()
+        committed = run.wait_committed(produced.clock(), 600 + history / 1_000)
+        progress(f"history committed in {time.monotonic() - started:.0f} s")
+    result.history = dict(committed.clock)
+    changed = logs / "changed.py"
+    changed.write_text(CATCH_UP_BASE.format(topic=topic)
+                       + CATCH_UP_NEW.format(table=f"cased_{uuid.uuid4().hex[:8]}"))
+    result.plan = plan_output(stack, str(changed), name)
+    progress(result.plan)
+    with TopologyRun(stack, changed, name=name, log_dir=logs / "changed", negotiators=1,
+                     database=SQLITE, snapshot_interval=snapshot_interval) as run:
+        rounds = RoundLog(run)
+        started = time.monotonic()
+        run.start()
+        run.wait_flowing()
+        with BackgroundProducer(stack.kafka, produced, _lines(rng, live), numbers,
+                                rate) as producer:
+            wait_for("the new bolt to join the rounds", rounds.joined,
+                     240 + history / 1_000, run.alive)
+            producer.join(60 + live / rate)
+        committed = run.wait_committed(produced.clock(), 120)
+        result.rounds = rounds.table(started)
+        progress(result.rounds)
+        behind = rounds.catching_up("cased")
+        result.catching_up = len(behind)
+        result.clock_moved = bool(behind) and behind[-1].clock != behind[0].clock
+        joined = [r for r in rounds.rounds if behind and r.epoch > behind[-1].epoch]
+        if behind and joined:
+            result.joined_s = round(joined[0].seen_at - behind[0].seen_at, 1)
+        result.restarts = [r.reason for r in run.recoveries() if not r.is_start]
+        result.failed_attempts = [line for line in run.log("driver").splitlines()
+                                  if "stage attempt" in line and "failed" in line]
+        model = run_model(run.topology, produced.model_messages())
+        wait_for("the new sink's table to equal the model",
+                 lambda: run.sink_tables()["cased_counts"] == model.table("cased_counts"),
+                 60, run.alive)
+        result.comparison = compare_with_model(model, run.committed_bolt_states(committed),
+                                               run.sink_tables())
+        progress(comparison_line(result.comparison))
+    return result
