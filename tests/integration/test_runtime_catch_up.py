@@ -15,16 +15,17 @@ import pytest
 from hailstorm.dev.harness import StackAddresses
 from hailstorm.dev.harness.catch_up import catch_up_run, comparison_line
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration,
+              pytest.mark.timeout(1200)]  # two deployments; each start waits for Spark
 
-HISTORY = 30_000
+HISTORY = 20_000
 """Lines committed before the new bolt is deployed (four words each)."""
 
 
 def test_new_bolt_catches_up_while_the_others_commit(stack_env: dict[str, str],
                                                      tmp_path: Path) -> None:
     result = catch_up_run(StackAddresses.from_env(stack_env), tmp_path, history=HISTORY,
-                          live=6_000, rate=200)
+                          live=4_000, rate=200)
     topic = next(iter(result.history))[0]
     ranges = ", ".join(f"{topic}:{p[1]} 0..{o}" for p, o in sorted(result.history.items()))
     assert (f"bolt cased: new: no committed state: starts empty and reads the retained "
