@@ -150,7 +150,9 @@ class CatchUpResult:
     joined_s: float | None = None
     """Seconds from the first round with the new bolt catching up to the one it joined."""
     restarts: list[str] = field(default_factory=list)
+    """Recoveries once the second deployment flowed (while the new bolt caught up)."""
     failed_attempts: list[str] = field(default_factory=list)
+    """The second deployment's failed stage attempts."""
     comparison: Comparison | None = None
 
     @property
@@ -198,6 +200,7 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
         started = time.monotonic()
         run.start()
         run.wait_flowing()
+        flowing_at = time.time()  # restarts before it are the start's, not the backfill's
         with BackgroundProducer(stack.kafka, produced, _lines(rng, live), numbers,
                                 rate) as producer:
             wait_for("the new bolt to join the rounds", rounds.joined,
@@ -212,7 +215,8 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
         joined = [r for r in rounds.rounds if behind and r.epoch > behind[-1].epoch]
         if behind and joined:
             result.joined_s = round(joined[0].seen_at - behind[0].seen_at, 1)
-        result.restarts = [r.reason for r in run.recoveries() if not r.is_start]
+        result.restarts = [r.reason for r in run.recoveries()
+                           if not r.is_start and r.at >= flowing_at]
         result.failed_attempts = [line for line in run.log("driver").splitlines()
                                   if "stage attempt" in line and "failed" in line]
         model = run_model(run.topology, produced.model_messages())
