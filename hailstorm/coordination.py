@@ -169,12 +169,13 @@ class Coordinator:
         error: str | None = None,
         corrupt: str | None = None,
         lost_peer: str | None = None,
+        backfill: Clock | None = None,
     ) -> None:
         """Set the living node to a :class:`ProcessorReport` (info and the outage being
         waited out included)."""
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info, corrupt,
-            self.waiting, lost_peer,
+            self.waiting, lost_peer, backfill,
         )
         self.records.write_report(report)
         self._last_report = report
@@ -190,7 +191,7 @@ class Coordinator:
             return
         try:
             self.report(last.state, last.epoch, position=last.position, loaded=last.loaded,
-                        error=last.error, corrupt=last.corrupt)
+                        error=last.error, corrupt=last.corrupt, backfill=last.backfill)
         except Exception:
             log.debug("could not report the wait", exc_info=True)
 

@@ -87,7 +87,8 @@ def _committed_round(
             f"the committed round {committed.epoch} of {topology}/{bolt} lists instances "
             f"{[r.instance for r in located]}, not 0..{located[0].parallelism - 1}"
         )
-    return Round(committed.epoch, dict(committed.clock), tuple(located), "committed in ZooKeeper")
+    return Round(committed.epoch, committed.clock_of(bolt), tuple(located),
+                 "committed in ZooKeeper")
 
 
 def choose_round(

@@ -82,6 +82,9 @@ class View:
     stop: StopRequest | None = None
     """The ``stop`` node: someone asked the topology to stop (None: nobody, or a run
     started since and cleared it)."""
+    inputs: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Each bolt's and sink's input nodes (from the driver's graph in ``expected``; empty
+    for an older driver: then no node catches up on its own clock)."""
 
 
 # --------------------------------------------------------------------------- outputs
@@ -95,6 +98,8 @@ class CommitClock:
     epoch: int
     clock: Clock
     snapshots: Mapping[str, str]
+    clocks: Mapping[str, Clock] = field(default_factory=dict)
+    """The nodes still catching up, each at its own clock (below ``clock`` somewhere)."""
 
 
 @dataclass(frozen=True)

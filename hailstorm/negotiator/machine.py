@@ -60,13 +60,13 @@ from hailstorm.negotiator.decision import (
     NegotiatorAction,
     View,
 )
+from hailstorm.negotiator.rounds import commit_of, not_committed, wrong_label
+from hailstorm.protocol.catchup import plan_rewind
 from hailstorm.protocol.clock import (
     NOTHING,
     Clock,
     Partition,
     clock_to_json,
-    dominates,
-    low_water_mark,
     merge_max,
 )
 from hailstorm.protocol.layout import (
@@ -181,10 +181,6 @@ def _secs(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def _same_clock(a: Clock, b: Clock) -> bool:
-    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
-
-
 def _restart(state: MasterState, view: View, roster: _Roster, reason: str) -> Decision:
     epoch = max(state.epoch, view.highest_epoch) + 1
     return Decision(Initialize(epoch), roster.notes, reason)
@@ -291,12 +287,19 @@ def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) 
         ]
         if not unregistered and not not_ready:
             bolts = roster.of(Role.BOLT)
-            loads = [roster.reports[b].loaded or {} for b in bolts]
-            lwm = low_water_mark(loads, sorted(roster.partitions))
+            loads: dict[str, list[Clock]] = {}
+            for b in bolts:
+                loads.setdefault(b.name, []).append(roster.reports[b].loaded or {})
+            rewind = plan_rewind(loads, view.committed.clock if view.committed else None,
+                                 view.inputs, roster.partitions)
+            catching = (f"; {', '.join(sorted(rewind.catching_up))} catch up from "
+                        f"{clock_to_json(rewind.backfill)}" if rewind.backfill is not None
+                        else "")
             return Decision(
-                SpoutsRewind(e, lwm), roster.notes,
+                SpoutsRewind(e, rewind.live, rewind.backfill, rewind.catching_up),
+                roster.notes,
                 f"all {len(roster.expected)} processors ready; low water mark over "
-                f"{len(bolts)} bolt instances is {clock_to_json(lwm)}",
+                f"{len(bolts)} bolt instances is {clock_to_json(rewind.live)}{catching}",
             )
         parts = []
         if unregistered:
@@ -363,7 +366,7 @@ def _rewind(state: SpoutsRewind, view: View, config: Config, roster: _Roster) ->
             )
     if not waiting:
         return Decision(
-            Flowing(e, None), roster.notes,
+            Flowing(e, None, catching_up=state.catching_up), roster.notes,
             f"all {len(roster.of(Role.SPOUT))} spouts rewound to {clock_to_json(clock)}",
         )
     deadline = view.entered_at + config.rewind_timeout
@@ -455,7 +458,7 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
         return _restart(state, view, roster, casualty)
     if view.stop is not None:
         epoch = max(state.epoch, view.highest_epoch) + 1
-        return Decision(SpoutsPaused(epoch), roster.notes,
+        return Decision(SpoutsPaused(epoch, state.catching_up), roster.notes,
                         f"stop requested by {view.stop.by}: a last round commits what was read")
     due = next_round_due(state, view, config)
     reason = f"snapshot interval {config.snapshot_interval:.1f}s elapsed"
@@ -472,7 +475,7 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
         reason += f", and a spout still behind after waiting {_secs(wait)} more"
     if view.now >= due:
         epoch = max(state.epoch, view.highest_epoch) + 1
-        return Decision(SpoutsPaused(epoch), roster.notes, reason)
+        return Decision(SpoutsPaused(epoch, state.catching_up), roster.notes, reason)
     return _wait(roster, view, due, f"flowing; next snapshot round in "
                  f"{_secs(round(due - view.now, 3))}")
 
@@ -484,6 +487,7 @@ def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) ->
         return _restart(state, view, roster, casualty)
     waiting = []
     positions: list[Clock] = []
+    backfills: list[Clock] = []
     notes = list(roster.notes)
     for spout in roster.of(Role.SPOUT):
         report = roster.reports.get(spout)
@@ -498,11 +502,17 @@ def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) ->
             waiting.append(spout)
             continue
         positions.append({spout.partition: offset})
+        back = (report.backfill or {}).get(spout.partition, offset)
+        backfills.append({spout.partition: min(back, offset)})
     if not waiting:
         clock = {p: NOTHING for p in roster.partitions} | merge_max(*positions)
+        backfill = None
+        if state.catching_up:  # the backfill cursors' positions; the live ones' if joined
+            backfill = {p: NOTHING for p in roster.partitions} | merge_max(*backfills)
         return Decision(
-            Flowing(e, clock), tuple(notes),
-            f"all {len(positions)} spouts paused; snapshot clock {clock_to_json(clock)}",
+            Flowing(e, clock, backfill, state.catching_up), tuple(notes),
+            f"all {len(positions)} spouts paused; snapshot clock {clock_to_json(clock)}"
+            + ("" if backfill is None else f", backfill clock {clock_to_json(backfill)}"),
         )
     deadline = view.entered_at + config.pause_timeout
     if view.now >= deadline:
@@ -530,41 +540,46 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
         if stop is not None:
             return Decision(Stopped(e, committed.clock, stop.by), roster.notes,
                             f"stop requested by {stop.by}: {done}")
-        return Decision(Flowing(e, None), roster.notes, done)
+        return Decision(Flowing(e, None, catching_up=state.catching_up), roster.notes, done)
     waiting = []
     refs: dict[str, str] = {}
+    saved: dict[ProcessorId, SnapshotReport] = {}
     for bolt in (pid for role in SAVERS for pid in roster.of(role)):
         snap = roster.snapshots.get(bolt)
         if snap is None or snap.epoch != e:
             waiting.append(bolt)
             continue
-        if not _same_clock(snap.clock, clock):
-            return _restart(
-                state, view, roster,
-                f"{bolt} saved round {e} at {clock_to_json(snap.clock)}, "
-                f"not at {clock_to_json(clock)}",
-            )
+        wrong = wrong_label(bolt, snap, state)
+        if wrong is not None:
+            return _restart(state, view, roster, wrong)
         refs[str(bolt)] = snap.ref
+        saved[bolt] = snap
     if not waiting:
-        if committed is not None and not dominates(clock, committed.clock):
-            return Decision(
-                Flowing(e, None), roster.notes,
-                f"round {e} not committed: {clock_to_json(clock)} does not dominate the "
-                f"committed clock {clock_to_json(committed.clock)}",
-            )
+        clocks = commit_of(saved, state)
+        if isinstance(clocks, str):
+            return _restart(state, view, roster, clocks)
+        backwards = not_committed(clock, clocks, committed)
+        if backwards is not None:
+            return Decision(Flowing(e, None, catching_up=state.catching_up), roster.notes,
+                            f"round {e} not committed: {backwards}")
         keep = frozenset(refs.values()) | frozenset(
             committed.snapshots.values() if committed else ()
         )
-        commit = CommitClock(e, dict(clock), refs)
+        commit = CommitClock(e, dict(clock), refs, clocks)
         keep_epochs = frozenset({e} | ({committed.epoch} if committed else set()))
         forget = ForgetSnapshots(e, keep, keep_epochs)
         actions: tuple[NegotiatorAction, ...] = (*roster.notes, commit, forget)
         done = (f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt and "
                 f"sink instances saved")
+        if clocks:
+            done += "; catching up: " + ", ".join(
+                f"{node} at {clock_to_json(c)}" for node, c in clocks.items())
+        elif state.catching_up:
+            done += f"; {', '.join(sorted(state.catching_up))} caught up"
         if stop is not None:
             return Decision(Stopped(e, clock, stop.by), actions,
                             f"stop requested by {stop.by}: {done}")
-        return Decision(Flowing(e, None), actions, done)
+        return Decision(Flowing(e, None, catching_up=state.catching_up), actions, done)
     deadline = view.entered_at + config.snapshot_timeout
     if view.now >= deadline:
         return _restart(

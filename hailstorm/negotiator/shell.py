@@ -43,6 +43,7 @@ from hailstorm.negotiator.machine import (
 )
 from hailstorm.negotiator.outages import step
 from hailstorm.negotiator.recovery_scope import failed_instances, graph_edges, recovery_scope
+from hailstorm.protocol.catchup import inputs_of_graph
 from hailstorm.protocol.layout import (
     RECOVERIES_KEPT,
     CommittedRecord,
@@ -356,9 +357,9 @@ class Shell:
                  snapshot_s: float | None, pause_s: float | None) -> CommittedRecord:
         if old is None:
             return CommittedRecord(commit.epoch, dict(commit.clock), dict(commit.snapshots),
-                                   now, None, snapshot_s, pause_s)
+                                   now, None, snapshot_s, pause_s, dict(commit.clocks))
         return old.succeeded_by(commit.epoch, commit.clock, commit.snapshots, now,
-                                snapshot_s, pause_s)
+                                snapshot_s, pause_s, commit.clocks)
 
     def _log_notes(self, decision: Decision) -> None:
         for action in decision.actions:
@@ -423,7 +424,8 @@ class Shell:
                 # two machines must not expire a wait early. Waits restart at the takeover.
                 entered_at = self.leader_since
         stop = records.stop_request(self._watch)
-        view = View(now, entered_at, expected, living, snapshots, committed, highest, stop)
+        view = View(now, entered_at, expected, living, snapshots, committed, highest, stop,
+                    inputs_of_graph(expected_record.graph if expected_record else None))
         edges = graph_edges(expected_record.graph if expected_record is not None else None)
         return Observation(state, master_read.version, committed, committed_read.version, view,
                            edges)

@@ -372,6 +372,7 @@ class MasterRecord:
                 "leader": self.leader,
                 "reason": self.reason,
                 **({"by": self.state.by} if isinstance(self.state, Stopped) else {}),
+                **_catch_up_json(self.state),
             }
         )
 
@@ -381,17 +382,21 @@ class MasterRecord:
             kind = _STATE_NAMES.get(d["state"])
             epoch = int(d["epoch"])
             clock = _clock_or_none(d.get("clock"))
+            backfill = _clock_or_none(d.get("backfill"))
+            catching_up = frozenset(map(str, d.get("catching_up") or ()))
             state: Initialize | SpoutsRewind | SpoutsPaused | Flowing | Stopped
             if kind is Flowing:
-                state = Flowing(epoch, clock)
+                state = Flowing(epoch, clock, backfill, catching_up)
             elif kind is SpoutsRewind:
                 if clock is None:
                     raise LayoutError("SpoutsRewind without a clock")
-                state = SpoutsRewind(epoch, clock)
+                state = SpoutsRewind(epoch, clock, backfill, catching_up)
             elif kind is Stopped:
                 state = Stopped(epoch, clock or {}, str(d.get("by", "")))
-            elif kind is Initialize or kind is SpoutsPaused:
-                state = kind(epoch)
+            elif kind is SpoutsPaused:
+                state = SpoutsPaused(epoch, catching_up)
+            elif kind is Initialize:
+                state = Initialize(epoch)
             else:
                 raise LayoutError(f"unknown master state {d['state']!r}")
             return cls(state, float(d["entered_at"]), str(d.get("leader", "")),
@@ -399,6 +404,15 @@ class MasterRecord:
 
         result: MasterRecord = _load("master record", raw, build)
         return result
+
+
+def _catch_up_json(state: object) -> dict[str, Any]:
+    """A state's nodes catching up and its backfill clock, when it has any (absent from
+    the JSON otherwise, as written before catching up existed)."""
+    catching_up: frozenset[str] = getattr(state, "catching_up", frozenset())
+    backfill = getattr(state, "backfill", None)
+    return {**({"catching_up": sorted(catching_up)} if catching_up else {}),
+            **({} if backfill is None else {"backfill": clock_to_json(backfill)})}
 
 
 class ProcessorState(enum.StrEnum):
@@ -440,6 +454,8 @@ class ProcessorReport:
     do not time out meanwhile. ``lost_peer`` (with ``error``): the processor whose
     data-plane connection with this one broke, which the negotiator names as the one that
     failed (it noticed first, through its connection, long before its session expires).
+    ``backfill`` (spouts, while nodes catch up): the position of the partition's
+    backfill cursor (the live one's once it joined it).
     """
 
     processor: str
@@ -452,6 +468,7 @@ class ProcessorReport:
     corrupt: str | None = None
     waiting: str | None = None
     lost_peer: str | None = None
+    backfill: Clock | None = None
 
     @property
     def role(self) -> Role:
@@ -471,6 +488,7 @@ class ProcessorReport:
                 **({} if self.corrupt is None else {"corrupt": self.corrupt}),
                 **({} if self.waiting is None else {"waiting": self.waiting}),
                 **({} if self.lost_peer is None else {"lost_peer": self.lost_peer}),
+                **({} if self.backfill is None else {"backfill": clock_to_json(self.backfill)}),
             }
         )
 
@@ -495,6 +513,7 @@ class ProcessorReport:
                 None if corrupt is None else str(corrupt),
                 None if waiting is None else str(waiting),
                 None if lost_peer is None else str(lost_peer),
+                _clock_or_none(d.get("backfill")),
             )
 
         result: ProcessorReport = _load("processor report", raw, build)
@@ -548,7 +567,11 @@ class CommittedRecord:
     ``snapshot_s``: from the round's clock being set (``Flowing(e, C)``) to this commit;
     ``pause_s``: how long the spouts stood paused for it (``SpoutsPaused(e)`` to
     ``Flowing(e, C)``); None where the committing negotiator did not see that transition
-    (it took over during the round)."""
+    (it took over during the round).
+
+    ``clocks``: the bolts and sinks *catching up* (docs/upgrading.md), each at its own
+    clock (below ``clock`` somewhere); every other node is at ``clock``
+    (:meth:`clock_of`)."""
 
     epoch: int
     clock: Clock
@@ -557,6 +580,7 @@ class CommittedRecord:
     previous: CommittedRecord | None = None
     snapshot_s: float | None = None
     pause_s: float | None = None
+    clocks: Mapping[str, Clock] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -567,6 +591,8 @@ class CommittedRecord:
             "previous": None if self.previous is None else self.previous.to_dict(),
             "snapshot_s": self.snapshot_s,
             "pause_s": self.pause_s,
+            **({"clocks": {n: clock_to_json(c) for n, c in sorted(self.clocks.items())}}
+               if self.clocks else {}),
         }
 
     def to_json(self) -> bytes:
@@ -587,6 +613,7 @@ class CommittedRecord:
                 None if prev is None else CommittedRecord.from_json(prev),
                 _float_or_none(d.get("snapshot_s")),
                 _float_or_none(d.get("pause_s")),
+                {str(n): clock_from_json(c) for n, c in dict(d.get("clocks") or {}).items()},
             )
 
         result: CommittedRecord = _load("committed record", raw, build)
@@ -595,11 +622,18 @@ class CommittedRecord:
     def succeeded_by(
         self, epoch: int, clock: Mapping[Partition, int], snapshots: Mapping[str, str],
         committed_at: float, snapshot_s: float | None = None, pause_s: float | None = None,
+        clocks: Mapping[str, Mapping[Partition, int]] | None = None,
     ) -> CommittedRecord:
         """The record that commits a newer round and keeps this one as ``previous``."""
         keep = replace(self, previous=None)
         return CommittedRecord(epoch, dict(clock), dict(snapshots), committed_at, keep,
-                               snapshot_s, pause_s)
+                               snapshot_s, pause_s,
+                               {n: dict(c) for n, c in (clocks or {}).items()})
+
+    def clock_of(self, node: str) -> Clock:
+        """What bolt or sink ``node``'s committed state includes: its own clock while it
+        catches up, else the round's."""
+        return dict(self.clocks.get(node, self.clock))
 
     def live_refs(self) -> frozenset[str]:
         """Snapshot refs still needed: this round's and the previous committed round's."""

@@ -63,15 +63,32 @@ class Initialize:
         return Phase.INITIALIZE
 
 
+def _frozen_backfill(state: SpoutsRewind | Flowing) -> None:
+    """Normalize a state's ``backfill`` clock and ``catching_up`` names (see
+    :class:`SpoutsRewind`)."""
+    backfill = state.backfill
+    if backfill is not None:
+        object.__setattr__(state, "backfill", _frozen_clock(backfill))
+    object.__setattr__(state, "catching_up", frozenset(state.catching_up))
+
+
 @dataclass(frozen=True)
 class SpoutsRewind:
-    """Spouts seek to ``clock`` (read ``clock[p] + 1`` next) and wait, not emitting."""
+    """Spouts seek to ``clock`` (read ``clock[p] + 1`` next) and wait, not emitting.
+
+    ``catching_up`` names the bolts and sinks catching up on their own clock
+    (docs/upgrading.md): every spout partition then has a second cursor, rewound to
+    ``backfill`` and read only for them, until it reaches the live one. Empty (and
+    ``backfill`` None) when every bolt is at the committed round."""
 
     epoch: int
     clock: Clock = field(default_factory=dict)
+    backfill: Clock | None = None
+    catching_up: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clock", _frozen_clock(self.clock))
+        _frozen_backfill(self)
 
     @property
     def phase(self) -> Phase:
@@ -80,9 +97,14 @@ class SpoutsRewind:
 
 @dataclass(frozen=True)
 class SpoutsPaused:
-    """Spouts stop emitting and report their positions: the next snapshot clock."""
+    """Spouts stop emitting and report their positions: the next snapshot clock (and, for
+    the nodes ``catching_up``, their backfill cursors' positions)."""
 
     epoch: int
+    catching_up: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "catching_up", frozenset(self.catching_up))
 
     @property
     def phase(self) -> Phase:
@@ -92,14 +114,27 @@ class SpoutsPaused:
 @dataclass(frozen=True)
 class Flowing:
     """Data flows. With a ``clock``, bolts snapshot state A at that clock (the go signal for
-    spouts to resume after :class:`SpoutsPaused`); without, no snapshot is requested."""
+    spouts to resume after :class:`SpoutsPaused`); without, no snapshot is requested.
+
+    The nodes ``catching_up`` save the round at ``backfill`` (their cursors' clock, at or
+    below ``clock``) instead: :meth:`clock_for`."""
 
     epoch: int
     clock: Clock | None = None
+    backfill: Clock | None = None
+    catching_up: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.clock is not None:
             object.__setattr__(self, "clock", _frozen_clock(self.clock))
+        _frozen_backfill(self)
+
+    def clock_for(self, node: str) -> Clock | None:
+        """The round's clock as bolt or sink ``node`` sees it: ``backfill`` for a node
+        catching up, else ``clock``."""
+        if node in self.catching_up and self.clock is not None:
+            return self.backfill if self.backfill is not None else self.clock
+        return self.clock
 
     @property
     def phase(self) -> Phase:

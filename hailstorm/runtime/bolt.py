@@ -106,7 +106,7 @@ class BoltShell(InboundShell):
                     self.report(ProcessorState.JOINING, epoch,
                                 error=f"corrupt snapshot {exc}", corrupt=exc.uri)
                     raise
-                loaded = dict(committed.clock)
+                loaded = committed.clock_of(self.spec.name)  # its own while catching up
                 base = self._own_snapshot(refs)
                 fresh = False
         if fresh:
@@ -152,7 +152,9 @@ class BoltShell(InboundShell):
     def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
         if isinstance(state, Flowing) and state.clock is not None:
             assert self.core is not None
-            self.act(self.core.on_clock(state.epoch, self.table.to_wire(state.clock)))
+            clock = state.clock_for(self.spec.name)  # the backfill clock while catching up
+            assert clock is not None
+            self.act(self.core.on_clock(state.epoch, self.table.to_wire(clock)))
 
     def answer(self, query: Query) -> dict[str, Any]:
         """Ask the main thread (which owns the state) for the values of a live query."""

@@ -94,7 +94,7 @@ class SinkShell(InboundShell):
         if record is None:
             return
         saved = record.snapshots.get(self.assignment.processor) == self.ref
-        committed = CommittedRound(record.epoch, dict(record.clock), saved)
+        committed = CommittedRound(record.epoch, record.clock_of(self.spec.name), saved)
         if not saved:
             log.info("not in the committed round %d: starting at its clock %s with what "
                      "%s holds", record.epoch, clock_to_json(record.clock), self.where)
@@ -161,8 +161,9 @@ class SinkShell(InboundShell):
         return 0 if self.writer is None else self.writer.pending
 
     def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
-        if isinstance(state, Flowing) and state.clock is not None:
-            self._round(state.epoch, dict(state.clock))
+        clock = state.clock_for(self.spec.name) if isinstance(state, Flowing) else None
+        if clock is not None:  # the backfill clock while catching up
+            self._round(state.epoch, dict(clock))
 
     def _outage(self, outage: Outage | None) -> None:
         """The writer's database fails every attempt (or answers again: None)."""

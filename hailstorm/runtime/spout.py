@@ -12,8 +12,14 @@ from typing import Any
 
 from hailstorm.halt import TopologyHalt
 from hailstorm.processors import Contributions, Router, SpoutCore, SpoutOutput
+from hailstorm.processors.backfill import (
+    BackfillPace,
+    joinable,
+    new_dead_letters,
+    within_live,
+)
 from hailstorm.processors.spout_core import Backlog
-from hailstorm.protocol.clock import NOTHING, Partition, partition_key
+from hailstorm.protocol.clock import NOTHING, Clock, Partition, merge_max, partition_key
 from hailstorm.protocol.layout import Flowing, ProcessorState, SpoutsPaused, SpoutsRewind
 from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
 from hailstorm.runtime.data_plane import DataPlaneError
@@ -71,12 +77,21 @@ class SpoutShell(Shell):
         self.committed_offset: int | None = None
         """The offset the committed round includes in this partition (None: unseen)."""
         self.log_start_retries = 0
+        self.back: SpoutCore | None = None
+        """The backfill cursor's core while nodes catch up and it is behind the live one."""
+        self.back_consumer: Any = None
+        self.back_receivers: frozenset[str] = frozenset()
+        """Downstream instances of nodes catching up (fed by the backfill cursor until it
+        joins the live one)."""
+        self.back_clock: Clock | None = None
+        """The clock of the round being resumed as the nodes catching up see it."""
+        self.pace = BackfillPace()
 
     def shutdown(self) -> None:
-        consumer = getattr(self, "consumer", None)
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                consumer.close()
+        for consumer in (getattr(self, "consumer", None), getattr(self, "back_consumer", None)):
+            if consumer is not None:
+                with contextlib.suppress(Exception):
+                    consumer.close()
         super().shutdown()
 
     def on_initialize(self, epoch: int) -> None:
@@ -110,26 +125,138 @@ class SpoutShell(Shell):
             self.consumer.assign([TopicPartition(p[0], p[1], start)])
             if committed is not None:  # a recovery's replay: its round is due once read
                 self.backlog.rewound()
+            self._rewind_backfill(state, committed)
             self.started = True
-            self.send_all([self._watermark(core.watermark())])
+            self._send_watermarks()
             self.report(ProcessorState.REWOUND, state.epoch, position={p: core.position})
             log.info("rewound to %d (reading from %d)", core.position, seek)
         elif not self.started:
             raise DataPlaneError(f"{type(state).__name__} before SpoutsRewind in this run")
         elif isinstance(state, SpoutsPaused):
             position = core.pause()
+            back = None if self.back is None else {p: self.back.pause()}
             self.backlog.paused()
             self._flowing = None
             self._commit_dead_letters()  # the round's clock may include their records
             self._keep_stream_times()  # before the round can commit at this position
-            self.report(ProcessorState.PAUSED, state.epoch, position={p: position})
+            self.report(ProcessorState.PAUSED, state.epoch, position={p: position},
+                        backfill=back)
         elif isinstance(state, Flowing):
+            self.back_clock = state.backfill if state.clock is not None else None
             out = core.resume(state.epoch, state.clock) if state.clock is not None \
                 else core.resume()
             self._send(out)  # what was held or staged over the pause
             self.metrics.messages_out.inc(out.sent)
+            if self.back is not None:
+                self._pace_backfill(state)
+                self._send_backfill(self.back.resume(state.epoch, self.back_clock)
+                                    if self.back_clock is not None else self.back.resume())
             self._flowing = None
             self._report_flowing(state.epoch)
+
+    def _rewind_backfill(self, state: SpoutsRewind, committed: Any) -> None:
+        """Open the backfill cursor when nodes downstream catch up and it is behind the
+        live one here (else the live cursor serves them from the start)."""
+        from confluent_kafka import TopicPartition
+
+        from hailstorm.kafka import consumer
+
+        assert self.core is not None
+        p = self.partition
+        downstream = self.topology.downstream_of(self.spec.name)
+        catching = [n for n in downstream if n.name in state.catching_up]
+        self.back_receivers = frozenset(
+            r for (name, _i), r in self.downstream_ids.items() if name in state.catching_up)
+        self.back = None
+        if self.back_consumer is not None:
+            with contextlib.suppress(Exception):
+                self.back_consumer.close()
+            self.back_consumer = None
+        if not catching or state.backfill is None:
+            return
+        start = state.backfill.get(p, NOTHING)
+        if start >= self.core.position:
+            return
+        clocks = [] if committed is None else \
+            [committed.clocks[n.name] for n in catching if n.name in committed.clocks]
+        self.back = SpoutCore(self.spec, p[1], catching,
+                              quarantine_topic=self.topology.dead_letter_topic)
+        seek = self.back.start(state.backfill, merge_max(*clocks) if clocks else None,
+                               (NOTHING, {}) if self.back.stream_times else None)
+        self.back_consumer = consumer(self.assignment.kafka)
+        self.back_consumer.assign([TopicPartition(p[0], p[1], seek)])
+        log.info("backfill for %s: reading from %d up to the live cursor at %d",
+                 ", ".join(sorted(n.name for n in catching)), seek, self.core.position)
+
+    def _pace_backfill(self, state: Flowing) -> None:
+        """A round's clock: a new budget for the backfill; a commit: judge how long the
+        round took."""
+        assert self.coord is not None
+        if state.clock is not None:
+            self.pace.round_started()
+            return
+        committed = self.coord.committed()
+        if committed is not None and committed.epoch == state.epoch:
+            self.pace.round_committed(committed.epoch, committed.snapshot_s)
+            log.debug("backfill budget %d records a round", self.pace.budget)
+
+    def _read_backfill(self) -> None:
+        """One bounded read of the backfill cursor, never beyond the live one; the cursors
+        join once it read everything up to the live position."""
+        from hailstorm.kafka import consumer_error_kind
+
+        back, core = self.back, self.core
+        assert back is not None and core is not None and self.back_consumer is not None
+        allowed = self.pace.allowed()
+        if back.paused or not allowed:
+            return
+        offsets: list[int] = []
+        values: list[bytes | None] = []
+        for message in self.back_consumer.consume(allowed, timeout=POLL / 10):
+            error = message.error()
+            if error is not None:
+                if consumer_error_kind(error) == "lost":
+                    raise TopologyHalt(
+                        f"the backfill of {', '.join(sorted(self.back_receivers))} needs "
+                        f"{partition_key(self.partition)} from offset {back.next_offset}, "
+                        f"which retention deleted: declare start='earliest' on the bolt")
+                continue
+            if message.offset() is not None:
+                offsets.append(message.offset())
+                values.append(message.value())
+        kept, kept_values, reached = within_live(offsets, values, core.position)
+        self.pace.read(len(offsets))
+        if kept:
+            for start in range(0, len(kept), SPOUT_CHUNK):
+                self.follow_master()
+                back.stage(kept[start:start + SPOUT_CHUNK], kept_values[start:start + SPOUT_CHUNK])
+                self.follow_master()
+                self._send_backfill(back.flush(preempt=self._pausing))
+            self.follow_master()
+        if self.back is not None and joinable(back, core, reached):
+            log.info("backfill joined the live cursor at offset %d", core.position)
+            self.back = None
+            with contextlib.suppress(Exception):
+                self.back_consumer.close()
+            self.back_consumer = None
+        elif reached:  # read beyond the live position: read it again later
+            from confluent_kafka import TopicPartition
+
+            self.back_consumer.assign([TopicPartition(*self.partition, back.next_offset)])
+
+    def _send_backfill(self, out: SpoutOutput) -> None:
+        """The backfill cursor's output to the nodes catching up (its dead letters but
+        those the live cursor quarantined before)."""
+        out.dead_letters = new_dead_letters(out.dead_letters, self.spec.name)
+        self._send(out, backfill=True)
+        self.metrics.messages_out.inc(out.sent)
+
+    def _send_watermarks(self) -> None:
+        """Each cursor's watermark to the instances it feeds."""
+        assert self.core is not None
+        self._send(SpoutOutput(None, watermark=self.core.watermark()))
+        if self.back is not None:
+            self._send(SpoutOutput(None, watermark=self.back.watermark()), backfill=True)
 
     def _report_flowing(self, epoch: int) -> None:
         """Report the backlog's state in the Flowing state of ``epoch``, when it changed."""
@@ -195,16 +322,25 @@ class SpoutShell(Shell):
         self._last_watermark = time.monotonic()
         return Watermark(self.joined, self.table.to_wire(marks))
 
-    def _send(self, out: SpoutOutput) -> None:
-        """CLOCK (if any), this batch's part, then the watermark, to every destination."""
+    def _send(self, out: SpoutOutput, backfill: bool = False) -> None:
+        """CLOCK (if any), this batch's part, then the watermark, to every destination the
+        cursor feeds: the backfill cursor's to the nodes catching up, the live one's to the
+        others (and to those too once the backfill joined it, with their round's clock)."""
         connections = self.connections()
         ids = self.downstream_ids
-        per_receiver: dict[str, list[Frame]] = {r: [] for r in connections}
+        joined = self.back is None
+        per_receiver: dict[str, list[Frame]] = {
+            r: [] for r in connections
+            if (r in self.back_receivers) == backfill or (joined and not backfill)}
         if out.clock is not None:
             marker = ClockMarker(out.clock.epoch, self.table.to_wire(out.clock.clock))
-            for frames in per_receiver.values():
-                frames.append(marker)
+            back = marker if self.back_clock is None else \
+                ClockMarker(out.clock.epoch, self.table.to_wire(self.back_clock))
+            for receiver, frames in per_receiver.items():
+                frames.append(back if receiver in self.back_receivers else marker)
         for dest, part in out.batches.items():  # the core routed; re-key by wire index
+            if ids[dest] not in per_receiver:
+                continue  # a node catching up: the backfill cursor feeds it
             partitions = [self.index] * len(part)
             per_receiver[ids[dest]].append(
                 DataBatch.of(partitions, part.offsets, part.tuples, part.keys, part.values)
@@ -217,7 +353,7 @@ class SpoutShell(Shell):
         if out.dead_letters:
             self.dead_letters.write(out.dead_letters)
         through = out.watermark.get(self.partition)
-        if through is not None:  # the budget counts offsets (a message is one record)
+        if through is not None and not backfill:  # the budget counts offsets (one a record)
             self.dead_letters.count(through, ((d, d.message.offset) for d in out.dead_letters))
 
     def _on_consumer_error(self, error: Any, needed: int) -> bool:
@@ -265,10 +401,12 @@ class SpoutShell(Shell):
         if core is None or not self.started or core.paused:
             if core is not None and self.started and \
                     time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
-                self.send_all([self._watermark(core.watermark())])
+                self._send_watermarks()
             self.coord.changed.wait(POLL / 2)
             return
-        messages = self.consumer.consume(CONSUME_BATCH, timeout=POLL / 2)
+        # While a backfill reads, the live cursor does not wait for records to arrive.
+        messages = self.consumer.consume(CONSUME_BATCH,
+                                         timeout=POLL / 2 if self.back is None else 0)
         offsets: list[int] = []
         values: list[bytes | None] = []
         at_end = False
@@ -296,7 +434,9 @@ class SpoutShell(Shell):
             self.follow_master()  # a pause that preempted the last flush
             self.metrics.batch(started, len(offsets), sent)
         elif time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
-            self.send_all([self._watermark(core.watermark())])
+            self._send_watermarks()
+        if self.back is not None and not core.paused:
+            self._read_backfill()
         self.backlog.fetched(full=len(messages) >= CONSUME_BATCH, at_end=at_end)
         if self._flowing is not None and not core.paused:
             self._report_flowing(self._flowing[0])

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hailstorm.protocol.catchup import committed_low_water_mark
 from hailstorm.protocol.clock import Partition, clock_to_json, partition_key
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -307,6 +308,10 @@ def _round_entry(committed: CommittedRecord, now: float,
         "pause_s": None if committed.pause_s is None else round(committed.pause_s, 4),
         "snapshots": dict(sorted(committed.snapshots.items())),
         "size_bytes": _round_size(committed, sizes),
+        "catching_up": {node: clock_to_json(clock)
+                        for node, clock in sorted(committed.clocks.items())},
+        "low_water_mark": clock_to_json(committed_low_water_mark(committed.clock,
+                                                                 committed.clocks)),
     }
 
 

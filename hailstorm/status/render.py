@@ -42,6 +42,8 @@ def render(doc: Mapping[str, Any]) -> Any:
     else:
         parts.append(Text(f"committed: round {committed['epoch']}, "
                           f"{_fmt(committed['age_s'], ' s')} ago"))
+        for node, clock in (committed.get("catching_up") or {}).items():
+            parts.append(Text(f"  {node} catching up on its own clock, at {clock}"))
     for neg in doc.get("negotiators", []):
         parts.append(Text(
             f"negotiator {neg['id']} {'(leader) ' if neg['leader'] else ''}"

@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from hailstorm.errors import ProtocolError
-from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.clock import Clock, Partition
 from hailstorm.protocol.layout import (
     CommittedRecord,
     ProcessorId,
@@ -115,8 +115,9 @@ def plan_for(client: KazooClient, name: str, store: SnapshotStore, topology: Top
         except KafkaException as exc:
             notes.append(f"the inputs' log starts are unknown ({exc}): lost records are "
                          "not checked")
+    committed = TopologyRecords(client, name).committed()
     plan = make_plan(deployed.nodes, deployed.states, describe_topology(topology), allow_drop,
-                     starts)
+                     starts, committed.clock if committed is not None else None)
     return replace(plan, notes=plan.notes + tuple(notes))
 
 
@@ -136,13 +137,19 @@ def edit_committed(record: CommittedRecord, renames: Mapping[str, str],
             edited[pid] = ref
         return edited
 
+    def edit_clocks(clocks: Mapping[str, Clock]) -> dict[str, Clock]:
+        """Catching-up nodes' own clocks follow the same renames and drops."""
+        return {renames.get(node, node): dict(clock) for node, clock in clocks.items()
+                if node not in discarded}
+
     previous = record.previous
     if previous is not None:
         previous = CommittedRecord(previous.epoch, previous.clock, edit(previous.snapshots),
                                    previous.committed_at, None, previous.snapshot_s,
-                                   previous.pause_s)
+                                   previous.pause_s, edit_clocks(previous.clocks))
     return CommittedRecord(record.epoch, record.clock, edit(record.snapshots),
-                           record.committed_at, previous, record.snapshot_s, record.pause_s)
+                           record.committed_at, previous, record.snapshot_s, record.pause_s,
+                           edit_clocks(record.clocks))
 
 
 def apply_plan(client: KazooClient, name: str, plan: Plan) -> None:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hailstorm.errors import DefinitionError
-from hailstorm.protocol.clock import Partition, partition_key
+from hailstorm.protocol.catchup import catching_up
+from hailstorm.protocol.clock import NOTHING, Partition, partition_key
 from hailstorm.snapshots.evolution import evolution_problem
 from hailstorm.upgrade.describe import NodeDescription
 
@@ -171,6 +172,33 @@ def _fresh_start(node: NodeDescription, detail: str, gone: Mapping[Partition, in
                   "inputs (from offset 0)")
 
 
+def backfill_detail(node: NodeDescription, new: Mapping[str, NodeDescription],
+                    committed: Mapping[Partition, int],
+                    log_starts: Mapping[Partition, int] | None) -> str | None:
+    """What a bolt catching up on its own clock reads: from where its empty state starts
+    (offset 0, or with ``start='earliest'`` the log start) up to the ``committed`` clock,
+    per source partition, and how many records. None where the log starts are unknown
+    and needed."""
+    topics = source_topics(node.name, new)
+    ranges: dict[Partition, tuple[int, int]] = {}
+    for p, last in sorted(committed.items()):
+        if p[0] not in topics or last == NOTHING:
+            continue
+        first = 0
+        if node.start == "earliest":
+            if log_starts is None or p not in log_starts:
+                return None
+            first = log_starts[p]
+        if first <= last:
+            ranges[p] = (first, last)
+    if not ranges:
+        return "nothing to backfill: its inputs committed no record"
+    text = ", ".join(f"{partition_key(p)} {a}..{b}" for p, (a, b) in ranges.items())
+    records = sum(b - a + 1 for a, b in ranges.values())
+    return (f"backfilled from offsets {text} ({records} records) on its own clock while "
+            "the other nodes keep committing; it joins their rounds when it reaches them")
+
+
 def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                stored: StoredState | None, source: str, new_names: Collection[str],
                gone: Mapping[Partition, int] | None) -> NodePlan:
@@ -227,11 +255,14 @@ def make_plan(
     new: Mapping[str, NodeDescription],
     allow_drop: Collection[str] = (),
     log_starts: Mapping[Partition, int] | None = None,
+    committed: Mapping[Partition, int] | None = None,
 ) -> Plan:
     """What a run of the ``new`` nodes does, given the ``deployed`` ones (None: not
     recorded, e.g. by an older driver: only the stored state is compared), the
     committed round's ``states`` by bolt name, and the source partitions' ``log_starts``
-    (None: not known; then a bolt built from offset 0 is not checked for lost records)."""
+    (None: not known; then a bolt built from offset 0 is not checked for lost records).
+    With the ``committed`` round's clock, a bolt catching up on its own clock says what
+    its backfill reads (:func:`backfill_detail`)."""
     notes: list[str] = []
     old_nodes: dict[str, NodeDescription] = dict(deployed or {})
     old_names = set(old_nodes) | set(states)
@@ -279,6 +310,8 @@ def make_plan(
             plans[i] = replace(bolt, detail=(
                 f"{bolt.detail}; but its input {', '.join(behind)} is carried and sends only "
                 "what it emits from the committed round on, not its history"))
+    if committed is not None:
+        plans = _with_backfills(plans, new, rebuilt, committed, log_starts)
     for i, sink in enumerate(plans):
         starts = sorted(set(new[sink.node].inputs) & rebuilt)
         if sink.kind == "sink" and sink.action is Action.CARRY and starts:
@@ -300,3 +333,24 @@ def make_plan(
         notes.append(f"--allow-drop {name}: no deployed node of that name is removed, so "
                      "nothing is dropped")
     return Plan(tuple(plans), tuple(notes))
+
+
+def _with_backfills(plans: list[NodePlan], new: Mapping[str, NodeDescription],
+                    rebuilt: Collection[str], committed: Mapping[Partition, int],
+                    log_starts: Mapping[Partition, int] | None) -> list[NodePlan]:
+    """``plans`` with what catches up on its own clock said: the rebuilt bolts reading
+    history (not ``start='latest'``) and the nodes fed only by them and spouts
+    (:func:`~hailstorm.protocol.catchup.catching_up`, as the negotiator decides)."""
+    behind = {b for b in rebuilt if new[b].start != "latest"}
+    inputs = {n.name: n.inputs for n in new.values() if n.kind != "spout"}
+    nodes = catching_up(inputs, behind)
+    done: list[NodePlan] = []
+    for plan in plans:
+        if plan.node in nodes and plan.action is not Action.REFUSE:
+            extra = backfill_detail(new[plan.node], new, committed, log_starts) \
+                if plan.kind == "bolt" and plan.node in behind else \
+                f"catches up with {', '.join(sorted(set(new[plan.node].inputs) & nodes))}"
+            if extra is not None:
+                plan = replace(plan, detail=f"{plan.detail}; {extra}")
+        done.append(plan)
+    return done

@@ -80,11 +80,12 @@ def test_master_committed_and_negotiators() -> None:
     assert doc["committed"] == {"epoch": 7, "clock": {"words:0": 41, "words:1": 9},
                                 "committed_at": 995.0, "age_s": 5.0, "snapshot_s": 0.25,
                                 "pause_s": 0.0625, "snapshots": {"bolt:counts:0": REF},
-                                "size_bytes": 4096}
+                                "size_bytes": 4096, "catching_up": {},
+                                "low_water_mark": {"words:0": 41, "words:1": 9}}
     assert doc["committed_previous"] == {
         "epoch": 5, "clock": {"words:0": 20, "words:1": 3}, "committed_at": 993.5,
         "age_s": 6.5, "snapshot_s": None, "pause_s": None, "snapshots": {"bolt:counts:0": OLD},
-        "size_bytes": None}
+        "size_bytes": None, "catching_up": {}, "low_water_mark": {"words:0": 20, "words:1": 3}}
     assert [n["id"] for n in doc["negotiators"]] == ["neg-a", "neg-b"]
     assert doc["negotiators"][0] | {} == {
         "id": "neg-a", "host": "h3", "metrics": 9101, "leader": True,
@@ -243,3 +244,16 @@ def test_a_sink_waiting_for_its_database_is_a_problem_and_shown_as_such() -> Non
     console = Console(width=400, record=True)
     console.print(render(doc))
     assert f"waiting for {down}" in console.export_text()
+
+
+def test_nodes_catching_up_and_the_low_water_mark() -> None:
+    committed = CommittedRecord(7, {P0: 41, P1: 9}, {"bolt:counts:0": REF}, 995.0,
+                                clocks={"cased": {P0: 12, P1: 9}})
+    doc = assemble(inputs(committed=committed))
+    assert doc["committed"]["catching_up"] == {"cased": {"words:0": 12, "words:1": 9}}
+    assert doc["committed"]["low_water_mark"] == {"words:0": 12, "words:1": 9}
+    console = Console(width=200, record=True, file=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(render(doc))
+    assert "cased catching up on its own clock, at {'words:0': 12, 'words:1': 9}" \
+        in captured.get()

@@ -357,3 +357,35 @@ def test_edit_committed_renames_and_discards_bolt_instances() -> None:
     assert edited.clock == record.clock and edited.epoch == 4
     assert edited.previous is not None
     assert edited.previous.snapshots == {"bolt:totals:0": "a3", "bolt:totals:1": "b3"}
+
+
+def test_a_new_bolt_catching_up_says_what_its_backfill_reads() -> None:
+    committed = {("words", 0): 1499, ("words", 1): 1999}
+    plan = make_plan(describe_topology(wordcount()), stored(wordcount()),
+                     describe_topology(wordcount(extra=True)), (), None, committed)
+    assert decision(plan, "longest")[1] == (
+        "bolt longest: new: no committed state: starts empty and reads the retained records "
+        "of its inputs (from offset 0); backfilled from offsets words:0 0..1499, words:1 "
+        "0..1999 (3500 records) on its own clock while the other nodes keep committing; it "
+        "joins their rounds when it reaches them")
+    assert decision(plan, "longest_word")[1].endswith("; catches up with longest")
+    assert "backfilled" not in decision(plan, "counts")[1]
+    starts = {("words", 0): 500, ("words", 1): 2000}
+    earliest = make_plan(describe_topology(wordcount()), stored(wordcount()),
+                         describe_topology(wordcount(version=2, start="earliest")), (),
+                         starts, committed)
+    assert decision(earliest, "counts")[0] is Action.RESTART
+    assert decision(earliest, "counts")[1].endswith(
+        "; backfilled from offsets words:0 500..1499 (1000 records) on its own clock while "
+        "the other nodes keep committing; it joins their rounds when it reaches them")
+    latest = make_plan(describe_topology(wordcount()), stored(wordcount()),
+                       describe_topology(wordcount(version=2, start="latest")), (),
+                       starts, committed)
+    assert "backfilled" not in decision(latest, "counts")[1]
+
+
+def test_edit_committed_renames_and_drops_own_clocks() -> None:
+    record = CommittedRecord(4, {("words", 0): 9}, {}, 2.0,
+                             clocks={"counts": {("words", 0): 3}, "longest": {("words", 0): 1}})
+    edited = edit_committed(record, {"counts": "totals"}, {"longest"})
+    assert edited.clocks == {"totals": {("words", 0): 3}}

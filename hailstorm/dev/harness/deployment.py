@@ -283,11 +283,13 @@ class Deployment:
         return result
 
     def covers(self, target: Mapping[Partition, int]) -> CommittedRecord | None:
-        """The committed record if its clock includes every ``target`` offset."""
+        """The committed record if its clock, and that of every node still catching up
+        on its own, includes every ``target`` offset."""
         committed = self.committed()
         if committed is None:
             return None
-        if all(committed.clock.get(p, -1) >= o for p, o in target.items()):
+        if all(c.get(p, -1) >= o for c in (committed.clock, *committed.clocks.values())
+               for p, o in target.items()):
             return committed
         return None
 

@@ -1,0 +1,60 @@
+"""A new bolt added to a topology with a long history (issue 41): 2M lines by default.
+
+    .venv/bin/python bench/catch_up.py [--history 2000000] [--live 20000] [--rate 200]
+
+Starts an embedded stack of its own (brought down afterwards) and runs
+:func:`hailstorm.dev.harness.catch_up.catch_up_run`: a word count commits ``--history``
+lines with 1 s rounds, then is deployed again with a new bolt and sink while ``--live``
+lines are produced at ``--rate`` a second. Prints the plan, every committed round (its
+time, the round's clock and the new nodes' own clocks while they catch up) and one JSON
+line; exits 1 unless rounds committed while the new bolt caught up, the carried bolt's
+clock moved meanwhile, nothing restarted, no stage attempt failed and every state and
+table equals the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import bench_logs, embedded_stack, machine, report  # noqa: E402
+
+from hailstorm.dev.harness import StackAddresses  # noqa: E402
+from hailstorm.dev.harness.catch_up import catch_up_run, comparison_line  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--history", type=int, default=2_000_000,
+                        help="Lines committed before the new bolt is deployed.")
+    parser.add_argument("--live", type=int, default=20_000,
+                        help="Lines produced while it catches up.")
+    parser.add_argument("--rate", type=float, default=200.0, help="Live lines per second.")
+    args = parser.parse_args(argv)
+    logs = bench_logs("hailstorm-catch-up-")
+    with embedded_stack() as env:
+        result = catch_up_run(StackAddresses.from_env(env), logs, history=args.history,
+                              live=args.live, rate=args.rate)
+    c = result.comparison
+    report("catch_up", {"history": args.history, "live": args.live, "rate": args.rate,
+                        "rounds_catching_up": result.catching_up,
+                        "clock_moved": result.clock_moved, "joined_s": result.joined_s,
+                        "restarts": result.restarts,
+                        "failed_attempts": result.failed_attempts,
+                        "lost": c.lost if c else None, "duplicated": c.duplicated if c else None,
+                        "wrong": c.wrong if c else None, "ok": result.ok,
+                        "machine": machine(), "logs": str(logs)},
+           f"{args.history} lines of history: {result.catching_up} rounds committed while the "
+           f"new bolt caught up (joined after {result.joined_s} s), "
+           f"{len(result.restarts)} restarts, {len(result.failed_attempts)} failed stage "
+           f"attempts; {comparison_line(c) if c else 'not compared'} (logs in {logs})")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""A new bolt catching up on its own clock while the others commit (docs/upgrading.md),
+run for real: :func:`catch_up_run`, shared by ``tests/integration/test_runtime_catch_up.py``
+(small) and ``bench/catch_up.py`` (2M lines of history)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hailstorm import kafka
+from hailstorm.dev.harness.compare import Comparison, compare_with_model
+from hailstorm.dev.harness.deployment import REPO, Deployment
+from hailstorm.dev.harness.producing import BackgroundProducer, Produced, produce
+from hailstorm.dev.harness.run import TopologyRun
+from hailstorm.dev.harness.stack import SQLITE, StackAddresses
+from hailstorm.dev.harness.wait import wait_for
+from hailstorm.model import run_model
+from hailstorm.protocol.clock import Clock, clock_to_json
+
+__all__ = ["CATCH_UP_BASE", "CATCH_UP_NEW", "CatchUpResult", "CommittedRound", "RoundLog",
+           "catch_up_run", "comparison_line", "plan_output"]
+
+CATCH_UP_BASE = '''
+from hailstorm import Count, Table, Topology, per_key
+
+topology = Topology("catch_up")
+lines = topology.spout("lines", topic="{topic}", decoder="text", explode=str.split)
+counts = topology.bolt("counts", inputs=[lines], key=lambda w: w.lower(),
+                       state=per_key(Count()), lift=lambda w: 1, parallelism=2)
+'''
+"""The deployed topology (``{topic}``): a word count without a sink."""
+
+CATCH_UP_NEW = '''
+cased = topology.bolt("cased", inputs=[lines], key=lambda w: w, state=per_key(Count()),
+                      lift=lambda w: 1, emit=lambda w, n: [(w, n)], parallelism=2)
+topology.sink("cased_counts", [cased],
+              Table("{table}", columns={{"word": "text", "n": "bigint"}}, key=["word"],
+                    mode="upsert"))
+'''
+"""What the upgrade adds to :data:`CATCH_UP_BASE`: a new bolt and its table (``{table}``)."""
+
+
+@dataclass(frozen=True)
+class CommittedRound:
+    """One committed round as the log saw it."""
+
+    epoch: int
+    seen_at: float
+    """``time.monotonic()`` when the log read it."""
+    clock: Clock
+    clocks: Mapping[str, Clock]
+
+
+class RoundLog:
+    """Every committed round of ``run``, read every 0.1 s on a thread from creation on
+    (until the process ends: the thread is a daemon)."""
+
+    def __init__(self, run: Deployment, poll: float = 0.1) -> None:
+        self.run = run
+        self.poll = poll
+        self.rounds: list[CommittedRound] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._follow, name="round-log", daemon=True).start()
+
+    def _follow(self) -> None:
+        while True:
+            try:
+                record = self.run.committed()
+            except Exception:  # the stack went away at the end of a test
+                return
+            with self._lock:
+                if record is not None and (not self.rounds
+                                           or record.epoch != self.rounds[-1].epoch):
+                    self.rounds.append(CommittedRound(record.epoch, time.monotonic(),
+                                                      dict(record.clock), dict(record.clocks)))
+            time.sleep(self.poll)
+
+    def catching_up(self, node: str) -> list[CommittedRound]:
+        """The rounds committed while ``node`` had its own clock."""
+        with self._lock:
+            return [r for r in self.rounds if node in r.clocks]
+
+    def joined(self) -> bool:
+        """Some node caught up on its own clock and, in the last round, none does."""
+        with self._lock:
+            return any(r.clocks for r in self.rounds) and not self.rounds[-1].clocks
+
+    def table(self, since: float) -> str:
+        """One line per round: when (seconds after ``since``), the round's clock and each
+        node's own."""
+        with self._lock:
+            rounds = list(self.rounds)
+        lines = []
+        for r in rounds:
+            own = "; ".join(f"{n} at {clock_to_json(c)}" for n, c in sorted(r.clocks.items()))
+            lines.append(f"round {r.epoch} at +{r.seen_at - since:.1f} s: "
+                         f"{clock_to_json(r.clock)}" + (f"; {own}" if own else ""))
+        return "\n".join(lines)
+
+
+def plan_output(stack: StackAddresses, module: str, name: str) -> str:
+    """``hailstorm plan MODULE --name NAME`` (with Kafka), as an operator runs it: its
+    output, raising when it refused or failed."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), HAILSTORM_ZK=stack.zk,
+               HAILSTORM_KAFKA=stack.kafka, HAILSTORM_SNAPSHOTS=str(stack.snapshots))
+    done = subprocess.run([sys.executable, "-m", "hailstorm", "plan", module, "--name", name],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise AssertionError(f"hailstorm plan exited {done.returncode}: {done.stdout}"
+                             f"{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def comparison_line(comparison: Comparison) -> str:
+    """``N keys: L lost, D duplicated, W wrong`` against the model (and the oracle's)."""
+    return (f"{comparison.keys_compared} keys and rows against the model: {comparison.lost} "
+            f"lost, {comparison.duplicated} duplicated, {comparison.wrong} wrong; "
+            + "; ".join(comparison.oracle_lines()))
+
+
+WORDS = ["Apple", "apple", "Bob", "bob", "cat", "Cat", "dog", "Eel", "eel", "fox"]
+
+
+def _lines(rng: random.Random, n: int) -> list[bytes]:
+    return [" ".join(rng.choices(WORDS, k=4)).encode() for _ in range(n)]
+
+
+@dataclass
+class CatchUpResult:
+    """What :func:`catch_up_run` saw."""
+
+    history: Clock = field(default_factory=dict)
+    """The committed clock when the new bolt was deployed."""
+    plan: str = ""
+    rounds: str = ""
+    """Every committed round of the second deployment (:meth:`RoundLog.table`)."""
+    catching_up: int = 0
+    """Rounds committed while the new bolt had its own clock."""
+    clock_moved: bool = False
+    """The round's clock moved during those rounds (the carried bolt kept up with the
+    lines produced meanwhile)."""
+    joined_s: float | None = None
+    """Seconds from the first round with the new bolt catching up to the one it joined."""
+    restarts: list[str] = field(default_factory=list)
+    """Recoveries once the second deployment flowed (while the new bolt caught up)."""
+    failed_attempts: list[str] = field(default_factory=list)
+    """The second deployment's failed stage attempts."""
+    comparison: Comparison | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.catching_up >= 1 and self.clock_moved and not self.restarts
+                and not self.failed_attempts and self.comparison is not None
+                and self.comparison.ok)
+
+
+def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, rate: float,
+                 partitions: int = 2, snapshot_interval: float = 1.0,
+                 progress: Callable[[str], None] = print) -> CatchUpResult:
+    """Commit ``history`` lines with :data:`CATCH_UP_BASE`, then deploy it with
+    :data:`CATCH_UP_NEW` under the same name while ``live`` lines are produced at ``rate``
+    a second; wait for the new bolt to join the rounds and compare every state and table
+    with the model."""
+    result = CatchUpResult()
+    topic = f"catchup-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(stack.kafka, topic, partitions)
+    numbers = kafka.partitions_of(stack.kafka, topic)
+    name = f"catchup_{uuid.uuid4().hex[:8]}"
+    rng = random.Random(4142)
+    produced = Produced(topic)
+    for start in range(0, history, 100_000):
+        produce(stack.kafka, produced, _lines(rng, min(100_000, history - start)), numbers)
+    progress(f"produced {history} lines of history on {topic}")
+    base = logs / "base.py"
+    logs.mkdir(parents=True, exist_ok=True)
+    base.write_text(CATCH_UP_BASE.format(topic=topic))
+    with TopologyRun(stack, base, name=name, log_dir=logs / "base", negotiators=1,
+                     database=SQLITE, snapshot_interval=snapshot_interval) as run:
+        started = time.monotonic()
+        run.start()
+        committed = run.wait_committed(produced.clock(), 600 + history / 1_000)
+        progress(f"history committed in {time.monotonic() - started:.0f} s")
+    result.history = dict(committed.clock)
+    changed = logs / "changed.py"
+    changed.write_text(CATCH_UP_BASE.format(topic=topic)
+                       + CATCH_UP_NEW.format(table=f"cased_{uuid.uuid4().hex[:8]}"))
+    result.plan = plan_output(stack, str(changed), name)
+    progress(result.plan)
+    with TopologyRun(stack, changed, name=name, log_dir=logs / "changed", negotiators=1,
+                     database=SQLITE, snapshot_interval=snapshot_interval) as run:
+        rounds = RoundLog(run)
+        started = time.monotonic()
+        run.start()
+        run.wait_flowing()
+        flowing_at = time.time()  # restarts before it are the start's, not the backfill's
+        with BackgroundProducer(stack.kafka, produced, _lines(rng, live), numbers,
+                                rate) as producer:
+            wait_for("the new bolt to join the rounds", rounds.joined,
+                     240 + history / 1_000, run.alive)
+            producer.join(60 + live / rate)
+        committed = run.wait_committed(produced.clock(), 120)
+        result.rounds = rounds.table(started)
+        progress(result.rounds)
+        behind = rounds.catching_up("cased")
+        result.catching_up = len(behind)
+        result.clock_moved = bool(behind) and behind[-1].clock != behind[0].clock
+        joined = [r for r in rounds.rounds if behind and r.epoch > behind[-1].epoch]
+        if behind and joined:
+            result.joined_s = round(joined[0].seen_at - behind[0].seen_at, 1)
+        result.restarts = [r.reason for r in run.recoveries()
+                           if not r.is_start and r.at >= flowing_at]
+        result.failed_attempts = [line for line in run.log("driver").splitlines()
+                                  if "stage attempt" in line and "failed" in line]
+        model = run_model(run.topology, produced.model_messages())
+        wait_for("the new sink's table to equal the model",
+                 lambda: run.sink_tables()["cased_counts"] == model.table("cased_counts"),
+                 60, run.alive)
+        result.comparison = compare_with_model(model, run.committed_bolt_states(committed),
+                                               run.sink_tables())
+        progress(comparison_line(result.comparison))
+    return result
