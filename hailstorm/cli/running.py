@@ -259,8 +259,9 @@ def negotiator_command(args: tuple[str, ...]) -> None:
     # daemon is run by module name in this process, as `python -m hailstorm.negotiator` runs it.
     import runpy
 
-    sys.argv = [NEGOTIATOR_MODULE, *args]
-    runpy.run_module(NEGOTIATOR_MODULE, run_name="__main__", alter_sys=True)
+    # argv[0] names the command in its usage line (the daemon's usage_name); kept as set.
+    sys.argv = ["hailstorm negotiator", *args]
+    runpy.run_module(NEGOTIATOR_MODULE, run_name="__main__", alter_sys=False)
 
 
 @main.command("secret")

@@ -194,11 +194,24 @@ def negotiator_command(
         log.info("%s: stopped", identifier)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m hailstorm.negotiator``; returns the exit status."""
+CLI_NAME = "hailstorm negotiator"
+"""What ``hailstorm negotiator`` sets ``sys.argv[0]`` to before running this package."""
+MODULE_NAME = "python -m hailstorm.negotiator"
+
+
+def usage_name(argv0: str) -> str:
+    """The command's name in its usage line: the one it was run by."""
+    return CLI_NAME if argv0 == CLI_NAME else MODULE_NAME
+
+
+def main(argv: Sequence[str] | None = None, prog_name: str | None = None) -> int:
+    """Entry point of ``python -m hailstorm.negotiator`` and ``hailstorm negotiator``;
+    returns the exit status. ``prog_name``: the usage line's name (default: by
+    :func:`usage_name`)."""
     try:
         negotiator_command.main(args=list(argv) if argv is not None else None,
-                                prog_name="negotiator", standalone_mode=False)
+                                prog_name=prog_name or usage_name(sys.argv[0]),
+                                standalone_mode=False)
     except click.exceptions.Abort:
         return 1
     except click.ClickException as exc:
