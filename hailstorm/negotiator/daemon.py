@@ -19,6 +19,7 @@ from types import FrameType
 import click
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from hailstorm.config import ZK_VAR, snapshots_option, zk_option
 from hailstorm.metrics import NegotiatorMetrics, start_server
@@ -162,7 +163,12 @@ def negotiator_command(
     topo = name or topology_name(str(topology))
     identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
     client = zk_client(zk, session_timeout)
-    client.start(timeout=max(15.0, session_timeout))
+    try:
+        client.start(timeout=max(15.0, session_timeout))
+    except KazooTimeoutError as exc:
+        client.close()
+        raise click.ClickException(f"cannot reach ZooKeeper at {zk} ({exc}): is it running, "
+                                   f"and do --zk and ${ZK_VAR} name it?") from None
     metrics = NegotiatorMetrics(topo, identifier)
     server = None if metrics_host == "none" else start_server(metrics.registry, metrics_host)
     announce = _Announcement(client, topo, identifier, metrics_host,

@@ -1,5 +1,6 @@
-"""Every command's ``--help`` names it as it is typed: ``Usage: hailstorm dev up``, and
-``hailstorm negotiator`` (run by module name) too."""
+"""What the command line says of itself: every command's ``--help`` names it as it is typed
+(``Usage: hailstorm dev up``, and ``hailstorm negotiator``, run by module name, too), and a
+ZooKeeper that does not answer is one line, not a traceback."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from collections.abc import Iterator
 import click
 import pytest
 from click.testing import CliRunner
+from kazoo.handlers.threading import KazooTimeoutError
 
 from hailstorm.cli import main
+from hailstorm.cli.group import _handle_errors
 from hailstorm.negotiator.daemon import MODULE_NAME, usage_name
 
 
@@ -37,3 +40,15 @@ def test_the_negotiator_run_by_module_name_says_so() -> None:
     assert usage_name("/venv/lib/python3/site-packages/hailstorm/negotiator/__main__.py") \
         == MODULE_NAME == "python -m hailstorm.negotiator"
     assert usage_name("hailstorm negotiator") == "hailstorm negotiator"
+
+
+def test_a_zookeeper_that_does_not_answer_is_one_line() -> None:
+    @click.command()
+    @_handle_errors
+    def connect() -> None:
+        raise KazooTimeoutError("Connection time-out")
+
+    result = CliRunner().invoke(connect, [])
+    assert result.exit_code == 1
+    assert result.output.strip() == ("error: cannot reach ZooKeeper (Connection time-out): is it "
+                                     "running, and do --zk and $HAILSTORM_ZK name it?")
