@@ -139,7 +139,8 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    for chatty in ("kazoo", "py4j"):  # third parties: their warnings only
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     settings = config.Settings.from_env(
         zk=zk, kafka=kafka, snapshots=snapshot_dir, database_url=database, kafka_config=kafka_config
     )

@@ -90,6 +90,8 @@ def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = 
         SparkConf().setMaster(master)
         .setAppName(options.app_name)
         .set("spark.ui.enabled", "false")
+        # No "[Stage 0:==>  (1 + 4) / 5]" bar: a topology's stage runs until it stops.
+        .set("spark.ui.showConsoleProgress", "false")
         .set("spark.pyspark.python", python)
         # One Python worker per task: killing one processor never takes a sibling with it.
         .set("spark.python.worker.reuse", "false")

@@ -135,6 +135,7 @@ def test_stop_then_run_again_is_a_stop_and_a_start(stack_env: dict[str, str],
         output = run.log("driver")
         assert "Coordinator load in progress" not in output
         assert "resolves to a loopback address" not in output
+        assert "[Stage 0:" not in output and "Closing down clientserver" not in output
         rounds = re.findall(r"round (\d+): table committed through", output)
         assert rounds and len(rounds) == len(set(rounds)), rounds
         assert_console_shows_stopped(run, tmp_path / "screenshots")
