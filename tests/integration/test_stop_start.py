@@ -109,7 +109,9 @@ def test_stop_then_run_again_is_a_stop_and_a_start(stack_env: dict[str, str],
     kafka.recreate_topic(stack.kafka, TOPIC, 2)
     partitions = kafka.partitions_of(stack.kafka, TOPIC)
     produced = Produced(TOPIC)
-    with deployed(stack, TOPOLOGY, tmp_path / "logs", negotiators=1) as run:
+    # Nothing fails here, so no phase is stuck: a long --timeout keeps a slow first start on
+    # a loaded machine (processors registering after 30 s) from counting as a recovery.
+    with deployed(stack, TOPOLOGY, tmp_path / "logs", negotiators=1, timeout=120.0) as run:
         produce(stack.kafka, produced, wordcount_lines(3000, seed=21), partitions)
         run.start()
         run.wait_flowing(timeout=300)
