@@ -11,6 +11,11 @@ SASL, TLS, anything librdkafka takes), then what the call site needs. Properties
 exactly-once depends on (``isolation.level=read_committed`` and ``auto.offset.reset=error``
 for spouts) are set last and cannot be overridden. Secrets from the file never reach a log
 line or an error message: :func:`redacted` masks them.
+
+librdkafka's own log lines go to the ``hailstorm.kafka.client`` logger (served when a client
+polls), not straight to the terminal; the transient ones it retries by itself
+(:data:`TRANSIENT_CLIENT_LOGS`, e.g. a transaction coordinator still loading) are logged at
+DEBUG.
 """
 
 from __future__ import annotations
@@ -102,10 +107,37 @@ def client_settings(
     settings.update(overrides or {})
     settings["bootstrap.servers"] = bootstrap
     settings.setdefault("error_cb", _log_client_error)
+    settings.setdefault("logger", CLIENT_LOG)
     return settings
 
 
 _client_log = logging.getLogger("hailstorm.kafka")
+
+TRANSIENT_CLIENT_LOGS = (
+    "Coordinator load in progress",
+    "Coordinator not available",
+)
+"""Parts of librdkafka log lines about what it retries by itself (logged at DEBUG)."""
+
+
+def is_transient_client_log(message: str) -> bool:
+    """True when a librdkafka log line is about something it retries by itself."""
+    return any(part in message for part in TRANSIENT_CLIENT_LOGS)
+
+
+class _TransientAsDebug(logging.Filter):
+    """Passes librdkafka's transient lines only when the logger logs DEBUG, as DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG and is_transient_client_log(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return CLIENT_LOG.isEnabledFor(logging.DEBUG)
+        return True
+
+
+CLIENT_LOG = logging.getLogger("hailstorm.kafka.client")
+"""Where every client's librdkafka log lines go (``logger`` in :func:`client_settings`)."""
+CLIENT_LOG.addFilter(_TransientAsDebug())
 
 
 def _log_client_error(error: KafkaError) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,16 +70,39 @@ class QueryResult:
     """Why this round: ``committed in ZooKeeper``, ``latest complete round``, ``--epoch``."""
     values: dict[Any, Any] = field(default_factory=dict)
     missing: list[Any] = field(default_factory=list)
+    asked: tuple[Any, ...] = ()
+    """The keys in the order asked (the lines come in that order)."""
 
     def to_json_lines(self) -> list[str]:
-        """One JSON object per key: ``key``, ``value`` (null when missing), ``found``,
-        ``epoch``, ``clock``."""
-        clock = clock_to_json(self.clock)
-        rows = [{"key": jsonable(k), "value": jsonable(v), "found": True} for k, v in
-                self.values.items()]
-        rows += [{"key": jsonable(k), "value": None, "found": False} for k in self.missing]
-        return [json.dumps({**row, "epoch": self.epoch, "clock": clock},
-                           separators=(",", ":"), ensure_ascii=False) for row in rows]
+        """One JSON object per key, in the order asked: ``key``, ``value`` (null when
+        missing), ``found``, ``epoch``, ``clock``."""
+        common = {"epoch": self.epoch, "clock": clock_to_json(self.clock)}
+        return _in_order(_lines(self.values, self.missing, common, self.asked))
+
+
+def _lines(values: Mapping[Any, Any], missing: Sequence[Any], common: Mapping[str, Any],
+           asked: Sequence[Any]) -> list[tuple[int, str]]:
+    """The JSON line of each of ``values`` and ``missing`` keys (with ``common``), each
+    with its key's :func:`_asked_position`."""
+    rows = [(k, {"key": jsonable(k), "value": jsonable(v), "found": True})
+            for k, v in values.items()]
+    rows += [(k, {"key": jsonable(k), "value": None, "found": False}) for k in missing]
+    return [(_asked_position(key, asked),
+             json.dumps({**row, **common}, separators=(",", ":"), ensure_ascii=False))
+            for key, row in rows]
+
+
+def _in_order(lines: list[tuple[int, str]]) -> list[str]:
+    """``lines`` by position (stable: lines of keys not asked keep their order, last)."""
+    return [line for _position, line in sorted(lines, key=lambda pair: pair[0])]
+
+
+def _asked_position(key: Any, asked: Sequence[Any]) -> int:
+    """Where ``key`` stands among the keys ``asked`` (``len(asked)`` when it does not)."""
+    for position, wanted in enumerate(asked):
+        if wanted == key:
+            return position
+    return len(asked)
 
 
 def parse_key(text: str, bolt: BoltSpec) -> Any:
@@ -110,7 +133,8 @@ def query_committed(store: SnapshotStore, topology: str, bolt: BoltSpec,
     chosen = choose_round(store, topology, bolt.name, epoch=epoch, zk=zk)
     refs = chosen.refs
     parallelism = refs[0].parallelism
-    result = QueryResult(topology, bolt.name, chosen.epoch, dict(chosen.clock), chosen.source)
+    result = QueryResult(topology, bolt.name, chosen.epoch, dict(chosen.clock), chosen.source,
+                         asked=tuple(keys or ()))
     if not isinstance(bolt.state, KeyedMap):
         states = [store.load(ref, bolt.state)[1] for ref in refs]
         whole = states[0] if len(states) == 1 else bolt.state.combine_all(states)
@@ -168,6 +192,8 @@ class LiveResult:
     topology: str
     bolt: str
     answers: list[LiveAnswer]
+    asked: tuple[Any, ...] = ()
+    """The keys in the order asked (the lines come in that order)."""
 
     @property
     def values(self) -> dict[Any, Any]:
@@ -178,21 +204,16 @@ class LiveResult:
         return [k for answer in self.answers for k in answer.missing]
 
     def to_json_lines(self) -> list[str]:
-        """One JSON object per key: ``key``, ``value`` (null when missing), ``found``,
-        ``processor``, ``epoch``, ``clock`` (the instance's low water mark), ``absorbed``
-        and ``exact``."""
-        lines = []
+        """One JSON object per key, in the order asked: ``key``, ``value`` (null when
+        missing), ``found``, ``processor``, ``epoch``, ``clock`` (the instance's low water
+        mark), ``absorbed`` and ``exact``."""
+        lines: list[tuple[int, str]] = []
         for answer in self.answers:
             common = {"processor": answer.processor, "epoch": answer.epoch,
                       "clock": None if answer.through is None else clock_to_json(answer.through),
                       "absorbed": clock_to_json(answer.absorbed), "exact": answer.exact}
-            rows = [{"key": jsonable(k), "value": jsonable(v), "found": True}
-                    for k, v in answer.values.items()]
-            rows += [{"key": jsonable(k), "value": None, "found": False}
-                     for k in answer.missing]
-            lines += [json.dumps({**row, **common}, separators=(",", ":"), ensure_ascii=False)
-                      for row in rows]
-        return lines
+            lines += _lines(answer.values, answer.missing, common, self.asked)
+        return _in_order(lines)
 
 
 def query_live(zk: str, topology: str, bolt: BoltSpec, keys: Sequence[Any] | None,
@@ -246,7 +267,7 @@ def query_live(zk: str, topology: str, bolt: BoltSpec, keys: Sequence[Any] | Non
             ",".join(a.processor for a in answers), first.epoch,
             _lowest([a.through for a in answers]),
             merge_max(*(a.absorbed for a in answers)), {None: whole})]
-    return LiveResult(topology, bolt.name, answers)
+    return LiveResult(topology, bolt.name, answers, asked=tuple(keys or ()))
 
 
 def _lowest(clocks: list[Clock | None]) -> Clock | None:

@@ -38,8 +38,16 @@ stamp=.venv/.hailstorm-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "bootstrap: installing hailstorm and its dependencies into .venv (first run takes a few minutes)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
-    | grep -v -E "^WARNING: Location .* is ignored" || true
+  # pip's own lines cut to a progress line every ten packages, the large downloads and
+  # builds, and what went wrong.
+  .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+      -e '.[test]' 2>&1 | awk '
+    /^WARNING: Location .* is ignored/ { next }
+    /^Collecting / { n++; if (n % 10 == 1) printf "bootstrap: pip: %d packages so far (%s)\n", n, $2; fflush(); next }
+    /Downloading .*\([0-9.]+ [MG]B\)/ { sub(/^ +/, ""); print "bootstrap: pip: " $0; fflush(); next }
+    /^ *Building wheel for / { sub(/^ +/, ""); print "bootstrap: pip: " $0; fflush(); next }
+    /^Installing collected packages/ { print "bootstrap: pip: installing " n " packages"; fflush(); next }
+    /^(ERROR|WARNING|error)/ { print; fflush() }' || true
   .venv/bin/python -c "import hailstorm, pyspark, confluent_kafka, kazoo, fastavro, psycopg" \
     || { echo "bootstrap: the install failed" >&2; exit 1; }
   echo "$want" > "$stamp"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from kazoo.handlers.threading import KazooTimeoutError
 from rich.console import Console
 
 from hailstorm import config
@@ -47,6 +48,9 @@ def _handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except (DevStackError, config.ConfigError, KafkaConfigError, KafkaAuthError,
                 KafkaUnreachable, TopologyHalted, RestartsExhausted, NotEnoughSlots) as exc:
             fail(str(exc))
+        except KazooTimeoutError as exc:
+            fail(f"cannot reach ZooKeeper ({exc}): is it running, and do --zk and "
+                 f"${config.ZK_VAR} name it?")
         except KeyboardInterrupt:
             fail("interrupted")
 

@@ -344,10 +344,7 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
         from pyspark import SparkContext
 
         owned = getattr(SparkContext, "_active_spark_context", None) is None
-        options = SparkOptions(
-            master=master, app_name="hailstorm-export", jvm_options="",
-            extra_conf=(("spark.ui.showConsoleProgress", "false"),),
-        )
+        options = SparkOptions(master=master, app_name="hailstorm-export", jvm_options="")
         spark = build_context(options, 2)
         if owned:
             contexts.append(spark)

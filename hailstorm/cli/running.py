@@ -146,7 +146,8 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    for chatty in ("kazoo", "py4j"):  # third parties: their warnings only
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     settings = config.Settings.from_env(
         zk=zk, kafka=kafka, snapshots=snapshot_dir, database_url=database, kafka_config=kafka_config
     )
@@ -268,8 +269,9 @@ def negotiator_command(args: tuple[str, ...]) -> None:
     # daemon is run by module name in this process, as `python -m hailstorm.negotiator` runs it.
     import runpy
 
-    sys.argv = [NEGOTIATOR_MODULE, *args]
-    runpy.run_module(NEGOTIATOR_MODULE, run_name="__main__", alter_sys=True)
+    # argv[0] names the command in its usage line (the daemon's usage_name); kept as set.
+    sys.argv = ["hailstorm negotiator", *args]
+    runpy.run_module(NEGOTIATOR_MODULE, run_name="__main__", alter_sys=False)
 
 
 @main.command("secret")

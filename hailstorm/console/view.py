@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hailstorm.protocol.layout import LayoutError, parse_processor_id
+from hailstorm.protocol.layout import LayoutError, parse_processor_id, processor_label
 from hailstorm.status.document import budget_problem
 
 Phase = Literal["flowing", "paused", "recovering", "stopped", "dead"]
@@ -133,7 +133,7 @@ def layout(graph: Mapping[str, Any], instances: Mapping[str, Sequence[str]],
                 "caption": list(node.get("caption") or []), "x": x, "y": y,
                 "w": NODE_WIDTH, "h": h,
                 "instances": [
-                    {"id": pid,
+                    {"id": pid, "label": processor_label(pid),
                      "x": x + INSTANCE_GAP + (i % INSTANCES_PER_ROW) * STEP,
                      "y": y + NODE_HEADER + (i // INSTANCES_PER_ROW) * STEP,
                      "size": INSTANCE_SIZE}

@@ -14,9 +14,11 @@ SCRAM over TLS, brokers and controllers TLS between themselves.
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +68,37 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
+_DOWNLOADED = re.compile(
+    r"Downloaded from \S+: \S*/(?P<name>[^/\s]+) \((?P<size>[\d.]+) (?P<unit>[kMG]?B)")
+_UNITS = {"B": 1, "kB": 1_000, "MB": 1_000_000, "GB": 1_000_000_000}
+
+
+@dataclass
+class FetchProgress:
+    """What Maven downloaded so far, read from its output lines: a progress line at most
+    every ``every`` seconds (a first fetch takes minutes and is silent otherwise)."""
+
+    every: float = 5.0
+    files: int = 0
+    size: float = 0.0
+    """Bytes downloaded."""
+    said: float | None = None
+    """When the last progress line was given."""
+
+    def observe(self, line: str, now: float) -> str | None:
+        """The progress line to show after Maven printed ``line`` at ``now``, if one is due."""
+        match = _DOWNLOADED.search(line)
+        if match is None:
+            return None
+        self.files += 1
+        self.size += float(match["size"]) * _UNITS[match["unit"]]
+        if self.said is not None and now - self.said < self.every:
+            return None
+        self.said = now
+        return (f"fetching Apache Kafka {KAFKA_VERSION}: {self.files} downloaded, "
+                f"{self.size / 1e6:.1f} MB so far (the latest {match['name']})")
+
+
 def ensure_kafka_libs(progress: Progress | None = None) -> Path:
     """The directory of Kafka's jars, fetched with Maven on first use (then cached)."""
     libs = kafka_libs_dir()
@@ -85,16 +118,24 @@ def ensure_kafka_libs(progress: Progress | None = None) -> Path:
         pom = Path(work) / "pom.xml"
         pom.write_text(_POM.format(scala=SCALA_VERSION, kafka=KAFKA_VERSION, log4j=LOG4J_VERSION))
         fetched = Path(work) / "libs"
-        result = subprocess.run(
-            [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+        output: list[str] = []
+        fetch = FetchProgress()
+        with subprocess.Popen(
+            [mvn, "-B", "-f", str(pom), "dependency:copy-dependencies",
              "-DincludeScope=runtime", f"-DoutputDirectory={fetched}"],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
-        )
-        if result.returncode != 0 or not (fetched / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar"
-                                          ).exists():
-            lines = [line for line in (result.stdout + result.stderr).splitlines()
-                     if "ERROR" in line] or (result.stdout + result.stderr).splitlines()
-            detail = lines[0].strip() if lines else f"exit {result.returncode}"
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        ) as maven:
+            assert maven.stdout is not None
+            for line in maven.stdout:
+                output.append(line)
+                said = fetch.observe(line, time.monotonic())
+                if said and progress:
+                    progress(said)
+        if maven.returncode != 0 or not (fetched / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar"
+                                         ).exists():
+            lines = [line for line in output if "ERROR" in line] or output
+            detail = lines[0].strip() if lines else f"exit {maven.returncode}"
             raise KafkaSetupError(
                 f"fetching Apache Kafka {KAFKA_VERSION} with Maven failed ({detail}); "
                 "check that Maven Central is reachable and run 'make bootstrap' again"

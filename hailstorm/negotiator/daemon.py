@@ -20,6 +20,7 @@ from types import FrameType
 import click
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from hailstorm.config import (
     ZK_VAR,
@@ -189,7 +190,12 @@ def negotiator_command(
     topo = name or topology_name(str(topology))
     identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
     client = zk_client(zk, session_timeout)
-    client.start(timeout=max(15.0, session_timeout))
+    try:
+        client.start(timeout=max(15.0, session_timeout))
+    except KazooTimeoutError as exc:
+        client.close()
+        raise click.ClickException(f"cannot reach ZooKeeper at {zk} ({exc}): is it running, "
+                                   f"and do --zk and ${ZK_VAR} name it?") from None
     metrics = NegotiatorMetrics(topo, identifier)
     server = None if metrics_host == "none" else start_server(metrics.registry, metrics_host)
     announce = _Announcement(client, topo, identifier, metrics_host,
@@ -221,11 +227,24 @@ def negotiator_command(
         log.info("%s: stopped", identifier)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m hailstorm.negotiator``; returns the exit status."""
+CLI_NAME = "hailstorm negotiator"
+"""What ``hailstorm negotiator`` sets ``sys.argv[0]`` to before running this package."""
+MODULE_NAME = "python -m hailstorm.negotiator"
+
+
+def usage_name(argv0: str) -> str:
+    """The command's name in its usage line: the one it was run by."""
+    return CLI_NAME if argv0 == CLI_NAME else MODULE_NAME
+
+
+def main(argv: Sequence[str] | None = None, prog_name: str | None = None) -> int:
+    """Entry point of ``python -m hailstorm.negotiator`` and ``hailstorm negotiator``;
+    returns the exit status. ``prog_name``: the usage line's name (default: by
+    :func:`usage_name`)."""
     try:
         negotiator_command.main(args=list(argv) if argv is not None else None,
-                                prog_name="negotiator", standalone_mode=False)
+                                prog_name=prog_name or usage_name(sys.argv[0]),
+                                standalone_mode=False)
     except click.exceptions.Abort:
         return 1
     except click.ClickException as exc:

@@ -26,9 +26,10 @@ through ``through`` and hands the new progress back to :meth:`SinkCore.committed
 a table or topic (``writes=False``) commits nothing: its progress is the low water mark.
 No I/O, no clock of its own.
 
-A round announced again after it was reported (every upstream instance forwards the CLOCK,
-and the master announces ``Flowing(e, C)`` too) counts as new and is reported again once
-covered: the same report, and writing it again changes nothing.
+A round is announced several times (every upstream instance forwards the CLOCK, and the
+master announces ``Flowing(e, C)`` too) and reported once: an announcement of a round at or
+below the last one reported is ignored (rounds of a run only go up, and a round starts only
+after the previous one committed).
 """
 
 from __future__ import annotations
@@ -133,6 +134,8 @@ class SinkCore:
         self.writes = writes
         self.rounds: dict[int, Clock] = {}
         """Rounds announced and not reported yet: epoch -> clock."""
+        self.reported = -1
+        """The latest round reported (-1: none yet)."""
         self.last_commit = last_commit
         self.interval = COMMIT_INTERVAL
         """How long after :attr:`last_commit` the cadence commits again."""
@@ -153,7 +156,7 @@ class SinkCore:
                  now: float) -> list[SinkAction]:
         """A round's clock (CLOCK from upstream, or ``Flowing(epoch, clock)``): the first
         time a round of this run is announced, commit at once."""
-        if epoch < self.epoch or epoch in self.rounds:
+        if epoch < self.epoch or epoch <= self.reported or epoch in self.rounds:
             return []
         self.rounds[epoch] = dict(clock)
         return self._decide(force=True, pending=pending, now=now)
@@ -206,6 +209,7 @@ class SinkCore:
             clock = self.rounds.pop(epoch)
             if covers(self.committed_through, clock, carried):
                 reports.append(ReportRound(epoch, clock))
+                self.reported = max(self.reported, epoch)
             else:
                 self.rounds[epoch] = clock  # the next commit gets there
         return reports

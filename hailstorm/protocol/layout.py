@@ -174,6 +174,16 @@ def parse_processor_id(text: str) -> ProcessorId:
     raise LayoutError(f"not a processor id: {text!r}")
 
 
+def processor_label(processor: str) -> str:
+    """How a processor id is shown to people: a spout named after its topic says the name
+    once (``spout:clicks:0`` for ``spout:clicks:clicks:0``); other ids as they are. The id
+    itself keeps both (it names ZooKeeper nodes, stream times and dead-letter progress)."""
+    parts = processor.split(":")
+    if len(parts) == 4 and parts[0] == Role.SPOUT.value and parts[1] == parts[2]:
+        return f"{parts[0]}:{parts[1]}:{parts[3]}"
+    return processor
+
+
 def _index(text: str) -> int:
     if not text.isdigit():
         raise LayoutError(f"bad instance number {text!r}")

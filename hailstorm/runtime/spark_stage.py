@@ -90,6 +90,8 @@ def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = 
         SparkConf().setMaster(master)
         .setAppName(options.app_name)
         .set("spark.ui.enabled", "false")
+        # No "[Stage 0:==>  (1 + 4) / 5]" bar: a topology's stage runs until it stops.
+        .set("spark.ui.showConsoleProgress", "false")
         .set("spark.pyspark.python", python)
         # One Python worker per task: killing one processor never takes a sibling with it.
         .set("spark.python.worker.reuse", "false")
@@ -106,6 +108,9 @@ def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = 
         conf.set(DRIVER_JAVA_OPTIONS, driver_options)
     if master.startswith("local"):
         conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
+        # The JVM's own address lookup: loopback too, instead of warning that the hostname
+        # resolves to loopback and picking another interface.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     for key, value in options.extra_conf:
         conf.set(key, value)
     in_main = threading.current_thread() is threading.main_thread()

@@ -8,7 +8,7 @@ import logging
 import os
 
 from hailstorm.config import KAFKA_CONFIG_VAR
-from hailstorm.protocol.layout import Role, parse_processor_id
+from hailstorm.protocol.layout import Role, parse_processor_id, processor_label
 from hailstorm.runtime.bolt import BoltShell
 from hailstorm.runtime.causes import ProcessorFailed
 from hailstorm.runtime.processor import Assignment, Shell
@@ -58,7 +58,8 @@ def _configure_logging(assignment: Assignment) -> None:
         handler = logging.StreamHandler()
         handler.setFormatter(
             logging.Formatter(
-                f"%(asctime)s %(levelname)s [{assignment.processor} pid={os.getpid()}] "
+                f"%(asctime)s %(levelname)s [{processor_label(assignment.processor)} "
+                f"pid={os.getpid()}] "
                 "%(message)s"
             )
         )

@@ -22,6 +22,7 @@ from hailstorm.protocol.layout import (
     SnapshotReport,
     Stopped,
     parse_processor_id,
+    processor_label,
 )
 
 LAG_NOTE = ("lag: offsets from what spouts read (and what is committed) to the log end "
@@ -195,6 +196,7 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
         port = info.get("port")
         processors.append({
             "id": pid,
+            "label": processor_label(pid),
             "role": _role(pid),
             "expected": inputs.expected is None or pid in inputs.expected.processors,
             "registered": found is not None,

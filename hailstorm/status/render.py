@@ -60,9 +60,11 @@ def render(doc: Mapping[str, Any]) -> Any:
     parts.append(table)
 
     procs = Table("processor", "state", "address", "pid", "in", "out", "in/s", "out/s",
-                  "keys/rows", "bad", "late", title="processors", title_justify="left",
-                  caption="bad: records quarantined (dead letters, <table>_rejected rows); "
-                  "late: tuples a spout sent to a bolt's late topic",
+                  "keys", "rows", "bad", "late", title="processors", title_justify="left",
+                  caption="keys: distinct keys a bolt holds; rows: rows a sink committed since "
+                  "it started (an upsert counts every write of a key); bad: records "
+                  "quarantined (dead letters, <table>_rejected rows); late: tuples a spout "
+                  "sent to a bolt's late topic",
                   caption_justify="left")
     for p in doc["processors"]:
         state = p["state"] or "missing"
@@ -74,11 +76,10 @@ def render(doc: Mapping[str, Any]) -> Any:
             state = "stopped"
         elif not p["registered"]:
             state = "[red]missing[/]"
-        extra = p["state_keys"] if p["role"] == "bolt" else p["rows_committed"]
-        procs.add_row(p["id"], state, p["address"] or "-", str(p["pid"] or "-"),
+        procs.add_row(p.get("label") or p["id"], state, p["address"] or "-", str(p["pid"] or "-"),
                       _fmt(p["messages_in"]), _fmt(p["messages_out"]), _fmt(p["in_per_s"]),
-                      _fmt(p["out_per_s"]), _fmt(extra), _fmt(p.get("quarantined")),
-                      _fmt(p.get("late")))
+                      _fmt(p["out_per_s"]), _fmt(p["state_keys"]), _fmt(p["rows_committed"]),
+                      _fmt(p.get("quarantined")), _fmt(p.get("late")))
     parts.append(procs)
 
     if doc["snapshots"]:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +30,11 @@ from hailstorm.dev.harness import (
 
 REPO = Path(__file__).resolve().parents[2]
 WORDCOUNT = REPO / "topologies" / "wordcount.py"
+CHROMIUM = "/usr/bin/chromium"
+# As root in a sandbox without a network: no sandbox, and none of Chromium's own traffic.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-dev-shm-usage"]
 
 
 @contextlib.contextmanager
@@ -140,3 +148,47 @@ def hailstorm_command(stack: StackAddresses, *args: str
     done = subprocess.run([sys.executable, "-m", "hailstorm", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     return done, time.monotonic() - started
+
+
+@contextlib.contextmanager
+def console_ui(run: TopologyRun) -> Iterator[str]:
+    """``hailstorm ui`` serving ``run``'s topology (sampling every 0.5 s) until the block
+    ends; yields the URL it announced."""
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "hailstorm", "ui", run.name, "--port", "0", "--interval", "0.5"],
+        cwd=REPO, env=run.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        announced: list[str] = []
+        reader = threading.Thread(
+            target=lambda: announced.extend(iter(ui.stderr.readline, "")),  # type: ignore[union-attr]
+            daemon=True)
+        reader.start()
+        line = wait_for("the console's URL", lambda: next(
+            (x for x in announced if "http://" in x), None) or ui.poll() is not None, 60)
+        assert ui.poll() is None, f"hailstorm ui exited: {''.join(announced)}"
+        match = re.search(r"http://\S+/", str(line))
+        assert match, line
+        yield match.group(0)
+    finally:
+        ui.terminate()
+        try:
+            ui.wait(10)
+        except subprocess.TimeoutExpired:
+            ui.kill()
+            ui.wait(10)
+
+
+def page_instances(page: Any) -> dict[str, str]:
+    """The console page's instances in its graph: processor id -> phase shown."""
+    return dict(page.eval_on_selector_all(
+        "#dag [data-instance]", "nodes => nodes.map(n => [n.dataset.instance, n.dataset.phase])"))
+
+
+def keep_screenshots(shots: Path) -> None:
+    """Copy the screenshots in ``shots`` to ``$HAILSTORM_CONSOLE_SCREENSHOTS`` when it is set
+    (``docs/images`` holds the ones the docs show)."""
+    keep = os.environ.get("HAILSTORM_CONSOLE_SCREENSHOTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for shot in shots.iterdir():
+            shutil.copy(shot, Path(keep) / shot.name)

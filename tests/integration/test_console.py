@@ -9,17 +9,13 @@ holds the ones ``docs/operations.md`` shows).
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deployments import CHROMIUM, CHROMIUM_ARGS, console_ui, keep_screenshots, page_instances
 
 from hailstorm import kafka
 from hailstorm.dev.harness import (
@@ -34,14 +30,8 @@ from hailstorm.dev.harness import (
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "topologies" / "wordcount.py"
+TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "wordcount.py"
 TOPIC = "words"
-CHROMIUM = "/usr/bin/chromium"
-# As root in a sandbox without a network: no sandbox, and none of Chromium's own traffic.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-dev-shm-usage"]
 
 
 @pytest.fixture
@@ -58,29 +48,8 @@ def console(stack_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[Topolog
     with TopologyRun(stack, module, log_dir=tmp_path / "logs") as run:
         run.start()
         run.wait_flowing(timeout=300)
-        ui = subprocess.Popen(
-            [sys.executable, "-m", "hailstorm", "ui", run.name, "--port", "0",
-             "--interval", "0.5"],
-            cwd=REPO, env=run.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            announced: list[str] = []
-            reader = threading.Thread(
-                target=lambda: announced.extend(iter(ui.stderr.readline, "")),  # type: ignore[union-attr]
-                daemon=True)
-            reader.start()
-            line = wait_for("the console's URL", lambda: next(
-                (x for x in announced if "http://" in x), None) or ui.poll() is not None, 60)
-            assert ui.poll() is None, f"hailstorm ui exited: {''.join(announced)}"
-            match = re.search(r"http://\S+/", str(line))
-            assert match, line
-            yield run, match.group(0)
-        finally:
-            ui.terminate()
-            try:
-                ui.wait(10)
-            except subprocess.TimeoutExpired:
-                ui.kill()
-                ui.wait(10)
+        with console_ui(run) as url:
+            yield run, url
 
 
 def test_console_shows_a_running_word_count_through_a_killed_bolt(
@@ -104,9 +73,7 @@ def test_console_shows_a_running_word_count_through_a_killed_bolt(
             page.wait_for_selector("body[data-loaded=true]", timeout=30_000)
 
             def instances() -> dict[str, str]:
-                return dict(page.eval_on_selector_all(
-                    "#dag [data-instance]",
-                    "nodes => nodes.map(n => [n.dataset.instance, n.dataset.phase])"))
+                return page_instances(page)
 
             # Every instance of the deployment, every edge of the topology.
             wait_for("every instance flowing on the page",
@@ -163,8 +130,4 @@ def test_console_shows_a_running_word_count_through_a_killed_bolt(
             page.screenshot(path=shots / "console-recovered.png", full_page=True)
         finally:
             browser.close()
-    keep = os.environ.get("HAILSTORM_CONSOLE_SCREENSHOTS")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        for shot in shots.iterdir():
-            shutil.copy(shot, Path(keep) / shot.name)
+    keep_screenshots(shots)

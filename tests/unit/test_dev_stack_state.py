@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hailstorm.dev.kafka_broker import NodePorts
+from hailstorm.dev.kafka_broker import (
+    KAFKA_VERSION,
+    FetchProgress,
+    KafkaSetupError,
+    NodePorts,
+    ensure_kafka_libs,
+)
 from hailstorm.dev.services import (
     SERVICES,
     SPARK_MASTER,
@@ -148,3 +155,59 @@ def test_data_without_its_state_file_is_refused_with_the_way_forward() -> None:
 def test_a_restarted_service_keeps_its_port_where_possible(
         recorded: int | None, configured: int, free: bool, expected: int | None) -> None:
     assert restart_port(recorded, configured, free) == expected
+
+
+def test_a_maven_fetch_says_how_far_it_got_every_few_seconds() -> None:
+    fetch = FetchProgress(every=5.0)
+    base = "Downloaded from central: https://repo.maven.apache.org/maven2/org/apache/kafka"
+    lines = [
+        (0.0, "[INFO] Scanning for projects..."),
+        (0.5, f"{base}/kafka_2.13/4.1.1/kafka_2.13-4.1.1.pom (2.1 kB at 40 kB/s)"),
+        (1.0, f"{base}/kafka-clients/4.1.1/kafka-clients-4.1.1.jar (6.6 MB at 3.1 MB/s)"),
+        (6.0, f"{base}/kafka_2.13/4.1.1/kafka_2.13-4.1.1.jar (555 B at 14 kB/s)"),
+        (6.5, "Downloading from central: https://repo.maven.apache.org/maven2/x.jar"),
+    ]
+    said = [fetch.observe(line, now) for now, line in lines]
+    assert said == [
+        None,
+        f"fetching Apache Kafka {KAFKA_VERSION}: 1 downloaded, 0.0 MB so far "
+        "(the latest kafka_2.13-4.1.1.pom)",
+        None,  # within five seconds of the last line
+        f"fetching Apache Kafka {KAFKA_VERSION}: 3 downloaded, 6.6 MB so far "
+        "(the latest kafka_2.13-4.1.1.jar)",
+        None,
+    ]
+    assert fetch.size == 2_100 + 6_600_000 + 555
+
+
+FAKE_MAVEN = """#!/bin/sh
+# Maven's output for a fetch: two downloads, then the jars in -DoutputDirectory.
+for arg; do case $arg in -DoutputDirectory=*) out=${arg#-DoutputDirectory=};; esac; done
+echo "Downloaded from central: https://repo/kafka_2.13-$VERSION.pom (2.1 kB at 40 kB/s)"
+echo "Downloaded from central: https://repo/kafka_2.13-$VERSION.jar (6.6 MB at 3.1 MB/s)"
+[ -n "$FAIL" ] && { echo "[ERROR] Could not resolve dependencies"; exit 1; }
+mkdir -p "$out" && touch "$out/kafka_2.13-$VERSION.jar"
+"""
+
+
+def test_the_kafka_fetch_reports_progress_and_names_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "mvn").write_text(FAKE_MAVEN)
+    (tools / "mvn").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HAILSTORM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VERSION", KAFKA_VERSION)
+    monkeypatch.setenv("FAIL", "1")
+    said: list[str] = []
+    with pytest.raises(KafkaSetupError, match="Could not resolve dependencies"):
+        ensure_kafka_libs(said.append)
+    monkeypatch.delenv("FAIL")
+    libs = ensure_kafka_libs(said.append)
+    assert (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists()
+    assert said[0].startswith(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central")
+    assert said[1] == (f"fetching Apache Kafka {KAFKA_VERSION}: 1 downloaded, 0.0 MB so far "
+                       f"(the latest kafka_2.13-{KAFKA_VERSION}.pom)")
+    assert ensure_kafka_libs(said.append) == libs and len(said) == 4  # cached: nothing said

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,21 @@ def test_secured_config_has_a_sasl_ssl_client_listener_no_plaintext_and_no_secre
     assert "password" not in text  # SCRAM users are added through the admin API
     with pytest.raises(ValueError, match="TLS"):
         server_properties(_layout(1, "sasl_ssl"), 1, tmp_path)
+
+
+def test_librdkafka_lines_go_to_a_logger_and_its_retries_only_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert kafka.client_settings("b:1")["logger"] is kafka.CLIENT_LOG
+    retry = ("GETPID", "rdkafka#producer-5", "[thrd:main]: Failed to acquire idempotence PID "
+             "from broker 127.0.0.1:48333/1: Broker: Coordinator load in progress: retrying")
+    refused = ("FAIL", "rdkafka#producer-1", "127.0.0.1:1/bootstrap: Connect to "
+               "ipv4#127.0.0.1:1 failed: Connection refused")
+    with caplog.at_level(logging.INFO, logger=kafka.CLIENT_LOG.name):
+        for args in (retry, refused):  # how confluent-kafka hands librdkafka's lines over
+            kafka.CLIENT_LOG.log(logging.WARNING, "%s [%s] %s", *args)
+    assert [(r.levelname, r.args[0]) for r in caplog.records] == [("WARNING", "FAIL")]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger=kafka.CLIENT_LOG.name):
+        kafka.CLIENT_LOG.log(logging.WARNING, "%s [%s] %s", *retry)
+    assert [(r.levelname, r.args[0]) for r in caplog.records] == [("DEBUG", "GETPID")]

@@ -24,6 +24,7 @@ from hailstorm.protocol.layout import (
     expected_processor_ids,
     is_garbage,
     parse_processor_id,
+    processor_label,
 )
 from hailstorm.protocol.states import Flowing, Initialize, SpoutsPaused, SpoutsRewind, Stopped
 
@@ -197,3 +198,23 @@ def test_names_with_a_trailing_newline_or_a_slash_are_refused(name: str) -> None
     """'$' would match before a final newline; ZooKeeper path segments end in '\\Z'."""
     with pytest.raises(LayoutError):
         TopologyPaths(name)
+
+
+NAMES = st.sampled_from(["clicks", "views", "lines", "words"])
+
+
+@given(st.lists(st.one_of(
+    st.builds(ProcessorId.spout, NAMES, st.tuples(NAMES, st.integers(0, 3))),
+    st.builds(ProcessorId.bolt, NAMES, st.integers(0, 3)),
+    st.builds(ProcessorId.sink, NAMES, st.integers(0, 3)),
+), unique=True))
+def test_a_label_says_a_spout_named_after_its_topic_once_and_names_one_id(
+    ids: list[ProcessorId],
+) -> None:
+    labels = {processor_label(str(pid)): pid for pid in ids}
+    assert len(labels) == len(ids), "distinct ids, distinct labels"
+    for label, pid in labels.items():
+        repeated = pid.role is Role.SPOUT and pid.name == pid.topic
+        assert label == (f"spout:{pid.name}:{pid.instance}" if repeated else str(pid))
+    assert processor_label("spout:clicks:clicks:0") == "spout:clicks:0"
+    assert processor_label("spout:lines:words:0") == "spout:lines:words:0"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hailstorm.auth import SECRET_FILE_VAR, RunSecret
 from hailstorm.cli import main
@@ -16,6 +18,7 @@ from hailstorm.query import (
     LiveAnswer,
     LiveResult,
     QueryError,
+    QueryResult,
     parse_key,
     query_committed,
     query_live,
@@ -54,8 +57,28 @@ def test_keys_are_read_from_the_instance_that_owns_them(tmp_path: Path) -> None:
     assert query_committed(store, "wordcount", _counts(), epoch=2).values == {
         "storm": 3, "hail": 1}
     lines = [json.loads(line) for line in result.to_json_lines()]
+    assert [line["key"] for line in lines] == ["storm", "kafka", "nope"]  # as asked
     assert lines[-1] == {"key": "nope", "value": None, "found": False, "epoch": 4,
                          "clock": {"words:0": 9, "words:1": 4}}
+
+
+@given(st.lists(st.sampled_from(["storm", "hail", "kafka", "nope", "gone", "user001"]),
+                min_size=1, max_size=6, unique=True))
+def test_keys_are_answered_in_the_order_asked(asked: list[str]) -> None:
+    # Found or missing, on whichever instance: the lines follow the keys as typed.
+    held = {"storm": 5, "hail": 2, "kafka": 7, "user001": 1}
+    by_instance: list[LiveAnswer] = []
+    for instance in (1, 0):
+        mine = [k for k in asked if route(k, 2) == instance]
+        by_instance.append(LiveAnswer(f"bolt:counts:{instance}", 3, None, {},
+                                      {k: held[k] for k in mine if k in held},
+                                      [k for k in mine if k not in held]))
+    live = LiveResult("wordcount", "counts", by_instance, asked=tuple(asked))
+    committed = QueryResult("wordcount", "counts", 4, CLOCK, "latest complete round",
+                            {k: held[k] for k in reversed(asked) if k in held},
+                            [k for k in asked if k not in held], asked=tuple(asked))
+    for result in (live, committed):
+        assert [json.loads(line)["key"] for line in result.to_json_lines()] == asked
 
 
 def test_the_command_prints_json_lines_and_fails_on_a_missing_key(

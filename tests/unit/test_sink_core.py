@@ -109,6 +109,10 @@ def test_rounds_of_earlier_runs_and_repeated_clocks_are_ignored() -> None:
     [again] = core.on_watermark("a", {0: 10}, pending=0, now=0.2)
     reports = core.committed(again, {P0: 10, P1: 9}, now=0.2, **QUICK)
     assert reports == [ReportRound(JOINED, {P0: 1})]
+    # Announced again once reported (the other upstreams' CLOCK, the master's Flowing):
+    # nothing to do, nothing to log.
+    assert core.on_round(JOINED, {P0: 1}, pending=0, now=0.3) == []
+    assert core.on_round(JOINED - 1, {P0: 1}, pending=0, now=0.3) == []
 
 
 def test_without_a_target_the_mark_is_the_progress() -> None:
@@ -118,6 +122,7 @@ def test_without_a_target_the_mark_is_the_progress() -> None:
     assert core.on_watermark("a", {0: 5}, pending=0, now=0.0) == [
         ReportRound(JOINED, {P0: 5, OTHER: 7})]
     assert core.committed_through == {P0: 5}
+    assert core.on_round(JOINED, {P0: 5, OTHER: 7}, pending=0, now=0.1) == []
 
 
 # --------------------------------------------------------------------------- interleavings
@@ -173,7 +178,10 @@ class Sim:
             self.act(core.on_watermark(op[1], op[2], pending=pending, now=now), forced=False)
         elif kind == "round":  # one clock per round, however often it is announced
             clock = self.clocks.setdefault(op[1], op[2])
-            if op[1] >= JOINED:
+            # A round starts after the previous one committed (this sink reported it): one
+            # below the last reported is announced again, or never (then nothing comes of it).
+            possible = op[1] > max(self.reported, default=-1) or op[1] in self.announced
+            if op[1] >= JOINED and possible:
                 self.announced[op[1]] = clock
             self.act(core.on_round(op[1], clock, pending=pending, now=now), forced=True)
         elif kind == "idle":
@@ -220,9 +228,10 @@ class Sim:
     def report(self, report: ReportRound) -> None:
         lwm = self.core.low_water_mark()
         progress = self.table if self.writes else lwm
-        # A round announced again once reported (every upstream forwards its CLOCK, and the
-        # master announces it too) is reported again: the same report, written again.
+        # A round is announced again and again (every upstream forwards its CLOCK, and the
+        # master announces it too), and reported once.
         assert report.epoch >= JOINED
+        assert report.epoch not in self.reported, f"round {report.epoch} reported twice"
         assert report.clock == self.announced[report.epoch]
         assert covers(progress, report.clock, lwm), "a round only once the table covers it"
         self.reported[report.epoch] = report.clock

@@ -125,7 +125,7 @@ function drawGraph(view) {
       const square = svg("rect", {class: `instance phase-${instance.phase}` + (warning ? " over-budget" : ""),
         x: instance.x, y: instance.y, width: instance.size, height: instance.size, rx: 3,
         "data-instance": instance.id, "data-phase": instance.phase});
-      square.appendChild(svg("title", {}, `${instance.id}: ${instance.phase}` + (warning ? `; ${warning}` : "")));
+      square.appendChild(svg("title", {}, `${instance.label}: ${instance.phase}` + (warning ? `; ${warning}` : "")));
       group.appendChild(square);
     }
     parts.push(group);
@@ -139,15 +139,16 @@ function drawInstances(doc) {
   fill("#instances tbody", status.processors.map((p) => {
     const phase = view.phases[p.id] || "dead";
     const badge = el("span", {class: "badge", "data-phase": phase}, p.error ? `${phase}: ${p.error}` : phase);
-    const extra = p.role === "bolt" ? p.state_keys : p.rows_committed;
     return row([
-      p.id, badge, p.address || "-",
+      p.label || p.id, badge, p.address || "-",
       {text: fmt(p.in_per_s), attrs: {class: "num", "data-rate-in": p.id}},
       {text: fmt(p.out_per_s), attrs: {class: "num", "data-rate-out": p.id}},
-      {text: fmt(extra), attrs: {class: "num"}},
+      {text: fmt(p.state_keys), attrs: {class: "num"}},
+      {text: fmt(p.rows_committed), attrs: {class: "num"}},
       {text: fmt(p.quarantined), attrs: view.dead_letters.over_half_budget[p.id]
         ? {class: "num warn", title: view.dead_letters.over_half_budget[p.id]} : {class: "num"}},
-      sparkline(view.series.in[p.id] || [], 220, 26, `${p.id} in/s`),
+      {text: fmt(p.late), attrs: {class: "num", "data-late": p.id}},
+      sparkline(view.series.in[p.id] || [], 220, 26, `${p.label || p.id} in/s`),
     ], {"data-instance-row": p.id, "data-phase": phase});
   }));
 }
