@@ -140,3 +140,15 @@ def hailstorm_command(stack: StackAddresses, *args: str
     done = subprocess.run([sys.executable, "-m", "hailstorm", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     return done, time.monotonic() - started
+
+
+def hailstorm_plan(stack: StackAddresses, module: str | Path, name: str, *args: str
+                   ) -> tuple[int, str]:
+    """``hailstorm plan MODULE --name NAME ARGS`` in this process: its exit code and output."""
+    from click.testing import CliRunner
+
+    from hailstorm.cli import main
+
+    env = {"HAILSTORM_ZK": stack.zk, "HAILSTORM_SNAPSHOTS": str(stack.snapshots)}
+    result = CliRunner().invoke(main, ["plan", str(module), "--name", name, *args], env=env)
+    return result.exit_code, result.output
