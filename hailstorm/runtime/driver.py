@@ -105,7 +105,8 @@ class RunOptions:
     allow_drop: tuple[str, ...] = ()
     """Nodes of the deployed topology this one may drop (their state is deleted)."""
     rebuild: tuple[str, ...] = ()
-    """Sinks whose table this run may rebuild from the committed state (``--rebuild``)."""
+    """Sinks whose table this run may rebuild from the committed state (``--rebuild``), when
+    it starts (not again when new partitions restart the stage)."""
     drain_timeout: float = 60.0
     """On :meth:`Driver.stop`, how long to wait for the negotiator to commit a last round
     and the processors to leave before cancelling the stage."""
@@ -242,7 +243,7 @@ class Driver:
             self._earlier_stop = self._stop_record()
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
                        upgrade=Upgrade(self.topology, o.snapshots, o.kafka, o.database_url,
-                                       o.allow_drop, o.rebuild),
+                                       o.allow_drop, () if self._started else o.rebuild),
                        start=not self._started)
         self._started = True
         log.info("%s: %d processors expected: %s", self.name, len(processors),
