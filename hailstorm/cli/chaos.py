@@ -90,13 +90,18 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
                    "adds with start='latest' (and the new sinks they feed) are compared "
                    "with the model over the messages after the committed clock it started "
                    "from, every other node with the model over all of them.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=240.0, show_default=True,
+              metavar="SECONDS",
+              help="How long to wait for the topology to flow, for each recovery and for the "
+                   "final commit (more on a loaded machine).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file.")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
           kinds: str | None, phases: str, partitions: int, rate: float | None, spacing: float,
           brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
-          may_miss: str | None, deploys: tuple[str, ...], json_path: Path | None) -> None:
+          may_miss: str | None, deploys: tuple[str, ...], timeout: float,
+          json_path: Path | None) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
@@ -219,6 +224,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
             values = generate(messages, seed)
             report = run_chaos(addresses, topology_ref, values, schedule, log_dir=logs,
                                partitions=partitions, rate=rate, progress=progress,
+                               timeout=timeout,
                                brokers=control,
                                database=SQLITE if database == "sqlite" else None,
                                may_miss=excused)
