@@ -21,7 +21,7 @@ def wordcount(parallelism: int = 2, lengths: bool = False) -> Topology:
     if lengths:
         by_length = topology.bolt(
             "lengths", inputs=[lines], key=len, state=per_key(Count(), "long"), lift=Count.lift,
-            emit=lambda length, count: [(length, count)], start="latest")
+            emit=lambda word, count: [(len(word), count)], start="latest")
         topology.sink("word_lengths", inputs=[by_length], target=Table(
             "word_lengths", columns={"length": "bigint", "count": "bigint"}, key=["length"]))
     return topology

@@ -83,6 +83,9 @@ def test_nodes_started_late_are_compared_after_the_clock_the_rest_over_everythin
     assert names == ["lengths", "word_lengths"]
     assert comparison is not None and comparison.ok and comparison.keys_compared > 0
     assert late.bolt_state("lengths") == {5: 1, 1: 1, 2: 1}  # a count from the clock on
+    assert {k: r["count"] for k, r in late.table("word_lengths").items()} == {
+        (5,): 1, (1,): 1, (2,): 1}
+    assert everything.dead_letters == []  # every row fits its table
     wrong = dict(states, lengths=committed(everything, "lengths"))
     _, compared = compare_deployed(lengths, [(lengths, clock)], resharded, before + after,
                                    wrong, tables)
