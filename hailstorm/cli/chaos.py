@@ -82,27 +82,40 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
                    "victim gone, a recovery naming it, an expired session, a fenced zombie) "
                    "without failing the run; the report names them (default: none, every "
                    "fault must bite).")
+@click.option("--deploy", "deploys", multiple=True, metavar="MODULE",
+              help="A changed version of TOPOLOGY (same topology name) to deploy mid-run, "
+                   "as an operator does: the driver stopped (a drain), then 'hailstorm run "
+                   "MODULE' under the same name, the negotiators running on; at a seeded "
+                   "place among the faults (repeatable: deployed in this order). Bolts it "
+                   "adds with start='latest' (and the new sinks they feed) are compared "
+                   "with the model over the messages after the committed clock it started "
+                   "from, every other node with the model over all of them.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=240.0, show_default=True,
+              metavar="SECONDS",
+              help="How long to wait for the topology to flow, for each recovery and for the "
+                   "final commit (more on a loaded machine).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file.")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
           kinds: str | None, phases: str, partitions: int, rate: float | None, spacing: float,
           brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
-          may_miss: str | None, json_path: Path | None) -> None:
+          may_miss: str | None, deploys: tuple[str, ...], timeout: float,
+          json_path: Path | None) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
     ZooKeeper sessions, makes zombies of sinks (stopped until their replacement committed,
-    then resumed), stalls bolts and, with the broker kind, SIGKILLs the Kafka node leading the most
-    source partitions and starts it again a few seconds later (--kills of them, at random
-    with --seed), each timed for a master state (--phases), waits until everything is
-    committed, compares every bolt's committed state, every sink table (by default in a
-    new PostgreSQL database) and every topic sink's output (as a read_committed consumer
-    sees it) with run_model and prints the report. Exits 1 when anything was lost,
-    duplicated or wrong, a fault never recovered, a fault did not bite (it hit an idle
-    topology, or left no evidence that it happened; see --may-miss), the topology
-    restarted without a fault to explain it, or restarted more or less often than the
-    plan of faults implies.
+    then resumed), stalls bolts and, with the broker kind, SIGKILLs the Kafka node leading
+    the most source partitions and starts it again a few seconds later (--kills of them, at
+    random with --seed; and a mid-run deploy of each --deploy module), each timed for a
+    master state (--phases), waits until everything is committed, compares every bolt's
+    committed state, every sink table (by default in a new PostgreSQL database) and every
+    topic sink's output (as a read_committed consumer sees it) with run_model and prints
+    the report. Exits 1 when anything was lost, duplicated or wrong, a fault never
+    recovered, a fault did not bite (it hit an idle topology, or left no evidence that it
+    happened; see --may-miss), the topology restarted without a fault to explain it, or
+    restarted more or less often than the plan of faults implies.
 
     Broker faults need a Kafka cluster of at least 3 nodes: the embedded stack then starts
     3 (--brokers), and --use-env refuses a smaller cluster.
@@ -144,8 +157,13 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
         fail(f"no workload {workload!r} for topology {topology.name!r}; "
              f"known: {', '.join(generators)}")
     generate = generators[workload]
+    for module in deploys:
+        deployed = load_topology(module)
+        if deployed.name != topology.name:
+            fail(f"--deploy {module}: its topology is {deployed.name!r}, not {topology.name!r} "
+                 "(a deploy changes the topology it replaces)")
     schedule = ChaosSchedule(kinds=chosen, count=kills, spacing=spacing,  # type: ignore[arg-type]
-                             seed=seed, phases=timed)  # type: ignore[arg-type]
+                             seed=seed, phases=timed, deploys=deploys)  # type: ignore[arg-type]
     broker_faults = "broker" in chosen
     if rate is None:
         # A broker fault lasts until the node is back (restarting a JVM): allow for longer.
@@ -206,6 +224,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
             values = generate(messages, seed)
             report = run_chaos(addresses, topology_ref, values, schedule, log_dir=logs,
                                partitions=partitions, rate=rate, progress=progress,
+                               timeout=timeout,
                                brokers=control,
                                database=SQLITE if database == "sqlite" else None,
                                may_miss=excused)

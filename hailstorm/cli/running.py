@@ -117,13 +117,16 @@ def init_command(directory: Path) -> None:
               help="Let this run drop NODE, a node of the deployed topology the new one "
               "lacks, and delete its state (repeatable; see 'hailstorm plan').")
 @allow_open_zookeeper_option()
+@click.option("--rebuild", multiple=True, metavar="SINK",
+              help="Let this run rebuild SINK's table from the committed state, replacing "
+              "it (a changed table definition; repeatable; see 'hailstorm plan').")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshot_dir: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
         log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
         slot_wait: float, class_archive: bool, allow_drop: tuple[str, ...],
-        allow_open_zookeeper: bool) -> None:
+        allow_open_zookeeper: bool, rebuild: tuple[str, ...]) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until stopped).
 
     'hailstorm stop TOPOLOGY', Ctrl-C or SIGTERM drain it: a last round commits what was
@@ -138,8 +141,11 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     """
     import logging
 
+    from hailstorm.export import ExportError
     from hailstorm.runtime.driver import Driver, RunOptions
     from hailstorm.runtime.spark_stage import SparkOptions, install_signal_handlers
+    from hailstorm.sinks import SinkError
+    from hailstorm.snapshots import SnapshotError
     from hailstorm.topology import TopologyError
     from hailstorm.upgrade.plan import UpgradeRefused
     from hailstorm.zookeeper import refuse_open_zookeeper
@@ -162,7 +168,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         spark=SparkOptions(master=master, extra_conf=spark_conf,
                            max_attempts=max_restarts or None, slot_wait=slot_wait),
         partition_check_interval=partition_check_interval, class_archive=class_archive,
-        allow_drop=allow_drop,
+        allow_drop=allow_drop, rebuild=rebuild,
     )
     try:
         driver = Driver(options)
@@ -171,8 +177,8 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     try:
         try:
             driver.prepare()
-        except (LookupError, UpgradeRefused) as exc:  # a missing topic; a refused upgrade
-            fail(str(exc))
+        except (LookupError, UpgradeRefused, SinkError, ExportError, SnapshotError) as exc:
+            fail(str(exc))  # a missing topic; a refused upgrade; a table it cannot rebuild
         install_signal_handlers(driver)
         failures = driver.run()
     finally:

@@ -20,13 +20,16 @@ from hailstorm.cli.group import _handle_errors, fail, main
 @config.kafka_config_option()
 @click.option("--allow-drop", multiple=True, metavar="NODE",
               help="Plan as 'hailstorm run --allow-drop NODE' would (repeatable).")
+@click.option("--rebuild", multiple=True, metavar="SINK",
+              help="Plan as 'hailstorm run --rebuild SINK' would (repeatable).")
 @_handle_errors
 def plan_command(topology_ref: str, name: str | None, zk: str | None,
                  snapshot_dir: str | None, kafka: str | None, kafka_config: str | None,
-                 allow_drop: tuple[str, ...]) -> None:
+                 allow_drop: tuple[str, ...], rebuild: tuple[str, ...]) -> None:
     """Print, node by node, what 'hailstorm run TOPOLOGY' will do to the deployed topology
     of the same name: state carried, re-sharded, migrated or converted, built from the
-    retained records (new, or a raised version), dropped; and what it refuses, with the fix.
+    retained records (new, or a raised version), dropped; a sink's changed table rebuilt
+    from the committed state; and what it refuses, with the fix.
     With --kafka, a bolt built from the retained records is checked against its inputs'
     log starts (records retention deleted). Exits 1 when the plan refuses a node."""
     from hailstorm.snapshots import open_store
@@ -45,7 +48,7 @@ def plan_command(topology_ref: str, name: str | None, zk: str | None,
     client.start(timeout=20)
     try:
         plan = plan_for(client, name or topology.name, open_store(settings.snapshot_location()),
-                        topology, allow_drop, bootstrap)
+                        topology, allow_drop, bootstrap, rebuild)
     finally:
         client.stop()
         client.close()

@@ -64,9 +64,12 @@ def read_committed(zk: str, topology: str, timeout: float = 5.0) -> Any:
         client.close()
 
 
-def _committed_round(
+def committed_round(
     store: SnapshotStore, topology: str, bolt: str, committed: Any
 ) -> Round | None:
+    """The round of ``bolt`` the ``committed`` record lists (its instances' files, under
+    whatever name they were written: a renamed bolt's are its old name's), or None when
+    it lists no file of ``bolt``."""
     prefix = f"bolt:{bolt}:"
     located: list[SnapshotRef] = []
     for processor, location in sorted(committed.snapshots.items()):
@@ -118,7 +121,7 @@ def choose_round(
         if committed is None:
             on_note(f"no committed round in ZooKeeper for {topology}; using the latest one")
         else:
-            chosen = _committed_round(store, topology, bolt, committed)
+            chosen = committed_round(store, topology, bolt, committed)
             if chosen is not None:
                 return chosen
             on_note(f"the committed round {committed.epoch} has no snapshot of {bolt}")

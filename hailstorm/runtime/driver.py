@@ -2,7 +2,8 @@
 
 1. load the topology; find each spout topic's partitions from Kafka's metadata;
 2. plan the upgrade from what is deployed under the name (:mod:`hailstorm.upgrade`:
-   refuse a change the plan refuses, before anything starts; carry out its record edits);
+   refuse a change the plan refuses, before anything starts; carry out its record edits
+   and rebuild the tables it rebuilds);
    compute the expected processor ids (one spout instance per source partition, every bolt
    instance, one instance per sink) and write them, with the node descriptions the next
    plan compares with, to ``/hailstorm/<name>/expected``;
@@ -67,9 +68,11 @@ from hailstorm.snapshots import open_store
 from hailstorm.topology import Topology, graph_of, load_topology
 from hailstorm.upgrade.deployed import apply_plan, plan_for
 from hailstorm.upgrade.describe import describe_topology
+from hailstorm.upgrade.plan import Plan
 from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
 
-__all__ = ["Driver", "RunOptions", "expected_ids", "source_partitions", "write_expected"]
+__all__ = ["Driver", "RunOptions", "Upgrade", "expected_ids", "rebuild_tables",
+           "source_partitions", "write_expected"]
 
 log = logging.getLogger("hailstorm.run")
 
@@ -101,6 +104,9 @@ class RunOptions:
     """Map the driver JVM's classes from the install's archive (write it when missing)."""
     allow_drop: tuple[str, ...] = ()
     """Nodes of the deployed topology this one may drop (their state is deleted)."""
+    rebuild: tuple[str, ...] = ()
+    """Sinks whose table this run may rebuild from the committed state (``--rebuild``), when
+    it starts (not again when new partitions restart the stage)."""
     drain_timeout: float = 60.0
     """On :meth:`Driver.stop`, how long to wait for the negotiator to commit a last round
     and the processors to leave before cancelling the stage."""
@@ -131,17 +137,43 @@ def expected_ids(topology: Topology, partitions: dict[str, list[Partition]]) -> 
     )
 
 
+@dataclass(frozen=True)
+class Upgrade:
+    """What a run needs to plan and carry out the upgrade of the deployed topology."""
+
+    topology: Topology
+    snapshots: str
+    kafka: str
+    database_url: str
+    """The database of sink tables that name none (a rebuilt table is written there)."""
+    allow_drop: tuple[str, ...] = ()
+    rebuild: tuple[str, ...] = ()
+
+
+def rebuild_tables(upgrade: Upgrade, plan: Plan, zk: str, name: str) -> None:
+    """Rebuild the table of every sink ``plan`` rebuilds, from the committed round (one
+    transaction each: :func:`hailstorm.export.rebuild_sink`)."""
+    from hailstorm.export import rebuild_sink
+    from hailstorm.topology import Table
+
+    for sink in plan.rebuilds:
+        target = upgrade.topology.node(sink).target  # type: ignore[union-attr]
+        url = (target.url if isinstance(target, Table) else None) or upgrade.database_url
+        result = rebuild_sink(topology=upgrade.topology, sink=sink, url=url, zk=zk,
+                              store=open_store(upgrade.snapshots), name=name, replace=True)
+        log.info("%s: %s", name, result.describe(url))
+
+
 def write_expected(zk: str, name: str, processors: list[str],
                    graph: Mapping[str, Any] | None = None, *,
-                   upgrade: tuple[Topology, str, tuple[str, ...], str] | None = None,
-                   start: bool = False) -> None:
+                   upgrade: Upgrade | None = None, start: bool = False) -> None:
     """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``);
     ``start``: a new run, so delete the ``stop`` request an earlier one left.
 
-    With ``upgrade`` (the topology, the snapshot location, the nodes it may drop and the
-    Kafka bootstrap), first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`):
+    With ``upgrade``, first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`):
     raise :class:`~hailstorm.upgrade.plan.UpgradeRefused` for a refused node, else carry out
-    the plan's record edits, and record the node descriptions the next plan compares with."""
+    the plan's record edits and table rebuilds, and record the node descriptions the next
+    plan compares with (only then: a failed rebuild is planned again)."""
     paths = TopologyPaths(name)
     client = zk_client(zk)
     client.start(timeout=20)
@@ -150,13 +182,14 @@ def write_expected(zk: str, name: str, processors: list[str],
         check_not_open(client, [paths.root, *paths.directories()])
         nodes = None
         if upgrade is not None:
-            topology, snapshots, allow_drop, kafka = upgrade
-            plan = plan_for(client, name, open_store(snapshots), topology, allow_drop, kafka)
+            plan = plan_for(client, name, open_store(upgrade.snapshots), upgrade.topology,
+                            upgrade.allow_drop, upgrade.kafka, upgrade.rebuild)
             for line in plan.lines():
                 log.info("%s: plan: %s", name, line)
             plan.check()
             apply_plan(client, name, plan)
-            nodes = {k: v.to_json() for k, v in describe_topology(topology).items()}
+            rebuild_tables(upgrade, plan, zk, name)
+            nodes = {k: v.to_json() for k, v in describe_topology(upgrade.topology).items()}
         records = TopologyRecords(client, paths)
         if start:
             records.clear_stop()
@@ -209,7 +242,8 @@ class Driver:
         if not self._started:
             self._earlier_stop = self._stop_record()
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
-                       upgrade=(self.topology, o.snapshots, o.allow_drop, o.kafka),
+                       upgrade=Upgrade(self.topology, o.snapshots, o.kafka, o.database_url,
+                                       o.allow_drop, () if self._started else o.rebuild),
                        start=not self._started)
         self._started = True
         log.info("%s: %d processors expected: %s", self.name, len(processors),

@@ -20,12 +20,14 @@ __all__ = [
     "PROGRESS_TABLE",
     "SENTINEL_PARTITION",
     "SENTINEL_TOPIC",
+    "SINK_TABLE_FIX",
     "Dialect",
     "PostgresDialect",
     "SqliteDialect",
     "TableShape",
     "dialect_for",
     "mismatch_message",
+    "progress_shape",
     "shape_differences",
     "shape_of",
     "sqlite_affinity",
@@ -116,6 +118,16 @@ def shape_of(table: Table) -> TableShape:
         )
     return TableShape(table.name, dict(table.columns), primary_key=tuple(table.key),
                       fillfactor=REWRITTEN_FILLFACTOR)
+
+
+def progress_shape(dialect: Dialect) -> TableShape:
+    """The shape of :data:`PROGRESS_TABLE` (see docs/sinks.md, "The progress table")."""
+    return TableShape(
+        PROGRESS_TABLE,
+        {"sink": "text", "topic": "text", "partition": "integer", "offset": "bigint",
+         "epoch": "bigint", "updated_at": dialect.timestamp_type()},
+        primary_key=("sink", "topic", "partition"),
+    )  # fmt: skip
 
 
 REJECTED_COLUMNS = ("sink", "topic", "partition", "offset", "stage", "error", "record")
@@ -401,10 +413,22 @@ def shape_differences(dialect: Dialect, expected: TableShape, actual: TableShape
     return problems
 
 
+SINK_TABLE_FIX = (
+    "deploy the changed Table with 'hailstorm run ... --rebuild SINK', which replaces the "
+    "table with one rebuilt from the committed state ('hailstorm plan' shows what it does; "
+    "docs/upgrading.md), or change the Table definition to match the existing table "
+    "(renaming the old table away would leave the new one without every row not written "
+    "since, as the sink's progress is kept)"
+)
+"""The fix of a sink's table that differs from its definition."""
+
+
 def mismatch_message(
-    expected: TableShape, where: str, problems: Sequence[str], *, writer: str = "the sink"
+    expected: TableShape, where: str, problems: Sequence[str], *, writer: str = "the sink",
+    fix: str | None = None,
 ) -> str:
-    """The error text of a shape mismatch: which table, what differs, how to fix it."""
+    """The error text of a shape mismatch: which table, what differs, how to fix it
+    (``fix``; by default: rename or drop the table so that it is created afresh)."""
     q = '"'
     wanted = ", ".join(f"{c} {t}" for c, t in expected.columns.items())
     key = (
@@ -412,11 +436,14 @@ def mismatch_message(
         if expected.primary_key
         else (f" unique {_key_text(expected.unique[0])}" if expected.unique else "")
     )
+    fix = fix or (
+        f"rename or drop it (ALTER TABLE {q}{expected.name}{q} RENAME TO "
+        f"{q}{expected.name}_old{q}) so that it is created afresh, or change the Table "
+        "definition to match the existing table"
+    )
     return (
         f"table {expected.name!r} in {where} does not match what {writer} writes: "
         + "; ".join(problems)
         + f". Expected columns ({wanted}){key}. Fix: hailstorm never alters an existing "
-        f"table; rename or drop it (ALTER TABLE {q}{expected.name}{q} RENAME TO "
-        f"{q}{expected.name}_old{q}) so that it is created afresh, or change the Table "
-        "definition to match the existing table"
+        f"table; {fix}"
     )

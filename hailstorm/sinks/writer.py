@@ -29,12 +29,13 @@ from hailstorm.sinks.buffer import BufferedWriter, RowBuffer, Selection
 from hailstorm.sinks.db import Database, Outage, RetryPolicy, is_refused_row, with_retries
 from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError
 from hailstorm.sinks.sql import (
-    PROGRESS_TABLE,
     SENTINEL_PARTITION,
     SENTINEL_TOPIC,
+    SINK_TABLE_FIX,
     TableShape,
     insert_rejected,
     mismatch_message,
+    progress_shape,
     rejected_shape,
     shape_differences,
     shape_of,
@@ -53,12 +54,14 @@ COPY_THRESHOLD = 1000
 """Rows per commit from which PostgreSQL writes go through COPY into a staging table."""
 
 
-def ensure_table(db: Database, shape: TableShape, *, writer: str = "the sink") -> bool:
+def ensure_table(db: Database, shape: TableShape, *, writer: str = "the sink",
+                 fix: str | None = None) -> bool:
     """Create the table of ``shape`` if missing, else check it has that shape.
 
     Call inside a transaction. Returns True when the table was created; raises
-    :class:`SchemaMismatchError` (naming the table, the differences and the fix) when an
-    existing table differs. Never alters a table.
+    :class:`SchemaMismatchError` (naming the table, the differences and the fix: ``fix``,
+    else :func:`~hailstorm.sinks.sql.mismatch_message`'s) when an existing table differs.
+    Never alters a table.
     """
     existing = db.table_shape(shape.name)
     if existing is None:
@@ -66,7 +69,7 @@ def ensure_table(db: Database, shape: TableShape, *, writer: str = "the sink") -
         return True
     problems = shape_differences(db.dialect, shape, existing)
     if problems:
-        message = mismatch_message(shape, redact(db.url.url), problems, writer=writer)
+        message = mismatch_message(shape, redact(db.url.url), problems, writer=writer, fix=fix)
         raise SchemaMismatchError(message, shape.name, problems)
     return False
 
@@ -166,21 +169,12 @@ class SinkWriter(BufferedWriter):
             db = self._connection()
             with db.transaction():
                 db.advisory_lock("hailstorm:ddl")
-                ensure_table(db, self._progress_shape(db), writer="hailstorm")
-                ensure_table(db, self.shape, writer=f"sink {self.sink_id}")
+                ensure_table(db, progress_shape(db.dialect), writer="hailstorm")
+                ensure_table(db, self.shape, writer=f"sink {self.sink_id}", fix=SINK_TABLE_FIX)
                 db.execute(db.dialect.insert_sentinel(), (self.sink_id,))
 
         self._retrying(f"{self.what}: setup", attempt)
         self._opened = True
-
-    def _progress_shape(self, db: Database) -> TableShape:
-        ts = db.dialect.timestamp_type()
-        return TableShape(
-            PROGRESS_TABLE,
-            {"sink": "text", "topic": "text", "partition": "integer", "offset": "bigint",
-             "epoch": "bigint", "updated_at": ts},
-            primary_key=("sink", "topic", "partition"),
-        )  # fmt: skip
 
     def close(self) -> None:
         """Close the connection; buffered rows are dropped (a replay brings them back)."""

@@ -26,6 +26,7 @@ from hailstorm.protocol.layout import (
     parse_processor_id,
 )
 from hailstorm.protocol.records import TopologyRecords
+from hailstorm.sinks.rebuild import rebuild_refusal
 from hailstorm.snapshots.format import SnapshotError
 from hailstorm.snapshots.store import SnapshotStore
 from hailstorm.topology import Topology
@@ -103,9 +104,11 @@ def committed_log_starts(client: KazooClient, name: str, topology: Topology,
 
 
 def plan_for(client: KazooClient, name: str, store: SnapshotStore, topology: Topology,
-             allow_drop: Collection[str] = (), kafka: str | None = None) -> Plan:
+             allow_drop: Collection[str] = (), kafka: str | None = None,
+             rebuild: Collection[str] = ()) -> Plan:
     """The plan of running ``topology`` under ``name`` now; with ``kafka`` (its bootstrap)
-    a bolt built from offset 0 is checked against its inputs' log starts."""
+    a bolt built from offset 0 is checked against its inputs' log starts; ``rebuild``: the
+    sinks whose table the run may rebuild from the committed state."""
     deployed = read_deployed(client, name, store)
     notes = list(deployed.notes)
     starts = None
@@ -116,8 +119,11 @@ def plan_for(client: KazooClient, name: str, store: SnapshotStore, topology: Top
             notes.append(f"the inputs' log starts are unknown ({exc}): lost records are "
                          "not checked")
     committed = TopologyRecords(client, name).committed()
+    refusals = {sink.name: refusal for sink in topology.sinks
+                if (refusal := rebuild_refusal(topology, sink.name)) is not None}
     plan = make_plan(deployed.nodes, deployed.states, describe_topology(topology), allow_drop,
-                     starts, committed.clock if committed is not None else None)
+                     starts, committed.clock if committed is not None else None,
+                     rebuild=rebuild, rebuild_refusals=refusals)
     return replace(plan, notes=plan.notes + tuple(notes))
 
 

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hailstorm.snapshots.evolution import reader_schema
-from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Topology
+from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology
+from hailstorm.upgrade.tables import table_definition
 
 __all__ = ["PYTHON", "NodeDescription", "describe_topology", "fingerprint"]
 
@@ -112,6 +113,9 @@ class NodeDescription:
     """The bolt declares ``migrate=`` (old state -> new state)."""
     start: str | None = None
     """Bolts: ``start=`` (where new state starts when records are gone)."""
+    table: Mapping[str, Any] | None = None
+    """Sinks writing a table: its definition (:func:`hailstorm.upgrade.tables.table_definition`:
+    name, columns and their types, key, mode); the ``row`` function is among ``functions``."""
     python: str = PYTHON
 
     def to_json(self) -> dict[str, Any]:
@@ -120,6 +124,7 @@ class NodeDescription:
         data["inputs"] = list(self.inputs)
         data["functions"] = dict(self.functions)
         data["schema"] = _jsonable(self.schema)
+        data["table"] = None if self.table is None else dict(self.table)
         return data
 
     @classmethod
@@ -164,5 +169,9 @@ def describe_topology(topology: Topology) -> dict[str, NodeDescription]:
                 migrates=upgrade is not None and upgrade.migrate is not None,
                 start=upgrade.start if upgrade else None)
         elif isinstance(node, SinkSpec):
-            described[node.name] = NodeDescription(node.name, "sink", tuple(node.inputs), 1)
+            table = node.target if isinstance(node.target, Table) else None
+            described[node.name] = NodeDescription(
+                node.name, "sink", tuple(node.inputs), 1,
+                functions={} if table is None else {"row": fingerprint(table.row)},
+                table=None if table is None else table_definition(table))
     return described

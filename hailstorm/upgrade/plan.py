@@ -17,6 +17,7 @@ from hailstorm.protocol.catchup import catching_up
 from hailstorm.protocol.clock import NOTHING, Partition, partition_key
 from hailstorm.snapshots.evolution import evolution_problem
 from hailstorm.upgrade.describe import NodeDescription
+from hailstorm.upgrade.tables import table_changes
 
 __all__ = ["Action", "NodePlan", "Plan", "StoredState", "UpgradeRefused", "gone_before",
            "make_plan", "source_topics", "state_change_problem"]
@@ -40,6 +41,9 @@ class Action(enum.StrEnum):
     records."""
     DROP = "drop"
     """Removed from the topology (``--allow-drop``): its state is deleted."""
+    REBUILD = "rebuild"
+    """A sink's table replaced by one rebuilt from the committed state (``--rebuild``),
+    its progress set to the committed clock."""
     REFUSE = "refuse"
     """Not done: ``run`` stops before starting anything (see the fix)."""
 
@@ -100,6 +104,11 @@ class Plan:
         """Names whose committed state is deleted (dropped nodes, raised versions)."""
         return frozenset(n.stored_as or n.node for n in self.nodes
                          if n.action in (Action.DROP, Action.RESTART))
+
+    @property
+    def rebuilds(self) -> tuple[str, ...]:
+        """The sinks whose table a run rebuilds from the committed state."""
+        return tuple(n.node for n in self.nodes if n.action is Action.REBUILD)
 
     def lines(self) -> list[str]:
         return [n.line() for n in self.nodes] + list(self.notes)
@@ -249,6 +258,56 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                   "records, or undo the change")
 
 
+def _plan_sink(node: NodeDescription, old: NodeDescription, carried: NodePlan,
+               decided: Mapping[str, Action], asked: bool, refusal: str | None) -> NodePlan:
+    """The decision for a sink the deployed topology has too (``carried``: keep its
+    progress, unless its table changed): a changed table definition (or ``--rebuild``,
+    ``asked``) is rebuilt from the committed state of its input bolt, or refused."""
+    changes = table_changes(old.table, node.table) \
+        if old.table is not None and node.table is not None else []
+    row_changed = old.python == node.python and "row" in old.functions \
+        and old.functions.get("row") != node.functions.get("row")
+    if not changes and not asked:
+        if not row_changed:
+            return carried
+        return replace(carried, detail=(
+            f"{carried.detail}; its row function changed (fingerprint): rows written before "
+            f"keep what the old one made of them (--rebuild {node.name} rewrites every row "
+            "from the committed state)"))
+    table = (node.table or {}).get("name", node.name)
+    what = f"table {table} changed ({', '.join(changes)})" if changes else \
+        f"table {table} rebuilt on request (--rebuild {node.name})"
+
+    def refuse(why: str, fix: str) -> NodePlan:
+        return NodePlan(node.name, "sink", Action.REFUSE, f"{what}: {why}", fix)
+
+    undo = "undo the change" if changes else f"leave out --rebuild {node.name}"
+    new_sink = "or write the new table from a sink of another name (it gets what its " \
+        "inputs emit from now on)"
+    if refusal is not None:
+        return refuse(f"it cannot be rebuilt from the committed state ({refusal}), and its "
+                      "progress would leave it without every row not written since",
+                      f"{undo}, {new_sink}")
+    bolt = node.inputs[0]
+    if decided.get(bolt) not in (Action.CARRY, Action.RESHARD, Action.MIGRATE,
+                                 Action.CONVERT):
+        return refuse(f"its input {bolt} has no committed state this run keeps, so there "
+                      "is nothing to rebuild it from",
+                      f"{undo}; change the table in a later deploy, once {bolt} committed")
+    if not asked:
+        return refuse("its progress would leave the new table without every row not "
+                      "written since",
+                      f"pass --rebuild {node.name} to rebuild it from the committed state "
+                      f"of {bolt} (the old table is replaced), {undo}, {new_sink}")
+    old_name = (old.table or {}).get("name", table)
+    replaced = f"replaces table {old_name}" if old_name == table else \
+        f"is created (table {old_name} is left as it is)"
+    return NodePlan(node.name, "sink", Action.REBUILD, (
+        f"{what}: rebuilt from the committed state of {bolt}: table {table} {replaced}, "
+        "with every key's row from the committed round, and the sink's progress is set to "
+        "the committed clock, in one transaction"))
+
+
 def make_plan(
     deployed: Mapping[str, NodeDescription] | None,
     states: Mapping[str, StoredState],
@@ -256,13 +315,18 @@ def make_plan(
     allow_drop: Collection[str] = (),
     log_starts: Mapping[Partition, int] | None = None,
     committed: Mapping[Partition, int] | None = None,
+    rebuild: Collection[str] = (),
+    rebuild_refusals: Mapping[str, str] | None = None,
 ) -> Plan:
     """What a run of the ``new`` nodes does, given the ``deployed`` ones (None: not
     recorded, e.g. by an older driver: only the stored state is compared), the
     committed round's ``states`` by bolt name, and the source partitions' ``log_starts``
     (None: not known; then a bolt built from offset 0 is not checked for lost records).
     With the ``committed`` round's clock, a bolt catching up on its own clock says what
-    its backfill reads (:func:`backfill_detail`)."""
+    its backfill reads (:func:`backfill_detail`). ``rebuild`` names the sinks whose
+    table the run may rebuild from the committed state (``--rebuild``);
+    ``rebuild_refusals`` says why a sink cannot be (see
+    :func:`hailstorm.sinks.rebuild.rebuild_refusal`; absent: it can)."""
     notes: list[str] = []
     old_nodes: dict[str, NodeDescription] = dict(deployed or {})
     old_names = set(old_nodes) | set(states)
@@ -312,6 +376,11 @@ def make_plan(
                 "what it emits from the committed round on, not its history"))
     if committed is not None:
         plans = _with_backfills(plans, new, rebuilt, committed, log_starts)
+    decided = {n.node: n.action for n in plans}
+    for i, sink in enumerate(plans):
+        if sink.kind == "sink" and sink.action is Action.CARRY:
+            plans[i] = _plan_sink(new[sink.node], old_nodes[sink.node], sink, decided,
+                                  sink.node in rebuild, (rebuild_refusals or {}).get(sink.node))
     for i, sink in enumerate(plans):
         starts = sorted(set(new[sink.node].inputs) & rebuilt)
         if sink.kind == "sink" and sink.action is Action.CARRY and starts:
@@ -329,6 +398,10 @@ def make_plan(
                                   "removed from the topology (or renamed without previously=)",
                                   f"pass --allow-drop {name} to delete it, or declare "
                                   f"previously={name!r} on the node that replaces it"))
+    for name in sorted(set(rebuild) - {n.node for n in plans if n.kind == "sink"
+                                       and n.action in (Action.REBUILD, Action.REFUSE)}):
+        notes.append(f"--rebuild {name}: no deployed sink of that name is kept, so nothing "
+                     "is rebuilt")
     for name in sorted(set(allow_drop) - (old_names - taken - set(new))):
         notes.append(f"--allow-drop {name}: no deployed node of that name is removed, so "
                      "nothing is dropped")

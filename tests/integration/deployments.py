@@ -192,3 +192,15 @@ def keep_screenshots(shots: Path) -> None:
         Path(keep).mkdir(parents=True, exist_ok=True)
         for shot in shots.iterdir():
             shutil.copy(shot, Path(keep) / shot.name)
+
+
+def hailstorm_plan(stack: StackAddresses, module: str | Path, name: str, *args: str
+                   ) -> tuple[int, str]:
+    """``hailstorm plan MODULE --name NAME ARGS`` in this process: its exit code and output."""
+    from click.testing import CliRunner
+
+    from hailstorm.cli import main
+
+    env = {"HAILSTORM_ZK": stack.zk, "HAILSTORM_SNAPSHOTS": str(stack.snapshots)}
+    result = CliRunner().invoke(main, ["plan", str(module), "--name", name, *args], env=env)
+    return result.exit_code, result.output

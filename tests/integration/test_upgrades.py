@@ -11,11 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from deployments import hailstorm_command
+from deployments import hailstorm_command, hailstorm_plan
 
 from hailstorm import kafka
-from hailstorm.cli import main
 from hailstorm.dev.harness import SQLITE, Produced, StackAddresses, TopologyRun, produce
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import parse_processor_id
@@ -64,13 +62,6 @@ def _lines(rng: random.Random, n: int) -> list[bytes]:
     return [" ".join(rng.choices(WORDS, k=4)).encode() for _ in range(n)]
 
 
-def _plan(stack: StackAddresses, module: str, name: str) -> tuple[int, str]:
-    """``hailstorm plan`` in this process: its exit code and output."""
-    env = {"HAILSTORM_ZK": stack.zk, "HAILSTORM_SNAPSHOTS": str(stack.snapshots)}
-    result = CliRunner().invoke(main, ["plan", module, "--name", name], env=env)
-    return result.exit_code, result.output
-
-
 def _exact(run: TopologyRun, produced: Produced, bolt: str) -> None:
     """The committed round covers everything produced and ``bolt``'s state equals the
     reference model of the running code over every message."""
@@ -102,7 +93,7 @@ def test_refusals_rename_and_version_bump(stack_env: dict[str, str], tmp_path: P
         (CASED, "bolt counts: refuse: the key function changed (fingerprint)"),
     ]:
         module = str(_module(tmp_path, text, topic))
-        code, output = _plan(stack, module, name)
+        code, output = hailstorm_plan(stack, module, name)
         assert code == 1 and reason in output, output
         refused, took = hailstorm_command(stack, "run", module, "--name", name,
                                           "--log-level", "ERROR")
@@ -113,7 +104,7 @@ def test_refusals_rename_and_version_bump(stack_env: dict[str, str], tmp_path: P
         assert "SparkContext" not in refused.stderr  # refused before Spark started
 
     renamed = str(_module(tmp_path, RENAMED, topic))
-    code, output = _plan(stack, renamed, name)
+    code, output = hailstorm_plan(stack, renamed, name)
     assert code == 0, output
     assert ("bolt totals: convert: per_key(Count) -> per_key(Sum(double)) by its migrate= "
             "function (renamed from counts), re-sharded from 2 to 3 instances") in output
@@ -124,7 +115,7 @@ def test_refusals_rename_and_version_bump(stack_env: dict[str, str], tmp_path: P
         _exact(run, produced, "totals")
 
     cased = str(_module(tmp_path, RENAMED_CASED, topic))
-    code, output = _plan(stack, cased, name)
+    code, output = hailstorm_plan(stack, cased, name)
     assert code == 0 and "bolt totals: restart: version 1 -> 2" in output, output
     with TopologyRun(stack, cased, name=name, log_dir=logs, negotiators=1,
                      database=SQLITE) as run:

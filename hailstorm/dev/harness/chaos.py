@@ -10,14 +10,14 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hailstorm import kafka
 from hailstorm.dev.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
-from hailstorm.dev.harness.evidence import missing_evidence, planned_restarts
+from hailstorm.dev.harness.evidence import DEPLOYED, missing_evidence, planned_restarts
 from hailstorm.dev.harness.faults import (
     DEFAULT_FAULT_KINDS,
     MASTER_PHASES,
@@ -29,6 +29,7 @@ from hailstorm.dev.harness.faults import (
     describe_restarts,
 )
 from hailstorm.dev.harness.producing import BackgroundProducer, Outgoing, ProducedTopics
+from hailstorm.dev.harness.results import BoltStates
 from hailstorm.dev.harness.run import TopologyRun
 from hailstorm.dev.harness.stack import (
     BrokerControl,
@@ -38,9 +39,11 @@ from hailstorm.dev.harness.stack import (
 )
 from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.model import run_model
+from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import RecoveryRecord
 from hailstorm.sinks.urls import redact
 from hailstorm.topology import Topology
+from hailstorm.vocabulary import Message
 
 T = TypeVar("T")
 
@@ -52,6 +55,8 @@ class PlannedFault:
     """Seconds to wait (after the previous recovery) before injecting it."""
     phase: MasterPhase = "Flowing"
     """The master state to hit (see :meth:`TopologyRun.inject`)."""
+    module: str = ""
+    """A deploy: the changed topology module it deploys."""
 
 
 def _cover(choices: Sequence[T], count: int, rng: random.Random) -> list[T]:
@@ -66,7 +71,7 @@ def _cover(choices: Sequence[T], count: int, rng: random.Random) -> list[T]:
 @dataclass(frozen=True)
 class ChaosSchedule:
     """A seeded plan of ``count`` faults of ``kinds``, spaced ``spacing`` s apart (+ jitter),
-    timed for the master states ``phases``.
+    timed for the master states ``phases``, and a ``deploy`` of each of ``deploys``.
 
     Every kind is used at least once when ``count >= len(kinds)``, and every phase once
     among the faults that are not broker faults (those hit a flowing topology) when there
@@ -79,6 +84,9 @@ class ChaosSchedule:
     spacing: float = 2.0
     seed: int = 0
     phases: tuple[MasterPhase, ...] = MASTER_PHASES
+    deploys: tuple[str, ...] = ()
+    """Changed modules of the topology to deploy mid-run, in this order, each a ``deploy``
+    fault placed at a seeded position among the others (after ``count`` of them)."""
 
     def plan(self) -> list[PlannedFault]:
         rng = random.Random(self.seed)
@@ -99,7 +107,16 @@ class ChaosSchedule:
                     phases[i] = "Flowing"
                 else:
                     phases[i], phases[other] = phases[other], phases[i]
-        return [PlannedFault(k, d, ph) for k, d, ph in zip(kinds, delays, phases, strict=True)]
+        planned = [PlannedFault(k, d, ph) for k, d, ph in zip(kinds, delays, phases,
+                                                               strict=True)]
+        placing = random.Random(self.seed * 13 + 5)
+        at = 0
+        for module in self.deploys:  # in order, each somewhere after the one before
+            at = placing.randint(at, len(planned))
+            planned.insert(at, PlannedFault("deploy", self.spacing * (0.5 + placing.random()),
+                                            "Flowing", module))
+            at += 1
+        return planned
 
     def rng(self) -> random.Random:
         """The generator victims are drawn from (independent of the plan)."""
@@ -141,12 +158,17 @@ class ChaosReport:
     may_miss: tuple[str, ...] = ()
     """Fault kinds allowed to be ineffective (see :meth:`ineffective`) without failing the
     run."""
+    started_late: Comparison | None = None
+    """The nodes a mid-run deploy added with ``start="latest"`` (and the new sinks they
+    alone feed), against the model over the messages after the committed clock the deploy
+    started from (None: there were none); the other nodes are in :attr:`comparison`."""
 
     @property
     def ok(self) -> bool:
         """Exactly the model's state, every fault recovered from and effective (or of a
         kind in :attr:`may_miss`), the restarts as planned and none unexplained."""
         return (self.comparison.ok and (self.independent is None or self.independent.ok)
+                and (self.started_late is None or self.started_late.ok)
                 and all(r.committed_after is not None for r in self.faults)
                 and all(r.restored_after is not None for r in self.faults
                         if r.fault.kind == "broker")
@@ -218,6 +240,9 @@ class ChaosReport:
             "may_miss": list(self.may_miss),
             "ineffective": [f"{r.fault.kind} {r.fault.target}" for r in self.ineffective()],
             "unexplained_recoveries": [asdict(r) for r in self.unexplained],
+            "started_late": None if self.started_late is None else {
+                "lost": self.started_late.lost, "duplicated": self.started_late.duplicated,
+                "wrong": self.started_late.wrong, "rows": self.started_late.keys_compared},
             "independent": None if self.independent is None else {
                 "lost": self.independent.lost, "duplicated": self.independent.duplicated,
                 "wrong": self.independent.wrong, "rows": self.independent.keys_compared},
@@ -292,18 +317,25 @@ class ChaosReport:
         for d in c.first(5):
             lines.append(f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, "
                          f"committed {d.actual!r}")
+        if self.started_late is not None:
+            late = self.started_late
+            lines += _against(f"started at a deploy's clock: {late.keys_compared} keys and "
+                              "rows against the model after it", late)
         if self.independent is not None:
-            i = self.independent
-            lines.append(f"by hand: {i.keys_compared} sink rows against a count written "
-                         f"without the topology's code: {i.lost} lost, {i.duplicated} "
-                         f"duplicated, {i.wrong} wrong")
-            for d in i.first(5):
-                lines.append(f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, "
-                             f"committed {d.actual!r}")
+            lines += _against(f"by hand: {self.independent.keys_compared} sink rows against "
+                              "a count written without the topology's code", self.independent)
         lines.extend(c.oracle_lines())
         lines.extend(self.notes)
         lines.append("OK: exactly the model's state" if self.ok else "FAILED")
         return "\n".join(lines)
+
+
+def _against(what: str, comparison: Comparison) -> list[str]:
+    """A report's line of ``comparison`` (``what`` it compared) and its first differences."""
+    c = comparison
+    return [f"{what}: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"] + [
+        f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, committed {d.actual!r}"
+        for d in c.first(5)]
 
 
 TOP_UP_SECONDS = 60.0
@@ -323,6 +355,60 @@ TOP_UP_CHUNK = 50
 def cycled(values: Sequence[T], start: int, count: int) -> list[T]:
     """``count`` of ``values`` from index ``start`` on, starting over at the end."""
     return [values[(start + i) % len(values)] for i in range(count)] if values else []
+
+
+def started_at_deploy(before: Topology, after: Topology) -> list[str]:
+    """The nodes a deploy of ``after`` over ``before`` starts at the committed clock: its
+    new bolts declaring ``start="latest"`` (not renamed from one of ``before``), and its new
+    sinks that read only those. Pure."""
+    old = {n.name for n in before.nodes}
+    late = [b.name for b in after.bolts if b.name not in old
+            and (upgrade := after.upgrades.get(b.name)) is not None
+            and upgrade.start == "latest" and upgrade.previously not in old]
+    return late + [s.name for s in after.sinks if s.name not in old
+                   and s.inputs and set(s.inputs) <= set(late)]
+
+
+def combined(parts: Sequence[Comparison]) -> Comparison:
+    """One comparison of several (of disjoint nodes): totals summed, lists joined."""
+    total = Comparison()
+    for part in parts:
+        total.lost += part.lost
+        total.duplicated += part.duplicated
+        total.wrong += part.wrong
+        total.keys_compared += part.keys_compared
+        total.differences += part.differences
+        total.instance_mismatches += part.instance_mismatches
+        total.model_disagreements += part.model_disagreements
+        total.oracle_note = total.oracle_note or part.oracle_note
+    oracles = [p.oracle for p in parts]
+    if parts and all(o is not None for o in oracles):
+        total.oracle = combined([o for o in oracles if o is not None])
+    return total
+
+
+def compare_deployed(topology: Topology, deploys: Sequence[tuple[Topology, Clock]],
+                     initial: Topology, messages: Sequence[Message],
+                     states: Mapping[str, BoltStates], tables: Mapping[str, Any],
+                     ) -> tuple[list[str], Comparison | None]:
+    """The nodes ``deploys`` started at a committed clock (:func:`started_at_deploy`) and
+    their committed states and tables against the model of ``topology`` over the messages
+    after that clock (None: there were none). Every other node is the model's over every
+    message: a re-sharded bolt's too, by the final parallelism."""
+    late: list[str] = []
+    parts = []
+    before = initial
+    for deployed, clock in deploys:
+        nodes = started_at_deploy(before, deployed)
+        before = deployed
+        if not nodes:
+            continue
+        late += nodes
+        after = [m for m in messages if m.offset > clock.get((m.topic, m.partition), -1)]
+        parts.append(compare_with_model(
+            run_model(topology, after), states, {n: tables[n] for n in nodes if n in tables},
+            bolts=nodes))
+    return late, combined(parts) if parts else None
 
 
 def late_topics(topology: Topology) -> list[str]:
@@ -390,6 +476,7 @@ def run_chaos(
         with contextlib.ExitStack() as producers:
             producer = producers.enter_context(
                 BackgroundProducer(stack.kafka, produced, values, parts, rate))
+            initial = run.topology
             for i, planned in enumerate(plan):
                 time.sleep(planned.delay)
                 run.wait_flowing(timeout)
@@ -403,9 +490,10 @@ def run_chaos(
                         stack.kafka, produced, more, parts, trickle, chunk=TOP_UP_CHUNK))
                 run.producer = producer
                 run.await_uncommitted(producer)
-                faults = run.inject(planned.kind, rng, producer, planned.phase)
+                faults = [run.deploy(planned.module)] if planned.kind == "deploy" else \
+                    run.inject(planned.kind, rng, producer, planned.phase)
                 for fault in faults:
-                    progress(f"fault {i + 1}/{schedule.count}"
+                    progress(f"fault {i + 1}/{len(plan)}"
                              + (" (trigger)" if fault.trigger else "")
                              + f": {fault.kind} {fault.target} in {fault.phase}"
                              + (f" ({fault.detail})" if fault.detail else "")
@@ -437,12 +525,18 @@ def run_chaos(
         if dict(committed.clock) != target:
             notes.append(f"note: committed clock {dict(committed.clock)} != produced {target}")
         messages = produced.model_messages()
+        late, started_late = compare_deployed(run.topology, run.deploys, initial, messages,
+                                              states, tables)
         model = run_model(run.topology, messages)
-        comparison = compare_with_model(model, states, tables)
+        comparison = compare_with_model(
+            model, states, {n: v for n, v in tables.items() if n not in late},
+            bolts=[b.name for b in run.topology.bolts if b.name not in late])
         by_hand = BY_HAND.get(run.topology.name)
         independent = None if by_hand is None else compare_tables(by_hand(messages), tables)
         accounting = run.accounting()
         for index, fault in enumerate(run.faults):
+            if fault.kind == "deploy":  # the new driver's processors started after it
+                fault.evidence[DEPLOYED] = any(r.at >= fault.at for r in accounting.starts)
             for recovery in recoveries:
                 if recovery.fault is fault:
                     recovery.record = accounting.matched.get(index)
@@ -452,4 +546,4 @@ def run_chaos(
                            time.monotonic() - started, notes, accounting.restarts,
                            accounting.unexplained, redact(run.database), independent,
                            retries=accounting.retries, planned_restarts=schedule.restarts(),
-                           may_miss=tuple(may_miss))
+                           may_miss=tuple(may_miss), started_late=started_late)

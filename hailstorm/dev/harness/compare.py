@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -110,8 +110,10 @@ def compare_with_model(
     tables: Mapping[str, Mapping[tuple[Any, ...], Mapping[str, Any]]] | None = None,
     limit: int = 20,
     oracle: OracleResult | None = None,
+    bolts: Collection[str] | None = None,
 ) -> Comparison:
-    """Lost, duplicated and wrong values of every bolt's committed state vs the model.
+    """Lost, duplicated and wrong values of every bolt's committed state vs the model
+    (``bolts``: of those only; a bolt compared but missing from ``states`` is wrong).
 
     For integer values (``per_key(Count())``-like): a key whose count is lower than the
     model's lost the difference, a higher one was double-counted; a key only the model has
@@ -136,15 +138,16 @@ def compare_with_model(
         if len(result.differences) < limit:
             result.differences.append(d)
 
-    for bolt in topology.bolts:
-        name = bolt.name
+    compared = [b.name for b in topology.bolts if bolts is None or b.name in bolts]
+    for name in compared:
         if name not in states:
             continue
         for i, (want, got) in enumerate(zip(model.instance_states(name),
                                             states[name].instances, strict=False)):
             if model.comparable(name, want) != model.comparable(name, got):
                 result.instance_mismatches.append(f"{name}:{i}")
-    _compare_run(topology, lambda name: model.comparable(name, model.bolt_state(name)),
+    _compare_run(topology, compared,
+                 lambda name: model.comparable(name, model.bolt_state(name)),
                  model.comparable, model.table, states, tables, result, note)
     if oracle is None:
         if model.messages is None:
@@ -167,13 +170,14 @@ def compare_with_model(
             against.differences.append(d)
 
     assert oracle is not None
-    _compare_run(topology, oracle.comparable, oracle.comparable, oracle.table, states,
-                 tables, against, note_oracle)
+    _compare_run(topology, compared, oracle.comparable, oracle.comparable, oracle.table,
+                 states, tables, against, note_oracle)
     return result
 
 
 def _compare_run(
     topology: Topology,
+    bolts: Sequence[str],
     expected_state: Callable[[str], Any],
     comparable: Callable[[str, Any], Any],
     expected_table: Callable[[str], Rows],
@@ -182,9 +186,8 @@ def _compare_run(
     result: Comparison,
     note: Callable[[Difference], None],
 ) -> None:
-    """The merged committed states and the tables against one model's."""
-    for bolt in topology.bolts:
-        name = bolt.name
+    """The merged committed states of ``bolts`` and the tables against one model's."""
+    for name in bolts:
         expected = expected_state(name)
         if name not in states:
             result.wrong += 1

@@ -35,7 +35,7 @@ from hailstorm.dev.harness.wait import HarnessError, wait_for
 from hailstorm.dev.services import SPARK_MASTER_VAR, pid_alive, stop_pid
 from hailstorm.failpoints import FAILPOINTS_DIR_VAR, PAUSE_DIR_VAR
 from hailstorm.model import run_model
-from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.clock import Clock, Partition
 from hailstorm.protocol.layout import (
     CommittedRecord,
     MasterRecord,
@@ -111,6 +111,9 @@ class Deployment:
         """Every fault injected in this run, in order."""
         self.producer: BackgroundProducer | None = None
         """The workload's producer while it runs (faults record whether it still wrote)."""
+        self.deploys: list[tuple[Topology, Clock]] = []
+        """Each :meth:`redeploy`: the topology deployed and the committed clock it started
+        from (what a bolt declaring ``start="latest"`` starts at)."""
         self.planned: list[Explanation] = []
         """Restarts the test declared (:meth:`expect_restart`)."""
         self.processor_pids: set[int] = set()
@@ -185,13 +188,42 @@ class Deployment:
                                                                  sink.target.name)
         for _ in range(self.negotiator_count):
             self._spawn_negotiator()
+        self._spawn_driver()
+        return self
+
+    def _spawn_driver(self) -> None:
         zombie_args = [f"--master=local[{self.expected_count() + 1}]",
                        *(f"--conf={k}={v}" for k, v in ZOMBIE_SPARK_CONF)] if self.zombies else []
         host_args = [] if self.processor_host is None else ["--host", self.processor_host]
         conf_args = [f"--conf={k}={v}" for k, v in self.spark_conf]
         self.spawn("driver", ["-m", "hailstorm", "run", self.topology_ref, "--name", self.name,
                               *zombie_args, *host_args, *conf_args, *self.driver_options])
-        return self
+
+    def redeploy(self, topology_ref: str | Path, timeout: float = 120.0) -> int:
+        """Deploy changed code under the same name, as an operator does: stop the driver
+        (SIGTERM drains: a last round commits and the master records ``Stopped``), wait for
+        its processors to leave (SIGKILL what is left after 20 s), then start a driver of
+        ``topology_ref``, which carries out its upgrade plan first (with
+        :attr:`driver_options`, e.g. ``--rebuild``); the negotiators keep running. Returns
+        the old driver's pid; :attr:`deploys` records the committed clock the new code
+        starts from. Raises :class:`HarnessError` when the old one does not stop
+        within ``timeout``."""
+        topology = load_topology(str(topology_ref))
+        old = self.procs["driver"]
+        with contextlib.suppress(Exception):
+            self.processors()  # their pids
+        old.send_signal(signal.SIGTERM)
+        try:
+            old.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise HarnessError(f"the driver (pid {old.pid}) did not stop within {timeout:.0f} "
+                               "s of its SIGTERM") from None
+        self._end_processors()
+        committed = self.committed()
+        self.deploys.append((topology, dict(committed.clock) if committed else {}))
+        self.topology_ref, self.topology = str(topology_ref), topology
+        self._spawn_driver()
+        return old.pid
 
     def alive(self) -> None:
         """Raise when the driver died, or no negotiator the harness did not kill is left."""
@@ -225,21 +257,26 @@ class Deployment:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(pid_alive(p) for p in self.processor_pids):
-            time.sleep(0.2)
-        for pid in self.processor_pids:  # Spark workers we started through the driver
-            if pid in self._stopped_pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-            if pid_alive(pid):
-                stop_pid(pid, None, sig=signal.SIGKILL, timeout=5)
+        self._end_processors()
         for _fault, restart in self._restarts:
             with contextlib.suppress(HarnessError):
                 restart.finish(180)
         with contextlib.suppress(Exception):
             self.zk.stop()
             self.zk.close()
+
+    def _end_processors(self) -> None:
+        """Wait (20 s at most) for the processors the driver started to leave, then SIGKILL
+        what is left of them (Spark workers we started through the driver)."""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(pid_alive(p) for p in self.processor_pids):
+            time.sleep(0.2)
+        for pid in self.processor_pids:
+            if pid in self._stopped_pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            if pid_alive(pid):
+                stop_pid(pid, None, sig=signal.SIGKILL, timeout=5)
 
     # -- ZooKeeper views ------------------------------------------------------------------
 

@@ -39,6 +39,12 @@ NEW_LEADER = "another negotiator leads"
 """After the leader's SIGKILL, another negotiator wrote the master."""
 NODE_BACK = "node back"
 """The killed Kafka node answered again (see :attr:`Recovery.restored_after`)."""
+DRAINED = "drained"
+"""A deploy: the old driver's stop committed a last round and the master recorded
+``Stopped`` before the new driver started (no processor failed)."""
+DEPLOYED = "deployed"
+"""A deploy: the new driver's processors started from ``Stopped`` (a start, recorded in
+ZooKeeper after the fault)."""
 
 _REQUIRED: dict[FaultKind, tuple[str, ...]] = {
     "processor": (VICTIM_GONE, RECOVERY_NAMES_VICTIM),
@@ -46,6 +52,7 @@ _REQUIRED: dict[FaultKind, tuple[str, ...]] = {
     "zombie": (STOPPED_BEFORE_COMMIT, FENCED, RECOVERY_NAMES_VICTIM),
     "negotiator": (VICTIM_GONE, NEW_LEADER),
     "broker": (VICTIM_GONE, NODE_BACK),
+    "deploy": (VICTIM_GONE, DRAINED, DEPLOYED),
 }
 
 SESSION_EXPIRY_SLACK = 5.0
@@ -211,14 +218,15 @@ _RESTARTS: dict[FaultKind, tuple[int, int]] = {
     "stall": (0, 1),  # a coin toss decides whether it ends in a SIGKILL
     "negotiator": (0, 0),  # the standby takes over the master state as it is
     "broker": (0, 1),  # spouts usually ride out a leader move
+    "deploy": (0, 0),  # a drain, then a start from Stopped: no recovery
 }
 
 
 def planned_restarts(plan: Iterable[tuple[FaultKind, str]]) -> tuple[int, int]:
     """The least and most recoveries a plan of ``(kind, phase)`` faults causes (retries of a
     recovery in progress not counted: see :class:`Accounting`): one per processor kill,
-    session expiry and zombie, none per negotiator kill, at most one per stall and broker
-    fault, and one more for the trigger of each fault timed for a recovery state."""
+    session expiry and zombie, none per negotiator kill and deploy, at most one per stall
+    and broker fault, and one more for the trigger of each fault timed for a recovery state."""
     low = high = 0
     for kind, phase in plan:
         least, most = _RESTARTS[kind]

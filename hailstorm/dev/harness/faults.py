@@ -16,10 +16,13 @@ from typing import Literal
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import RecoveryRecord
 
-FaultKind = Literal["processor", "negotiator", "zk-session", "zombie", "stall", "broker"]
+FaultKind = Literal["processor", "negotiator", "zk-session", "zombie", "stall", "broker",
+                    "deploy"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
                                       "stall", "broker")
-"""Every fault kind the harness can inject."""
+"""Every fault kind the harness draws at random. ``deploy`` (changed code deployed mid-run:
+:meth:`~hailstorm.dev.harness.run.TopologyRun.deploy`) is planned only with the module to
+deploy (``hailstorm chaos --deploy``)."""
 DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
                                               "stall")
 """What a :class:`ChaosSchedule` draws from unless told: the kinds every stack supports
@@ -42,7 +45,8 @@ class Fault:
 
     kind: FaultKind
     target: str
-    """Processor id, negotiator label, or Kafka node (``kafka-<id>``)."""
+    """Processor id, negotiator label, Kafka node (``kafka-<id>``), or the module a deploy
+    started."""
     pid: int
     at: float
     """``time.time()`` when it was injected."""

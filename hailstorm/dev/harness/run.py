@@ -1,8 +1,8 @@
 """Hurting a running topology: :class:`TopologyRun` is a
 :class:`~hailstorm.dev.harness.deployment.Deployment` that injects faults (a processor's SIGKILL,
 the leading negotiator's, an expired ZooKeeper session, a zombie sink, a stalled bolt, a
-killed Kafka node), each timed for a master state and recorded with what the topology held
-when it hit, and measures the recovery from each."""
+killed Kafka node, changed code deployed), each timed for a master state and recorded with
+what the topology held when it hit, and measures the recovery from each."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 from confluent_kafka import KafkaException
 
 from hailstorm import kafka
 from hailstorm.dev.harness.deployment import Deployment
 from hailstorm.dev.harness.evidence import (
+    DRAINED,
     FENCED,
     NEW_LEADER,
     NODE_BACK,
@@ -481,6 +483,19 @@ class TopologyRun(Deployment):
         else:
             faults.append(self.expire_zk_session(rng=rng, phase=phase, epoch=epoch))
         return faults
+
+    def deploy(self, topology_ref: str | Path) -> Fault:
+        """Changed code deployed while the topology flows (:meth:`redeploy`), as a fault of
+        kind ``deploy``: its evidence is the old driver gone and the master ``Stopped``
+        (drained) before the new driver started."""
+        fault = self._fault("deploy", Path(topology_ref).name, self.procs["driver"].pid,
+                            "Flowing")
+        fault.pid = self.redeploy(topology_ref)
+        fault.evidence[VICTIM_GONE] = not pid_alive(fault.pid)
+        master = self.master()
+        fault.evidence[DRAINED] = master is not None and type(master.state).__name__ == "Stopped"
+        fault.detail = f"from the committed clock {self.deploys[-1][1]}"
+        return fault
 
     # -- recovery -------------------------------------------------------------------------
 

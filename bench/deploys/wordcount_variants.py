@@ -1,0 +1,27 @@
+"""Changed versions of ``topologies/wordcount.py`` to deploy mid-run (``hailstorm chaos
+--deploy``, docs/chaos.md): the same spout, ``counts`` bolt and ``word_counts`` sink (their
+functions are the example's, so the upgrade plan carries their state), over ``parallelism``
+instances, and with ``lengths`` a new bolt counting words by length from the committed clock
+on (``start="latest"``) into a new table ``word_lengths``."""
+
+from hailstorm import Count, Table, Topology, itself, per_key
+from topologies.wordcount import words_of
+
+
+def wordcount(parallelism: int = 2, lengths: bool = False) -> Topology:
+    """The word count with ``counts`` over ``parallelism`` instances (and ``lengths``)."""
+    topology = Topology("wordcount")
+    lines = topology.spout("lines", topic="words", decoder="text", explode=words_of)
+    counts = topology.bolt(
+        "counts", inputs=[lines], key=itself, state=per_key(Count()), lift=Count.lift,
+        emit=lambda word, count: [(word, count)], parallelism=parallelism, preaggregate=True)
+    topology.sink("word_counts", inputs=[counts], target=Table(
+        "word_counts", columns={"word": "text", "count": "bigint"}, key=["word"],
+        mode="upsert"))
+    if lengths:
+        by_length = topology.bolt(
+            "lengths", inputs=[lines], key=len, state=per_key(Count(), "long"), lift=Count.lift,
+            emit=lambda word, count: [(len(word), count)], start="latest")
+        topology.sink("word_lengths", inputs=[by_length], target=Table(
+            "word_lengths", columns={"length": "bigint", "count": "bigint"}, key=["length"]))
+    return topology
