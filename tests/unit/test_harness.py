@@ -48,13 +48,14 @@ from hailstorm.dev.harness import (
     private_database,
     zombie_outcome,
 )
-from hailstorm.dev.harness.chaos import cycled, late_topics
+from hailstorm.dev.harness.chaos import cycled
 from hailstorm.dev.harness.compare import model_disagreements
 from hailstorm.dev.harness.evidence import (
     NODE_BACK,
     VICTIM_GONE,
 )
 from hailstorm.dev.harness.producing import routed
+from hailstorm.dev.harness.side_outputs import side_output_topics
 from hailstorm.dev.workloads import PAGE_VIEW_SCHEMA
 from hailstorm.model import Message, ModelResult, messages, run_model
 from hailstorm.oracle import run_oracle
@@ -449,7 +450,7 @@ def test_pageviews_workload_is_the_topologys_avro() -> None:
 
     assert PAGE_VIEW_SCHEMA == TOPOLOGY_SCHEMA
     topology = load_topology(str(ROOT / "topologies" / "pageviews.py"))
-    assert late_topics(topology) == ["pageviews.late"]
+    assert side_output_topics(topology) == ["pageviews.dead-letter", "pageviews.late"]
     (generate,) = WORKLOADS["pageviews"].values()
     assert generate(50, 3) == generate(50, 3) != generate(50, 4)
 

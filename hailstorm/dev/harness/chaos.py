@@ -1,6 +1,7 @@
 """``hailstorm chaos``: a seeded plan of faults (:class:`ChaosSchedule`), the run that
 deploys a topology, produces in the background, applies the plan and compares the result
-with the model and the by-hand counts (:func:`run_chaos`), and its report
+(states, tables, dead letters, late records and rejected rows) with both models and the
+by-hand counts (:func:`run_chaos`), and its report
 (:class:`ChaosReport`, text or JSON)."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from hailstorm.dev.harness.faults import (
 )
 from hailstorm.dev.harness.producing import BackgroundProducer, Outgoing, ProducedTopics
 from hailstorm.dev.harness.run import TopologyRun
+from hailstorm.dev.harness.side_outputs import side_output_topics
 from hailstorm.dev.harness.stack import (
     BrokerControl,
     StackAddresses,
@@ -39,7 +41,6 @@ from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import RecoveryRecord
 from hailstorm.sinks.urls import redact
-from hailstorm.topology import Topology
 
 T = TypeVar("T")
 
@@ -209,6 +210,11 @@ class ChaosReport:
             "differences": [{**asdict(d), "key": repr(d.key), "expected": repr(d.expected),
                              "actual": repr(d.actual)} for d in c.first(10)],
             "notes": self.notes, "oracle": c.oracle_lines(),
+            "side_outputs": None if c.side is None else {
+                "places": list(c.side.places), "read": c.side.read,
+                "model": asdict(c.side),
+                "oracle": None if c.oracle is None or c.oracle.side is None
+                else asdict(c.oracle.side)},
             "restarts": self.restarts,
             "retries": [asdict(r) for r in self.retries],
             "planned_restarts": None if self.planned_restarts is None
@@ -282,13 +288,14 @@ class ChaosReport:
             lines.append(f"  unexplained: epoch {u.epoch} from {u.previous}: {u.reason}")
         lines.append(f"final committed round: epoch {self.committed_epoch}; "
                      f"{c.keys_compared} keys and rows compared (bolt states, sink tables "
-                     "and topics)")
+                     "and topics, dead letters, late records and rejected rows)")
         lines.append(f"result: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"
                      + (f", instances differing: {', '.join(c.instance_mismatches)}"
                         if c.instance_mismatches else ""))
         for d in c.first(5):
             lines.append(f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, "
                          f"committed {d.actual!r}")
+        lines.append(side_output_line(c))
         if self.independent is not None:
             i = self.independent
             lines.append(f"by hand: {i.keys_compared} sink rows against a count written "
@@ -301,6 +308,17 @@ class ChaosReport:
         lines.extend(self.notes)
         lines.append("OK: exactly the model's state" if self.ok else "FAILED")
         return "\n".join(lines)
+
+
+def side_output_line(c: Comparison) -> str:
+    """The report's line on the dead letters, late records and rejected rows read back,
+    against the model and the oracle."""
+    if c.side is None:
+        return "dead letters, late records and rejected rows: not read"
+    oracle = "" if c.oracle is None or c.oracle.side is None else \
+        f"; {c.oracle.side.summary('the oracle')}"
+    return (f"dead letters, late records and rejected rows ({', '.join(c.side.places)}): "
+            f"{c.side.read} read back; {c.side.summary('the model')}{oracle}")
 
 
 TOP_UP_SECONDS = 60.0
@@ -322,11 +340,6 @@ def cycled(values: Sequence[T], start: int, count: int) -> list[T]:
     return [values[(start + i) % len(values)] for i in range(count)] if values else []
 
 
-def late_topics(topology: Topology) -> list[str]:
-    """The topics the bolts write their late tuples to (sorted, each once)."""
-    return sorted({b.late_topic for b in topology.bolts if b.late_topic is not None})
-
-
 def run_chaos(
     stack: StackAddresses,
     topology_ref: str | Path,
@@ -342,7 +355,10 @@ def run_chaos(
     database: str | None = None,
     may_miss: Sequence[str] = (),
 ) -> ChaosReport:
-    """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare.
+    """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare
+    every bolt's committed state, every sink table and topic, and every dead letter, late
+    record and rejected row the run wrote (read back, see
+    :mod:`~hailstorm.dev.harness.side_outputs`) with the model and the oracle.
 
     The sinks write to ``database`` (see :func:`private_database`: by default a new
     database on the stack's PostgreSQL).
@@ -369,7 +385,7 @@ def run_chaos(
         topics = run.topology.source_topics
         for topic in topics:
             kafka.create_topic(stack.kafka, topic, partitions)
-        for other in [*run.topology.dead_letter_topics, *late_topics(run.topology)]:
+        for other in side_output_topics(run.topology):  # dead letters, late records
             kafka.create_topic(stack.kafka, other, 1)
         parts = kafka.partitions_of(stack.kafka, topics[0])
         for topic in topics[1:]:
@@ -427,6 +443,7 @@ def run_chaos(
         produced.fill_before(stack.kafka, committed.clock)
         states = run.committed_bolt_states(committed)
         tables = run.sink_tables()
+        side_outputs = run.side_outputs()
         notes = []
         if topped_up:
             notes.append(f"note: the faults outlasted the workload; {again} of its messages "
@@ -435,7 +452,7 @@ def run_chaos(
             notes.append(f"note: committed clock {dict(committed.clock)} != produced {target}")
         messages = produced.model_messages()
         model = run_model(run.topology, messages)
-        comparison = compare_with_model(model, states, tables)
+        comparison = compare_with_model(model, states, tables, side_outputs=side_outputs)
         by_hand = BY_HAND.get(run.topology.name)
         independent = None if by_hand is None else compare_tables(by_hand(messages), tables)
         accounting = run.accounting()
