@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from hailstorm import kafka
 from hailstorm.dev.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
-from hailstorm.dev.harness.evidence import missing_evidence, planned_restarts
+from hailstorm.dev.harness.evidence import expects_recovery, missing_evidence, planned_restarts
 from hailstorm.dev.harness.faults import (
     DEFAULT_FAULT_KINDS,
     MASTER_PHASES,
@@ -197,6 +197,7 @@ class ChaosReport:
                  "uncommitted": r.fault.uncommitted, "producing": r.fault.producing,
                  "phase": r.fault.phase, "trigger": r.fault.trigger,
                  "effective": r.fault.effective, "bit": r.bit, "missing": r.missing,
+                 "expects_recovery": expects_recovery(r.fault),
                  "evidence": r.fault.evidence,
                  "recovery": None if r.record is None else asdict(r.record),
                  "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
@@ -210,12 +211,16 @@ class ChaosReport:
             "differences": [{**asdict(d), "key": repr(d.key), "expected": repr(d.expected),
                              "actual": repr(d.actual)} for d in c.first(10)],
             "notes": self.notes, "oracle": c.oracle_lines(),
+            "against_oracle": None if c.oracle is None else {
+                "lost": c.oracle.lost, "duplicated": c.oracle.duplicated,
+                "wrong": c.oracle.wrong, "keys_compared": c.oracle.keys_compared},
+            "model_disagreements": c.model_disagreements,
             "side_outputs": None if c.side is None else {
                 "places": list(c.side.places), "read": c.side.read,
                 "model": asdict(c.side),
                 "oracle": None if c.oracle is None or c.oracle.side is None
                 else asdict(c.oracle.side)},
-            "restarts": self.restarts,
+            "restarts": self.restarts, "caused_restarts": self.caused_restarts,
             "retries": [asdict(r) for r in self.retries],
             "planned_restarts": None if self.planned_restarts is None
             else list(self.planned_restarts),
