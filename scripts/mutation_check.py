@@ -175,6 +175,17 @@ MUTATIONS = (
         ("--kinds", "processor", "--phases", "Flowing"),
     ),
     Mutation(
+        "late-record-twice",
+        "a spout routes every late tuple to its bolt's late topic twice",
+        (Edit("hailstorm/quarantine.py",
+              "                self._writer(letter.topic).add([(m.origin, letter)])\n"
+              "                continue\n",
+              "                self._writer(letter.topic).add([(m.origin, letter)] * 2)\n"
+              "                continue\n"),),
+        ("--kinds", "processor", "--phases", "Flowing"),
+        "topologies/pageviews.py",
+    ),
+    Mutation(
         "topic-progress",
         "a topic sink ignores its stored progress and writes again what it already wrote",
         (Edit("hailstorm/sinks/topic.py",

@@ -48,7 +48,8 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
               help="Fault kinds to draw from, of processor, negotiator, zk-session, zombie "
                    "(a sink stopped until its replacement committed, then resumed), stall (a "
                    "bolt stopped for a few seconds, no restart) and broker (default: every "
-                   "kind but broker; every kind is used once when --kills allows).")
+                   "kind but broker; every kind is used once when --kills allows; a kind "
+                   "named n times is used n times).")
 @click.option("--phases", default="Flowing,SpoutsPaused,Initialize,SpoutsRewind",
               show_default=True,
               help="Master states to time faults for (each used once when --kills allows; "
@@ -110,8 +111,9 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     the most source partitions and starts it again a few seconds later (--kills of them, at
     random with --seed; and a mid-run deploy of each --deploy module), each timed for a
     master state (--phases), waits until everything is committed, compares every bolt's
-    committed state, every sink table (by default in a new PostgreSQL database) and every
-    topic sink's output (as a read_committed consumer sees it) with run_model and prints
+    committed state, every sink table (by default in a new PostgreSQL database), every
+    topic sink's output, every dead letter and late record (as a read_committed consumer
+    sees them) and every rejected row with run_model and the independent oracle and prints
     the report. Exits 1 when anything was lost, duplicated or wrong, a fault never
     recovered, a fault did not bite (it hit an idle topology, or left no evidence that it
     happened; see --may-miss), the topology restarted without a fault to explain it, or

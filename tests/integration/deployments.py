@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,16 +137,17 @@ def run_killing_a_spout_then_a_bolt(
     return KilledRun(run, produced, states, tables)
 
 
-def hailstorm_command(stack: StackAddresses, *args: str
+def hailstorm_command(stack: StackAddresses, *args: str, timeout: float = 120.0,
+                      extra_env: Mapping[str, str] | None = None,
                       ) -> tuple[subprocess.CompletedProcess[str], float]:
-    """``python -m hailstorm ARGS`` against ``stack`` (its services in the environment):
-    the finished process and how many seconds it took."""
+    """``python -m hailstorm ARGS`` against ``stack`` (its services in the environment,
+    and ``extra_env``): the finished process and how many seconds it took."""
     env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable,
                HAILSTORM_ZK=stack.zk, HAILSTORM_KAFKA=stack.kafka,
-               HAILSTORM_SNAPSHOTS=str(stack.snapshots))
+               HAILSTORM_SNAPSHOTS=str(stack.snapshots), **(extra_env or {}))
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "hailstorm", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout)
     return done, time.monotonic() - started
 
 

@@ -1,108 +1,98 @@
-"""Chaos: word count keeps exactly the model's state while Spark workers are SIGKILLed, the
-negotiator leader is SIGKILLed, processors' ZooKeeper sessions expire, a sink turns zombie
-and a bolt stalls; every fault must be shown to have bitten."""
+"""Chaos: ``hailstorm chaos`` on word count keeps exactly the model's state while Spark
+workers are SIGKILLed, the negotiator leader is SIGKILLed, processors' ZooKeeper sessions
+expire, a sink turns zombie and a bolt stalls; every fault must be shown to have bitten,
+and the command's report says so."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from deployments import hailstorm_command
 
 from hailstorm import kafka
-from hailstorm.dev.harness import (
-    MASTER_PHASES,
-    ZOMBIE_FENCED,
-    ChaosSchedule,
-    StackAddresses,
-    run_chaos,
-)
-from hailstorm.dev.harness.evidence import FENCED, STOPPED_BEFORE_COMMIT, expects_recovery
-from hailstorm.dev.harness.producing import zipf_text_lines
+from hailstorm.dev.harness import MASTER_PHASES, ZOMBIE_FENCED, ChaosSchedule, StackAddresses
+from hailstorm.dev.harness.evidence import FENCED, STOPPED_BEFORE_COMMIT
+from hailstorm.dev.harness.faults import RECOVERY_PHASES
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "topologies" / "wordcount.py"
+KINDS = ("processor",) * 4 + ("negotiator",) * 2 + ("zk-session",) * 2 + ("zombie", "stall")
+SEED = 7
+MESSAGES = 100_000
 
 
-def test_wordcount_is_exact_under_ten_faults_of_every_kind(
+def test_chaos_command_keeps_wordcount_exact_under_ten_faults_of_every_kind(
     stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """100k realistic lines (Zipf: 50,000 words, most rare, so a stale upsert of a zombie
-    would stay in the table; 10 words a line, twice the uniform workload's, so at half its
-    rate); 10 faults: 4 kill -9 of random spouts/bolts/sinks, 2 of the
-    negotiator leader, 2 ZooKeeper session expiries, a zombie sink and a stalled bolt, in a
-    seeded random order, timed for every master state; on PostgreSQL (the harness's
-    default). Every fault must bite, with its evidence, and cause exactly the restarts the
-    plan implies."""
-    kinds = ("processor",) * 4 + ("negotiator",) * 2 + ("zk-session",) * 2 + ("zombie",
-                                                                              "stall")
-    schedule = ChaosSchedule(kinds=kinds, count=10, spacing=2.0, seed=7)
-    assert sorted(p.kind for p in schedule.plan()) == sorted(kinds)
+    """``hailstorm chaos --use-env`` on the session's stack: 100k realistic lines (Zipf:
+    50,000 words, most rare, so a stale upsert of a zombie would stay in the table; 10
+    words a line, at 600 lines/s); 10 faults: 4 kill -9 of random spouts/bolts/sinks, 2 of
+    the negotiator leader, 2 ZooKeeper session expiries, a zombie sink and a stalled bolt,
+    in a seeded random order, timed for every master state; on PostgreSQL. Every fault must
+    bite, with its evidence, and cause exactly the restarts the plan implies; the states,
+    the table and the dead letters must equal both oracles and the count by hand, and the
+    command exit 0 with a report of 0 lost, 0 duplicated, 0 wrong. (One run for what were
+    two tests, one in-process and one of the command on a stack of its own: suite time.)"""
+    schedule = ChaosSchedule(kinds=KINDS, count=len(KINDS), spacing=2.0, seed=SEED)
+    plan = schedule.plan()
+    assert sorted(p.kind for p in plan) == sorted(KINDS)
     kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], "words", 4)  # no earlier tests' lines
-    report = run_chaos(StackAddresses.from_env(stack_env), TOPOLOGY,
-                       zipf_text_lines(100_000, seed=42), schedule,
-                       log_dir=tmp_path / "logs", rate=600, progress=print)
-    print(report.to_text())
-    assert report.faults_by_kind() == {"processor": 4, "negotiator": 2, "zk-session": 2,
-                                       "zombie": 1, "stall": 1}
+    done, seconds = hailstorm_command(
+        StackAddresses.from_env(stack_env), "chaos", "topologies/wordcount.py", "--use-env",
+        "--messages", str(MESSAGES), "--kills", str(len(KINDS)), "--kinds", ",".join(KINDS),
+        "--seed", str(SEED), "--rate", "600", "--spacing", "2",
+        "--json", str(tmp_path / "report.json"), timeout=840,
+        extra_env={"HAILSTORM_DATABASE_URL": stack_env["HAILSTORM_DATABASE_URL"]})
+    print(f"hailstorm chaos: {seconds:.0f} s\n{done.stdout}\n{done.stderr[-5000:]}")
+    text = done.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["topology"] == "wordcount" and report["seed"] == SEED
+    assert report["faults_by_kind"] == {"processor": 4, "negotiator": 2, "zk-session": 2,
+                                        "zombie": 1, "stall": 1}
+    faults = report["recoveries"]
     # The zombie stopped just before a commit, resumed after its replacement committed, and
     # its table fenced it: it wrote nothing.
-    zombie = next(r.fault for r in report.faults if r.fault.kind == "zombie")
-    assert zombie.target.startswith("sink:"), report.to_text()
-    assert zombie.evidence == {STOPPED_BEFORE_COMMIT: True, FENCED: True}, report.to_text()
-    assert ZOMBIE_FENCED in zombie.detail
+    zombie = next(r for r in faults if r["kind"] == "zombie")
+    assert zombie["target"].startswith("sink:"), text
+    assert zombie["evidence"] == {STOPPED_BEFORE_COMMIT: True, FENCED: True}, text
+    assert ZOMBIE_FENCED in zombie["detail"]
     # Timed for every master state; the recovery phases after a trigger (two at once).
-    assert set(report.faults_by_phase()) == set(MASTER_PHASES), report.to_text()
-    assert report.triggers == sum(p.phase in ("Initialize", "SpoutsRewind")
-                                  for p in schedule.plan())
-    assert all(r.fault.target.startswith(("spout:", "bolt:", "sink:", "negotiator-"))
-               for r in report.faults)
-    assert all(r.committed_after is not None for r in report.faults), report.to_text()
+    assert set(report["faults_by_phase"]) == set(MASTER_PHASES), text
+    assert report["triggers"] == sum(p.phase in RECOVERY_PHASES for p in plan)
+    assert all(r["target"].startswith(("spout:", "bolt:", "sink:", "negotiator-"))
+               for r in faults)
+    assert all(r["committed_after"] is not None for r in faults), text
     # Every fault hit uncommitted data while the producer still wrote, and left every
     # piece of its evidence: each one that fails a processor with the recovery it caused.
-    assert report.ineffective() == [], report.to_text()
-    assert all(r.record is not None for r in report.faults if expects_recovery(r.fault)), \
-        report.to_text()
+    assert report["ineffective"] == [] and all(r["bit"] for r in faults), text
+    assert all(r["recovery"] is not None for r in faults if r["expects_recovery"]), text
     # Exactly the restarts the plan implies (retries of a recovery aside), none unexplained.
     low, high = schedule.restarts()
-    assert report.planned_restarts == (low, high) and high - low <= 1
-    assert low <= report.caused_restarts <= high and not report.unexplained, report.to_text()
-    assert report.messages >= 100_000  # more when the faults outlast the workload
-    c = report.comparison
-    assert (c.lost, c.duplicated, c.wrong, c.instance_mismatches) == (0, 0, 0, []), \
-        report.to_text()
-    independent = report.independent
-    assert independent is not None and independent.ok, report.to_text()
+    assert report["planned_restarts"] == [low, high] and high - low <= 1
+    assert low <= report["caused_restarts"] <= high, text
+    assert report["unexplained_recoveries"] == [], text
+    assert report["messages"] >= MESSAGES  # more when the faults outlast the workload
+    # Exact against the model, the oracle and the count by hand; the models agree.
+    assert (report["lost"], report["duplicated"], report["wrong"],
+            report["instance_mismatches"]) == (0, 0, 0, []), text
+    oracle = report["against_oracle"]
+    assert oracle is not None and (oracle["lost"], oracle["duplicated"], oracle["wrong"]) \
+        == (0, 0, 0) and oracle["keys_compared"] == report["keys_compared"], text
+    assert report["model_disagreements"] == [], text
+    independent = report["independent"]
+    assert (independent["lost"], independent["duplicated"], independent["wrong"]) == (0, 0, 0)
     # The counts bolt's words and the word_counts rows: tens of thousands of words.
-    assert c.keys_compared == 2 * independent.keys_compared > 20_000
-    assert report.database.startswith("postgresql://")
-    assert report.ok
-
-
-def test_chaos_command_reports_zero_lost_duplicated_wrong(tmp_path: Path) -> None:
-    """`hailstorm chaos` on its own embedded stack, exit 0: a processor kill, a zombie sink
-    (the driver's Spark settings for it go through the command line) and a stall, each of
-    which must bite; the other kinds and the recovery states run in the test above (suite
-    time)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable)
-    result = subprocess.run(
-        [sys.executable, "-m", "hailstorm", "chaos", "topologies/wordcount.py",
-         "--messages", "50000", "--kills", "3", "--kinds", "processor,zombie,stall",
-         "--phases", "Flowing,SpoutsPaused", "--seed", "1",
-         "--json", str(tmp_path / "report.json")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
-    print(result.stdout[-5000:], result.stderr[-5000:])
-    assert result.returncode == 0
-    assert "0 lost, 0 duplicated, 0 wrong" in result.stdout
-    report = json.loads((tmp_path / "report.json").read_text())
-    assert (report["lost"], report["duplicated"], report["wrong"]) == (0, 0, 0)
-    assert report["faults_by_kind"] == {"processor": 1, "zombie": 1, "stall": 1}
-    assert report["ineffective"] == [] and report["ok"]
-    zombie = next(r for r in report["recoveries"] if r["kind"] == "zombie")
-    assert zombie["evidence"] == {STOPPED_BEFORE_COMMIT: True, FENCED: True}
-    assert report["messages"] >= 50_000  # more when the faults outlast the workload
+    assert report["keys_compared"] == 2 * independent["rows"] > 20_000
+    # The dead-letter topic and the rejected rows were read back: none, as both models say.
+    side = report["side_outputs"]
+    assert side["places"] == ["wordcount.dead-letter", "word_counts_rejected"], text
+    assert side["read"] == 0, text
+    assert side["model"]["expected"] == side["oracle"]["expected"] == 0
+    assert report["database"].startswith("postgresql://")
+    # The command says so, and exits 0.
+    assert "result: 0 lost, 0 duplicated, 0 wrong" in text
+    assert "0 lost, 0 duplicated, 0 wrong\nthe model and the oracle agree" in text
+    assert "OK: exactly the model's state" in text
+    assert report["ok"] and done.returncode == 0, text

@@ -48,7 +48,7 @@ from hailstorm.dev.harness import (
     private_database,
     zombie_outcome,
 )
-from hailstorm.dev.harness.chaos import cycled, late_topics
+from hailstorm.dev.harness.chaos import cycled
 from hailstorm.dev.harness.compare import model_disagreements
 from hailstorm.dev.harness.evidence import (
     NODE_BACK,
@@ -56,6 +56,7 @@ from hailstorm.dev.harness.evidence import (
 )
 from hailstorm.dev.harness.faults import describe_restarts, restarted_processors
 from hailstorm.dev.harness.producing import routed
+from hailstorm.dev.harness.side_outputs import side_output_topics
 from hailstorm.dev.workloads import PAGE_VIEW_SCHEMA
 from hailstorm.model import Message, ModelResult, messages, run_model
 from hailstorm.oracle import run_oracle
@@ -490,7 +491,7 @@ def test_pageviews_workload_is_the_topologys_avro() -> None:
 
     assert PAGE_VIEW_SCHEMA == TOPOLOGY_SCHEMA
     topology = load_topology(str(ROOT / "topologies" / "pageviews.py"))
-    assert late_topics(topology) == ["pageviews.late"]
+    assert side_output_topics(topology) == ["pageviews.dead-letter", "pageviews.late"]
     (generate,) = WORKLOADS["pageviews"].values()
     assert generate(50, 3) == generate(50, 3) != generate(50, 4)
 

@@ -28,3 +28,15 @@ def test_every_mutation_applies_exactly_once(mutation: object) -> None:
 def test_the_harness_itself_is_among_the_mutants() -> None:
     names = {m.name for m in mutation_check.MUTATIONS}
     assert {"none", "none-oracle", "fault-does-nothing"} <= names
+
+
+def test_a_side_output_mutant_runs_a_topology_that_writes_late_records() -> None:
+    """The late-record mutant is caught only by reading the late topic back: its topology
+    must route late data to a topic."""
+    from hailstorm.dev.harness.side_outputs import side_output_topics
+    from hailstorm.topology import load_topology
+
+    mutant = next(m for m in mutation_check.MUTATIONS if m.name == "late-record-twice")
+    topology = load_topology(str(REPO / mutant.topology))
+    assert any(b.late_topic for b in topology.bolts)
+    assert "pageviews.late" in side_output_topics(topology)

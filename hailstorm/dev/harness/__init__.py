@@ -48,9 +48,13 @@ Modules, by concern (this package re-exports the names the rest of the repositor
   :class:`Recovery`, how a zombie ended (from its log);
 * :mod:`~hailstorm.dev.harness.evidence` - whether a fault bit (its evidence), which fault
   each recovery is due to (:func:`account`), the restarts a plan causes;
-* :mod:`~hailstorm.dev.harness.results` - reading committed bolt states, sink tables and topics;
-* :mod:`~hailstorm.dev.harness.compare` - :func:`compare_with_model`, :func:`compare_tables` and
-  the by-hand counts (:data:`BY_HAND`);
+* :mod:`~hailstorm.dev.harness.results` - reading committed bolt states, sink tables and
+  topics, dead letters, late records and rejected rows;
+* :mod:`~hailstorm.dev.harness.side_outputs` - dead letters, late records and rejected rows as
+  a model predicts them and as they read back (:class:`SideRecord`);
+* :mod:`~hailstorm.dev.harness.compare` - :func:`compare_with_model` (states, tables and side
+  outputs against both models), :func:`compare_tables` and the by-hand counts
+  (:data:`BY_HAND`);
 * :mod:`~hailstorm.dev.harness.deployment` - the processes of one deployment, its ZooKeeper
   records, its committed results and its recoveries;
 * :mod:`~hailstorm.dev.harness.run` - :class:`TopologyRun`: that deployment, hurt on purpose,

@@ -1,6 +1,7 @@
 """``hailstorm chaos``: a seeded plan of faults (:class:`ChaosSchedule`), the run that
 deploys a topology, produces in the background, applies the plan and compares the result
-with the model and the by-hand counts (:func:`run_chaos`), and its report
+(states, tables, dead letters, late records and rejected rows) with both models and the
+by-hand counts (:func:`run_chaos`), and its report
 (:class:`ChaosReport`, text or JSON)."""
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from typing import Any, TypeVar
 
 from hailstorm import kafka
 from hailstorm.dev.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
-from hailstorm.dev.harness.evidence import DEPLOYED, missing_evidence, planned_restarts
+from hailstorm.dev.harness.evidence import (
+    DEPLOYED,
+    expects_recovery,
+    missing_evidence,
+    planned_restarts,
+)
 from hailstorm.dev.harness.faults import (
     DEFAULT_FAULT_KINDS,
     MASTER_PHASES,
@@ -31,6 +37,7 @@ from hailstorm.dev.harness.faults import (
 from hailstorm.dev.harness.producing import BackgroundProducer, Outgoing, ProducedTopics
 from hailstorm.dev.harness.results import BoltStates
 from hailstorm.dev.harness.run import TopologyRun
+from hailstorm.dev.harness.side_outputs import side_output_topics
 from hailstorm.dev.harness.stack import (
     BrokerControl,
     StackAddresses,
@@ -219,6 +226,7 @@ class ChaosReport:
                  "uncommitted": r.fault.uncommitted, "producing": r.fault.producing,
                  "phase": r.fault.phase, "trigger": r.fault.trigger,
                  "effective": r.fault.effective, "bit": r.bit, "missing": r.missing,
+                 "expects_recovery": expects_recovery(r.fault),
                  "evidence": r.fault.evidence,
                  "recovery": None if r.record is None else asdict(r.record),
                  "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
@@ -233,7 +241,16 @@ class ChaosReport:
             "differences": [{**asdict(d), "key": repr(d.key), "expected": repr(d.expected),
                              "actual": repr(d.actual)} for d in c.first(10)],
             "notes": self.notes, "oracle": c.oracle_lines(),
-            "restarts": self.restarts,
+            "against_oracle": None if c.oracle is None else {
+                "lost": c.oracle.lost, "duplicated": c.oracle.duplicated,
+                "wrong": c.oracle.wrong, "keys_compared": c.oracle.keys_compared},
+            "model_disagreements": c.model_disagreements,
+            "side_outputs": None if c.side is None else {
+                "places": list(c.side.places), "read": c.side.read,
+                "model": asdict(c.side),
+                "oracle": None if c.oracle is None or c.oracle.side is None
+                else asdict(c.oracle.side)},
+            "restarts": self.restarts, "caused_restarts": self.caused_restarts,
             "retries": [asdict(r) for r in self.retries],
             "planned_restarts": None if self.planned_restarts is None
             else list(self.planned_restarts),
@@ -310,7 +327,7 @@ class ChaosReport:
             lines.append(f"  unexplained: epoch {u.epoch} from {u.previous}: {u.reason}")
         lines.append(f"final committed round: epoch {self.committed_epoch}; "
                      f"{c.keys_compared} keys and rows compared (bolt states, sink tables "
-                     "and topics)")
+                     "and topics, dead letters, late records and rejected rows)")
         lines.append(f"result: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"
                      + (f", instances differing: {', '.join(c.instance_mismatches)}"
                         if c.instance_mismatches else ""))
@@ -321,6 +338,7 @@ class ChaosReport:
             late = self.started_late
             lines += _against(f"started at a deploy's clock: {late.keys_compared} keys and "
                               "rows against the model after it", late)
+        lines.append(side_output_line(c))
         if self.independent is not None:
             lines += _against(f"by hand: {self.independent.keys_compared} sink rows against "
                               "a count written without the topology's code", self.independent)
@@ -336,6 +354,17 @@ def _against(what: str, comparison: Comparison) -> list[str]:
     return [f"{what}: {c.lost} lost, {c.duplicated} duplicated, {c.wrong} wrong"] + [
         f"  {d.kind}: {d.node}[{d.key!r}] expected {d.expected!r}, committed {d.actual!r}"
         for d in c.first(5)]
+
+
+def side_output_line(c: Comparison) -> str:
+    """The report's line on the dead letters, late records and rejected rows read back,
+    against the model and the oracle."""
+    if c.side is None:
+        return "dead letters, late records and rejected rows: not read"
+    oracle = "" if c.oracle is None or c.oracle.side is None else \
+        f"; {c.oracle.side.summary('the oracle')}"
+    return (f"dead letters, late records and rejected rows ({', '.join(c.side.places)}): "
+            f"{c.side.read} read back; {c.side.summary('the model')}{oracle}")
 
 
 TOP_UP_SECONDS = 60.0
@@ -411,11 +440,6 @@ def compare_deployed(topology: Topology, deploys: Sequence[tuple[Topology, Clock
     return late, combined(parts) if parts else None
 
 
-def late_topics(topology: Topology) -> list[str]:
-    """The topics the bolts write their late tuples to (sorted, each once)."""
-    return sorted({b.late_topic for b in topology.bolts if b.late_topic is not None})
-
-
 def run_chaos(
     stack: StackAddresses,
     topology_ref: str | Path,
@@ -431,7 +455,10 @@ def run_chaos(
     database: str | None = None,
     may_miss: Sequence[str] = (),
 ) -> ChaosReport:
-    """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare.
+    """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare
+    every bolt's committed state, every sink table and topic, and every dead letter, late
+    record and rejected row the run wrote (read back, see
+    :mod:`~hailstorm.dev.harness.side_outputs`) with the model and the oracle.
 
     The sinks write to ``database`` (see :func:`private_database`: by default a new
     database on the stack's PostgreSQL).
@@ -458,7 +485,7 @@ def run_chaos(
         topics = run.topology.source_topics
         for topic in topics:
             kafka.create_topic(stack.kafka, topic, partitions)
-        for other in [*run.topology.dead_letter_topics, *late_topics(run.topology)]:
+        for other in side_output_topics(run.topology):  # dead letters, late records
             kafka.create_topic(stack.kafka, other, 1)
         parts = kafka.partitions_of(stack.kafka, topics[0])
         for topic in topics[1:]:
@@ -518,6 +545,7 @@ def run_chaos(
         produced.fill_before(stack.kafka, committed.clock)
         states = run.committed_bolt_states(committed)
         tables = run.sink_tables()
+        side_outputs = run.side_outputs()
         notes = []
         if topped_up:
             notes.append(f"note: the faults outlasted the workload; {again} of its messages "
@@ -530,7 +558,8 @@ def run_chaos(
         model = run_model(run.topology, messages)
         comparison = compare_with_model(
             model, states, {n: v for n, v in tables.items() if n not in late},
-            bolts=[b.name for b in run.topology.bolts if b.name not in late])
+            bolts=[b.name for b in run.topology.bolts if b.name not in late],
+            side_outputs=side_outputs)
         by_hand = BY_HAND.get(run.topology.name)
         independent = None if by_hand is None else compare_tables(by_hand(messages), tables)
         accounting = run.accounting()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hailstorm.dev.harness.results import BoltStates, keyed_append_rows
+from hailstorm.dev.harness.side_outputs import SideRecord, predicted, side_output_places
 from hailstorm.model import Message, ModelResult, RecordHalt, run_model
 from hailstorm.oracle import (
     DIGEST,
@@ -58,6 +59,9 @@ class Comparison:
     (or in the documentation they were written from), whatever the run did."""
     oracle_note: str = ""
     """Why the oracle was not run, when it was not."""
+    side: SideTally | None = None
+    """The dead letters, late records and rejected rows read back (None: not read); their
+    differences count in :attr:`lost`, :attr:`duplicated` and :attr:`wrong` too."""
 
     @property
     def ok(self) -> bool:
@@ -87,6 +91,29 @@ class Comparison:
         return lines
 
 
+@dataclass(frozen=True)
+class SideTally:
+    """The side outputs (:mod:`~hailstorm.dev.harness.side_outputs`) a run wrote against
+    one model's."""
+
+    read: int
+    expected: int
+    lost: int
+    duplicated: int
+    wrong: int
+    places: tuple[str, ...]
+    """The topics and ``<table>_rejected`` tables read or expected."""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.wrong)
+
+    def summary(self, model: str) -> str:
+        """``"<model> expects N: L lost, D duplicated, W wrong"``."""
+        return (f"{model} expects {self.expected}: {self.lost} lost, {self.duplicated} "
+                f"duplicated, {self.wrong} wrong")
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -111,6 +138,7 @@ def compare_with_model(
     limit: int = 20,
     oracle: OracleResult | None = None,
     bolts: Collection[str] | None = None,
+    side_outputs: Sequence[SideRecord] | None = None,
 ) -> Comparison:
     """Lost, duplicated and wrong values of every bolt's committed state vs the model
     (``bolts``: of those only; a bolt compared but missing from ``states`` is wrong).
@@ -130,6 +158,10 @@ def compare_with_model(
     (:attr:`Comparison.oracle`): ``oracle``, or :func:`~hailstorm.oracle.run_oracle` over
     the model's messages (when the model was given a list), and the two models with each
     other (:attr:`Comparison.model_disagreements`); either difference fails the comparison.
+
+    ``side_outputs`` (the dead letters, late records and rejected rows the run wrote, as
+    :meth:`TopologyRun.side_outputs` reads them) are compared with each model's
+    (:func:`compare_side_outputs`; :attr:`Comparison.side`).
     """
     result = Comparison()
     topology = model.topology
@@ -149,6 +181,9 @@ def compare_with_model(
     _compare_run(topology, compared,
                  lambda name: model.comparable(name, model.bolt_state(name)),
                  model.comparable, model.table, states, tables, result, note)
+    if side_outputs is not None:
+        result.side = compare_side_outputs(predicted(model), side_outputs, result, note,
+                                           side_output_places(topology))
     if oracle is None:
         if model.messages is None:
             result.oracle_note = "not run (the model was not given a list of messages)"
@@ -172,7 +207,47 @@ def compare_with_model(
     assert oracle is not None
     _compare_run(topology, compared, oracle.comparable, oracle.comparable, oracle.table,
                  states, tables, against, note_oracle)
+    if side_outputs is not None:
+        against.side = compare_side_outputs(predicted(oracle), side_outputs, against,
+                                            note_oracle, side_output_places(topology))
     return result
+
+
+def compare_side_outputs(expected: Sequence[SideRecord], actual: Sequence[SideRecord],
+                         result: Comparison, note: Callable[[Difference], None],
+                         places: Iterable[str] = ()) -> SideTally:
+    """The side outputs a run wrote against a model's, as multisets (see
+    :mod:`~hailstorm.dev.harness.side_outputs` for what is compared), counted into
+    ``result``: records alike but for their content (:attr:`SideRecord.identity`) are
+    paired, and each pair that differs is wrong; an expected record left over is lost, a
+    written one duplicated (a record written twice, or one no model has)."""
+    want, got = Counter(expected), Counter(actual)
+    want_by: dict[Any, list[SideRecord]] = {}
+    got_by: dict[Any, list[SideRecord]] = {}
+    for record, n in (want - got).items():
+        want_by.setdefault(record.identity, []).extend([record] * n)
+    for record, n in (got - want).items():
+        got_by.setdefault(record.identity, []).extend([record] * n)
+    lost = duplicated = wrong = 0
+    for identity in sorted(set(want_by) | set(got_by), key=repr):
+        missing, extra = want_by.get(identity, []), got_by.get(identity, [])
+        place, node, origin, stage = identity
+        where = f"{place} ({node}, {stage})"
+        for a, b in zip(missing, extra, strict=False):
+            wrong += 1
+            note(Difference(where, origin, a.brief(), b.brief(), "wrong"))
+        for a in missing[len(extra):]:
+            lost += 1
+            note(Difference(where, origin, a.brief(), None, "lost"))
+        for b in extra[len(missing):]:
+            duplicated += 1
+            note(Difference(where, origin, None, b.brief(), "duplicated"))
+    result.lost += lost
+    result.duplicated += duplicated
+    result.wrong += wrong
+    result.keys_compared += max(len(expected), len(actual))
+    read = sorted({*places, *(r.place for r in [*expected, *actual])})
+    return SideTally(len(actual), len(expected), lost, duplicated, wrong, tuple(read))
 
 
 def _compare_run(

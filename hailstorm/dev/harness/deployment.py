@@ -24,7 +24,14 @@ from hailstorm.dev.harness.compare import Comparison, compare_with_model
 from hailstorm.dev.harness.evidence import Accounting, account, recovery_window
 from hailstorm.dev.harness.faults import ZOMBIE_SPARK_CONF, Explanation, Fault
 from hailstorm.dev.harness.producing import BackgroundProducer, Produced
-from hailstorm.dev.harness.results import BoltStates, read_bolt_states, read_sink_tables, topic_ends
+from hailstorm.dev.harness.results import (
+    BoltStates,
+    read_bolt_states,
+    read_side_outputs,
+    read_sink_tables,
+    topic_ends,
+)
+from hailstorm.dev.harness.side_outputs import SideRecord, side_output_topics
 from hailstorm.dev.harness.stack import (
     BrokerControl,
     StackAddresses,
@@ -179,13 +186,12 @@ class Deployment:
                            *retention, *self.negotiator_options])
 
     def start(self) -> Self:
-        """Start the negotiators, then the driver. Output topics of topic sinks may hold
-        records of earlier runs: where their logs end now is noted, and
-        :meth:`sink_tables` reads from there."""
-        for sink in self.topology.sinks:
-            if isinstance(sink.target, Topic):
-                self.topic_starts[sink.target.name] = topic_ends(self.stack.kafka,
-                                                                 sink.target.name)
+        """Start the negotiators, then the driver. Output topics of topic sinks, dead-letter
+        and late topics may hold records of earlier runs: where their logs end now is noted,
+        and :meth:`sink_tables` and :meth:`side_outputs` read from there."""
+        outputs = [s.target.name for s in self.topology.sinks if isinstance(s.target, Topic)]
+        for topic in [*outputs, *side_output_topics(self.topology)]:
+            self.topic_starts[topic] = topic_ends(self.stack.kafka, topic)
         for _ in range(self.negotiator_count):
             self._spawn_negotiator()
         self._spawn_driver()
@@ -367,6 +373,13 @@ class Deployment:
         """
         return read_sink_tables(self.topology, self.stack.kafka, self.database,
                                 self.topic_starts)
+
+    def side_outputs(self) -> list[SideRecord]:
+        """Every dead letter and late record this run wrote, and every row of its tables'
+        ``<table>_rejected`` (see :func:`read_side_outputs`), for
+        :func:`~hailstorm.dev.harness.compare.compare_with_model`."""
+        return read_side_outputs(self.topology, self.stack.kafka, self.database,
+                                 self.topic_starts)
 
     # -- restart accounting ---------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Reading what a run committed: every bolt's state in the committed round's snapshots
 (:class:`BoltStates`), sink tables and output topics as key -> row in the shape of
 :meth:`hailstorm.model.ModelResult.table` (append sinks keyed by origin with
-:func:`keyed_append_rows`), and the raw records of a topic (:func:`topic_records`)."""
+:func:`keyed_append_rows`), the raw records of a topic (:func:`topic_records`), and the dead
+letters, late records and rejected rows (:func:`read_side_outputs`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm import kafka
+from hailstorm.dev.harness.side_outputs import (
+    SideRecord,
+    letter_read,
+    rejected_read,
+    rejected_tables,
+    side_output_topics,
+)
 from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import CommittedRecord
@@ -155,3 +163,30 @@ def read_sink_tables(topology: Topology, bootstrap: str, database: str,
             table[target.key_of(row)] = row
         result[sink.name] = table
     return result
+
+
+def read_side_outputs(topology: Topology, bootstrap: str, database: str,
+                      topic_starts: Mapping[str, Mapping[int, int]]) -> list[SideRecord]:
+    """Every dead letter and late record on ``topology``'s side-output topics (as a
+    ``read_committed`` consumer sees them from ``topic_starts`` on) and every row of its
+    table sinks' ``<table>_rejected`` (tables without a URL in ``database``; a table never
+    made holds none), see :mod:`~hailstorm.dev.harness.side_outputs`."""
+    from hailstorm.sinks.db import Database
+
+    records = [letter_read(topic, r.key, r.value, r.headers)
+               for topic in side_output_topics(topology)
+               for r in topic_records(bootstrap, topic, topic_starts.get(topic))]
+    for target in rejected_tables(topology).values():
+        name = target.rejected_table
+        db = Database(target.url or database)
+        try:
+            with db.transaction() as tx:
+                if tx.table_shape(name) is None:
+                    continue
+                q = db.dialect.quote
+                rows = tx.execute(f"SELECT {q('sink')}, {q('topic')}, {q('partition')}, "
+                                  f"{q('offset')}, {q('stage')}, {q('record')} FROM {q(name)}")
+        finally:
+            db.close()
+        records.extend(rejected_read(name, row) for row in rows)
+    return records
