@@ -27,7 +27,9 @@ One owner per concept; this package re-exports what the rest of hailstorm import
   one vocabulary of SQL column types;
 * :mod:`~hailstorm.topology.specs`: the nodes, and the batch fast paths a bolt's
   declaration allows (:class:`BatchPaths`);
-* :mod:`~hailstorm.topology.builder`: :class:`Topology`, the DAG builder and its checks;
+* :mod:`~hailstorm.topology.graph`: the graph of declared nodes, its checks (unknown
+  inputs, cycles, dead ends, pre-aggregation, late data) and what reads what;
+* :mod:`~hailstorm.topology.builder`: :class:`Topology`, declaring nodes and checking each;
 * :mod:`~hailstorm.topology.loading`: importing a topology module (:func:`load_topology`);
 * :mod:`~hailstorm.topology.render`: :func:`render_text`, :func:`render_dot`, :func:`graph_of`.
 """
