@@ -34,6 +34,7 @@ One owner per concept; this package re-exports what the rest of hailstorm import
 * :mod:`~hailstorm.topology.render`: :func:`render_text`, :func:`render_dot`, :func:`graph_of`.
 """
 
+from hailstorm.topology import specs
 from hailstorm.topology.builder import Topology
 from hailstorm.topology.errors import (
     NAME_PATTERN,
@@ -50,45 +51,21 @@ from hailstorm.topology.errors import (
 from hailstorm.topology.loading import load_topology
 from hailstorm.topology.render import graph_of, render_dot, render_text
 from hailstorm.topology.source import function_name
-from hailstorm.topology.specs import (
-    BatchPaths,
-    BoltSpec,
-    Edge,
-    Emit,
-    Explode,
-    Inputs,
-    Node,
-    NodeRef,
-    Routing,
-    SinkSpec,
-    SpoutSpec,
-    Stream,
-)
+from hailstorm.topology.specs import *  # noqa: F403  (its __all__, re-exported below)
 from hailstorm.topology.tables import REJECTED_SUFFIX, Collect, SinkTarget, Table, TableMode
 
-__all__ = [
+__all__ = [  # the nodes (specs' __all__), the builder, errors, tables, loading, rendering
+    *specs.__all__,
     "NAME_PATTERN",
     "ON_ERROR_POLICIES",
     "REJECTED_SUFFIX",
     "TOPIC_PATTERN",
-    "BatchPaths",
-    "BoltSpec",
     "Collect",
-    "Edge",
-    "Emit",
-    "Explode",
-    "Inputs",
-    "Node",
-    "NodeRef",
     "OnError",
     "Quarantine",
     "RecordFailed",
-    "Routing",
     "RowError",
-    "SinkSpec",
     "SinkTarget",
-    "SpoutSpec",
-    "Stream",
     "Table",
     "TableMode",
     "Topology",
