@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deployments import REPO, WORDCOUNT
 
 from hailstorm import kafka
 from hailstorm.dev.harness import (
@@ -34,8 +35,6 @@ from hailstorm.dev.harness import (
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "topologies" / "wordcount.py"
 TOPIC = "words"
 CHROMIUM = "/usr/bin/chromium"
 # As root in a sandbox without a network: no sandbox, and none of Chromium's own traffic.
@@ -51,7 +50,7 @@ def console(stack_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[Topolog
     kafka.recreate_topic(stack.kafka, TOPIC, 4)
     # The word count under a name of its own: its dead letters (the test quarantines a
     # line) go to a topic no other test reads.
-    source = TOPOLOGY.read_text()
+    source = WORDCOUNT.read_text()
     assert source.count('Topology("wordcount")') == 1
     module = tmp_path / "console_wordcount.py"
     module.write_text(source.replace('Topology("wordcount")', 'Topology("console_wordcount")'))

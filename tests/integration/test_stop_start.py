@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deployments import deployed
+from deployments import REPO, WORDCOUNT, deployed
 
 from hailstorm import kafka
 from hailstorm.dev.harness import (
@@ -29,8 +29,6 @@ from hailstorm.protocol.layout import Stopped
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "topologies" / "wordcount.py"
 TOPIC = "words"
 
 
@@ -70,7 +68,7 @@ def test_stop_then_run_again_is_a_stop_and_a_start(stack_env: dict[str, str],
     kafka.recreate_topic(stack.kafka, TOPIC, 2)
     partitions = kafka.partitions_of(stack.kafka, TOPIC)
     produced = Produced(TOPIC)
-    with deployed(stack, TOPOLOGY, tmp_path / "logs", negotiators=1) as run:
+    with deployed(stack, WORDCOUNT, tmp_path / "logs", negotiators=1) as run:
         produce(stack.kafka, produced, wordcount_lines(3000, seed=21), partitions)
         run.start()
         run.wait_flowing(timeout=300)
