@@ -4,8 +4,8 @@
 process: decode (failures become dead letters or halt, per the topology's ``on_error``),
 explode, then push each tuple depth-first through the DAG. Bolts keep one state per
 instance, split by the same routing function the distributed runtime uses, and use the same
-lift/emit code (:class:`~hailstorm.topology.BoltSpec`). The exactly-once runtime must end
-in the states and tables this model computes.
+lift/emit code (the engine's :class:`~hailstorm.engine.BoltExecution`). The exactly-once
+runtime must end in the states and tables this model computes.
 
 Every tuple carries its *origin* ``((topic, partition), offset)``: the Kafka message it
 came from. Tuples a bolt emits inherit the origin of the tuple that caused them.
@@ -18,6 +18,7 @@ from typing import Any
 
 from hailstorm.bad_records import BadRecordBudget
 from hailstorm.decoders import DecodeError
+from hailstorm.engine import execution_of, tuples_of
 from hailstorm.errors import HaltError
 from hailstorm.lateness import StreamTime, without_closed_windows
 from hailstorm.protocol.clock import Partition
@@ -224,6 +225,7 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
         n.name: topology.downstream_of(n.name) for n in topology.nodes
     }
     states = result._states
+    runs = {bolt.name: execution_of(bolt) for bolt in topology.bolts}
     outputs = result._outputs
 
     fail = topology.on_error == "fail"
@@ -283,8 +285,9 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
                 continue
             instance_states = states[node.name]
             try:
-                instance = node.instance_for(t)
-                state, produced, failure = node.process(instance_states[instance], t)
+                run = runs[node.name]
+                instance = run.instance_for(t)
+                state, produced, failure = run.process(instance_states[instance], t)
             except Exception as exc:
                 exc.add_note(f"in bolt {node.name!r}, processing tuple {t!r} from {origin}")
                 raise
@@ -318,7 +321,7 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
         origin = message.origin
         for spout in readers:
             try:
-                tuples = spout.tuples_of(message.value)
+                tuples = tuples_of(spout, message.value)
             except DecodeError as exc:
                 if fail:
                     raise RecordHalt(halt_reason_of(spout.name, exc.stage, origin, str(exc))) \

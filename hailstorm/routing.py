@@ -95,8 +95,8 @@ def _encode(key: Any, out: bytearray) -> None:
 
 def itself(t: T) -> T:
     """The tuple itself: ``key=itself`` for tuples that are their own keys (the words of
-    word count). Bolts and pre-aggregating spouts recognise it and key a batch (without
-    window or ttl state) without a call per tuple."""
+    word count). A bolt declared with it records so (``BoltSpec.paths``), and the engine
+    keys its batches (without window or ttl state) without a call per tuple."""
     return t
 
 

@@ -106,16 +106,16 @@ MUTATIONS = (
     Mutation(
         "batch-doubles-a-key",
         "a spout's pre-aggregation of a batch counts its first key twice",
-        (Edit("hailstorm/topology/specs.py", "            sums: dict[Any, Any] = Counter(keys)",
-              "            sums: dict[Any, Any] = Counter(keys + keys[:1])"),),
+        (Edit("hailstorm/engine/bolt.py", "                sums: dict[Any, Any] = Counter(keys)",
+              "                sums: dict[Any, Any] = Counter(keys + keys[:1])"),),
         ("--kinds", "processor", "--phases", "Flowing"),
     ),
     Mutation(
         "batch-drops-a-key",
         "a spout's pre-aggregation of a batch leaves its first key out",
-        (Edit("hailstorm/topology/specs.py",
-              "            return Combined(list(sums), list(sums), list(sums.values()))",
-              "            return Combined(list(sums)[1:], list(sums)[1:], "
+        (Edit("hailstorm/engine/bolt.py",
+              "                return Combined(list(sums), list(sums), list(sums.values()))",
+              "                return Combined(list(sums)[1:], list(sums)[1:], "
               "list(sums.values())[1:])"),),
         ("--kinds", "processor", "--phases", "Flowing"),
     ),

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hailstorm.engine import execution_of
 from hailstorm.export.rounds import committed_round, read_committed
 from hailstorm.protocol.clock import Clock, clock_to_json
 from hailstorm.sinks.db import Database, RetryPolicy, with_retries
@@ -66,9 +67,10 @@ def rebuilt_rows(table: Table, bolt: BoltSpec[Any, Any], states: Iterable[Any]
     per instance), and how many emitted tuples were no row."""
     rows: dict[Any, tuple[Any, ...]] = {}
     refused = 0
+    run = execution_of(bolt)
     for state in states:
         for key in state:
-            for t in bolt.outputs(key, bolt.value_for_emit(key, [state])):
+            for t in run.outputs(key, run.value_for_emit(key, [state])):
                 try:
                     row = table.to_row(t)
                 except RowError:

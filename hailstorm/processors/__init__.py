@@ -27,47 +27,21 @@ The shells around them are :mod:`hailstorm.runtime`.
 """
 from __future__ import annotations
 
-from hailstorm.processors.actions import (
-    Action,
-    Batch,
-    Contributions,
-    Destination,
-    Emit,
-    Failed,
-    ForwardClock,
-    ForwardWatermark,
-    Marks,
-    PartitionKey,
-    Preempted,
-    ProtocolViolation,
-    WriteSnapshot,
-)
+from hailstorm.processors import actions
+from hailstorm.processors.actions import *  # noqa: F403  (its __all__, re-exported below)
 from hailstorm.processors.bolt_core import BoltCore
 from hailstorm.processors.router import Router, latest_per_key
 from hailstorm.processors.sink_core import SinkCore
 from hailstorm.processors.spout_core import SpoutCore, SpoutOutput
 from hailstorm.processors.watermarks import UpstreamWatermarks
 
-__all__ = [
-    "Action",
-    "Batch",
+__all__ = [  # the face: the actions module's names, the cores and the router
+    *actions.__all__,
     "BoltCore",
-    "Contributions",
-    "Destination",
-    "Emit",
-    "Failed",
-    "ForwardClock",
-    "ForwardWatermark",
-    "Marks",
-    "PartitionKey",
-    "Preempted",
-    "ProtocolViolation",
     "Router",
     "SinkCore",
     "SpoutCore",
     "SpoutOutput",
     "UpstreamWatermarks",
-    "WriteSnapshot",
     "latest_per_key",
 ]
-

@@ -47,8 +47,8 @@ bolt's loaded clock must not be behind that of any bolt upstream of it, or it mi
 effects of those tuples. Loading every bolt at the same committed round guarantees this.
 
 Per-tuple semantics (contribution, absorb, the value handed to ``emit``, emit itself) are
-those of :class:`~hailstorm.topology.BoltSpec`, shared with the reference model
-:func:`hailstorm.model.run_model`.
+those of the engine's :class:`~hailstorm.engine.BoltExecution`, shared with the reference
+model :func:`hailstorm.model.run_model`.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from hailstorm.engine import execution_of
 from hailstorm.lateness import forget_dropped
 from hailstorm.processors.actions import (
     Action,
@@ -115,6 +116,7 @@ class BoltCore:
         loaded_whole: bool = False,
     ) -> None:
         self.spec = spec
+        self._run = execution_of(spec)
         self._monoid = spec.state
         self._upstreams = frozenset(upstreams)
         self._watermarks = UpstreamWatermarks(self._upstreams)
@@ -221,9 +223,9 @@ class BoltCore:
         if contributions is None:
             partitions, offsets, tuples, contributions = self._contributions_of(
                 partitions, offsets, tuples)
-        absorb = spec.absorb
-        value_for_emit = spec.value_for_emit
-        outputs = spec.outputs
+        absorb = self._run.absorb
+        value_for_emit = self._run.value_for_emit
+        outputs = self._run.outputs
         floor_get = self._floor.get
         seen = self._seen
         seen_get = seen.get
@@ -271,10 +273,10 @@ class BoltCore:
     def _contributions_of(
         self, partitions: Sequence[PartitionKey], offsets: Sequence[int], tuples: Sequence[Any]
     ) -> tuple[Sequence[PartitionKey], Sequence[int], Sequence[Any], list[tuple[Any, Any]]]:
-        """The contributions of a batch (:meth:`BoltSpec.contributions`) with the tuples
+        """The contributions of a batch (:meth:`BoltExecution.contributions`) with the tuples
         they belong to; failed tuples go to :attr:`failed`, except those within the loaded
         snapshot (quarantined before it was taken)."""
-        contributions, indices, failures = self.spec.contributions(tuples)
+        contributions, indices, failures = self._run.contributions(tuples)
         if failures:
             floor_get = self._floor.get
             self.failed.extend((partitions[i], offsets[i], tuples[i], failure)
@@ -495,7 +497,7 @@ class BoltCore:
                     groups[self._segment_of(p, o)].append(t)
                 applied += 1
         segments = self._segments
-        absorb_contributions = spec.absorb_contributions
+        absorb_contributions = self._run.absorb_contributions
         for i, group in enumerate(groups):
             if group:
                 try:
@@ -545,14 +547,14 @@ class BoltCore:
     def _emit_groups(self, rows: Iterable[tuple[Any, tuple[PartitionKey, int, Any]]]) -> Batch:
         """Emit for each ``(key, (partition, offset, tuple))`` with the key's current value."""
         spec = self.spec
-        outputs = spec.outputs
+        outputs = self._run.outputs
         segments = self._segments
         out = Batch()
         out_partitions = out.partitions.append
         out_offsets = out.offsets.append
         out_tuples = out.tuples.append
         single = segments[0] if len(segments) == 1 and spec.emits_state else None
-        value_for_emit = spec.value_for_emit
+        value_for_emit = self._run.value_for_emit
         for key, (p, o, t) in rows:
             try:
                 value = single[key] if single is not None else value_for_emit(key, segments)

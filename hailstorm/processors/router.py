@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hailstorm.engine import execution_of, mapped
 from hailstorm.lateness import Late, StreamTime
 from hailstorm.processors.actions import (
     Batch,
@@ -22,7 +23,6 @@ from hailstorm.processors.actions import (
     Preempted,
 )
 from hailstorm.topology import BoltSpec, SinkSpec, Table
-from hailstorm.topology.errors import mapped
 from hailstorm.vocabulary import late_row
 
 __all__ = ["Router", "latest_per_key"]
@@ -31,8 +31,9 @@ __all__ = ["Router", "latest_per_key"]
 class Router:
     """Splits a batch among the instances of the downstream nodes of one processor.
 
-    A keyed bolt with ``parallelism > 1`` gets each tuple at ``spec.instance_for(t)`` (the
-    routing the reference model uses); other bolts and sinks get everything at instance 0.
+    A keyed bolt with ``parallelism > 1`` gets each tuple at the instance
+    :meth:`~hailstorm.engine.BoltExecution.instance_for` names (the routing the reference
+    model uses); other bolts and sinks get everything at instance 0.
 
     An upsert table sink gets only the **last** row of each table key in a batch
     (:func:`latest_per_key`): its table keeps one row per key and replaces it with the newest
@@ -42,7 +43,7 @@ class Router:
 
     With ``preaggregate`` (spouts only) a bolt declared ``preaggregate`` gets
     :class:`Contributions` instead: the batch combined per key
-    (:meth:`~hailstorm.topology.BoltSpec.combine_contributions`), split at ``boundaries``.
+    (:meth:`~hailstorm.engine.BoltExecution.combine_contributions`), split at ``boundaries``.
 
     ``compacted`` (a compacting bolt's flushes) says the batch already holds one row set
     per group: the upsert sinks get it as it is (their buffer keeps the latest row per key
@@ -150,10 +151,11 @@ def _preaggregated(
     origin is the last offset of its run. Tuples left out go to ``failed``."""
     offsets = batch.offsets
     cuts = sorted({0, len(offsets), *(bisect_right(offsets, b) for b in boundaries)})
+    run = execution_of(bolt)
     parts = [Contributions() for _ in range(bolt.parallelism)]
     for start, stop in itertools.pairwise(cuts):
         partition, origin = batch.partitions[stop - 1], offsets[stop - 1]
-        combined = bolt.combine_contributions(batch.tuples[start:stop])
+        combined = run.combine_contributions(batch.tuples[start:stop])
         for index, failure in combined.failures:
             i = start + index
             failed.append((batch.partitions[i], offsets[i], batch.tuples[i], failure))
@@ -166,7 +168,7 @@ def _preaggregated(
             part.values.extend(combined.values)
             continue
         if bolt.keyed:  # the state key is the routing key
-            instances = bolt.instance_of_key.many(combined.keys, between)
+            instances = run.instance_of_key.many(combined.keys, between)
         else:
             instances = _instances_for(bolt, combined.tuples, between)
         for i, (tuples, keys, values) in _by_instance(instances, bolt.parallelism,
@@ -183,18 +185,18 @@ def _preaggregated(
 
 def _instances_for(bolt: BoltSpec, tuples: Sequence[Any],
                    between: Callable[[], None] | None) -> list[int]:
-    """:meth:`~hailstorm.topology.BoltSpec.instance_for` of every tuple, a batch at a time
+    """:meth:`~hailstorm.engine.BoltExecution.instance_for` of every tuple, a batch at a time
     (keys mapped, then routed by the bolt's memo); tuple by tuple when a key fails, so
     those go where ``instance_for`` sends them."""
-    key = bolt.key
+    key, run = bolt.key, execution_of(bolt)
     if key is not None:
         try:
-            return bolt.instance_of_key.many(mapped(key, tuples), between)
+            return run.instance_of_key.many(mapped(key, tuples), between)
         except Preempted:
             raise
-        except Exception:
-            pass
-    return list(map(bolt.instance_for, tuples))
+        except Exception:  # the user's key failed on some tuple (any error): one by one,
+            pass           # a failing tuple goes to instance 0, which names the failure
+    return list(map(run.instance_for, tuples))
 
 
 def _by_instance(instances: Sequence[int], parallelism: int, *columns: Sequence[Any]

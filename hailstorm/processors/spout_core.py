@@ -46,6 +46,7 @@ from itertools import chain, repeat
 from typing import Any
 
 from hailstorm.decoders import DecodeError
+from hailstorm.engine import tuples_of_many
 from hailstorm.lateness import StreamTimes
 from hailstorm.processors.actions import (
     Batch,
@@ -334,7 +335,7 @@ class SpoutCore:
         """Move the stream times over the records up to the position; return the rest."""
         done = bisect_right(offsets, self._observed)
         upto = bisect_right(offsets, self.position)
-        for result in self.spec.tuples_of_many(values[done:upto]):
+        for result in tuples_of_many(self.spec, values[done:upto]):
             if not isinstance(result, DecodeError):
                 self.stream_times.observe(result)
         if upto > done:
@@ -345,7 +346,7 @@ class SpoutCore:
         """Stage the tuples of records beyond everything staged; dead letters for those
         that do not decode."""
         spec, p, staged = self.spec, self.partition, self._staged
-        results = spec.tuples_of_many(values)
+        results = tuples_of_many(spec, values)
         exploded: list[list[Any]] = []
         if set(map(type, results)) <= {list}:
             exploded = results  # type: ignore[assignment]  # every one a list

@@ -10,12 +10,11 @@ A topology lives in a plain Python module that defines a module-level ``topology
                            emit=lambda word, count: [(word, count)], parallelism=2)
     topology.sink("word_counts", inputs=[counts], target=Table(...))
 
-Everything here is a pure description plus the pure per-tuple functions the distributed
-runtime and the sequential reference model (:mod:`hailstorm.model`) share:
-:meth:`SpoutSpec.tuples_of`, :meth:`BoltSpec.contribution`, :meth:`BoltSpec.absorb`,
-:meth:`BoltSpec.value_for_emit`, :meth:`BoltSpec.outputs` (plus the batch helpers built on
-them) and :meth:`Table.to_row`. Mistakes raise :class:`TopologyError` naming the module,
-the node and the fix; loading a module reports all of its mistakes in one.
+Everything here is a pure description, checked as it is declared; the code that runs a
+spout or a bolt is :mod:`hailstorm.engine`'s (which imports this package, never the other
+way round), and a sink target's rows are :meth:`Table.to_row`. Mistakes raise
+:class:`TopologyError` naming the module, the node and the fix; loading a module reports
+all of its mistakes in one.
 
 One owner per concept; this package re-exports what the rest of hailstorm imports:
 
@@ -26,12 +25,16 @@ One owner per concept; this package re-exports what the rest of hailstorm import
 * :mod:`~hailstorm.topology.source`: readable names of user functions (a lambda's source);
 * :mod:`~hailstorm.topology.tables`: sink targets (:class:`Table`, :class:`Collect`) and the
   one vocabulary of SQL column types;
-* :mod:`~hailstorm.topology.specs`: the nodes and their per-tuple execution code;
-* :mod:`~hailstorm.topology.builder`: :class:`Topology`, the DAG builder and its checks;
+* :mod:`~hailstorm.topology.specs`: the nodes, and the batch fast paths a bolt's
+  declaration allows (:class:`BatchPaths`);
+* :mod:`~hailstorm.topology.graph`: the graph of declared nodes, its checks (unknown
+  inputs, cycles, dead ends, pre-aggregation, late data) and what reads what;
+* :mod:`~hailstorm.topology.builder`: :class:`Topology`, declaring nodes and checking each;
 * :mod:`~hailstorm.topology.loading`: importing a topology module (:func:`load_topology`);
 * :mod:`~hailstorm.topology.render`: :func:`render_text`, :func:`render_dot`, :func:`graph_of`.
 """
 
+from hailstorm.topology import specs
 from hailstorm.topology.builder import Topology
 from hailstorm.topology.errors import (
     NAME_PATTERN,
@@ -48,45 +51,21 @@ from hailstorm.topology.errors import (
 from hailstorm.topology.loading import load_topology
 from hailstorm.topology.render import graph_of, render_dot, render_text
 from hailstorm.topology.source import function_name
-from hailstorm.topology.specs import (
-    BoltSpec,
-    Combined,
-    Edge,
-    Emit,
-    Explode,
-    Inputs,
-    Node,
-    NodeRef,
-    Routing,
-    SinkSpec,
-    SpoutSpec,
-    Stream,
-)
+from hailstorm.topology.specs import *  # noqa: F403  (its __all__, re-exported below)
 from hailstorm.topology.tables import REJECTED_SUFFIX, Collect, SinkTarget, Table, TableMode
 
-__all__ = [
+__all__ = [  # the nodes (specs' __all__), the builder, errors, tables, loading, rendering
+    *specs.__all__,
     "NAME_PATTERN",
     "ON_ERROR_POLICIES",
     "REJECTED_SUFFIX",
     "TOPIC_PATTERN",
-    "BoltSpec",
     "Collect",
-    "Combined",
-    "Edge",
-    "Emit",
-    "Explode",
-    "Inputs",
-    "Node",
-    "NodeRef",
     "OnError",
     "Quarantine",
     "RecordFailed",
-    "Routing",
     "RowError",
-    "SinkSpec",
     "SinkTarget",
-    "SpoutSpec",
-    "Stream",
     "Table",
     "TableMode",
     "Topology",

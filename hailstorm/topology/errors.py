@@ -2,8 +2,8 @@
 (:data:`NAME_PATTERN`, checked by :func:`check_name`), Kafka's topic-name rule,
 :class:`TopologyError` for invalid topologies, :class:`Quarantine` (the ``on_error`` policy
 with a budget for bad records), :class:`RowError` for a sink tuple that is no
-row of its table, :class:`RecordFailed` for a user function failing on one record, and
-:func:`mapped`, a user function over a batch that cannot lose items silently. Pure.
+row of its table, and :class:`RecordFailed` for a user function failing on one record.
+Pure.
 
 While a module loads (:func:`collecting`), declarations (:func:`declaration`) and name
 checks (:func:`deferred`) note their problems instead of raising at the first one, so that
@@ -39,12 +39,10 @@ __all__ = [
     "declaration",
     "deferred",
     "is_collecting",
-    "mapped",
     "on_error_policy",
     "suggest_name",
 ]
 
-T = TypeVar("T")
 
 NAME_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
 """Topology, node, table and column names: safe as ZooKeeper path segments, Kafka topic
@@ -330,14 +328,3 @@ def check_topic_name(topic: object, what: str, node: str | None, topology: str |
             node=node,
             topology=topology,
         )
-
-
-def mapped(function: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
-    """``function`` of every item, a batch at a time (``list(map(...))``), raising
-    :class:`RuntimeError` when the function raised ``StopIteration`` on one: ``map`` takes
-    that for the end of ``items`` and would return fewer results, silently."""
-    results = list(map(function, items))
-    if len(results) != len(items):
-        raise RuntimeError(f"{getattr(function, '__name__', function)!r} raised "
-                           f"StopIteration on item {len(results)} of a batch")
-    return results

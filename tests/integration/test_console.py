@@ -15,7 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from deployments import CHROMIUM, CHROMIUM_ARGS, console_ui, keep_screenshots, page_instances
+from deployments import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    WORDCOUNT,
+    console_ui,
+    keep_screenshots,
+    page_instances,
+)
 
 from hailstorm import kafka
 from hailstorm.dev.harness import (
@@ -30,7 +37,6 @@ from hailstorm.dev.harness import (
 
 pytestmark = pytest.mark.integration
 
-TOPOLOGY = Path(__file__).resolve().parents[2] / "topologies" / "wordcount.py"
 TOPIC = "words"
 
 
@@ -41,7 +47,7 @@ def console(stack_env: dict[str, str], tmp_path: Path) -> Iterator[tuple[Topolog
     kafka.recreate_topic(stack.kafka, TOPIC, 4)
     # The word count under a name of its own: its dead letters (the test quarantines a
     # line) go to a topic no other test reads.
-    source = TOPOLOGY.read_text()
+    source = WORDCOUNT.read_text()
     assert source.count('Topology("wordcount")') == 1
     module = tmp_path / "console_wordcount.py"
     module.write_text(source.replace('Topology("wordcount")', 'Topology("console_wordcount")'))

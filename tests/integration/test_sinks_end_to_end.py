@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from databases import query
+from deployments import WORDCOUNT
 
 from hailstorm import kafka
 from hailstorm.dev.harness import (
@@ -29,8 +30,6 @@ from hailstorm.model import run_model
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "topologies" / "wordcount.py"
 TOPIC = "words"
 
 
@@ -55,7 +54,7 @@ def test_word_counts_table_is_exactly_the_model_through_kills(
     rng = random.Random(5)
 
     # PostgreSQL: the harness's default, a new database on the stack's server.
-    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs",
+    with TopologyRun(stack, WORDCOUNT, log_dir=tmp_path / "logs",
                      database=None if database == "postgresql" else SQLITE) as run:
         run.start()
         run.wait_flowing(timeout=300)
@@ -98,7 +97,7 @@ def test_rows_reach_the_table_without_waiting_for_a_round(
     kafka.recreate_topic(stack.kafka, TOPIC, 4)
     partitions = kafka.partitions_of(stack.kafka, TOPIC)
     produced = Produced(TOPIC)
-    with TopologyRun(stack, TOPOLOGY, log_dir=tmp_path / "logs", database=url,
+    with TopologyRun(stack, WORDCOUNT, log_dir=tmp_path / "logs", database=url,
                      snapshot_interval=3600) as run:
         run.start()
         run.wait_flowing(timeout=300)

@@ -18,6 +18,8 @@ import pytest
 from deployments import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    REPO,
+    WORDCOUNT,
     console_ui,
     deployed,
     keep_screenshots,
@@ -38,8 +40,6 @@ from hailstorm.protocol.layout import Stopped
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "topologies" / "wordcount.py"
 TOPIC = "words"
 
 
@@ -111,7 +111,7 @@ def test_stop_then_run_again_is_a_stop_and_a_start(stack_env: dict[str, str],
     produced = Produced(TOPIC)
     # Nothing fails here, so no phase is stuck: a long --timeout keeps a slow first start on
     # a loaded machine (processors registering after 30 s) from counting as a recovery.
-    with deployed(stack, TOPOLOGY, tmp_path / "logs", negotiators=1, timeout=120.0) as run:
+    with deployed(stack, WORDCOUNT, tmp_path / "logs", negotiators=1, timeout=120.0) as run:
         produce(stack.kafka, produced, wordcount_lines(3000, seed=21), partitions)
         run.start()
         run.wait_flowing(timeout=300)

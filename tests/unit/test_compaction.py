@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm import Count, Sum, Table, Topology, TumblingWindow, per_key
+from hailstorm.engine import execution_of
 from hailstorm.model import Message, run_model
 from hailstorm.processors import (
     Batch,
@@ -125,7 +126,7 @@ def drive(spec: BoltSpec, table: Table, steps: list[Step], compacting: bool,
     for kind, n, tuples in steps:
         if kind == "data":
             p = PARTITIONS[n]
-            combined = spec.combine_contributions(tuples)
+            combined = execution_of(spec).combine_contributions(tuples)
             offsets[n] += len(tuples)
             out = core.on_contributions(f"s{n}", [p] * len(combined), [offsets[n]] * len(combined),
                                         combined.tuples, combined.keys, combined.values)

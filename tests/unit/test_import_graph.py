@@ -9,6 +9,10 @@
   negotiator`` runs it by module name).
 * No import cycle between the modules of one package either (a face importing its modules
   while they import the face).
+* Layers by vocabulary: ``hailstorm.topology`` declares and validates and imports nothing
+  that executes (the engine, the processors, the runtime, the models...); the engine
+  (``hailstorm.engine``) stands only on the declarations, so it imports neither a model nor
+  the processors that run it.
 * Every module is under ~600 lines, or its docstring says why not ("over 600 lines
   because ...").
 """
@@ -261,3 +265,32 @@ def test_the_oracle_shares_no_execution_code_with_the_engine() -> None:
             if isinstance(node, ast.Attribute) and node.attr in ENGINE_PATHS:
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} uses .{node.attr}")
     assert not offenders, "the oracle shares engine code:\n  " + "\n  ".join(offenders)
+
+
+DECLARATIONS_NEVER_IMPORT = (
+    "hailstorm.engine", "hailstorm.processors", "hailstorm.runtime", "hailstorm.sinks",
+    "hailstorm.snapshots", "hailstorm.export", "hailstorm.lateness", "hailstorm.model",
+    "hailstorm.oracle", "hailstorm.dev", "hailstorm.negotiator")
+"""What executes, stores or judges a topology: ``hailstorm.topology`` declares only."""
+
+ENGINE_STANDS_ON = ("hailstorm.engine", "hailstorm.topology", "hailstorm.monoids",
+                    "hailstorm.decoders", "hailstorm.routing", "hailstorm.errors",
+                    "hailstorm.vocabulary")
+"""All the engine may import of hailstorm: itself, the declarations and the shared
+vocabulary (so never a model, nor the processors and runtime that run it)."""
+
+
+def test_declarations_import_no_execution_code() -> None:
+    offenders = sorted(
+        f"{module} imports {dotted}" for module, dotted in _module_imports()
+        if _within(module, ("hailstorm.topology",))
+        and _within(dotted, DECLARATIONS_NEVER_IMPORT))
+    assert not offenders, "topology/ importing execution code:\n  " + "\n  ".join(offenders)
+
+
+def test_the_engine_stands_only_on_the_declarations() -> None:
+    offenders = sorted(
+        f"{module} imports {dotted}" for module, dotted in _module_imports()
+        if _within(module, ("hailstorm.engine",)) and _within(dotted, ("hailstorm",))
+        and not _within(dotted, ENGINE_STANDS_ON))
+    assert not offenders, "the engine importing above its layer:\n  " + "\n  ".join(offenders)

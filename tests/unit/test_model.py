@@ -29,6 +29,7 @@ from hailstorm import (
     run_model,
 )
 from hailstorm.decoders import decode_many, resolve_decoder
+from hailstorm.engine import execution_of, tuples_of, tuples_of_many
 from hailstorm.model import RecordHalt
 from hailstorm.topology import BoltSpec, OnError, RowError
 
@@ -342,19 +343,20 @@ def test_emit_over_split_states_matches_one_state(
 ) -> None:
     """The runtime's A/B split (any assignment of tuples) emits what one state emits."""
     bolt = keyed_bolt()
-    single, expected = bolt.process_batch(bolt.state.empty(), tuples)
+    run = execution_of(bolt)
+    single, expected = run.process_batch(bolt.state.empty(), tuples)
     a, b = bolt.state.empty(), bolt.state.empty()
     emitted = []
     for index, (t, to_b) in enumerate(zip(tuples, goes_to_b, strict=False)):
-        key, value = bolt.contribution(t)
+        key, value = run.contribution(t)
         if to_b:
-            b = bolt.absorb(b, key, value)
+            b = run.absorb(b, key, value)
         else:
-            a = bolt.absorb(a, key, value)
-        emitted += [(index, out) for out in bolt.outputs(t, bolt.value_for_emit(key, (a, b)))]
+            a = run.absorb(a, key, value)
+        emitted += [(index, out) for out in run.outputs(t, run.value_for_emit(key, (a, b)))]
     assert emitted == expected
     assert bolt.state.combine(a, b) == single
-    assert bolt.absorb_all(bolt.state.empty(), tuples) == single
+    assert run.absorb_all(bolt.state.empty(), tuples) == single
 
 
 def test_windowed_contributions() -> None:
@@ -370,11 +372,12 @@ def test_windowed_contributions() -> None:
         emit=lambda t, windows: [(t[0], windows)],
         late="drop",
     )
-    assert bolt.contribution(("p", 61)) == ("p", (61, {60: 1}))
-    state, outputs = bolt.process_batch(bolt.state.empty(), [("p", 61), ("p", 5), ("q", 0)])
+    run = execution_of(bolt)
+    assert run.contribution(("p", 61)) == ("p", (61, {60: 1}))
+    state, outputs = run.process_batch(bolt.state.empty(), [("p", 61), ("p", 5), ("q", 0)])
     assert state == {"p": (61, {60: 1, 0: 1}), "q": (0, {0: 1})}
     assert outputs[1] == (1, ("p", (61, {60: 1, 0: 1})))
-    assert bolt.value_for_emit("missing", (state,)) == (None, {})
+    assert run.value_for_emit("missing", (state,)) == (None, {})
 
 
 def test_emit_must_return_a_list() -> None:
@@ -392,9 +395,9 @@ def test_split_by_instance_uses_route() -> None:
         "b", inputs=[src], key=lambda t: t, state=per_key(Count()), lift=len, parallelism=4
     )
     words = ["a", "b", "c", "d", "e", "f"]
-    groups = bolt.split_by_instance(words)
+    groups = execution_of(bolt).split_by_instance(words)
     assert [[w for w in words if route(w, 4) == i] for i in range(4)] == groups
-    assert [bolt.instance_for(w) for w in words] == [route(w, 4) for w in words]
+    assert [execution_of(bolt).instance_for(w) for w in words] == [route(w, 4) for w in words]
 
 
 # --------------------------------------------------------------------------- decoders
@@ -440,7 +443,7 @@ def test_decoders() -> None:
 def test_spout_batch_helper() -> None:
     topology = Topology("t")
     spout = topology.spout("s", topic="t", decoder="json", explode=lambda v: v["items"])
-    results = spout.tuples_of_many([b'{"items": [1, 2]}', b"nope", b'{"items": []}'])
+    results = tuples_of_many(spout, [b'{"items": [1, 2]}', b"nope", b'{"items": []}'])
     assert results[0] == [1, 2]
     assert isinstance(results[1], DecodeError)
     assert results[2] == []
@@ -464,10 +467,10 @@ def test_a_batch_is_decoded_and_exploded_as_one_message_at_a_time(
         return None if text == "none" else text.split()
 
     spout = Topology("t").spout("s", topic="t", decoder=decoder, explode=explode)
-    batch = spout.tuples_of_many(raws)
+    batch = tuples_of_many(spout, raws)
     for raw, result in zip(raws, batch, strict=True):
         try:
-            expected: object = spout.tuples_of(raw)
+            expected: object = tuples_of(spout, raw)
         except DecodeError as exc:
             assert isinstance(result, DecodeError) and str(result) == str(exc)
             continue

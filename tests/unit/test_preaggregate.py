@@ -21,6 +21,7 @@ from hailstorm import (
     itself,
     per_key,
 )
+from hailstorm.engine import execution_of
 from hailstorm.processors import (
     Batch,
     BoltCore,
@@ -143,7 +144,8 @@ def test_absorbing_combined_contributions_equals_absorbing_every_tuple(
     tuples: list[tuple[str, int]], shape: str
 ) -> None:
     spec = specs()[shape]
-    combined = spec.combine_contributions(tuples)
+    run = execution_of(spec)
+    combined = run.combine_contributions(tuples)
     assert len(combined.tuples) == len(combined.keys) == len(combined.values)
     groups = {
         (spec.key(t) if spec.key else None,
@@ -152,28 +154,29 @@ def test_absorbing_combined_contributions_equals_absorbing_every_tuple(
     }
     assert len(combined) == len(groups)  # one contribution per routing key (and window)
     for instance in range(spec.parallelism):
-        mine = [t for t in tuples if spec.instance_for(t) == instance]
-        expected = spec.absorb_all(spec.state.empty(), mine)
+        mine = [t for t in tuples if run.instance_for(t) == instance]
+        expected = run.absorb_all(spec.state.empty(), mine)
         pairs = [
             (k, v)
             for t, k, v in zip(combined.tuples, combined.keys, combined.values, strict=True)
-            if spec.instance_for(t) == instance
+            if run.instance_for(t) == instance
         ]
-        assert spec.absorb_contributions(spec.state.empty(), pairs) == expected
+        assert run.absorb_contributions(spec.state.empty(), pairs) == expected
     assert shared_lift == {"shared"}  # lift's shared value was never mutated
 
 
 def test_each_group_keeps_its_last_tuple_in_last_seen_order() -> None:
     spec = specs()["unkeyed routed"]
-    combined = spec.combine_contributions([("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)])
+    tuples = [("a", 1), ("b", 2), ("a", 3), ("c", 4), ("b", 5)]
+    combined = execution_of(spec).combine_contributions(tuples)
     assert combined.tuples == [("a", 3), ("c", 4), ("b", 5)]
     assert combined.keys == [None, None, None]  # unkeyed state: no state key
     assert combined.values == [4, 4, 7]
 
 
 def counting_bolts(parallelism: int, key_type: str) -> tuple[BoltSpec, BoltSpec]:
-    """The same keyed count declared with ``key=itself, lift=Count.lift`` (which bolts
-    recognise) and with lambdas (which they must call)."""
+    """The same keyed count declared with ``key=itself, lift=Count.lift`` (whose batch fast
+    paths the declaration records) and with lambdas (which the engine must call)."""
     top = Topology("same")
     src = top.spout("src", topic="t", decoder="json")
     known = top.bolt("known", inputs=[src], key=itself, state=per_key(Count(), key_type),
@@ -181,6 +184,8 @@ def counting_bolts(parallelism: int, key_type: str) -> tuple[BoltSpec, BoltSpec]
     called = top.bolt("called", inputs=[src], key=lambda t: t,
                       state=per_key(Count(), key_type), lift=lambda t: 1,
                       parallelism=parallelism)
+    assert known.paths.lift_is_one and known.paths.key_is_tuple
+    assert not called.paths.lift_is_one and not called.paths.key_is_tuple
     return known, called
 
 
@@ -209,7 +214,7 @@ def typed(items: list[Any]) -> list[tuple[type, str]]:
 def test_a_bolt_keyed_by_itself_and_counting_combines_as_with_lambdas(
     tuples: list[Any], parallelism: int, key_type: str
 ) -> None:
-    known, called = counting_bolts(parallelism, key_type)
+    known, called = map(execution_of, counting_bolts(parallelism, key_type))
     fast, slow = known.combine_contributions(tuples), called.combine_contributions(tuples)
     assert typed(fast.tuples) == typed(slow.tuples)  # equal and of the same type
     assert typed(fast.keys) == typed(slow.keys)
@@ -252,7 +257,7 @@ def test_contributions_go_to_the_instance_that_owns_the_key() -> None:
     routed = Router([spec], preaggregate=True).route(Batch([P] * 40, list(range(40)), words))
     for (name, instance), part in routed.items():
         assert name == "counts"
-        assert all(spec.instance_for(w) == instance for w in part.tuples)
+        assert all(execution_of(spec).instance_for(w) == instance for w in part.tuples)
     assert sorted(w for part in routed.values() for w in part.tuples) == sorted(words)
 
 
@@ -370,11 +375,11 @@ def test_window_state_keeps_a_contribution_per_window_so_emit_sees_each() -> Non
     """The emitted row of a window is the window's: a later tuple of the same key in another
     window must not stand for it (an upsert table keyed by (key, window) would miss it)."""
     spec = specs()["windowed"]
-    combined = spec.combine_contributions([("a", 1), ("a", 12), ("a", 3), ("b", 4)])
+    combined = execution_of(spec).combine_contributions([("a", 1), ("a", 12), ("a", 3), ("b", 4)])
     assert combined.tuples == [("a", 12), ("a", 3), ("b", 4)]
     assert combined.keys == ["a", "a", "b"]
     bolt = BoltCore(spec, ["s"])
     bolt.on_contributions("s", [P] * 3, [9] * 3, combined.tuples, combined.keys,
                           combined.values)
-    assert bolt.merged_state() == spec.absorb_all(
+    assert bolt.merged_state() == execution_of(spec).absorb_all(
         spec.state.empty(), [("a", 1), ("a", 12), ("a", 3), ("b", 4)])

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm import routing
+from hailstorm.engine import execution_of
 from hailstorm.model import messages, run_model
 from hailstorm.monoids import Count, Sum, TumblingWindow, per_key
 from hailstorm.processors import Batch, ForwardClock, ProtocolViolation, Router
@@ -431,7 +432,7 @@ def test_a_batch_goes_where_instance_for_sends_each_tuple(tuples: list[Any],
     n = len(tuples)
     routed = Router(top.downstream_of(source)).route(Batch([P] * n, list(range(n)), tuples))
     for i in range(parallelism):
-        expected = [(o, t) for o, t in enumerate(tuples) if bolt.instance_for(t) == i]
+        expected = [(o, t) for o, t in enumerate(tuples) if execution_of(bolt).instance_for(t) == i]
         batch = routed.get(("b", i), Batch())
         assert list(zip(batch.offsets, batch.tuples, strict=True)) == expected
 
@@ -448,7 +449,7 @@ def test_a_key_function_raising_stop_iteration_loses_no_tuple() -> None:
     routed = Router(top.downstream_of(source)).route(Batch([P] * n, list(range(n)), tuples))
     assert sorted(o for batch in routed.values() for o in batch.offsets) == list(range(n))
     for (_, i), batch in routed.items():
-        assert all(bolt.instance_for(t) == i for t in batch.tuples)
+        assert all(execution_of(bolt).instance_for(t) == i for t in batch.tuples)
 
 
 def test_router_with_no_tuples_routes_nothing() -> None:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hailstorm import Count, Table, Topology, TumblingWindow, per_key
+from hailstorm.engine import execution_of
 from hailstorm.lateness import late_table
 from hailstorm.monoids import SlidingWindow
 from hailstorm.topology import NAME_PATTERN, TopologyError, load_topology, render_text
@@ -185,7 +186,7 @@ def test_a_window_bolt_emits_a_typed_value_that_is_still_the_tuple() -> None:
                              (t[0], windows.get(60), windows[1].get(60))])
     state = bolt.state.empty()
     for t in (("p", 61), ("p", 70)):
-        state, outputs, _ = bolt.process(state, t)
+        state, outputs, _ = execution_of(bolt).process(state, t)
     assert outputs == [("p", 2, 2)]
     value = seen[-1]
     assert isinstance(value, WindowValue)
@@ -193,7 +194,7 @@ def test_a_window_bolt_emits_a_typed_value_that_is_still_the_tuple() -> None:
     unkeyed = topology.bolt("u", inputs=[src], state=TumblingWindow(60, Count()),
                             lift=lambda t: 1, event_time=lambda t: t[1], late="drop",
                             emit=lambda t, windows: [windows])
-    assert isinstance(unkeyed.value_for_emit(None, [(61, {60: 1})]), WindowValue)
+    assert isinstance(execution_of(unkeyed).value_for_emit(None, [(61, {60: 1})]), WindowValue)
 
 
 @pytest.mark.parametrize("unit", ["ms", "s", "min", "us"])

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hailstorm.engine import execution_of
 from hailstorm.lateness import StreamTime
 from hailstorm.model import Message, run_model
 from hailstorm.monoids import Count, SetUnion, Sum, Ttl, TumblingWindow, per_key
@@ -166,10 +167,10 @@ def run_one_instance(parts: list[list[dict[str, Any]]],
     for p, _o, e in order:
         if clocks[p].judge(e) is not None:
             continue
-        key, value = spec.contribution(e)
+        key, value = execution_of(spec).contribution(e)
         closed.note([p], [(key, value)])
-        segments[0] = spec.absorb(segments[0], key, value)
-        rows.update(spec.outputs(e, spec.value_for_emit(key, segments)))
+        segments[0] = execution_of(spec).absorb(segments[0], key, value)
+        rows.update(execution_of(spec).outputs(e, execution_of(spec).value_for_emit(key, segments)))
         if expire_now():
             closed.expire(segments, dict.fromkeys(clocks), budget)
     return segments[0], rows

@@ -1,0 +1,39 @@
+"""The engine layer: a bolt's declaration records its batch fast paths once, and the engine
+compiles one execution per bolt, whose key-routing memo the router and the core share."""
+
+from __future__ import annotations
+
+from hailstorm import Count, Sum, Topology, itself, per_key
+from hailstorm.engine import execution_of
+from hailstorm.monoids import TumblingWindow
+
+
+def test_the_declaration_records_which_fast_paths_apply() -> None:
+    top = Topology("paths")
+    src = top.spout("src", topic="t", decoder="text")
+    counts = top.bolt("counts", inputs=[src], key=itself, state=per_key(Count()),
+                      lift=Count.lift)
+    sums = top.bolt("sums", inputs=[src], key=lambda t: t, state=per_key(Sum()), lift=len)
+    windows = top.bolt("windows", inputs=[src], key=itself,
+                       state=per_key(TumblingWindow(60, Count())), lift=Count.lift,
+                       event_time=len, late="drop")
+    unkeyed = top.bolt("unkeyed", inputs=[src], state=Count(), lift=lambda t: 1)
+    assert counts.paths.lift_is_one and counts.paths.key_is_tuple
+    assert counts.paths.adds_numbers
+    assert sums.paths.adds_numbers and not sums.paths.key_is_tuple
+    assert not sums.paths.lift_is_one
+    assert windows.paths.lift_is_one and not windows.paths.adds_numbers
+    assert not unkeyed.paths.adds_numbers and not unkeyed.paths.lift_is_one
+
+
+def test_one_execution_per_bolt() -> None:
+    top = Topology("once")
+    src = top.spout("src", topic="t", decoder="text")
+    a = top.bolt("a", inputs=[src], key=itself, state=per_key(Count()), lift=Count.lift,
+                 parallelism=3)
+    b = top.bolt("b", inputs=[src], key=itself, state=per_key(Count()), lift=Count.lift,
+                 parallelism=3)
+    assert execution_of(a) is execution_of(a)
+    assert execution_of(a) is not execution_of(b)
+    assert execution_of(a).instance_of_key is execution_of(a).instance_of_key
+    assert execution_of(a).instance_for("w") == execution_of(b).instance_for("w")
