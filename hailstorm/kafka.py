@@ -101,14 +101,14 @@ def client_settings(
     settings.update(configured_properties())
     settings.update(overrides or {})
     settings["bootstrap.servers"] = bootstrap
-    settings.setdefault("error_cb", _log_client_error)
+    settings.setdefault("error_cb", log_client_error)
     return settings
 
 
 _client_log = logging.getLogger("hailstorm.kafka")
 
 
-def _log_client_error(error: KafkaError) -> None:
+def log_client_error(error: KafkaError) -> None:
     """librdkafka's asynchronous errors (no secrets in them), at most once per kind."""
     code = error.code()
     if code not in _logged_codes:
@@ -146,6 +146,48 @@ def consumer_error_kind(error: KafkaError) -> str:
     if error.fatal():
         return "fatal"
     return "transient"
+
+
+_OUTAGE_CODES = {
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError._TIMED_OUT_QUEUE,
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._RESOLVE,
+    KafkaError._WAIT_COORD,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    KafkaError.KAFKA_STORAGE_ERROR,
+}
+"""The cluster (or the part a request needs) does not answer for now: brokers down or
+unreachable, a leader or coordinator moving, too few replicas in sync."""
+
+
+def is_kafka_outage(problem: BaseException | KafkaError | None) -> bool:
+    """True when ``problem`` says Kafka is unavailable for now, so that waiting (with
+    backoff) is the cure: no broker answers, a request timed out, a leader or coordinator
+    is not available. False for what waiting cannot change: refused credentials, a fatal
+    (e.g. fenced) client, anything else. :class:`KafkaUnreachable` is an outage; a
+    :class:`KafkaException` is judged by its :class:`KafkaError`."""
+    if isinstance(problem, KafkaUnreachable):
+        return True
+    if isinstance(problem, KafkaException):
+        problem = problem.args[0] if problem.args else None
+    if not isinstance(problem, KafkaError):
+        return False
+    code = problem.code()
+    if problem.fatal() or code in _AUTH_CODES:
+        return False
+    return code in _OUTAGE_CODES
 
 
 def lost_offsets_message(topic: str, partition: int, needed: int,
