@@ -19,7 +19,7 @@ from hailstorm.negotiator.machine import Config, Decision, View
 from hailstorm.negotiator.machine import step as machine_step
 from hailstorm.protocol.states import Initialize, MasterState, NegotiatorDisconnected, label
 
-__all__ = ["step", "waiting_in"]
+__all__ = ["deadline_origin", "step", "waiting_in"]
 
 
 def waiting_in(view: View, epoch: int) -> str | None:
@@ -31,6 +31,17 @@ def waiting_in(view: View, epoch: int) -> str | None:
                 and (view.expected is None or name in view.expected)):
             return f"{name}: waiting for {report.waiting}"
     return None
+
+
+def deadline_origin(entered_at: float, leader_since: float | None,
+                    reconnected_at: float) -> float:
+    """When the leader counts the current state's deadline from: its entry, or later when
+    this negotiator took over (an earlier leader wrote ``entered_at`` with its own clock) or
+    its ZooKeeper connection came back (a ZooKeeper outage: nobody could report meanwhile,
+    so the wait is not the processors' fault). A standby (``leader_since`` None): the entry."""
+    if leader_since is None:
+        return entered_at
+    return max(entered_at, leader_since, reconnected_at)
 
 
 def step(state: MasterState, view: View, config: Config) -> Decision:

@@ -41,7 +41,7 @@ from hailstorm.negotiator.machine import (
     Ignored,
     View,
 )
-from hailstorm.negotiator.outages import step
+from hailstorm.negotiator.outages import deadline_origin, step
 from hailstorm.protocol.layout import (
     RECOVERIES_KEPT,
     CommittedRecord,
@@ -134,6 +134,9 @@ class Shell:
         negotiator moved from SpoutsPaused to Flowing), for the committed record."""
         self.leader_since: float | None = None
         """When this negotiator last became leader (None while standby)."""
+        self.reconnected_at = 0.0
+        """When the ZooKeeper connection last came back (a ZooKeeper outage ended): every
+        wait starts over then, as at a takeover."""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -208,6 +211,8 @@ class Shell:
     def _on_connection(self, state: str) -> None:
         if state == KazooState.LOST:
             self._leading = False
+        elif state == KazooState.CONNECTED:
+            self.reconnected_at = self.clock()
         self._wake.set()
 
     def _wait_for_connection(self) -> None:
@@ -407,10 +412,10 @@ class Shell:
             state, entered_at = NegotiatorDisconnected(highest), now
         else:
             state, entered_at = master.state, master.entered_at
-            if self.leader_since is not None and entered_at < self.leader_since:
-                # Written by an earlier leader with its own wall clock: a skew between the
-                # two machines must not expire a wait early. Waits restart at the takeover.
-                entered_at = self.leader_since
+            # Waits restart at a takeover (an earlier leader's clock may be skewed) and when
+            # ZooKeeper answers again after an outage (nobody could report meanwhile).
+            entered_at = deadline_origin(master.entered_at, self.leader_since,
+                                         self.reconnected_at)
         stop = records.stop_request(self._watch)
         view = View(now, entered_at, expected, living, snapshots, committed, highest, stop)
         return Observation(state, master_read.version, committed, committed_read.version, view)
