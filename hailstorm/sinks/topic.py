@@ -251,12 +251,14 @@ class TopicWriter(BufferedWriter):
     def setup(self) -> None:
         """Create the output and progress topics if missing, then start transactions
         (which aborts and fences any older writer with this sink id)."""
-        kafka.create_topic(self.bootstrap, self.topic.name, self.topic.partitions)
+        created = kafka.create_topic(self.bootstrap, self.topic.name, self.topic.partitions)
         kafka.create_topic(self.bootstrap, self.progress_topic, 1,
                            config={"cleanup.policy": "compact"})
         if self.dead_letter_topic != self.topic.name:  # where tuples that are no record go
             kafka.create_topic(self.bootstrap, self.dead_letter_topic, 1)
-        self.partition_count = len(kafka.partitions_of(self.bootstrap, self.topic.name))
+        # A topic just created has what was asked (its metadata may not be out yet).
+        self.partition_count = self.topic.partitions if created else len(
+            kafka.partitions_of(self.bootstrap, self.topic.name))
         self._start_producer()
 
     def _start_producer(self) -> None:
