@@ -123,13 +123,21 @@ def embedded_stack(prefix: str = "hailstorm-bench-") -> Iterator[dict[str, str]]
 
     Brought down (every process stopped by pid) and removed afterwards.
     """
+    with embedded_dev_stack(prefix) as (_stack, env):
+        yield env
+
+
+@contextlib.contextmanager
+def embedded_dev_stack(prefix: str = "hailstorm-bench-") -> Iterator[tuple[Any, dict[str, str]]]:
+    """:func:`embedded_stack`, with the DevStack itself (a bench that stops and restarts
+    its services)."""
     from hailstorm.dev.services import DevStack
 
     state_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(state_dir, 0o755)  # the 'postgres' user must reach its data directory
     stack = DevStack(state_dir, startup_timeout=90)
     try:
-        yield stack.up().env()
+        yield stack, stack.up().env()
     finally:
         stack.down()
         shutil.rmtree(state_dir, ignore_errors=True)
