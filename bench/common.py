@@ -130,12 +130,12 @@ def embedded_stack(prefix: str = "hailstorm-bench-") -> Iterator[dict[str, str]]
 @contextlib.contextmanager
 def embedded_dev_stack(prefix: str = "hailstorm-bench-") -> Iterator[tuple[Any, dict[str, str]]]:
     """:func:`embedded_stack`, with the DevStack itself (a bench that stops and restarts
-    its services)."""
+    its services). Services get 4 minutes to start: a loaded 2-core machine needs them."""
     from hailstorm.dev.services import DevStack
 
     state_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(state_dir, 0o755)  # the 'postgres' user must reach its data directory
-    stack = DevStack(state_dir, startup_timeout=90)
+    stack = DevStack(state_dir, startup_timeout=240)
     try:
         yield stack, stack.up().env()
     finally:
