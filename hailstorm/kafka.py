@@ -19,9 +19,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -29,6 +29,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from hailstorm.config import KAFKA_CONFIG_VAR, read_properties
 from hailstorm.config import KafkaConfigError as KafkaConfigError  # owned by config
 from hailstorm.errors import ServiceError
+from hailstorm.outages import Outage, OutageWatch, through_outages
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,16 @@ def is_kafka_outage(problem: BaseException | KafkaError | None) -> bool:
     if problem.fatal() or code in _AUTH_CODES:
         return False
     return code in _OUTAGE_CODES
+
+
+def waiting_out(op: Callable[[], T], bootstrap: str,
+                report: Callable[[Outage | None], None]) -> T:
+    """``op()`` (a request to Kafka at ``bootstrap``), tried again with backoff for as long
+    as it fails with an outage (:func:`is_kafka_outage`); ``report`` is told of the outage at
+    every failed attempt and of its end (None). Other errors propagate."""
+    return through_outages(op, OutageWatch(f"Kafka at {bootstrap}"), is_outage=is_kafka_outage,
+                           on_failed=lambda outage, _delay: report(outage),
+                           on_answered=lambda _outage: report(None))
 
 
 def lost_offsets_message(topic: str, partition: int, needed: int,

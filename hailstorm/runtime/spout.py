@@ -188,12 +188,17 @@ class SpoutShell(Shell):
     def _log_start(self) -> int:
         """The partition's first offset, asked of the broker. An explicit offset, not
         ``OFFSET_BEGINNING``: librdkafka resolves a logical offset on its offset-query
-        timer, which held back a spout's first fetch by 0.5 to 1.5 s."""
+        timer, which held back a spout's first fetch by 0.5 to 1.5 s. While Kafka is out the
+        spout waits for it (reported); other errors read from the beginning."""
         from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
+        from hailstorm.kafka import waiting_out
+
         try:
-            low, _high = self.consumer.get_watermark_offsets(
-                TopicPartition(*self.partition), timeout=self.assignment.io_timeout)
+            low, _high = waiting_out(lambda: self.consumer.get_watermark_offsets(
+                TopicPartition(*self.partition),
+                timeout=min(self.assignment.io_timeout, 5 * PROBE_TIMEOUT)),
+                self.assignment.kafka, self.report_outage)
             return int(low)
         except KafkaException as exc:
             log.warning("log start of %s unknown (%s): reading from the beginning",

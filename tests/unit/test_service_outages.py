@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hailstorm.kafka import KafkaAuthError, KafkaUnreachable, is_kafka_outage
+from hailstorm.kafka import KafkaAuthError, KafkaUnreachable, is_kafka_outage, waiting_out
 from hailstorm.outages import WAIT_OUT, OutageWatch, RetryPolicy, through_outages
 from hailstorm.sinks.topic import TopicWriter
 from hailstorm.topic import Topic
@@ -179,3 +179,21 @@ def test_a_writer_that_does_not_wait_gives_up_after_its_timeout_and_never_waits_
 
     with pytest.raises(KafkaException):  # the caller aborts and tries the transaction anew
         waiting._patiently(abortable, "committing")
+
+
+def test_waiting_out_reports_the_outage_to_the_processor_and_its_end() -> None:
+    """What a spout's log-start lookup and a bolt's do while Kafka is out (waits of 0.25 and
+    0.5 s here): the processor is told at each failed attempt, then that it is over."""
+    answers = iter([KafkaException(DOWN), KafkaException(DOWN), (0, 42)])
+
+    def lookup() -> tuple[int, int]:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    told: list[object] = []
+    assert waiting_out(lookup, "127.0.0.1:9", told.append) == (0, 42)
+    assert [getattr(o, "attempts", None) for o in told] == [1, 2, None]
+    assert told[0].describe().startswith(  # type: ignore[attr-defined]
+        "Kafka at 127.0.0.1:9 has been unavailable since ")
