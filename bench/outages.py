@@ -2,7 +2,7 @@
 the only Kafka broker down 2 minutes.
 
     .venv/bin/python bench/outages.py [--outage 600] [--rate 100]
-    .venv/bin/python bench/outages.py --kafka [--outage 120] [--rate 100]
+    .venv/bin/python bench/outages.py --kafka [--outage 120] [--rate 100] [--partitions 4]
 
 Starts an embedded stack of its own (brought down afterwards) and runs
 :func:`hailstorm.dev.harness.outages.postgres_outage`: word count into a PostgreSQL server of
@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Seconds the service stays down (600 for PostgreSQL, 120 for "
                              "Kafka).")
     parser.add_argument("--rate", type=float, default=100.0, help="Lines produced per second.")
+    parser.add_argument("--partitions", type=int, default=4,
+                        help="Partitions of the source topic (a spout instance each).")
     args = parser.parse_args(argv)
     outage = args.outage if args.outage is not None else 120.0 if args.kafka else 600.0
     service = "Kafka" if args.kafka else "PostgreSQL"
@@ -51,13 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     with embedded_dev_stack() as (stack, env):
         addresses = StackAddresses.from_env(env)
         result = kafka_outage(addresses, stack, logs, outage=outage, lines=lines,
-                              rate=args.rate, progress=print) if args.kafka else \
+                              rate=args.rate, partitions=args.partitions,
+                              progress=print) if args.kafka else \
             postgres_outage(addresses, logs, outage=outage, lines=lines, rate=args.rate,
-                            progress=print)
+                            partitions=args.partitions, progress=print)
     figures = result.to_json()
     ok = bool(result.waiting_seen) and not result.failed_attempts and not result.restarts \
         and result.comparison is not None and result.comparison.ok
     report("outages", {**figures, "service": service, "lines": lines, "rate": args.rate,
+                       "partitions": args.partitions,
                        "ok": ok, "machine": machine(), "logs": str(logs)},
            f"{service} down {figures['outage_s']} s: "
            f"{'waited and finished exactly' if ok else 'FAILED'}, "

@@ -175,7 +175,7 @@ def ride_out(stack: StackAddresses, log_dir: Path, topology: Path, service: Serv
     with TopologyRun(stack, topology, log_dir=log_dir, database=database) as run:
         run.driver_options = ["--max-restarts", str(max_restarts)]
         run.start()
-        run.wait_flowing(240)
+        run.wait_flowing(600)  # a loaded machine: Initializes abandoned until all start
         result = OutageResult(outage)
         parts = kafka.partitions_of(stack.kafka, TOPIC)
         with BackgroundProducer(stack.kafka, produced, values, parts, rate=rate) as producer:
