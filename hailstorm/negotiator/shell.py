@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
@@ -41,7 +41,7 @@ from hailstorm.negotiator.machine import (
     Ignored,
     View,
 )
-from hailstorm.negotiator.outages import deadline_origin, step
+from hailstorm.negotiator.outages import deadline_origin, step, waiting_in
 from hailstorm.protocol.layout import (
     RECOVERIES_KEPT,
     CommittedRecord,
@@ -137,6 +137,10 @@ class Shell:
         self.reconnected_at = 0.0
         """When the ZooKeeper connection last came back (a ZooKeeper outage ended): every
         wait starts over then, as at a takeover."""
+        self.wait_ended_at = 0.0
+        """When the processors last stopped reporting an outage they wait out (every wait
+        starts over then: the deadline renewed during the outage may be nearly spent)."""
+        self._waits = False
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -412,12 +416,18 @@ class Shell:
             state, entered_at = NegotiatorDisconnected(highest), now
         else:
             state, entered_at = master.state, master.entered_at
-            # Waits restart at a takeover (an earlier leader's clock may be skewed) and when
-            # ZooKeeper answers again after an outage (nobody could report meanwhile).
-            entered_at = deadline_origin(master.entered_at, self.leader_since,
-                                         self.reconnected_at)
         stop = records.stop_request(self._watch)
         view = View(now, entered_at, expected, living, snapshots, committed, highest, stop)
+        waits = master is not None and waiting_in(view, state.epoch) is not None
+        if self._waits and not waits:  # an outage ended: every wait gets its whole time
+            self.wait_ended_at = now
+        self._waits = waits
+        if master is not None:
+            # Waits restart at a takeover (an earlier leader's clock may be skewed), when
+            # ZooKeeper answers again after an outage (nobody could report meanwhile) and
+            # when no processor waits out an outage any more.
+            view = replace(view, entered_at=deadline_origin(
+                master.entered_at, self.leader_since, self.reconnected_at, self.wait_ended_at))
         return Observation(state, master_read.version, committed, committed_read.version, view)
 
     def _note_once(self, subject: str, why: str) -> None:

@@ -102,6 +102,8 @@ def test_a_wait_starts_over_when_zookeeper_answers_again() -> None:
     assert deadline_origin(T0, leader_since=T0 + 5, reconnected_at=0.0) == T0 + 5
     assert deadline_origin(T0, leader_since=T0 - 500, reconnected_at=T0 + 130) == T0 + 130
     assert deadline_origin(T0, leader_since=None, reconnected_at=T0 + 130) == T0
+    assert deadline_origin(T0, T0 - 500, 0.0, wait_ended_at=T0 + 58) == T0 + 58, \
+        "a deadline renewed during an outage that ended just before it: its whole time"
     living = _living(7, None, ProcessorState.READY)
     round_ = Flowing(7, {P0: 15})
     back = deadline_origin(T0, leader_since=T0 - 500, reconnected_at=T0 + 130)
