@@ -205,9 +205,11 @@ def ride_out(stack: StackAddresses, log_dir: Path, topology: Path, service: Serv
         target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
         committed = run.wait_committed(target, 300)
         result.finished_s = time.monotonic() - back
+        # Read at once: rounds go on committing, and the garbage collection of snapshots
+        # keeps only the last two committed rounds' files.
+        states, tables = run.committed_bolt_states(committed), run.sink_tables()
         model = run_model(run.topology, produced.model_messages())
-        result.comparison = compare_with_model(model, run.committed_bolt_states(committed),
-                                               run.sink_tables())
+        result.comparison = compare_with_model(model, states, tables)
         result.failed_attempts = failed_attempts(run)[failed_before:]
         result.restarts = [r.reason for r in run.recoveries()
                            if not r.is_start and r.at >= stopped_at]
