@@ -119,18 +119,28 @@ def report(name: str, figures: dict[str, Any], summary: str) -> None:
 
 @contextlib.contextmanager
 def embedded_stack(prefix: str = "hailstorm-bench-",
-                   startup_timeout: float = 90) -> Iterator[dict[str, str]]:
+                   startup_timeout: float = 240) -> Iterator[dict[str, str]]:
     """A DevStack of its own in a temporary directory; its ``HAILSTORM_*`` variables.
 
     Brought down (every process stopped by pid) and removed afterwards.
     """
+    with embedded_dev_stack(prefix, startup_timeout) as (_stack, env):
+        yield env
+
+
+@contextlib.contextmanager
+def embedded_dev_stack(prefix: str = "hailstorm-bench-", startup_timeout: float = 240
+                       ) -> Iterator[tuple[Any, dict[str, str]]]:
+    """:func:`embedded_stack`, with the DevStack itself (a bench that stops and restarts
+    its services). Services get ``startup_timeout`` (4 minutes) to start: a loaded 2-core
+    machine needs them."""
     from hailstorm.dev.services import DevStack
 
     state_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(state_dir, 0o755)  # the 'postgres' user must reach its data directory
     stack = DevStack(state_dir, startup_timeout=startup_timeout)
     try:
-        yield stack.up().env()
+        yield stack, stack.up().env()
     finally:
         stack.down()
         shutil.rmtree(state_dir, ignore_errors=True)

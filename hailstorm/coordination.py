@@ -13,10 +13,12 @@ One :class:`Coordinator` per processor instance, on its own ZooKeeper session:
 
 A lost session (``LOST``: the ephemeral node is gone) is fatal: :attr:`Coordinator.lost` is
 set and :meth:`Coordinator.check` raises. A lost *connection* (``SUSPENDED``) is not: the
-session and the living node survive it if the client reconnects within the session timeout,
-so every read and write after :meth:`Coordinator.register` is retried (kazoo's
-:class:`~kazoo.retry.KazooRetry`) until it succeeds, the session is lost, or twice the
-session timeout passed.
+session and the living node survive it when the client reconnects in time, and a ZooKeeper
+ensemble that was down as a whole gives every session its whole timeout again once it is
+back. So a ZooKeeper outage is waited out: every read and write after
+:meth:`Coordinator.register` is retried (kazoo's :class:`~kazoo.retry.KazooRetry`) until it
+succeeds or ZooKeeper says the session is lost; the log says when the wait started and
+ended.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kazoo.exceptions import NodeExistsError
 from kazoo.retry import KazooRetry
 
 from hailstorm.errors import ServiceError
+from hailstorm.outages import OutageWatch
 from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -92,8 +95,9 @@ class Coordinator:
         #: The outage this processor waits out (see :meth:`report_waiting`), in every report.
         self.waiting: str | None = None
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
-                                 ignore_expire=False, deadline=2 * session_timeout,
-                                 interrupt=self.lost.is_set)
+                                 ignore_expire=False, interrupt=self.lost.is_set)
+        self.zookeeper = OutageWatch(f"ZooKeeper at {hosts}")
+        """Since when the connection is suspended (the processor waits for ZooKeeper)."""
         self.client = zk_client(hosts, session_timeout)
         self.client.add_listener(self._on_state)
         self.client.start(timeout=connect_timeout)
@@ -105,6 +109,16 @@ class Coordinator:
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST and self._registered:
             self.lost.set()
+        if state == KazooState.SUSPENDED and not self.zookeeper.waiting:
+            outage = self.zookeeper.failed(time.time(), "the connection is suspended")
+            log.warning("%s: waiting for %s (the session survives if it comes back)",
+                        self.processor, outage.describe())
+        elif state != KazooState.SUSPENDED:
+            ended = self.zookeeper.answered()
+            if ended is not None:
+                log.warning("%s: the wait for ZooKeeper is over after %.0f s (%s)",
+                            self.processor, time.time() - ended.since,
+                            "session lost" if state == KazooState.LOST else "session kept")
         self.changed.set()
 
     def _call(self, operation: Callable[..., T], *args: Any, **kwargs: Any) -> T:

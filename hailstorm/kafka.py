@@ -24,9 +24,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -34,6 +34,9 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from hailstorm.config import KAFKA_CONFIG_VAR, read_properties
 from hailstorm.config import KafkaConfigError as KafkaConfigError  # owned by config
 from hailstorm.errors import ServiceError
+from hailstorm.outages import Outage, OutageWatch, through_outages
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ def client_settings(
     settings.update(configured_properties())
     settings.update(overrides or {})
     settings["bootstrap.servers"] = bootstrap
-    settings.setdefault("error_cb", _log_client_error)
+    settings.setdefault("error_cb", log_client_error)
     settings.setdefault("logger", CLIENT_LOG)
     return settings
 
@@ -140,7 +143,7 @@ CLIENT_LOG = logging.getLogger("hailstorm.kafka.client")
 CLIENT_LOG.addFilter(_TransientAsDebug())
 
 
-def _log_client_error(error: KafkaError) -> None:
+def log_client_error(error: KafkaError) -> None:
     """librdkafka's asynchronous errors (no secrets in them), at most once per kind."""
     code = error.code()
     if code not in _logged_codes:
@@ -178,6 +181,58 @@ def consumer_error_kind(error: KafkaError) -> str:
     if error.fatal():
         return "fatal"
     return "transient"
+
+
+_OUTAGE_CODES = {
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError._TIMED_OUT_QUEUE,
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._RESOLVE,
+    KafkaError._WAIT_COORD,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    KafkaError.KAFKA_STORAGE_ERROR,
+}
+"""The cluster (or the part a request needs) does not answer for now: brokers down or
+unreachable, a leader or coordinator moving, too few replicas in sync."""
+
+
+def is_kafka_outage(problem: BaseException | KafkaError | None) -> bool:
+    """True when ``problem`` says Kafka is unavailable for now, so that waiting (with
+    backoff) is the cure: no broker answers, a request timed out, a leader or coordinator
+    is not available. False for what waiting cannot change: refused credentials, a fatal
+    (e.g. fenced) client, anything else. :class:`KafkaUnreachable` is an outage; a
+    :class:`KafkaException` is judged by its :class:`KafkaError`."""
+    if isinstance(problem, KafkaUnreachable):
+        return True
+    if isinstance(problem, KafkaException):
+        problem = problem.args[0] if problem.args else None
+    if not isinstance(problem, KafkaError):
+        return False
+    code = problem.code()
+    if problem.fatal() or code in _AUTH_CODES:
+        return False
+    return code in _OUTAGE_CODES
+
+
+def waiting_out(op: Callable[[], T], bootstrap: str,
+                report: Callable[[Outage | None], None]) -> T:
+    """``op()`` (a request to Kafka at ``bootstrap``), tried again with backoff for as long
+    as it fails with an outage (:func:`is_kafka_outage`); ``report`` is told of the outage at
+    every failed attempt and of its end (None). Other errors propagate."""
+    return through_outages(op, OutageWatch(f"Kafka at {bootstrap}"), is_outage=is_kafka_outage,
+                           on_failed=lambda outage, _delay: report(outage),
+                           on_answered=lambda _outage: report(None))
 
 
 def lost_offsets_message(topic: str, partition: int, needed: int,

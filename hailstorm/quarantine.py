@@ -46,6 +46,7 @@ from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt
 from hailstorm.lateness import LATE_STAGE
 from hailstorm.metrics import Counter
+from hailstorm.outages import WAIT_OUT, Outage
 from hailstorm.protocol.clock import Clock, Partition
 from hailstorm.topology import OnError, Quarantine
 from hailstorm.vocabulary import DeadLetter, Origin, halt_reason_of
@@ -78,7 +79,8 @@ class DeadLetterWriter:
     def __init__(self, kafka: str, io_timeout: float, on_error: OnError,
                  counter: Counter | None = None, *, owner: str, topology: str,
                  late_counter: Counter | None = None, budget: Quarantine | None = None,
-                 on_fill: Callable[[Fill], None] | None = None) -> None:
+                 on_fill: Callable[[Fill], None] | None = None,
+                 on_outage: Callable[[Outage | None], None] | None = None) -> None:
         self.kafka = kafka
         self.io_timeout = io_timeout
         self.on_error = on_error
@@ -93,6 +95,8 @@ class DeadLetterWriter:
         self.budget = BadRecordBudget(budget, owner.partition("/")[2] or owner)
         self.on_fill = on_fill
         self.digest = QuarantineDigest(LOG_INTERVAL)
+        self.on_outage = on_outage
+        """Told while Kafka is out (its writers wait it out) and when it is back (None)."""
 
     def start(self, epoch: int) -> None:
         """A new incarnation: what the old one buffered is dropped (a replay brings back
@@ -154,7 +158,8 @@ class DeadLetterWriter:
             writer = TopicWriter.open(
                 self.kafka, DeadLetterTopic(topic), f"{self.owner}/{topic}", self.epoch,
                 progress=dead_letter_progress_topic(self.topology), dead_letter_topic=topic,
-                node=self.owner, io_timeout=self.io_timeout, logger=log)
+                node=self.owner, io_timeout=self.io_timeout, logger=log, retry=WAIT_OUT,
+                on_outage=self.on_outage)
             self._writers[topic] = writer
         return writer
 

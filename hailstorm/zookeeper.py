@@ -96,6 +96,13 @@ def zk_tls() -> dict[str, Any]:
             **{option: str(path) for option, path in paths.items()}}
 
 
+RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
+"""How a client tries to reconnect: forever, at least once a second. kazoo's default backs
+off to a minute, but a ZooKeeper ensemble that was down gives the sessions it restores only
+their timeout (6 s for processors) from its start: a client must be back within it, or its
+session (and its processor's living node) is lost."""
+
+
 def zk_client(hosts: str, timeout: float = 10.0) -> KazooClient:
     """A (not yet started) client of ``hosts`` that authenticates as ``$HAILSTORM_ZK_AUTH``
     and creates nodes with :func:`zk_acl`, over TLS when ``$HAILSTORM_ZK_TLS`` says so
@@ -103,9 +110,10 @@ def zk_client(hosts: str, timeout: float = 10.0) -> KazooClient:
     owner = zk_credentials()
     tls = zk_tls()
     if owner is None:
-        return KazooClient(hosts=hosts, timeout=timeout, **tls)
+        return KazooClient(hosts=hosts, timeout=timeout, connection_retry=RECONNECT, **tls)
     return KazooClient(hosts=hosts, timeout=timeout, default_acl=zk_acl(),
-                       auth_data=[("digest", f"{owner[0]}:{owner[1]}")], **tls)
+                       auth_data=[("digest", f"{owner[0]}:{owner[1]}")],
+                       connection_retry=RECONNECT, **tls)
 
 
 def refuse_open_zookeeper(zk: str, *, allow_open: bool, processor_host: str = "127.0.0.1",

@@ -19,7 +19,7 @@ from hailstorm.negotiator.machine import Config, Decision, View
 from hailstorm.negotiator.machine import step as machine_step
 from hailstorm.protocol.states import Initialize, MasterState, NegotiatorDisconnected, label
 
-__all__ = ["step", "waiting_in"]
+__all__ = ["deadline_origin", "step", "waiting_in"]
 
 
 def waiting_in(view: View, epoch: int) -> str | None:
@@ -31,6 +31,20 @@ def waiting_in(view: View, epoch: int) -> str | None:
                 and (view.expected is None or name in view.expected)):
             return f"{name}: waiting for {report.waiting}"
     return None
+
+
+def deadline_origin(entered_at: float, leader_since: float | None,
+                    reconnected_at: float, wait_ended_at: float = 0.0) -> float:
+    """When the leader counts the current state's deadline from: its entry, or later when
+    this negotiator took over (an earlier leader wrote ``entered_at`` with its own clock),
+    its ZooKeeper connection came back (a ZooKeeper outage: nobody could report meanwhile,
+    so the wait is not the processors' fault), or the processors stopped reporting an
+    outage they waited out (the deadline renewed during it may be nearly spent, and the
+    processor that waited has work to catch up on). A standby (``leader_since`` None): the
+    entry."""
+    if leader_since is None:
+        return entered_at
+    return max(entered_at, leader_since, reconnected_at, wait_ended_at)
 
 
 def step(state: MasterState, view: View, config: Config) -> Decision:

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
@@ -41,7 +41,7 @@ from hailstorm.negotiator.machine import (
     Ignored,
     View,
 )
-from hailstorm.negotiator.outages import step
+from hailstorm.negotiator.outages import deadline_origin, step, waiting_in
 from hailstorm.negotiator.recovery_scope import failed_instances, graph_edges, recovery_scope
 from hailstorm.protocol.catchup import inputs_of_graph
 from hailstorm.protocol.layout import (
@@ -138,6 +138,13 @@ class Shell:
         negotiator moved from SpoutsPaused to Flowing), for the committed record."""
         self.leader_since: float | None = None
         """When this negotiator last became leader (None while standby)."""
+        self.reconnected_at = 0.0
+        """When the ZooKeeper connection last came back (a ZooKeeper outage ended): every
+        wait starts over then, as at a takeover."""
+        self.wait_ended_at = 0.0
+        """When the processors last stopped reporting an outage they wait out (every wait
+        starts over then: the deadline renewed during the outage may be nearly spent)."""
+        self._waits = False
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -212,6 +219,8 @@ class Shell:
     def _on_connection(self, state: str) -> None:
         if state == KazooState.LOST:
             self._leading = False
+        elif state == KazooState.CONNECTED:
+            self.reconnected_at = self.clock()
         self._wake.set()
 
     def _wait_for_connection(self) -> None:
@@ -419,14 +428,20 @@ class Shell:
             state, entered_at = NegotiatorDisconnected(highest), now
         else:
             state, entered_at = master.state, master.entered_at
-            if self.leader_since is not None and entered_at < self.leader_since:
-                # Written by an earlier leader with its own wall clock: a skew between the
-                # two machines must not expire a wait early. Waits restart at the takeover.
-                entered_at = self.leader_since
         stop = records.stop_request(self._watch)
         view = View(now, entered_at, expected, living, snapshots, committed, highest, stop,
                     inputs_of_graph(expected_record.graph if expected_record else None))
         edges = graph_edges(expected_record.graph if expected_record is not None else None)
+        waits = master is not None and waiting_in(view, state.epoch) is not None
+        if self._waits and not waits:  # an outage ended: every wait gets its whole time
+            self.wait_ended_at = now
+        self._waits = waits
+        if master is not None:
+            # Waits restart at a takeover (an earlier leader's clock may be skewed), when
+            # ZooKeeper answers again after an outage (nobody could report meanwhile) and
+            # when no processor waits out an outage any more.
+            view = replace(view, entered_at=deadline_origin(
+                master.entered_at, self.leader_since, self.reconnected_at, self.wait_ended_at))
         return Observation(state, master_read.version, committed, committed_read.version, view,
                            edges)
 

@@ -129,9 +129,11 @@ class BoltShell(InboundShell):
         start = upgrade.start if upgrade else None
         starts: Clock = {}
         if start == "earliest" and committed is not None:
-            from hailstorm.kafka import log_starts
-            starts = log_starts(self.assignment.kafka, sorted(committed.clock),
-                                timeout=self.assignment.io_timeout)
+            from hailstorm.kafka import log_starts, waiting_out
+            a = self.assignment
+            starts = waiting_out(lambda: log_starts(a.kafka, sorted(committed.clock),
+                                                    timeout=a.io_timeout),
+                                 a.kafka, self.report_outage)
         clock = fresh_clock(start, committed.clock if committed else None, starts)
         if clock:
             log.info("no committed state: start=%r, its empty state stands for %s", start,

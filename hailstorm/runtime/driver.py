@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from hailstorm.auth import SECRET_FILE_VAR, RunSecret
-from hailstorm.kafka import partitions_of
+from hailstorm.kafka import is_kafka_outage, partitions_of
+from hailstorm.outages import Outage, OutageWatch, through_outages
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import (
     ExpectedRecord,
@@ -237,7 +238,8 @@ class Driver:
     def assignments(self) -> list[Assignment]:
         """Discover partitions, write ``expected``; one assignment per processor."""
         o = self.options
-        self.partitions = source_partitions(self.topology, o.kafka)
+        self.partitions = self._through_kafka_outages(
+            lambda: source_partitions(self.topology, o.kafka))
         processors = expected_ids(self.topology, self.partitions)
         if not self._started:
             self._earlier_stop = self._stop_record()
@@ -260,6 +262,20 @@ class Driver:
             )
             for pid in processors
         ]
+
+    def _through_kafka_outages(self, op: Any) -> Any:
+        """``op()`` (a metadata request), tried again with backoff while Kafka is out: the
+        driver waits for it, and says so, instead of exiting."""
+
+        def failed(outage: Outage, delay: float) -> None:
+            if outage.attempts == 1 or outage.attempts % 12 == 0:
+                log.warning("%s: waiting for %s (%s); asking again in %.0f s", self.name,
+                            outage.describe(), outage.error, delay)
+
+        return through_outages(
+            op, OutageWatch(f"Kafka at {self.options.kafka}"), is_outage=is_kafka_outage,
+            on_failed=failed, on_answered=lambda outage: log.warning(
+                "%s: the wait for Kafka is over (%s)", self.name, outage.describe()))
 
     def prepare(self) -> StageRunner:
         """Everything but running: expected ids, the Spark context, the stage runner."""

@@ -26,6 +26,7 @@ from hailstorm.auth import SECRET_FILE_VAR, RunSecret, peer_identity
 from hailstorm.coordination import Coordinator
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
+from hailstorm.outages import Outage
 from hailstorm.processors import Batch, Destination, Router
 from hailstorm.protocol.clock import clock_to_json
 from hailstorm.protocol.layout import (
@@ -177,7 +178,7 @@ class Shell:
             assignment.kafka, assignment.io_timeout, topology.on_error, self.metrics.quarantined,
             owner=f"{assignment.name}/{assignment.processor}", topology=assignment.name,
             late_counter=self.metrics.late, budget=topology.quarantine,
-            on_fill=self.metrics.bad_records)
+            on_fill=self.metrics.bad_records, on_outage=self.report_outage)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -319,6 +320,11 @@ class Shell:
             log.warning("waiting for %s; the topology waits with it", waiting)
         elif waiting is None and before is not None:
             log.warning("the wait is over (%s)", before)
+
+    def report_outage(self, outage: Outage | None) -> None:
+        """A service this processor needs fails every attempt (or answers again: None)."""
+        self.report_waiting(None if outage is None else outage.describe(),
+                            0.0 if outage is None else outage.since)
 
     def topology_waits(self) -> bool:
         """True while this processor or another of the topology waits out an outage: a

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt
+from hailstorm.outages import WAIT_OUT
 from hailstorm.processors.sink_core import Commit, ReportRound, SinkAction, SinkCore
 from hailstorm.processors.sink_guard import (
     CommittedRound,
@@ -30,8 +31,7 @@ from hailstorm.protocol.layout import (
 from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
 from hailstorm.runtime.data_plane import DataPlaneError
 from hailstorm.runtime.processor import InboundShell, LiveQuery
-from hailstorm.sinks import FencedError, RetryPolicy, SinkWriter, redact
-from hailstorm.sinks.db import Outage
+from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.sinks.rebuild import rebuild_refusal, source_topics_of
 from hailstorm.sinks.topic import TopicWriter, progress_topic
 from hailstorm.topic import Topic
@@ -42,10 +42,6 @@ __all__ = ["SinkShell"]
 
 log = logging.getLogger("hailstorm.processor")
 
-WAIT_OUT = RetryPolicy(attempts=None, initial_delay=0.25, max_delay=10.0)
-"""A sink's database retries: an outage of any length is waited out, trying again every 10 s
-at most; the processor says so meanwhile (:meth:`SinkShell._outage`) and nothing times out
-on it (the topology waits with it, see :mod:`hailstorm.negotiator.outages`)."""
 
 class SinkShell(InboundShell):
     """One sink instance: rows go to its table exactly once, and it takes part in rounds.
@@ -134,7 +130,7 @@ class SinkShell(InboundShell):
             url = target.url or self.assignment.database_url or DEFAULT_DATABASE_URL
             self.writer = SinkWriter.open(url, target, sink_id, epoch,
                                           on_reject=self._rejected, halt_as=halt_as,
-                                          retry=WAIT_OUT, on_outage=self._outage)
+                                          retry=WAIT_OUT, on_outage=self.report_outage)
             self.where = f"table {target.name} at {redact(url)}"
             log.info("table %s at %s, progress %s", target.name, redact(url),
                      clock_to_json(self.writer.view))
@@ -144,7 +140,7 @@ class SinkShell(InboundShell):
                 progress=progress_topic(self.topology.name, self.spec.name),
                 dead_letter_topic=self.topology.dead_letter_topic, node=self.spec.name,
                 io_timeout=self.assignment.io_timeout, on_reject=self._rejected,
-                halt_as=halt_as)
+                halt_as=halt_as, retry=WAIT_OUT, on_outage=self.report_outage)
             self.where = (f"topic {target.name}, progress on "
                           f"{progress_topic(self.topology.name, self.spec.name)}")
             log.info("topic %s, progress %s", target.name, clock_to_json(self.writer.view))
@@ -164,11 +160,6 @@ class SinkShell(InboundShell):
         clock = state.clock_for(self.spec.name) if isinstance(state, Flowing) else None
         if clock is not None:  # the backfill clock while catching up
             self._round(state.epoch, dict(clock))
-
-    def _outage(self, outage: Outage | None) -> None:
-        """The writer's database fails every attempt (or answers again: None)."""
-        self.report_waiting(None if outage is None else outage.describe(),
-                            0.0 if outage is None else outage.since)
 
     def _rejected(self, rejected: RejectedRow) -> None:
         """A tuple was committed to ``<table>_rejected`` (a topic's: to the dead letters)."""

@@ -48,6 +48,11 @@ consume batch (what it staged before the pause is sent after the round's clock).
 DEAD_LETTER_INTERVAL = 0.5
 """A spout with dead letters commits them at least this often (seconds), besides before
 it reports a round's pause."""
+PROBE_INTERVAL = 5.0
+"""Seconds between two questions to Kafka while the spout's client says it is out (it
+waits for Kafka, reported, until one is answered or a message arrives)."""
+PROBE_TIMEOUT = 1.0
+"""Longest a spout waits for that answer (its main loop waits meanwhile)."""
 
 
 class SpoutShell(Shell):
@@ -55,6 +60,7 @@ class SpoutShell(Shell):
 
     def setup(self) -> None:
         from hailstorm.kafka import consumer
+        from hailstorm.outages import OutageWatch
 
         spec = self.topology.node(self.id.name)
         assert isinstance(spec, SpoutSpec) and self.id.partition is not None
@@ -65,7 +71,13 @@ class SpoutShell(Shell):
         self.core: SpoutCore | None = None
         self.started = False
         # The end-of-partition events tell a spout it caught up with a backlog.
-        self.consumer = consumer(self.assignment.kafka, **{"enable.partition.eof": True})
+        self.consumer = consumer(self.assignment.kafka, **{"enable.partition.eof": True},
+                                 error_cb=self._on_client_error)
+        self.kafka_watch = OutageWatch(f"Kafka at {self.assignment.kafka}")
+        self._kafka_suspect: str | None = None
+        """The last outage error the client reported, until a probe says whether Kafka
+        answers (librdkafka reconnects by itself; a wait is reported only once it fails)."""
+        self._probed = 0.0
         self.backlog = Backlog()
         self._flowing: tuple[int, ProcessorState] | None = None
         """The epoch of the Flowing state followed and the state last reported in it."""
@@ -305,12 +317,17 @@ class SpoutShell(Shell):
     def _log_start(self) -> int:
         """The partition's first offset, asked of the broker. An explicit offset, not
         ``OFFSET_BEGINNING``: librdkafka resolves a logical offset on its offset-query
-        timer, which held back a spout's first fetch by 0.5 to 1.5 s."""
+        timer, which held back a spout's first fetch by 0.5 to 1.5 s. While Kafka is out the
+        spout waits for it (reported); other errors read from the beginning."""
         from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
+        from hailstorm.kafka import waiting_out
+
         try:
-            low, _high = self.consumer.get_watermark_offsets(
-                TopicPartition(*self.partition), timeout=self.assignment.io_timeout)
+            low, _high = waiting_out(lambda: self.consumer.get_watermark_offsets(
+                TopicPartition(*self.partition),
+                timeout=min(self.assignment.io_timeout, 5 * PROBE_TIMEOUT)),
+                self.assignment.kafka, self.report_outage)
             return int(low)
         except KafkaException as exc:
             log.warning("log start of %s unknown (%s): reading from the beginning",
@@ -389,14 +406,54 @@ class SpoutShell(Shell):
             raise TopologyHalt(f"Kafka refused the spout's credentials: {error.str()}")
         if kind == "fatal":
             raise KafkaException(error)
+        from hailstorm.kafka import is_kafka_outage
+
+        if is_kafka_outage(error):  # probed: a wait is reported while Kafka is out
+            self._kafka_suspect = str(error.str())
         now = time.monotonic()
         if now - self._last_transient >= 10:
             self._last_transient = now
             log.warning("kafka (recovering by itself): %s", error.str())
         return False
 
+    def _on_client_error(self, error: Any) -> None:
+        """librdkafka's client-level errors (served on the main thread, in ``consume``): an
+        outage makes the spout ask Kafka itself (:meth:`_probe_kafka`)."""
+        from hailstorm.kafka import is_kafka_outage, log_client_error
+
+        if is_kafka_outage(error):
+            self._kafka_suspect = str(error.str())
+        else:
+            log_client_error(error)
+
+    def _probe_kafka(self) -> None:
+        """While the client reports Kafka out: ask for the partition's end every
+        :data:`PROBE_INTERVAL` s. No answer: the spout waits for Kafka (reported, so that
+        nothing times out on it); an answer ends the wait."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if self._kafka_suspect is None or time.monotonic() - self._probed < PROBE_INTERVAL:
+            return
+        self._probed = time.monotonic()
+        try:
+            self.consumer.get_watermark_offsets(TopicPartition(*self.partition),
+                                                timeout=PROBE_TIMEOUT, cached=False)
+        except KafkaException as exc:
+            error = exc.args[0].str() if exc.args else str(exc)
+            self.report_outage(self.kafka_watch.failed(time.time(),
+                                                       f"{self._kafka_suspect}; {error}"))
+            return
+        self._kafka_answered()
+
+    def _kafka_answered(self) -> None:
+        """A message, the partition's end or a probe came back: Kafka is not out."""
+        self._kafka_suspect = None
+        if self.kafka_watch.answered() is not None:
+            self.report_outage(None)
+
     def step(self) -> None:
         assert self.coord is not None
+        self._probe_kafka()
         core = self.core
         if core is None or not self.started or core.paused:
             if core is not None and self.started and \
@@ -438,6 +495,8 @@ class SpoutShell(Shell):
         if self.back is not None and not core.paused:
             self._read_backfill()
         self.backlog.fetched(full=len(messages) >= CONSUME_BATCH, at_end=at_end)
+        if (offsets or at_end) and (self._kafka_suspect or self.kafka_watch.waiting):
+            self._kafka_answered()
         if self._flowing is not None and not core.paused:
             self._report_flowing(self._flowing[0])
         if self.dead_letters.pending and \

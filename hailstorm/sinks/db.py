@@ -8,7 +8,6 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -16,6 +15,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
+from hailstorm.outages import Outage, RetryPolicy
 from hailstorm.sinks.errors import DatabaseUnavailableError, SinkError
 from hailstorm.sinks.sql import Dialect, TableShape, dialect_for
 from hailstorm.sinks.urls import DatabaseUrl, parse_url, redact, scrub
@@ -32,56 +32,6 @@ _PG_REFUSED = ("authentication failed", "no pg_hba.conf entry", "does not exist"
                "permission denied")
 """A PostgreSQL server's refusals of a connection: waiting would not change them."""
 _SQLITE_TRANSIENT = ("locked", "busy", "unable to open", "disk i/o", "readonly", "read-only")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How long to keep trying a database that is down or refuses writes.
-
-    Attempt ``n`` (1-based) that fails transiently waits
-    ``min(max_delay, initial_delay * multiplier ** (n - 1))`` before the next one; after
-    ``attempts`` failures the error is raised.
-    """
-
-    attempts: int | None = 8
-    """None: never give up (a sink waits out an outage of any length)."""
-    initial_delay: float = 0.25
-    max_delay: float = 10.0
-    multiplier: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.attempts is not None and self.attempts < 1:
-            raise ValueError("attempts must be >= 1 (or None: never give up)")
-        if self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
-            raise ValueError("delays must be >= 0 and multiplier >= 1")
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt ``attempt``."""
-        exponent = min(attempt - 1, 64)  # a wait of days is still a float
-        return float(min(self.max_delay, self.initial_delay * self.multiplier ** exponent))
-
-    def gives_up(self, attempt: int) -> bool:
-        """True when failed attempt ``attempt`` is the last one."""
-        return self.attempts is not None and attempt >= self.attempts
-
-
-@dataclass(frozen=True)
-class Outage:
-    """A database that fails every attempt: since when (``time.time()``), and the last
-    error (URL redacted, password scrubbed)."""
-
-    what: str
-    """"the database at <redacted URL>"."""
-    since: float
-    attempts: int
-    error: str
-
-    def describe(self) -> str:
-        return f"{self.what} has been unavailable since {_utc(self.since)}"
-
-
-def _utc(at: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -36,9 +36,10 @@ from hailstorm import kafka
 from hailstorm.dead_letters import VALUE_LIMIT, dead_letter_headers, dead_letter_key
 from hailstorm.failpoints import failpoint, pause_point
 from hailstorm.halt import TopologyHalt
+from hailstorm.kafka import is_kafka_outage
+from hailstorm.outages import Outage, OutageWatch, RetryPolicy, through_outages
 from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_from_json, clock_to_json
 from hailstorm.sinks.buffer import BufferedWriter, RowBuffer
-from hailstorm.sinks.db import RetryPolicy
 from hailstorm.sinks.errors import FencedError, SinkConfigError, SinkError
 from hailstorm.topic import Topic
 from hailstorm.vocabulary import DeadLetter, Message, Origin, RejectedRow, halt_reason_of
@@ -46,6 +47,8 @@ from hailstorm.vocabulary import DeadLetter, Message, Origin, RejectedRow, halt_
 __all__ = ["TopicUnavailableError", "TopicWriter", "progress_topic", "transactional_id"]
 
 log = logging.getLogger("hailstorm.sinks")
+
+T = TypeVar("T")
 
 PROGRESS_PARTITION = 0
 ORIGIN_HEADER = "hailstorm.origin"
@@ -55,8 +58,22 @@ SEQ_HEADER = "hailstorm.seq"
 that tells repeats apart)."""
 
 
+WAIT_SLICE = 5.0
+"""Longest one call of a transaction (init, commit, abort) blocks: one that timed out is
+called again (librdkafka resumes it), so a writer says within seconds that it waits for
+Kafka, not after its whole ``io_timeout``."""
+OTHER_ATTEMPTS = 8
+"""Transactions tried in a row on errors that are no outage (then the writer gives up),
+also for a writer that waits outages out."""
+
+
 class TopicUnavailableError(SinkError):
-    """Kafka kept failing the sink's transactions through every retry."""
+    """Kafka kept failing the sink's transactions through every retry (``outage``: because
+    it did not answer)."""
+
+    def __init__(self, message: str, *, outage: bool = False) -> None:
+        super().__init__(message)
+        self.outage = outage
 
 
 def progress_topic(topology: str, sink: str) -> str:
@@ -107,6 +124,7 @@ class TopicWriter(BufferedWriter):
         logger: logging.Logger | None = None,
         on_reject: Callable[[RejectedRow], None] | None = None,
         halt_as: str | None = None,
+        on_outage: Callable[[Outage | None], None] | None = None,
     ) -> None:
         if not isinstance(topic, Topic):
             raise SinkConfigError(f"a TopicWriter writes a Topic, not {topic!r}")
@@ -121,6 +139,13 @@ class TopicWriter(BufferedWriter):
         self.node = node
         self.io_timeout = io_timeout
         self.retry = retry or RetryPolicy()
+        """Retries of a transaction; with ``attempts=None`` a Kafka outage of any length is
+        waited out (:func:`~hailstorm.kafka.is_kafka_outage`), other errors are tried
+        :data:`OTHER_ATTEMPTS` times."""
+        self.on_outage = on_outage or (lambda _outage: None)
+        """Told when Kafka stops answering the writer (an :class:`~hailstorm.outages.Outage`,
+        again at every failed attempt) and when it answers again (None)."""
+        self.kafka_watch = OutageWatch(f"Kafka at {bootstrap}")
         self.transaction_timeout = transaction_timeout
         self.log = logger or log
         self.on_reject = on_reject
@@ -155,19 +180,85 @@ class TopicWriter(BufferedWriter):
         the progress. Raises :class:`FencedError` (``superseded``) when a newer epoch
         already wrote this sink's progress."""
         writer = cls(bootstrap, topic, sink_id, epoch, **options)
-        writer.setup()
+        writer._through_outages(writer.setup, "creating its topics")
         writer.progress()
         return writer
+
+    # -- outages ------------------------------------------------------------------------
+
+    def _through_outages(self, op: Callable[[], T], doing: str) -> T:
+        """``op()``, tried again with backoff while Kafka is out (when the writer waits
+        outages out; otherwise its errors propagate)."""
+        return through_outages(
+            op, self.kafka_watch, is_outage=self._waits_out, policy=self.retry,
+            on_failed=lambda outage, delay: self._told(outage, doing, delay),
+            on_answered=self._ended)
+
+    def _waits_out(self, exc: BaseException) -> bool:
+        """Is ``exc`` an outage this writer waits out (its policy never gives up)?"""
+        unread = isinstance(exc, TopicUnavailableError) and exc.outage
+        return self.retry.attempts is None and (unread or is_kafka_outage(exc))
+
+    def _failed(self, exc: BaseException, doing: str, retry_in: float) -> None:
+        """Kafka did not answer ``doing``: the outage goes on."""
+        self._told(self.kafka_watch.failed(time.time(), _text(exc)), doing, retry_in)
+
+    def _told(self, outage: Outage, doing: str, retry_in: float) -> None:
+        """Log the outage's start (and every 12th attempt); tell :attr:`on_outage`."""
+        if outage.attempts == 1 or outage.attempts % 12 == 0:
+            self.log.warning("%s: %s: Kafka at %s does not answer (attempt %d, %s); trying "
+                             "again in %.1f s", self.what, doing, self.bootstrap,
+                             outage.attempts, outage.error, retry_in)
+        self.on_outage(outage)
+
+    def _answered(self) -> None:
+        ended = self.kafka_watch.answered()
+        if ended is not None:
+            self._ended(ended)
+
+    def _ended(self, ended: Outage) -> None:
+        self.log.warning("%s: Kafka at %s answers again after %.0f s", self.what,
+                         self.bootstrap, time.time() - ended.since)
+        self.on_outage(None)
+
+    def _patiently(self, call: Callable[[float], None], doing: str) -> None:
+        """``call(timeout)`` (``init_transactions``, ``commit_transaction``,
+        ``abort_transaction``), called again after a timeout or another error that says a
+        repeat may succeed: for ``io_timeout`` s, or as long as Kafka is out when the writer
+        waits outages out."""
+        deadline = time.monotonic() + self.io_timeout
+        attempt = 0
+        while True:
+            started = time.monotonic()
+            try:
+                call(max(0.1, min(WAIT_SLICE, self.io_timeout)))
+                self._answered()
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not (isinstance(error, KafkaError) and error.retriable()
+                        and not error.txn_requires_abort() and not error.fatal()):
+                    raise
+                if time.monotonic() >= deadline and not self._waits_out(exc):
+                    raise
+                attempt += 1
+                # A call that failed at once (no broker to ask) waits before the next one.
+                pause = max(0.0, self.retry.delay(attempt) - (time.monotonic() - started))
+                if is_kafka_outage(exc):
+                    self._failed(exc, doing, pause)
+                time.sleep(pause)
 
     def setup(self) -> None:
         """Create the output and progress topics if missing, then start transactions
         (which aborts and fences any older writer with this sink id)."""
-        kafka.create_topic(self.bootstrap, self.topic.name, self.topic.partitions)
+        created = kafka.create_topic(self.bootstrap, self.topic.name, self.topic.partitions)
         kafka.create_topic(self.bootstrap, self.progress_topic, 1,
                            config={"cleanup.policy": "compact"})
         if self.dead_letter_topic != self.topic.name:  # where tuples that are no record go
             kafka.create_topic(self.bootstrap, self.dead_letter_topic, 1)
-        self.partition_count = len(kafka.partitions_of(self.bootstrap, self.topic.name))
+        # A topic just created has what was asked (its metadata may not be out yet).
+        self.partition_count = self.topic.partitions if created else len(
+            kafka.partitions_of(self.bootstrap, self.topic.name))
         self._start_producer()
 
     def _start_producer(self) -> None:
@@ -185,12 +276,12 @@ class TopicWriter(BufferedWriter):
                     "queue.buffering.max.messages": 500000}
         producer = Producer(kafka.client_settings(self.bootstrap, defaults, overrides))
         try:
-            producer.init_transactions(self.io_timeout)
+            self._patiently(producer.init_transactions, "starting transactions")
         except KafkaException as exc:
             kafka.raise_auth_error(exc.args[0] if exc.args else None, self.bootstrap)
             raise TopicUnavailableError(
                 f"{self.what}: Kafka at {self.bootstrap} did not start the sink's "
-                f"transactions: {_text(exc)}") from None
+                f"transactions: {_text(exc)}", outage=is_kafka_outage(exc)) from None
         self._producer = producer
 
     def _drop_producer(self) -> None:
@@ -237,7 +328,8 @@ class TopicWriter(BufferedWriter):
         except TimeoutError as exc:
             raise TopicUnavailableError(
                 f"{self.what}: the progress topic {self.progress_topic} could not be read: "
-                f"{exc} (a transaction of another writer stays open)") from None
+                f"{exc} (Kafka is out, or a transaction of another writer stays open)",
+                outage=True) from None
         return found
 
     def _log_end(self) -> int:
@@ -267,7 +359,8 @@ class TopicWriter(BufferedWriter):
         (``superseded``) when a newer epoch stored it."""
         if self._producer is None:
             self._start_producer()
-        stored_epoch, stored = self._read_progress()
+        stored_epoch, stored = self._through_outages(self._read_progress,
+                                                     "reading its progress")
         if stored_epoch > self.epoch:
             raise self._superseded(stored_epoch)
         if stored_epoch < self.epoch:
@@ -299,7 +392,7 @@ class TopicWriter(BufferedWriter):
             raise TopologyHalt(halt_reason_of(self.halt_as, first.stage, first.origin,
                                               first.error))
         pause_point("sink.before_commit")  # chaos: a zombie that resumes into its commit
-        attempt = 0
+        attempt = others = 0
         while True:
             attempt += 1
             try:
@@ -311,11 +404,16 @@ class TopicWriter(BufferedWriter):
                 if not isinstance(error, KafkaError) or error.fatal():
                     raise self._fenced(exc) from None
                 self._abort()
-                if self.retry.gives_up(attempt):
+                delay = self.retry.delay(attempt)
+                if self._waits_out(exc):  # tried again as long as Kafka is out
+                    self._failed(exc, "committing", delay)
+                    time.sleep(delay)
+                    continue
+                others += 1
+                if self.retry.gives_up(attempt) or others >= OTHER_ATTEMPTS:
                     raise TopicUnavailableError(
                         f"{self.what}: the transaction failed {attempt} times: "
                         f"{_text(exc)}") from None
-                delay = self.retry.delay(attempt)
                 self.log.warning("%s: the transaction failed (attempt %d of %s): %s; retrying "
                                  "in %.2f s", self.what, attempt, self.retry.attempts or "no limit",
                                  _text(exc), delay)
@@ -388,26 +486,16 @@ class TopicWriter(BufferedWriter):
                 self._producer.poll(0.05)
 
     def _commit(self) -> None:
-        """``commit_transaction``, repeated while the error says a repeat may succeed."""
+        """``commit_transaction``, repeated while the error says a repeat may succeed (as
+        long as Kafka is out, for a writer that waits outages out): a commit whose outcome
+        is unknown is never given up and tried anew."""
         assert self._producer is not None
-        deadline = time.monotonic() + self.io_timeout
-        while True:
-            try:
-                self._producer.commit_transaction(self.io_timeout)
-                return
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if (isinstance(error, KafkaError) and error.retriable()
-                        and not error.txn_requires_abort() and time.monotonic() < deadline):
-                    self.log.warning("%s: commit not confirmed yet (%s); asking again",
-                                     self.what, error.str())
-                    continue
-                raise
+        self._patiently(self._producer.commit_transaction, "committing")
 
     def _abort(self) -> None:
         assert self._producer is not None
         try:
-            self._producer.abort_transaction(self.io_timeout)
+            self._patiently(self._producer.abort_transaction, "aborting")
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if isinstance(error, KafkaError) and error.fatal():

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from hailstorm.coordination import CoordinationError, Coordinator
+from hailstorm.dev.services import DevStack, StackState
 from hailstorm.protocol.layout import (
     Flowing,
     Initialize,
@@ -242,6 +243,42 @@ def test_a_connection_blip_is_not_a_lost_session(hosts: str, name: str,
         assert (living.state, living.epoch) == (ProcessorState.READY, 2)
     finally:
         proxy.close()
+
+
+def test_a_zookeeper_outage_is_waited_out(dev_stack: StackState, hosts: str, name: str,
+                                         made: list[Coordinator]) -> None:
+    """The session's ZooKeeper itself SIGKILLed for 20 s (reads used to give up after twice
+    the 6 s session timeout), then started again on its data and port: a read in flight
+    waits, the processor says it waits for ZooKeeper, and the session (with its living
+    node) survives: ZooKeeper restores it, and the client is back within its timeout."""
+    coord = Coordinator(hosts, name, BOLT, session_timeout=6)
+    made.append(coord)
+    coord.register(timeout=5)
+    owner = coord.client.client_id[0]
+    server = DevStack(dev_stack.state_dir, startup_timeout=120)
+    results: list[object] = []
+
+    def read() -> None:
+        try:
+            results.append(coord.reports()[BOLT].state)
+        except Exception as exc:  # the test asserts there is none
+            results.append(exc)
+
+    server.stop_zookeeper()
+    try:
+        assert coord.changed.wait(10), "the disconnection sets changed"
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(20)
+        assert results == [] and not coord.lost.is_set()
+        assert coord.zookeeper.waiting
+    finally:
+        server.restart_zookeeper()
+    reader.join(60)
+    assert results == [ProcessorState.JOINING]
+    assert coord.client.client_id[0] == owner, "the same session"
+    coord.check()
+    assert not coord.zookeeper.waiting
 
 
 def test_stream_times_are_kept_per_position_and_trimmed(hosts: str, name: str,

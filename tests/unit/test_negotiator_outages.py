@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from hailstorm.negotiator.machine import Config, View
 from hailstorm.negotiator.machine import step as machine_step
-from hailstorm.negotiator.outages import step, waiting_in
+from hailstorm.negotiator.outages import deadline_origin, step, waiting_in
 from hailstorm.protocol.layout import ProcessorReport, ProcessorState, expected_processor_ids
 from hailstorm.protocol.states import Flowing, Initialize
 
@@ -92,3 +92,20 @@ def test_a_report_with_a_wait_survives_its_json() -> None:
     report = ProcessorReport(K0, ProcessorState.READY, 5, waiting=DB_DOWN)
     assert ProcessorReport.from_json(report.to_json()) == report
     assert b"waiting" not in replace(report, waiting=None).to_json()
+
+
+def test_a_wait_starts_over_when_zookeeper_answers_again() -> None:
+    """A ZooKeeper outage: nobody could report while it lasted, so the leader counts the
+    current state's deadline from the reconnection, as from a takeover (issue 40); a standby
+    has no deadline to count."""
+    assert deadline_origin(T0, leader_since=T0 - 500, reconnected_at=0.0) == T0
+    assert deadline_origin(T0, leader_since=T0 + 5, reconnected_at=0.0) == T0 + 5
+    assert deadline_origin(T0, leader_since=T0 - 500, reconnected_at=T0 + 130) == T0 + 130
+    assert deadline_origin(T0, leader_since=None, reconnected_at=T0 + 130) == T0
+    assert deadline_origin(T0, T0 - 500, 0.0, wait_ended_at=T0 + 58) == T0 + 58, \
+        "a deadline renewed during an outage that ended just before it: its whole time"
+    living = _living(7, None, ProcessorState.READY)
+    round_ = Flowing(7, {P0: 15})
+    back = deadline_origin(T0, leader_since=T0 - 500, reconnected_at=T0 + 130)
+    assert step(round_, View(T0 + 140, back, EXPECTED, living), CONFIG).next_state is None, \
+        "60 s after the state's entry, but 10 s after ZooKeeper came back: no restart"

@@ -35,3 +35,17 @@ def test_malformed_credentials_are_a_clear_error(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(ZK_AUTH_VAR, bad)
     with pytest.raises(ConfigError, match="user:password"):
         zk_credentials()
+
+
+@pytest.mark.parametrize("auth", [None, "owner:secret"])
+def test_a_client_tries_to_reconnect_at_least_once_a_second(
+        monkeypatch: pytest.MonkeyPatch, auth: str | None) -> None:
+    """A ZooKeeper that was down restores each session with its timeout from its start: a
+    client backing off to kazoo's minute would come back too late and lose its session
+    (issue 40)."""
+    if auth is None:
+        monkeypatch.delenv(ZK_AUTH_VAR, raising=False)
+    else:
+        monkeypatch.setenv(ZK_AUTH_VAR, auth)
+    retry = zk_client("127.0.0.1:1", timeout=6)._conn_retry
+    assert retry is not None and retry.max_tries == -1 and retry.max_delay <= 1.0

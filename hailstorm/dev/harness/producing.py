@@ -246,6 +246,9 @@ class BackgroundProducer:
         self.error: BaseException | None = None
         self.started_at: float | None = None
         self._stop = threading.Event()
+        self._go = threading.Event()
+        self._go.set()
+        self._held = threading.Event()
         self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
 
     def _run(self) -> None:
@@ -254,7 +257,7 @@ class BackgroundProducer:
             client = producer_client(self.bootstrap)
             sent: dict[str, int] = {}  # round-robin continuity across chunks
             for start in range(0, len(self.values), self.chunk):
-                if self._stop.is_set():
+                if self._stop.is_set() or not self._hold():
                     return
                 chunk = self.values[start:start + self.chunk]
                 produce(self.bootstrap, self.produced, chunk, self.partitions, client=client,
@@ -265,6 +268,32 @@ class BackgroundProducer:
                     self._stop.wait(ahead)
         except BaseException as exc:  # reported by join()
             self.error = exc
+
+    def _hold(self) -> bool:
+        """Wait while paused (the rate's clock stops meanwhile); False when stopped."""
+        if self._go.is_set():
+            return True
+        held = time.monotonic()
+        self._held.set()
+        while not self._go.wait(0.2):
+            if self._stop.is_set():
+                return False
+        self._held.clear()
+        assert self.started_at is not None
+        self.started_at += time.monotonic() - held
+        return True
+
+    def pause(self, timeout: float = FLUSH_TIMEOUT + 10) -> None:
+        """Produce nothing more until :meth:`resume`; returns once every message sent so
+        far is acknowledged (or the producer ended)."""
+        self._go.clear()
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and not self._held.wait(0.2):
+            if time.monotonic() > deadline:
+                raise HarnessError(f"the producer did not pause within {timeout:.0f} s")
+
+    def resume(self) -> None:
+        self._go.set()
 
     def start(self) -> BackgroundProducer:
         self._thread.start()

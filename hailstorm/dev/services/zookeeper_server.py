@@ -4,17 +4,50 @@ pyspark ships, run with the machine's Java; ready once it answers ``ruok``.
 
 from __future__ import annotations
 
+import signal
 import socket
 import ssl
 
-from hailstorm.dev.services.processes import StackProcesses, await_ready, java_binary, pyspark_jars
-from hailstorm.dev.services.state import LOOPBACK, TLS_DIR, ServiceRecord, StackState
+from hailstorm.dev.services.processes import (
+    StackProcesses,
+    await_ready,
+    java_binary,
+    pid_alive,
+    pyspark_jars,
+    stop_pid,
+)
+from hailstorm.dev.services.state import (
+    LOOPBACK,
+    TLS_DIR,
+    DevStackError,
+    ServiceRecord,
+    StackState,
+)
 from hailstorm.dev.services.tls import StackTls, make_stack_tls
 from hailstorm.runtime.spark_stage import C1_ONLY
 
 
 class ZooKeeperServer(StackProcesses):
-    """Starts the stack's ZooKeeper."""
+    """Starts the stack's ZooKeeper; stops and restarts it for outage tests."""
+
+    def stop_zookeeper(self) -> int:
+        """SIGKILL the stack's ZooKeeper (its data stays: sessions and znodes come back
+        with it); returns the pid."""
+        state = self.load()
+        record = None if state is None else state.services.get("zookeeper")
+        if record is None or not pid_alive(record.pid, record.marker):
+            raise DevStackError(f"ZooKeeper does not run under {self.state_dir}")
+        stop_pid(record.pid, record.marker, sig=signal.SIGKILL, timeout=10)
+        return record.pid
+
+    def restart_zookeeper(self) -> ServiceRecord:
+        """Start the stack's ZooKeeper again on its data and port; wait until it serves."""
+        state = self.load()
+        if state is None or "zookeeper" not in state.services:
+            raise DevStackError(f"no ZooKeeper under {self.state_dir}")
+        state.services["zookeeper"] = self._start_zookeeper(state)
+        self._save(state)
+        return state.services["zookeeper"]
 
     def _start_zookeeper(self, state: StackState) -> ServiceRecord:
         """Start ZooKeeper on its data directory (made when missing), on the port it had
