@@ -229,26 +229,32 @@ class Coordinator:
             log.debug("could not report the error", exc_info=True)
 
     def fail_visibly(self, message: str, linger: float = 3.0,
-                     lost_peer: str | None = None) -> None:
+                     lost_peer: str | None = None, joined: int | None = None) -> None:
         """Report ``message`` as an error and keep the session up to ``linger`` s, until the
-        negotiator restarts the run (an ``Initialize`` of a newer epoch): closing at once
-        would make the negotiator see a lost node instead of the error. A snapshot round
-        raises the epoch too, so a newer epoch alone does not end the wait: a processor
-        that failed just before a round would close its session before the negotiator read
-        its error, and the restart would name it lost instead of what failed it. Best
-        effort, never raises."""
+        negotiator restarts the run (an ``Initialize`` newer than the run this incarnation
+        ``joined``, or than the master's epoch when it joined none): closing at once would
+        make the negotiator see a lost node instead of the error. A snapshot round raises
+        the epoch too, so a newer epoch alone does not end the wait: a processor that failed
+        just before a round would close its session before the negotiator read its error,
+        and the restart would name it lost instead of what failed it. When the restart
+        happened already (a peer's failure came first), it returns at once: lingering then
+        only keeps the living node that the next incarnation waits to see vanish, and the
+        Spark task that the stage's cancellation kills. Best effort, never raises."""
         try:
             before = self.master()
             self.report_error(message, lost_peer)
             if before is None:
                 return
+            run = before.state.epoch if joined is None else joined
             deadline = time.monotonic() + linger
-            while (remaining := deadline - time.monotonic()) > 0 and not self.lost.is_set():
+            now: MasterRecord | None = before
+            while now is not None and not (isinstance(now.state, Initialize)
+                                           and now.state.epoch > run):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.lost.is_set():
+                    return
                 self.changed.wait(remaining)
                 now = self.master()
-                if now is None or (isinstance(now.state, Initialize)
-                                   and now.state.epoch > before.state.epoch):
-                    return
         except Exception:
             log.debug("could not report the error", exc_info=True)
 

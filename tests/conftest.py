@@ -31,6 +31,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# What a failed integration test's logs say, attached to its report: CI keeps only the
+# output, and a failure that does not recur on a rerun must be explained by it.
+_LOG_TAIL_LINES = 40
+_LOG_LINE_CHARS = 300
+
+
+def _log_digest(path: Path) -> str:
+    """The lines of one run log that explain a failure: a negotiator's state moves and
+    errors, the last lines of anything else."""
+    lines = path.read_text(errors="replace").splitlines()
+    if path.name.startswith("negotiator"):
+        lines = [line for line in lines
+                 if "negotiator: epoch" in line or " ERROR " in line or " WARNING " in line]
+    return "\n".join(line[:_LOG_LINE_CHARS] for line in lines[-_LOG_TAIL_LINES:])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[None]:
+    report: pytest.TestReport = yield
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.failed and call.when == "call" and isinstance(tmp_path, Path):
+        for log in sorted(tmp_path.rglob("*.log"))[:12]:
+            report.sections.append((f"log {log.relative_to(tmp_path)}", _log_digest(log)))
+    return report  # type: ignore[return-value]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--docker"):
         return

@@ -237,7 +237,8 @@ class Shell:
                 log.error("failed:\n%s", "".join(traceback.format_exception(exc)))
                 if self.coord is not None:
                     self.coord.fail_visibly(f"{type(exc).__name__}: {exc}",
-                                            lost_peer=getattr(exc, "peer", None))
+                                            lost_peer=getattr(exc, "peer", None),
+                                            joined=self.joined)
             raise
         finally:
             self.shutdown()

@@ -141,6 +141,23 @@ def test_a_failed_processor_lingers_through_a_snapshot_round_until_the_restart(
     assert not failing.is_alive(), "the restart did not end the linger"
 
 
+def test_a_processor_failing_after_the_restart_does_not_linger(
+        hosts: str, name: str, made: list[Coordinator]) -> None:
+    """A peer's failure restarted the run first: lingering would only keep the living node
+    that the next incarnation waits to see vanish, so the failed one leaves at once."""
+    coord = Coordinator(hosts, name, BOLT)
+    made.append(coord)
+    coord.register(timeout=5)
+    coord.report(ProcessorState.READY, 4, loaded={})
+    coord.client.create(TopologyPaths(name).master,
+                        MasterRecord(Initialize(6), 1.0).to_json())
+    started = time.monotonic()
+    coord.fail_visibly("DataPlaneError: sending to sink:word_counts:0 failed", linger=20.0,
+                       joined=4)
+    assert time.monotonic() - started < 5, "it lingered after the restart"
+    assert coord.reports()[BOLT].error.startswith("DataPlaneError")
+
+
 class Cuttable:
     """A TCP forwarder to ZooKeeper on 127.0.0.1 whose connections can be cut and whose
     listener can refuse new ones for a while: a network blip between a processor and a
