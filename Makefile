@@ -7,10 +7,13 @@ bootstrap:
 demo: bootstrap
 	.venv/bin/hailstorm demo
 
-# Lint, types, then every test (unit + integration against real services started by the
-# test session). pytest exits 5 when it collects nothing, which fails this target.
+# Lint, types, then every test: the unit tests (pure, CPU-bound) on every core, then the
+# integration tests against real services started by their test session, one at a time (they
+# share that stack). pytest exits 5 when it collects nothing, which fails this target.
+PYTEST = PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/python -m pytest -q --timeout=900
 test: bootstrap lint
-	PYSPARK_PYTHON=$(CURDIR)/.venv/bin/python .venv/bin/python -m pytest -q --timeout=900 --durations=15 tests
+	$(PYTEST) -n auto --durations=10 tests/unit
+	$(PYTEST) --durations=15 tests/integration
 
 lint: bootstrap
 	.venv/bin/ruff check hailstorm topologies tests bench

@@ -99,18 +99,20 @@ def dev_stack() -> Iterator[StackState]:
         yield state
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secured_stack() -> Iterator[StackState]:
-    """A stack whose Kafka clients must use SASL_SSL (SCRAM-SHA-256, a CA it made)."""
+    """A stack whose Kafka clients must use SASL_SSL (SCRAM-SHA-256, a CA it made); one
+    module uses it, so it stops after that module instead of idling through the session."""
     with embedded_stack("hailstorm-sasl-", kafka_security="sasl_ssl") as stack:
         state = stack.load()
         assert state is not None
         yield state
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_cluster_stack() -> Iterator[DevStack]:
-    """A stack with a three-node Kafka cluster (the broker-failure tests kill its nodes)."""
+    """A stack with a three-node Kafka cluster (the broker-failure tests kill its nodes);
+    stopped after their module: three idle brokers took CPU from every later test."""
     with embedded_stack("hailstorm-cluster-", kafka_brokers=3) as stack:
         yield stack
 

@@ -4,8 +4,10 @@ Modules:
 
 * :mod:`~hailstorm.runtime.task` — :func:`~hailstorm.runtime.task.run_processor`, the Spark
   task body (one per processor instance);
+* :mod:`~hailstorm.runtime.assignment` — :class:`~hailstorm.runtime.assignment.Assignment`,
+  what one task runs (made by the driver, handed to the processor's shell);
 * :mod:`~hailstorm.runtime.processor` — what every processor shell does (ZooKeeper
-  protocol, failures, the inbound data plane) and :class:`~hailstorm.runtime.processor.Assignment`;
+  protocol, failures, the inbound data plane);
 * :mod:`~hailstorm.runtime.data_plane` — outbound connections, addresses, the handshake's
   limits;
 * :mod:`~hailstorm.runtime.gate` — a listener's handshake and first frame; what a client

@@ -52,9 +52,9 @@ from hailstorm.protocol.layout import (
     expected_processor_ids,
 )
 from hailstorm.protocol.records import TopologyRecords
+from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.causes import root_cause
 from hailstorm.runtime.class_archive import ClassArchive, plan_archive
-from hailstorm.runtime.processor import Assignment
 from hailstorm.runtime.spark_stage import (
     DRIVER_JAVA_OPTIONS,
     SparkOptions,

@@ -2,9 +2,10 @@
 failures, downstream connections, and for bolts and sinks the inbound data plane (a
 listener, one reader thread per upstream, a bounded queue to the main thread).
 
-:class:`Assignment` is what one Spark task runs; :class:`Shell` and :class:`InboundShell`
-are the bases of :mod:`~hailstorm.runtime.spout`, :mod:`~hailstorm.runtime.bolt` and
-:mod:`~hailstorm.runtime.sink`. See :mod:`hailstorm.runtime` for the whole picture.
+:class:`Shell` runs one :class:`~hailstorm.runtime.assignment.Assignment`; it and
+:class:`InboundShell` are the bases of :mod:`~hailstorm.runtime.spout`,
+:mod:`~hailstorm.runtime.bolt` and :mod:`~hailstorm.runtime.sink`. See :mod:`hailstorm.runtime`
+for the whole picture.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.auth import SECRET_FILE_VAR, RunSecret, peer_identity
+from hailstorm.auth import RunSecret, peer_identity
 from hailstorm.coordination import Coordinator
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
@@ -49,6 +50,7 @@ from hailstorm.protocol.wire import (
     recv_frames,
 )
 from hailstorm.quarantine import DeadLetterWriter
+from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.clients import hello_refusal
 from hailstorm.runtime.data_plane import (
     DataPlaneError,
@@ -62,7 +64,6 @@ __all__ = [
     "BEHIND_FRAMES",
     "POLL",
     "QUEUE_FRAMES",
-    "Assignment",
     "InboundShell",
     "LiveQuery",
     "RestartRequired",
@@ -95,50 +96,6 @@ class RestartRequired(RuntimeError):
 
 class TopologyStopped(Exception):
     """The master recorded ``Stopped`` in this incarnation's run: it leaves, cleanly."""
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """What one Spark task runs: a processor instance and where everything is."""
-
-    topology_ref: str
-    """Module path or dotted name of the topology (importable on the executor)."""
-    name: str
-    """The topology's name in ZooKeeper and in the snapshot store."""
-    processor: str
-    """The processor id (``spout:...``, ``bolt:...``, ``sink:...``)."""
-    zk: str
-    kafka: str
-    snapshots: str
-    """Root directory of the snapshot store (shared by every executor)."""
-    kafka_config: str | None = None
-    """Path of the librdkafka properties file (present on every executor's host): only the
-    path travels with the task, the secrets in it stay in the file."""
-    host: str = "127.0.0.1"
-    """Address the data-plane listener binds to and advertises; ``auto``: the address the
-    executor's host reaches ZooKeeper from (for clusters, :func:`route_address`)."""
-    metrics_host: str = "127.0.0.1"
-    """Address ``/metrics`` is served on (``none``: not served). Loopback by default: the
-    endpoint is not authenticated."""
-    session_timeout: float = 6.0
-    register_timeout: float = 60.0
-    io_timeout: float = 60.0
-    """Longest blocking connect/send/queue wait before the processor gives up."""
-    log_level: str = "INFO"
-    database_url: str = field(default="", repr=False)
-    """Sink tables' database when their Table names none (empty: SQLite, hailstorm.db). Left
-    out of ``repr``: it may carry a password, and Spark prints failed tasks' arguments."""
-    secret: RunSecret | None = None
-    """The run's data-plane secret (:mod:`hailstorm.auth`; its ``repr`` shows no key). None:
-    read ``$HAILSTORM_SECRET_FILE`` on the executor."""
-
-    def run_secret(self) -> RunSecret:
-        """The data-plane secret; a processor never runs without one."""
-        secret = self.secret or RunSecret.from_env()
-        if secret is None:
-            raise DataPlaneError(f"no data-plane secret: the driver hands one to every task, "
-                                 f"or set ${SECRET_FILE_VAR}")
-        return secret
 
 
 def _answer_key(state: Any) -> tuple[str, int, bool]:
@@ -389,6 +346,11 @@ class Shell:
                     f"Initialize({self.joined})); ending so a new incarnation joins"
                 )
             return
+        if self.joined is None and isinstance(state, Stopped) and self._stop_requested():
+            # Stopped while this incarnation started (a stop during a recovery): no
+            # Initialize will come, and the driver waits for its stage to end.
+            raise TopologyStopped(f"the topology stopped before this incarnation joined (by "
+                                  f"{state.by or 'request'})")
         if self.joined is None or epoch < self.joined:
             return  # a new incarnation waits for the next Initialize
         stopped = _stop_of(state, self.joined)
@@ -400,6 +362,17 @@ class Shell:
             return
         self._answered.add(_answer_key(state))
         self.on_state(state)
+
+    def _stop_requested(self) -> bool:
+        """Whether the stop request of this driver's run is there: a driver deletes the
+        request before it starts its processors, so one there was made since (``hailstorm
+        stop``, or a signal to the driver), and a ``Stopped`` master ended this run, not an
+        earlier one. False when ZooKeeper cannot tell (the incarnation waits then)."""
+        assert self.coord is not None
+        try:
+            return self.coord.records.stop_request() is not None
+        except Exception:
+            return False
 
     def answered(self, state: Any) -> bool:
         """Did this processor act on ``state`` already (each ``(state, epoch)`` once)?"""

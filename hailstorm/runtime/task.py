@@ -9,9 +9,10 @@ import os
 
 from hailstorm.config import KAFKA_CONFIG_VAR
 from hailstorm.protocol.layout import Role, parse_processor_id, processor_label
+from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.bolt import BoltShell
 from hailstorm.runtime.causes import ProcessorFailed
-from hailstorm.runtime.processor import Assignment, Shell
+from hailstorm.runtime.processor import Shell
 from hailstorm.runtime.sink import SinkShell
 from hailstorm.runtime.spout import SpoutShell
 from hailstorm.topology import load_topology

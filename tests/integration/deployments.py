@@ -141,13 +141,29 @@ def hailstorm_command(stack: StackAddresses, *args: str, timeout: float = 120.0,
                       extra_env: Mapping[str, str] | None = None,
                       ) -> tuple[subprocess.CompletedProcess[str], float]:
     """``python -m hailstorm ARGS`` against ``stack`` (its services in the environment,
-    and ``extra_env``): the finished process and how many seconds it took."""
+    and ``extra_env``): the finished process and how many seconds it took.
+
+    Past ``timeout``, or when the test itself is interrupted (pytest-timeout, Ctrl-C), the
+    command gets a SIGTERM first, so that what it started (``hailstorm chaos``: negotiators,
+    a driver, Spark workers) is stopped by it, and a SIGKILL only 30 s later."""
     env = dict(os.environ, PYTHONPATH=str(REPO), PYSPARK_PYTHON=sys.executable,
                HAILSTORM_ZK=stack.zk, HAILSTORM_KAFKA=stack.kafka,
                HAILSTORM_SNAPSHOTS=str(stack.snapshots), **(extra_env or {}))
+    command = [sys.executable, "-m", "hailstorm", *args]
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "hailstorm", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+            raise
+    done = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
     return done, time.monotonic() - started
 
 

@@ -18,23 +18,24 @@ from hailstorm.dev.harness.faults import RECOVERY_PHASES
 
 pytestmark = pytest.mark.integration
 
-KINDS = ("processor",) * 4 + ("negotiator",) * 2 + ("zk-session",) * 2 + ("zombie", "stall")
+KINDS = ("processor",) * 2 + ("negotiator", "zk-session", "zombie", "stall")
 SEED = 7
-MESSAGES = 100_000
+MESSAGES = 60_000
 
 
-def test_chaos_command_keeps_wordcount_exact_under_ten_faults_of_every_kind(
+def test_chaos_command_keeps_wordcount_exact_under_faults_of_every_kind(
     stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """``hailstorm chaos --use-env`` on the session's stack: 100k realistic lines (Zipf:
+    """``hailstorm chaos --use-env`` on the session's stack: 60k realistic lines (Zipf:
     50,000 words, most rare, so a stale upsert of a zombie would stay in the table; 10
-    words a line, at 600 lines/s); 10 faults: 4 kill -9 of random spouts/bolts/sinks, 2 of
-    the negotiator leader, 2 ZooKeeper session expiries, a zombie sink and a stalled bolt,
-    in a seeded random order, timed for every master state; on PostgreSQL. Every fault must
-    bite, with its evidence, and cause exactly the restarts the plan implies; the states,
-    the table and the dead letters must equal both oracles and the count by hand, and the
-    command exit 0 with a report of 0 lost, 0 duplicated, 0 wrong. (One run for what were
-    two tests, one in-process and one of the command on a stack of its own: suite time.)"""
+    words a line, at 600 lines/s, longer while faults remain); 6 faults, one of every kind
+    and two kill -9 of random spouts/bolts/sinks: the negotiator leader killed, a ZooKeeper
+    session expired, a zombie sink and a stalled bolt, in a seeded random order, timed for
+    every master state; on PostgreSQL. Every fault must bite, with its evidence, and cause
+    exactly the restarts the plan implies; the states, the table and the dead letters must
+    equal both oracles and the count by hand, and the command exit 0 with a report of 0
+    lost, 0 duplicated, 0 wrong. Longer plans (more faults of each kind, other topologies,
+    broker faults) run with ``hailstorm chaos`` outside the suite: docs/chaos.md."""
     schedule = ChaosSchedule(kinds=KINDS, count=len(KINDS), spacing=2.0, seed=SEED)
     plan = schedule.plan()
     assert sorted(p.kind for p in plan) == sorted(KINDS)
@@ -49,7 +50,7 @@ def test_chaos_command_keeps_wordcount_exact_under_ten_faults_of_every_kind(
     text = done.stdout
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["topology"] == "wordcount" and report["seed"] == SEED
-    assert report["faults_by_kind"] == {"processor": 4, "negotiator": 2, "zk-session": 2,
+    assert report["faults_by_kind"] == {"processor": 2, "negotiator": 1, "zk-session": 1,
                                         "zombie": 1, "stall": 1}
     faults = report["recoveries"]
     # The zombie stopped just before a commit, resumed after its replacement committed, and

@@ -69,7 +69,7 @@ def assert_matches_model(run: TopologyRun, produced: Produced, committed: Commit
 
 
 def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> None:
-    """200k lines over 4 partitions, 2 bolt instances: the committed state is the model's."""
+    """100k lines over 4 partitions, 2 bolt instances: the committed state is the model's."""
     run = deployment
     dead_topic = "wordcount.dead-letter"
     kafka.create_topic(run.stack.kafka, dead_topic, 1)
@@ -81,10 +81,10 @@ def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> N
     first = wait_for("a first commit", run.committed, 240, run.alive)
     bad = [b"\xff\xfe not utf-8", b"ok \xc3", b"\x80"]
     produce(run.stack.kafka, produced, bad, partitions)
-    produce(run.stack.kafka, produced, wordcount_lines(180_000, seed=2), partitions)
+    produce(run.stack.kafka, produced, wordcount_lines(80_000, seed=2), partitions)
     target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
     committed = run.wait_committed(target, 240)
-    assert_matches_model(run, produced, committed, least=800_000)
+    assert_matches_model(run, produced, committed, least=400_000)
     # Written in transactions: their commit markers take offsets too, so read to the end.
     end = kafka.log_ends(run.stack.kafka, [(dead_topic, 0)])[(dead_topic, 0)]
     letters = list(kafka.read_range(run.stack.kafka, dead_topic, 0, 0, end - 1, timeout=30))
@@ -264,3 +264,8 @@ def test_a_monoid_failing_on_its_own_states_fails_the_stage_visibly(
         assert "in bolt 'counts', absorbing a batch of" in run.log("driver")
         committed = run.committed()
         assert committed is None or all(o < 1 for o in committed.clock.values())
+        # Stopped while it restarts: incarnations that joined no run leave at once too (no
+        # Initialize comes for them), so the drain ends without cancelling the stage.
+        run.stop()
+        assert run.procs["driver"].returncode == 0, run.log("driver")[-3000:]
+        assert "cancelling the stage" not in run.log("driver")

@@ -11,8 +11,9 @@ from hailstorm.processors import Router
 from hailstorm.processors.sink_core import covers
 from hailstorm.protocol.layout import Flowing, Initialize, SpoutsPaused, SpoutsRewind
 from hailstorm.protocol.wire import PartitionTable
+from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.data_plane import listen_address, route_address
-from hailstorm.runtime.processor import Assignment, RestartRequired, Shell
+from hailstorm.runtime.processor import RestartRequired, Shell
 from hailstorm.topology import load_topology
 
 PARTS = [("words", 0), ("words", 1)]
