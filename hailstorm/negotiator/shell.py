@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    RolledBackError,
     SessionExpiredError,
 )
 
@@ -93,6 +94,14 @@ class Observation:
     view: View
     edges: frozenset[tuple[str, str]] = frozenset()
     """The DAG's ``(source, target)`` node names, from the expected record's graph."""
+
+
+def election_lost(results: Sequence[object]) -> bool:
+    """Whether a failed write transaction (its first operation checks this leader's election
+    node) failed on that check. ZooKeeper fails every operation of a failed transaction:
+    those before the one that failed come back as :class:`RolledBackError`, so a check that
+    passed, followed by a record that changed under us, is no lost election."""
+    return isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError)
 
 
 def describe_transition(old: MasterState, new: MasterState, reason: str) -> str:
@@ -313,13 +322,14 @@ class Shell:
         results = txn.commit()
         failures = [r for r in results if isinstance(r, Exception)]
         if failures:
-            if isinstance(results[0], Exception):
+            if election_lost(results):
                 log.warning("%s: election node %s is gone: leadership lost",
                             self.identifier, node)
                 self._leading = False
             else:
+                cause = next(r for r in failures if not isinstance(r, RolledBackError))
                 log.info("epoch=%d %s: master changed under us (%s); re-reading",
-                         obs.state.epoch, label(obs.state), type(failures[0]).__name__)
+                         obs.state.epoch, label(obs.state), type(cause).__name__)
             return False
         self._noted.clear()
         self._last_wait = ""

@@ -24,7 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from hailstorm.negotiator.machine import Config
-from hailstorm.negotiator.shell import Shell
+from hailstorm.negotiator.shell import Shell, election_lost
 from hailstorm.protocol.clock import Clock, dominates
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -535,3 +535,23 @@ def test_a_new_leader_with_a_skewed_clock_gives_waits_their_full_time(
                          >= in_round.state.epoch, 30)
     assert committed
     assert not [r for r in caplog.records if "abandoned" in r.getMessage()]
+
+
+def test_a_write_failing_after_the_election_check_is_read_as_such(
+        zk: KazooClient, topology: str) -> None:
+    """ZooKeeper's answer to a failed transaction, as the leader reads it: a check that
+    passed before a record that changed under it is no lost election (the operations before
+    the failed one come back rolled back); a failed check is."""
+    election, record = f"/{topology}/election", f"/{topology}/master"
+    zk.create(election, b"", makepath=True)
+    zk.create(record, b"v0")
+    zk.set(record, b"v1")  # version 1: a write at version 0 fails
+    changed = zk.transaction()
+    changed.check(election, 0)
+    changed.set_data(record, b"v2", version=0)
+    assert not election_lost(changed.commit())
+    gone = zk.transaction()
+    gone.check(f"/{topology}/no-such-election-node", 0)
+    gone.set_data(record, b"v2", version=1)
+    assert election_lost(gone.commit())
+    assert zk.get(record)[0] == b"v1"  # neither wrote
