@@ -263,6 +263,16 @@ class Coordinator:
     def _watch(self, _event: object) -> None:
         self.changed.set()
 
+    def stop_requested(self) -> bool:
+        """Whether the stop request of this driver's run is there: a driver deletes the
+        request before it starts its processors, so one there was made since (``hailstorm
+        stop``, or a signal to the driver), and a ``Stopped`` master ended this run, not an
+        earlier one. False when ZooKeeper cannot tell (the incarnation waits then)."""
+        try:
+            return self.records.stop_request() is not None
+        except Exception:
+            return False
+
     def master(self) -> MasterRecord | None:
         """Read ``master`` and re-arm the watch (clears :attr:`changed` first).
 

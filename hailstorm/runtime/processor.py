@@ -346,7 +346,8 @@ class Shell:
                     f"Initialize({self.joined})); ending so a new incarnation joins"
                 )
             return
-        if self.joined is None and isinstance(state, Stopped) and self._stop_requested():
+        if self.joined is None and isinstance(state, Stopped) and self.coord is not None \
+                and self.coord.stop_requested():
             # Stopped while this incarnation started (a stop during a recovery): no
             # Initialize will come, and the driver waits for its stage to end.
             raise TopologyStopped(f"the topology stopped before this incarnation joined (by "
@@ -362,17 +363,6 @@ class Shell:
             return
         self._answered.add(_answer_key(state))
         self.on_state(state)
-
-    def _stop_requested(self) -> bool:
-        """Whether the stop request of this driver's run is there: a driver deletes the
-        request before it starts its processors, so one there was made since (``hailstorm
-        stop``, or a signal to the driver), and a ``Stopped`` master ended this run, not an
-        earlier one. False when ZooKeeper cannot tell (the incarnation waits then)."""
-        assert self.coord is not None
-        try:
-            return self.coord.records.stop_request() is not None
-        except Exception:
-            return False
 
     def answered(self, state: Any) -> bool:
         """Did this processor act on ``state`` already (each ``(state, epoch)`` once)?"""
