@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from hailstorm.auth import AuthError, RunSecret, greet_peer
 from hailstorm.errors import ServiceError
-from hailstorm.protocol.wire import Frame, Hello, encode_frames, send_frames
+from hailstorm.protocol.wire import Frame, Hello, encode_frames
 
 __all__ = [
     "HANDSHAKE_TIMEOUT",
@@ -94,7 +94,11 @@ class Outbound:
         self.patience = patience
         self.sock = self._authenticated(sender, address, secret, timeout)
         self.sock.settimeout(timeout)
-        send_frames(self.sock, [Hello(sender, epoch, receiver)])
+        try:  # a receiver that dies right after the handshake resets the HELLO's send
+            self.send([Hello(sender, epoch, receiver)])
+        except BaseException:
+            self.close()
+            raise
 
     def _authenticated(self, sender: str, address: tuple[str, int], secret: RunSecret,
                        timeout: float) -> socket.socket:

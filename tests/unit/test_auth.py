@@ -4,10 +4,12 @@ a pickle) is refused during the handshake, before a frame is read."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -219,3 +221,64 @@ def test_a_refused_connection_names_its_receiver() -> None:
         address = closed.getsockname()
     with pytest.raises(DataPlaneError, match=r"connecting to sink:word_counts:0 at .* failed"):
         Outbound(SPOUT, "sink:word_counts:0", address, 1, 2.0, SECRET)
+
+
+def test_a_receiver_that_resets_the_connection_is_named_as_the_lost_peer() -> None:
+    """A receiver killed after the handshake resets the connection: the sender's error (the
+    HELLO's send included, which goes through the same ``send``) names it as the lost peer,
+    so the negotiator's recovery reason names the processor that died, not the one that
+    noticed."""
+    receiver = "sink:word_counts:0"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        reset = threading.Event()
+
+        def die_after_the_hello() -> None:
+            raw, _ = listener.accept()
+            with accept_peer(raw, SECRET, receiver, 5) as tls:
+                assert recv_frames(tls, FrameReader())[0] == Hello(BOLT, 1, receiver)
+                tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            reset.set()
+
+        server = threading.Thread(target=die_after_the_hello)
+        server.start()
+        out = Outbound(BOLT, receiver, listener.getsockname(), 1, 2.0, SECRET)
+        server.join(10)
+        assert reset.is_set()
+        deadline = time.monotonic() + 10
+        with pytest.raises(DataPlaneError, match="sending to sink:word_counts:0 failed") as info:
+            while time.monotonic() < deadline:  # until the reset has arrived
+                out.send([DataBatch.of([0] * 1000, list(range(1000)), ["a"] * 1000)])
+                time.sleep(0.05)
+        out.close()
+    assert info.value.peer == receiver
+
+
+def test_a_reset_while_sending_the_hello_names_the_receiver(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The HELLO, sent right after the handshake, is where a receiver killed at that moment
+    shows: its reset names the receiver too (it once escaped as a bare
+    ``ConnectionResetError`` that named only the processor that noticed)."""
+    receiver = "sink:word_counts:0"
+
+    def reset(*_: Any) -> None:
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def handshake_only() -> None:
+            raw, _ = listener.accept()
+            with contextlib.suppress(OSError), accept_peer(raw, SECRET, receiver, 5):
+                pass
+
+        server = threading.Thread(target=handshake_only)
+        server.start()
+        monkeypatch.setattr("hailstorm.runtime.data_plane.send_patiently", reset)
+        with pytest.raises(DataPlaneError, match=r"sending to sink:word_counts:0 failed: .*"
+                           r"reset by peer") as info:
+            Outbound(BOLT, receiver, listener.getsockname(), 1, 2.0, SECRET)
+        server.join(10)
+    assert info.value.peer == receiver
