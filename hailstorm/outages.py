@@ -69,9 +69,9 @@ class Outage:
     error: str
 
     def describe(self) -> str:
-        """What ``status`` shows after "waiting for": "<what> has been unavailable since
+        """What ``status`` shows after "waiting for": "<what>, unavailable since
         T" (T in UTC)."""
-        return f"{self.what} has been unavailable since {utc(self.since)}"
+        return f"{self.what}, unavailable since {utc(self.since)}"
 
 
 def utc(at: float) -> str:

@@ -459,7 +459,7 @@ class ProcessorReport:
     fatally (it should then exit; the negotiator restarts the topology). ``corrupt`` (bolts,
     with ``error``): the ref of a committed snapshot that failed its checks when loaded: the
     negotiator then falls back to the previous committed round. ``waiting``: set while the
-    processor waits out an outage of a service it needs ("the database at ... has been
+    processor waits out an outage of a service it needs ("the database at ...,
     unavailable since T"): it is alive and will go on by itself, so the negotiator's waits
     do not time out meanwhile. ``lost_peer`` (with ``error``): the processor whose
     data-plane connection with this one broke, which the negotiator names as the one that

@@ -267,7 +267,7 @@ class Shell:
 
     def report_waiting(self, waiting: str | None, since: float = 0.0) -> None:
         """Say in ZooKeeper, the metrics and the log that this processor waits out an outage
-        (``waiting``: "the database at ... has been unavailable since T"), or no longer
+        (``waiting``: "the database at ..., unavailable since T"), or no longer
         (None). Meanwhile nothing times out on it (see :meth:`topology_waits`)."""
         coord = self.coord
         before = coord.waiting if coord is not None else None

@@ -26,7 +26,7 @@ SPARK_HEAD = (
 JAVA_TAIL = ("\n\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator"
              ".handlePythonException(PythonRunner.scala:572)\n")
 UNAVAILABLE = ("sink wc/sink:word_counts:0 (table word_counts): commit: the database at "
-               "postgresql://hailstorm:***@127.0.0.1:5432/hailstorm has been unavailable "
+               "postgresql://hailstorm:***@127.0.0.1:5432/hailstorm, unavailable "
                "since 2026-11-27T05:40:00Z (8 attempts): OperationalError: connection refused")
 
 
@@ -38,7 +38,7 @@ def test_the_database_outage_is_named_not_the_barrier_task() -> None:
     failed = ProcessorFailed("sink:word_counts:0", DatabaseUnavailableError(UNAVAILABLE))
     line = root_cause(_spark_text(failed))
     assert line.startswith("sink:word_counts:0: DatabaseUnavailableError: sink wc/")
-    assert "has been unavailable since 2026-11-27T05:40:00Z" in line
+    assert ", unavailable since 2026-11-27T05:40:00Z" in line
     assert "ResultTask" not in line and "SparkException" not in line
 
 

@@ -15,7 +15,7 @@ S0, B0, K0 = "spout:lines:words:0", "bolt:counts:0", "sink:out:0"
 EXPECTED = frozenset(expected_processor_ids({"lines": [P0]}, {"counts": 1}, {"out": 1}))
 CONFIG = Config()  # every timeout 60 s
 T0 = 1000.0
-DB_DOWN = ("the database at postgresql://hailstorm:***@127.0.0.1:5432/hailstorm has been "
+DB_DOWN = ("the database at postgresql://hailstorm:***@127.0.0.1:5432/hailstorm, "
            "unavailable since 2026-11-27T05:40:00Z")
 
 

@@ -77,7 +77,7 @@ def test_a_watch_reports_since_the_first_failure_after_the_last_answer(
 def test_an_outage_is_described_as_waiting_for_what_since_when() -> None:
     outage = OutageWatch("Kafka at 127.0.0.1:9092").failed(1_795_000_000.0, "down")
     assert outage.describe() == \
-        "Kafka at 127.0.0.1:9092 has been unavailable since 2026-11-18T11:06:40Z"
+        "Kafka at 127.0.0.1:9092, unavailable since 2026-11-18T11:06:40Z"
 
 
 class Clock:
@@ -196,4 +196,4 @@ def test_waiting_out_reports_the_outage_to_the_processor_and_its_end() -> None:
     assert waiting_out(lookup, "127.0.0.1:9", told.append) == (0, 42)
     assert [getattr(o, "attempts", None) for o in told] == [1, 2, None]
     assert told[0].describe().startswith(  # type: ignore[attr-defined]
-        "Kafka at 127.0.0.1:9 has been unavailable since ")
+        "Kafka at 127.0.0.1:9, unavailable since ")

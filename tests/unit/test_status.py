@@ -231,7 +231,7 @@ def test_a_rounds_size_counts_the_store_files_only() -> None:
 def test_a_sink_waiting_for_its_database_is_a_problem_and_shown_as_such() -> None:
     """Issue 40: "waiting for <the database> since T" in the document, its problems (which
     the console lists) and the rendering."""
-    down = ("the database at postgresql://hailstorm:***@127.0.0.1:5432/hailstorm has been "
+    down = ("the database at postgresql://hailstorm:***@127.0.0.1:5432/hailstorm, "
             "unavailable since 2026-11-27T05:40:00Z")
     reports = dict(inputs().reports)
     reports["sink:out:0"] = ProcessorReport("sink:out:0", ProcessorState.READY, 8,
