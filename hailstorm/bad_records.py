@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from hailstorm.repeats import RepeatDigest
 from hailstorm.topology import Quarantine
 from hailstorm.vocabulary import Origin
 
@@ -254,61 +255,36 @@ def error_kind(error: str) -> str:
     return head if colon and head.isidentifier() else _cut(error)
 
 
-@dataclass
-class _Tally:
-    started: float
-    count: int = 0
-    latest: str = ""
+def _quarantine_summary(key: tuple[str, str, str], count: int, seconds: float,
+                        latest: str) -> str:
+    node, stage, kind = key
+    records = "record" if count == 1 else "records"
+    return (f"quarantined {count:,} more {records} at {node} ({stage}, {kind}) in "
+            f"{seconds:.0f} s; the latest: {latest}")
 
 
-@dataclass
 class QuarantineDigest:
     """At most one log line per key (node, stage, error kind) and ``interval`` seconds:
     a key not seen in the last interval is logged at once, later records of it are
     counted and summed up in one line when the interval ends (:meth:`due`)."""
 
-    interval: float = 10.0
-    _tallies: dict[tuple[str, str, str], _Tally] = field(default_factory=dict)
+    def __init__(self, interval: float = 10.0) -> None:
+        self.interval = interval
+        self._digest: RepeatDigest[tuple[str, str, str]] = RepeatDigest(
+            interval, _quarantine_summary)
 
     def add(self, node: str, stage: str, error: str, origin: Origin, now: float,
             what: str = "the record") -> list[str]:
         """One quarantined record; returns the lines to log now."""
-        lines = self.due(now)
-        key = (node, stage, error_kind(error))
         line = f"{what} at {_origin_text(origin)} ({node} {stage}): {_cut(error)}"
-        tally = self._tallies.get(key)
-        if tally is None:
-            self._tallies[key] = _Tally(now)
-            lines.append(f"quarantined {line}")
-        else:
-            tally.count += 1
-            tally.latest = line
-        return lines
+        return self._digest.add((node, stage, error_kind(error)), f"quarantined {line}", now,
+                                latest=line)
 
     def due(self, now: float) -> list[str]:
         """Summaries of the intervals ended by ``now`` (a key quiet for a whole interval
         is forgotten: its next record is logged at once)."""
-        lines = []
-        for key, tally in list(self._tallies.items()):
-            if now - tally.started < self.interval:
-                continue
-            if tally.count:
-                lines.append(self._summary(key, tally, now))
-                self._tallies[key] = _Tally(now)
-            else:
-                del self._tallies[key]
-        return lines
+        return self._digest.due(now)
 
     def drain(self, now: float) -> list[str]:
         """Summaries of everything counted and not logged yet (closing)."""
-        lines = [self._summary(key, tally, now) for key, tally in self._tallies.items()
-                 if tally.count]
-        self._tallies.clear()
-        return lines
-
-    @staticmethod
-    def _summary(key: tuple[str, str, str], tally: _Tally, now: float) -> str:
-        node, stage, kind = key
-        records = "record" if tally.count == 1 else "records"
-        return (f"quarantined {tally.count:,} more {records} at {node} ({stage}, {kind}) in "
-                f"{max(0.0, now - tally.started):.0f} s; the latest: {tally.latest}")
+        return self._digest.drain(now)

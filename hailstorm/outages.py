@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["WAIT_OUT", "Outage", "OutageWatch", "RetryPolicy", "through_outages", "utc"]
+__all__ = ["WAIT_OUT", "Outage", "OutageWatch", "RetryPolicy", "Waits", "through_outages", "utc"]
 
 T = TypeVar("T")
 
@@ -104,6 +104,41 @@ class OutageWatch:
     @property
     def waiting(self) -> bool:
         return self.outage is not None
+
+
+class Waits:
+    """The outages one processor waits out at once, each held by the part of it that waits
+    (its table writer, its dead-letter writer, its Kafka consumer): a service answering
+    again ends only the waits of the parts that needed it."""
+
+    def __init__(self) -> None:
+        self._by_waiter: dict[str, Outage] = {}
+
+    def update(self, waiter: str, outage: Outage | None) -> None:
+        """``waiter`` waits out ``outage`` (None: no longer)."""
+        if outage is None:
+            self._by_waiter.pop(waiter, None)
+        else:
+            self._by_waiter[waiter] = outage
+
+    def _services(self) -> list[Outage]:
+        """The earliest outage of each service waited for, in the order they began."""
+        earliest: dict[str, Outage] = {}
+        for outage in self._by_waiter.values():
+            if outage.what not in earliest or outage.since < earliest[outage.what].since:
+                earliest[outage.what] = outage
+        return sorted(earliest.values(), key=lambda o: (o.since, o.what))
+
+    def describe(self) -> str | None:
+        """What follows "waiting for": each service's :meth:`Outage.describe`, joined by
+        "; " (None: nothing is waited for)."""
+        services = self._services()
+        return "; ".join(o.describe() for o in services) if services else None
+
+    def since(self) -> float:
+        """When the oldest wait began (``time.time()``; 0.0: nothing is waited for)."""
+        services = self._services()
+        return services[0].since if services else 0.0
 
 
 def through_outages(

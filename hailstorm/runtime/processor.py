@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from hailstorm.auth import RunSecret, peer_identity
 from hailstorm.coordination import Coordinator
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
-from hailstorm.outages import Outage
+from hailstorm.outages import Outage, Waits
 from hailstorm.processors import Batch, Destination, Router
 from hailstorm.protocol.clock import clock_to_json
 from hailstorm.protocol.layout import (
@@ -119,6 +119,8 @@ class Shell:
         self._answered: set[tuple[str, int, bool]] = set()
         self._failure: BaseException | None = None
         self._failure_lock = threading.Lock()
+        self._waits = Waits()
+        self._waits_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._parent = os.getppid()
         self.coord: Coordinator | None = None
@@ -135,7 +137,7 @@ class Shell:
             assignment.kafka, assignment.io_timeout, topology.on_error, self.metrics.quarantined,
             owner=f"{assignment.name}/{assignment.processor}", topology=assignment.name,
             late_counter=self.metrics.late, budget=topology.quarantine,
-            on_fill=self.metrics.bad_records, on_outage=self.report_outage)
+            on_fill=self.metrics.bad_records, on_outage=self.outage_reporter("dead letters"))
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -279,10 +281,17 @@ class Shell:
         elif waiting is None and before is not None:
             log.warning("the wait is over (%s)", before)
 
-    def report_outage(self, outage: Outage | None) -> None:
-        """A service this processor needs fails every attempt (or answers again: None)."""
-        self.report_waiting(None if outage is None else outage.describe(),
-                            0.0 if outage is None else outage.since)
+    def report_outage(self, outage: Outage | None, waiter: str = "reading") -> None:
+        """A service that ``waiter`` (a part of this processor: ``reading`` its input, its
+        table or topic writer, its dead-letter writer) needs fails every attempt (or
+        answers again: None). The processor waits while any part does."""
+        with self._waits_lock:
+            self._waits.update(waiter, outage)
+            self.report_waiting(self._waits.describe(), self._waits.since())
+
+    def outage_reporter(self, waiter: str) -> Callable[[Outage | None], None]:
+        """:meth:`report_outage` for the part ``waiter``, to hand to what it runs."""
+        return functools.partial(self.report_outage, waiter=waiter)
 
     def topology_waits(self) -> bool:
         """True while this processor or another of the topology waits out an outage: a

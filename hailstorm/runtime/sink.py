@@ -130,7 +130,8 @@ class SinkShell(InboundShell):
             url = target.url or self.assignment.database_url or DEFAULT_DATABASE_URL
             self.writer = SinkWriter.open(url, target, sink_id, epoch,
                                           on_reject=self._rejected, halt_as=halt_as,
-                                          retry=WAIT_OUT, on_outage=self.report_outage)
+                                          retry=WAIT_OUT,
+                                          on_outage=self.outage_reporter("writer"))
             self.where = f"table {target.name} at {redact(url)}"
             log.info("table %s at %s, progress %s", target.name, redact(url),
                      clock_to_json(self.writer.view))
@@ -140,7 +141,7 @@ class SinkShell(InboundShell):
                 progress=progress_topic(self.topology.name, self.spec.name),
                 dead_letter_topic=self.topology.dead_letter_topic, node=self.spec.name,
                 io_timeout=self.assignment.io_timeout, on_reject=self._rejected,
-                halt_as=halt_as, retry=WAIT_OUT, on_outage=self.report_outage)
+                halt_as=halt_as, retry=WAIT_OUT, on_outage=self.outage_reporter("writer"))
             self.where = (f"topic {target.name}, progress on "
                           f"{progress_topic(self.topology.name, self.spec.name)}")
             log.info("topic %s, progress %s", target.name, clock_to_json(self.writer.view))

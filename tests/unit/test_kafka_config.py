@@ -200,3 +200,32 @@ def test_librdkafka_lines_go_to_a_logger_and_its_retries_only_at_debug(
     with caplog.at_level(logging.DEBUG, logger=kafka.CLIENT_LOG.name):
         kafka.CLIENT_LOG.log(logging.WARNING, "%s [%s] %s", *retry)
     assert [(r.levelname, r.args[0]) for r in caplog.records] == [("DEBUG", "GETPID")]
+
+
+def test_a_line_librdkafka_repeats_is_logged_once_an_interval_then_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A broker that is out: every client logs each reconnect. One line passes, the rest of
+    the interval is summed up in one line naming the count (numbers do not make lines
+    different); another kind of line passes at once."""
+    now = [0.0]
+    log = logging.getLogger("test.kafka.client.repeats")
+    summed = kafka.RepeatsSummed(clock=lambda: now[0])
+    log.addFilter(summed)
+    try:
+        with caplog.at_level(logging.INFO):
+            for i in range(1000):  # ten a second for 100 s, from three clients
+                now[0] = i * 0.1
+                log.log(logging.ERROR, "%s [%s] %s", "FAIL", f"rdkafka#producer-{i % 3}",
+                        f"127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: "
+                        f"Connection refused (after {i % 7}ms in state CONNECT)")
+            log.warning("a line of another kind")
+    finally:
+        log.removeFilter(summed)
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines[0] == ("ERROR", "FAIL [rdkafka#producer-0] 127.0.0.1:9/bootstrap: Connect to "
+                        "ipv4#127.0.0.1:9 failed: Connection refused (after 0ms in state "
+                        "CONNECT)")
+    assert lines[1][0] == "ERROR" and lines[1][1].startswith(
+        "kafka client: 599 more lines like this in 60 s; the latest: FAIL [rdkafka#producer-2]")
+    assert lines[2:] == [("WARNING", "a line of another kind")]

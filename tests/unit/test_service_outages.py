@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm.kafka import KafkaAuthError, KafkaUnreachable, is_kafka_outage, waiting_out
-from hailstorm.outages import WAIT_OUT, OutageWatch, RetryPolicy, through_outages
+from hailstorm.outages import WAIT_OUT, Outage, OutageWatch, RetryPolicy, Waits, through_outages
 from hailstorm.sinks.topic import TopicWriter
 from hailstorm.topic import Topic
 
@@ -78,6 +78,38 @@ def test_an_outage_is_described_as_waiting_for_what_since_when() -> None:
     outage = OutageWatch("Kafka at 127.0.0.1:9092").failed(1_795_000_000.0, "down")
     assert outage.describe() == \
         "Kafka at 127.0.0.1:9092, unavailable since 2026-11-18T11:06:40Z"
+
+
+
+def test_one_service_answering_again_ends_only_the_waits_that_needed_it() -> None:
+    """A sink whose database and whose dead-letter topic's Kafka are both out waits until
+    both answer: Kafka coming back first leaves the database's wait (once, one slot held
+    both, and the negotiator's deadlines ran on a sink still waiting for its database)."""
+    db = Outage("the database at postgresql://h/db", 1_795_000_000.0, 3, "refused")
+    kafka = Outage("Kafka at 127.0.0.1:9092", 1_795_000_060.0, 1, "all brokers down")
+    waits = Waits()
+    assert (waits.describe(), waits.since()) == (None, 0.0)
+    waits.update("writer", db)
+    waits.update("dead letters", kafka)
+    assert waits.describe() == (
+        "the database at postgresql://h/db, unavailable since 2026-11-18T11:06:40Z; "
+        "Kafka at 127.0.0.1:9092, unavailable since 2026-11-18T11:07:40Z")
+    assert waits.since() == db.since
+    waits.update("dead letters", None)
+    assert waits.describe() == db.describe() and waits.since() == db.since
+    waits.update("writer", None)
+    assert (waits.describe(), waits.since()) == (None, 0.0)
+
+
+def test_two_parts_waiting_for_one_service_show_it_once_from_its_first_failure() -> None:
+    earlier = Outage("Kafka at k:9092", 100.0, 5, "down")
+    later = Outage("Kafka at k:9092", 130.0, 1, "down")
+    waits = Waits()
+    waits.update("writer", later)
+    waits.update("dead letters", earlier)
+    assert waits.describe() == earlier.describe() and waits.since() == 100.0
+    waits.update("dead letters", None)
+    assert waits.describe() == later.describe()
 
 
 class Clock:
