@@ -188,6 +188,8 @@ def _context(secret: RunSecret, identity: str, server: bool) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.verify_mode = ssl.CERT_REQUIRED
     context.check_hostname = False  # addresses vary; the certificate's name is checked instead
+    if server:  # no session resumption: a connection's reader sees only frames (or its end)
+        context.num_tickets = 0
     context.load_verify_locations(cadata=secret.ca_cert.decode())
     cert, key = secret.mint(identity)
     with tempfile.TemporaryDirectory(prefix="hailstorm-tls-") as private:

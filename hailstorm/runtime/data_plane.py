@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
+import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from hailstorm.auth import AuthError, RunSecret, greet_peer
 from hailstorm.errors import ServiceError
@@ -21,6 +23,7 @@ __all__ = [
     "DataPlaneError",
     "Outbound",
     "listen_address",
+    "probe_receivers",
     "route_address",
     "send_patiently",
 ]
@@ -143,6 +146,41 @@ class Outbound:
             raise DataPlaneError(f"sending to {self.receiver} failed: {exc}",
                                  peer=self.receiver) from exc
 
+    def probe(self) -> None:
+        """Raise :class:`DataPlaneError` naming the receiver if it closed or reset this
+        connection; never blocks. A receiver sends nothing on it (listeners issue no TLS
+        session tickets), so anything to read is its end: a refusal or a close."""
+        try:
+            self.sock.setblocking(False)
+            try:
+                data = self.sock.recv(1)
+            finally:
+                self.sock.settimeout(self.timeout)
+        except (ssl.SSLWantReadError, BlockingIOError):
+            return
+        except OSError as exc:  # reset, or TLS's own end of the stream
+            raise DataPlaneError(f"{self.receiver}'s connection broke: {exc}",
+                                 peer=self.receiver) from exc
+        if not data:
+            raise DataPlaneError(f"{self.receiver} closed its connection", peer=self.receiver)
+        raise DataPlaneError(f"{self.receiver} sent data on a connection it only receives on",
+                             peer=self.receiver)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def probe_receivers(connections: Iterable[Outbound]) -> None:
+    """Raise :class:`DataPlaneError` naming a receiver among ``connections`` that closed or
+    reset its connection (:meth:`Outbound.probe`); never blocks. A sender learns of a
+    receiver's death at once, not at its second send after it (the first is accepted
+    into the socket's buffer): a bolt waiting for its round to commit sends nothing, so
+    before, it learned only from Spark cancelling the stage, and named whichever
+    processor's cancelled connection it noticed first."""
+    by_fd = {out.sock.fileno(): out for out in connections}
+    by_fd.pop(-1, None)  # closed
+    if by_fd:
+        readable, _, _ = select.select(list(by_fd), [], [], 0)
+        for fd in readable:
+            by_fd[fd].probe()

@@ -56,6 +56,7 @@ from hailstorm.runtime.data_plane import (
     DataPlaneError,
     Outbound,
     listen_address,
+    probe_receivers,
 )
 from hailstorm.runtime.gate import Gate
 from hailstorm.topology import BoltSpec, SpoutSpec, Topology
@@ -75,6 +76,9 @@ log = logging.getLogger("hailstorm.processor")
 
 POLL = 0.1
 """Longest a main loop waits for data before looking at ZooKeeper and failures again."""
+PROBE_INTERVAL = 0.2
+"""Seconds between looks for a receiver that closed or reset its connection
+(:func:`~hailstorm.runtime.data_plane.probe_receivers`)."""
 QUEUE_FRAMES = 64
 """Frames buffered between the socket readers and a bolt's (or sink's) main thread."""
 BEHIND_FRAMES = QUEUE_FRAMES // 2
@@ -126,6 +130,7 @@ class Shell:
         self.coord: Coordinator | None = None
         self.table = PartitionTable([])
         self.outbound: dict[str, Outbound] | None = None
+        self._next_probe = 0.0  # when check() next looks for receivers gone
         self.listener: socket.socket | None = None
         self._accepted: set[socket.socket] = set()
         self.router: Router | None = None
@@ -314,6 +319,9 @@ class Shell:
         self.coord.check()
         if os.getppid() != self._parent:
             raise RuntimeError("the Spark worker that started this processor is gone")
+        if self.outbound is not None and time.monotonic() >= self._next_probe:
+            self._next_probe = time.monotonic() + PROBE_INTERVAL
+            probe_receivers(self.outbound.values())
 
     def _start_thread(self, name: str, target: Any, *args: Any) -> None:
         def guarded() -> None:

@@ -28,7 +28,7 @@ from hailstorm.auth import (
     write_secret_file,
 )
 from hailstorm.protocol.wire import DataBatch, FrameReader, Hello, encode_frames, recv_frames
-from hailstorm.runtime.data_plane import DataPlaneError, Outbound
+from hailstorm.runtime.data_plane import DataPlaneError, Outbound, probe_receivers
 
 SECRET = RunSecret.generate()
 OTHER_RUN = RunSecret.generate()
@@ -282,3 +282,43 @@ def test_a_reset_while_sending_the_hello_names_the_receiver(
             Outbound(BOLT, receiver, listener.getsockname(), 1, 2.0, SECRET)
         server.join(10)
     assert info.value.peer == receiver
+
+
+@pytest.mark.parametrize("ending", ["close", "reset"])
+def test_a_receiver_gone_is_noticed_without_sending(ending: str) -> None:
+    """A sender with nothing to send (a bolt waiting for its round to commit) learns that its
+    receiver died from the connection alone, and names it; a live receiver that sends
+    nothing (no TLS session tickets either) is never taken for a dead one."""
+    receiver = "sink:word_counts:0"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        go = threading.Event()
+
+        def serve_then_end() -> None:
+            raw, _ = listener.accept()
+            with accept_peer(raw, SECRET, receiver, 5) as tls:
+                recv_frames(tls, FrameReader())  # the HELLO
+                go.wait(10)
+                if ending == "reset":
+                    tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+        server = threading.Thread(target=serve_then_end)
+        server.start()
+        out = Outbound(BOLT, receiver, listener.getsockname(), 1, 2.0, SECRET)
+        try:
+            for _ in range(5):  # alive and silent: nothing to see
+                probe_receivers([out])
+                time.sleep(0.05)
+            go.set()
+            server.join(10)
+            deadline = time.monotonic() + 10
+            with pytest.raises(DataPlaneError) as info:
+                while time.monotonic() < deadline:  # until the end has arrived
+                    probe_receivers([out])
+                    time.sleep(0.02)
+        finally:
+            go.set()
+            out.close()
+    assert info.value.peer == receiver
+    assert receiver in str(info.value)

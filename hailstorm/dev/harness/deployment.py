@@ -325,6 +325,22 @@ class Deployment:
                                         self.alive)
         return result
 
+    def wait_recovered(self, since: float, timeout: float = 240) -> MasterRecord:
+        """Until the recoveries recorded from ``since`` on (``time.time()``, less a second:
+        the negotiator reads its clock at another moment) are over: the master is
+        ``Flowing`` in the epoch of the latest or a later one. For a restart no fault of
+        the harness caused (a failpoint); a fault's own recovery is what
+        :meth:`~hailstorm.dev.harness.run.TopologyRun.measure_recovery` waits for."""
+        def recovered() -> MasterRecord | None:
+            epochs = [r.epoch for r in self.recoveries() if not r.is_start and r.at >= since - 1]
+            flowing = self.flowing()
+            return flowing if epochs and flowing is not None \
+                and flowing.state.epoch >= max(epochs) else None
+
+        result: MasterRecord = wait_for(f"the recovery after {since:.1f} to end", recovered,
+                                        timeout, self.alive)
+        return result
+
     def covers(self, target: Mapping[Partition, int]) -> CommittedRecord | None:
         """The committed record if its clock, and that of every node still catching up
         on its own, includes every ``target`` offset."""
