@@ -12,7 +12,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -223,36 +223,57 @@ def test_a_refused_connection_names_its_receiver() -> None:
         Outbound(SPOUT, "sink:word_counts:0", address, 1, 2.0, SECRET)
 
 
+RECEIVER = "sink:word_counts:0"
+
+
+@contextlib.contextmanager
+def _receiver(serve: Callable[[ssl.SSLSocket], None]) -> Iterator[tuple[str, int]]:
+    """A listener of the run that accepts one sender as :data:`RECEIVER` and hands the TLS
+    stream to ``serve`` in a thread; yields its address, joins the thread at the end."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+
+        def accept() -> None:
+            raw, _ = listener.accept()
+            with contextlib.suppress(OSError), accept_peer(raw, SECRET, RECEIVER, 5) as tls:
+                serve(tls)
+
+        server = threading.Thread(target=accept)
+        server.start()
+        try:
+            yield listener.getsockname()
+        finally:
+            server.join(10)
+
+
+def _reset(tls: ssl.SSLSocket) -> None:
+    """Make closing ``tls`` a reset (RST), as a killed process's unread connection ends."""
+    tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
 def test_a_receiver_that_resets_the_connection_is_named_as_the_lost_peer() -> None:
     """A receiver killed after the handshake resets the connection: the sender's error (the
     HELLO's send included, which goes through the same ``send``) names it as the lost peer,
     so the negotiator's recovery reason names the processor that died, not the one that
     noticed."""
-    receiver = "sink:word_counts:0"
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        reset = threading.Event()
+    reset = threading.Event()
 
-        def die_after_the_hello() -> None:
-            raw, _ = listener.accept()
-            with accept_peer(raw, SECRET, receiver, 5) as tls:
-                assert recv_frames(tls, FrameReader())[0] == Hello(BOLT, 1, receiver)
-                tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            reset.set()
+    def die_after_the_hello(tls: ssl.SSLSocket) -> None:
+        assert recv_frames(tls, FrameReader())[0] == Hello(BOLT, 1, RECEIVER)
+        _reset(tls)
+        reset.set()
 
-        server = threading.Thread(target=die_after_the_hello)
-        server.start()
-        out = Outbound(BOLT, receiver, listener.getsockname(), 1, 2.0, SECRET)
-        server.join(10)
-        assert reset.is_set()
-        deadline = time.monotonic() + 10
-        with pytest.raises(DataPlaneError, match="sending to sink:word_counts:0 failed") as info:
-            while time.monotonic() < deadline:  # until the reset has arrived
-                out.send([DataBatch.of([0] * 1000, list(range(1000)), ["a"] * 1000)])
-                time.sleep(0.05)
-        out.close()
-    assert info.value.peer == receiver
+    with _receiver(die_after_the_hello) as address:
+        out = Outbound(BOLT, RECEIVER, address, 1, 2.0, SECRET)
+    assert reset.wait(10)
+    deadline = time.monotonic() + 10
+    with pytest.raises(DataPlaneError, match="sending to sink:word_counts:0 failed") as info:
+        while time.monotonic() < deadline:  # until the reset has arrived
+            out.send([DataBatch.of([0] * 1000, list(range(1000)), ["a"] * 1000)])
+            time.sleep(0.05)
+    out.close()
+    assert info.value.peer == RECEIVER
 
 
 def test_a_reset_while_sending_the_hello_names_the_receiver(
@@ -260,28 +281,15 @@ def test_a_reset_while_sending_the_hello_names_the_receiver(
     """The HELLO, sent right after the handshake, is where a receiver killed at that moment
     shows: its reset names the receiver too (it once escaped as a bare
     ``ConnectionResetError`` that named only the processor that noticed)."""
-    receiver = "sink:word_counts:0"
-
     def reset(*_: Any) -> None:
         raise ConnectionResetError(104, "Connection reset by peer")
 
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-
-        def handshake_only() -> None:
-            raw, _ = listener.accept()
-            with contextlib.suppress(OSError), accept_peer(raw, SECRET, receiver, 5):
-                pass
-
-        server = threading.Thread(target=handshake_only)
-        server.start()
-        monkeypatch.setattr("hailstorm.runtime.data_plane.send_patiently", reset)
-        with pytest.raises(DataPlaneError, match=r"sending to sink:word_counts:0 failed: .*"
-                           r"reset by peer") as info:
-            Outbound(BOLT, receiver, listener.getsockname(), 1, 2.0, SECRET)
-        server.join(10)
-    assert info.value.peer == receiver
+    monkeypatch.setattr("hailstorm.runtime.data_plane.send_patiently", reset)
+    with _receiver(lambda _tls: None) as address, \
+            pytest.raises(DataPlaneError, match=r"sending to sink:word_counts:0 failed: .*"
+                          r"reset by peer") as info:
+        Outbound(BOLT, RECEIVER, address, 1, 2.0, SECRET)
+    assert info.value.peer == RECEIVER
 
 
 @pytest.mark.parametrize("ending", ["close", "reset"])
@@ -289,36 +297,27 @@ def test_a_receiver_gone_is_noticed_without_sending(ending: str) -> None:
     """A sender with nothing to send (a bolt waiting for its round to commit) learns that its
     receiver died from the connection alone, and names it; a live receiver that sends
     nothing (no TLS session tickets either) is never taken for a dead one."""
-    receiver = "sink:word_counts:0"
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        go = threading.Event()
+    go = threading.Event()
 
-        def serve_then_end() -> None:
-            raw, _ = listener.accept()
-            with accept_peer(raw, SECRET, receiver, 5) as tls:
-                recv_frames(tls, FrameReader())  # the HELLO
-                go.wait(10)
-                if ending == "reset":
-                    tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    def serve_then_end(tls: ssl.SSLSocket) -> None:
+        recv_frames(tls, FrameReader())  # the HELLO
+        go.wait(10)
+        if ending == "reset":
+            _reset(tls)
 
-        server = threading.Thread(target=serve_then_end)
-        server.start()
-        out = Outbound(BOLT, receiver, listener.getsockname(), 1, 2.0, SECRET)
+    with _receiver(serve_then_end) as address:
+        out = Outbound(BOLT, RECEIVER, address, 1, 2.0, SECRET)
         try:
             for _ in range(5):  # alive and silent: nothing to see
                 probe_receivers([out])
                 time.sleep(0.05)
-            go.set()
-            server.join(10)
-            deadline = time.monotonic() + 10
-            with pytest.raises(DataPlaneError) as info:
-                while time.monotonic() < deadline:  # until the end has arrived
-                    probe_receivers([out])
-                    time.sleep(0.02)
         finally:
             go.set()
-            out.close()
-    assert info.value.peer == receiver
-    assert receiver in str(info.value)
+    deadline = time.monotonic() + 10
+    with pytest.raises(DataPlaneError) as info:
+        while time.monotonic() < deadline:  # until the end has arrived
+            probe_receivers([out])
+            time.sleep(0.02)
+    out.close()
+    assert info.value.peer == RECEIVER
+    assert RECEIVER in str(info.value)
