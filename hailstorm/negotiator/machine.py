@@ -190,6 +190,23 @@ def _wait(roster: _Roster, view: View, deadline: float, what: str) -> Decision:
     return Decision(None, roster.notes, what, wake_at=deadline)
 
 
+def _first_break(reports: Mapping[ProcessorId, ProcessorReport], noticed: str,
+                 report: ProcessorReport) -> tuple[str, ProcessorReport]:
+    """Follow ``lost_peer`` from ``noticed``'s report: a peer named lost that reports a
+    broken connection of its own only passed a failure on (it failed, then closed its
+    connections), so the last report of the chain names the processor whose connection
+    broke first. Stops at a cycle."""
+    by_name = {str(p): r for p, r in reports.items()}
+    seen = {noticed}
+    while report.lost_peer is not None and report.lost_peer not in seen:
+        peer = by_name.get(report.lost_peer)
+        if peer is None or peer.error is None or peer.lost_peer is None:
+            break
+        seen.add(report.lost_peer)
+        noticed, report = report.lost_peer, peer
+    return noticed, report
+
+
 def _casualty(roster: _Roster) -> str | None:
     """Reason to restart when a member of the running topology is gone, restarted or failed
     (only valid after Initialize: every expected processor was ready for this run)."""
@@ -204,7 +221,8 @@ def _casualty(roster: _Roster) -> str | None:
     if failed:
         _, pid, report = failed[0]
         if report.lost_peer is not None:
-            return (f"{report.lost_peer} lost: {pid} reports its connection broke: "
+            noticed, report = _first_break(roster.reports, str(pid), report)
+            return (f"{report.lost_peer} lost: {noticed} reports its connection broke: "
                     f"{report.error}")
         return f"{pid} failed: {report.error}"
     restarted = [p for p, r in roster.reports.items() if r.state is ProcessorState.JOINING]

@@ -1412,3 +1412,26 @@ NegotiatorWorld.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestNegotiatorWorld = NegotiatorWorld.TestCase
+
+
+@pytest.mark.parametrize("name", sorted(RUNNING_STATES))
+def test_a_broken_connection_passed_on_names_the_first_to_break(name: str) -> None:
+    """A killed sink closes nothing in order: a bolt that noticed it fails and closes its
+    own connections, and a spout notices that. The spout's report names the bolt, the
+    bolt's the sink: the restart names the sink, where the chain ends (a cycle ends it
+    too)."""
+    state, living = RUNNING_STATES[name]
+    first, middle, last = sorted(EXPECTED)[:3]
+    reports = dict(living)
+    for pid, lost in ((first, middle), (middle, last)):
+        old = reports[pid]
+        assert old is not None
+        reports[pid] = replace(old, error=f"DataPlaneError: {lost} closed its connection",
+                               lost_peer=lost)
+    assert check(state, view(reports)).reason == (
+        f"{last} lost: {middle} reports its connection broke: DataPlaneError: {last} closed "
+        "its connection")
+    old = reports[middle]
+    assert old is not None
+    reports[middle] = replace(old, lost_peer=first)  # each names the other
+    assert check(state, view(reports)).reason.startswith(f"{first} lost: {middle} reports")
