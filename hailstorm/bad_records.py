@@ -269,7 +269,6 @@ class QuarantineDigest:
     counted and summed up in one line when the interval ends (:meth:`due`)."""
 
     def __init__(self, interval: float = 10.0) -> None:
-        self.interval = interval
         self._digest: RepeatDigest[tuple[str, str, str]] = RepeatDigest(
             interval, _quarantine_summary)
 
