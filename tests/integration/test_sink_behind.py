@@ -1,8 +1,8 @@
-"""Sinks refuse to go backwards, on the real stack (PostgreSQL): a sink whose stored progress
-falls below what it had written stops the topology with one line, and after each documented
-way forward (docs/sinks.md, "A sink behind the committed clock") the table is the model's.
+"""Sinks refuse to go backwards, on the real stack: a sink whose stored progress falls
+below what it had written stops the topology with one line, and after each documented way
+forward (docs/sinks.md, "A sink behind the committed clock") the table is the model's.
 
-One word count, two runs under one ZooKeeper name and database:
+A word count into PostgreSQL, four runs under one ZooKeeper name and database:
 
 1. ``hailstorm_progress`` truncated under the running topology: the sink's next commit
    finds its progress gone (a failed compare-and-set), re-reads it, and halts;
@@ -12,10 +12,13 @@ One word count, two runs under one ZooKeeper name and database:
    up``): the sink fails, re-opens on an empty progress below the committed round (the
    earlier acceptance does not cover this newer clock) and halts; ``hailstorm sink
    rebuild`` rebuilds the table and the progress from the committed round: the model's
-   table at that round's clock.
+   table at that round's clock;
+3. the rebuilt run goes on, its table the model's; a ``pg_dump`` of it taken then is
+   restored (``pg_restore --clean``) after the topology went further and stopped: the next
+   run halts on opening, with the backup's progress below the committed clock; rebuild.
 
-And a topic sink's writer, on the real broker, reads no progress once its progress topic
-was deleted, which the guard finds behind the round it saved.
+And a word count into an upsert Kafka topic whose progress topic is deleted while it is
+stopped: the next run halts; accepted, the run after goes on to the model's totals.
 """
 
 from __future__ import annotations
@@ -27,18 +30,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-from databases import query
+from databases import backup, query, restore
 from deployments import REPO
 
 from hailstorm import kafka
 from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wait_for
 from hailstorm.dev.harness.producing import wordcount_lines
+from hailstorm.dev.harness.results import topic_rows
 from hailstorm.model import run_model
-from hailstorm.processors.sink_guard import CommittedRound, opening_shortfall
 from hailstorm.protocol.clock import Clock
 from hailstorm.sinks import redact
-from hailstorm.sinks.topic import TopicWriter
-from hailstorm.topic import Topic
+from hailstorm.sinks.topic import progress_topic
 
 pytestmark = pytest.mark.integration
 
@@ -52,6 +54,18 @@ counts = topology.bolt("counts", inputs=[lines], key=itself, state=per_key(Count
                        lift=Count.lift, emit=lambda w, n: [(w, n)], parallelism=2)
 topology.sink("word_counts", inputs=[counts], target=Table(
     "guarded_counts", columns={{"word": "text", "count": "bigint"}}, key=["word"]))
+'''
+
+GUARDED_TOPIC = '''
+"""Word count into an upsert topic (the sink-behind test's)."""
+from hailstorm import Count, Topic, Topology, itself, per_key
+
+topology = Topology("guarded_{suffix}")
+lines = topology.spout("lines", topic="{topic}", decoder="text", explode=str.split)
+counts = topology.bolt("counts", inputs=[lines], key=itself, state=per_key(Count()),
+                       lift=Count.lift, emit=lambda w, n: [(w, n)], parallelism=2)
+topology.sink("totals", inputs=[counts], target=Topic("{output}", key=lambda t: t[0],
+                                                      value=lambda t: t[1], partitions=2))
 '''
 
 
@@ -78,9 +92,10 @@ def _halt_line(run: TopologyRun) -> str:
     return errors[0]
 
 
-def _sink_command(run: TopologyRun, module: Path, command: str) -> str:
+def _sink_command(run: TopologyRun, module: Path, command: str, sink: str = "word_counts"
+                  ) -> str:
     done = subprocess.run([sys.executable, "-m", "hailstorm", "sink", command, str(module),
-                           "word_counts", "--name", run.name], cwd=REPO, env=run.env,
+                           sink, "--name", run.name], cwd=REPO, env=run.env,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -96,7 +111,7 @@ def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
     module = tmp_path / "guarded.py"
     module.write_text(GUARDED.format(topic=topic))
     produced = Produced(topic)
-    batches = [wordcount_lines(2000, seed=seed) for seed in range(40, 44)]
+    batches = [wordcount_lines(2000, seed=seed) for seed in range(40, 46)]
     commands = f"{module} word_counts --name "
 
     # 1. hailstorm_progress truncated under the running topology: halt, then accept.
@@ -153,34 +168,96 @@ def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
         assert rebuilt.startswith(f"rebuilt table guarded_counts at {redact(database)} from "
                                   f"committed round {committed.epoch}: ")
         assert _table(database) == _model(run, produced, through=second)
-        progress = query(database, "SELECT topic, partition, \"offset\" FROM "
-                                   "hailstorm_progress WHERE topic <> ''")
-        assert {(t, p): o for t, p, o in progress} == second
+        assert _progress(database) == second
+
+    # 3. Rebuilt: on from there, the model's table. A backup taken then is restored after
+    # the topology went further and stopped: the next run halts on opening; rebuild.
+    with TopologyRun(stack, module, log_dir=tmp_path / "run3", name=name,
+                     database=database, timeout=120) as run:
+        started = time.time()
+        run.start()
+        produce(stack.kafka, produced, batches[4], partitions)
+        third = produced.clock()
+        run.wait_committed(third, 240)
+        assert _table(database) == _model(run, produced)
+        assert [r.reason for r in run.recoveries() if r.at >= started] == []
+        nightly = backup(database, ["guarded_counts", "hailstorm_progress"])
+        produce(stack.kafka, produced, batches[5], partitions)
+        fourth = produced.clock()
+        run.wait_committed(fourth, 240)
+    restore(database, nightly)
+    assert _progress(database) == third
+    assert _table(database) == _model(run, produced, through=third) != _model(run, produced)
+    with TopologyRun(stack, module, log_dir=tmp_path / "run4", name=name,
+                     database=database, timeout=120) as run:
+        run.start()
+        line = _halt_line(run)
+        committed = run.committed()
+        assert committed is not None and committed.clock == fourth
+        stored = ", ".join(f'"{topic}:{p}": {third[(topic, p)]}' for p in partitions)
+        needed = ", ".join(f'"{topic}:{p}": {fourth[(topic, p)]}' for p in partitions)
+        assert line.startswith(
+            f"error: sink word_counts ({where}) is behind: its stored progress {{{stored}}} "
+            f"is below the committed clock of round {committed.epoch} {{{needed}}}, ")
+        _sink_command(run, module, "rebuild")
+        assert _table(database) == _model(run, produced)
+        assert _progress(database) == fourth
 
 
-def test_a_topic_sink_whose_progress_topic_was_deleted_reads_no_progress(
-    kafka_bootstrap: str
+def _progress(url: str) -> dict[tuple[str, int], int]:
+    """The sink's stored progress: source partition -> offset."""
+    rows = query(url, "SELECT topic, partition, \"offset\" FROM hailstorm_progress "
+                      "WHERE topic <> ''")
+    return {(t, p): o for t, p, o in rows}
+
+
+def test_a_topic_sink_whose_progress_topic_was_deleted_halts_and_accepting_goes_on(
+    stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """What the topic sink's shell checks on opening: a progress topic deleted (and
-    re-created empty) reads as no progress, which the guard finds behind the round it saved,
-    rather than an error or a wait."""
+    """A word count into an upsert topic, stopped; its progress topic deleted: the next run
+    halts on opening (the topic sink offers acceptance only); accepted, the run after goes
+    on, and the topic's newest record per word is the model's count."""
+    stack = StackAddresses.from_env(stack_env)
     suffix = uuid.uuid4().hex[:8]
-    topic = Topic(f"guarded-out-{suffix}", key=lambda t: t[0])
-    progress = f"guarded_{suffix}.out.progress"
-    options = {"progress": progress, "dead_letter_topic": f"guarded-dlq-{suffix}",
-               "node": "out"}
-    source = ("in", 0)
-    first = TopicWriter.open(kafka_bootstrap, topic, f"guarded_{suffix}/sink:out:0", 1,
-                             **options)
-    first.add_columns([source] * 2, [0, 1], [("a", 1), ("b", 2)])
-    assert first.commit_through({source: 1}) == {source: 1}
-    first.close()
-    kafka.recreate_topic(kafka_bootstrap, progress, 1)
-    second = TopicWriter.open(kafka_bootstrap, topic, f"guarded_{suffix}/sink:out:0", 2,
-                              **options)
-    try:
-        assert second.view == {}
-        saved = CommittedRound(1, {source: 1}, saved=True)
-        assert opening_shortfall(second.view, saved, {source}) == {source: (-1, 1)}
-    finally:
-        second.close()
+    topic, output = f"guarded-in-{suffix}", f"guarded-out-{suffix}"
+    kafka.create_topic(stack.kafka, topic, 2)
+    partitions = kafka.partitions_of(stack.kafka, topic)
+    module = tmp_path / "guarded_topic.py"
+    module.write_text(GUARDED_TOPIC.format(suffix=suffix, topic=topic, output=output))
+    produced = Produced(topic)
+    batches = [wordcount_lines(2000, seed=seed) for seed in range(50, 53)]
+    progress = progress_topic(f"guarded_{suffix}", "totals")
+
+    with TopologyRun(stack, module, log_dir=tmp_path / "run1") as run:
+        name, database = run.name, run.database
+        run.start()
+        produce(stack.kafka, produced, batches[0], partitions)
+        first = produced.clock()
+        run.wait_committed(first, 240)
+    assert kafka.delete_topic(stack.kafka, progress)
+    produce(stack.kafka, produced, batches[1], partitions)
+    with TopologyRun(stack, module, log_dir=tmp_path / "run2", name=name, database=database,
+                     timeout=120) as run:
+        run.start()
+        line = _halt_line(run)
+        committed = run.committed()
+        assert committed is not None and committed.clock == first
+        needed = ", ".join(f'"{topic}:{p}": {first[(topic, p)]}' for p in partitions)
+        assert line == (
+            f"error: sink totals (topic {output}, progress on {progress}) is behind: its "
+            f'stored progress {{"{topic}:0": -1, "{topic}:1": -1}} is below the committed '
+            f"clock of round {committed.epoch} {{{needed}}}, which it had already written (a "
+            "re-created or restored database, a truncated progress table, or a lost progress "
+            "topic); the rows in between would never be delivered again. Accept the gap with "
+            f"'hailstorm sink accept {module} totals --name {name}' (docs/sinks.md, \"A sink "
+            'behind the committed clock")')
+        _sink_command(run, module, "accept", "totals")
+    with TopologyRun(stack, module, log_dir=tmp_path / "run3", name=name, database=database,
+                     timeout=120) as run:
+        started = time.time()
+        run.start()
+        produce(stack.kafka, produced, batches[2], partitions)
+        run.wait_committed(produced.clock(), 240)
+        assert [r.reason for r in run.recoveries() if r.at >= started] == []
+        model = run_model(run.topology, produced.model_messages()).table("totals")
+        assert model and topic_rows(stack.kafka, run.topology.sinks[0].target) == model
