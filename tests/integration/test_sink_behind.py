@@ -82,6 +82,25 @@ def _model(run: TopologyRun, produced: Produced, through: Clock | None = None
     return {key[0]: row["count"] for key, row in model.items()}
 
 
+def _goes_on_exactly(run: TopologyRun, produced: Produced, lines: list[str]) -> Clock:
+    """Start ``run``, produce ``lines``, wait for their round: no recovery, and the table
+    is the model's. The produced clock."""
+    started = time.time()
+    run.start()
+    partitions = kafka.partitions_of(run.stack.kafka, produced.topic)
+    produce(run.stack.kafka, produced, lines, partitions)
+    clock = produced.clock()
+    run.wait_committed(clock, 240)
+    assert [r.reason for r in run.recoveries() if r.at >= started] == []
+    assert _table(run.database) == _model(run, produced)
+    return clock
+
+
+def _shown(clock: Clock) -> str:
+    """A clock as halt lines show it: ``{"topic:0": 12, ...}``."""
+    return "{" + ", ".join(f'"{t}:{p}": {o}' for (t, p), o in sorted(clock.items())) + "}"
+
+
 def _halt_line(run: TopologyRun) -> str:
     """The driver's one error line once it stopped (exit 1)."""
     driver = run.procs["driver"]
@@ -125,10 +144,9 @@ def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
         query(database, "TRUNCATE hailstorm_progress")
         produce(stack.kafka, produced, batches[1], partitions)
         line = _halt_line(run)
-        written = ", ".join(f'"{topic}:{p}": {first[(topic, p)]}' for p in partitions)
         assert line.startswith(
             f'error: sink word_counts ({where}) is behind: its stored progress {{"{topic}:0": '
-            f'-1, "{topic}:1": -1}} is below what this sink had committed {{{written}}}, ')
+            f'-1, "{topic}:1": -1}} is below what this sink had committed {_shown(first)}, ')
         assert line.endswith(
             f"Rebuild it from the committed round with 'hailstorm sink rebuild {commands}"
             f"{name}', or accept the gap with 'hailstorm sink accept {commands}{name}' "
@@ -145,23 +163,16 @@ def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
     # while this run's processors join it, which would restart them once.)
     with TopologyRun(stack, module, log_dir=tmp_path / "run2", name=name,
                      database=database, timeout=120) as run:
-        started = time.time()
-        run.start()
-        produce(stack.kafka, produced, batches[2], partitions)
-        second = produced.clock()
-        run.wait_committed(second, 240)
-        assert _table(database) == _model(run, produced)
-        assert [r.reason for r in run.recoveries() if r.at >= started] == []
+        second = _goes_on_exactly(run, produced, batches[2])
         query(database, "DROP TABLE guarded_counts; DROP TABLE hailstorm_progress")
         produce(stack.kafka, produced, batches[3], partitions)
         line = _halt_line(run)
         committed = run.committed()
         assert committed is not None and committed.clock == second
-        needed = ", ".join(f'"{topic}:{p}": {second[(topic, p)]}' for p in partitions)
         assert line.startswith(
             f'error: sink word_counts ({where}) is behind: its stored progress {{"{topic}:0": '
             f'-1, "{topic}:1": -1}} is below the committed clock of round {committed.epoch} '
-            f"{{{needed}}}, which it had already written (a re-created or restored database, "
+            f"{_shown(second)}, which it had already written (a re-created or restored database, "
             "a truncated progress table, or a lost progress topic); the rows in between "
             "would never be delivered again. Rebuild it")
         rebuilt = _sink_command(run, module, "rebuild")
@@ -174,13 +185,7 @@ def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
     # the topology went further and stopped: the next run halts on opening; rebuild.
     with TopologyRun(stack, module, log_dir=tmp_path / "run3", name=name,
                      database=database, timeout=120) as run:
-        started = time.time()
-        run.start()
-        produce(stack.kafka, produced, batches[4], partitions)
-        third = produced.clock()
-        run.wait_committed(third, 240)
-        assert _table(database) == _model(run, produced)
-        assert [r.reason for r in run.recoveries() if r.at >= started] == []
+        third = _goes_on_exactly(run, produced, batches[4])
         nightly = backup(database, ["guarded_counts", "hailstorm_progress"])
         produce(stack.kafka, produced, batches[5], partitions)
         fourth = produced.clock()
@@ -194,11 +199,9 @@ def test_a_sink_behind_what_it_wrote_halts_and_each_way_forward_restores_it(
         line = _halt_line(run)
         committed = run.committed()
         assert committed is not None and committed.clock == fourth
-        stored = ", ".join(f'"{topic}:{p}": {third[(topic, p)]}' for p in partitions)
-        needed = ", ".join(f'"{topic}:{p}": {fourth[(topic, p)]}' for p in partitions)
         assert line.startswith(
-            f"error: sink word_counts ({where}) is behind: its stored progress {{{stored}}} "
-            f"is below the committed clock of round {committed.epoch} {{{needed}}}, ")
+            f"error: sink word_counts ({where}) is behind: its stored progress {_shown(third)} "
+            f"is below the committed clock of round {committed.epoch} {_shown(fourth)}, ")
         _sink_command(run, module, "rebuild")
         assert _table(database) == _model(run, produced)
         assert _progress(database) == fourth
@@ -242,11 +245,10 @@ def test_a_topic_sink_whose_progress_topic_was_deleted_halts_and_accepting_goes_
         line = _halt_line(run)
         committed = run.committed()
         assert committed is not None and committed.clock == first
-        needed = ", ".join(f'"{topic}:{p}": {first[(topic, p)]}' for p in partitions)
         assert line == (
             f"error: sink totals (topic {output}, progress on {progress}) is behind: its "
             f'stored progress {{"{topic}:0": -1, "{topic}:1": -1}} is below the committed '
-            f"clock of round {committed.epoch} {{{needed}}}, which it had already written (a "
+            f"clock of round {committed.epoch} {_shown(first)}, which it had already written (a "
             "re-created or restored database, a truncated progress table, or a lost progress "
             "topic); the rows in between would never be delivered again. Accept the gap with "
             f"'hailstorm sink accept {module} totals --name {name}' (docs/sinks.md, \"A sink "
