@@ -29,7 +29,7 @@ from importlib import resources
 from typing import Any
 
 from hailstorm.console.view import DEAD_LETTERS_KEPT, History
-from hailstorm.status import Collector, status
+from hailstorm.status import Collector, ZooKeeperUnavailable, status, zookeeper_wait
 
 log = logging.getLogger("hailstorm.console")
 
@@ -140,6 +140,10 @@ class Sampler(threading.Thread):
                                        previous=previous)
                 with self.lock:
                     self.history.add(doc)
+            except ZooKeeperUnavailable as exc:  # shown at the top, over what was seen
+                latest = self.history.latest
+                read_at = None if latest is None else float(latest["time"])
+                problems.append(zookeeper_wait(exc.outage, read_at))
             except Exception as exc:  # keep serving what was seen; say why it is stale
                 problems.append(f"sampling failed: {exc or type(exc).__name__}")
             problems += self._refresh_dead_letters()

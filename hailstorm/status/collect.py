@@ -1,6 +1,7 @@
 """The I/O of ``hailstorm status``: :class:`Collector` reads ZooKeeper, Kafka, the snapshot
 store and every processor's ``/metrics`` (:func:`scrape_all`); :func:`status` samples twice
-for rates; :func:`run_status` is the command.
+for rates; :func:`watched_status` keeps showing the last document, waiting, while ZooKeeper
+is down; :func:`run_status` is the command.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
+from kazoo.protocol.states import KazooState
 
 from hailstorm.exposure import off_loopback, written_under_authentication
+from hailstorm.outages import Outage, OutageWatch
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import (
     LayoutError,
@@ -29,6 +32,7 @@ from hailstorm.status.document import (
     assemble,
     is_store_ref,
     rates,
+    waiting_for_zookeeper,
 )
 from hailstorm.status.render import render
 from hailstorm.zookeeper import zk_client
@@ -55,6 +59,15 @@ def resolve_name(ref: str | None, name: str | None, known: Callable[[str], bool]
         raise
 
 
+class ZooKeeperUnavailable(Exception):
+    """ZooKeeper cannot be read now (:attr:`outage`: since when); the client reconnects by
+    itself."""
+
+    def __init__(self, outage: Outage) -> None:
+        super().__init__(f"waiting for {outage.describe()}")
+        self.outage = outage
+
+
 class Collector:
     """Reads the live inputs of one topology; keeps its clients open across refreshes."""
 
@@ -63,6 +76,10 @@ class Collector:
 
         self.zk = zk_client(zk, timeout)
         self.zk.start(timeout=timeout)
+        self.zookeeper = OutageWatch(f"ZooKeeper at {zk}")
+        """Since when the connection is down: reads then fail at once
+        (:class:`ZooKeeperUnavailable`) rather than wait in kazoo's queue."""
+        self.zk.add_listener(self._on_state)
         self.local = not off_loopback(zk)
         """ZooKeeper on loopback: its nodes are trusted for metrics addresses as they are."""
         self.kafka = kafka
@@ -78,11 +95,28 @@ class Collector:
             self.zk.stop()
             self.zk.close()
 
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self.zookeeper.answered()
+        elif not self.zookeeper.waiting:
+            self.zookeeper.failed(time.time(), f"the connection is {state.lower()}")
+
     def known(self, name: str) -> bool:
         return self.zk.exists(TopologyPaths(name).root) is not None
 
     def read(self, topology: str) -> Inputs:
-        """ZooKeeper, Kafka and the snapshot store (no metrics yet)."""
+        """ZooKeeper, Kafka and the snapshot store (no metrics yet). Raises
+        :class:`ZooKeeperUnavailable` while ZooKeeper is down."""
+        outage = self.zookeeper.outage
+        if outage is not None:
+            raise ZooKeeperUnavailable(outage)
+        try:
+            return self._read(topology)
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            raise ZooKeeperUnavailable(
+                self.zookeeper.outage or self.zookeeper.failed(time.time(), repr(exc))) from None
+
+    def _read(self, topology: str) -> Inputs:
         inputs = Inputs(topology, time.time())
         problems = inputs.problems
 
@@ -238,6 +272,27 @@ def status(collector: Collector, topology: str, sample: float = 1.0,
     return assemble(inputs), (taken, scraped)
 
 
+class StatusWatch:
+    """Successive status documents of one topology (``status --watch``): rates from the
+    previous scrape; while ZooKeeper is down, the last document read, waiting for it
+    (:func:`~hailstorm.status.document.waiting_for_zookeeper`)."""
+
+    def __init__(self, collector: Collector, topology: str) -> None:
+        self.collector = collector
+        self.topology = topology
+        self.last: dict[str, Any] | None = None
+        self._previous: tuple[float, dict[str, Scrape | None]] | None = None
+
+    def next(self) -> dict[str, Any]:
+        try:
+            doc, self._previous = status(self.collector, self.topology, sample=0.0,
+                                         previous=self._previous)
+        except ZooKeeperUnavailable as exc:
+            return waiting_for_zookeeper(self.last, self.topology, exc.outage, time.time())
+        self.last = doc
+        return doc
+
+
 def open_collector(zk: str, kafka: str | None, snapshots: str | None, ref: str | None,
                    name: str | None) -> tuple[Collector, str]:
     """A :class:`Collector` and the ZooKeeper name of the topology ``ref``/``name`` names.
@@ -272,19 +327,19 @@ def run_status(zk: str, kafka: str | None, snapshots: str | None, ref: str | Non
             else:
                 out.print(render(doc))
             return
-        doc, previous = status(collector, topology, sample=0.0)
+        watching = StatusWatch(collector, topology)
+        doc = watching.next()
         if as_json:  # one JSON document per line
             while True:
                 print(json.dumps(doc, sort_keys=True), flush=True)
                 time.sleep(watch)
-                doc, previous = status(collector, topology, previous=previous)
+                doc = watching.next()
         from rich.live import Live
 
         with Live(render(doc), console=out, refresh_per_second=4) as live:
             while True:
                 time.sleep(watch)
-                doc, previous = status(collector, topology, previous=previous)
-                live.update(render(doc))
+                live.update(render(watching.next()))
     except KeyboardInterrupt:
         return
     finally:

@@ -1,6 +1,7 @@
 """The status document of ``hailstorm status`` (pure): the raw :class:`Inputs` that
 :mod:`.collect` reads, :func:`assemble` turning them into the document (the ``--json``
-output), and :func:`rates` deriving messages/s from two scrapes.
+output), :func:`waiting_for_zookeeper` (the document while ZooKeeper cannot be read), and
+:func:`rates` deriving messages/s from two scrapes.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hailstorm.outages import Outage, utc
 from hailstorm.protocol.catchup import committed_low_water_mark
 from hailstorm.protocol.clock import Partition, clock_to_json, partition_key
 from hailstorm.protocol.layout import (
@@ -253,7 +255,27 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
              for p in processors if p["waiting"]]
     doc["problems"] = [*inputs.problems, *lost, *waits,
                        *filter(None, map(budget_problem, processors))]
+    doc["waiting"] = None
     return doc
+
+
+def waiting_for_zookeeper(last: Mapping[str, Any] | None, topology: str, outage: Outage,
+                          now: float) -> dict[str, Any]:
+    """The status document while ZooKeeper cannot be read (``outage``): the ``last``
+    document read, as it was then (its ``time``), or an empty one when none was; with
+    ``waiting`` (ZooKeeper, since when) and that wait first among its problems."""
+    doc = dict(last) if last is not None else assemble(Inputs(topology, now))
+    doc["waiting"] = outage.describe()
+    doc["problems"] = [zookeeper_wait(outage, None if last is None else float(last["time"])),
+                       *doc["problems"]]
+    return doc
+
+
+def zookeeper_wait(outage: Outage, read_at: float | None) -> str:
+    """The problem of a status view while ZooKeeper cannot be read: what it waits for, and
+    when what it shows was read (``read_at``; None: nothing was)."""
+    shown = "nothing read yet" if read_at is None else f"what is shown was read at {utc(read_at)}"
+    return f"waiting for {outage.describe()}: {shown}"
 
 
 BUDGET_WARNING = 0.5

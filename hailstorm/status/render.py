@@ -34,6 +34,8 @@ def render(doc: Mapping[str, Any]) -> Any:
         head.append(f"  epoch {master['epoch']}  for {_fmt(master['age_s'], ' s')}"
                     f"  leader {master['leader'] or '-'}")
     parts.append(head)
+    if doc.get("waiting"):  # nothing below is current
+        parts.append(Text(doc["problems"][0], style="bold yellow"))
     if master is not None and master.get("reason"):
         parts.append(Text(f"  {master['reason']}", style="dim"))
     committed = doc.get("committed")

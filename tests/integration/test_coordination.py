@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from hailstorm.coordination import CoordinationError, Coordinator
+from hailstorm.dev.harness import wait_for
 from hailstorm.dev.services import DevStack, StackState
+from hailstorm.outages import utc
 from hailstorm.protocol.layout import (
     Flowing,
     Initialize,
@@ -267,13 +273,17 @@ def test_a_zookeeper_outage_is_waited_out(dev_stack: StackState, hosts: str, nam
     """The session's ZooKeeper itself SIGKILLed for 20 s (reads used to give up after twice
     the 6 s session timeout), then started again on its data and port: a read in flight
     waits, the processor says it waits for ZooKeeper, and the session (with its living
-    node) survives: ZooKeeper restores it, and the client is back within its timeout."""
+    node) survives: ZooKeeper restores it, and the client is back within its timeout.
+    ``hailstorm status --watch --json`` meanwhile goes on showing what it last read,
+    waiting for ZooKeeper, then current documents again."""
     coord = Coordinator(hosts, name, BOLT, session_timeout=6)
     made.append(coord)
     coord.register(timeout=5)
     owner = coord.client.client_id[0]
     server = DevStack(dev_stack.state_dir, startup_timeout=120)
     results: list[object] = []
+    watching = _StatusWatching(hosts, name)
+    wait_for("a first status document", lambda: watching.docs, 60, poll=0.2)
 
     def read() -> None:
         try:
@@ -289,6 +299,7 @@ def test_a_zookeeper_outage_is_waited_out(dev_stack: StackState, hosts: str, nam
         time.sleep(20)
         assert results == [] and not coord.lost.is_set()
         assert coord.zookeeper.waiting
+        waited = watching.waiting()
     finally:
         server.restart_zookeeper()
     reader.join(60)
@@ -296,6 +307,40 @@ def test_a_zookeeper_outage_is_waited_out(dev_stack: StackState, hosts: str, nam
     assert coord.client.client_id[0] == owner, "the same session"
     coord.check()
     assert not coord.zookeeper.waiting
+    try:
+        assert waited, "status never said it waits for ZooKeeper"
+        first = waited[0]["problems"][0]
+        assert first.startswith(f"waiting for ZooKeeper at {hosts}, unavailable since "), first
+        read = watching.docs[watching.docs.index(waited[0]) - 1]  # the last current one
+        assert first.endswith(f": what is shown was read at {utc(read['time'])}"), first
+        assert all(doc["time"] == read["time"] for doc in waited)
+        wait_for("a current status document again",
+                 lambda: watching.docs[-1]["waiting"] is None, 60, poll=0.2)
+    finally:
+        watching.stop()
+
+
+class _StatusWatching:
+    """``hailstorm status --name NAME --watch 0.5 --json`` running, its documents read."""
+
+    def __init__(self, hosts: str, name: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hailstorm", "status", "--name", name, "--zk", hosts,
+             "--watch", "0.5", "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.docs: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.docs.append(json.loads(line))
+
+    def waiting(self) -> list[dict[str, Any]]:
+        return [doc for doc in self.docs if doc["waiting"]]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
 
 
 def test_stream_times_are_kept_per_position_and_trimmed(hosts: str, name: str,

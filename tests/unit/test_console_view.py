@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hailstorm.console.server import ConsoleServer, allowed_hosts
+from hailstorm.console.server import ConsoleServer, Sampler, allowed_hosts
 from hailstorm.console.view import (
     NODE_WIDTH,
     ROUNDS_KEPT,
@@ -22,6 +22,8 @@ from hailstorm.console.view import (
     node_rates,
     phase_of,
 )
+from hailstorm.outages import Outage
+from hailstorm.status import ZooKeeperUnavailable
 from hailstorm.topology import graph_of, load_topology
 
 GRAPH = {
@@ -256,3 +258,27 @@ def test_a_loopback_server_answers_only_loopback_host_names(server: ConsoleServe
     assert request(server, "GET", "/", host=f"evil.example:{port}")[0] == 421
     assert allowed_hosts("0.0.0.0", 80) is None
     assert allowed_hosts("10.0.0.5", 80) == {"10.0.0.5", "10.0.0.5:80"}
+
+
+class _ZooKeeperDown:
+    """A collector whose ZooKeeper is down (what :meth:`Collector.read` raises then)."""
+
+    def read(self, topology: str) -> Any:
+        raise ZooKeeperUnavailable(Outage("ZooKeeper at zk:2181", 1_795_000_000.0, 1, "lost"))
+
+
+def test_the_console_says_it_waits_for_zookeeper_over_what_it_last_read() -> None:
+    sampler = Sampler(_ZooKeeperDown(), "wc", 0.05, kafka=None)  # type: ignore[arg-type]
+    sampler.history.add({"time": 1_795_000_000.0 - 60, "processors": []})
+    sampler.start()
+    try:
+        for _ in range(200):
+            if sampler.document()["problems"]:
+                break
+            sampler.stopping.wait(0.01)
+    finally:
+        sampler.stop()
+        sampler.join(5)
+    assert sampler.document()["problems"] == [
+        "waiting for ZooKeeper at zk:2181, unavailable since 2026-11-18T11:06:40Z: what is "
+        "shown was read at 2026-11-18T11:05:40Z"]

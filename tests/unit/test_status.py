@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
+from hailstorm.outages import Outage
 from hailstorm.protocol.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -17,7 +18,14 @@ from hailstorm.protocol.layout import (
     SnapshotReport,
     Stopped,
 )
-from hailstorm.status import Inputs, assemble, rates, render, resolve_name
+from hailstorm.status import (
+    Inputs,
+    assemble,
+    rates,
+    render,
+    resolve_name,
+    waiting_for_zookeeper,
+)
 from hailstorm.topology import TopologyError
 
 P0, P1 = ("words", 0), ("words", 1)
@@ -257,3 +265,34 @@ def test_nodes_catching_up_and_the_low_water_mark() -> None:
         console.print(render(doc))
     assert "cased catching up on its own clock, at {'words:0': 12, 'words:1': 9}" \
         in captured.get()
+
+
+ZK_DOWN = Outage("ZooKeeper at 127.0.0.1:2181", 1_795_000_000.0, 3, "ConnectionLoss()")
+
+
+def test_while_zookeeper_is_down_the_last_document_is_shown_waiting_for_it() -> None:
+    """Issue 40: a ZooKeeper outage under ``status --watch`` and the console is "waiting
+    for ZooKeeper at ... since T" over what was last read, first of the problems and drawn
+    right under the title; the figures stay those read (and their time)."""
+    last = assemble(inputs())
+    assert last["waiting"] is None
+    doc = waiting_for_zookeeper(last, "wc", ZK_DOWN, now=1_795_000_030.0)
+    wait = ("waiting for ZooKeeper at 127.0.0.1:2181, unavailable since 2026-11-18T"
+            "11:06:40Z: what is shown was read at 1970-01-01T00:16:40Z")
+    assert doc["problems"] == [wait, *last["problems"]]
+    assert doc["waiting"] == "ZooKeeper at 127.0.0.1:2181, unavailable since 2026-11-18T11:06:40Z"
+    assert {k: v for k, v in doc.items() if k not in ("problems", "waiting")} == \
+        {k: v for k, v in last.items() if k not in ("problems", "waiting")}
+    assert last["waiting"] is None and wait not in last["problems"], "the last one is kept"
+    console = Console(width=400, record=True)
+    console.print(render(doc))
+    lines = console.export_text().splitlines()
+    assert lines[1] == wait
+
+
+def test_while_zookeeper_is_down_before_anything_was_read_the_document_is_empty() -> None:
+    doc = waiting_for_zookeeper(None, "wc", ZK_DOWN, now=1_795_000_030.0)
+    assert doc["problems"] == ["waiting for ZooKeeper at 127.0.0.1:2181, unavailable since "
+                               "2026-11-18T11:06:40Z: nothing read yet"]
+    assert (doc["master"], doc["processors"], doc["time"]) == (None, [], 1_795_000_030.0)
+    Console(width=200, record=True).print(render(doc))
