@@ -15,6 +15,7 @@ from typing import Any
 from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 from kazoo.protocol.states import KazooState
 
+from hailstorm.errors import ServiceError
 from hailstorm.exposure import off_loopback, written_under_authentication
 from hailstorm.outages import Outage, OutageWatch
 from hailstorm.protocol.clock import Partition
@@ -59,7 +60,7 @@ def resolve_name(ref: str | None, name: str | None, known: Callable[[str], bool]
         raise
 
 
-class ZooKeeperUnavailable(Exception):
+class ZooKeeperUnavailable(ServiceError):
     """ZooKeeper cannot be read now (:attr:`outage`: since when); the client reconnects by
     itself."""
 
