@@ -114,8 +114,10 @@ class Collector:
         try:
             return self._read(topology)
         except (ConnectionLoss, SessionExpiredError) as exc:
-            raise ZooKeeperUnavailable(
-                self.zookeeper.outage or self.zookeeper.failed(time.time(), repr(exc))) from None
+            # Only the connection listener starts and ends the watch's outage: this read may
+            # have failed on a drop the client already reconnected from.
+            raise ZooKeeperUnavailable(self.zookeeper.outage or Outage(
+                self.zookeeper.what, time.time(), 1, repr(exc))) from None
 
     def _read(self, topology: str) -> Inputs:
         inputs = Inputs(topology, time.time())
