@@ -20,13 +20,13 @@ pytestmark = pytest.mark.integration
 
 KINDS = ("processor",) * 2 + ("negotiator", "zk-session", "zombie", "stall")
 SEED = 7
-MESSAGES = 60_000
+MESSAGES = 40_000
 
 
 def test_chaos_command_keeps_wordcount_exact_under_faults_of_every_kind(
     stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """``hailstorm chaos --use-env`` on the session's stack: 60k realistic lines (Zipf:
+    """``hailstorm chaos --use-env`` on the session's stack: 40k realistic lines (Zipf:
     50,000 words, most rare, so a stale upsert of a zombie would stay in the table; 10
     words a line, at 600 lines/s, longer while faults remain); 6 faults, one of every kind
     and two kill -9 of random spouts/bolts/sinks: the negotiator leader killed, a ZooKeeper
