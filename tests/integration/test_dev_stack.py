@@ -92,23 +92,6 @@ def test_broker_watermarks_are_exact(kafka_bootstrap: str) -> None:
     assert (low, high) == (0, 10)
 
 
-def test_kafka_keeps_its_log_across_a_node_restart(state_dir: Path) -> None:
-    """A SIGKILLed Kafka node comes back on its own data: nothing produced is lost."""
-    stack = DevStack(state_dir)
-    try:
-        bootstrap = stack.up().kafka_bootstrap
-        topic = _unique("durable")
-        kafka.create_topic(bootstrap, topic, 2)
-        kafka.produce(bootstrap, topic, [(i % 2, None, f"v{i}".encode()) for i in range(100)])
-        killed = stack.kill_kafka_node(1)
-        assert not pid_alive(killed)
-        stack.restart_kafka_node(1)
-        records = list(kafka.read_range(bootstrap, topic, 1, 0, 49, timeout=60))
-        assert [r.value for r in records] == [f"v{2 * i + 1}".encode() for i in range(50)]
-    finally:
-        stack.down()
-
-
 def test_postgres_transaction(postgres_url: str) -> None:
     table = _unique("tx")
     with psycopg.connect(postgres_url) as conn:
@@ -149,8 +132,8 @@ def hailstorm(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 def test_dev_up_twice_status_env_down(state_dir: Path) -> None:
-    """Running services are left alone, stopped ones start again on their data, and only
-    'dev down --wipe' deletes it."""
+    """Running services are left alone, stopped ones start again on their data, 'dev down'
+    signals only what it started, and only 'dev down --wipe' deletes the data."""
     first = hailstorm("dev", "up", "--state-dir", str(state_dir))
     assert first.returncode == 0, first.stderr
     pids = [row.pid for row in DevStack(state_dir).status()]
@@ -178,6 +161,7 @@ def test_dev_up_twice_status_env_down(state_dir: Path) -> None:
     ]
 
     _stopped_services_come_back_on_their_data(state_dir)
+    _down_stops_only_recorded_processes(state_dir)
     down = hailstorm("dev", "down", "--wipe", "--state-dir", str(state_dir))
     assert down.returncode == 0, down.stderr
     assert not any(pid_alive(pid) for pid in pids if pid)  # postmaster included
@@ -187,8 +171,9 @@ def test_dev_up_twice_status_env_down(state_dir: Path) -> None:
 
 
 def _stopped_services_come_back_on_their_data(state_dir: Path) -> None:
-    """A service stopped under the stack (here: killed by its pid) comes back on its data and
-    its port; 'dev down' keeps the data for the next 'up' (the caller wipes it)."""
+    """A service stopped under the stack (here: SIGKILLed by its pid, Kafka's node too)
+    comes back on its data and its port, nothing it acknowledged lost; 'dev down' keeps the
+    data for the next 'up' (the caller wipes it)."""
     before = DevStack(state_dir).load()
     assert before is not None
     url, zk_hosts = before.database_url("hailstorm"), before.address("zookeeper")
@@ -201,9 +186,10 @@ def _stopped_services_come_back_on_their_data(state_dir: Path) -> None:
     zk.stop()
     zk.close()
     topic = _unique("kept")
-    kafka.create_topic(before.kafka_bootstrap, topic, 1)
-    kafka.produce(before.kafka_bootstrap, topic, [(0, None, b"v")])
-    for name in ("postgres", "zookeeper"):
+    kafka.create_topic(before.kafka_bootstrap, topic, 2)
+    values = [f"v{i}".encode() for i in range(100)]
+    kafka.produce(before.kafka_bootstrap, topic, [(i % 2, None, v) for i, v in enumerate(values)])
+    for name in ("postgres", "zookeeper", "kafka-1"):
         record = before.services[name]
         stop_pid(record.pid, record.marker, sig=signal.SIGKILL, timeout=10)
 
@@ -225,8 +211,9 @@ def _stopped_services_come_back_on_their_data(state_dir: Path) -> None:
         finally:
             client.stop()
             client.close()
-        assert [r.value for r in kafka.read_range(before.kafka_bootstrap, topic, 0, 0, 0,
-                                                  timeout=60)] == [b"v"]
+        for partition in (0, 1):
+            assert [r.value for r in kafka.read_range(before.kafka_bootstrap, topic, partition,
+                                                      0, 49, timeout=60)] == values[partition::2]
 
     everything_kept()
     down = hailstorm("dev", "down", "--state-dir", str(state_dir))
@@ -234,6 +221,27 @@ def _stopped_services_come_back_on_their_data(state_dir: Path) -> None:
     assert (state_dir / "postgres" / "data").exists() and (state_dir / "stack.json").exists()
     assert hailstorm("dev", "up", "--state-dir", str(state_dir)).returncode == 0
     everything_kept()
+
+
+def _down_stops_only_recorded_processes(state_dir: Path) -> None:
+    """A recycled pid is never signalled: with Kafka's record pointing at a bystander
+    process, 'dev down' stops the rest and leaves the bystander alone."""
+    stack = DevStack(state_dir)
+    state = stack.load()
+    assert state is not None
+    real_kafka = state.services["kafka-1"]
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        stack._save(replace(state, services={**state.services,
+                                             "kafka-1": replace(real_kafka, pid=bystander.pid)}))
+        stack.down()
+        assert bystander.poll() is None, "down signalled a process it did not start"
+    finally:
+        bystander.send_signal(signal.SIGKILL)
+        bystander.wait()
+        stop_pid(real_kafka.pid, real_kafka.marker)
+        stack._save(state)  # the true record again, for the caller's 'down --wipe'
+    assert not pid_alive(real_kafka.pid)
 
 
 def test_port_in_use_is_one_clear_line(state_dir: Path) -> None:
@@ -291,24 +299,6 @@ def test_a_failed_kafka_download_is_one_clear_line(state_dir: Path, tmp_path: Pa
     assert last.startswith("error: fetching Apache Kafka"), result.stderr
     assert "Could not resolve dependencies" in last and "Maven Central" in last
     assert not (tmp_path / "cache" / "kafka_2.13-4.1.1" / "libs").exists()  # nothing half-made
-
-
-def test_down_stops_only_recorded_processes(state_dir: Path) -> None:
-    stack = DevStack(state_dir)
-    state = stack.up()
-    real_kafka = state.services["kafka-1"]
-    bystander = subprocess.Popen(["sleep", "60"])
-    try:
-        # A recycled pid must never be signalled: fake a record pointing at the bystander.
-        state.services["kafka-1"] = replace(real_kafka, pid=bystander.pid)
-        stack._save(state)
-        stack.down()
-        assert bystander.poll() is None, "down signalled a process it did not start"
-    finally:
-        bystander.send_signal(signal.SIGKILL)
-        bystander.wait()
-        stop_pid(real_kafka.pid, real_kafka.marker)
-    assert not pid_alive(real_kafka.pid)
 
 
 def test_demo_runs_word_count_through_a_crash_and_leaves_nothing_running(
