@@ -255,7 +255,11 @@ def accept_peer(sock: socket.socket, secret: RunSecret, identity: str,
 def greet_peer(sock: socket.socket, secret: RunSecret, identity: str, expected: str,
                timeout: float) -> ssl.SSLSocket:
     """The connecting side: a TLS stream over ``sock`` to a listener whose certificate of
-    this run names ``expected``; :class:`AuthError` otherwise."""
+    this run names ``expected``; :class:`AuthError` otherwise. Small writes go out at once
+    (``TCP_NODELAY``): with Nagle's algorithm, the first request after the handshake waited
+    for the listener's delayed ACK of the client's Finished, about 40 ms a connection."""
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     tls = _context(secret, identity, False).wrap_socket(sock, do_handshake_on_connect=False)
     _checked(tls, timeout, expected)
     return tls

@@ -116,7 +116,6 @@ class Outbound:
                 raise DataPlaneError(f"connecting to {self.receiver} at {address} failed: "
                                      f"{exc}", peer=self.receiver) from exc
             try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 return greet_peer(sock, secret, sender, self.receiver,
                                   min(timeout, HANDSHAKE_TIMEOUT))
             except AuthError as exc:

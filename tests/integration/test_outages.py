@@ -27,9 +27,9 @@ from hailstorm.dev.services import DevStack, StackState
 
 pytestmark = pytest.mark.integration
 
-OUTAGE_S = float(os.environ.get("HAILSTORM_TEST_OUTAGE_S", "40"))
+OUTAGE_S = float(os.environ.get("HAILSTORM_TEST_OUTAGE_S", "32"))
 """Seconds PostgreSQL stays down: past the old give-up (about 26 s of retries)."""
-KAFKA_OUTAGE_S = float(os.environ.get("HAILSTORM_TEST_KAFKA_OUTAGE_S", "40"))
+KAFKA_OUTAGE_S = float(os.environ.get("HAILSTORM_TEST_KAFKA_OUTAGE_S", "36"))
 """Seconds the broker stays down: past the topic sinks' old give-up (about 30 s)."""
 
 

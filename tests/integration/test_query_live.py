@@ -21,6 +21,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -224,8 +225,9 @@ def _counted(run: TopologyRun, ident: str) -> Counter[str]:
 
 def _misbehave(run: TopologyRun, secret: RunSecret, keys: list[str]) -> None:
     """Every misbehaviour once against each ``counts`` instance and the sink, then 1,000
-    connections cycling through them, with clients stalling meanwhile: no processor
-    restarts, every connection is counted by kind where it went, and the client hears why."""
+    connections cycling through them from 4 clients at once, with clients stalling
+    meanwhile: no processor restarts, every connection is counted by kind where it went, and
+    the client hears why."""
     processors = run.processors()
     recoveries = len(run.recoveries())
     pids = {ident: report.info["pid"] for ident, report in processors.items()}
@@ -266,13 +268,21 @@ def _misbehave(run: TopologyRun, secret: RunSecret, keys: list[str]) -> None:
         query_live(run.stack.zk, run.name, run.topology.node("counts"), [42], secret)
     sent[f"bolt:counts:{route(42, 2)}"]["unanswerable_query"] += 1
 
-    # 1,000 more, cycling through targets and ways.
+    # 1,000 more, cycling through targets and ways, from 4 clients at once.
     ways = {t: _misbehaviours(run, t, key_of[t]) for t in targets}
+    loop = list(zip(range(1000), itertools.cycle(targets), strict=False))
+
+    def client(part: list[tuple[int, str]]) -> None:
+        for n, target in part:
+            _name, kind, act = ways[target][n // len(targets) % len(ways[target])]
+            _connect(address[target], target, secret, act)
+            with counting:
+                sent[target][kind] += 1
+
+    counting = threading.Lock()
     loop_started = time.monotonic()
-    for n, target in zip(range(1000), itertools.cycle(targets), strict=False):
-        _name, kind, act = ways[target][n // len(targets) % len(ways[target])]
-        _connect(address[target], target, secret, act)
-        sent[target][kind] += 1
+    with ThreadPoolExecutor(4) as clients:
+        list(clients.map(client, [loop[i::4] for i in range(4)]))
     loop_seconds = time.monotonic() - loop_started
     for thread in stallers:
         thread.join(REQUEST_TIMEOUT + 30)

@@ -106,6 +106,22 @@ def test_peers_of_one_run_authenticate_each_other_and_exchange_frames() -> None:
     assert (seen_by_client, seen_by_server, frames) == (BOLT, SPOUT, [hello])
 
 
+def test_the_connecting_side_sends_small_writes_at_once() -> None:
+    """TCP_NODELAY: with Nagle's algorithm a request right after the handshake waited for
+    the listener's delayed ACK (about 40 ms a live query)."""
+
+    def client(sock: socket.socket) -> int:
+        with greet_peer(sock, SECRET, SPOUT, BOLT, 5) as tls:
+            return tls.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+    def server(sock: socket.socket) -> None:
+        with accept_peer(sock, SECRET, BOLT, 5):
+            pass
+
+    nodelay, _ = _both(client, server)
+    assert nodelay
+
+
 def test_the_client_refuses_a_listener_of_the_run_that_is_not_the_one_it_meant() -> None:
     client, _server = _both(lambda s: greet_peer(s, SECRET, SPOUT, "bolt:counts:1", 5),
                             lambda s: accept_peer(s, SECRET, BOLT, 5))
