@@ -360,7 +360,8 @@ class TumblingWindow(Window[V]):
 class SlidingWindow(Window[V]):
     """Overlapping windows ``[n * slide, n * slide + size)`` over ``inner``.
 
-    A value lands in every window covering its event time (``ceil(size / slide)`` of them).
+    A value lands in every window covering its event time (``ceil(size / slide)`` of them);
+    ``slide`` must be at most ``size`` (a longer one would leave gaps no window covers).
     See :class:`Window` for state, expiry (``retention``, default ``size``) and laws.
     """
 
@@ -380,6 +381,12 @@ class SlidingWindow(Window[V]):
     ) -> None:
         if slide <= 0:
             raise ValueError("slide must be > 0")
+        if slide > size:
+            raise ValueError(
+                f"slide {slide}{unit} is longer than the windows' size {size}{unit}: an event "
+                "time in the gap between two windows would belong to no window, and its value "
+                "would be dropped without a word. Use a slide of at most the size (equal to it: "
+                "TumblingWindow)")
         super().__init__(size, inner, retention, time_type, unit)
         self.slide = slide
 

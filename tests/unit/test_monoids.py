@@ -672,6 +672,11 @@ def test_bad_configuration_is_rejected() -> None:
             make()
     with pytest.raises(ValueError):
         HyperLogLog(8).from_avro(HyperLogLog(10).to_avro(HyperLogLog(10).empty()))
+    with pytest.raises(ValueError, match="slide 20s is longer than the windows' size 10s: an "
+                                         "event time in the gap between two windows would "
+                                         "belong to no window"):
+        SlidingWindow(10, 20, Count())
+    assert SlidingWindow(10, 10, Count()).window_starts(25) == [20]
 
 
 def test_docstring_examples() -> None:
