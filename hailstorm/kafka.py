@@ -180,15 +180,20 @@ CLIENT_LOG.addFilter(_TransientAsDebug())
 CLIENT_LOG.addFilter(RepeatsSummed())
 
 
-def log_client_error(error: KafkaError) -> None:
-    """librdkafka's asynchronous errors (no secrets in them), at most once per kind."""
-    code = error.code()
-    if code not in _logged_codes:
-        _logged_codes.add(code)
-        _client_log.warning("kafka client: %s", error.str())
+def log_client_error(error: KafkaError, now: float | None = None) -> None:
+    """librdkafka's asynchronous errors (no secrets in them): the first of each code a
+    minute, the rest summed up in one line with their count and the latest
+    (:data:`CLIENT_ERRORS`), so a later outage is said too (it was once per process)."""
+    with _client_errors_lock:
+        lines = CLIENT_ERRORS.add(error.code(), f"kafka client: {error.str()}",
+                                  time.monotonic() if now is None else now)
+    for line in lines:
+        _client_log.warning("%s", line)
 
 
-_logged_codes: set[int] = set()
+CLIENT_ERRORS: RepeatDigest[int] = RepeatDigest(interval=60.0)
+"""The asynchronous client errors of this process by code (see :func:`log_client_error`)."""
+_client_errors_lock = threading.Lock()  # error callbacks come from every client's thread
 _AUTH_CODES = {
     KafkaError._AUTHENTICATION,
     KafkaError._SSL,

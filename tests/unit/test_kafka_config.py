@@ -229,3 +229,25 @@ def test_a_line_librdkafka_repeats_is_logged_once_an_interval_then_counted(
     assert lines[1][0] == "ERROR" and lines[1][1].startswith(
         "kafka client: 599 more lines like this in 60 s; the latest: FAIL [rdkafka#producer-2]")
     assert lines[2:] == [("WARNING", "a line of another kind")]
+
+
+def test_client_errors_are_logged_once_a_minute_per_code_and_summed_up(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kafka, "CLIENT_ERRORS", type(kafka.CLIENT_ERRORS)(interval=60.0))
+    down = KafkaError(KafkaError._TRANSPORT, "127.0.0.1:9092/1: Connection refused")
+    with caplog.at_level(logging.WARNING, logger="hailstorm.kafka"):
+        for second in range(0, 50, 5):  # an outage: ten in 50 s
+            kafka.log_client_error(down, now=1000.0 + second)
+        kafka.log_client_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "all down"), now=1040)
+        kafka.log_client_error(down, now=1070.0)  # the minute ended: nine more summed up
+        kafka.log_client_error(down, now=2000.0)  # a later outage: said, not silent
+    lines = [r.getMessage() for r in caplog.records if r.name == "hailstorm.kafka"]
+    assert lines == [
+        "kafka client: 127.0.0.1:9092/1: Connection refused",
+        "kafka client: all down",
+        "9 more lines like this in 70 s; the latest: kafka client: 127.0.0.1:9092/1: "
+        "Connection refused",
+        "1 more line like this in 930 s; the latest: kafka client: 127.0.0.1:9092/1: "
+        "Connection refused",
+    ], lines
