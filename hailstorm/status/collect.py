@@ -1,6 +1,6 @@
 """The I/O of ``hailstorm status``: :class:`Collector` reads ZooKeeper, Kafka, the snapshot
 store and every processor's ``/metrics`` (:func:`scrape_all`); :func:`status` samples twice
-for rates; :func:`watched_status` keeps showing the last document, waiting, while ZooKeeper
+for rates; :class:`StatusWatch` keeps showing the last document, waiting, while ZooKeeper
 is down; :func:`run_status` is the command.
 """
 
