@@ -282,42 +282,40 @@ def test_a_zookeeper_outage_is_waited_out(dev_stack: StackState, hosts: str, nam
     owner = coord.client.client_id[0]
     server = DevStack(dev_stack.state_dir, startup_timeout=120)
     results: list[object] = []
-    watching = _StatusWatching(hosts, name)
-    wait_for("a first status document", lambda: watching.docs, 60, poll=0.2)
+    with _StatusWatching(hosts, name) as watching:
+        wait_for("a first status document", lambda: watching.docs, 60, poll=0.2)
 
-    def read() -> None:
+        def read() -> None:
+            try:
+                results.append(coord.reports()[BOLT].state)
+            except Exception as exc:  # the test asserts there is none
+                results.append(exc)
+
+        server.stop_zookeeper()
         try:
-            results.append(coord.reports()[BOLT].state)
-        except Exception as exc:  # the test asserts there is none
-            results.append(exc)
+            assert coord.changed.wait(10), "the disconnection sets changed"
+            reader = threading.Thread(target=read)
+            reader.start()
+            time.sleep(20)
+            assert results == [] and not coord.lost.is_set()
+            assert coord.zookeeper.waiting
+            waited = watching.waiting()
+        finally:
+            server.restart_zookeeper()
+        reader.join(60)
+        assert results == [ProcessorState.JOINING]
+        assert coord.client.client_id[0] == owner, "the same session"
+        coord.check()
+        assert not coord.zookeeper.waiting
 
-    server.stop_zookeeper()
-    try:
-        assert coord.changed.wait(10), "the disconnection sets changed"
-        reader = threading.Thread(target=read)
-        reader.start()
-        time.sleep(20)
-        assert results == [] and not coord.lost.is_set()
-        assert coord.zookeeper.waiting
-        waited = watching.waiting()
-    finally:
-        server.restart_zookeeper()
-    reader.join(60)
-    assert results == [ProcessorState.JOINING]
-    assert coord.client.client_id[0] == owner, "the same session"
-    coord.check()
-    assert not coord.zookeeper.waiting
-    try:
         assert waited, "status never said it waits for ZooKeeper"
         first = waited[0]["problems"][0]
         assert first.startswith(f"waiting for ZooKeeper at {hosts}, unavailable since "), first
-        read = watching.docs[watching.docs.index(waited[0]) - 1]  # the last current one
-        assert first.endswith(f": what is shown was read at {utc(read['time'])}"), first
-        assert all(doc["time"] == read["time"] for doc in waited)
+        read_doc = watching.docs[watching.docs.index(waited[0]) - 1]  # the last current one
+        assert first.endswith(f": what is shown was read at {utc(read_doc['time'])}"), first
+        assert all(doc["time"] == read_doc["time"] for doc in waited)
         wait_for("a current status document again",
                  lambda: watching.docs[-1]["waiting"] is None, 60, poll=0.2)
-    finally:
-        watching.stop()
 
 
 class _StatusWatching:
@@ -338,7 +336,10 @@ class _StatusWatching:
     def waiting(self) -> list[dict[str, Any]]:
         return [doc for doc in self.docs if doc["waiting"]]
 
-    def stop(self) -> None:
+    def __enter__(self) -> _StatusWatching:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         self.proc.wait(30)
 
