@@ -82,9 +82,9 @@ def _model(run: TopologyRun, produced: Produced, through: Clock | None = None
     return {key[0]: row["count"] for key, row in model.items()}
 
 
-def _goes_on_exactly(run: TopologyRun, produced: Produced, lines: list[str]) -> Clock:
-    """Start ``run``, produce ``lines``, wait for their round: no recovery, and the table
-    is the model's. The produced clock."""
+def _goes_on(run: TopologyRun, produced: Produced, lines: list[str]) -> Clock:
+    """Start ``run``, produce ``lines``, wait for their round, without a recovery. The
+    produced clock."""
     started = time.time()
     run.start()
     partitions = kafka.partitions_of(run.stack.kafka, produced.topic)
@@ -92,6 +92,12 @@ def _goes_on_exactly(run: TopologyRun, produced: Produced, lines: list[str]) -> 
     clock = produced.clock()
     run.wait_committed(clock, 240)
     assert [r.reason for r in run.recoveries() if r.at >= started] == []
+    return clock
+
+
+def _goes_on_exactly(run: TopologyRun, produced: Produced, lines: list[str]) -> Clock:
+    """:func:`_goes_on`, and the table is the model's. The produced clock."""
+    clock = _goes_on(run, produced, lines)
     assert _table(run.database) == _model(run, produced)
     return clock
 
@@ -256,10 +262,6 @@ def test_a_topic_sink_whose_progress_topic_was_deleted_halts_and_accepting_goes_
         _sink_command(run, module, "accept", "totals")
     with TopologyRun(stack, module, log_dir=tmp_path / "run3", name=name, database=database,
                      timeout=120) as run:
-        started = time.time()
-        run.start()
-        produce(stack.kafka, produced, batches[2], partitions)
-        run.wait_committed(produced.clock(), 240)
-        assert [r.reason for r in run.recoveries() if r.at >= started] == []
+        _goes_on(run, produced, batches[2])
         model = run_model(run.topology, produced.model_messages()).table("totals")
         assert model and topic_rows(stack.kafka, run.topology.sinks[0].target) == model
