@@ -328,6 +328,10 @@ class NegotiatorMetrics:
         r = self.registry = Registry({"topology": topology, "negotiator": identifier})
         self.rounds_committed = r.counter("hailstorm_negotiator_rounds_committed_total",
                                           "Snapshot rounds committed by this negotiator.")
+        self.rounds_skipped = r.counter(
+            "hailstorm_negotiator_rounds_skipped_total",
+            "Snapshot rounds skipped by this negotiator: the spouts paused at the committed "
+            "clock and nothing had changed since, so no snapshot was written.")
         self.recoveries = r.counter("hailstorm_negotiator_recoveries_total",
                                     "Recoveries (moves to Initialize but starts) written by "
                                     "this negotiator.")

@@ -2,6 +2,8 @@
 
 - :mod:`hailstorm.negotiator.machine` — :func:`~hailstorm.negotiator.machine.step`, the pure
   state machine;
+- :mod:`hailstorm.negotiator.cadence` — when the next snapshot round starts, and when one is
+  skipped because it would change nothing;
 - :mod:`hailstorm.negotiator.outages` — no deadline expires while a processor waits out an outage;
 - :mod:`hailstorm.negotiator.shell` — the kazoo shell: election, watches, CAS writes;
 - :mod:`hailstorm.negotiator.daemon` — the ``python -m hailstorm.negotiator`` /

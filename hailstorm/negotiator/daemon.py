@@ -85,13 +85,28 @@ class SnapshotCollector:
         self.topology = topology
         self.store = open_store(location)
         self.retention = retention
+        self._asked: dict[int, float] = {}
+        """When a collection of rounds ``<= epoch`` was first asked for."""
+        self._collected = -1
+        """Rounds at or below this are collected whole: nothing was held back for them."""
 
     def forget(self, action: ForgetSnapshots) -> None:
         """Delete what ``action`` made garbage; the refs it keeps are checked first (they
         were read from ZooKeeper): a bolt's ref that names anything but a snapshot of a
-        kept round of this topology in the store deletes nothing."""
+        kept round of this topology in the store deletes nothing.
+
+        An idle topology asks again at every skipped round: once a retention has passed
+        since the first time the same rounds were asked for (their garbage was written
+        before that), a collection has deleted all of it, and the store is not listed
+        again for them."""
         from hailstorm.snapshots import SnapshotRefRefused
 
+        up_to = action.up_to_epoch
+        if up_to <= self._collected:
+            return
+        asked = self._asked.setdefault(up_to, time.time())
+        self._asked = {up_to: asked}
+        whole = time.time() - self.retention >= asked
         bolt_refs = [ref for ref in action.keep if not _SINK_REF.match(ref)]
         try:
             removed = self.store.forget_rounds(self.topology, action.up_to_epoch,
@@ -104,6 +119,8 @@ class SnapshotCollector:
         except Exception as exc:  # a shared filesystem hiccup must not stop the negotiator
             log.warning("deleting snapshots of rounds <= %d failed: %s", action.up_to_epoch, exc)
             return
+        if whole:
+            self._collected = up_to
         if removed:
             log.info("deleted %d snapshot files of rounds <= %d (kept rounds %s)", len(removed),
                      action.up_to_epoch, ", ".join(map(str, sorted(action.keep_epochs))))

@@ -30,8 +30,8 @@ class Config:
 
     snapshot_interval: float = 5.0
     """Time from one snapshot round's start to the next's: Flowing(None) lasts this long
-    minus how long the round it follows took (see :func:`next_round_due`), and up to half
-    of it more while the spouts read a backlog (:data:`BEHIND_WAIT_SHARE`)."""
+    minus how long the round it follows took, and up to half of it more while the spouts
+    read a backlog (:mod:`hailstorm.negotiator.cadence`)."""
     initialize_timeout: float = 60.0
     """Initialize: every processor registered and ready (bolts loaded their snapshots)."""
     rewind_timeout: float = 60.0
@@ -114,6 +114,15 @@ class ForgetSnapshots:
 
 
 @dataclass(frozen=True)
+class ConfirmCommitted:
+    """A snapshot round was skipped: nothing was read past committed round ``epoch``, so it
+    still holds everything read. Record when (its ``confirmed_at``), in the same
+    transaction as the next state, instead of writing a round nothing changed."""
+
+    epoch: int
+
+
+@dataclass(frozen=True)
 class FallBack:
     """The committed round ``epoch`` cannot be loaded (``corrupt`` failed its checks):
     make its ``previous`` the committed record, in the same transaction as the next
@@ -132,7 +141,7 @@ class Ignored:
     why: str
 
 
-NegotiatorAction = CommitClock | ForgetSnapshots | FallBack | Ignored
+NegotiatorAction = CommitClock | ConfirmCommitted | ForgetSnapshots | FallBack | Ignored
 """What a decision asks the shell to do with its next state (a processor core's are
 :data:`hailstorm.processors.Action`, a sink core's
 :data:`hailstorm.processors.sink_core.SinkAction`)."""
@@ -151,6 +160,10 @@ class Decision:
     @property
     def commits(self) -> tuple[CommitClock, ...]:
         return tuple(a for a in self.actions if isinstance(a, CommitClock))
+
+    @property
+    def confirms(self) -> ConfirmCommitted | None:
+        return next((a for a in self.actions if isinstance(a, ConfirmCommitted)), None)
 
     @property
     def fallback(self) -> FallBack | None:

@@ -22,6 +22,10 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
                                                             round e started)
     SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
                                                             C = max of their positions
+    SpoutsPaused(e)   -> Flowing(e, None)                   ... at the committed clock,
+                         + ConfirmCommitted                 which the round before it had
+                                                            too: nothing changed, the round
+                                                            is skipped (no snapshot written)
     Flowing(e, C)     -> Flowing(e, None) + CommitClock     every bolt instance durably
                                                             saved at exactly C in round e
     any but Disconnected -> Initialize(new)                 processor lost/restarted/failed,
@@ -49,10 +53,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from hailstorm.negotiator.cadence import (
+    BEHIND_WAIT_SHARE,
+    behind,
+    caught_up,
+    early_round_due,
+    next_round_due,
+    nothing_new,
+)
 from hailstorm.negotiator.decision import (
     SAVERS,
     CommitClock,
     Config,
+    ConfirmCommitted,
     Decision,
     FallBack,
     ForgetSnapshots,
@@ -70,6 +83,7 @@ from hailstorm.protocol.clock import (
     merge_max,
 )
 from hailstorm.protocol.layout import (
+    CommittedRecord,
     LayoutError,
     ProcessorId,
     ProcessorReport,
@@ -93,6 +107,7 @@ __all__ = [
     "SAVERS",
     "CommitClock",
     "Config",
+    "ConfirmCommitted",
     "Decision",
     "FallBack",
     "ForgetSnapshots",
@@ -397,77 +412,8 @@ def _rewind(state: SpoutsRewind, view: View, config: Config, roster: _Roster) ->
     return _wait(roster, view, deadline, f"rewind epoch {e}: waiting for {_names(waiting)}")
 
 
-MIN_FLOWING_SHARE = 0.5
-"""Flowing(None) lasts at least this share of the snapshot interval, however long the round
-before it took: rounds slower than the interval do not run back to back."""
-
-
-def next_round_due(state: Flowing, view: View, config: Config) -> float:
-    """When Flowing(e, None) starts the next round: a snapshot interval after round ``e``
-    started (its ``pause_s`` and ``snapshot_s`` before the commit that entered this state),
-    so rounds keep the interval's cadence instead of drifting by each round's duration;
-    but never sooner than :data:`MIN_FLOWING_SHARE` of the interval after that commit.
-    Where the round's durations are unknown (another negotiator ran it, or no round
-    committed in this epoch) the whole interval counts from entering the state."""
-    took = _round_took(state, view)
-    flowing = max(config.snapshot_interval - (took or 0.0),
-                  MIN_FLOWING_SHARE * config.snapshot_interval)
-    return view.entered_at + flowing
-
-
-def _round_took(state: Flowing, view: View) -> float | None:
-    """How long round ``e`` took from its start to the commit that entered Flowing(e, None)
-    (its pause and save times), if the committed record says."""
-    committed = view.committed
-    if (committed is not None and committed.epoch == state.epoch
-            and committed.pause_s is not None and committed.snapshot_s is not None):
-        return committed.pause_s + committed.snapshot_s
-    return None
-
-
-CAUGHT_UP_SHARE = 0.1
-"""Flowing(None) lasts at least this share of the snapshot interval before a round that the
-spouts catching up with a backlog starts early."""
-
-
-def early_round_due(state: Flowing, view: View, config: Config) -> float:
-    """When Flowing(e, None) may start the next round because the spouts caught up (see
-    :func:`caught_up`): :data:`CAUGHT_UP_SHARE` of the interval after entering it, and no
-    sooner than :data:`MIN_FLOWING_SHARE` of it after round ``e`` started (where the
-    committed record says when), so that bursts at most double the rate of rounds."""
-    interval = config.snapshot_interval
-    due = view.entered_at + CAUGHT_UP_SHARE * interval
-    took = _round_took(state, view)
-    if took is not None:
-        due = max(due, view.entered_at - took + MIN_FLOWING_SHARE * interval)
-    return due
-
-
-BEHIND_WAIT_SHARE = 0.5
-"""A round falling due while a spout reads a backlog waits up to this share of the snapshot
-interval for the spouts to catch up, so that one round commits the backlog's end instead of
-one just before it and another after (under a long backlog: a round every 1.5 intervals)."""
-
-
-def _spout_states(state: Flowing, roster: _Roster) -> set[ProcessorState]:
-    """What the spouts report in epoch ``e`` (reports of earlier epochs are stale)."""
-    return {report.state for spout in roster.of(Role.SPOUT)
-            if (report := roster.reports.get(spout)) is not None
-            and report.epoch == state.epoch}
-
-
-def caught_up(state: Flowing, roster: _Roster) -> bool:
-    """A spout reports it read a backlog to its partition's end in epoch ``e``, and none
-    reports being behind in it: a round now commits the backlog's results. (A trickling
-    stream never fills a fetch, so its spouts are never behind: it keeps the interval.)"""
-    states = _spout_states(state, roster)
-    return ProcessorState.CAUGHT_UP in states and ProcessorState.BEHIND not in states
-
-
-def behind(state: Flowing, roster: _Roster) -> bool:
-    """A spout reports it is reading a backlog in epoch ``e`` (its last fetch came back
-    full and it has not reached its partition's end since)."""
-    return ProcessorState.BEHIND in _spout_states(state, roster)
+def _spout_reports(roster: _Roster) -> list[ProcessorReport | None]:
+    return [roster.reports.get(spout) for spout in roster.of(Role.SPOUT)]
 
 
 def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
@@ -480,10 +426,10 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
                         f"stop requested by {view.stop.by}: a last round commits what was read")
     due = next_round_due(state, view, config)
     reason = f"snapshot interval {config.snapshot_interval:.1f}s elapsed"
-    if view.now < due and caught_up(state, roster):
+    if view.now < due and caught_up(state, _spout_reports(roster)):
         due = min(due, early_round_due(state, view, config))
         reason = "the spouts caught up with a backlog"
-    elif view.now >= due and behind(state, roster):
+    elif view.now >= due and behind(state, _spout_reports(roster)):
         wait = BEHIND_WAIT_SHARE * config.snapshot_interval
         if view.now < due + wait:
             return _wait(roster, view, due + wait,
@@ -524,6 +470,13 @@ def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) ->
         backfills.append({spout.partition: min(back, offset)})
     if not waiting:
         clock = {p: NOTHING for p in roster.partitions} | merge_max(*positions)
+        idle = nothing_new(state, view, clock)
+        if idle is not None:  # and the garbage its commit left to the retention goes now
+            forget = _forget(idle.epoch, idle.snapshots.values(), idle.previous)
+            return Decision(Flowing(e, None), (*notes, ConfirmCommitted(idle.epoch), forget),
+                            f"snapshot round {e} skipped: the spouts paused at the clock of "
+                            f"committed round {idle.epoch} {clock_to_json(clock)}, and no "
+                            f"record was read since the round before it")
         backfill = None
         if state.catching_up:  # the backfill cursors' positions; the live ones' if joined
             backfill = {p: NOTHING for p in roster.partitions} | merge_max(*backfills)
@@ -542,6 +495,15 @@ def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) ->
     return Decision(None, tuple(notes),
                     f"snapshot round {e}: waiting for {_names(waiting)} to pause",
                     wake_at=deadline)
+
+
+def _forget(epoch: int, refs: Iterable[str], previous: CommittedRecord | None
+            ) -> ForgetSnapshots:
+    """What the committed round ``epoch`` (its ``refs``, ``previous`` the one before it)
+    makes garbage: every other snapshot of a round at or below it."""
+    keep = frozenset(refs) | frozenset(previous.snapshots.values() if previous else ())
+    return ForgetSnapshots(epoch, keep,
+                           frozenset({epoch} | ({previous.epoch} if previous else set())))
 
 
 def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
@@ -580,12 +542,8 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
         if backwards is not None:
             return Decision(Flowing(e, None, catching_up=state.catching_up), roster.notes,
                             f"round {e} not committed: {backwards}")
-        keep = frozenset(refs.values()) | frozenset(
-            committed.snapshots.values() if committed else ()
-        )
         commit = CommitClock(e, dict(clock), refs, clocks)
-        keep_epochs = frozenset({e} | ({committed.epoch} if committed else set()))
-        forget = ForgetSnapshots(e, keep, keep_epochs)
+        forget = _forget(e, refs.values(), committed)
         actions: tuple[NegotiatorAction, ...] = (*roster.notes, commit, forget)
         done = (f"round {e} committed at {clock_to_json(clock)}: all {len(refs)} bolt and "
                 f"sink instances saved")

@@ -307,6 +307,11 @@ class Shell:
             # The round before becomes the committed one (its own previous is not kept).
             txn.set_data(self.paths.committed, committed.previous.to_json(),
                          version=obs.committed_version)
+        confirms = decision.confirms
+        if confirms is not None and committed is not None and committed.epoch == confirms.epoch:
+            # A skipped round: the committed one still stands (compare-and-set like a commit).
+            txn.set_data(self.paths.committed, committed.confirmed(now).to_json(),
+                         version=obs.committed_version)
         if isinstance(obs.state, SpoutsPaused) and isinstance(new, Flowing):
             self._pauses = {obs.state.epoch: now - obs.view.entered_at}
         for commit in decision.commits:
@@ -346,6 +351,8 @@ class Shell:
             if fallback is not None:
                 self.metrics.fallbacks.inc()
             self.metrics.rounds_committed.inc(len(decision.commits))
+            if confirms is not None:
+                self.metrics.rounds_skipped.inc()
             if (isinstance(new, Initialize) and new != obs.state  # a renewed deadline is none
                     and obs.state.phase not in START_PHASES):  # a start is none either
                 self.metrics.recoveries.inc()
@@ -354,6 +361,10 @@ class Shell:
             self.metrics.epoch.set(new.epoch)
         for action in decision.actions:
             if isinstance(action, ForgetSnapshots):
+                if not decision.commits:  # a skipped round's: said once, at the commit
+                    if self.on_forget is not None:
+                        self.on_forget(action)
+                    continue
                 log.info("epoch=%d garbage: snapshots of rounds <= %d except the %d refs of the "
                          "committed record and its previous", new.epoch, action.up_to_epoch,
                          len(action.keep))

@@ -441,11 +441,11 @@ class ProcessorState(enum.StrEnum):
     BEHIND = "behind"
     """A flowing spout is reading a backlog: a fetch came back full. A round falling due
     meanwhile waits a little for it to catch up
-    (``hailstorm.negotiator.machine.BEHIND_WAIT_SHARE``)."""
+    (``hailstorm.negotiator.cadence.BEHIND_WAIT_SHARE``)."""
     CAUGHT_UP = "caught-up"
     """A flowing spout read a backlog to the partition's end since the last round paused
     it. When a spout reports it for this epoch and none reports ``behind``, the negotiator
-    starts the next round early (``hailstorm.negotiator.machine.early_round_due``), so the
+    starts the next round early (``hailstorm.negotiator.cadence.early_round_due``), so the
     backlog's results commit without waiting for the interval."""
 
 
@@ -581,7 +581,11 @@ class CommittedRecord:
 
     ``clocks``: the bolts and sinks *catching up* (docs/upgrading.md), each at its own
     clock (below ``clock`` somewhere); every other node is at ``clock``
-    (:meth:`clock_of`)."""
+    (:meth:`clock_of`).
+
+    ``confirmed_at``: the last time a snapshot round found the spouts paused at this
+    round's clock (nothing read since it) and was skipped, so that the round still stood
+    then (None: no round was skipped since this one committed; see :attr:`standing_at`)."""
 
     epoch: int
     clock: Clock
@@ -591,6 +595,17 @@ class CommittedRecord:
     snapshot_s: float | None = None
     pause_s: float | None = None
     clocks: Mapping[str, Clock] = field(default_factory=dict)
+    confirmed_at: float | None = None
+
+    @property
+    def standing_at(self) -> float:
+        """The last time this round was known to hold everything read: its commit, or the
+        latest skipped round that confirmed it."""
+        return max(self.committed_at, self.confirmed_at or 0.0)
+
+    def confirmed(self, at: float) -> CommittedRecord:
+        """This record, confirmed at ``at`` by a skipped round."""
+        return replace(self, confirmed_at=at)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -603,6 +618,7 @@ class CommittedRecord:
             "pause_s": self.pause_s,
             **({"clocks": {n: clock_to_json(c) for n, c in sorted(self.clocks.items())}}
                if self.clocks else {}),
+            **({"confirmed_at": self.confirmed_at} if self.confirmed_at is not None else {}),
         }
 
     def to_json(self) -> bytes:
@@ -624,6 +640,7 @@ class CommittedRecord:
                 _float_or_none(d.get("snapshot_s")),
                 _float_or_none(d.get("pause_s")),
                 {str(n): clock_from_json(c) for n, c in dict(d.get("clocks") or {}).items()},
+                _float_or_none(d.get("confirmed_at")),
             )
 
         result: CommittedRecord = _load("committed record", raw, build)
@@ -635,7 +652,7 @@ class CommittedRecord:
         clocks: Mapping[str, Mapping[Partition, int]] | None = None,
     ) -> CommittedRecord:
         """The record that commits a newer round and keeps this one as ``previous``."""
-        keep = replace(self, previous=None)
+        keep = replace(self, previous=None, confirmed_at=None)
         return CommittedRecord(epoch, dict(clock), dict(snapshots), committed_at, keep,
                                snapshot_s, pause_s,
                                {n: dict(c) for n, c in (clocks or {}).items()})

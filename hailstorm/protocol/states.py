@@ -170,13 +170,15 @@ LEGAL_TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
     Phase.INITIALIZE: frozenset({Phase.INITIALIZE, Phase.SPOUTS_REWIND, Phase.STOPPED}),
     Phase.SPOUTS_REWIND: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED}),
     Phase.FLOWING: frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED}),
-    Phase.SPOUTS_PAUSED: frozenset({Phase.INITIALIZE, Phase.FLOWING_SNAPSHOT}),
+    Phase.SPOUTS_PAUSED: frozenset({Phase.INITIALIZE, Phase.FLOWING_SNAPSHOT, Phase.FLOWING}),
     Phase.FLOWING_SNAPSHOT: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED}),
     Phase.STOPPED: frozenset({Phase.INITIALIZE}),
 }
 """Phase -> the phases the master may move to next. A stop drains: Flowing(None) starts a
 last round at once, whose commit enters Stopped; before anything flows (Initialize,
-SpoutsRewind) nothing was read past the committed clock, so Stopped follows at once."""
+SpoutsRewind) nothing was read past the committed clock, so Stopped follows at once. A
+round whose spouts paused at the committed clock with nothing new goes from SpoutsPaused
+straight back to Flowing(None): skipped, no snapshot written."""
 
 START_PHASES: frozenset[Phase] = frozenset({Phase.DISCONNECTED, Phase.STOPPED})
 """Leaving one of these for Initialize is a start, not a recovery."""

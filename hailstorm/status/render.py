@@ -42,8 +42,11 @@ def render(doc: Mapping[str, Any]) -> Any:
     if committed is None:
         parts.append(Text("committed: nothing yet"))
     else:
+        confirmed = committed.get("confirmed_age_s")
+        still = "" if confirmed is None else \
+            f"; nothing read since (checked {_fmt(confirmed, ' s')} ago)"
         parts.append(Text(f"committed: round {committed['epoch']}, "
-                          f"{_fmt(committed['age_s'], ' s')} ago"))
+                          f"{_fmt(committed['age_s'], ' s')} ago{still}"))
         for node, clock in (committed.get("catching_up") or {}).items():
             parts.append(Text(f"  {node} catching up on its own clock, at {clock}"))
     for neg in doc.get("negotiators", []):

@@ -89,16 +89,16 @@ def run_killing_a_spout_then_a_bolt(
     stack: StackAddresses, module: Path, topic: str, first: list[bytes], second: list[bytes],
     log_dir: Path,
     check: Callable[[TopologyRun, dict[Any, int], Produced], None] | None = None,
-    settle_rounds: int = 0,
+    settle: bool = False,
 ) -> KilledRun:
     """Run ``module`` on ``topic``: produce ``first``; once a round committed it, kill a
     spout (its rewind must rebuild what depends on those records, e.g. stream times); then
     produce ``second`` at 800/s and kill a bolt half way. Every kill must be followed by a
     recovery and a commit; the end is a committed round covering every offset, checked by
-    ``check(run, clock, produced)`` before the run stops. ``settle_rounds``: read the
-    states that many committed rounds after the covering one (no new data: the same
-    model), so that work a bolt does after the last tuple (a sweep of closed windows) is
-    in them."""
+    ``check(run, clock, produced)`` before the run stops. ``settle``: read the states of
+    the round the negotiator takes after the covering one (no new data: the same clock
+    and model) once it stood idle (a round skipped since confirmed it), so that work a
+    bolt does after the last tuple (a sweep of closed windows) is in them."""
     partitions = kafka.partitions_of(stack.kafka, topic)
     produced = Produced(topic)
     with TopologyRun(stack, module, log_dir=log_dir) as run:
@@ -120,13 +120,13 @@ def run_killing_a_spout_then_a_bolt(
         target = {(topic, p): o for p, o in produced.last_offsets().items()}
         committed = run.wait_committed(target, 240)
         assert dict(committed.clock) == target
-        if settle_rounds:
-            last = committed.epoch
+        if settle:  # a round is skipped only after one at its previous round's clock
             committed = wait_for(
-                f"{settle_rounds} more committed rounds",
+                "the round after the last records, then a skipped one",
                 lambda: (c if (c := run.committed()) is not None
-                         and c.epoch >= last + settle_rounds else None), 120, run.alive)
+                         and c.confirmed_at is not None else None), 120, run.alive)
             assert dict(committed.clock) == target
+            assert committed.previous is not None and committed.previous.clock == target
         states = run.committed_bolt_states(committed)
         tables = run.sink_tables()
         run.check_recoveries()

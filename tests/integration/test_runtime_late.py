@@ -122,7 +122,7 @@ def test_late_views_are_routed_exactly_once_across_kills(
     ran = run_killing_a_spout_then_a_bolt(
         stack, module, topic, _views(3_000, 1, 0, ahead=PARTITIONS),
         _views(4_000, 2, 3_000_000), tmp_path / "logs", stream_times_kept,
-        settle_rounds=6)  # a bolt sweeps closed windows in slices after the last tuple
+        settle=True)  # a bolt sweeps closed windows in slices after the last tuple
     states, tables = ran.states, ran.tables
 
     messages = ran.produced.model_messages()

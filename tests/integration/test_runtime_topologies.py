@@ -1,5 +1,6 @@
 """Beyond word count: a bolt feeding a bolt (both with parallelism 2) stays exact across a
-kill, and a bolt instance that receives no data still snapshots every round."""
+kill, a bolt instance that receives no data still snapshots every round, and an idle
+topology skips its rounds."""
 
 from __future__ import annotations
 
@@ -103,10 +104,12 @@ def test_two_level_topology_is_exact_across_a_kill(
         run.check_recoveries()
 
 
-def test_a_bolt_instance_without_data_still_snapshots(
+def test_a_bolt_instance_without_data_still_snapshots_and_an_idle_topology_writes_none(
     stack_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Every word routes to instance 0; instance 1 must still save at every newer clock."""
+    """Every word routes to instance 0; instance 1 must still save at every newer clock.
+    Once nothing is read, one more round is taken (at the same clock), then rounds are
+    skipped: no snapshot file is written until records arrive again."""
     stack = StackAddresses.from_env(stack_env)
     topic = f"lonely-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(stack.kafka, topic, PARTITIONS)
@@ -128,25 +131,44 @@ def test_a_bolt_instance_without_data_still_snapshots(
         produce(stack.kafka, produced, batch(2_000), partitions)
         later = run.wait_committed(_target(produced), 120)
         assert all(later.clock[p] > earlier.clock[p] for p in later.clock)
-        # Two more rounds with no data at all: instance 1 keeps saving.
-        last: CommittedRecord = wait_for(
-            "two more committed rounds",
-            lambda: (c := run.committed()) and c.epoch > later.epoch + 2 and c, 60, run.alive)
+        # Idle: the round after the last records is taken, then the next ones are skipped.
+        settled: CommittedRecord = wait_for(
+            "a skipped round", lambda: (c := run.committed()) and c.confirmed_at and c,
+            60, run.alive)
+        assert settled.clock == later.clock and settled.previous is not None
+        assert settled.previous.clock == later.clock
         store = DirectorySnapshotStore(stack.snapshots)
+        files = {ref.key for ref in store.list(run.topology.name)}
+        assert settled.confirmed_at is not None
+        confirmed = settled.confirmed_at
+        idle: CommittedRecord = wait_for(
+            "three more skipped rounds",
+            lambda: (c := run.committed()) and (c.confirmed_at or 0) > confirmed + 2.5 and c,
+            60, run.alive)
+        assert idle.epoch == settled.epoch, "an idle topology committed another round"
+        assert {ref.key for ref in store.list(run.topology.name)} == files, \
+            "an idle topology wrote snapshot files"
+        master = run.master()
+        assert master is not None
+        assert "skipped" in master.reason, master.reason
+        # Records again: rounds start again, and instance 1 saves in them.
+        produce(stack.kafka, produced, batch(500), partitions)
+        last = run.wait_committed(_target(produced), 120)
+        assert last.epoch > settled.epoch and last.confirmed_at is None
         seen_refs = set()
-        for committed in (earlier, later, last):
+        for committed in (earlier, later, settled, last):
             ref = committed.snapshot_for("bolt:counts:1")
             assert ref is not None
             seen_refs.add(ref)
             clock, state = store.load(ref, run.topology.node("counts").state)  # type: ignore[union-attr]
             assert clock == committed.clock
             assert state == {}
-        assert len(seen_refs) == 3  # a new snapshot of instance 1 in every round
+        assert len(seen_refs) == 4  # a new snapshot of instance 1 in every round taken
         states = run.committed_bolt_states(last)
         model = run_model(run.topology, produced.model_messages())
         assert states["counts"].instances == model.instance_states("counts")
         assert states["counts"].instances[1] == {}
-        assert sum(states["counts"].merged.values()) == 4_000 * 5
+        assert sum(states["counts"].merged.values()) == 4_500 * 5
         run.check_recoveries()
 
 

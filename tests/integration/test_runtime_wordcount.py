@@ -78,7 +78,7 @@ def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> N
     produced = Produced(TOPIC)
     produce(run.stack.kafka, produced, wordcount_lines(20_000, seed=1), partitions)
     run.start()
-    first = wait_for("a first commit", run.committed, 240, run.alive)
+    wait_for("a first commit", run.committed, 240, run.alive)
     bad = [b"\xff\xfe not utf-8", b"ok \xc3", b"\x80"]
     produce(run.stack.kafka, produced, bad, partitions)
     produce(run.stack.kafka, produced, wordcount_lines(80_000, seed=2), partitions)
@@ -104,7 +104,7 @@ def test_wordcount_commits_exactly_the_model_state(deployment: TopologyRun) -> N
     assert len(reports) == PARTITIONS + 2 + 1
     assert all(r.error is None for r in reports.values())
     wait_for("the leader to delete superseded rounds' snapshots",
-             lambda: no_old_garbage(run, first.epoch), 60, run.alive)
+             lambda: no_old_garbage(run), 60, run.alive)
     run.check_recoveries()  # nothing was hurt: no restart at all
 
 
@@ -130,22 +130,20 @@ RETENTION = 10.0
 """The negotiators' --snapshot-retention in these runs (s)."""
 
 
-def no_old_garbage(run: TopologyRun, first_epoch: int) -> bool:
-    """The first committed round's snapshots are gone, the committed round's are there, and
-    every snapshot of a round the commit made garbage (older, and not the previous committed
-    round) is younger than the retention (plus slack). A racing commit or collection makes
-    this False until a later poll."""
+def no_old_garbage(run: TopologyRun) -> bool:
+    """Every snapshot file of the topology is one the committed record needs (its round's
+    or the previous round's, or a base their deltas build on: an idle topology commits no
+    full snapshot that would end a chain), or younger than the retention (plus slack). A
+    racing commit or collection makes this False until a later poll."""
     committed = run.committed()
     if committed is None:
         return False
-    keep = {committed.epoch} | ({committed.previous.epoch} if committed.previous else set())
-    refs = DirectorySnapshotStore(run.stack.snapshots).list(run.name)
-    epochs = {ref.epoch for ref in refs}
-    if committed.epoch not in epochs or first_epoch in epochs:
-        return False
+    store = DirectorySnapshotStore(run.stack.snapshots)
+    needed = {ref.key for live in committed.live_refs() if "/" in live  # not a sink's
+              for ref in store.chain(live)}
     old = time.time() - RETENTION - 5
-    garbage = [ref for ref in refs if ref.epoch < committed.epoch and ref.epoch not in keep]
-    return all(ref.path.stat().st_mtime > old for ref in garbage if ref.path.exists())
+    return all(ref.key in needed or ref.path.stat().st_mtime > old
+               for ref in store.list(run.name) if ref.path.exists())
 
 
 # A killed bolt: test_a_corrupt_committed_snapshot_falls_back_to_the_previous_round.

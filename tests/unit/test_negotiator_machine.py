@@ -11,18 +11,21 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from hailstorm.negotiator.machine import (
+from hailstorm.negotiator.cadence import (
     BEHIND_WAIT_SHARE,
     CAUGHT_UP_SHARE,
     MIN_FLOWING_SHARE,
+    next_round_due,
+)
+from hailstorm.negotiator.machine import (
     CommitClock,
     Config,
+    ConfirmCommitted,
     Decision,
     FallBack,
     ForgetSnapshots,
     Ignored,
     View,
-    next_round_due,
     step,
 )
 from hailstorm.protocol.clock import Clock, dominates
@@ -141,7 +144,8 @@ def test_transition_relation_is_complete_data() -> None:
     assert is_legal(Flowing(3), SpoutsPaused(4))
     assert not is_legal(Flowing(3), SpoutsPaused(3)), "a snapshot round starts a new epoch"
     assert not is_legal(Flowing(3), Flowing(4)), "Flowing keeps the epoch"
-    assert not is_legal(SpoutsPaused(3), Flowing(3)), "Flowing(None) does not follow a pause"
+    assert is_legal(SpoutsPaused(3), Flowing(3)), "a round that changes nothing is skipped"
+    assert not is_legal(SpoutsPaused(3), Flowing(4)), "a skipped round keeps its epoch"
     assert is_legal(SpoutsPaused(3), Flowing(3, C))
     assert not is_legal(Initialize(3), Initialize(3))
     assert not is_legal(Initialize(3), Initialize(2))
@@ -621,6 +625,63 @@ def test_paused_two_spouts_on_one_partition_take_the_max() -> None:
     assert d.next_state == Flowing(7, {P0: 20, P1: 4})
 
 
+# A committed round at C whose round before was at C too: nothing changed since (settled).
+SETTLED = CommittedRecord(6, dict(C), {b: f"s{b}" for b in SAVERS}, 1.0,
+                          CommittedRecord(5, dict(C), {b: f"p{b}" for b in SAVERS}))
+
+
+def test_a_round_with_nothing_read_since_a_settled_commit_is_skipped() -> None:
+    d = check(SpoutsPaused(7), view(PAUSED_LIVING, committed=SETTLED))
+    assert d.next_state == Flowing(7)
+    kept = frozenset(f"{a}{b}" for a in "sp" for b in SAVERS)  # the committed and previous
+    assert d.actions == (ConfirmCommitted(6), ForgetSnapshots(6, kept, frozenset({5, 6})))
+    assert d.confirms == ConfirmCommitted(6)
+    assert not d.commits
+    assert d.reason == ("snapshot round 7 skipped: the spouts paused at the clock of committed "
+                        "round 6 {'words:0': 15, 'words:1': 4}, and no record was read "
+                        "since the round before it")
+
+
+def test_the_first_round_after_the_last_record_is_taken_then_rounds_are_skipped() -> None:
+    """The round after the one that committed the last records keeps what the bolts did
+    after their last tuple (a sweep of closed windows)."""
+    moved = CommittedRecord(6, dict(C), {}, 1.0, CommittedRecord(5, dict(R), {}))
+    assert check(SpoutsPaused(7), view(PAUSED_LIVING, committed=moved)).next_state \
+        == Flowing(7, C)
+    first = CommittedRecord(6, dict(C), {})  # no round before it: a first commit
+    assert check(SpoutsPaused(7), view(PAUSED_LIVING, committed=first)).next_state \
+        == Flowing(7, C)
+
+
+@pytest.mark.parametrize("position", [16, 14])
+def test_a_round_at_another_clock_than_the_committed_one_is_taken(position: int) -> None:
+    living = with_spouts(PAUSED_LIVING, ProcessorState.PAUSED, 7, {S0: position})
+    d = check(SpoutsPaused(7), view(living, committed=SETTLED))
+    assert d.next_state == Flowing(7, {P0: position, P1: 4}) and not d.confirms
+
+
+def test_a_partition_the_committed_round_has_not_seen_takes_a_round_once_read() -> None:
+    grown = replace(SETTLED, clock={P0: 15}, previous=replace(SETTLED.previous, clock={P0: 15}))
+    living = with_spouts(PAUSED_LIVING, ProcessorState.PAUSED, 7, {S1: -1})
+    assert check(SpoutsPaused(7), view(living, committed=grown)).next_state == Flowing(7), \
+        "a partition missing from a clock is at -1: nothing was read from it, skipped"
+    living = with_spouts(PAUSED_LIVING, ProcessorState.PAUSED, 7, {S1: 0})
+    assert check(SpoutsPaused(7), view(living, committed=grown)).next_state \
+        == Flowing(7, {P0: 15, P1: 0})
+
+
+def test_a_stop_or_a_node_catching_up_never_skips_its_round() -> None:
+    stop = replace(view(PAUSED_LIVING, committed=SETTLED), stop=StopRequest("hailstorm stop", T0))
+    assert check(SpoutsPaused(7), stop).next_state == Flowing(7, C)
+    catching = check(SpoutsPaused(7, frozenset({"counts"})), view(
+        with_spouts(FLOWING_LIVING, ProcessorState.PAUSED, 7, {S0: 15, S1: 4}),
+        committed=SETTLED))
+    assert catching.next_state is not None and catching.next_state.clock == C
+    behind = replace(SETTLED, clocks={"counts": {P0: 3, P1: -1}})
+    assert check(SpoutsPaused(7), view(PAUSED_LIVING, committed=behind)).next_state \
+        == Flowing(7, C)
+
+
 # --------------------------------------------------------------------------- Flowing(C)
 
 
@@ -1097,6 +1158,15 @@ class Model:
                                                  dict(commit.snapshots), self.now)
             self.commits.append(commit)
             self.older_load.clear()
+        if d.confirms is not None:  # a skipped round: nothing changed since the committed one
+            assert isinstance(before, SpoutsPaused) and after == Flowing(before.epoch)
+            committed = self.committed
+            assert committed is not None and committed.previous is not None
+            assert d.confirms.epoch == committed.epoch and v.stop is None
+            assert all(committed.clock.get(p, -1) == committed.previous.clock.get(p, -1)
+                       for p in set(committed.clock) | set(committed.previous.clock))
+            event("a round skipped")
+            self.committed = committed.confirmed(self.now)
         self.state = after
         self.entered_at = self.now
         return d

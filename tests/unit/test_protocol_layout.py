@@ -168,6 +168,17 @@ def test_committed_record_keeps_one_previous() -> None:
     assert third.snapshot_for("bolt:c:1") is None
 
 
+def test_a_confirmed_committed_record_keeps_when_until_a_round_succeeds_it() -> None:
+    first = CommittedRecord(3, {P0: 1}, {"bolt:c:0": "r3"}, 1.0)
+    assert first.confirmed_at is None and first.standing_at == 1.0
+    confirmed = first.confirmed(4.5)
+    assert confirmed.standing_at == 4.5
+    assert CommittedRecord.from_json(confirmed.to_json()) == confirmed
+    assert b"confirmed_at" not in first.to_json()
+    second = confirmed.succeeded_by(5, {P0: 4}, {"bolt:c:0": "r5"}, 6.0)
+    assert second.confirmed_at is None and second.previous == replace(first, previous=None)
+
+
 def test_is_garbage() -> None:
     rec = CommittedRecord(3, {P0: 1}, {"b": "r3"}).succeeded_by(5, {P0: 4}, {"b": "r5"}, 1)
     assert not is_garbage(None, 1, "r1")

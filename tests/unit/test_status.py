@@ -86,13 +86,15 @@ def test_master_committed_and_negotiators() -> None:
     assert doc["state"] == "Flowing" and doc["epoch"] == 8 and doc["leader"] == "neg-a"
     assert doc["master"]["age_s"] == 10.0 and doc["master"]["clock"] is None
     assert doc["committed"] == {"epoch": 7, "clock": {"words:0": 41, "words:1": 9},
-                                "committed_at": 995.0, "age_s": 5.0, "snapshot_s": 0.25,
+                                "committed_at": 995.0, "age_s": 5.0, "confirmed_at": None,
+                                "confirmed_age_s": None, "snapshot_s": 0.25,
                                 "pause_s": 0.0625, "snapshots": {"bolt:counts:0": REF},
                                 "size_bytes": 4096, "catching_up": {},
                                 "low_water_mark": {"words:0": 41, "words:1": 9}}
     assert doc["committed_previous"] == {
         "epoch": 5, "clock": {"words:0": 20, "words:1": 3}, "committed_at": 993.5,
-        "age_s": 6.5, "snapshot_s": None, "pause_s": None, "snapshots": {"bolt:counts:0": OLD},
+        "age_s": 6.5, "confirmed_at": None, "confirmed_age_s": None, "snapshot_s": None,
+        "pause_s": None, "snapshots": {"bolt:counts:0": OLD},
         "size_bytes": None, "catching_up": {}, "low_water_mark": {"words:0": 20, "words:1": 3}}
     assert [n["id"] for n in doc["negotiators"]] == ["neg-a", "neg-b"]
     assert doc["negotiators"][0] | {} == {
@@ -179,6 +181,19 @@ def test_render_draws_every_section() -> None:
                    "h2:7000", "missing", "4,096 B", "lag: offsets",
                        "records were lost"):
         assert needle in text, needle
+
+
+def test_an_idle_topology_shows_when_its_committed_round_was_last_confirmed() -> None:
+    base = inputs()
+    assert base.committed is not None
+    doc = assemble(inputs(committed=base.committed.confirmed(998.5)))
+    assert doc["committed"]["confirmed_at"] == 998.5
+    assert doc["committed"]["confirmed_age_s"] == 1.5
+    console = Console(width=200, record=True, file=None, force_terminal=False)
+    with console.capture() as captured:
+        console.print(render(doc))
+    assert "committed: round 7, 5.0 s ago; nothing read since (checked 1.5 s ago)" \
+        in captured.get()
 
 
 def test_resolve_name() -> None:

@@ -368,8 +368,9 @@ class TopologyRun(Deployment):
         tuples through the A/B split at the clock; an idle bolt never sees it.
 
         With ``crash`` (default: a coin toss) the bolt is SIGKILLed as soon as a round
-        committed after it resumed, so that the recovery loads a round whose split ran on
-        the backlog: a tuple at the clock put into B instead of A is lost only then."""
+        committed (or, idle, was confirmed) after it resumed, so that the recovery loads a
+        round whose split ran on the backlog: a tuple at the clock put into B instead of A
+        is lost only then."""
         rng = rng or random.Random()
         crash = rng.random() < 0.5 if crash is None else crash
         ident, victim = self._pick_processor("bolt", rng, None, epoch=epoch)
@@ -390,7 +391,7 @@ class TopologyRun(Deployment):
         if crash:
             resumed = time.time()
             wait_for(f"a round committed after {ident} resumed",
-                     lambda: (c := self.committed()) is not None and c.committed_at > resumed,
+                     lambda: (c := self.committed()) is not None and c.standing_at > resumed,
                      60, self.alive, poll=0.01)
             fault.lethal_at = time.time()
             self._sigkill(fault, victim)
@@ -536,7 +537,9 @@ class TopologyRun(Deployment):
         then "Flowing after" is when the master was first seen Flowing (about 0), or when
         it was last seen becoming Flowing after recovering. "Committed past it" needs a
         commit past the offsets the topology had reached (a broker fault: past those the
-        producer had acknowledged at the kill, see :meth:`kill_broker`), and the
+        producer had acknowledged at the kill, see :meth:`kill_broker`), standing after
+        the fault (committed then, or confirmed by a round skipped because nothing had
+        changed: :attr:`~hailstorm.protocol.layout.CommittedRecord.standing_at`), and the
         measurement lasts until a killed Kafka node answers again too
         (``restored_after``).
         """
@@ -588,7 +591,7 @@ class TopologyRun(Deployment):
                 recovery.flowing_after = now - fault.at
             committed = self.committed()
             if (recovery.flowing_after is not None and committed is not None
-                    and committed.committed_at >= fault.at
+                    and committed.standing_at >= fault.at
                     and all(committed.clock.get((t, int(p)), -1) >= o
                             for key, o in self._needed(fault, producer).items()
                             for t, p in [key.rsplit(":", 1)])):
