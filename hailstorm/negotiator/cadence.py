@@ -108,16 +108,20 @@ def behind(state: Flowing, spouts: SpoutReports) -> bool:
     return ProcessorState.BEHIND in _spout_states(state, spouts)
 
 
-def nothing_new(state: SpoutsPaused, view: View, clock: Clock) -> CommittedRecord | None:
+def nothing_new(state: SpoutsPaused, view: View, clock: Clock,
+                backfill: Clock | None) -> CommittedRecord | None:
     """The committed round, when a round at ``clock`` would change nothing and is skipped:
     the spouts paused at its clock (nothing read since it) and it was itself at its
     previous round's clock, so it already holds what the bolts did after their last tuple
     (a sweep of closed windows). An idle topology thus writes one round after its last
     record, then none. Never while a stop drains (its last round enters ``Stopped``) or a
-    node catches up on its own clock."""
+    node catches up on its own clock: its entry in the committed record, or a backfill
+    cursor (``backfill``, the paused backfill clock) that has not joined the live one."""
     committed = view.committed
     if (committed is None or committed.previous is None or view.stop is not None
-            or state.catching_up or committed.clocks):
+            or committed.clocks):
+        return None
+    if state.catching_up and (backfill is None or not same_clock(backfill, clock)):
         return None
     if same_clock(clock, committed.clock) and same_clock(committed.clock,
                                                            committed.previous.clock):

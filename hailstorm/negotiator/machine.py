@@ -470,16 +470,17 @@ def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) ->
         backfills.append({spout.partition: min(back, offset)})
     if not waiting:
         clock = {p: NOTHING for p in roster.partitions} | merge_max(*positions)
-        idle = nothing_new(state, view, clock)
-        if idle is not None:  # and the garbage its commit left to the retention goes now
-            forget = _forget(idle.epoch, idle.snapshots.values(), idle.previous)
-            return Decision(Flowing(e, None), (*notes, ConfirmCommitted(idle.epoch), forget),
-                            f"snapshot round {e} skipped: the spouts paused at the clock of "
-                            f"committed round {idle.epoch} {clock_to_json(clock)}, and no "
-                            f"record was read since the round before it")
         backfill = None
         if state.catching_up:  # the backfill cursors' positions; the live ones' if joined
             backfill = {p: NOTHING for p in roster.partitions} | merge_max(*backfills)
+        idle = nothing_new(state, view, clock, backfill)
+        if idle is not None:  # and the garbage its commit left to the retention goes now
+            forget = _forget(idle.epoch, idle.snapshots.values(), idle.previous)
+            return Decision(Flowing(e, None, catching_up=state.catching_up),
+                            (*notes, ConfirmCommitted(idle.epoch), forget),
+                            f"snapshot round {e} skipped: the spouts paused at the clock of "
+                            f"committed round {idle.epoch} {clock_to_json(clock)}, and no "
+                            f"record was read since the round before it")
         return Decision(
             Flowing(e, clock, backfill, state.catching_up), tuple(notes),
             f"all {len(positions)} spouts paused; snapshot clock {clock_to_json(clock)}"

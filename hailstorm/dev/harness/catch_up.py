@@ -209,6 +209,9 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
                      240 + history / 1_000, run.alive)
             producer.join(60 + live / rate)
         committed = run.wait_committed(produced.clock(), 120)
+        # Read now: by the time the model is computed, later rounds may have superseded
+        # this one and the retention deleted its files.
+        states = run.committed_bolt_states(committed)
         result.rounds = rounds.table(started)
         progress(result.rounds)
         behind = rounds.catching_up("cased")
@@ -225,7 +228,6 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
         wait_for("the new sink's table to equal the model",
                  lambda: run.sink_tables()["cased_counts"] == model.table("cased_counts"),
                  60, run.alive)
-        result.comparison = compare_with_model(model, run.committed_bolt_states(committed),
-                                               run.sink_tables())
+        result.comparison = compare_with_model(model, states, run.sink_tables())
         progress(comparison_line(result.comparison))
     return result
