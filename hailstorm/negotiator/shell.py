@@ -52,6 +52,7 @@ from hailstorm.protocol.layout import (
     MasterRecord,
     RecoveryRecord,
     SnapshotReport,
+    StopRequest,
     TopologyPaths,
 )
 from hailstorm.protocol.records import TopologyRecords
@@ -110,6 +111,18 @@ def describe_transition(old: MasterState, new: MasterState, reason: str) -> str:
     if new.epoch == old.epoch:
         return f"epoch={old.epoch} {label(old)} -> {label(new)}: {reason}"
     return f"epoch={old.epoch} {label(old)} -> epoch={new.epoch} {label(new)}: {reason}"
+
+
+def still_idle(old: MasterState, new: MasterState, committed: CommittedRecord | None,
+               stop: StopRequest | None) -> bool:
+    """Whether ``old -> new`` is a pause or a skipped round of a topology that was idle
+    already (a round was skipped since the committed one): logged at DEBUG, so that an
+    idle topology says so once, not twice an interval."""
+    if committed is None or committed.confirmed_at is None or stop is not None:
+        return False
+    pause = isinstance(old, Flowing) and isinstance(new, SpoutsPaused)
+    skip = isinstance(old, SpoutsPaused) and isinstance(new, Flowing) and new.clock is None
+    return pause or skip
 
 
 class Shell:
@@ -338,7 +351,8 @@ class Shell:
             return False
         self._noted.clear()
         self._last_wait = ""
-        log.info("%s", describe_transition(obs.state, new, decision.reason))
+        log.log(logging.DEBUG if still_idle(obs.state, new, obs.committed, obs.view.stop)
+                else logging.INFO, "%s", describe_transition(obs.state, new, decision.reason))
         if scope is not None:
             log.info("epoch=%d recovery %s", new.epoch, scope)
         if isinstance(new, Initialize):
