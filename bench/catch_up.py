@@ -1,6 +1,7 @@
 """A new bolt added to a topology with a long history (issue 41): 2M lines by default.
 
     .venv/bin/python bench/catch_up.py [--history 2000000] [--live 20000] [--rate 200]
+                                       [--text zipf|toy]
 
 Starts an embedded stack of its own (brought down afterwards) and runs
 :func:`hailstorm.dev.harness.catch_up.catch_up_run`: a word count commits ``--history``
@@ -35,13 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live", type=int, default=20_000,
                         help="Lines produced while it catches up.")
     parser.add_argument("--rate", type=float, default=200.0, help="Live lines per second.")
+    parser.add_argument("--text", choices=("zipf", "toy"), default="zipf",
+                        help="zipf: realistic text (50,000 words by Zipf's law: the new "
+                             "bolt's state grows to tens of thousands of keys); toy: ten "
+                             "words, as the integration test uses (a best case).")
     args = parser.parse_args(argv)
     logs = bench_logs("hailstorm-catch-up-")
     with embedded_stack() as env:
         result = catch_up_run(StackAddresses.from_env(env), logs, history=args.history,
-                              live=args.live, rate=args.rate)
+                              live=args.live, rate=args.rate, text=args.text)
     c = result.comparison
     report("catch_up", {"history": args.history, "live": args.live, "rate": args.rate,
+                        "text": args.text,
                         "rounds_catching_up": result.catching_up,
                         "clock_moved": result.clock_moved, "joined_s": result.joined_s,
                         "restarts": result.restarts,

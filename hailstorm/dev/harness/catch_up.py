@@ -18,7 +18,12 @@ from pathlib import Path
 from hailstorm import kafka
 from hailstorm.dev.harness.compare import Comparison, compare_with_model
 from hailstorm.dev.harness.deployment import REPO, Deployment
-from hailstorm.dev.harness.producing import BackgroundProducer, Produced, produce
+from hailstorm.dev.harness.producing import (
+    BackgroundProducer,
+    Produced,
+    produce,
+    zipf_text_lines,
+)
 from hailstorm.dev.harness.run import TopologyRun
 from hailstorm.dev.harness.stack import SQLITE, StackAddresses
 from hailstorm.dev.harness.wait import wait_for
@@ -129,7 +134,7 @@ def comparison_line(comparison: Comparison) -> str:
 WORDS = ["Apple", "apple", "Bob", "bob", "cat", "Cat", "dog", "Eel", "eel", "fox"]
 
 
-def _lines(rng: random.Random, n: int) -> list[bytes]:
+def _toy_lines(rng: random.Random, n: int) -> list[bytes]:
     return [" ".join(rng.choices(WORDS, k=4)).encode() for _ in range(n)]
 
 
@@ -163,12 +168,23 @@ class CatchUpResult:
 
 
 def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, rate: float,
-                 partitions: int = 2, snapshot_interval: float = 1.0,
+                 partitions: int = 2, snapshot_interval: float = 1.0, text: str = "toy",
                  progress: Callable[[str], None] = print) -> CatchUpResult:
     """Commit ``history`` lines with :data:`CATCH_UP_BASE`, then deploy it with
     :data:`CATCH_UP_NEW` under the same name while ``live`` lines are produced at ``rate``
     a second; wait for the new bolt to join the rounds and compare every state and table
-    with the model."""
+    with the model. ``text``: ``toy`` (lines of four of :data:`WORDS`: a state of a few
+    keys) or ``zipf`` (realistic text, :func:`zipf_text_lines`: tens of thousands of
+    keys, so every round's snapshot and table write grow with the backfill)."""
+    if text not in ("toy", "zipf"):
+        raise ValueError(f"text must be 'toy' or 'zipf', not {text!r}")
+    seeds = iter(range(1, 1_000_000))
+
+    def _lines(rng: random.Random, n: int) -> list[bytes]:
+        if text == "zipf":
+            return zipf_text_lines(n, next(seeds))
+        return _toy_lines(rng, n)
+
     result = CatchUpResult()
     topic = f"catchup-{uuid.uuid4().hex[:8]}"
     kafka.create_topic(stack.kafka, topic, partitions)
