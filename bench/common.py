@@ -8,7 +8,9 @@ import os
 import platform
 import random
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -139,11 +141,23 @@ def embedded_dev_stack(prefix: str = "hailstorm-bench-", startup_timeout: float 
     state_dir = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(state_dir, 0o755)  # the 'postgres' user must reach its data directory
     stack = DevStack(state_dir, startup_timeout=startup_timeout)
+    # A bench ended by SIGTERM (``timeout``, a CI limit) must still stop what it started:
+    # the default action ends the process without running this ``finally``.
+    previous = signal.getsignal(signal.SIGTERM)
+    handled = previous == signal.SIG_DFL and threading.current_thread() is threading.main_thread()
+    if handled:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         yield stack, stack.up().env()
     finally:
         stack.down()
         shutil.rmtree(state_dir, ignore_errors=True)
+        if handled:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    raise SystemExit(f"stopped by signal {signum}: bringing the stack down")
 
 
 def machine() -> dict[str, Any]:
