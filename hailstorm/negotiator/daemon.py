@@ -85,8 +85,8 @@ class SnapshotCollector:
         self.topology = topology
         self.store = open_store(location)
         self.retention = retention
-        self._asked: dict[int, float] = {}
-        """When a collection of rounds ``<= epoch`` was first asked for."""
+        self._asked = (-1, 0.0)
+        """The latest ``up_to_epoch`` asked for, and when it was first asked for."""
         self._collected = -1
         """Rounds at or below this are collected whole: nothing was held back for them."""
 
@@ -104,9 +104,9 @@ class SnapshotCollector:
         up_to = action.up_to_epoch
         if up_to <= self._collected:
             return
-        asked = self._asked.setdefault(up_to, time.time())
-        self._asked = {up_to: asked}
-        whole = time.time() - self.retention >= asked
+        if self._asked[0] != up_to:
+            self._asked = (up_to, time.time())
+        whole = time.time() - self.retention >= self._asked[1]
         bolt_refs = [ref for ref in action.keep if not _SINK_REF.match(ref)]
         try:
             removed = self.store.forget_rounds(self.topology, action.up_to_epoch,

@@ -426,10 +426,11 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
                         f"stop requested by {view.stop.by}: a last round commits what was read")
     due = next_round_due(state, view, config)
     reason = f"snapshot interval {config.snapshot_interval:.1f}s elapsed"
-    if view.now < due and caught_up(state, _spout_reports(roster)):
+    spouts = _spout_reports(roster)
+    if view.now < due and caught_up(state, spouts):
         due = min(due, early_round_due(state, view, config))
         reason = "the spouts caught up with a backlog"
-    elif view.now >= due and behind(state, _spout_reports(roster)):
+    elif view.now >= due and behind(state, spouts):
         wait = BEHIND_WAIT_SHARE * config.snapshot_interval
         if view.now < due + wait:
             return _wait(roster, view, due + wait,

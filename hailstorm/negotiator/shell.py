@@ -375,13 +375,10 @@ class Shell:
             self.metrics.epoch.set(new.epoch)
         for action in decision.actions:
             if isinstance(action, ForgetSnapshots):
-                if not decision.commits:  # a skipped round's: said once, at the commit
-                    if self.on_forget is not None:
-                        self.on_forget(action)
-                    continue
-                log.info("epoch=%d garbage: snapshots of rounds <= %d except the %d refs of the "
-                         "committed record and its previous", new.epoch, action.up_to_epoch,
-                         len(action.keep))
+                if decision.commits:  # a skipped round's garbage was said at its commit
+                    log.info("epoch=%d garbage: snapshots of rounds <= %d except the %d refs "
+                             "of the committed record and its previous", new.epoch,
+                             action.up_to_epoch, len(action.keep))
                 if self.on_forget is not None:
                     self.on_forget(action)
         return True

@@ -4,6 +4,7 @@ run for real: :func:`catch_up_run`, shared by ``tests/integration/test_runtime_c
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import subprocess
@@ -178,7 +179,7 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
     keys, so every round's snapshot and table write grow with the backfill)."""
     if text not in ("toy", "zipf"):
         raise ValueError(f"text must be 'toy' or 'zipf', not {text!r}")
-    seeds = iter(range(1, 1_000_000))
+    seeds = itertools.count(1)
 
     def _lines(rng: random.Random, n: int) -> list[bytes]:
         if text == "zipf":
