@@ -58,10 +58,12 @@ class Mutation:
 
 #: The A/B split's rule "a tuple goes to A when offset <= C[p]" is written out in three
 #: places (the per-tuple loops inline it for speed); the mutation changes all three.
-_AT_THE_CLOCK_TO_B = tuple(
-    Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
-        ("            if offset <= r.label.get(partition, NOTHING):\n                return i",
+_AT_THE_CLOCK_TO_B = (
+    Edit("hailstorm/processors/segments.py",
+         "            if offset <= r.label.get(partition, NOTHING):\n                return i",
          "            if offset < r.label.get(partition, NOTHING):\n                return i"),
+) + tuple(
+    Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
         ("                i = 0 if o <= first_label_get(p, NOTHING) else 1",
          "                i = 0 if o < first_label_get(p, NOTHING) else 1"),
         ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
@@ -71,11 +73,13 @@ _AT_THE_CLOCK_TO_B = tuple(
 #: A tuple at the clock absorbed into A and into B. Pre-aggregated word count absorbs
 #: whole frames without a per-tuple loop when they fall into one segment; while a round is
 #: pending the mutation sends every frame through the loop, where the tuple is doubled.
-_AT_THE_CLOCK_TO_BOTH = tuple(
-    Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
-        ("        if self._segment_of(p, high) != segment:\n            return None",
-         "        if self._segment_of(p, high) != segment or self._pending:\n"
+_AT_THE_CLOCK_TO_BOTH = (
+    Edit("hailstorm/processors/segments.py",
+         "        if self.segment_of(p, high) != segment:\n            return None",
+         "        if self.segment_of(p, high) != segment or self.pending:\n"
          "            return None"),
+) + tuple(
+    Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
         ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
          "                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)\n"
          "                    if o == first_label_get(p, NOTHING):\n"

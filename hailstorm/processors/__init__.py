@@ -20,7 +20,11 @@ frames flow on each connection, in order:
 Modules: :mod:`~hailstorm.processors.actions` (batches and the actions a core returns),
 :mod:`~hailstorm.processors.router` (where output goes),
 :mod:`~hailstorm.processors.watermarks` (low water mark over upstream instances),
-:mod:`~hailstorm.processors.bolt_core` (A/B state split at the snapshot clock),
+:mod:`~hailstorm.processors.bolt_core` (a bolt instance; its A/B state split at the snapshot
+clock is :mod:`~hailstorm.processors.segments`, its delta snapshots
+:mod:`~hailstorm.processors.deltas`, its held-back rows
+:mod:`~hailstorm.processors.compaction`, its closed windows
+:mod:`~hailstorm.processors.expiry`),
 :mod:`~hailstorm.processors.spout_core` (one Kafka partition: rewind, pause, resume, route),
 :mod:`~hailstorm.processors.sink_core` (a sink's commit cadence and when a round is covered).
 The shells around them are :mod:`hailstorm.runtime`.

@@ -14,33 +14,17 @@ Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
   ``C`` can still arrive), it asks for ``A`` to be written (a private copy) and folds ``B``
   into ``A``, back to a single state. That also happens with no data at all after ``C``:
   watermarks keep flowing.
-
 * Watermarks: once every upstream instance has sent one, the bolt forwards its low water
   mark (every partition some upstream carries) whenever it moves. It emits synchronously,
   so sending the watermark after the data already returned keeps the promise.
-* Compaction (keyed ``preaggregate`` bolts without windows, whose readers are upsert
-  tables keeping the latest row per key): instead of emitting for every tuple, the bolt
-  remembers the last tuple and origin of every key touched, and :meth:`BoltCore.flush`
-  emits once per key with its current value, then the watermark held back meanwhile. The
-  table ends with the same rows: per tuple, the last row of a key would have carried the
-  same value (only the key's own tuples change it) and origin, and the earlier rows would
-  have been superseded. Since the watermark waits for the flush, no row a watermark
-  covers is still held back.
 
-Delta snapshots (keyed state): the core knows which keys of ``A`` changed since the last
-snapshot it handed out (tuples absorbed into ``A``, and ``B``'s keys when ``B`` folds into
-``A``), so a round's snapshot may hold only those keys, on top of the previous one. It
-writes the whole state instead when it was not loaded from one snapshot it may build on,
-after :data:`DELTA_CHAIN_MAX` deltas, or when the keys written in deltas since the last
-whole snapshot would exceed the state's size: loading then reads at most about twice the
-state, and whole snapshots cost at most as much as the deltas between them.
-
-Closed windows (bolts routing late data): :meth:`BoltCore.expire`, on a timer, drops the
-windows no tuple can reach any more (:mod:`hailstorm.processors.expiry`).
-
-Several rounds may be pending at once (each later clock opens one more segment); they are
-written oldest first. Snapshot labels are raised pointwise to the loaded clock and to
-earlier rounds' clocks, so a label always states exactly what its state contains.
+The concerns it puts together each have their module: the segments and the rounds they
+are split at (:mod:`~hailstorm.processors.segments`, several rounds may be pending at
+once), the upstream low water mark (:mod:`~hailstorm.processors.watermarks`), delta
+snapshots of keyed state (:mod:`~hailstorm.processors.deltas`), the rows a compacting bolt
+holds back until :meth:`BoltCore.flush` (:mod:`~hailstorm.processors.compaction`), and the
+closed windows :meth:`BoltCore.expire` drops on a timer in bolts routing late data
+(:mod:`~hailstorm.processors.expiry`).
 
 Recovery: a tuple a bolt drops (within its loaded clock) is never emitted again, so a
 bolt's loaded clock must not be behind that of any bolt upstream of it, or it misses the
@@ -54,7 +38,6 @@ model :func:`hailstorm.model.run_model`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
@@ -70,30 +53,20 @@ from hailstorm.processors.actions import (
     Marks,
     PartitionKey,
     ProtocolViolation,
-    WriteSnapshot,
 )
+from hailstorm.processors.compaction import HeldBack, Row
+from hailstorm.processors.deltas import DeltaChain
 from hailstorm.processors.expiry import ClosedWindows
+from hailstorm.processors.segments import Segments
 from hailstorm.processors.watermarks import UpstreamWatermarks
-from hailstorm.protocol.clock import NOTHING, merge_max
+from hailstorm.protocol.clock import NOTHING
 from hailstorm.topology import BoltSpec, RecordFailed
 
 __all__ = ["BoltCore"]
 
 _FRESH: Any = object()
 
-DELTA_CHAIN_MAX = 32
-"""Deltas in a row at most before a whole snapshot (bounds the files a load reads)."""
-
 _key_of = itemgetter(0)
-
-
-@dataclass(frozen=True, slots=True)
-class _Round:
-    epoch: int
-    clock: Marks
-    """The clock the master chose; the low water mark must cover it."""
-    label: Marks
-    """``clock`` raised to the loaded clock and earlier rounds: what the state is at."""
 
 
 class BoltCore:
@@ -120,38 +93,18 @@ class BoltCore:
         self._monoid = spec.state
         self._upstreams = frozenset(upstreams)
         self._watermarks = UpstreamWatermarks(self._upstreams)
-        self._loaded: Marks = dict(loaded_clock or {})
-        self._floor: Marks = dict(self._loaded)
-        """Tuples at or below: dropped if within the loaded clock, else refused."""
-        self._seen: Marks = {}
-        """Highest offset absorbed per partition (to catch clocks that arrive too late)."""
         state = self._monoid.empty() if loaded_state is _FRESH else loaded_state
-        self._segments: list[Any] = [state]
-        """``len(pending) + 1`` states; segment ``i`` holds tuples up to ``pending[i]``."""
-        self._pending: list[_Round] = []
-        self._latest_epoch: int | None = None
-        self._latest_label: Marks = dict(self._loaded)
-        self._last_snapshot: tuple[int, Marks] | None = None
+        self._segments = Segments(spec.name, self._monoid, state, loaded_clock or {})
+        self._deltas = DeltaChain(self._monoid, spec.keyed, loaded_whole)
         self.compacting = spec.preaggregate and spec.emit is not None and spec.groups_by_key
-        """Emit once per key and :meth:`flush`, not once per tuple (see the module). Only
-        where a group is its state key: the key's value then changes only with the group's
-        own tuples (windows expire with other windows' tuples, unkeyed state with every
-        tuple, so emitting later could give other rows)."""
-        self._dirty: dict[Any, tuple[PartitionKey, int, Any]] = {}
-        """Key -> (partition, offset, tuple) of its last tuple since the last flush."""
-        self._changed: set[Any] | None = set() if loaded_whole and spec.keyed else None
-        """Keys of segment 0 changed since the last snapshot handed out (or the loaded
-        one); None when the next snapshot must be whole."""
-        self._chain = 0
-        """Deltas handed out since the last whole snapshot (or the load)."""
-        self._chain_keys = 0
-        """Keys those deltas held."""
-        self._holding = False
-        """The outgoing watermark moved since the last flush (compacting bolts)."""
+        """Emit once per key and :meth:`flush`, not once per tuple (see
+        :mod:`~hailstorm.processors.compaction`). Only where a group is its state key: the
+        key's value then changes only with the group's own tuples (windows expire with
+        other windows' tuples, unkeyed state with every tuple, so emitting later could give
+        other rows)."""
+        self._held = HeldBack()
         self.applied = 0
         """Tuples (or pre-aggregated contributions) absorbed so far."""
-        self.dropped = 0
-        """Tuples dropped because the loaded snapshot already contains them."""
         self.failed: list[Failed] = []
         """Tuples a user function failed on (their contributions are not in the state; a
         failed emit's contribution is): the shell quarantines them and clears this."""
@@ -159,6 +112,11 @@ class BoltCore:
         """Bolts routing late data: what :meth:`expire` drops."""
         if self.closed_windows is not None and spec.drops_keys:
             forget_dropped(self.closed_windows.window, state)
+
+    @property
+    def dropped(self) -> int:
+        """Tuples dropped because the loaded snapshot already contains them."""
+        return self._segments.dropped
 
     # -- frames -------------------------------------------------------------------------
 
@@ -226,13 +184,14 @@ class BoltCore:
         absorb = self._run.absorb
         value_for_emit = self._run.value_for_emit
         outputs = self._run.outputs
-        floor_get = self._floor.get
-        seen = self._seen
+        split = self._segments
+        floor_get = split.floor.get
+        seen = split.seen
         seen_get = seen.get
-        segments = self._segments
-        pending = len(self._pending)
-        first_label_get = (self._pending[0].label if pending else self._floor).get
-        changed = self._changed
+        segments = split.states
+        pending = len(split.pending)
+        first_label_get = split.boundary().get
+        changed = self._deltas.changed
         out = Batch()
         out_partitions = out.partitions.append
         out_offsets = out.offsets.append
@@ -241,7 +200,7 @@ class BoltCore:
         for p, o, t, (key, value) in zip(partitions, offsets, tuples, contributions,
                                          strict=True):
             if o <= floor_get(p, NOTHING):
-                self._drop(p, o)
+                split.drop(p, o)
                 continue
             if o > seen_get(p, NOTHING):
                 seen[p] = o
@@ -250,7 +209,7 @@ class BoltCore:
             elif pending == 1:
                 i = 0 if o <= first_label_get(p, NOTHING) else 1
             else:
-                i = self._segment_of(p, o)
+                i = split.segment_of(p, o)
             try:
                 segments[i] = absorb(segments[i], key, value)
                 applied += 1
@@ -260,7 +219,7 @@ class BoltCore:
             except RecordFailed as failure:  # emit: the contribution stays
                 self.failed.append((p, o, t, failure))
                 continue
-            except Exception as exc:
+            except Exception as exc:  # broad: any user or monoid failure, noted, re-raised
                 exc.add_note(f"in bolt {spec.name!r}, processing tuple {t!r} from {(p, o)}")
                 raise
             for emitted in produced:
@@ -278,7 +237,7 @@ class BoltCore:
         snapshot (quarantined before it was taken)."""
         contributions, indices, failures = self._run.contributions(tuples)
         if failures:
-            floor_get = self._floor.get
+            floor_get = self._segments.floor.get
             self.failed.extend((partitions[i], offsets[i], tuples[i], failure)
                                for i, failure in failures
                                if offsets[i] > floor_get(partitions[i], NOTHING))
@@ -292,8 +251,9 @@ class BoltCore:
         :class:`~hailstorm.processors.expiry.ClosedWindows`); returns how many."""
         if self.closed_windows is None:
             return 0
-        return self.closed_windows.expire(self._segments, self._watermarks.outgoing(), budget,
-                                          self._changed, self._watermarks.carried())
+        return self.closed_windows.expire(self._segments.states, self._watermarks.outgoing(),
+                                          budget, self._deltas.changed,
+                                          self._watermarks.carried())
 
     def on_watermark(self, upstream: str, watermark: Mapping[PartitionKey, int]) -> list[Action]:
         """Record ``upstream``'s watermark; return snapshots now due (oldest first), then
@@ -302,9 +262,9 @@ class BoltCore:
         Raises ``KeyError`` for an unknown upstream.
         """
         moved = self._watermarks.observe(upstream, watermark)
-        actions: list[Action] = self._write_covered() if self._pending else []
+        actions: list[Action] = self._write_covered() if self._segments.pending else []
         if moved and self.compacting:
-            self._holding = True  # rows it covers may be held back: it waits for flush
+            self._held.watermark = True  # rows it covers may be held back: wait for flush
         elif moved:
             outgoing = self._watermarks.outgoing()
             if outgoing is not None:
@@ -319,20 +279,8 @@ class BoltCore:
         :class:`ProtocolViolation` when a tuple above ``clock`` was already absorbed: an
         upstream sent it before the clock.
         """
-        if self._latest_epoch is not None and epoch <= self._latest_epoch:
+        if self._segments.open(epoch, clock) is None:
             return []
-        label = merge_max(self._latest_label, clock)
-        beyond = {p: o for p, o in self._seen.items() if o > label.get(p, NOTHING)}
-        if beyond:
-            raise ProtocolViolation(
-                f"bolt {self.spec.name!r}: clock of round {epoch} arrived after tuples above "
-                f"it (highest offsets absorbed {beyond}, clock {dict(clock)}); upstreams must "
-                "send CLOCK before any tuple beyond it"
-            )
-        self._latest_epoch = epoch
-        self._latest_label = label
-        self._pending.append(_Round(epoch, dict(clock), label))
-        self._segments.append(self._monoid.empty())
         if self.closed_windows is not None:
             self.closed_windows.round_started()
         return [ForwardClock(epoch, dict(clock)), *self._write_covered()]
@@ -343,13 +291,11 @@ class BoltCore:
         Other bolts: nothing to do. Call it on a short timer (rows and rounds wait for it).
         """
         actions: list[Action] = []
-        if self._dirty:
-            dirty, self._dirty = self._dirty, {}
-            out = self._emit_groups(dirty.items())
+        if self._held.rows:
+            out = self._emit_groups(self._held.take_rows().items())
             if out.tuples:
                 actions.append(Emit(out))
-        if self._holding:
-            self._holding = False
+        if self._held.take_watermark():
             outgoing = self._watermarks.outgoing()
             if outgoing is not None:
                 actions.append(ForwardWatermark(outgoing))
@@ -358,7 +304,7 @@ class BoltCore:
     @property
     def unflushed(self) -> bool:
         """A compacting bolt holds rows or a watermark back: :meth:`flush` has work."""
-        return bool(self._dirty) or self._holding
+        return self._held.any
 
     # -- inspection ---------------------------------------------------------------------
 
@@ -370,27 +316,28 @@ class BoltCore:
     @property
     def loaded_clock(self) -> Marks:
         """The clock of the snapshot this instance started from."""
-        return dict(self._loaded)
+        return dict(self._segments.loaded)
 
     @property
     def pending_clock(self) -> Marks | None:
         """The clock of the oldest round not yet snapshotted, or None."""
-        return dict(self._pending[0].clock) if self._pending else None
+        pending = self._segments.pending
+        return dict(pending[0].clock) if pending else None
 
     @property
     def pending_epochs(self) -> list[int]:
         """Rounds learned but not yet snapshotted, oldest first."""
-        return [r.epoch for r in self._pending]
+        return [r.epoch for r in self._segments.pending]
 
     @property
     def latest_epoch(self) -> int | None:
         """The newest round whose clock this instance knows."""
-        return self._latest_epoch
+        return self._segments.latest_epoch
 
     @property
     def last_snapshot(self) -> tuple[int, Marks] | None:
         """``(epoch, clock)`` of the last snapshot handed out, or None."""
-        return self._last_snapshot
+        return self._segments.last_written
 
     @property
     def low_water_mark(self) -> Marks | None:
@@ -406,55 +353,24 @@ class BoltCore:
     @property
     def key_count(self) -> int | None:
         """Distinct keys held (keyed state), else None."""
-        if not self.spec.keyed:
-            return None
-        if len(self._segments) == 1:
-            return len(self._segments[0])
-        return len(set().union(*self._segments))
+        return self._segments.key_count() if self.spec.keyed else None
 
     def merged_state(self) -> Any:
         """A copy of the whole state (all segments merged): for tests and inspection."""
-        return self._monoid.combine_all(self._segments)
+        return self._segments.merged()
 
     @property
     def absorbed(self) -> Marks:
         """The highest offset per partition whose tuples may be in the state (the loaded
         clock raised by every tuple absorbed since): nothing above it is."""
-        return merge_max(self._loaded, self._seen)
+        return self._segments.absorbed
 
     def lookup(self, keys: Iterable[Any]) -> tuple[dict[Any, Any], list[Any]]:
         """``(values, missing)``: the current value of each key of a keyed state (every
         segment merged; a copy), and the keys it does not hold."""
-        inner = self._monoid.inner  # type: ignore[attr-defined]
-        values: dict[Any, Any] = {}
-        missing: list[Any] = []
-        for key in keys:
-            parts = [segment[key] for segment in self._segments if key in segment]
-            if parts:
-                values[key] = inner.combine_all(parts) if len(parts) > 1 else \
-                    inner.copy(parts[0])
-            else:
-                missing.append(key)
-        return values, missing
+        return self._segments.lookup(keys)
 
     # -- internals ----------------------------------------------------------------------
-
-    def _segment_of(self, partition: PartitionKey, offset: int) -> int:
-        for i, r in enumerate(self._pending):
-            if offset <= r.label.get(partition, NOTHING):
-                return i
-        return len(self._pending)
-
-    def _drop(self, partition: PartitionKey, offset: int) -> None:
-        if offset <= self._loaded.get(partition, NOTHING):
-            self.dropped += 1
-            return
-        last = self._last_snapshot
-        raise ProtocolViolation(
-            f"bolt {self.spec.name!r}: tuple from {(partition, offset)} arrived after the "
-            f"snapshot that had to contain it (round {last[0] if last else '?'}, clock "
-            f"{last[1] if last else '?'}); an upstream sent a watermark above it too early"
-        )
 
     def _absorb_quietly(
         self,
@@ -465,27 +381,28 @@ class BoltCore:
         contributions: Iterable[tuple[Any, Any]] | None,
     ) -> None:
         """``_apply`` without emit: pre-aggregate per segment, absorb once each."""
-        floor_get = self._floor.get
-        seen = self._seen
+        split = self._segments
+        floor_get = split.floor.get
+        seen = split.seen
         seen_get = seen.get
-        groups: list[list[Any]] = [[] for _ in self._segments]
-        pending = len(self._pending)
-        first_label_get = (self._pending[0].label if pending else self._floor).get
+        groups: list[list[Any]] = [[] for _ in split.states]
+        pending = len(split.pending)
+        first_label_get = split.boundary().get
         applied = 0
         spec = self.spec
         if contributions is None:
             partitions, offsets, tuples, contributions = self._contributions_of(
                 partitions, offsets, tuples)
         items = list(contributions)
-        before = self.dropped
-        whole = self._whole_segment(partitions, offsets)
+        before = split.dropped
+        whole = split.whole_segment(partitions, offsets)
         if whole is not None:  # one partition, one segment, nothing to drop: no loop
             groups[whole] = list(items)
             applied = len(items)
         else:
             for p, o, t in zip(partitions, offsets, items, strict=True):
                 if o <= floor_get(p, NOTHING):
-                    self._drop(p, o)
+                    split.drop(p, o)
                     continue
                 if o > seen_get(p, NOTHING):
                     seen[p] = o
@@ -494,61 +411,31 @@ class BoltCore:
                 elif pending == 1:
                     groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)
                 else:
-                    groups[self._segment_of(p, o)].append(t)
+                    groups[split.segment_of(p, o)].append(t)
                 applied += 1
-        segments = self._segments
+        segments = split.states
         absorb_contributions = self._run.absorb_contributions
         for i, group in enumerate(groups):
             if group:
                 try:
                     segments[i] = absorb_contributions(segments[i], group)
-                except Exception as exc:
+                except Exception as exc:  # broad: any user or monoid failure, noted, re-raised
                     exc.add_note(f"in bolt {spec.name!r}, absorbing a batch of "
                                  f"{len(group)} tuples from {upstream!r}")
                     raise
-        if groups[0] and self._changed is not None:
-            self._changed.update(map(_key_of, groups[0]))
+        changed = self._deltas.changed
+        if groups[0] and changed is not None:
+            changed.update(map(_key_of, groups[0]))
         if self.compacting:
-            self._remember(partitions, offsets, tuples, items, self.dropped > before)
+            self._held.remember(partitions, offsets, tuples, items,
+                                split.floor if split.dropped > before else None)
         self.applied += applied
 
-    def _whole_segment(self, partitions: Sequence[PartitionKey],
-                       offsets: Sequence[int]) -> int | None:
-        """The segment every tuple of a batch goes to, when they come from one partition,
-        none is at or below the floor and all fall into the same segment; else None."""
-        if not partitions or len(set(partitions)) != 1:
-            return None
-        p = partitions[0]
-        low, high = min(offsets), max(offsets)
-        if low <= self._floor.get(p, NOTHING):
-            return None
-        segment = self._segment_of(p, low)
-        if self._segment_of(p, high) != segment:
-            return None
-        if high > self._seen.get(p, NOTHING):
-            self._seen[p] = high
-        return segment
-
-    def _remember(self, partitions: Sequence[PartitionKey], offsets: Sequence[int],
-                  tuples: Sequence[Any], contributions: Sequence[tuple[Any, Any]],
-                  dropped: bool) -> None:
-        """Record the last tuple of every key in a batch absorbed by a compacting bolt
-        (tuples dropped as already in the loaded snapshot are never emitted)."""
-        keys = [key for key, _value in contributions]
-        rows = zip(partitions, offsets, tuples, strict=True)
-        if dropped:
-            floor_get = self._floor.get
-            kept = [(key, row) for key, row in zip(keys, rows, strict=True)
-                    if row[1] > floor_get(row[0], NOTHING)]
-            self._dirty.update(kept)
-        else:
-            self._dirty.update(zip(keys, rows, strict=True))
-
-    def _emit_groups(self, rows: Iterable[tuple[Any, tuple[PartitionKey, int, Any]]]) -> Batch:
+    def _emit_groups(self, rows: Iterable[tuple[Any, Row]]) -> Batch:
         """Emit for each ``(key, (partition, offset, tuple))`` with the key's current value."""
         spec = self.spec
         outputs = self._run.outputs
-        segments = self._segments
+        segments = self._segments.states
         out = Batch()
         out_partitions = out.partitions.append
         out_offsets = out.offsets.append
@@ -562,7 +449,7 @@ class BoltCore:
             except RecordFailed as failure:
                 self.failed.append((p, o, t, failure))
                 continue
-            except Exception as exc:
+            except Exception as exc:  # broad: any user or monoid failure, noted, re-raised
                 exc.add_note(f"in bolt {spec.name!r}, emitting for tuple {t!r} from {(p, o)}")
                 raise
             for emitted in produced:
@@ -574,44 +461,18 @@ class BoltCore:
     def _write_covered(self) -> list[Action]:
         """Hand out every pending round the low water mark covers, oldest first."""
         actions: list[Action] = []
-        monoid = self._monoid
-        segments = self._segments
-        floor = self._floor
-        while self._pending and self._watermarks.covers(self._pending[0].clock):
-            done = self._pending.pop(0)
+        split = self._segments
+        while split.pending and self._watermarks.covers(split.pending[0].clock):
+            done = split.pending[0]
             if self.closed_windows is not None:
                 self.closed_windows.round_written()
-            before = segments[0]
-            actions.append(self._snapshot_of(done, before))
-            if self._changed is not None:
-                self._changed = set(segments[1])  # B's keys change A as it folds in
-            segments[0:2] = [monoid.absorb(before, segments[1])]
-            for p, o in done.label.items():
-                if o > floor.get(p, NOTHING):
-                    floor[p] = o
-            self._last_snapshot = (done.epoch, dict(done.label))
+            actions.append(self._deltas.snapshot_of(done.epoch, done.label, split.states[0]))
+            self._deltas.folding(split.states[1])
+            split.fold_oldest()
         return actions
-
-    def _snapshot_of(self, done: _Round, state: Any) -> WriteSnapshot:
-        """The snapshot of round ``done`` (``state`` is its segment): a delta of the keys
-        changed since the last one where the policy allows (see the module), else whole."""
-        changed = self._changed
-        if (changed is not None and self._chain < DELTA_CHAIN_MAX
-                and self._chain_keys + len(changed) <= len(state)):
-            self._chain += 1
-            self._chain_keys += len(changed)
-            inner = self._monoid.inner  # type: ignore[attr-defined]
-            delta = {k: inner.copy(state[k]) if k in state else inner.empty()
-                     for k in changed}  # a key dropped since: its identity (see expiry)
-            return WriteSnapshot(done.epoch, dict(done.label), delta, delta=True)
-        self._chain = self._chain_keys = 0
-        if self.spec.keyed:
-            self._changed = set()  # the next may build on this one
-        return WriteSnapshot(done.epoch, dict(done.label), self._monoid.copy(state))
 
     def __repr__(self) -> str:
         return (
             f"BoltCore({self.spec.name!r}, pending={self.pending_epochs}, "
-            f"last_snapshot={self._last_snapshot}, applied={self.applied})"
+            f"last_snapshot={self.last_snapshot}, applied={self.applied})"
         )
-

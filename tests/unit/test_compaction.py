@@ -116,7 +116,7 @@ def drive(spec: BoltSpec, table: Table, steps: list[Step], compacting: bool,
             elif isinstance(action, ForwardWatermark):
                 # No row the watermark covers is still held back: after a crash the replay
                 # starts above it and would never emit that row again.
-                held = [(p, o) for p, o, _t in core._dirty.values()
+                held = [(p, o) for p, o, _t in core._held.rows.values()
                         if o <= action.watermark.get(p, -1)]
                 assert not held, f"watermark {action.watermark} passed held rows {held}"
                 sink.watermark(action.watermark)

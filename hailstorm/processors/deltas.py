@@ -1,0 +1,66 @@
+"""Whether a bolt's next snapshot may be a delta, and the snapshot it hands out (pure).
+
+A keyed bolt's core knows which keys of ``A`` changed since the last snapshot it handed
+out: tuples absorbed into ``A``, keys a sweep of closed windows dropped, and ``B``'s keys
+when ``B`` folds into ``A``. A round's snapshot may then hold only those keys, on top of
+the previous one. It holds the whole state instead when the instance was not loaded from
+one snapshot it may build on, after :data:`DELTA_CHAIN_MAX` deltas, or when the keys
+written in deltas since the last whole snapshot would exceed the state's size: loading then
+reads at most about twice the state, and whole snapshots cost at most as much as the
+deltas between them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hailstorm.monoids import Monoid
+from hailstorm.processors.actions import Marks, WriteSnapshot
+
+__all__ = ["DELTA_CHAIN_MAX", "DeltaChain"]
+
+DELTA_CHAIN_MAX = 32
+"""Deltas in a row at most before a whole snapshot (bounds the files a load reads)."""
+
+
+class DeltaChain:
+    """The keys changed since the last snapshot and the chain of deltas since a whole one.
+
+    ``loaded_whole``: the instance's state is exactly the content of one snapshot of it,
+    which the next snapshot may build on as a delta.
+    """
+
+    def __init__(self, monoid: Monoid[Any], keyed: bool, loaded_whole: bool) -> None:
+        self._monoid = monoid
+        self._keyed = keyed
+        self.changed: set[Any] | None = set() if loaded_whole and keyed else None
+        """Keys of ``A`` changed since the last snapshot handed out (or the loaded one);
+        None when the next snapshot must be whole. Add to it what changes ``A``."""
+        self._length = 0
+        """Deltas handed out since the last whole snapshot (or the load)."""
+        self._keys = 0
+        """Keys those deltas held."""
+
+    def snapshot_of(self, epoch: int, label: Marks, state: Any) -> WriteSnapshot:
+        """The snapshot of round ``epoch`` at ``label`` (``state`` is its segment ``A``,
+        copied): a delta of the keys changed since the last one where the policy allows
+        (see the module), else whole."""
+        changed = self.changed
+        if (changed is not None and self._length < DELTA_CHAIN_MAX
+                and self._keys + len(changed) <= len(state)):
+            self._length += 1
+            self._keys += len(changed)
+            inner = self._monoid.inner  # type: ignore[attr-defined]
+            delta = {k: inner.copy(state[k]) if k in state else inner.empty()
+                     for k in changed}  # a key dropped since: its identity (see expiry)
+            return WriteSnapshot(epoch, dict(label), delta, delta=True)
+        self._length = self._keys = 0
+        if self._keyed:
+            self.changed = set()  # the next may build on this one
+        return WriteSnapshot(epoch, dict(label), self._monoid.copy(state))
+
+    def folding(self, b: Any) -> None:
+        """``B`` is about to fold into ``A``, just snapshotted: its keys are what ``A``
+        changed by since (keyed state; nothing to do for other state)."""
+        if self.changed is not None:
+            self.changed = set(b)
