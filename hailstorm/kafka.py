@@ -402,34 +402,31 @@ def add_partitions(bootstrap: str, topic: str, total: int, timeout: float = 15.0
     futures[topic].result(timeout)
 
 
+def _log_bounds(bootstrap: str, partitions: Iterable[tuple[str, int]],
+                timeout: float) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's ``(log start, last stable offset)``, asked of the broker."""
+    reader = consumer(bootstrap)
+    try:
+        bounds = {}
+        for topic, number in partitions:
+            low, high = reader.get_watermark_offsets(TopicPartition(topic, number),
+                                                     timeout=timeout, cached=False)
+            bounds[(topic, number)] = (int(low), int(high))
+        return bounds
+    finally:
+        reader.close()
+
+
 def log_ends(bootstrap: str, partitions: Iterable[tuple[str, int]],
              timeout: float = 5.0) -> dict[tuple[str, int], int]:
     """Each partition's log end for a ``read_committed`` reader (its last stable offset)."""
-    reader = consumer(bootstrap)
-    try:
-        ends = {}
-        for topic, number in partitions:
-            _low, high = reader.get_watermark_offsets(TopicPartition(topic, number),
-                                                      timeout=timeout, cached=False)
-            ends[(topic, number)] = int(high)
-        return ends
-    finally:
-        reader.close()
+    return {p: high for p, (_low, high) in _log_bounds(bootstrap, partitions, timeout).items()}
 
 
 def log_starts(bootstrap: str, partitions: Iterable[tuple[str, int]],
                timeout: float = 10.0) -> dict[tuple[str, int], int]:
     """Each partition's log start (its first retained offset), asked of the broker."""
-    reader = consumer(bootstrap)
-    try:
-        starts = {}
-        for topic, number in partitions:
-            low, _high = reader.get_watermark_offsets(TopicPartition(topic, number),
-                                                      timeout=timeout, cached=False)
-            starts[(topic, number)] = int(low)
-        return starts
-    finally:
-        reader.close()
+    return {p: low for p, (low, _high) in _log_bounds(bootstrap, partitions, timeout).items()}
 
 
 def partitions_of(bootstrap: str, topic: str, timeout: float = 10.0) -> list[int]:

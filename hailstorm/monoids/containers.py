@@ -63,7 +63,20 @@ class SetUnion(Monoid[set[Any]]):
         return f"SetUnion({self._item.describe()})"
 
 
-class Events(Monoid[dict[Any, Any]]):
+class _DictState(Monoid[dict[Any, Any]]):
+    """A state held as a ``dict``, merged by absorbing the smaller into a copy of the larger
+    (subclasses define ``absorb``)."""
+
+    def empty(self) -> dict[Any, Any]:
+        return {}
+
+    def combine(self, a: dict[Any, Any], b: dict[Any, Any]) -> dict[Any, Any]:
+        if len(a) < len(b):
+            a, b = b, a
+        return self.absorb(dict(a), b)
+
+
+class Events(_DictState):
     """Distinct events by id, with their values: state ``dict`` id -> value.
 
     Merging is the union of the ids. Should two states hold different values under one id
@@ -88,14 +101,6 @@ class Events(Monoid[dict[Any, Any]]):
         self.id_type = id_type
         self._id = codec(id_type, hashable=True)
         self._value = codec(value_type, hashable=False)
-
-    def empty(self) -> dict[Any, Any]:
-        return {}
-
-    def combine(self, a: dict[Any, Any], b: dict[Any, Any]) -> dict[Any, Any]:
-        if len(a) < len(b):
-            a, b = b, a
-        return self.absorb(dict(a), b)
 
     def absorb(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
         for event_id, v in value.items():
@@ -165,7 +170,7 @@ def _rank(kv: tuple[Any, Any]) -> tuple[Any, Any]:
     return (-kv[1], kv[0])
 
 
-class TopK(Monoid[dict[Any, Any]]):
+class TopK(_DictState):
     """The ``k`` best items by score: state ``dict`` item -> score with at most ``k`` entries.
 
     Merging takes, per item, the maximum score, then keeps the ``k`` best entries ordered by
@@ -190,14 +195,6 @@ class TopK(Monoid[dict[Any, Any]]):
         self.item_type = item_type
         self.score_type = score_type
         self._item = codec(item_type, hashable=True)
-
-    def empty(self) -> dict[Any, Any]:
-        return {}
-
-    def combine(self, a: dict[Any, Any], b: dict[Any, Any]) -> dict[Any, Any]:
-        if len(a) < len(b):
-            a, b = b, a
-        return self.absorb(dict(a), b)
 
     def absorb(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
         get = acc.get
