@@ -10,6 +10,7 @@ from typing import Any
 
 from hailstorm.monoids.avro import check_kind, codec, record, sorted_items
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
+from hailstorm.monoids.scalars import canonical_text
 
 __all__ = ["Events", "SetUnion", "TopK"]
 
@@ -81,7 +82,9 @@ class Events(_DictState):
 
     Merging is the union of the ids. Should two states hold different values under one id
     (the same event seen twice with different content), the value with the greater
-    ``repr`` wins, so the result never depends on merge order; ids are meant to identify
+    canonical text wins (:func:`~hailstorm.monoids.scalars.canonical_text`: its ``repr``
+    with dict items sorted, the same before and after a snapshot), so the result never
+    depends on merge order; ids are meant to identify
     events (a Kafka ``(partition, offset)``, an event id), and then this never happens.
     Values are treated as immutable (never mutate them). ``id_type`` uses the key specs of
     :class:`~hailstorm.monoids.KeyedMap` (``"string"``, ``"long"``, tuples of those);
@@ -105,7 +108,8 @@ class Events(_DictState):
     def absorb(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
         for event_id, v in value.items():
             current = acc.get(event_id, MISSING)
-            if current is MISSING or (current is not v and repr(v) > repr(current)):
+            if current is MISSING or (current is not v
+                                      and canonical_text(v) > canonical_text(current)):
                 acc[event_id] = v
         return acc
 
