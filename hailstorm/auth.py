@@ -271,7 +271,7 @@ def _checked(tls: ssl.SSLSocket, timeout: float, expected: str | None) -> None:
         _handshake(tls, timeout)
         if expected is not None and (peer := peer_identity(tls)) != expected:
             raise AuthError(f"the listener is {peer!r} of this run, not {expected!r}")
-    except BaseException:
+    except BaseException:  # broad: also on Ctrl-C; tls is closed, the error re-raised
         with contextlib.suppress(OSError):
             tls.close()
         raise

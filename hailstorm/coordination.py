@@ -206,7 +206,7 @@ class Coordinator:
         try:
             self.report(last.state, last.epoch, position=last.position, loaded=last.loaded,
                         error=last.error, corrupt=last.corrupt, backfill=last.backfill)
-        except Exception:
+        except Exception:  # broad: kazoo (ZooKeeper may be down); best effort, logged
             log.debug("could not report the wait", exc_info=True)
 
     def report_error(self, message: str, lost_peer: str | None = None) -> None:
@@ -225,7 +225,7 @@ class Coordinator:
                 corrupt=last.corrupt,
                 lost_peer=lost_peer,
             )
-        except Exception:
+        except Exception:  # broad: kazoo (ZooKeeper may be down); best effort, logged
             log.debug("could not report the error", exc_info=True)
 
     def fail_visibly(self, message: str, linger: float = 3.0,
@@ -255,7 +255,7 @@ class Coordinator:
                     return
                 self.changed.wait(remaining)
                 now = self.master()
-        except Exception:
+        except Exception:  # broad: kazoo (ZooKeeper may be down); best effort, logged
             log.debug("could not report the error", exc_info=True)
 
     # -- reads --------------------------------------------------------------------------
@@ -270,7 +270,7 @@ class Coordinator:
         earlier one. False when ZooKeeper cannot tell (the incarnation waits then)."""
         try:
             return self.records.stop_request() is not None
-        except Exception:
+        except Exception:  # broad: any kazoo error means ZooKeeper cannot tell: no stop
             return False
 
     def master(self) -> MasterRecord | None:

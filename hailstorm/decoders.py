@@ -60,7 +60,7 @@ class Decoder:
             return self._decode(raw)
         except DecodeError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # broad: _decode may be a user's subclass; wrapped in DecodeError
             raise DecodeError(f"{self.name} decoder: {type(exc).__name__}: {exc}", exc) from exc
 
     def _decode(self, raw: bytes) -> Any:

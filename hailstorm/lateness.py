@@ -111,7 +111,7 @@ class StreamTime:
             event_time = self._event_time(t)
             self._window.check_time(event_time)
             closes = self._closes(event_time)
-        except Exception:
+        except Exception:  # broad: the user's event_time may raise anything; not late
             return None
         now = self.time
         if now is not None:

@@ -82,6 +82,7 @@ def read_at_scrape(gauge: Gauge, function: Callable[[], float | None]) -> None:
     def read() -> float:
         try:
             value = function()
+        # broad: any failure of function keeps the last value; a scrape never fails
         except Exception:
             value = None
         if value is not None:
@@ -202,7 +203,7 @@ class MetricsServer:
             try:
                 server.shutdown()
                 server.server_close()
-            except Exception:
+            except Exception:  # broad: shutdown path; a failure to stop is only logged
                 log.debug("stopping the metrics server failed", exc_info=True)
 
 
@@ -211,6 +212,7 @@ def start_server(registry: Registry, host: str) -> MetricsServer | None:
     try:
         server, thread = prometheus_client.start_http_server(0, addr=host,
                                                              registry=registry.collector)
+    # broad: bind/thread/getaddrinfo errors alike: logged, no metrics server
     except Exception as exc:
         log.warning("no metrics server on %s: %s", host, exc)
         return None
@@ -300,7 +302,7 @@ class ProcessorMetrics:
             self.messages_out.inc(sent)  # first: a scrape showing the input shows its output
             self.messages_in.inc(received)
             self.batch_seconds.observe(time.perf_counter() - started)
-        except Exception:
+        except Exception:  # broad: prometheus_client; counting never fails the batch, logged
             log.debug("counting a batch failed", exc_info=True)
 
     def bad_records(self, fill: Fill) -> None:
@@ -317,7 +319,7 @@ class ProcessorMetrics:
             self.snapshot_bytes.observe(size)
             self.snapshot_last_bytes.set(size)
             self.snapshot_last_epoch.set(epoch)
-        except Exception:
+        except Exception:  # broad: prometheus_client; counting never fails a round, logged
             log.debug("counting a snapshot failed", exc_info=True)
 
 

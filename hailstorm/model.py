@@ -261,7 +261,7 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
                 raise RecordHalt(halt_reason_of(sink.name, "row", origin, str(exc))) from exc
             result.rejected_rows[sink.name].append(
                 RejectedRow(origin, "row", str(exc), record_text(t)))
-        except Exception as exc:
+        except Exception as exc:  # broad: user code may raise anything; noted and re-raised
             exc.add_note(f"in sink {sink.name!r}, writing tuple {t!r} from {origin}")
             raise
 
@@ -288,7 +288,7 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
                 run = runs[node.name]
                 instance = run.instance_for(t)
                 state, produced, failure = run.process(instance_states[instance], t)
-            except Exception as exc:
+            except Exception as exc:  # broad: user code may raise anything; noted and re-raised
                 exc.add_note(f"in bolt {node.name!r}, processing tuple {t!r} from {origin}")
                 raise
             instance_states[instance] = state

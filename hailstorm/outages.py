@@ -161,7 +161,7 @@ def through_outages(
     while True:
         try:
             result = op()
-        except Exception as exc:
+        except Exception as exc:  # broad: op is any call; is_outage decides, the rest is re-raised
             attempt += 1
             if not is_outage(exc) or policy.gives_up(attempt):
                 raise

@@ -107,7 +107,7 @@ def check_monoid_laws(
     what = monoid.describe()
     try:
         schema = fastavro.parse_schema(monoid.avro_schema())
-    except Exception as exc:
+    except Exception as exc:  # broad: the user's avro_schema() and fastavro parsing
         raise AssertionError(f"{what}: avro_schema() is not a valid Avro schema: {exc}") from exc
 
     @contextmanager
@@ -117,7 +117,7 @@ def check_monoid_laws(
             yield
         except AssertionError as exc:
             raise AssertionError(f"{what}: {name} violated: {exc} [{shown}]") from None
-        except Exception as exc:
+        except Exception as exc:  # broad: the user's monoid may raise anything; an AssertionError
             raise AssertionError(f"{what}: {name} raised {exc!r} [{shown}]") from exc
 
     def same(x: Any, y: Any, detail: str) -> None:

@@ -122,7 +122,7 @@ class Topic(SinkTarget):
                                     '"fields": [...]}', node=node)
             try:
                 parsed = fastavro.parse_schema(dict(self.schema))
-            except Exception as exc:
+            except Exception as exc:  # broad: fastavro schema parsing raises untyped errors
                 raise TopologyError(f"the Avro schema is not valid: {exc}",
                                     fix="correct the schema (see the Avro specification)",
                                     node=node) from exc
@@ -146,20 +146,20 @@ class Topic(SinkTarget):
         fails or the value cannot be encoded."""
         try:
             key = encode_key(self.key(t)) if self.key is not None else None
-        except Exception as exc:
+        except Exception as exc:  # broad: the user's key may raise anything; a RowError
             raise RowError(f"topic {self.name!r}: the key failed: {_error(exc)}") from exc
         if key is None and self.mode == "upsert":
             raise RowError(f"topic {self.name!r}: the key of {t!r:.80} is None; an upsert "
                            "record needs a key")
         try:
             value = self.value(t) if self.value is not None else t
-        except Exception as exc:
+        except Exception as exc:  # broad: the user's value may raise anything; a RowError
             raise RowError(f"topic {self.name!r}: the value failed: {_error(exc)}") from exc
         partition = None
         if callable(self.partitioner):
             try:
                 partition = self.partitioner(t)
-            except Exception as exc:
+            except Exception as exc:  # broad: the user's partitioner may raise anything; a RowError
                 raise RowError(f"topic {self.name!r}: the partitioner failed: "
                                f"{_error(exc)}") from exc
             if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
@@ -179,7 +179,7 @@ class Topic(SinkTarget):
             out = io.BytesIO()
             fastavro.schemaless_writer(out, self._schema(), value, strict=True)
             return out.getvalue()
-        except Exception as exc:
+        except Exception as exc:  # broad: json/fastavro of a user value: any error; a RowError
             raise RowError(f"topic {self.name!r}: cannot encode {value!r:.80} as "
                            f"{self.encoder}: {_error(exc)}") from exc
 

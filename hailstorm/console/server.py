@@ -166,7 +166,7 @@ class Sampler(threading.Thread):
             self._tail = DeadLetterTail(self.kafka, topics)
         try:
             letters = self._tail.read()
-        except Exception as exc:
+        except Exception as exc:  # broad: confluent_kafka raises untyped errors; shown as a problem
             return [f"dead letters unavailable: {exc or type(exc).__name__}"]
         with self.lock:
             self.dead_letters = letters

@@ -115,7 +115,7 @@ class TestNetwork:
                                      "iproute2)")
         try:
             self._make()
-        except BaseException:
+        except BaseException:  # broad: also on Ctrl-C; what was made is removed, re-raised
             self.close()
             raise
         return self

@@ -54,7 +54,7 @@ def read_committed(zk: str, topology: str, timeout: float = 5.0) -> Any:
     client = zk_client(zk, timeout)
     try:
         client.start(timeout=timeout)
-    except Exception as exc:
+    except Exception as exc:  # broad: kazoo's start raises untyped errors; an ExportError
         client.close()
         raise ExportError(f"cannot reach ZooKeeper at {zk}: {exc}") from None
     try:

@@ -235,7 +235,7 @@ class Shell:
                 self.metrics.leader.set(1 if leading else 0)
             if self.on_leadership is not None:
                 self.on_leadership(leading)
-        except Exception:
+        except Exception:  # broad: the user's on_leadership hook; only logged
             log.warning("leadership hook failed", exc_info=True)
 
     def _on_connection(self, state: str) -> None:

@@ -219,7 +219,7 @@ class _Run:
             produced = spout.explode(value)
             if isinstance(produced, Iterator):
                 produced = list(produced)
-        except Exception as exc:
+        except Exception as exc:  # broad: the user's explode may raise anything
             raise Failed("explode", exc) from exc
         return as_list(produced, f"spout {spout.name!r}: explode")
 
@@ -258,7 +258,7 @@ class _Run:
             event_time = bolt.event_time(t)
             timing.check_event_time(event_time)
             start, end, closes = timing.late_span(event_time)
-        except Exception:
+        except Exception:  # broad: the user's event_time may raise anything
             return False  # the bolt quarantines it
         where = (bolt.name, spout, origin[0])
         now = self.result._stream_times.get(where)
@@ -297,7 +297,7 @@ class _Run:
             produced = bolt.emit(t, seen)
             if isinstance(produced, Iterator):
                 produced = list(produced)
-        except Exception as exc:
+        except Exception as exc:  # broad: the user's emit may raise anything
             self._quarantine(bolt, origin, t, Failed("emit", exc))
             return []
         return as_list(produced, f"bolt {bolt.name!r}: emit")
@@ -322,23 +322,23 @@ class _Run:
                 hash(key)
                 if bolt.parallelism > 1 and not routable(key):
                     raise TypeError(f"cannot route a key of type {type(key).__name__}")
-            except Exception as exc:
+            except Exception as exc:  # broad: the user's key may raise anything
                 raise Failed("key", exc) from exc
             if isinstance(bolt.state, KeyedMap):
                 try:
                     bolt.state.check_key(key)
-                except Exception as exc:
+                except Exception as exc:  # broad: a (user) monoid's check_key may raise anything
                     raise Failed("monoid", exc) from exc
         try:
             value = bolt.lift(t)
-        except Exception as exc:
+        except Exception as exc:  # broad: the user's lift may raise anything
             raise Failed("lift", exc) from exc
         timing = self.timings[bolt.name]
         lifted = timing.inner if timing is not None else (
             bolt.state.inner if isinstance(bolt.state, KeyedMap) else bolt.state)
         try:
             lifted.check(value)
-        except Exception as exc:
+        except Exception as exc:  # broad: a (user) monoid's check may raise anything
             raise Failed("monoid", exc) from exc
         event_time = None
         if timing is not None:
@@ -348,7 +348,7 @@ class _Run:
                 timing.check_event_time(event_time)
                 if timing.kind != "ttl" and not timing.starts(event_time):
                     raise ValueError(f"no window covers event time {event_time}")
-            except Exception as exc:
+            except Exception as exc:  # broad: the user's event_time may raise anything
                 raise Failed("event_time", exc) from exc
         return key, value, event_time
 

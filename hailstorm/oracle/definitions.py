@@ -229,7 +229,7 @@ def table_row(table: Table, t: Any) -> dict[str, Any]:
     value checked against its column; raises :class:`Failed` (stage ``row``)."""
     try:
         value = t if table.row is None else table.row(t)
-    except Exception as exc:
+    except Exception as exc:  # broad: the user's row function may raise anything
         raise Failed("row", exc) from exc
     columns = list(table.columns)
     if isinstance(value, Mapping):
@@ -284,7 +284,7 @@ def topic_record(topic: Topic, t: Any) -> dict[str, Any]:
             fastavro.schemaless_writer(out, fastavro.parse_schema(dict(topic.schema or {})),
                                        value, strict=True)
             encoded = out.getvalue()
-    except Exception as exc:
+    except Exception as exc:  # broad: user functions and fastavro: any error
         raise Failed("row", exc) from exc
     return {"key": key, "value": encoded}
 
@@ -312,7 +312,7 @@ def decoded(spout: SpoutSpec[Any], raw: bytes | None) -> Any:
         if isinstance(decoder, CallableDecoder):
             return decoder.function(raw)
         return decoder._decode(raw)  # the user's own Decoder subclass
-    except Exception as exc:
+    except Exception as exc:  # broad: user decoders and fastavro: any error
         raise Failed("decode", exc) from exc
 
 

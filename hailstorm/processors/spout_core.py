@@ -250,7 +250,7 @@ class SpoutCore:
         self._observed = max(self._observed, staged.through)  # judging moves stream times
         try:
             routed = router.route(batch, self._boundaries, between)
-        except BaseException as exc:
+        except BaseException as exc:  # broad: incl. user key errors and Ctrl-C; position restored
             self._position, self._observed = before  # nothing of it was emitted
             if not isinstance(exc, Preempted):
                 raise

@@ -503,7 +503,7 @@ def _decode_hello(payload: memoryview) -> Hello:
 def _unpickle_dict(payload: memoryview) -> dict[str, Any]:
     try:
         value = pickle.loads(payload)
-    except Exception as e:
+    except Exception as e:  # broad: unpickling garbage can raise almost anything
         raise FrameError(f"unreadable pickle: {e}") from e
     if not isinstance(value, dict):
         raise FrameError(f"a dict expected, got {type(value).__name__}")

@@ -99,7 +99,7 @@ class Outbound:
         self.sock.settimeout(timeout)
         try:  # a receiver that dies right after the handshake resets the HELLO's send
             self.send([Hello(sender, epoch, receiver)])
-        except BaseException:
+        except BaseException:  # broad: also on Ctrl-C; the socket is closed, re-raised
             self.close()
             raise
 
@@ -127,7 +127,7 @@ class Outbound:
                             self.receiver, address, exc)
                 time.sleep(pause)
                 pause = min(2.0, pause * 2)
-            except BaseException:
+            except BaseException:  # broad: also on Ctrl-C; the socket is closed, re-raised
                 with contextlib.suppress(OSError):
                     sock.close()
                 raise

@@ -375,7 +375,7 @@ class Driver:
             if self._records(ask):
                 return True
             why = "no negotiator runs to commit a last round"
-        except Exception as exc:
+        except Exception as exc:  # broad: kazoo raises untyped errors; cancel the stage at once
             why = f"could not ask the negotiator to stop the topology ({exc})"
         log.warning("%s: %s: cancelling the stage", self.name, why)
         return False

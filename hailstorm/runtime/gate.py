@@ -139,7 +139,7 @@ class Gate:
         """Send ``answer(query)``; an error in it, or a client gone, is a refusal."""
         try:
             fields = answer(query)
-        except Exception as exc:
+        except Exception as exc:  # broad: a failed answer is the client's refusal, not ours
             fields = {"processor": self.processor, "error": f"{type(exc).__name__}: {exc}"}
         if fields.get("error"):
             refusal = Refusal(UNANSWERABLE_QUERY, str(fields["error"]))

@@ -186,7 +186,7 @@ class Shell:
                 self.step()
         except TopologyStopped as exc:
             log.info("%s: leaving", exc)
-        except BaseException as exc:
+        except BaseException as exc:  # broad: last resort: reported to ZooKeeper, re-raised
             stopped = None if isinstance(exc, TopologyHalt) else self._stop_of_this_run()
             if stopped is not None:  # e.g. an upstream left first and closed its connection
                 log.info("%s: leaving (%s: %s)", stopped, type(exc).__name__, exc)
@@ -221,7 +221,7 @@ class Shell:
             return None
         try:
             record = self.coord.master()
-        except Exception:
+        except Exception:  # broad: kazoo raises untyped errors: ZooKeeper cannot tell
             return None
         if record is None or record.state.epoch <= self.joined:
             return None
@@ -235,7 +235,7 @@ class Shell:
             return None
         try:
             record = self.coord.master()
-        except Exception:
+        except Exception:  # broad: kazoo raises untyped errors: ZooKeeper cannot tell
             return None
         if record is None:
             return None
@@ -327,6 +327,7 @@ class Shell:
         def guarded() -> None:
             try:
                 target(*args)
+            # broad: a thread's last resort: recorded for the main thread
             except BaseException as exc:
                 if not self.stopping.is_set():
                     self.fail(exc)
@@ -431,7 +432,7 @@ class Shell:
                     self.assignment.processor, receiver, address, self.joined,
                     self.assignment.io_timeout, self.secret, patience=self.topology_waits,
                 )
-        except BaseException:
+        except BaseException:  # broad: also on Ctrl-C; connections closed, re-raised
             for out in outbound.values():
                 out.close()
             raise

@@ -93,7 +93,7 @@ def with_retries(
         attempt += 1
         try:
             result = op(attempt)
-        except Exception as exc:
+        except Exception as exc:  # broad: op is any call; is_transient decides, the rest re-raised
             if not is_transient(exc):
                 raise
             since = time.time() if since is None else since
@@ -158,6 +158,7 @@ class Database:
                 if self.url.target != ":memory:":
                     # Readers never wait for (nor see half of) a writer's transaction.
                     self._sqlite.execute("PRAGMA journal_mode=WAL")
+        # broad: psycopg/sqlite3 connect errors vary; all become a SinkError
         except Exception as exc:
             if is_transient(exc):
                 raise
@@ -231,7 +232,7 @@ class Database:
                 raise psycopg.InterfaceError("the connection is closed")
             try:
                 yield self
-            except BaseException:
+            except BaseException:  # broad: also on Ctrl-C; rolled back, re-raised
                 self._rollback()
                 raise
             if self._pg is not None:
@@ -250,7 +251,7 @@ class Database:
         self.execute("SAVEPOINT hailstorm_block")
         try:
             yield
-        except BaseException:
+        except BaseException:  # broad: also on Ctrl-C; rolled back, re-raised
             self.execute("ROLLBACK TO SAVEPOINT hailstorm_block")
             raise
         self.execute("RELEASE SAVEPOINT hailstorm_block")

@@ -342,7 +342,7 @@ class SinkWriter(BufferedWriter):
                 with db.savepoint():
                     self._write_rows(db, part)
                 continue
-            except Exception as exc:
+            except Exception as exc:  # broad: is_refused_row picks the refusals; the rest re-raised
                 if not is_refused_row(exc):
                     raise
                 error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"

@@ -96,7 +96,7 @@ class DirectorySnapshotStore(SnapshotStore):
                 temp.unlink()
                 return existing
             os.replace(temp, final)
-        except BaseException:
+        except BaseException:  # broad: also on Ctrl-C; the temp file is removed, re-raised
             with contextlib.suppress(OSError):
                 temp.unlink()
             raise

@@ -287,7 +287,7 @@ def _record_schema(monoid: Monoid[Any]) -> tuple[str, Any]:
         }
     try:
         return layout, fastavro.parse_schema(schema)
-    except Exception as e:
+    except Exception as e:  # broad: fastavro schema parsing (of a user monoid's schema)
         raise SnapshotError(f"the Avro schema of {monoid.describe()} is invalid: {e}") from e
 
 
@@ -427,7 +427,7 @@ def _read_header(fo: IO[bytes], name: str) -> _Header:
             header, end = _parse_header(prefix)
             meta = {k: v.decode("utf-8") for k, v in header["meta"].items()}
             break
-        except Exception as e:
+        except Exception as e:  # broad: fastavro on corrupt bytes raises almost anything
             if len(prefix) == limit and limit < _MAX_HEADER:
                 continue  # a header larger than the first read: try a bigger one
             raise SnapshotCorruptError(name, f"unreadable Avro header ({e})") from e

@@ -361,7 +361,7 @@ class SnapshotStore(ABC):
                 for record in fastavro.reader(fo, reader_schema=reader):
                     count += 1
                     yield record
-            except Exception as e:
+            except Exception as e:  # broad: fastavro on corrupt records raises almost anything
                 raise SnapshotCorruptError(ref.uri, f"unreadable records ({e})") from e
             if count != ref.records:
                 raise SnapshotCorruptError(ref.uri, f"{count} records, header says {ref.records}")

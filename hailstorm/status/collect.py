@@ -151,7 +151,7 @@ class Collector:
         if self.kafka and partitions:
             try:
                 inputs.log_ends = self._log_ends(partitions)
-            except Exception as exc:
+            except Exception as exc:  # broad: confluent_kafka raises untyped errors; a problem
                 problems.append(f"Kafka watermarks unavailable: {exc}")
         refs = {snap.ref for snap in inputs.snapshots.values()}
         for record in (inputs.committed, inputs.committed and inputs.committed.previous):
@@ -245,7 +245,7 @@ def scrape_all(inputs: Inputs, timeout: float = 2.0) -> dict[str, Scrape | None]
     def one(address: tuple[str, int]) -> Scrape | None:
         try:
             return scrape(address[0], address[1], timeout)
-        except Exception:
+        except Exception:  # broad: a probe: any failure means not reachable
             return None
 
     if not targets:
@@ -304,7 +304,7 @@ def open_collector(zk: str, kafka: str | None, snapshots: str | None, ref: str |
 
     try:
         collector = Collector(zk, kafka, snapshots, timeout=5.0)
-    except Exception as exc:
+    except Exception as exc:  # broad: kazoo's start raises untyped errors
         raise ValueError(f"cannot reach ZooKeeper at {zk}: {exc or type(exc).__name__}") \
             from None
     try:

@@ -113,7 +113,7 @@ def _import_path(ref: str) -> Any:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except BaseException as exc:
+    except BaseException as exc:  # broad: the user's module runs; TopologyError, Ctrl-C/exit as is
         sys.modules.pop(module_name, None)
         _reraise_import_failure(ref, path, exc)
     return module
@@ -137,7 +137,7 @@ def _import_dotted(ref: str) -> Any:
                 module=ref,
             ) from exc
         _reraise_import_failure(ref, None, exc)
-    except BaseException as exc:
+    except BaseException as exc:  # broad: the user's module runs; TopologyError, Ctrl-C/exit as is
         _reraise_import_failure(ref, None, exc)
 
 
@@ -165,6 +165,6 @@ def _reraise_import_failure(ref: str, path: str | None, exc: BaseException) -> A
 def _module_origin(ref: str) -> str | None:
     try:
         spec = importlib.util.find_spec(ref)
-    except Exception:
+    except Exception:  # broad: find_spec imports the user's parent packages
         return None
     return spec.origin if spec is not None else None

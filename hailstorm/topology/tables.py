@@ -369,6 +369,7 @@ class Table(SinkTarget):
         else:
             try:
                 value = self.row(t)
+            # broad: the user's row function may raise anything; a RowError
             except Exception as exc:
                 raise RowError(
                     f"table {self.name!r}: the row function failed: {type(exc).__name__}: {exc}"

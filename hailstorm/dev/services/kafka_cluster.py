@@ -111,7 +111,7 @@ class KafkaCluster(StackProcesses):
                                            expect_nodes=len(cluster.nodes),
                                            config=self._client_config(state)),
                     lambda: True, self.startup_timeout)
-        except BaseException:
+        except BaseException:  # broad: also on Ctrl-C; nodes started are killed, re-raised
             for record, _process in started:
                 stop_pid(record.pid, None, sig=signal.SIGKILL, timeout=5)
             raise

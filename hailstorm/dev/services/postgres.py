@@ -78,6 +78,7 @@ class PostgresServer(StackProcesses):
         else:
             try:
                 self._initdb(state, bin_dir, run_as, base, log)
+            # broad: also on Ctrl-C; the half-made cluster is deleted, re-raised
             except BaseException:
                 shutil.rmtree(base, ignore_errors=True)  # made in this call: nothing else
                 raise

@@ -159,7 +159,7 @@ def await_ready(
     """Wait for a service we just started; stop it (by pid) if it never becomes ready."""
     try:
         _wait_until(record.name, check, running, Path(record.log), timeout)
-    except BaseException:
+    except BaseException:  # broad: also on Ctrl-C; the service is killed, re-raised
         stop_pid(record.pid, None, sig=signal.SIGKILL, timeout=5)
         raise
     return record

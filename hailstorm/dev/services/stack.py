@@ -139,7 +139,7 @@ class DevStack(ZooKeeperServer, KafkaCluster, PostgresServer, SparkCluster):
                 self._save(state)
                 self.progress(f"{name} ready on {state.address(name)}")
             self._up_spark(state)
-        except BaseException:
+        except BaseException:  # broad: also on Ctrl-C; the state is saved, re-raised
             self._save(state)
             raise
         self._save(state)
