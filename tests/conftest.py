@@ -18,8 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from hailstorm.dev.services import DevStack, StackState
+
+# Property tests assert what happens, never how long an example takes: Hypothesis's default
+# 200 ms deadline per example fails at random on a loaded 2-core machine.
+settings.register_profile("hailstorm", deadline=None)
+settings.load_profile("hailstorm")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
