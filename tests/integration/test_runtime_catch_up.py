@@ -37,6 +37,8 @@ def test_new_bolt_catches_up_while_the_others_commit(stack_env: dict[str, str],
     assert result.clock_moved, "the carried bolt's clock did not move meanwhile"
     assert not result.restarts and not result.failed_attempts, \
         (result.restarts, result.failed_attempts)
+    assert result.by_hand is not None and result.by_hand.ok, \
+        comparison_line(result.by_hand, "a count by hand")
     assert result.comparison is not None and result.comparison.ok, \
         comparison_line(result.comparison)
     print(f"joined {result.joined_s} s after the first round catching up")
