@@ -1,15 +1,26 @@
 """Changed versions of ``topologies/wordcount.py`` to deploy mid-run (``hailstorm chaos
 --deploy``, docs/chaos.md): the same spout, ``counts`` bolt and ``word_counts`` sink (their
 functions are the example's, so the upgrade plan carries their state), over ``parallelism``
-instances, and with ``lengths`` a new bolt counting words by length from the committed clock
-on (``start="latest"``) into a new table ``word_lengths``."""
+instances; with ``lengths`` a new bolt counting words by length from the committed clock on
+(``start="latest"``) into a new table ``word_lengths``; with ``initials`` a new bolt counting
+words by their first letter over the whole history (backfilled from offset 0 while the rest
+keeps committing) into a new table ``word_initials``."""
+
+import sys
+from pathlib import Path
 
 from hailstorm import Count, Table, Topology, itself, per_key
-from topologies.wordcount import words_of
+
+REPO = str(Path(__file__).resolve().parents[2])
+if REPO not in sys.path:  # the example's words_of, whoever loads this (the CLI, an executor)
+    sys.path.append(REPO)
+
+from topologies.wordcount import words_of  # noqa: E402  (needs the repository on the path)
 
 
-def wordcount(parallelism: int = 2, lengths: bool = False) -> Topology:
-    """The word count with ``counts`` over ``parallelism`` instances (and ``lengths``)."""
+def wordcount(parallelism: int = 2, lengths: bool = False, initials: bool = False) -> Topology:
+    """The word count with ``counts`` over ``parallelism`` instances (and ``lengths``,
+    ``initials``)."""
     topology = Topology("wordcount")
     lines = topology.spout("lines", topic="words", decoder="text", explode=words_of)
     counts = topology.bolt(
@@ -24,4 +35,11 @@ def wordcount(parallelism: int = 2, lengths: bool = False) -> Topology:
             emit=lambda word, count: [(len(word), count)], start="latest")
         topology.sink("word_lengths", inputs=[by_length], target=Table(
             "word_lengths", columns={"length": "bigint", "count": "bigint"}, key=["length"]))
+    if initials:
+        by_initial = topology.bolt(
+            "initials", inputs=[lines], key=lambda word: word[:1], state=per_key(Count()),
+            lift=Count.lift, emit=lambda word, count: [(word[:1], count)], parallelism=2)
+        topology.sink("word_initials", inputs=[by_initial], target=Table(
+            "word_initials", columns={"initial": "text", "count": "bigint"}, key=["initial"],
+            mode="upsert"))
     return topology

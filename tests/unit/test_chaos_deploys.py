@@ -24,6 +24,7 @@ from hailstorm.topology import load_topology
 
 RESHARD = "bench/deploys/wordcount_reshard.py"
 LENGTHS = "bench/deploys/wordcount_lengths.py"
+INITIALS = "bench/deploys/wordcount_initials.py"
 
 
 @given(st.integers(0, 8), st.integers(0, 1000))
@@ -54,6 +55,20 @@ def test_a_deploy_starts_its_latest_bolts_and_their_sinks_at_its_clock() -> None
     assert started_at_deploy(original, resharded) == []
     assert started_at_deploy(resharded, lengths) == ["lengths", "word_lengths"]
     assert started_at_deploy(lengths, lengths) == []  # carried from then on
+    assert started_at_deploy(original, load_topology(INITIALS)) == []  # backfilled: history
+
+
+def test_a_backfilled_bolt_is_compared_over_every_message() -> None:
+    original, initials = load_topology("topologies/wordcount.py"), load_topology(INITIALS)
+    messages = _lines(0, ["apple avocado bb", "banana a", "cherry"])
+    model = run_model(initials, messages)
+    assert model.bolt_state("initials") == {"a": 3, "b": 2, "c": 1}
+    assert {k: r["count"] for k, r in model.table("word_initials").items()} == {
+        ("a",): 3, ("b",): 2, ("c",): 1}
+    assert model.dead_letters == []  # every row fits its table
+    names, comparison = compare_deployed(initials, [(initials, {("words", 0): 0})], original,
+                                         messages, {}, {})
+    assert (names, comparison) == ([], None)  # compared with the model over everything
 
 
 def _lines(start: int, texts: list[str]) -> list[Message]:
