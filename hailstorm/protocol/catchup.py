@@ -16,6 +16,9 @@ to them, while the live cursor keeps feeding the other nodes from the committed 
   :func:`commit_clocks` is what the commit records for them: a node whose label reached the
   round's clock has *joined* and gets no entry.
 * :func:`committed_low_water_mark`: what the committed state as a whole needs replayed.
+* :func:`reads_history`: whether a bolt without committed state can get any record from
+  before the committed round at all (one fed only through carried bolts cannot: they send
+  what they emit from the committed round on), so where it starts.
 
 Pure: no I/O.
 """
@@ -37,6 +40,7 @@ __all__ = [
     "inputs_of_graph",
     "label_accepted",
     "plan_rewind",
+    "reads_history",
 ]
 
 
@@ -159,3 +163,26 @@ def committed_low_water_mark(clock: Mapping[Partition, int],
     """What the committed state as a whole includes: the round's ``clock`` lowered to the
     clocks of the nodes catching up (a replay for all of it starts above this)."""
     return low_water_mark([clock, *clocks.values()], sorted(clock))
+
+
+def reads_history(node: str, inputs: Mapping[str, Collection[str]],
+                  carried: Collection[str]) -> bool:
+    """Whether ``node`` (a bolt without committed state) can be sent records from before
+    the committed round: some path up from it reaches a spout without passing a
+    ``carried`` bolt (one whose state the committed round holds: it drops what its state
+    already holds and emits only from the committed round on). ``inputs`` as for
+    :func:`catching_up` (a name that is no key is a spout).
+
+    A bolt fed only through carried bolts starts at the committed round's clock: no spout
+    need replay anything for it, since nothing it would be sent comes of that replay."""
+    seen: set[str] = set()
+    todo = [node]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name not in inputs:
+            return True  # a spout
+        todo.extend(i for i in inputs[name] if i not in carried)
+    return False

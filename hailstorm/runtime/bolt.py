@@ -25,6 +25,7 @@ from hailstorm.processors import (
     Router,
     WriteSnapshot,
 )
+from hailstorm.protocol.catchup import reads_history
 from hailstorm.protocol.clock import Clock, clock_to_json, fresh_clock
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -135,10 +136,25 @@ class BoltShell(InboundShell):
                                                     timeout=a.io_timeout),
                                  a.kafka, self.report_outage)
         clock = fresh_clock(start, committed.clock if committed else None, starts)
-        if clock:
+        if committed is not None and start != "latest" and not self._reads_history(committed):
+            clock = dict(committed.clock)
+            log.info("no committed state, and fed only through carried bolts (they send what "
+                     "they emit from the committed round on): starts at its clock %s",
+                     clock_to_json(clock))
+        elif clock:
             log.info("no committed state: start=%r, its empty state stands for %s", start,
                      clock_to_json(clock))
         return clock
+
+    def _reads_history(self, committed: CommittedRecord) -> bool:
+        """Whether any record from before ``committed`` can reach this bolt
+        (:func:`~hailstorm.protocol.catchup.reads_history`): the bolts the committed round
+        holds state of at its clock are carried (not those still catching up, on a clock of
+        their own: they send their backfill)."""
+        carried = {p.name for pid in committed.snapshots
+                   if (p := parse_processor_id(pid)).role is Role.BOLT} - set(committed.clocks)
+        inputs: dict[str, tuple[str, ...]] = {b.name: b.inputs for b in self.topology.bolts}
+        return reads_history(self.spec.name, inputs, carried)
 
     def _own_snapshot(self, refs: list[str]) -> SnapshotRef | None:
         """This instance's file among a round's ``refs`` when it is exactly what the

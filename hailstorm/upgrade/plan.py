@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hailstorm.errors import DefinitionError
-from hailstorm.protocol.catchup import catching_up
+from hailstorm.protocol.catchup import catching_up, reads_history
 from hailstorm.protocol.clock import NOTHING, Partition, partition_key
 from hailstorm.snapshots.evolution import evolution_problem
 from hailstorm.upgrade.describe import NodeDescription
@@ -160,9 +160,15 @@ def _gone_text(gone: Mapping[Partition, int]) -> str:
 
 
 def _fresh_start(node: NodeDescription, detail: str, gone: Mapping[Partition, int] | None,
-                 decide: Any, action: Action) -> NodePlan:
+                 decide: Any, action: Action, history: bool = True) -> NodePlan:
     """The decision for a bolt without state to carry (new, or a raised version), by its
-    ``start=`` and the records its inputs lost (``gone``; None: not known)."""
+    ``start=`` and the records its inputs lost (``gone``; None: not known). ``history``
+    False: it is fed only through carried bolts, so no record before the committed round
+    can reach it (:func:`~hailstorm.protocol.catchup.reads_history`)."""
+    if not history and node.start != "latest":
+        return decide(action, f"{detail}: starts empty at the committed round's clock: it is "
+                      "fed only through carried bolts, which send what they emit from then "
+                      "on (no record is replayed for it)")
     if node.start == "latest":
         return decide(action, f"{detail}: starts empty at the committed round's clock "
                       "(start='latest'): no record up to it is read")
@@ -210,7 +216,7 @@ def backfill_detail(node: NodeDescription, new: Mapping[str, NodeDescription],
 
 def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                stored: StoredState | None, source: str, new_names: Collection[str],
-               gone: Mapping[Partition, int] | None) -> NodePlan:
+               gone: Mapping[Partition, int] | None, history: bool = True) -> NodePlan:
     def decide(action: Action, detail: str, fix: str = "") -> NodePlan:
         return NodePlan(node.name, "bolt", action, detail, fix, source)
 
@@ -223,7 +229,7 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                       f"version {old.version}", f"declare version={old.version + 1} or more")
     if old is not None and node.version > old.version:
         return _fresh_start(node, f"version {old.version} -> {node.version}{renamed}: its "
-                            "state is dropped", gone, decide, Action.RESTART)
+                            "state is dropped", gone, decide, Action.RESTART, history)
     if old is not None and old.python == node.python:
         # A new state type comes with its own lift: only the key is compared then.
         meaning = _MEANING if stored is None or stored.monoid == node.state else ("key",)
@@ -235,7 +241,8 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                           f"declare version={node.version + 1} on the bolt (new state, built "
                           "from the retained records), or undo the change")
     if stored is None:
-        return _fresh_start(node, f"no committed state{renamed}", gone, decide, Action.NEW)
+        return _fresh_start(node, f"no committed state{renamed}", gone, decide, Action.NEW,
+                            history)
     if stored.parallelism != node.parallelism and not node.keyed and node.parallelism != 1:
         return decide(Action.REFUSE, f"{node.state} is not keyed: its state cannot be split "
                       f"from {stored.parallelism} into {node.parallelism} instances",
@@ -337,6 +344,7 @@ def make_plan(
                       "cannot be checked, only the stored state")
     plans: list[NodePlan] = []
     taken: set[str] = set()
+    bolt_args: dict[str, tuple[Any, Any, Any, Any, Any, Any]] = {}
     for node in new.values():
         source = node.name
         if node.name not in old_names and node.previously in old_names:
@@ -350,7 +358,8 @@ def make_plan(
         if node.kind == "bolt":
             gone = None if log_starts is None or not old_names else \
                 gone_before(source_topics(node.name, new), log_starts)
-            plans.append(_plan_bolt(node, old, states.get(source), source, set(new), gone))
+            bolt_args[node.name] = (node, old, states.get(source), source, set(new), gone)
+            plans.append(_plan_bolt(*bolt_args[node.name]))
         elif old is None or old.kind != node.kind:
             plans.append(NodePlan(node.name, node.kind, Action.NEW,
                                   f"reads topic {node.topic} from its first retained offset"
@@ -368,6 +377,12 @@ def make_plan(
                and n.kind == "bolt"}
     carried = {n.node for n in plans if n.kind == "bolt" and n.node not in rebuilt
                and n.action is not Action.REFUSE} if old_names else set()
+    graph = {n.name: n.inputs for n in new.values() if n.kind == "bolt"}
+    for i, bolt in enumerate(plans):  # fed only through carried bolts: starts at the clock
+        if bolt.kind == "bolt" and carried and bolt.node not in carried \
+                and not reads_history(bolt.node, graph, carried):
+            plans[i] = _plan_bolt(*bolt_args[bolt.node], history=False)
+            rebuilt.discard(bolt.node)
     for i, bolt in enumerate(plans):
         behind = sorted(set(new[bolt.node].inputs) & carried) if bolt.node in rebuilt else []
         if behind:

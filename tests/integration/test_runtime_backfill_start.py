@@ -2,8 +2,10 @@
 on the real stack: a word count committed its history, then retention (``delete_records``)
 moved each partition's log start. A new bolt declaring no ``start=`` is refused by the plan
 and by ``run`` with one line naming it; declared ``start="earliest"`` it is built from the
-log start, ``start="latest"`` it starts at the committed round's clock; the carried bolt
-keeps its state, and every state (and the new bolt's new table) equals the reference model
+log start, ``start="latest"`` it starts at the committed round's clock; a new bolt fed only
+by the carried one starts at that clock with no ``start=`` (nothing before it could reach it,
+so nothing is replayed and the records gone are no reason to refuse); the carried bolt keeps
+its state, and every state (and the new bolt's new table) equals the reference model
 over what each was promised."""
 
 from __future__ import annotations
@@ -43,12 +45,17 @@ from hailstorm import Count, Topology, per_key
 topology = Topology("backfill")
 lines = topology.spout("lines", topic="{topic}", decoder="text", explode=str.split)
 topology.bolt("counts", inputs=[lines], key=lambda w: w.lower(), state=per_key(Count()),
-              lift=lambda w: 1, parallelism=2)
+              lift=lambda w: 1, parallelism=2, emit=lambda w, n: [w])
 '''
 NEW_BOLT = '''
 topology.bolt("{bolt}", inputs=[lines], key=lambda w: w, state=per_key(Count()),
               lift=lambda w: 1, emit=lambda w, n: [(w, n)]{start})
 '''
+DOWNSTREAM = '''
+topology.bolt("totals", inputs=[topology.node("counts")], state=Count(), lift=lambda w: 1)
+'''
+"""A new bolt fed only by the carried ``counts``: nothing from before the committed round
+can reach it, so it starts at its clock, whatever was gone (no ``start=`` needed)."""
 SINK = '''
 from hailstorm import Table
 
@@ -117,7 +124,7 @@ def test_new_bolts_after_retention_start_where_declared(stack_env: dict[str, str
     declared = str(_module(tmp_path, HEAD
                            + NEW_BOLT.format(bolt="cased", start=', start="earliest"')
                            + NEW_BOLT.format(bolt="recent", start=', start="latest"')
-                           + SINK.format(suffix=uuid.uuid4().hex[:8]), topic))
+                           + DOWNSTREAM + SINK.format(suffix=uuid.uuid4().hex[:8]), topic))
     code, output = _plan(stack, declared, name)
     print(output)
     assert code == 0, output
@@ -126,6 +133,9 @@ def test_new_bolts_after_retention_start_where_declared(stack_env: dict[str, str
             ) in output
     assert ("bolt recent: new: no committed state: starts empty at the committed round's "
             "clock (start='latest'): no record up to it is read") in output
+    assert ("bolt totals: new: no committed state: starts empty at the committed round's "
+            "clock: it is fed only through carried bolts, which send what they emit from then "
+            "on (no record is replayed for it)") in output
     with TopologyRun(stack, declared, name=name, log_dir=logs, negotiators=1,
                      database=SQLITE) as run:
         started = time.monotonic()
@@ -136,7 +146,7 @@ def test_new_bolts_after_retention_start_where_declared(stack_env: dict[str, str
               f"; recoveries: {[r.reason for r in run.recoveries()]}")
         states = run.committed_bolt_states(committed)
         assert {parse_processor_id(p).name for p in committed.snapshots} == \
-            {"counts", "cased", "recent", "cased_counts"}
+            {"counts", "cased", "recent", "totals", "cased_counts"}
         messages = produced.model_messages()
         everything = run_model(run.topology, messages)
         retained = run_model(run.topology, [m for m in messages
@@ -146,6 +156,11 @@ def test_new_bolts_after_retention_start_where_declared(stack_env: dict[str, str
         assert states["counts"].instances == everything.instance_states("counts")
         assert states["cased"].instances == retained.instance_states("cased")
         assert states["recent"].instances == recent.instance_states("recent")
+        # counts emits a word per word it counts: totals holds the words after the clock
+        assert states["totals"].instances == recent.instance_states("totals")
+        words_after = sum(len((m.value or b"").split()) for m in messages
+                          if m.offset > deployed_clock[(topic, m.partition)])
+        assert states["totals"].merged == words_after
         expected = retained.table("cased_counts")
         wait_for("the new sink's table to equal the model",
                  lambda: run.sink_tables()["cased_counts"] == expected, 60, run.alive)

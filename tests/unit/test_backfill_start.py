@@ -215,16 +215,33 @@ def test_the_halt_blames_the_committed_state_when_it_needs_them() -> None:
         assert "records the committed state depends on are gone" in text
 
 
-def test_a_new_bolt_behind_a_carried_bolt_is_told_it_gets_no_history() -> None:
+def test_a_new_bolt_fed_only_through_carried_bolts_starts_at_the_committed_clock() -> None:
     def chained() -> Topology:
         t = wordcount()
-        t.bolt("totals", [t.node("counts")], state=Count(), lift=lambda wn: 1)
+        totals = t.bolt("totals", [t.node("counts")], state=Count(), lift=lambda wn: 1,
+                        emit=lambda wn, n: [n])
+        t.bolt("again", [totals], state=Count(), lift=lambda n: 1)
         return t
 
-    plan = plan_of(wordcount(), chained(), {("words", 0): 0})
-    action, text = line(plan, "totals")
+    for gone in (None, RETAINED):  # records it could not get anyway are no reason to refuse
+        plan = plan_of(wordcount(), chained(), gone)
+        for bolt in ("totals", "again"):
+            action, text = line(plan, bolt)
+            assert action is Action.NEW
+            assert text.endswith("no committed state: starts empty at the committed round's "
+                                 "clock: it is fed only through carried bolts, which send "
+                                 "what they emit from then on (no record is replayed for it)")
+    assert not line(plan_of(wordcount(), wordcount(longest={}), None), "longest")[1] \
+        .endswith("(no record is replayed for it)")
+
+
+def test_a_new_bolt_reading_a_spout_and_a_carried_bolt_is_told_what_it_misses() -> None:
+    def mixed() -> Topology:
+        t = wordcount()
+        t.bolt("both", [t.node("lines"), t.node("counts")], state=Count(), lift=lambda x: 1)
+        return t
+
+    action, text = line(plan_of(wordcount(), mixed(), {("words", 0): 0}), "both")
     assert action is Action.NEW
     assert text.endswith("(from offset 0); but its input counts is carried and sends only "
                          "what it emits from the committed round on, not its history")
-    assert not line(plan_of(wordcount(), wordcount(longest={}), None), "longest")[1] \
-        .endswith("not its history")

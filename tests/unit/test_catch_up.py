@@ -16,6 +16,7 @@ from hailstorm.protocol.catchup import (
     inputs_of_graph,
     label_accepted,
     plan_rewind,
+    reads_history,
 )
 from hailstorm.protocol.clock import Clock, dominates, low_water_mark
 
@@ -71,6 +72,32 @@ def test_catching_up_examples() -> None:
     # fed by a node catching up, a behind bolt catches up with it
     chain = {"a": frozenset({"lines"}), "b": frozenset({"a", "lines"})}
     assert catching_up(chain, {"a", "b"}) == {"a", "b"}
+
+
+def test_reads_history_unless_fed_only_through_carried_bolts() -> None:
+    inputs = {"counts": frozenset({"lines"}), "totals": frozenset({"counts"}),
+              "again": frozenset({"totals"}), "both": frozenset({"lines", "counts"}),
+              "via": frozenset({"totals", "new"}), "new": frozenset({"lines"})}
+    carried = {"counts"}
+    assert [n for n in sorted(inputs) if not reads_history(n, inputs, carried)] == [
+        "again", "totals"]
+    assert all(reads_history(n, inputs, set()) for n in inputs)  # nothing carried: spouts
+    assert not reads_history("totals", inputs, {"counts", "totals"})  # itself carried too
+
+
+@given(st.dictionaries(st.sampled_from("abcdef"), st.sets(st.sampled_from("abcdefst")),
+                       max_size=6), st.sets(st.sampled_from("abcdef")))
+def test_reads_history_is_a_path_to_a_spout_avoiding_carried_bolts(
+        raw: dict[str, set[str]], carried: set[str]) -> None:
+    inputs = {n: frozenset(i - {n}) for n, i in raw.items()}  # s, t: spouts
+    for node in inputs:
+        # the same question answered the slow way: every path, depth first
+        def reaches(name: str, path: frozenset[str]) -> bool:
+            if name not in inputs:
+                return True
+            return any(reaches(i, path | {i}) for i in inputs[name]
+                       if i not in carried and i not in path)
+        assert reads_history(node, inputs, carried) == reaches(node, frozenset({node}))
 
 
 def test_inputs_of_graph() -> None:
