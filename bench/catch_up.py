@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="Live lines per second.")
     parser.add_argument("--text", choices=("zipf", "toy"), default="zipf",
                         help="zipf: realistic text (50,000 words by Zipf's law: the new "
-                             "bolt's state grows to tens of thousands of keys); toy: ten "
+                             "bolt's state grows to hundreds of thousands of keys); toy: ten "
                              "words, as the integration test uses (a best case).")
     args = parser.parse_args(argv)
     logs = bench_logs("hailstorm-catch-up-")

@@ -208,7 +208,7 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
     a second; wait for the new bolt to join the rounds and compare every state and table
     with a count by hand and, up to :data:`MODEL_LINES` lines, with the model. ``text``:
     ``toy`` (lines of four of :data:`WORDS`: a state of a few keys) or ``zipf`` (realistic
-    text, :func:`zipf_text_lines`: tens of thousands of keys, so every round's snapshot and
+    text, :func:`zipf_text_lines`: hundreds of thousands of keys, so every round's snapshot and
     table write grow with the backfill)."""
     if text not in ("toy", "zipf"):
         raise ValueError(f"text must be 'toy' or 'zipf', not {text!r}")
