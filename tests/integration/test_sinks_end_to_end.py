@@ -19,6 +19,7 @@ from deployments import WORDCOUNT
 from hailstorm import kafka
 from hailstorm.dev.harness import (
     SQLITE,
+    BackgroundProducer,
     Produced,
     StackAddresses,
     TopologyRun,
@@ -58,13 +59,17 @@ def test_word_counts_table_is_exactly_the_model_through_kills(
                      database=None if database == "postgresql" else SQLITE) as run:
         run.start()
         run.wait_flowing(timeout=300)
-        produce(stack.kafka, produced, lines[:15000], partitions)
-        # The failpoint first: the sink commits every round (each second), so its first
-        # incarnation dies right after its fourth commit, with the lines in flight. The
-        # kills come after its recovery, one at a time: a failpoint firing during a kill's
-        # recovery would hide which of the two each restart was.
+        # The failpoint first: the sink commits at least once a round (each second) while
+        # lines arrive, so its first incarnation dies right after its fourth commit, with
+        # lines in flight. They arrive over six seconds: produced at once, they were all
+        # committed in one round, and an idle topology skips its rounds, so no fourth commit
+        # came. The kills come after its recovery, one at a time: a failpoint firing during a
+        # kill's recovery would hide which of the two each restart was.
         fired = tmp_path / "failpoints" / "sink.after_commit"
-        wait_for("the sink's failpoint to fire", fired.exists, 120, run.alive)
+        with BackgroundProducer(stack.kafka, produced, lines[:15000], partitions, rate=2500,
+                                chunk=250) as producer:
+            wait_for("the sink's failpoint to fire", fired.exists, 120, run.alive)
+            producer.join(120)
         run.wait_recovered(fired.stat().st_mtime, timeout=300)
         # Each kill waits for its own recovery (one naming its victim), not for any Flowing:
         # the negotiator may not have noticed the kill yet when the wait begins.
