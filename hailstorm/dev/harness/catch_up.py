@@ -133,12 +133,13 @@ def plan_output(stack: StackAddresses, module: str, name: str) -> str:
 
 
 def comparison_line(comparison: Comparison, against: str = "the model") -> str:
-    """``N keys and rows against ...: L lost, D duplicated, W wrong`` (and, against the
-    model, the oracle's)."""
+    """``N keys and rows against ...: L lost, D duplicated, W wrong`` (and the oracle's,
+    for a comparison that ran it or says why not)."""
+    ran_oracle = comparison.oracle is not None or bool(comparison.oracle_note)
     return "; ".join([
         f"{comparison.keys_compared} keys and rows against {against}: {comparison.lost} "
         f"lost, {comparison.duplicated} duplicated, {comparison.wrong} wrong",
-        *(comparison.oracle_lines() if against == "the model" else [])])
+        *(comparison.oracle_lines() if ran_oracle else [])])
 
 
 def counted_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
