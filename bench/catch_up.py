@@ -1,12 +1,13 @@
 """A new bolt added to a topology with a long history (issue 41): 2M lines by default.
 
     .venv/bin/python bench/catch_up.py [--history 2000000] [--live 20000] [--rate 200]
-                                       [--text zipf|toy]
+                                       [--text zipf|toy] [--shape new|mixed]
 
 Starts an embedded stack of its own (brought down afterwards) and runs
 :func:`hailstorm.dev.harness.catch_up.catch_up_run`: a word count commits ``--history``
-lines with 1 s rounds, then is deployed again with a new bolt and sink while ``--live``
-lines are produced at ``--rate`` a second. Prints the plan, every committed round (its
+lines with 1 s rounds, then is deployed again with a new bolt (and, with ``--shape new``, a
+new sink; ``mixed``: the new bolt also reads the carried one, which has a table) while
+``--live`` lines are produced at ``--rate`` a second. Prints the plan, every committed round (its
 time, the round's clock and the new nodes' own clocks while they catch up) and one JSON
 line; exits 1 unless rounds committed while the new bolt caught up, the carried bolt's
 clock moved meanwhile, nothing restarted, no stage attempt failed and every state and
@@ -49,14 +50,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="zipf: realistic text (50,000 words by Zipf's law: the new "
                              "bolt's state grows to hundreds of thousands of keys); toy: ten "
                              "words, as the integration test uses (a best case).")
+    parser.add_argument("--shape", choices=("new", "mixed"), default="new",
+                        help="new: the new bolt reads the spout alone (the carried bolt "
+                             "stays on the live clock); mixed: it reads the spout and the "
+                             "carried bolt, which is held with its table while it catches "
+                             "up.")
     args = parser.parse_args(argv)
     logs = bench_logs("hailstorm-catch-up-")
     with embedded_stack() as env:
         result = catch_up_run(StackAddresses.from_env(env), logs, history=args.history,
-                              live=args.live, rate=args.rate, text=args.text)
+                              live=args.live, rate=args.rate, text=args.text,
+                              shape=args.shape)
     hand, model = result.by_hand, result.comparison
     report("catch_up", {"history": args.history, "live": args.live, "rate": args.rate,
-                        "text": args.text,
+                        "text": args.text, "shape": args.shape,
                         "rounds_catching_up": result.catching_up,
                         "clock_moved": result.clock_moved, "joined_s": result.joined_s,
                         "restarts": result.restarts,

@@ -106,6 +106,8 @@ class SpoutCore:
         self._position: int | None = None
         self._loaded = NOTHING
         """The bolts' loaded clock here: tuples at or below it are in their snapshots."""
+        self._loaded_by_bolt: dict[str, int] = {}
+        """The loaded offset here of each bolt that loaded another than ``_loaded``."""
         self._boundaries: list[int] = []
         """Offsets of this partition where downstream state may be split, ascending."""
         self._paused = True
@@ -127,12 +129,17 @@ class SpoutCore:
     def start(
         self, rewind_to: Mapping[Partition, int], loaded: Mapping[Partition, int] | None = None,
         stream_times: tuple[int, Mapping[str, Any]] | None = None,
+        loaded_by_bolt: Mapping[str, Mapping[Partition, int]] | None = None,
     ) -> int:
         """Rewind to ``rewind_to`` (``SpoutsRewind``); return the offset to seek to.
 
         ``loaded`` is the clock bolts may have loaded their state at (the committed round's)
-        when it can be above ``rewind_to``: pre-aggregation never combines across it. The
-        spout is paused afterwards; records held or staged from before are discarded.
+        when it can be above ``rewind_to``: pre-aggregation never combines across it.
+        ``loaded_by_bolt`` gives the bolts that loaded another clock theirs (a backfill's
+        bolts, each on its own clock): pre-aggregation never combines across any of them
+        either, and a tuple a bolt's function fails on is quarantined only above what that
+        bolt loaded (at or below it, it was quarantined when first read). The spout is
+        paused afterwards; records held or staged from before are discarded.
 
         ``stream_times`` (with bolts declaring ``late=``): ``(offset, times)``, the stream
         times through ``offset`` (at or below the position; ``(-1, {})`` for none). The
@@ -142,7 +149,10 @@ class SpoutCore:
         self._position = rewind_to.get(self.partition, NOTHING)
         above = (loaded or {}).get(self.partition, NOTHING)
         self._loaded = above
-        self._boundaries = [above] if above > self._position else []
+        self._loaded_by_bolt = {bolt: clock.get(self.partition, NOTHING)
+                                for bolt, clock in (loaded_by_bolt or {}).items()}
+        self._boundaries = sorted(b for b in {above, *self._loaded_by_bolt.values()}
+                                  if b > self._position)
         self._paused = True
         self._held_offsets = []
         self._held_values = []
@@ -268,9 +278,10 @@ class SpoutCore:
                         for bolt, source, offset, t, why in router.late)
             router.late.clear()
         if router.failed:  # those within the loaded snapshots were quarantined before
-            topic, loaded = self.quarantine_topic, self._loaded
+            topic, loaded, by_bolt = self.quarantine_topic, self._loaded, self._loaded_by_bolt
             dead.extend(DeadLetter.of_tuple(topic, (source, offset), t, failure)
-                        for source, offset, t, failure in router.failed if offset > loaded)
+                        for source, offset, t, failure in router.failed
+                        if offset > by_bolt.get(failure.node, loaded))
             router.failed.clear()
         return SpoutOutput(None, routed, dead, {p: position})
 

@@ -3,9 +3,10 @@
 A bolt whose committed state is behind the committed round (new, a raised ``version=``,
 or still catching up when the topology restarted) is *behind*. Rather than making every
 spout replay the history to every bolt inside the rounds (where no round can commit before
-the replay ends), the behind bolts, and the nodes fed only by them and by spouts, *catch
-up*: each spout partition reads a second cursor from the lowest of their clocks, sent only
-to them, while the live cursor keeps feeding the other nodes from the committed clock.
+the replay ends), the behind bolts *catch up*, with every node downstream of them and every bolt
+they read (:func:`catching_up`): each spout partition reads a second cursor from the lowest
+of their clocks, sent only to them, while the live cursor keeps feeding the other nodes from
+the committed clock.
 
 * The committed record keeps, beside the round's clock ``K``, each catching-up node's own
   clock (``CommittedRecord.clocks``); a node without an entry is at ``K``.
@@ -39,6 +40,7 @@ __all__ = [
     "committed_low_water_mark",
     "inputs_of_graph",
     "label_accepted",
+    "loaded_by_node",
     "plan_rewind",
     "reads_history",
 ]
@@ -77,28 +79,29 @@ def behind_bolts(loads: Mapping[str, Sequence[Mapping[Partition, int]]],
 
 def catching_up(inputs: Mapping[str, Collection[str]], behind: Collection[str]) -> frozenset[str]:
     """The nodes that catch up on their own clock, given each bolt's and sink's inputs (a
-    name that is no key is a spout) and the ``behind`` bolts.
+    name that is no key is a spout) and the ``behind`` bolts: the smallest set holding
+    them that every node reading one of its nodes is in (downstream: it must see only
+    backfill clocks) and every bolt one of its nodes reads is in (upstream: likewise).
 
-    A node catches up when it is behind or fed by a node catching up, and every input is a
-    spout or catching up (a catching-up node must see only backfill clocks). When a node
-    that does not catch up reads one that does (mixed clocks), nobody catches up: the
-    topology then replays inside the rounds, as without this mechanism.
+    A carried bolt that a node catching up reads is *held* this way: it reads the backfill
+    with the others, drops what its state already holds and emits what it did not, so its
+    readers get its emissions on the backfill clock; its own clock stays the committed
+    round's until the backfill passes it. Nodes unconnected to ``behind`` but through
+    spouts stay current.
     """
-    nodes = sorted(inputs)
+    readers: dict[str, set[str]] = {}
+    for node, feeds in inputs.items():
+        for feed in feeds:
+            readers.setdefault(feed, set()).add(node)
     found: set[str] = set()
-    changed = True
-    while changed:
-        changed = False
-        for node in nodes:
-            if node in found:
-                continue
-            feeds = inputs[node]
-            if (node in behind or any(i in found for i in feeds)) and \
-                    all(i not in inputs or i in found for i in feeds):
-                found.add(node)
-                changed = True
-    if any(node not in found and any(i in found for i in inputs[node]) for node in nodes):
-        return frozenset()
+    todo = [b for b in behind if b in inputs]
+    while todo:
+        node = todo.pop()
+        if node in found:
+            continue
+        found.add(node)
+        todo.extend(readers.get(node, ()))
+        todo.extend(i for i in inputs[node] if i in inputs)
     return frozenset(found)
 
 
@@ -156,6 +159,17 @@ def commit_clocks(labels: Mapping[str, Mapping[Partition, int]],
     return {node: {p: label.get(p, NOTHING) for p in sorted(domain | set(label))}
             for node, label in sorted(labels.items())
             if any(label.get(p, NOTHING) != live.get(p, NOTHING) for p in domain | set(label))}
+
+
+def loaded_by_node(nodes: Iterable[str], clock: Mapping[Partition, int],
+                   clocks: Mapping[str, Mapping[Partition, int]],
+                   held: Collection[str]) -> dict[str, Clock]:
+    """What each of ``nodes`` (catching up) loaded, as a committed record at ``clock``
+    with the nodes' own ``clocks`` tells: a node's own clock, else the round's for a bolt
+    whose state the round ``held`` (a carried bolt held back with them); a node with
+    neither loaded no state the record knows of, and is absent."""
+    return {node: dict(clocks[node]) if node in clocks else dict(clock)
+            for node in nodes if node in clocks or node in held}
 
 
 def committed_low_water_mark(clock: Mapping[Partition, int],

@@ -662,6 +662,11 @@ class CommittedRecord:
         catches up, else the round's."""
         return dict(self.clocks.get(node, self.clock))
 
+    def bolts_held(self) -> frozenset[str]:
+        """The bolts whose state this round holds (each has a snapshot in it)."""
+        return frozenset(p.name for pid in self.snapshots
+                         if (p := parse_processor_id(pid)).role is Role.BOLT)
+
     def live_refs(self) -> frozenset[str]:
         """Snapshot refs still needed: this round's and the previous committed round's."""
         refs = set(self.snapshots.values())

@@ -151,8 +151,7 @@ class BoltShell(InboundShell):
         (:func:`~hailstorm.protocol.catchup.reads_history`): the bolts the committed round
         holds state of at its clock are carried (not those still catching up, on a clock of
         their own: they send their backfill)."""
-        carried = {p.name for pid in committed.snapshots
-                   if (p := parse_processor_id(pid)).role is Role.BOLT} - set(committed.clocks)
+        carried = committed.bolts_held() - set(committed.clocks)
         inputs: dict[str, tuple[str, ...]] = {b.name: b.inputs for b in self.topology.bolts}
         return reads_history(self.spec.name, inputs, carried)
 

@@ -19,7 +19,8 @@ from hailstorm.processors.backfill import (
     within_live,
 )
 from hailstorm.processors.spout_core import Backlog
-from hailstorm.protocol.clock import NOTHING, Clock, Partition, merge_max, partition_key
+from hailstorm.protocol.catchup import loaded_by_node
+from hailstorm.protocol.clock import NOTHING, Clock, Partition, partition_key
 from hailstorm.protocol.layout import Flowing, ProcessorState, SpoutsPaused, SpoutsRewind
 from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
 from hailstorm.runtime.data_plane import DataPlaneError
@@ -189,12 +190,13 @@ class SpoutShell(Shell):
         start = state.backfill.get(p, NOTHING)
         if start >= self.core.position:
             return
-        clocks = [] if committed is None else \
-            [committed.clocks[n.name] for n in catching if n.name in committed.clocks]
         self.back = SpoutCore(self.spec, p[1], catching,
                               quarantine_topic=self.topology.dead_letter_topic)
-        seek = self.back.start(state.backfill, merge_max(*clocks) if clocks else None,
-                               (NOTHING, {}) if self.back.stream_times else None)
+        seek = self.back.start(
+            state.backfill, None, (NOTHING, {}) if self.back.stream_times else None,
+            loaded_by_bolt=None if committed is None else loaded_by_node(
+                [n.name for n in catching], committed.clock, committed.clocks,
+                committed.bolts_held()))
         self.back_consumer = consumer(self.assignment.kafka)
         self.back_consumer.assign([TopicPartition(p[0], p[1], seek)])
         log.info("backfill for %s: reading from %d up to the live cursor at %d",

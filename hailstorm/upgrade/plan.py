@@ -211,7 +211,7 @@ def backfill_detail(node: NodeDescription, new: Mapping[str, NodeDescription],
     text = ", ".join(f"{partition_key(p)} {a}..{b}" for p, (a, b) in ranges.items())
     records = sum(b - a + 1 for a, b in ranges.values())
     return (f"backfilled from offsets {text} ({records} records) on its own clock while "
-            "the other nodes keep committing; it joins their rounds when it reaches them")
+            "rounds keep committing; it joins the rounds' clock when it reaches it")
 
 
 def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
@@ -427,17 +427,29 @@ def _with_backfills(plans: list[NodePlan], new: Mapping[str, NodeDescription],
                     rebuilt: Collection[str], committed: Mapping[Partition, int],
                     log_starts: Mapping[Partition, int] | None) -> list[NodePlan]:
     """``plans`` with what catches up on its own clock said: the rebuilt bolts reading
-    history (not ``start='latest'``) and the nodes fed only by them and spouts
-    (:func:`~hailstorm.protocol.catchup.catching_up`, as the negotiator decides)."""
+    history (not ``start='latest'``), the nodes downstream of them and the carried bolts
+    they read, *held* meanwhile (:func:`~hailstorm.protocol.catchup.catching_up`, as the
+    negotiator decides)."""
     behind = {b for b in rebuilt if new[b].start != "latest"}
     inputs = {n.name: n.inputs for n in new.values() if n.kind != "spout"}
     nodes = catching_up(inputs, behind)
     done: list[NodePlan] = []
     for plan in plans:
         if plan.node in nodes and plan.action is not Action.REFUSE:
-            extra = backfill_detail(new[plan.node], new, committed, log_starts) \
-                if plan.kind == "bolt" and plan.node in behind else \
-                f"catches up with {', '.join(sorted(set(new[plan.node].inputs) & nodes))}"
+            feeding = sorted(set(new[plan.node].inputs) & nodes)
+            if plan.kind == "bolt" and plan.node in behind:
+                extra = backfill_detail(new[plan.node], new, committed, log_starts)
+            elif feeding:
+                extra = f"catches up with {', '.join(feeding)}"
+            else:
+                readers = [n for n in sorted(nodes) if plan.node in inputs[n]]
+                why = [n for n in readers if n in behind
+                       or set(inputs[n]) & nodes - {plan.node}] or readers
+                extra = (f"held while {', '.join(why)} "
+                         f"{'catches' if len(why) == 1 else 'catch'} up: it reads the backfill "
+                         "with them, drops what its state holds, and moves past the "
+                         "committed round when the backfill does (its readers get what it "
+                         "emits on the backfill's clock)")
             if extra is not None:
                 plan = replace(plan, detail=f"{plan.detail}; {extra}")
         done.append(plan)

@@ -245,3 +245,24 @@ def test_a_new_bolt_reading_a_spout_and_a_carried_bolt_is_told_what_it_misses() 
     assert action is Action.NEW
     assert text.endswith("(from offset 0); but its input counts is carried and sends only "
                          "what it emits from the committed round on, not its history")
+
+
+def test_a_new_bolt_reading_a_spout_and_a_carried_bolt_catches_up_holding_it() -> None:
+    t = wordcount()
+    t.bolt("both", [t.node("lines"), t.node("counts")], state=Count(), lift=lambda x: 1)
+    committed = {("words", 0): 99, ("words", 1): 49}
+    plan = make_plan(describe_topology(wordcount()),
+                     {n: StoredState(str(d.state), d.schema, d.parallelism or 1)
+                      for n, d in describe_topology(wordcount()).items() if d.kind == "bolt"},
+                     describe_topology(t), (), None, committed)
+    assert line(plan, "both")[1].endswith(
+        "not its history; backfilled from offsets words:0 0..99, words:1 0..49 (150 records) "
+        "on its own clock while rounds keep committing; it joins the rounds' clock when "
+        "it reaches it")
+    action, text = line(plan, "counts")
+    assert action is Action.CARRY
+    assert text.endswith("; held while both catches up: it reads the backfill with them, drops "
+                         "what its state holds, and moves past the committed round when the "
+                         "backfill does (its readers get what it emits on the backfill's "
+                         "clock)")
+    assert line(plan, "word_counts")[1].endswith("; catches up with counts")

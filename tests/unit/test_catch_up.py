@@ -15,6 +15,7 @@ from hailstorm.protocol.catchup import (
     committed_low_water_mark,
     inputs_of_graph,
     label_accepted,
+    loaded_by_node,
     plan_rewind,
     reads_history,
 )
@@ -41,20 +42,26 @@ def clocks(low: int = -1, high: int = 50) -> st.SearchStrategy[Clock]:
 
 
 @given(dags(), st.data())
-def test_catching_up_is_closed_and_never_mixed(inputs: dict[str, frozenset[str]],
-                                               data: st.DataObject) -> None:
+def test_catching_up_is_the_behind_bolts_connected_part(inputs: dict[str, frozenset[str]],
+                                                       data: st.DataObject) -> None:
     behind = data.draw(st.sets(st.sampled_from(sorted(inputs))))
     found = catching_up(inputs, behind)
-    for node in found:
-        # every input is a spout or catches up too, and it is behind or fed by one that is
+    assert set(behind) <= found
+    for node in found:  # every input is a spout or catches up too
         assert all(i not in inputs or i in found for i in inputs[node])
-        assert node in behind or any(i in found for i in inputs[node])
     # no node that does not catch up reads one that does (mixed clocks)
     assert not any(n not in found and inputs[n] & found for n in inputs)
-    if found:  # nothing it could have taken was left out
-        for node, feeds in inputs.items():
-            if node in behind and all(i not in inputs for i in feeds):
-                assert node in found
+    # and nothing more: each node is linked to a behind bolt through bolts and sinks
+    # (either way along an edge; a spout links nothing)
+    linked, todo = set(), list(behind)
+    while todo:
+        node = todo.pop()
+        if node in linked:
+            continue
+        linked.add(node)
+        todo.extend(i for i in inputs[node] if i in inputs)
+        todo.extend(n for n, feeds in inputs.items() if node in feeds)
+    assert found == linked
 
 
 def test_catching_up_examples() -> None:
@@ -63,15 +70,17 @@ def test_catching_up_examples() -> None:
               "totals": frozenset({"cased"})}
     assert catching_up(inputs, {"cased"}) == {"cased", "cased_out", "totals"}
     assert catching_up(inputs, set()) == set()
-    # a node reading a current bolt and one catching up: nobody catches up
+    # a node reading a current bolt and one catching up: the current one is held with
+    # its readers (it drops the backfill up to its clock, then emits on the backfill's)
     mixed = dict(inputs, both=frozenset({"counts", "cased"}))
-    assert catching_up(mixed, {"cased"}) == set()
-    # a behind bolt fed by a current one does not catch up (it gets no history anyway)
-    assert catching_up({"counts": frozenset({"lines"}), "late": frozenset({"counts"})},
-                       {"late"}) == set()
+    assert catching_up(mixed, {"cased"}) == set(mixed)
+    # a new bolt reading a spout and a carried bolt: the same
+    spout_and_bolt = dict(inputs, both=frozenset({"lines", "counts"}))
+    assert catching_up(spout_and_bolt, {"both"}) == {"both", "counts", "out"}
     # fed by a node catching up, a behind bolt catches up with it
     chain = {"a": frozenset({"lines"}), "b": frozenset({"a", "lines"})}
     assert catching_up(chain, {"a", "b"}) == {"a", "b"}
+    assert catching_up({}, {"a"}) == set()  # no graph recorded: nobody
 
 
 def test_reads_history_unless_fed_only_through_carried_bolts() -> None:
@@ -153,3 +162,9 @@ def test_committed_low_water_mark() -> None:
     assert committed_low_water_mark(clock, {}) == clock
     assert committed_low_water_mark(clock, {"cased": {P0: 10, P1: 120}, "out": {P0: 50}}) \
         == {P0: 10, P1: -1}
+
+
+def test_loaded_by_node_as_the_committed_record_tells() -> None:
+    clock, own = {P0: 9, P1: 9}, {P0: 3, P1: 4}
+    assert loaded_by_node(["cased", "counts", "new", "sink"], clock, {"cased": own, "sink": own},
+                          {"counts", "cased"}) == {"cased": own, "counts": clock, "sink": own}

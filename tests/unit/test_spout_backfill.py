@@ -182,3 +182,25 @@ def test_backfill_pace() -> None:
     for epoch in range(40, 90):
         pace.round_committed(epoch, 0.1)
     assert pace.budget == BUDGET_MAX
+
+
+def test_a_backfill_cuts_at_every_bolts_loaded_clock_and_quarantines_above_it() -> None:
+    """Bolts catching up from different clocks (a carried one held at the committed
+    round's, one restarted mid-backfill at its own): no pre-aggregated group spans either
+    clock (each drops what is at or below its own), and a tuple one of them fails on is
+    quarantined only above what that one loaded (the rest was quarantined before)."""
+    top = Topology("t")
+    lines = top.spout("lines", "w", decoder="text", explode=str.split)
+    for name in ("early", "late"):
+        top.bolt(name, [lines], key=str.lower, state=per_key(Count()), preaggregate=True,
+                 lift=lambda w: 1 if w != "bad" else 1 / 0)
+    spec = top.spouts[0]
+    back = SpoutCore(spec, 0, top.downstream_of(spec))
+    back.start({P: -1}, None, None, loaded_by_bolt={"early": {P: 3}, "late": {P: 6}})
+    back.resume()
+    out = back.on_records(list(range(10)), [b"a bad"] * 10)
+    for name in ("early", "late"):
+        assert sorted(set(out.batches[(name, 0)].offsets)) == [3, 6, 9]
+    quarantined = sorted((d.node, d.message.offset) for d in out.dead_letters)
+    assert quarantined == [("early", o) for o in range(4, 10)] + \
+        [("late", o) for o in range(7, 10)]

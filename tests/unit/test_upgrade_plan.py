@@ -366,8 +366,8 @@ def test_a_new_bolt_catching_up_says_what_its_backfill_reads() -> None:
     assert decision(plan, "longest")[1] == (
         "bolt longest: new: no committed state: starts empty and reads the retained records "
         "of its inputs (from offset 0); backfilled from offsets words:0 0..1499, words:1 "
-        "0..1999 (3500 records) on its own clock while the other nodes keep committing; it "
-        "joins their rounds when it reaches them")
+        "0..1999 (3500 records) on its own clock while rounds keep committing; it "
+        "joins the rounds' clock when it reaches it")
     assert decision(plan, "longest_word")[1].endswith("; catches up with longest")
     assert "backfilled" not in decision(plan, "counts")[1]
     starts = {("words", 0): 500, ("words", 1): 2000}
@@ -377,7 +377,7 @@ def test_a_new_bolt_catching_up_says_what_its_backfill_reads() -> None:
     assert decision(earliest, "counts")[0] is Action.RESTART
     assert decision(earliest, "counts")[1].endswith(
         "; backfilled from offsets words:0 500..1499 (1000 records) on its own clock while "
-        "the other nodes keep committing; it joins their rounds when it reaches them")
+        "rounds keep committing; it joins the rounds' clock when it reaches it")
     latest = make_plan(describe_topology(wordcount()), stored(wordcount()),
                        describe_topology(wordcount(version=2, start="latest")), (),
                        starts, committed)

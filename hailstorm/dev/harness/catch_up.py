@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hailstorm import kafka
 from hailstorm.dev.harness.compare import Comparison, Rows, compare_tables, compare_with_model
@@ -27,13 +28,14 @@ from hailstorm.dev.harness.producing import (
     zipf_text_lines,
 )
 from hailstorm.dev.harness.run import TopologyRun
-from hailstorm.dev.harness.stack import SQLITE, StackAddresses
+from hailstorm.dev.harness.stack import StackAddresses
 from hailstorm.dev.harness.wait import wait_for
 from hailstorm.model import Message, run_model
 from hailstorm.protocol.clock import Clock, clock_to_json
 
-__all__ = ["CATCH_UP_BASE", "CATCH_UP_NEW", "MODEL_LINES", "CatchUpResult", "CommittedRound",
-           "RoundLog", "catch_up_run", "comparison_line", "counted_by_hand", "plan_output"]
+__all__ = ["CATCH_UP_BASE", "CATCH_UP_NEW", "MIXED_NEW", "MODEL_LINES", "SHAPES",
+           "CatchUpResult", "CommittedRound", "RoundLog", "Shape", "catch_up_run",
+           "comparison_line", "counted_by_hand", "mixed_by_hand", "plan_output"]
 
 MODEL_LINES = 300_000
 """Lines in all up to which the run is also compared with the model and the oracle. Both
@@ -42,12 +44,13 @@ minute per 100,000 lines each on a quiet core, so 2M lines would take over an ho
 run is compared with :func:`counted_by_hand`."""
 
 CATCH_UP_BASE = '''
-from hailstorm import Count, Table, Topology, per_key
+from hailstorm import Count, Max, Record, Table, Topology, per_key
 
 topology = Topology("catch_up")
 lines = topology.spout("lines", topic="{topic}", decoder="text", explode=str.split)
 counts = topology.bolt("counts", inputs=[lines], key=lambda w: w.lower(),
-                       state=per_key(Count()), lift=lambda w: 1, parallelism=2)
+                       state=per_key(Count()), lift=lambda w: 1, parallelism=2,
+                       emit=lambda w, n: [(w.lower(), n)])
 '''
 """The deployed topology (``{topic}``): a word count without a sink."""
 
@@ -59,6 +62,45 @@ topology.sink("cased_counts", [cased],
                     mode="upsert"))
 '''
 """What the upgrade adds to :data:`CATCH_UP_BASE`: a new bolt and its table (``{table}``)."""
+
+MIXED_BASE_SINK = '''
+topology.sink("word_counts", [counts],
+              Table("{table}", columns={{"word": "text", "n": "bigint"}}, key=["word"],
+                    mode="upsert"))
+'''
+"""What the mixed shape's deployed topology adds to :data:`CATCH_UP_BASE`: a table of the
+word counts (``{table}``)."""
+
+MIXED_NEW = '''
+FIGURES = Record({{"seen": Count(), "top": Max()}})
+both = topology.bolt(
+    "both", inputs=[lines, counts],
+    key=lambda t: t.lower() if isinstance(t, str) else t[0], state=per_key(FIGURES),
+    lift=lambda t: FIGURES.lift(seen=1) if isinstance(t, str) else FIGURES.lift(top=t[1]),
+    parallelism=2)
+'''
+"""What the mixed shape's upgrade adds: a bolt reading the spout *and* the carried
+``counts``: per lowercased word, how often it was seen (every line's, the history's
+included) and the highest running count ``counts`` emitted for it (``counts`` sends only
+what it emits from the committed round on, so the word's final count when it occurs after
+the deploy's clock, else nothing)."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What :func:`catch_up_run` deploys and expects: ``base`` (the deployed topology's
+    code after :data:`CATCH_UP_BASE`) and ``added`` (the upgrade's), each formatted with
+    ``table``; ``behind``, the new bolt whose catching up is followed; ``table``, the sink
+    whose rows are waited for; ``by_hand``, every compared state and table from the
+    messages and the deploy's committed clock; ``model_bolts``, the bolts the model is
+    right about (it runs the new topology over the whole history)."""
+
+    base: str
+    added: str
+    behind: str
+    table: str
+    by_hand: Callable[[Iterable[Message], Clock], dict[str, Rows]]
+    model_bolts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -158,8 +200,37 @@ def counted_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
             "cased_counts": {(w,): {"word": w, "n": n} for w, n in cased.items()}}
 
 
-def _as_rows(state: Mapping[str, int]) -> Rows:
-    return {(word,): {"count": n} for word, n in state.items()}
+def mixed_by_hand(messages: Iterable[Message], deployed_at: Clock) -> dict[str, Rows]:
+    """The mixed shape's ``counts``, ``word_counts`` and ``both`` (see :data:`MIXED_NEW`)
+    counted by hand (:class:`collections.Counter`, no hailstorm code), ``deployed_at``
+    being the committed clock the upgrade was deployed at."""
+    lowered: Counter[str] = Counter()
+    after: set[str] = set()
+    for message in messages:
+        words = [w.lower() for w in (message.value or b"").decode("utf-8").split()]
+        lowered.update(words)
+        if message.offset > deployed_at.get(message.source, -1):
+            after.update(words)
+    return {"counts": {(w,): {"count": n} for w, n in lowered.items()},
+            "word_counts": {(w,): {"word": w, "n": n} for w, n in lowered.items()},
+            "both": {(w,): {"seen": n, "top": n if w in after else None}
+                     for w, n in lowered.items()}}
+
+
+SHAPES = {
+    "new": Shape("", CATCH_UP_NEW, "cased", "cased_counts",
+                 lambda messages, _clock: counted_by_hand(messages), ("counts", "cased")),
+    "mixed": Shape(MIXED_BASE_SINK, MIXED_NEW, "both", "word_counts", mixed_by_hand,
+                   ("counts",)),
+}
+"""``new``: a new bolt reading the spout alone, and its new sink (the carried bolt keeps
+committing on the live clock). ``mixed``: a new bolt reading the spout and the carried bolt,
+which is held with its table while the new one catches up."""
+
+
+def _as_rows(state: Mapping[str, Any]) -> Rows:
+    return {(word,): dict(v) if isinstance(v, dict) else {"count": v}
+            for word, v in state.items()}
 
 
 WORDS = ["Apple", "apple", "Bob", "bob", "cat", "Cat", "dog", "Eel", "eel", "fox"]
@@ -203,16 +274,22 @@ class CatchUpResult:
 
 def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, rate: float,
                  partitions: int = 2, snapshot_interval: float = 1.0, text: str = "toy",
-                 progress: Callable[[str], None] = print) -> CatchUpResult:
-    """Commit ``history`` lines with :data:`CATCH_UP_BASE`, then deploy it with
-    :data:`CATCH_UP_NEW` under the same name while ``live`` lines are produced at ``rate``
-    a second; wait for the new bolt to join the rounds and compare every state and table
-    with a count by hand and, up to :data:`MODEL_LINES` lines, with the model. ``text``:
+                 shape: str = "new", progress: Callable[[str], None] = print) -> CatchUpResult:
+    """Commit ``history`` lines with :data:`CATCH_UP_BASE` (and the ``shape``'s base, see
+    :data:`SHAPES`), then deploy it with the shape's additions under the same name while
+    ``live`` lines are produced at ``rate`` a second; wait for the new bolt to join the
+    rounds and compare every state and table with a count by hand and, up to
+    :data:`MODEL_LINES` lines, with the model (the bolts it is right about). ``text``:
     ``toy`` (lines of four of :data:`WORDS`: a state of a few keys) or ``zipf`` (realistic
     text, :func:`zipf_text_lines`: hundreds of thousands of keys, so every round's snapshot and
     table write grow with the backfill)."""
     if text not in ("toy", "zipf"):
         raise ValueError(f"text must be 'toy' or 'zipf', not {text!r}")
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {sorted(SHAPES)}, not {shape!r}")
+    chosen = SHAPES[shape]
+    code = CATCH_UP_BASE + chosen.base
+    table = f"{chosen.table}_{uuid.uuid4().hex[:8]}"
     seeds = itertools.count(1)
 
     def _lines(rng: random.Random, n: int) -> list[bytes]:
@@ -232,21 +309,21 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
     progress(f"produced {history} lines of history on {topic}")
     base = logs / "base.py"
     logs.mkdir(parents=True, exist_ok=True)
-    base.write_text(CATCH_UP_BASE.format(topic=topic))
+    database = f"sqlite:///{(logs / 'sinks.sqlite').resolve()}"  # both deployments'
+    base.write_text(code.format(topic=topic, table=table))
     with TopologyRun(stack, base, name=name, log_dir=logs / "base", negotiators=1,
-                     database=SQLITE, snapshot_interval=snapshot_interval) as run:
+                     database=database, snapshot_interval=snapshot_interval) as run:
         started = time.monotonic()
         run.start()
         committed = run.wait_committed(produced.clock(), 600 + history / 1_000)
         progress(f"history committed in {time.monotonic() - started:.0f} s")
     result.history = dict(committed.clock)
     changed = logs / "changed.py"
-    changed.write_text(CATCH_UP_BASE.format(topic=topic)
-                       + CATCH_UP_NEW.format(table=f"cased_{uuid.uuid4().hex[:8]}"))
+    changed.write_text((code + chosen.added).format(topic=topic, table=table))
     result.plan = plan_output(stack, str(changed), name)
     progress(result.plan)
     with TopologyRun(stack, changed, name=name, log_dir=logs / "changed", negotiators=1,
-                     database=SQLITE, snapshot_interval=snapshot_interval) as run:
+                     database=database, snapshot_interval=snapshot_interval) as run:
         rounds = RoundLog(run)
         started = time.monotonic()
         run.start()
@@ -265,7 +342,7 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
         states = run.committed_bolt_states(committed)
         result.rounds = rounds.table(started)
         progress(result.rounds)
-        behind = rounds.catching_up("cased")
+        behind = rounds.catching_up(chosen.behind)
         result.catching_up = len(behind)
         result.clock_moved = bool(behind) and behind[-1].clock != behind[0].clock
         joined = [r for r in rounds.rounds if behind and r.epoch > behind[-1].epoch]
@@ -276,19 +353,20 @@ def catch_up_run(stack: StackAddresses, logs: Path, *, history: int, live: int, 
         result.failed_attempts = [line for line in run.log("driver").splitlines()
                                   if "stage attempt" in line and "failed" in line]
         messages = produced.model_messages()
-        by_hand = counted_by_hand(messages)
-        wait_for("the new sink's table to equal the count by hand",
-                 lambda: run.sink_tables()["cased_counts"] == by_hand["cased_counts"],
+        by_hand = chosen.by_hand(messages, result.history)
+        wait_for(f"the table of {chosen.table} to equal the count by hand",
+                 lambda: run.sink_tables()[chosen.table] == by_hand[chosen.table],
                  60, run.alive)
         tables = run.sink_tables()
     # Compared once the run is down: the model takes minutes of one core on long histories.
     result.by_hand = compare_tables(by_hand, {
-        "counts": _as_rows(states["counts"].merged), "cased": _as_rows(states["cased"].merged),
-        "cased_counts": tables["cased_counts"]})
+        **{bolt: _as_rows(states[bolt].merged) for bolt in by_hand if bolt in states},
+        chosen.table: tables[chosen.table]})
     progress(comparison_line(result.by_hand, "a count by hand"))
     if len(messages) <= MODEL_LINES:
         result.comparison = compare_with_model(run_model(run.topology, messages), states,
-                                               tables)
+                                               {chosen.table: tables[chosen.table]},
+                                               bolts=chosen.model_bolts)
         progress(comparison_line(result.comparison))
     else:
         progress(f"not compared with the model and the oracle: {len(messages)} lines, over "
