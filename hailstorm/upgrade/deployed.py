@@ -123,7 +123,8 @@ def plan_for(client: KazooClient, name: str, store: SnapshotStore, topology: Top
                 if (refusal := rebuild_refusal(topology, sink.name)) is not None}
     plan = make_plan(deployed.nodes, deployed.states, describe_topology(topology), allow_drop,
                      starts, committed.clock if committed is not None else None,
-                     rebuild=rebuild, rebuild_refusals=refusals)
+                     rebuild=rebuild, rebuild_refusals=refusals,
+                     own_clocks=committed.clocks if committed is not None else None)
     return replace(plan, notes=plan.notes + tuple(notes))
 
 

@@ -324,6 +324,7 @@ def make_plan(
     committed: Mapping[Partition, int] | None = None,
     rebuild: Collection[str] = (),
     rebuild_refusals: Mapping[str, str] | None = None,
+    own_clocks: Mapping[str, Mapping[Partition, int]] | None = None,
 ) -> Plan:
     """What a run of the ``new`` nodes does, given the ``deployed`` ones (None: not
     recorded, e.g. by an older driver: only the stored state is compared), the
@@ -333,7 +334,10 @@ def make_plan(
     its backfill reads (:func:`backfill_detail`). ``rebuild`` names the sinks whose
     table the run may rebuild from the committed state (``--rebuild``);
     ``rebuild_refusals`` says why a sink cannot be (see
-    :func:`hailstorm.sinks.rebuild.rebuild_refusal`; absent: it can)."""
+    :func:`hailstorm.sinks.rebuild.rebuild_refusal`; absent: it can). ``own_clocks``: the
+    committed record's nodes still catching up on a clock of their own (a carried bolt
+    among them goes on catching up, and sends its backfill: not only what it emits from
+    the committed round on)."""
     notes: list[str] = []
     old_nodes: dict[str, NodeDescription] = dict(deployed or {})
     old_names = set(old_nodes) | set(states)
@@ -378,19 +382,30 @@ def make_plan(
     carried = {n.node for n in plans if n.kind == "bolt" and n.node not in rebuilt
                and n.action is not Action.REFUSE} if old_names else set()
     graph = {n.name: n.inputs for n in new.values() if n.kind == "bolt"}
-    for i, bolt in enumerate(plans):  # fed only through carried bolts: starts at the clock
-        if bolt.kind == "bolt" and carried and bolt.node not in carried \
-                and not reads_history(bolt.node, graph, carried):
+    still = {n: own for n, own in (own_clocks or {}).items() if n in carried}
+    current = carried - set(still)  # at the committed clock: they emit from it on
+    for i, bolt in enumerate(plans):  # fed only through current bolts: starts at the clock
+        if bolt.kind == "bolt" and current and bolt.node not in carried \
+                and not reads_history(bolt.node, graph, current):
             plans[i] = _plan_bolt(*bolt_args[bolt.node], history=False)
             rebuilt.discard(bolt.node)
     for i, bolt in enumerate(plans):
-        behind = sorted(set(new[bolt.node].inputs) & carried) if bolt.node in rebuilt else []
-        if behind:
-            plans[i] = replace(bolt, detail=(
-                f"{bolt.detail}; but its input {', '.join(behind)} is carried and sends only "
-                "what it emits from the committed round on, not its history"))
+        if bolt.node not in rebuilt:
+            continue
+        feeds = set(new[bolt.node].inputs)
+        if feeds & current:
+            bolt = replace(bolt, detail=(
+                f"{bolt.detail}; but its input {', '.join(sorted(feeds & current))} is "
+                "carried and sends only what it emits from the committed round on, not its "
+                "history"))
+        for feed in sorted(feeds & set(still)):
+            bolt = replace(bolt, detail=(
+                f"{bolt.detail}; but its input {feed} is carried, still catching up, and "
+                f"sends only what it emits from its own clock ({_clock_text(still[feed])}) "
+                "on, not its history before it"))
+        plans[i] = bolt
     if committed is not None:
-        plans = _with_backfills(plans, new, rebuilt, committed, log_starts)
+        plans = _with_backfills(plans, new, rebuilt, committed, log_starts, still)
     decided = {n.node: n.action for n in plans}
     for i, sink in enumerate(plans):
         if sink.kind == "sink" and sink.action is Action.CARRY:
@@ -423,21 +438,33 @@ def make_plan(
     return Plan(tuple(plans), tuple(notes))
 
 
+def _clock_text(clock: Mapping[Partition, int]) -> str:
+    """``topic:0 9, topic:1 4``."""
+    return ", ".join(f"{partition_key(p)} {o}" for p, o in sorted(clock.items()))
+
+
 def _with_backfills(plans: list[NodePlan], new: Mapping[str, NodeDescription],
                     rebuilt: Collection[str], committed: Mapping[Partition, int],
-                    log_starts: Mapping[Partition, int] | None) -> list[NodePlan]:
+                    log_starts: Mapping[Partition, int] | None,
+                    still: Mapping[str, Mapping[Partition, int]]) -> list[NodePlan]:
     """``plans`` with what catches up on its own clock said: the rebuilt bolts reading
-    history (not ``start='latest'``), the nodes downstream of them and the carried bolts
-    they read, *held* meanwhile (:func:`~hailstorm.protocol.catchup.catching_up`, as the
-    negotiator decides)."""
-    behind = {b for b in rebuilt if new[b].start != "latest"}
+    history (not ``start='latest'``) and the carried bolts ``still`` catching up (at
+    their own clocks), the nodes downstream of them and the carried bolts they read,
+    *held* meanwhile (:func:`~hailstorm.protocol.catchup.catching_up`, as the negotiator
+    decides)."""
+    behind = {b for b in rebuilt if new[b].start != "latest"} | set(still)
     inputs = {n.name: n.inputs for n in new.values() if n.kind != "spout"}
     nodes = catching_up(inputs, behind)
     done: list[NodePlan] = []
     for plan in plans:
         if plan.node in nodes and plan.action is not Action.REFUSE:
             feeding = sorted(set(new[plan.node].inputs) & nodes)
-            if plan.kind == "bolt" and plan.node in behind:
+            extra: str | None
+            if plan.node in still:
+                extra = (f"still catching up: carried at its own clock "
+                         f"({_clock_text(still[plan.node])}), and its backfill goes on from "
+                         "there")
+            elif plan.kind == "bolt" and plan.node in behind:
                 extra = backfill_detail(new[plan.node], new, committed, log_starts)
             elif feeding:
                 extra = f"catches up with {', '.join(feeding)}"

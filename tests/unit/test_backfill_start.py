@@ -266,3 +266,28 @@ def test_a_new_bolt_reading_a_spout_and_a_carried_bolt_catches_up_holding_it() -
                          "backfill does (its readers get what it emits on the backfill's "
                          "clock)")
     assert line(plan, "word_counts")[1].endswith("; catches up with counts")
+
+
+def test_a_bolt_still_catching_up_goes_on_and_feeds_its_history() -> None:
+    """Deployed again while ``counts`` catches up on its own clock (the committed record's
+    entry): the plan says its backfill goes on, and a new bolt fed only through it is
+    built from history (it sends its backfill), not started at the committed clock."""
+    t = wordcount()
+    t.bolt("totals", [t.node("counts")], state=Count(), lift=lambda x: 1)
+    committed = {("words", 0): 99, ("words", 1): 49}
+    stored = {n: StoredState(str(d.state), d.schema, d.parallelism or 1)
+              for n, d in describe_topology(wordcount()).items() if d.kind == "bolt"}
+    plan = make_plan(describe_topology(wordcount()), stored, describe_topology(t), (), None,
+                     committed, own_clocks={"counts": {("words", 0): 9, ("words", 1): 4}})
+    action, text = line(plan, "counts")
+    assert action is Action.CARRY
+    assert text.endswith("; still catching up: carried at its own clock (words:0 9, "
+                         "words:1 4), and its backfill goes on from there")
+    action, text = line(plan, "totals")
+    assert action is Action.NEW
+    assert "; but its input counts is carried, still catching up, and sends only what it " \
+        "emits from its own clock (words:0 9, words:1 4) on, not its history before it" in text
+    assert "; backfilled from offsets words:0 0..99, words:1 0..49 (150 records)" in text
+    current = make_plan(describe_topology(wordcount()), stored, describe_topology(t), (),
+                        None, committed)
+    assert "(no record is replayed for it)" in line(current, "totals")[1]
