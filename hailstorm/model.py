@@ -13,7 +13,7 @@ came from. Tuples a bolt emits inherit the origin of the tuple that caused them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hailstorm.bad_records import BadRecordBudget
@@ -73,6 +73,8 @@ class ModelResult:
         self.messages: Sequence[Message] | None = None
         """The messages, when given as a list or tuple: the harness runs the independent
         oracle (:mod:`hailstorm.oracle`) over the same ones."""
+        self.withheld: dict[tuple[str, str], Mapping[Partition, int]] = {}
+        """The edges :func:`run_model` withheld tuples on (the oracle withholds the same)."""
         self.dead_letters: list[DeadLetter] = []
         """Quarantined records, in the order met."""
         self.late: list[DeadLetter] = []
@@ -197,8 +199,15 @@ class ModelResult:
         table[(topic, partition, offset, n)] = row
 
 
-def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
+def run_model(topology: Topology, messages: Iterable[Message],
+              withheld: Mapping[tuple[str, str], Mapping[Partition, int]] | None = None,
+              ) -> ModelResult:
     """Run ``topology`` over ``messages`` sequentially and return the result.
+
+    ``withheld`` (a deploy's, docs/upgrading.md): per edge ``(source, target)``, a clock
+    at or below which what ``source`` emits never reaches ``target``: a node added by a
+    deploy at that committed clock gets from a bolt whose state the deploy carried only
+    what it emits from then on.
 
     Messages are processed in the order given. Each goes to every spout reading its
     topic. Tuples travel depth-first: a bolt absorbs a tuple and its emitted tuples reach
@@ -218,6 +227,7 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     result = ModelResult(topology)
     if isinstance(messages, list | tuple):
         result.messages = messages
+    result.withheld = cut = dict(withheld or {})
     spouts_by_topic: dict[str, list[SpoutSpec]] = {}
     for spout in topology.spouts:
         spouts_by_topic.setdefault(spout.topic, []).append(spout)
@@ -268,6 +278,8 @@ def run_model(topology: Topology, messages: Iterable[Message]) -> ModelResult:
     def deliver(source: str, origin: Origin, t: Any) -> None:
         outputs[source].append((origin, t))
         for node in downstream[source]:
+            if cut and origin[1] <= cut.get((source, node.name), {}).get(origin[0], -1):
+                continue  # emitted before the deploy that added ``node``
             if isinstance(node, BoltSpec) and node.late is not None and source in spout_names:
                 clock = stream_times.get((node.name, source, origin[0]))
                 if clock is None:

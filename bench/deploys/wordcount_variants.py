@@ -4,12 +4,15 @@ functions are the example's, so the upgrade plan carries their state), over ``pa
 instances; with ``lengths`` a new bolt counting words by length from the committed clock on
 (``start="latest"``) into a new table ``word_lengths``; with ``initials`` a new bolt counting
 words by their first letter over the whole history (backfilled from offset 0 while the rest
-keeps committing) into a new table ``word_initials``."""
+keeps committing) into a new table ``word_initials``; with ``both`` a new bolt reading the
+spout *and* ``counts`` (which is held while it catches up): per word, how often it was seen
+over the whole history and the highest running total ``counts`` emitted for it after the
+deploy."""
 
 import sys
 from pathlib import Path
 
-from hailstorm import Count, Table, Topology, itself, per_key
+from hailstorm import Count, Max, Record, Table, Topology, itself, per_key
 
 REPO = str(Path(__file__).resolve().parents[2])
 if REPO not in sys.path:  # the example's words_of, whoever loads this (the CLI, an executor)
@@ -17,15 +20,20 @@ if REPO not in sys.path:  # the example's words_of, whoever loads this (the CLI,
 
 from topologies.wordcount import words_of  # noqa: E402  (needs the repository on the path)
 
+FIGURES = Record({"seen": Count(), "top": Max()})
+"""``both``'s state per word."""
 
-def wordcount(parallelism: int = 2, lengths: bool = False, initials: bool = False) -> Topology:
+
+def wordcount(parallelism: int = 2, lengths: bool = False, initials: bool = False,
+              both: bool = False) -> Topology:
     """The word count with ``counts`` over ``parallelism`` instances (and ``lengths``,
-    ``initials``)."""
+    ``initials``, ``both``)."""
     topology = Topology("wordcount")
     lines = topology.spout("lines", topic="words", decoder="text", explode=words_of)
     counts = topology.bolt(
         "counts", inputs=[lines], key=itself, state=per_key(Count()), lift=Count.lift,
-        emit=lambda word, count: [(word, count)], parallelism=parallelism, preaggregate=True)
+        emit=lambda word, count: [(word, count)], parallelism=parallelism,
+        preaggregate=not both)  # a bolt reads it: one emission a tuple
     topology.sink("word_counts", inputs=[counts], target=Table(
         "word_counts", columns={"word": "text", "count": "bigint"}, key=["word"],
         mode="upsert"))
@@ -42,4 +50,9 @@ def wordcount(parallelism: int = 2, lengths: bool = False, initials: bool = Fals
         topology.sink("word_initials", inputs=[by_initial], target=Table(
             "word_initials", columns={"initial": "text", "count": "bigint"}, key=["initial"],
             mode="upsert"))
+    if both:
+        topology.bolt(
+            "both", inputs=[lines, counts], key=lambda t: t if isinstance(t, str) else t[0],
+            state=per_key(FIGURES), parallelism=2,
+            lift=lambda t: FIGURES.lift(seen=1) if isinstance(t, str) else FIGURES.lift(top=t[1]))
     return topology

@@ -24,7 +24,7 @@ The two models disagreeing is a bug in one of them (or in the documentation):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,14 +145,23 @@ class OracleResult:
 # ------------------------------------------------------------------ running
 
 
-def run_oracle(topology: Topology, messages: Iterable[Message]) -> OracleResult:
+def run_oracle(topology: Topology, messages: Iterable[Message],
+               withheld: Mapping[tuple[str, str], Mapping[tuple[str, int], int]] | None = None,
+               ) -> OracleResult:
     """What ``topology`` computes over ``messages``, by the documented definitions alone
     (see the module). Raises :class:`OracleHalt` where an ``on_error="fail"`` topology
     stops, :class:`OracleUnsupported` for what it does not model, and what a topology's
-    bug raises (``TypeError`` for an explode or emit returning a bare tuple)."""
+    bug raises (``TypeError`` for an explode or emit returning a bare tuple).
+
+    ``withheld``: per edge ``(source, target)``, a clock (partition -> offset): a tuple
+    ``source`` emits for a record at or below it is not delivered to ``target`` (a node a
+    deploy added gets from a bolt it carried only what it emits after the deploy's
+    clock, docs/upgrading.md)."""
     topology.validate()
     result = OracleResult(topology)
-    _Run(topology, result).feed(messages)
+    run = _Run(topology, result)
+    run.withheld = dict(withheld or {})
+    run.feed(messages)
     return result
 
 
@@ -161,6 +170,7 @@ class _Run:
         self.topology = topology
         self.result = result
         self.fail = topology.on_error == "fail"
+        self.withheld: dict[tuple[str, str], Mapping[tuple[str, int], int]] = {}
         self.seq = 0
         self.timings: dict[str, Timing | None] = {}
         self.readers: dict[str, list[SpoutSpec[Any]]] = {}
@@ -237,6 +247,11 @@ class _Run:
         count, hashes = result.output_digests[source]
         result.output_digests[source] = (count + 1, (hashes + hash(repr((origin, t)))) % DIGEST)
         for node in self.downstream[source]:
+            edge = self.withheld.get((source, node.name))
+            if edge is not None:
+                partition, offset = origin
+                if partition in edge and offset <= edge[partition]:
+                    continue
             if isinstance(node, SinkSpec):
                 if node.late_of is None:
                     self.write(node, origin, t)

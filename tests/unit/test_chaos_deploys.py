@@ -5,12 +5,20 @@ after that clock while every other node is compared with the model over all of t
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hailstorm.dev.harness import BoltStates, ChaosSchedule
-from hailstorm.dev.harness.chaos import combined, compare_deployed, started_at_deploy
 from hailstorm.dev.harness.compare import Comparison
+from hailstorm.dev.harness.deploys import (
+    combined,
+    compare_deployed,
+    in_deploy_order,
+    started_at_deploy,
+    withheld_at_deploys,
+)
 from hailstorm.dev.harness.evidence import (
     DEPLOYED,
     DRAINED,
@@ -20,6 +28,7 @@ from hailstorm.dev.harness.evidence import (
 )
 from hailstorm.dev.harness.faults import Fault
 from hailstorm.model import Message, ModelResult, run_model
+from hailstorm.oracle import run_oracle
 from hailstorm.topology import load_topology
 
 RESHARD = "bench/deploys/wordcount_reshard.py"
@@ -111,3 +120,57 @@ def test_comparisons_of_disjoint_nodes_add_up() -> None:
     total = combined([Comparison(lost=1, keys_compared=3), Comparison(wrong=2, keys_compared=4)])
     assert (total.lost, total.wrong, total.keys_compared, total.ok) == (1, 2, 7, False)
     assert combined([Comparison(keys_compared=1, oracle=Comparison(keys_compared=1))]).ok
+
+
+BOTH = "bench/deploys/wordcount_both.py"
+
+
+def test_a_deploy_withholds_what_carried_bolts_emitted_before_it_from_new_nodes() -> None:
+    original, both = load_topology("topologies/wordcount.py"), load_topology(BOTH)
+    clock = {("words", 0): 1}
+    assert withheld_at_deploys(original, [(both, clock)]) == {("counts", "both"): clock}
+    assert withheld_at_deploys(original, [(load_topology(RESHARD), clock),
+                                          (load_topology(INITIALS), {("words", 0): 5})]) == {}
+    # a second deploy of the same code adds nothing: both is carried from then on
+    assert withheld_at_deploys(original, [(both, clock), (both, {("words", 0): 9})]) == \
+        {("counts", "both"): clock}
+
+
+def test_the_model_and_the_oracle_withhold_alike_and_as_counted_by_hand() -> None:
+    """``both`` reads the spout and ``counts``: with the edge from ``counts`` withheld up
+    to a deploy's clock, each word was seen in every line but its highest running count
+    comes only from the lines after the clock (where it occurs there at all)."""
+    topology = load_topology(BOTH)
+    lines = ["a b a", "b c", "a", "c d", "d d b"]
+    messages = [Message("words", 0, o, line.encode()) for o, line in enumerate(lines)]
+    cut = {("counts", "both"): {("words", 0): 2}}
+    model = run_model(topology, messages, cut)
+    oracle = run_oracle(topology, messages, cut)
+    seen = Counter(" ".join(lines).split())
+    after = set(" ".join(lines[3:]).split())
+    want = {w: {"seen": n, "top": n if w in after else None} for w, n in seen.items()}
+    assert model.bolt_state("both") == want
+    assert oracle.bolt_state("both") == want
+    assert run_model(topology, messages).bolt_state("both")["a"] == {"seen": 3, "top": 3}
+
+
+def test_in_deploy_order_puts_each_deploys_history_first() -> None:
+    p0 = [Message("words", 0, o, b"a") for o in range(4)]
+    p1 = [Message("words", 1, o, b"a") for o in range(3)]
+    clocks = [{("words", 0): 1, ("words", 1): 0}, {("words", 0): 2, ("words", 1): 2}]
+    ordered = in_deploy_order(p0 + p1, clocks)
+    assert [(m.partition, m.offset) for m in ordered] == [
+        (0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (1, 2), (0, 3)]
+    assert in_deploy_order(p0 + p1, []) == p0 + p1
+    # both's highest running count from counts after the deploy is the word's final
+    # count only in that order: in partition order, partition 1's history (all of it at or
+    # below the clock) would come after partition 0's records above it
+    topology = load_topology(BOTH)
+    clock = {("words", 0): 1, ("words", 1): 2}
+    cut = {("counts", "both"): clock}
+    want = {"a": {"seen": 7, "top": 7}}
+    assert run_model(topology, in_deploy_order(p0 + p1, [clock]), cut).bolt_state("both") \
+        == want
+    assert run_oracle(topology, in_deploy_order(p0 + p1, [clock]), cut).bolt_state("both") \
+        == want
+    assert run_model(topology, p0 + p1, cut).bolt_state("both") == {"a": {"seen": 7, "top": 4}}

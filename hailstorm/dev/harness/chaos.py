@@ -11,13 +11,14 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hailstorm import kafka
 from hailstorm.dev.harness.compare import BY_HAND, Comparison, compare_tables, compare_with_model
+from hailstorm.dev.harness.deploys import compare_deployed, in_deploy_order, withheld_at_deploys
 from hailstorm.dev.harness.evidence import (
     DEPLOYED,
     expects_recovery,
@@ -35,7 +36,6 @@ from hailstorm.dev.harness.faults import (
     describe_restarts,
 )
 from hailstorm.dev.harness.producing import BackgroundProducer, Outgoing, ProducedTopics
-from hailstorm.dev.harness.results import BoltStates
 from hailstorm.dev.harness.run import TopologyRun
 from hailstorm.dev.harness.side_outputs import side_output_topics
 from hailstorm.dev.harness.stack import (
@@ -46,11 +46,8 @@ from hailstorm.dev.harness.stack import (
 )
 from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.model import run_model
-from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import RecoveryRecord
 from hailstorm.sinks.urls import redact
-from hailstorm.topology import Topology
-from hailstorm.vocabulary import Message
 
 T = TypeVar("T")
 
@@ -386,60 +383,6 @@ def cycled(values: Sequence[T], start: int, count: int) -> list[T]:
     return [values[(start + i) % len(values)] for i in range(count)] if values else []
 
 
-def started_at_deploy(before: Topology, after: Topology) -> list[str]:
-    """The nodes a deploy of ``after`` over ``before`` starts at the committed clock: its
-    new bolts declaring ``start="latest"`` (not renamed from one of ``before``), and its new
-    sinks that read only those. Pure."""
-    old = {n.name for n in before.nodes}
-    late = [b.name for b in after.bolts if b.name not in old
-            and (upgrade := after.upgrades.get(b.name)) is not None
-            and upgrade.start == "latest" and upgrade.previously not in old]
-    return late + [s.name for s in after.sinks if s.name not in old
-                   and s.inputs and set(s.inputs) <= set(late)]
-
-
-def combined(parts: Sequence[Comparison]) -> Comparison:
-    """One comparison of several (of disjoint nodes): totals summed, lists joined."""
-    total = Comparison()
-    for part in parts:
-        total.lost += part.lost
-        total.duplicated += part.duplicated
-        total.wrong += part.wrong
-        total.keys_compared += part.keys_compared
-        total.differences += part.differences
-        total.instance_mismatches += part.instance_mismatches
-        total.model_disagreements += part.model_disagreements
-        total.oracle_note = total.oracle_note or part.oracle_note
-    oracles = [p.oracle for p in parts]
-    if parts and all(o is not None for o in oracles):
-        total.oracle = combined([o for o in oracles if o is not None])
-    return total
-
-
-def compare_deployed(topology: Topology, deploys: Sequence[tuple[Topology, Clock]],
-                     initial: Topology, messages: Sequence[Message],
-                     states: Mapping[str, BoltStates], tables: Mapping[str, Any],
-                     ) -> tuple[list[str], Comparison | None]:
-    """The nodes ``deploys`` started at a committed clock (:func:`started_at_deploy`) and
-    their committed states and tables against the model of ``topology`` over the messages
-    after that clock (None: there were none). Every other node is the model's over every
-    message: a re-sharded bolt's too, by the final parallelism."""
-    late: list[str] = []
-    parts = []
-    before = initial
-    for deployed, clock in deploys:
-        nodes = started_at_deploy(before, deployed)
-        before = deployed
-        if not nodes:
-            continue
-        late += nodes
-        after = [m for m in messages if m.offset > clock.get((m.topic, m.partition), -1)]
-        parts.append(compare_with_model(
-            run_model(topology, after), states, {n: tables[n] for n in nodes if n in tables},
-            bolts=nodes))
-    return late, combined(parts) if parts else None
-
-
 def run_chaos(
     stack: StackAddresses,
     topology_ref: str | Path,
@@ -555,7 +498,8 @@ def run_chaos(
         messages = produced.model_messages()
         late, started_late = compare_deployed(run.topology, run.deploys, initial, messages,
                                               states, tables)
-        model = run_model(run.topology, messages)
+        model = run_model(run.topology, in_deploy_order(messages, [c for _t, c in run.deploys]),
+                          withheld_at_deploys(initial, run.deploys))
         comparison = compare_with_model(
             model, states, {n: v for n, v in tables.items() if n not in late},
             bolts=[b.name for b in run.topology.bolts if b.name not in late],

@@ -189,7 +189,7 @@ def compare_with_model(
             result.oracle_note = "not run (the model was not given a list of messages)"
             return result
         try:
-            oracle = run_oracle(topology, model.messages)
+            oracle = run_oracle(topology, model.messages, model.withheld)
         except OracleUnsupported as exc:
             result.oracle_note = f"not run: {exc}"
             return result
