@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hailstorm.snapshots.evolution import reader_schema
+from hailstorm.topic import Topic
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology
 from hailstorm.upgrade.tables import table_definition
 
@@ -98,7 +99,8 @@ class NodeDescription:
     parallelism: int | None = None
     """Bolts and sinks; None for spouts (one instance per partition)."""
     topic: str | None = None
-    """Spouts: the source topic."""
+    """Spouts: the source topic; sinks writing a topic: that topic (None where an older
+    driver recorded a topic sink)."""
     state: str | None = None
     """Bolts: ``monoid.describe()``."""
     schema: Any = None
@@ -172,6 +174,7 @@ def describe_topology(topology: Topology) -> dict[str, NodeDescription]:
             table = node.target if isinstance(node.target, Table) else None
             described[node.name] = NodeDescription(
                 node.name, "sink", tuple(node.inputs), 1,
+                topic=node.target.name if isinstance(node.target, Topic) else None,
                 functions={} if table is None else {"row": fingerprint(table.row)},
                 table=None if table is None else table_definition(table))
     return described

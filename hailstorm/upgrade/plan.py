@@ -265,11 +265,33 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                   "records, or undo the change")
 
 
+def target_change(old: NodeDescription, new: NodeDescription) -> str | None:
+    """How a sink's target changed between its deployed and its new description (a topic
+    for a table, a table for a topic, another topic), or None (unchanged, or not known: an
+    older driver did not record a topic sink's topic)."""
+    def target(d: NodeDescription) -> str | None:
+        if d.table is not None:
+            return f"table {d.table.get('name', d.name)}"
+        return None if d.topic is None else f"topic {d.topic}"
+
+    before, after = target(old), target(new)
+    if before is None or after is None or before.split()[0] == after.split()[0] == "table":
+        return None  # a table's own changes are table_changes'
+    return None if before == after else f"{before} -> {after}"
+
+
 def _plan_sink(node: NodeDescription, old: NodeDescription, carried: NodePlan,
                decided: Mapping[str, Action], asked: bool, refusal: str | None) -> NodePlan:
     """The decision for a sink the deployed topology has too (``carried``: keep its
     progress, unless its table changed): a changed table definition (or ``--rebuild``,
     ``asked``) is rebuilt from the committed state of its input bolt, or refused."""
+    target = target_change(old, node)
+    if target is not None:
+        return NodePlan(node.name, "sink", Action.REFUSE, (
+            f"its target changed ({target}): the new one holds none of the rows written so "
+            "far, and the progress kept would leave it so"),
+            "keep the old target, or write the new one from a sink of another name (it "
+            "gets what its inputs emit from now on)")
     changes = table_changes(old.table, node.table) \
         if old.table is not None and node.table is not None else []
     row_changed = old.python == node.python and "row" in old.functions \

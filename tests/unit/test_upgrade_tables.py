@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hailstorm.monoids import Count, per_key
 from hailstorm.routing import itself
 from hailstorm.sinks.rebuild import rebuild_refusal
+from hailstorm.topic import Topic
 from hailstorm.topology import Table, Topology
 from hailstorm.upgrade.describe import NodeDescription, describe_topology
 from hailstorm.upgrade.plan import Plan, StoredState, make_plan
@@ -169,3 +170,32 @@ def test_changes_are_empty_exactly_when_the_definitions_are_the_same(
     named = {c for c in set(old_columns) | set(new_columns)
              if old_columns.get(c) != new_columns.get(c)}
     assert {change.split()[1] for change in changes if change.startswith("column ")} == named
+
+
+def to_topic(topic: str = "word-totals") -> Topology:
+    """The word count writing its totals to a topic instead of a table."""
+    t = Topology("wc")
+    lines = t.spout("lines", "words", decoder="text")
+    counts = t.bolt("counts", [lines], state=per_key(Count()), lift=Count.lift, key=itself,
+                    emit=lambda w, n: [(w, n)], parallelism=2)
+    t.sink("word_counts", [counts], Topic(topic, key=lambda r: r[0], value=lambda r: r[1]))
+    return t
+
+
+def test_a_sink_whose_target_changed_between_a_topic_and_a_table_is_refused() -> None:
+    fix = "Fix: keep the old target, or write the new one from a sink of another name (it " \
+        "gets what its inputs emit from now on)"
+    for old, new, change in [(wordcount(), to_topic(), "table word_counts -> topic word-totals"),
+                             (to_topic(), wordcount(), "topic word-totals -> table word_counts"),
+                             (to_topic(), to_topic("totals-2"),
+                              "topic word-totals -> topic totals-2")]:
+        assert sink_line(plan_of(old, new)) == (
+            f"sink word_counts: refuse: its target changed ({change}): the new one holds "
+            f"none of the rows written so far, and the progress kept would leave it so. {fix}")
+    assert sink_line(plan_of(to_topic(), to_topic())) == \
+        "sink word_counts: carry: keeps its progress"
+    # an older driver recorded no topic for a topic sink: not compared
+    older = {n: d if d.kind != "sink" else NodeDescription(d.name, "sink", d.inputs, 1)
+             for n, d in describe_topology(to_topic()).items()}
+    plan = make_plan(older, stored(to_topic()), describe_topology(wordcount()))
+    assert sink_line(plan) == "sink word_counts: carry: keeps its progress"
