@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import sys
 import types
 from collections.abc import Callable, Mapping
@@ -23,10 +24,15 @@ from hailstorm.topic import Topic
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology
 from hailstorm.upgrade.tables import table_definition
 
-__all__ = ["PYTHON", "NodeDescription", "describe_topology", "fingerprint"]
+__all__ = ["FINGERPRINTS", "PYTHON", "NodeDescription", "describe_topology", "fingerprint"]
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 """The Python version whose bytecode the fingerprints hash."""
+
+FINGERPRINTS = 2
+"""How fingerprints are made: 2 follows the module-level functions and constants a
+function names; 1 (recorded before, and by descriptions without the field) did not.
+Fingerprints of two schemes are not compared."""
 
 
 def _stable_repr(value: Any) -> str:
@@ -55,13 +61,43 @@ def _code_parts(code: types.CodeType, out: list[bytes]) -> None:
             out.append(_stable_repr(const).encode())
 
 
+def _names(code: types.CodeType) -> set[str]:
+    """Every name ``code`` (nested code included) looks up: globals among them."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _globals_parts(target: Any, code: types.CodeType, depth: int, out: list[bytes]) -> None:
+    """What ``target`` names at module level, in its own module: functions by their
+    fingerprint (a helper that ``key`` calls), compiled patterns by their pattern and
+    flags, plain constants by value. Other modules' objects are left out (a library's
+    upgrade is not the topology's change)."""
+    scope = getattr(target, "__globals__", None)
+    module = getattr(target, "__module__", None)
+    if not scope or depth >= 3:
+        return
+    for name in sorted(_names(code)):
+        value = scope.get(name)
+        if isinstance(value, types.FunctionType):
+            if value is not target and value.__module__ == module:
+                out.append(f"{name}={fingerprint(value, depth + 1)}".encode())
+        elif isinstance(value, re.Pattern):
+            out.append(f"{name}=re({value.pattern!r}, {value.flags})".encode())
+        elif isinstance(value, str | bytes | int | float | tuple | frozenset):
+            out.append(f"{name}={_stable_repr(value)}".encode())
+
+
 def fingerprint(function: Callable[..., Any] | None, depth: int = 0) -> str | None:
     """A short stable hash of what ``function`` computes (None for no function).
 
     Code objects hash their bytecode, names and constants (nested code included), their
     default arguments and closure values (functions among them by their own fingerprint,
-    three levels deep); ``functools.partial`` adds its arguments; anything else (builtins,
-    callable objects) hashes its qualified name."""
+    three levels deep), and the module-level functions (likewise) and constants of their
+    own module that they name; ``functools.partial`` adds its arguments; anything else
+    (builtins, callable objects) hashes its qualified name."""
     if function is None:
         return None
     parts: list[bytes] = []
@@ -72,6 +108,7 @@ def fingerprint(function: Callable[..., Any] | None, depth: int = 0) -> str | No
     code = getattr(target, "__code__", None)
     if isinstance(code, types.CodeType):
         _code_parts(code, parts)
+        _globals_parts(target, code, depth, parts)
         parts.append(_stable_repr(getattr(target, "__defaults__", None)).encode())
         for cell in getattr(target, "__closure__", None) or ():
             try:
@@ -119,6 +156,8 @@ class NodeDescription:
     """Sinks writing a table: its definition (:func:`hailstorm.upgrade.tables.table_definition`:
     name, columns and their types, key, mode); the ``row`` function is among ``functions``."""
     python: str = PYTHON
+    fingerprints: int = FINGERPRINTS
+    """The scheme of :attr:`functions` (:data:`FINGERPRINTS`)."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON data (a schema's bytes defaults as ISO-8859-1 text, as Avro writes them)."""
@@ -134,6 +173,7 @@ class NodeDescription:
         known = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in known}
         values["inputs"] = tuple(values.get("inputs") or ())
+        values.setdefault("fingerprints", 1)  # recorded before the field
         values["functions"] = dict(values.get("functions") or {})
         return cls(**values)
 

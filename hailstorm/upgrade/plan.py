@@ -230,7 +230,7 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
     if old is not None and node.version > old.version:
         return _fresh_start(node, f"version {old.version} -> {node.version}{renamed}: its "
                             "state is dropped", gone, decide, Action.RESTART, history)
-    if old is not None and old.python == node.python:
+    if old is not None and same_fingerprints(old, node):
         # A new state type comes with its own lift: only the key is compared then.
         meaning = _MEANING if stored is None or stored.monoid == node.state else ("key",)
         changed = [f for f in meaning if old.functions.get(f) != node.functions.get(f)]
@@ -265,6 +265,12 @@ def _plan_bolt(node: NodeDescription, old: NodeDescription | None,
                   "records, or undo the change")
 
 
+def same_fingerprints(old: NodeDescription, new: NodeDescription) -> bool:
+    """Whether the two descriptions' function fingerprints can be compared: the same
+    Python (bytecode) and the same scheme (:data:`~hailstorm.upgrade.describe.FINGERPRINTS`)."""
+    return old.python == new.python and old.fingerprints == new.fingerprints
+
+
 def target_change(old: NodeDescription, new: NodeDescription) -> str | None:
     """How a sink's target changed between its deployed and its new description (a topic
     for a table, a table for a topic, another topic), or None (unchanged, or not known: an
@@ -294,7 +300,7 @@ def _plan_sink(node: NodeDescription, old: NodeDescription, carried: NodePlan,
             "gets what its inputs emit from now on)")
     changes = table_changes(old.table, node.table) \
         if old.table is not None and node.table is not None else []
-    row_changed = old.python == node.python and "row" in old.functions \
+    row_changed = same_fingerprints(old, node) and "row" in old.functions \
         and old.functions.get("row") != node.functions.get("row")
     if not changes and not asked:
         if not row_changed:
@@ -381,6 +387,10 @@ def make_plan(
         if old is not None and old.python != node.python:
             notes.append(f"{node.name}: functions not compared (deployed with Python "
                          f"{old.python}, now {node.python})")
+        elif old is not None and old.fingerprints != node.fingerprints:
+            notes.append(f"{node.name}: functions not compared (deployed by a hailstorm "
+                         f"that fingerprinted them another way, scheme {old.fingerprints}; "
+                         f"now {node.fingerprints}): the next deploy compares them")
         if node.kind == "bolt":
             gone = None if log_starts is None or not old_names else \
                 gone_before(source_topics(node.name, new), log_starts)

@@ -295,6 +295,40 @@ def test_fingerprint_ignores_where_the_code_is_but_not_what_it_does() -> None:
     assert fingerprint(lambda w, n=1: n) != fingerprint(lambda w, n=2: n)
 
 
+def module_with(helper: str, pattern: str = "[a-z]+", limit: int = 3) -> dict[str, Any]:
+    """A topology module's namespace: ``key`` calls the module's ``helper`` (returning
+    ``helper``), ``split`` uses the module's compiled ``WORD`` and constant ``LIMIT``."""
+    scope: dict[str, Any] = {"__name__": "user_topology"}
+    exec(f"import re\nWORD = re.compile({pattern!r})\nLIMIT = {limit}\n"
+         f"def helper(w):\n    return {helper}\n"
+         "key = lambda w: helper(w)\n"
+         "split = lambda line: WORD.findall(line)[:LIMIT]\n", scope)
+    return scope
+
+
+def test_fingerprint_follows_the_module_helpers_and_constants_it_names() -> None:
+    lower = module_with("w.lower()")
+    assert fingerprint(lower["key"]) == fingerprint(module_with("w.lower()")["key"])
+    assert fingerprint(lower["key"]) != fingerprint(module_with("w.upper()")["key"])
+    assert fingerprint(lower["split"]) != fingerprint(module_with("w", pattern="[a-z]")["split"])
+    assert fingerprint(lower["split"]) != fingerprint(module_with("w", limit=4)["split"])
+    assert fingerprint(lower["split"]) == fingerprint(module_with("w.upper()")["split"])
+
+
+def test_fingerprints_of_another_scheme_are_not_compared() -> None:
+    """Descriptions recorded before fingerprints followed helpers (no ``fingerprints``
+    field): a changed key function is not refused, the plan says why, and the next deploy
+    compares them."""
+    old = {k: NodeDescription.from_json({f: v for f, v in d.to_json().items()
+                                         if f != "fingerprints"})
+           for k, d in describe_topology(wordcount()).items()}
+    assert all(d.fingerprints == 1 for d in old.values())
+    plan = make_plan(old, stored(wordcount()), describe_topology(wordcount(key=lambda w: w)))
+    assert decision(plan, "counts")[0] is Action.CARRY
+    assert "counts: functions not compared (deployed by a hailstorm that fingerprinted " \
+        "them another way, scheme 1; now 2): the next deploy compares them" in plan.notes
+
+
 def test_fingerprint_is_the_same_in_every_process() -> None:
     """Sets of strings iterate in an order that differs between processes; objects show
     their address: neither may change a fingerprint."""
