@@ -98,6 +98,9 @@ class TopologyRecords:
         self.paths = topology if isinstance(topology, TopologyPaths) else TopologyPaths(topology)
         self._call = call
         self._on_unreadable = on_unreadable
+        self._listed: dict[str, tuple[bytes, Any]] = {}
+        """Each listed node's last bytes and what they parsed to: a listing re-reads every
+        node (the negotiator's, at each wake-up), and most did not change since."""
 
     # -- nodes ----------------------------------------------------------------------------
 
@@ -120,6 +123,31 @@ class TopologyRecords:
                     return None, None
         return None, None
 
+    def _get_many(self, paths: list[str], watch: Watch | None
+                  ) -> dict[str, tuple[bytes | None, ZnodeStat]]:
+        """Data and stat of each of ``paths`` that exists (with ``watch`` armed on each
+        either way), asked all at once: one round trip's wait for many nodes, not one
+        each (the negotiator reads every instance's report at each wake-up)."""
+        client = self.client
+
+        def ask() -> tuple[dict[str, tuple[bytes | None, ZnodeStat]], list[str]]:
+            pending = [(path, client.get_async(path, watch=watch)) for path in paths]
+            found: dict[str, tuple[bytes | None, ZnodeStat]] = {}
+            vanished = []
+            for path, result in pending:
+                try:
+                    found[path] = result.get()
+                except NoNodeError:
+                    vanished.append(path)
+            return found, vanished
+
+        found, vanished = self._call(ask)
+        for path in vanished:  # gone since the listing: as one read does (watch armed)
+            data, stat = self._get(path, watch)
+            if stat is not None:
+                found[path] = (data, stat)
+        return found
+
     def _children(self, path: str, watch: Watch | None = None) -> list[str]:
         """The children of ``path``, sorted ([] when absent; watched for its creation)."""
         try:
@@ -133,14 +161,22 @@ class TopologyRecords:
 
     def _parse(self, subject: str, raw: bytes | None, parse: Callable[[bytes], R],
                *, listing: bool = False) -> R | None:
+        data = raw or b""
+        if listing:
+            seen = self._listed.get(subject)
+            if seen is not None and seen[0] == data:
+                return seen[1]
         try:
-            return parse(raw or b"")
+            record = parse(data)
         except LayoutError as exc:
             if self._on_unreadable is not None:
                 self._on_unreadable(subject, exc)
             elif not listing:
                 raise
             return None
+        if listing:
+            self._listed[subject] = (data, record)
+        return record
 
     def _read(self, subject: str, parse: Callable[[bytes], R],
               watch: Watch | None) -> Read[R]:
@@ -191,13 +227,11 @@ class TopologyRecords:
     def reports(self, watch: Watch | None = None) -> dict[str, ProcessorReport | None]:
         """Every ``living/<id>`` node's report by node name (None: unreadable)."""
         living = self.paths.living
-        reports: dict[str, ProcessorReport | None] = {}
-        for name in self._children(living, watch):
-            raw, stat = self._get(f"{living}/{name}", watch)
-            if stat is not None:
-                reports[name] = self._parse(f"living/{name}", raw, ProcessorReport.from_json,
-                                            listing=True)
-        return reports
+        names = self._children(living, watch)
+        found = self._get_many([f"{living}/{name}" for name in names], watch)
+        return {name: self._parse(f"living/{name}", found[path][0], ProcessorReport.from_json,
+                                  listing=True)
+                for name in names if (path := f"{living}/{name}") in found}
 
     def snapshot_reports(
         self, watch: Watch | None = None
@@ -205,15 +239,12 @@ class TopologyRecords:
         """Every ``snapshots/<name>/<instance>`` node's report by ``(name, instance)`` as the
         nodes are named (None: unreadable)."""
         root = self.paths.snapshots
-        reports: dict[tuple[str, str], SnapshotReport | None] = {}
-        for name in self._children(root, watch):
-            for instance in self._children(f"{root}/{name}", watch):
-                raw, stat = self._get(f"{root}/{name}/{instance}", watch)
-                if stat is not None:
-                    reports[(name, instance)] = self._parse(
-                        f"snapshots/{name}/{instance}", raw, SnapshotReport.from_json,
-                        listing=True)
-        return reports
+        nodes = [(name, instance) for name in self._children(root, watch)
+                 for instance in self._children(f"{root}/{name}", watch)]
+        found = self._get_many([f"{root}/{name}/{instance}" for name, instance in nodes], watch)
+        return {(name, instance): self._parse(f"snapshots/{name}/{instance}", found[path][0],
+                                              SnapshotReport.from_json, listing=True)
+                for name, instance in nodes if (path := f"{root}/{name}/{instance}") in found}
 
     def _records(self, directory: str, names: list[str],
                  parse: Callable[[bytes], R]) -> list[R]:

@@ -33,6 +33,19 @@ class Stat:
     version: int
 
 
+@dataclass
+class Answer:
+    """An asynchronous read's result."""
+
+    value: Any = None
+    error: Exception | None = None
+
+    def get(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
 class FakeZk:
     """Nodes in a dict; records every watch armed (path, kind)."""
 
@@ -50,6 +63,13 @@ class FakeZk:
             raise NoNodeError(path)
         data, version = self.nodes[path]
         return data, Stat(version)
+
+    def get_async(self, path: str, watch: Any = None) -> Answer:
+        """As kazoo's: the answer (or the error) when asked for it."""
+        try:
+            return Answer(self.get(path, watch))
+        except NoNodeError as exc:
+            return Answer(error=exc)
 
     def exists(self, path: str, watch: Any = None) -> Stat | None:
         if watch is not None:
@@ -155,6 +175,36 @@ def test_reads_with_a_watch_arm_it_also_on_absent_nodes() -> None:
     assert records.reports(watch=lambda _event: None) == {}
     assert zk.watched == [(PATHS.master, "get"), (PATHS.master, "exists"),
                           (PATHS.living, "children"), (PATHS.living, "exists")]
+
+
+class Vanishing(FakeZk):
+    """A living node deleted between the listing and the reads."""
+
+    def __init__(self, gone: str) -> None:
+        super().__init__()
+        self.gone = gone
+
+    def get_async(self, path: str, watch: Any = None) -> Answer:
+        answer = super().get_async(path, watch)
+        if path == self.gone:
+            self.nodes.pop(path, None)
+            return Answer(error=NoNodeError(path))
+        return answer
+
+
+def test_reports_are_read_all_at_once_and_a_vanished_one_is_absent_and_watched() -> None:
+    gone = PATHS.living_node("bolt:counts:1")
+    zk = Vanishing(gone)
+    zk.put(PATHS.living, b"")
+    reports = [ProcessorReport(f"bolt:counts:{i}", ProcessorState.READY, 4) for i in range(3)]
+    for report in reports:
+        zk.put(PATHS.living_node(report.processor), report.to_json())
+    records = TopologyRecords(zk, PATHS)  # type: ignore[arg-type]
+    assert records.reports(watch=lambda _event: None) == {
+        "bolt:counts:0": reports[0], "bolt:counts:2": reports[2]}
+    assert (gone, "exists") in zk.watched  # armed on the vanished node too
+    assert {p for p, kind in zk.watched if kind == "get"} == {
+        PATHS.living_node(r.processor) for r in reports}
 
 
 def test_writes_create_or_replace() -> None:
