@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NodeExistsError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, ANYONE_ID_UNSAFE, Permissions, make_digest_acl
 
 from hailstorm.config import ConfigError
@@ -101,6 +107,12 @@ RECONNECT = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 off to a minute, but a ZooKeeper ensemble that was down gives the sessions it restores only
 their timeout (6 s for processors) from its start: a client must be back within it, or its
 session (and its processor's living node) is lost."""
+
+
+def is_zookeeper_outage(problem: BaseException) -> bool:
+    """Whether ``problem`` says ZooKeeper is unreachable (not that a request was wrong)."""
+    return isinstance(problem, (KazooTimeoutError, ConnectionLoss, SessionExpiredError,
+                                OperationTimeoutError))
 
 
 def zk_client(hosts: str, timeout: float = 10.0) -> KazooClient:

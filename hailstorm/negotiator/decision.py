@@ -85,6 +85,9 @@ class View:
     inputs: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Each bolt's and sink's input nodes (from the driver's graph in ``expected``; empty
     for an older driver: then no node catches up on its own clock)."""
+    attempt: str | None = None
+    """The driver's current stage attempt (``expected``): reports of another attempt are
+    left over from processors that failed with theirs (None: every report counts)."""
 
 
 # --------------------------------------------------------------------------- outputs

@@ -129,6 +129,9 @@ class _Roster:
     """Usable reports of expected processors."""
     registered: frozenset[ProcessorId]
     """Expected processors with a living node (usable report or not)."""
+    stale: frozenset[ProcessorId]
+    """Expected processors whose living node is of an earlier stage attempt (it failed;
+    the node goes with its session)."""
     snapshots: Mapping[ProcessorId, SnapshotReport]
     notes: tuple[Ignored, ...]
 
@@ -152,6 +155,7 @@ def _screen(view: View, epoch: int) -> _Roster:
 
     reports: dict[ProcessorId, ProcessorReport] = {}
     registered: set[ProcessorId] = set()
+    stale: set[ProcessorId] = set()
     for name in sorted(view.living):
         report = view.living[name]
         pid = by_name.get(name)
@@ -165,6 +169,8 @@ def _screen(view: View, epoch: int) -> _Roster:
             notes.append(Ignored(name, f"report claims to be {report.processor}"))
         elif report.epoch > epoch:
             notes.append(Ignored(name, f"report for future epoch {report.epoch} > {epoch}"))
+        elif not report.of_attempt(view.attempt):
+            stale.add(pid)
         else:
             reports[pid] = report
 
@@ -182,8 +188,8 @@ def _screen(view: View, epoch: int) -> _Roster:
             notes.append(Ignored(f"snapshot {name}", f"future epoch {snap.epoch} > {epoch}"))
         else:
             snapshots[pid] = snap
-    return _Roster(tuple(sorted(expected)), reports, frozenset(registered), snapshots,
-                   tuple(notes))
+    return _Roster(tuple(sorted(expected)), reports, frozenset(registered), frozenset(stale),
+                   snapshots, tuple(notes))
 
 
 def _names(pids: Iterable[ProcessorId | str], limit: int = 5) -> str:
@@ -230,6 +236,9 @@ def _casualty(roster: _Roster) -> str | None:
     lost = [p for p in roster.expected if p not in roster.registered]
     if lost:
         return f"{_names(lost)} lost (living node gone)"
+    if roster.stale:
+        return (f"the driver started another stage attempt: {_names(roster.stale)} "
+                f"{'is' if len(roster.stale) == 1 else 'are'} of the one that failed")
     # A processor's own failure first: its peers' broken connections follow from it.
     failed = sorted(((r.lost_peer is not None, str(p)), p, r)
                     for p, r in roster.reports.items() if r.error is not None)
@@ -287,7 +296,7 @@ def _stopped(state: Stopped, view: View, config: Config, roster: _Roster) -> Dec
     if view.stop is not None:
         return Decision(None, roster.notes, f"stopped by {state.by}; the stop request stands",
                         wake_at=look_again)
-    registered = sorted(roster.registered, key=str)
+    registered = sorted(roster.registered - roster.stale, key=str)
     if registered:
         epoch = max(state.epoch, view.highest_epoch) + 1
         return Decision(Initialize(epoch), roster.notes,
@@ -316,9 +325,10 @@ def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) 
         unregistered = [p for p in roster.expected if p not in roster.registered]
         not_ready = [
             p for p in roster.expected
-            if p in roster.registered and not _ready(roster.reports.get(p), e)
+            if p in roster.registered and p not in roster.stale
+            and not _ready(roster.reports.get(p), e)
         ]
-        if not unregistered and not not_ready:
+        if not unregistered and not not_ready and not roster.stale:
             bolts = roster.of(Role.BOLT)
             loads: dict[str, list[Clock]] = {}
             for b in bolts:
@@ -339,6 +349,9 @@ def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) 
             parts.append(f"{_names(unregistered)} not registered")
         if not_ready:
             parts.append(f"{_names(not_ready)} not ready for epoch {e}")
+        if roster.stale:
+            parts.append(f"{_names(roster.stale)} still of the failed stage attempt (the "
+                         f"node goes with its session)")
         pending = "; ".join(parts)
     if view.now >= deadline:
         return _restart(

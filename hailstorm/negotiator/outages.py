@@ -27,7 +27,7 @@ def waiting_in(view: View, epoch: int) -> str | None:
     a wait in this run (None: nobody waits)."""
     for name, report in sorted(view.living.items()):
         if (report is not None and report.waiting and report.processor == name
-                and report.epoch <= epoch
+                and report.epoch <= epoch and report.of_attempt(view.attempt)
                 and (view.expected is None or name in view.expected)):
             return f"{name}: waiting for {report.waiting}"
     return None

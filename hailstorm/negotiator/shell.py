@@ -462,7 +462,8 @@ class Shell:
             state, entered_at = master.state, master.entered_at
         stop = records.stop_request(self._watch)
         view = View(now, entered_at, expected, living, snapshots, committed, highest, stop,
-                    inputs_of_graph(expected_record.graph if expected_record else None))
+                    inputs_of_graph(expected_record.graph if expected_record else None),
+                    expected_record.attempt if expected_record else None)
         edges = graph_edges(expected_record.graph if expected_record is not None else None)
         waits = master is not None and waiting_in(view, state.epoch) is not None
         if self._waits and not waits:  # an outage ended: every wait gets its whole time

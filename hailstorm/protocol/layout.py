@@ -59,6 +59,7 @@ from hailstorm.protocol.states import (
 )
 
 __all__ = [
+    "ATTEMPT_INFO",
     "ROOT",
     "CommittedRecord",
     "ExpectedRecord",
@@ -449,6 +450,13 @@ class ProcessorState(enum.StrEnum):
     backlog's results commit without waiting for the interval."""
 
 
+ATTEMPT_INFO = "attempt"
+"""The key of a report's ``info`` naming the driver's stage attempt the processor runs in:
+the driver writes a new one to ``expected`` before every attempt, so the reports a killed
+attempt's processors leave behind (their sessions outlive them by the session timeout) are
+not taken for the new attempt's."""
+
+
 @dataclass(frozen=True)
 class ProcessorReport:
     """The data of a ``living/<id>`` node, written by that processor.
@@ -483,6 +491,16 @@ class ProcessorReport:
     @property
     def role(self) -> Role:
         return parse_processor_id(self.processor).role
+
+    @property
+    def attempt(self) -> str | None:
+        """The driver's stage attempt this processor runs in (``info``; None: not said)."""
+        value = self.info.get(ATTEMPT_INFO)
+        return value if isinstance(value, str) else None
+
+    def of_attempt(self, attempt: str | None) -> bool:
+        """Whether this report counts in stage attempt ``attempt`` (None: any counts)."""
+        return attempt is None or self.attempt == attempt
 
     def to_json(self) -> bytes:
         return encode(
@@ -699,12 +717,15 @@ class ExpectedRecord:
     source partitions (the domain of every clock). ``graph`` is the topology's DAG as
     :func:`hailstorm.topology.graph_of` gives it, for the web console; ``nodes`` each node's
     description (:class:`hailstorm.upgrade.describe.NodeDescription` as JSON), for the
-    plan of the next upgrade (both absent in records of older drivers).
+    plan of the next upgrade (both absent in records of older drivers). ``attempt`` names
+    the driver's current stage attempt (:data:`ATTEMPT_INFO`): a processor's report counts
+    only when it carries the same (None: every report counts).
     """
 
     processors: tuple[str, ...]
     graph: Mapping[str, Any] | None = field(default=None, compare=False)
     nodes: Mapping[str, Any] | None = field(default=None, compare=False)
+    attempt: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for text in self.processors:
@@ -723,6 +744,8 @@ class ExpectedRecord:
             data["graph"] = dict(self.graph)
         if self.nodes is not None:
             data["nodes"] = dict(self.nodes)
+        if self.attempt is not None:
+            data["attempt"] = self.attempt
         return encode(data)
 
     @classmethod
@@ -737,7 +760,10 @@ class ExpectedRecord:
             nodes = d.get("nodes")
             if nodes is not None and not isinstance(nodes, dict):
                 raise LayoutError("'nodes' must be an object")
-            return cls(tuple(str(p) for p in procs), graph, nodes)
+            attempt = d.get("attempt")
+            if attempt is not None and not isinstance(attempt, str):
+                raise LayoutError("'attempt' must be a string")
+            return cls(tuple(str(p) for p in procs), graph, nodes, attempt)
 
         result: ExpectedRecord = _load("expected record", raw, build)
         return result

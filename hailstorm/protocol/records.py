@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from kazoo.client import KazooClient
@@ -273,6 +273,14 @@ class TopologyRecords:
     def write_expected(self, record: ExpectedRecord) -> None:
         """Set (or create) ``expected``."""
         self._put(self.paths.expected, record.to_json())
+
+    def start_attempt(self, attempt: str) -> None:
+        """Name the driver's new stage attempt in ``expected`` (written already): from now
+        on only reports of ``attempt`` count (:data:`~hailstorm.protocol.layout.ATTEMPT_INFO`)."""
+        record = self.expected()
+        if record is None:
+            raise LayoutError("no expected record to start a stage attempt in")
+        self.write_expected(replace(record, attempt=attempt))
 
     def request_stop(self, request: StopRequest) -> None:
         """Set (or create) ``stop``: the negotiator drains the topology and stops it."""

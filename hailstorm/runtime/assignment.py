@@ -43,6 +43,10 @@ class Assignment:
     database_url: str = field(default="", repr=False)
     """Sink tables' database when their Table names none (empty: SQLite, hailstorm.db). Left
     out of ``repr``: it may carry a password, and Spark prints failed tasks' arguments."""
+    attempt: str | None = None
+    """The driver's stage attempt this task belongs to (its reports carry it, see
+    :data:`~hailstorm.protocol.layout.ATTEMPT_INFO`; None: a processor run without a
+    driver)."""
     secret: RunSecret | None = None
     """The run's data-plane secret (:mod:`hailstorm.auth`; its ``repr`` shows no key). None:
     read ``$HAILSTORM_SECRET_FILE`` on the executor."""

@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ from hailstorm.topology import Topology, graph_of, load_topology
 from hailstorm.upgrade.deployed import apply_plan, plan_for
 from hailstorm.upgrade.describe import describe_topology
 from hailstorm.upgrade.plan import Plan
-from hailstorm.zookeeper import check_not_open, ensure_paths, zk_client
+from hailstorm.zookeeper import check_not_open, ensure_paths, is_zookeeper_outage, zk_client
 
 __all__ = ["Driver", "RunOptions", "Upgrade", "expected_ids", "rebuild_tables",
            "source_partitions", "write_expected"]
@@ -167,9 +168,12 @@ def rebuild_tables(upgrade: Upgrade, plan: Plan, zk: str, name: str) -> None:
 
 def write_expected(zk: str, name: str, processors: list[str],
                    graph: Mapping[str, Any] | None = None, *,
-                   upgrade: Upgrade | None = None, start: bool = False) -> None:
+                   upgrade: Upgrade | None = None, start: bool = False,
+                   attempt: str | None = None) -> None:
     """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``);
-    ``start``: a new run, so delete the ``stop`` request an earlier one left.
+    ``start``: a new run, so delete the ``stop`` request an earlier one left; ``attempt``:
+    the stage attempt whose reports count (one no processor runs yet: none counts before
+    the driver starts its first attempt).
 
     With ``upgrade``, first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`):
     raise :class:`~hailstorm.upgrade.plan.UpgradeRefused` for a refused node, else carry out
@@ -194,7 +198,7 @@ def write_expected(zk: str, name: str, processors: list[str],
         records = TopologyRecords(client, paths)
         if start:
             records.clear_stop()
-        records.write_expected(ExpectedRecord(tuple(processors), graph, nodes))
+        records.write_expected(ExpectedRecord(tuple(processors), graph, nodes, attempt))
     finally:
         client.stop()
         client.close()
@@ -246,7 +250,7 @@ class Driver:
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
                        upgrade=Upgrade(self.topology, o.snapshots, o.kafka, o.database_url,
                                        o.allow_drop, () if self._started else o.rebuild),
-                       start=not self._started)
+                       start=not self._started, attempt=secrets.token_hex(6))
         self._started = True
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))
@@ -266,6 +270,11 @@ class Driver:
     def _through_kafka_outages(self, op: Any) -> Any:
         """``op()`` (a metadata request), tried again with backoff while Kafka is out: the
         driver waits for it, and says so, instead of exiting."""
+        return self._through_outages(op, f"Kafka at {self.options.kafka}", is_kafka_outage)
+
+    def _through_outages(self, op: Any, service: str,
+                         is_outage: Callable[[BaseException], bool]) -> Any:
+        """``op()``, tried again with backoff while ``service`` is out (``is_outage``)."""
 
         def failed(outage: Outage, delay: float) -> None:
             if outage.attempts == 1 or outage.attempts % 12 == 0:
@@ -273,9 +282,9 @@ class Driver:
                             outage.describe(), outage.error, delay)
 
         return through_outages(
-            op, OutageWatch(f"Kafka at {self.options.kafka}"), is_outage=is_kafka_outage,
+            op, OutageWatch(service), is_outage=is_outage,
             on_failed=failed, on_answered=lambda outage: log.warning(
-                "%s: the wait for Kafka is over (%s)", self.name, outage.describe()))
+                "%s: the wait for %s is over (%s)", self.name, service, outage.describe()))
 
     def prepare(self) -> StageRunner:
         """Everything but running: expected ids, the Spark context, the stage runner."""
@@ -300,9 +309,21 @@ class Driver:
             check_slots(context, len(assignments), wait=spark.slot_wait)
         self.runner = StageRunner(
             context, assignments, run_processor, spark, made_progress=self.committed_since,
-            prepare_attempt=None if self.fixed_secret else self.with_fresh_secret,
-            explain=self.explain, stopped_by=self.stopped_by)
+            prepare_attempt=self.prepare_attempt, explain=self.explain,
+            stopped_by=self.stopped_by)
         return self.runner
+
+    def prepare_attempt(self, assignments: list[Any]) -> list[Any]:
+        """The assignments of one stage attempt: a new attempt name, written to
+        ``expected`` first (the negotiator then counts no report of the attempt before:
+        processors Spark killed keep their ZooKeeper sessions for up to the session
+        timeout), and a fresh secret unless the run has a fixed one."""
+        attempt = secrets.token_hex(6)
+        self._through_outages(
+            lambda: self._records(lambda records: records.start_attempt(attempt)),
+            f"ZooKeeper at {self.options.zk}", is_zookeeper_outage)
+        fresh = assignments if self.fixed_secret else self.with_fresh_secret(assignments)
+        return [replace(a, attempt=attempt) for a in fresh]
 
     @staticmethod
     def with_fresh_secret(assignments: list[Any]) -> list[Any]:

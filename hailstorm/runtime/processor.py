@@ -31,6 +31,7 @@ from hailstorm.outages import Outage, Waits
 from hailstorm.processors import Batch, Destination, Router
 from hailstorm.protocol.clock import clock_to_json
 from hailstorm.protocol.layout import (
+    ATTEMPT_INFO,
     Flowing,
     Initialize,
     ProcessorId,
@@ -157,6 +158,8 @@ class Shell:
             self._secret = self.assignment.run_secret()
             address = listen_address(self.assignment.host, self.assignment.zk)
             info: dict[str, Any] = {"pid": os.getpid(), "host": address}
+            if self.assignment.attempt is not None:
+                info[ATTEMPT_INFO] = self.assignment.attempt
             metrics_host = self.assignment.metrics_host
             auto = metrics_host == "auto"
             if auto:  # the cluster interface, as for the data plane; never every interface
@@ -422,7 +425,8 @@ class Shell:
             for receiver in wanted:
                 report = reports.get(receiver)
                 if (report is None or report.state is ProcessorState.JOINING
-                        or report.epoch < self.joined or "port" not in report.info):
+                        or report.epoch < self.joined or "port" not in report.info
+                        or not report.of_attempt(self.assignment.attempt)):
                     raise DataPlaneError(
                         f"{receiver} is not ready in the run of epoch {self.joined} "
                         f"(report: {report})"

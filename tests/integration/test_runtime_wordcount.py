@@ -158,6 +158,10 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     reports = wait_for("every processor's report",
                        lambda: len(r := run.processors()) == 7 and r, 30, run.alive)
     pid = int(reports[victim].info["pid"])
+    expected = run.records.expected()
+    assert expected is not None and expected.attempt is not None
+    assert {r.attempt for r in reports.values()} == {expected.attempt}, \
+        "every processor reports the stage attempt the driver named"
     # Keep producing in the background and kill the victim while data flows.
     with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(10_000, seed=100),
                             partitions, rate=5_000) as producer:
@@ -173,6 +177,10 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
     committed = run.wait_committed(target, 240)
     assert not pid_alive(pid)
+    again = run.records.expected()
+    assert again is not None and again.attempt not in (None, expected.attempt), \
+        "the driver named its new stage attempt"
+    assert {r.attempt for r in run.processors().values()} == {again.attempt}
     assert_matches_model(run, produced, committed, least=50_000)
     assert "failed" in run.log("driver")
     run.check_recoveries()  # the kill explains every restart

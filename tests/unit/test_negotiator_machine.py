@@ -30,6 +30,7 @@ from hailstorm.negotiator.machine import (
 )
 from hailstorm.protocol.clock import Clock, dominates
 from hailstorm.protocol.layout import (
+    ATTEMPT_INFO,
     CommittedRecord,
     ProcessorReport,
     ProcessorState,
@@ -795,6 +796,89 @@ def test_duplicate_views_after_a_commit_do_not_commit_again() -> None:
     # Next round: the same (now stale) snapshot reports never commit round 8.
     d8 = check(Flowing(8, {P0: 30, P1: 4}), view(PAUSED_LIVING, snapshots=saved(7, C)))
     assert d8.next_state is None and not d8.commits
+
+
+# --------------------------------------------------------------------------- stage attempts
+# Spark SIGKILLs a failed barrier stage's processors, whose ZooKeeper sessions (and living
+# nodes) outlive them by the session timeout; the driver names each new attempt in
+# ``expected`` and the machine counts only that attempt's reports.
+
+NOW, BEFORE = "a2", "a1"
+
+
+def of_attempt(living: Mapping[str, ProcessorReport | None], attempt: str,
+               pids: frozenset[str] | None = None) -> dict[str, ProcessorReport | None]:
+    """``living`` with the reports of ``pids`` (every one by default) of ``attempt``."""
+    return {pid: r if r is None or (pids is not None and pid not in pids)
+            else replace(r, info={**r.info, ATTEMPT_INFO: attempt})
+            for pid, r in living.items()}
+
+
+def in_attempt(v: View, attempt: str = NOW) -> View:
+    return replace(v, attempt=attempt)
+
+
+def test_initialize_does_not_count_ready_reports_of_the_failed_attempt() -> None:
+    """The failed attempt's processors had all joined this epoch and answered ready: taken
+    for the new attempt's, the run would flow with peers whose ports are closed."""
+    living = of_attempt(of_attempt(ready(5), NOW), BEFORE, frozenset({B1}))
+    d = check(Initialize(5), in_attempt(view(living)))
+    assert d.next_state is None
+    assert f"{B1} still of the failed stage attempt" in d.reason
+    d = check(Initialize(5), in_attempt(view(of_attempt(ready(5), NOW))))
+    assert isinstance(d.next_state, SpoutsRewind)
+
+
+def test_initialize_waits_out_errors_the_failed_attempt_reported() -> None:
+    """Its error is the failed attempt's, already acted on: restarting again for it would
+    end the new attempt's processors that joined this epoch."""
+    living = of_attempt(ready(5), NOW)
+    living[B0] = report(B0, ProcessorState.READY, 5, loaded={}, error="broken pipe")
+    living = of_attempt(living, BEFORE, frozenset({B0}))
+    d = check(Initialize(5), in_attempt(view(living)))
+    assert d.next_state is None and B0 in d.reason
+    assert check(Initialize(5), in_attempt(view(living, now=T0 + 60))).next_state == \
+        Initialize(6), "the deadline still holds"
+
+
+def test_reports_without_an_attempt_count_when_the_driver_names_none() -> None:
+    assert isinstance(check(Initialize(5), view(ready(5))).next_state, SpoutsRewind)
+    assert check(Initialize(5), in_attempt(view(ready(5)))).next_state is None
+
+
+@pytest.mark.parametrize(("state", "living"), [
+    (SpoutsRewind(5, R), FLOWING_LIVING),
+    (Flowing(5), FLOWING_LIVING),
+    (SpoutsPaused(7), PAUSED_LIVING),
+    (Flowing(7, C), PAUSED_LIVING),
+])
+def test_a_new_attempt_restarts_a_running_topology_at_once(
+    state: MasterState, living: Mapping[str, ProcessorReport | None]
+) -> None:
+    """The driver starts an attempt only once every task of the last one ended: whatever
+    still runs is gone, so the machine restarts without waiting for sessions to expire."""
+    current = in_attempt(view(of_attempt(living, NOW)), NOW)
+    assert not isinstance(check(state, current).next_state, Initialize)
+    d = check(state, in_attempt(view(of_attempt(living, BEFORE)), NOW))
+    assert d.next_state == Initialize(state.epoch + 1)
+    assert d.reason.startswith("the driver started another stage attempt: ")
+    assert "and 0 more" not in d.reason
+
+
+def test_a_stopped_topology_starts_only_for_the_new_runs_processors() -> None:
+    stopped = Stopped(9, C, "x")
+    left = of_attempt({B0: report(B0, ProcessorState.READY, 9, loaded={})}, BEFORE)
+    assert check(stopped, in_attempt(view(left))).next_state is None
+    started = of_attempt({B0: report(B0, ProcessorState.JOINING, 0)}, NOW)
+    assert check(stopped, in_attempt(view(started))).next_state == Initialize(10)
+
+
+@given(stale=st.sets(st.sampled_from(sorted(EXPECTED)), min_size=1))
+def test_no_epoch_ever_flows_on_a_report_of_another_attempt(stale: set[str]) -> None:
+    living = of_attempt(of_attempt(ready(5), NOW), BEFORE, frozenset(stale))
+    d = step(Initialize(5), in_attempt(view(living)), CONFIG)
+    assert d.next_state is None
+    assert all(pid in d.reason for pid in sorted(stale)[:5])
 
 
 # --------------------------------------------------------------------------- stopping

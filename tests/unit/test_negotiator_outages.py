@@ -109,3 +109,10 @@ def test_a_wait_starts_over_when_zookeeper_answers_again() -> None:
     back = deadline_origin(T0, leader_since=T0 - 500, reconnected_at=T0 + 130)
     assert step(round_, View(T0 + 140, back, EXPECTED, living), CONFIG).next_state is None, \
         "60 s after the state's entry, but 10 s after ZooKeeper came back: no restart"
+
+
+def test_a_wait_reported_by_a_processor_of_the_failed_stage_attempt_holds_nothing() -> None:
+    """Its node only outlives it by the session timeout: its wait is not the run's."""
+    living = _living(5, DB_DOWN, ProcessorState.JOINING)
+    assert waiting_in(_view(living, T0), 5) is not None
+    assert waiting_in(replace(_view(living, T0), attempt="a2"), 5) is None

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hailstorm.protocol.layout import (
+    ATTEMPT_INFO,
     CommittedRecord,
     ExpectedRecord,
     LayoutError,
@@ -63,6 +64,21 @@ def test_expected_processor_ids() -> None:
     assert with_graph.graph == graph and with_graph.processors == record.processors
     with pytest.raises(LayoutError, match="'graph' must be an object"):
         ExpectedRecord.from_json({"processors": ids, "graph": [1]})
+
+
+def test_a_stage_attempt_is_named_in_expected_and_in_each_report() -> None:
+    ids = ("bolt:counts:0",)
+    assert ExpectedRecord.from_json(ExpectedRecord(ids).to_json()).attempt is None
+    assert ExpectedRecord.from_json(ExpectedRecord(ids, attempt="9f").to_json()).attempt == "9f"
+    with pytest.raises(LayoutError, match="'attempt' must be a string"):
+        ExpectedRecord.from_json({"processors": list(ids), "attempt": 3})
+    report = ProcessorReport("bolt:counts:0", ProcessorState.READY, 4,
+                             info={ATTEMPT_INFO: "9f", "pid": 1})
+    assert ProcessorReport.from_json(report.to_json()).attempt == "9f"
+    assert report.of_attempt("9f") and report.of_attempt(None)
+    assert not report.of_attempt("a0")
+    untold = ProcessorReport("bolt:counts:0", ProcessorState.READY, 4, info={ATTEMPT_INFO: 7})
+    assert untold.attempt is None and not untold.of_attempt("9f") and untold.of_attempt(None)
 
 
 def test_paths() -> None:
