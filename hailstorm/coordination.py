@@ -3,7 +3,8 @@
 One :class:`Coordinator` per processor instance, on its own ZooKeeper session:
 
 * :meth:`Coordinator.register` creates the ephemeral ``living/<id>`` node reporting
-  ``joining`` (epoch 0), waiting (bounded) for a previous incarnation's node to vanish;
+  ``joining`` (epoch 0), waiting (bounded) for a previous incarnation's node to vanish (one
+  of an ended stage attempt is taken over at once);
 * :meth:`Coordinator.report` updates it (every report carries the processor's ``info``:
   its data-plane address and pid);
 * :meth:`Coordinator.master` re-reads ``master`` and re-arms a one-shot watch; the watch
@@ -23,6 +24,7 @@ ended.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -30,13 +32,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from hailstorm.errors import ServiceError
 from hailstorm.outages import OutageWatch
 from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import (
+    ATTEMPT_INFO,
     CommittedRecord,
     ExpectedRecord,
     LayoutError,
@@ -147,7 +150,8 @@ class Coordinator:
         """Create ``living/<id>`` (ephemeral, ``joining``, epoch 0).
 
         If a previous incarnation's node still exists, wait for it to vanish (its session
-        expiring), never deleting it; :class:`CoordinationError` after ``timeout`` s.
+        expiring); :class:`CoordinationError` after ``timeout`` s. Only a node of an ended
+        stage attempt is taken over at once (:meth:`_node_of_an_ended_attempt`).
         """
         ensure_paths(self.client, self.paths.directories())
         node = self.paths.living_node(self.processor)
@@ -159,6 +163,13 @@ class Coordinator:
                 break
             except NodeExistsError:
                 pass
+            ended = self._node_of_an_ended_attempt(node)
+            if ended is not None:
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    self.client.delete(node, version=ended)
+                    log.info("%s: took over the node its incarnation of an ended stage "
+                             "attempt left (its session outlives it)", node)
+                continue
             gone = threading.Event()
             if self.client.exists(node, watch=_setter(gone)) is None:
                 continue
@@ -172,6 +183,25 @@ class Coordinator:
             gone.wait(min(remaining, 5.0))
         self._registered = True
         self._last_report = report
+
+    def _node_of_an_ended_attempt(self, node: str) -> int | None:
+        """The version of ``node`` when an incarnation of an ended stage attempt left it,
+        else None (wait for it to vanish). The driver names this incarnation's attempt in
+        ``expected`` only once Spark ended every task of the attempt before; one of them
+        still alive (a zombie) cannot authenticate to this attempt's peers, and its next
+        report finds its node gone and ends it (:meth:`report`)."""
+        own = self.info.get(ATTEMPT_INFO)
+        if not isinstance(own, str):
+            return None
+        try:
+            raw, stat = self.client.get(node)
+            left = ProcessorReport.from_json(raw)
+        except (NoNodeError, LayoutError):
+            return None
+        if left.of_attempt(own):
+            return None
+        expected = self.records.expected()
+        return stat.version if expected is not None and expected.attempt == own else None
 
     def report(
         self,
@@ -191,7 +221,17 @@ class Coordinator:
             self.processor, state, epoch, position, loaded, error, self.info, corrupt,
             self.waiting, lost_peer, backfill,
         )
-        self.records.write_report(report)
+        try:
+            owner = self.records.write_report(report).ephemeralOwner
+        except NoNodeError:
+            owner = None
+        if owner != self.client.client_id[0]:
+            # Written into a newer incarnation's node, which it overwrites with its next
+            # report: this one's names an ended attempt, which the negotiator never counts.
+            self.lost.set()
+            raise CoordinationError(
+                f"{self.processor}: its living node is gone (an incarnation of a newer "
+                f"stage attempt took it over)")
         self._last_report = report
 
     def report_waiting(self, waiting: str | None) -> None:

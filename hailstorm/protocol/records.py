@@ -339,7 +339,9 @@ class TopologyRecords:
             with contextlib.suppress(NoNodeError):
                 self._call(self.client.delete, self.paths.stream_times_node(spout, at))
 
-    def write_report(self, report: ProcessorReport) -> None:
-        """Set the processor's existing ``living/<id>`` node (its owner created it)."""
-        self._call(self.client.set, self.paths.living_node(report.processor),
-                   report.to_json())
+    def write_report(self, report: ProcessorReport) -> ZnodeStat:
+        """Set the processor's existing ``living/<id>`` node (its owner created it); the
+        node's stat after the write (``ephemeralOwner``: whose node it is)."""
+        stat: ZnodeStat = self._call(self.client.set, self.paths.living_node(report.processor),
+                                     report.to_json())
+        return stat

@@ -48,8 +48,10 @@ class SparkOptions:
 
     master: str | None = None
     app_name: str = "hailstorm"
-    #: First and largest pause (seconds) before resubmitting a failed stage.
-    backoff_initial: float = 1.0
+    #: First pause (seconds) before resubmitting a failed stage, doubled after each
+    #: failure without progress up to ``backoff_max``. Short: a stage that made progress
+    #: failed for a fresh reason, and every tenth of a second here is recovery time.
+    backoff_initial: float = 0.1
     backoff_max: float = 30.0
     #: A stage that ran at least this long resets the backoff.
     healthy_after: float = 60.0

@@ -20,6 +20,8 @@ from hailstorm.dev.harness import wait_for
 from hailstorm.dev.services import DevStack, StackState
 from hailstorm.outages import utc
 from hailstorm.protocol.layout import (
+    ATTEMPT_INFO,
+    ExpectedRecord,
     Flowing,
     Initialize,
     MasterRecord,
@@ -29,6 +31,7 @@ from hailstorm.protocol.layout import (
     SpoutsPaused,
     TopologyPaths,
 )
+from hailstorm.protocol.records import TopologyRecords
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +96,39 @@ def test_a_new_incarnation_waits_for_the_old_node(hosts: str, name: str,
     new.register(timeout=10)
     assert 0.3 < time.monotonic() - started < 5
     assert new.reports()[BOLT].state is ProcessorState.JOINING
+
+
+def test_a_node_of_an_ended_stage_attempt_is_taken_over_and_its_owner_ends(
+        hosts: str, name: str, made: list[Coordinator]) -> None:
+    """Spark SIGKILLs a failed attempt's processors, whose sessions outlive them: the new
+    attempt's incarnation takes the node over once the driver named its attempt (never one
+    of its own attempt, nor before), and the old owner's next report ends it (that report
+    names the ended attempt: the negotiator never counts it)."""
+    old = Coordinator(hosts, name, BOLT, {ATTEMPT_INFO: "a1"})
+    made.append(old)
+    old.register(timeout=5)
+    records = TopologyRecords(old.client, TopologyPaths(name))
+    records.write_expected(ExpectedRecord((BOLT,), attempt="a1"))
+    same = Coordinator(hosts, name, BOLT, {ATTEMPT_INFO: "a1"})
+    made.append(same)
+    with pytest.raises(CoordinationError, match="still exists"):
+        same.register(timeout=0.5)
+    early = Coordinator(hosts, name, BOLT, {ATTEMPT_INFO: "a2"})
+    made.append(early)
+    with pytest.raises(CoordinationError, match="still exists"):
+        early.register(timeout=0.5)  # the driver has not named a2 yet
+    records.start_attempt("a2")
+    new = Coordinator(hosts, name, BOLT, {ATTEMPT_INFO: "a2"})
+    made.append(new)
+    started = time.monotonic()
+    new.register(timeout=10)
+    assert time.monotonic() - started < 2, "no wait for the old session to expire"
+    assert new.reports()[BOLT].attempt == "a2"
+    with pytest.raises(CoordinationError, match="took it over"):
+        old.report(ProcessorState.READY, 3, loaded={})
+    assert old.lost.is_set()
+    new.report(ProcessorState.READY, 3, loaded={})  # its own node: the owner is itself
+    assert new.reports()[BOLT].attempt == "a2" and not new.lost.is_set()
 
 
 def test_master_watch_fires_on_creation_and_change(hosts: str, name: str,
