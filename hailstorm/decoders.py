@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from fastavro import parse_schema, schemaless_reader
 
 from hailstorm.errors import RecordError
@@ -100,13 +101,39 @@ class TextDecoder(Decoder):
         return [raw.decode("utf-8") for raw in raws]
 
 
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+"""A ``bytes.translate`` table: every digit becomes ``0``, every other byte a space."""
+_LONG_NUMBER = b"0" * 19
+"""A run of 19 digits, after :data:`_DIGITS_ONLY`. orjson reads an integer past 64 bits as a
+float where the standard library keeps it exact; every integer of fewer digits is in range,
+so a document with such a run (rare: an id, a long fraction) is read by the standard
+library."""
+
+
 class JsonDecoder(Decoder):
-    """A JSON document (UTF-8)."""
+    """A JSON document, read as :func:`json.loads` reads it, by orjson where that gives the
+    same value (several times faster): orjson refuses what only the standard library
+    accepts (``NaN``, ``Infinity``, numbers past the float range, lone surrogates, UTF-16
+    and UTF-32, a byte order mark), and those documents, like the ones with a
+    :data:`_LONG_NUMBER`, are read by :func:`json.loads`."""
 
     name = "json"
 
     def _decode(self, raw: bytes) -> Any:
+        if _LONG_NUMBER not in bytes(raw).translate(_DIGITS_ONLY):
+            try:
+                return orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                pass
         return json.loads(raw)
+
+    def decode_all(self, raws: Sequence[bytes]) -> list[Any]:
+        if _LONG_NUMBER not in b"\n".join(raws).translate(_DIGITS_ONLY):
+            try:
+                return list(map(orjson.loads, raws))
+            except orjson.JSONDecodeError:
+                pass  # one document orjson refuses: each on its own
+        return super().decode_all(raws)
 
 
 @dataclass(frozen=True, eq=False)
