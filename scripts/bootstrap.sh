@@ -48,7 +48,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     /^ *Building wheel for / { sub(/^ +/, ""); print "bootstrap: pip: " $0; fflush(); next }
     /^Installing collected packages/ { print "bootstrap: pip: installing " n " packages"; fflush(); next }
     /^(ERROR|WARNING|error)/ { print; fflush() }' || true
-  .venv/bin/python -c "import hailstorm, pyspark, confluent_kafka, kazoo, fastavro, psycopg" \
+  .venv/bin/python -c "import hailstorm, pyspark, confluent_kafka, kazoo, fastavro, orjson, psycopg" \
     || { echo "bootstrap: the install failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
