@@ -356,14 +356,22 @@ class BoltExecution:
         last: dict[Any, Any] = {}
         by_key = self.groups_by_key
         group_of = self.group_of
+        # A group's first value may be shared (lift may return one object for every
+        # tuple): it is copied before the first value absorbed into it, and only then, so
+        # the many groups seen once per batch (high-cardinality keys) are never copied.
+        owned: set[Any] | None = None if copy is None else set()
         for index, (key, value) in zip(indices, contributions, strict=True):
             t = tuples[index]
             group = key if by_key else group_of(t, key)
             current = values.get(group, _NO_VALUE)
-            if current is _NO_VALUE:  # the first value may be shared: copy before mutating
-                values[group] = value if copy is None else copy(value)
-            else:
+            if current is _NO_VALUE:
+                values[group] = value
+            elif owned is None or group in owned:
                 values[group] = absorb(current, value)
+            else:
+                assert copy is not None
+                owned.add(group)
+                values[group] = absorb(copy(current), value)
             last.pop(group, None)
             last[group] = t
         window = self.window
