@@ -230,8 +230,8 @@ class Coordinator:
             # report: this one's names an ended attempt, which the negotiator never counts.
             self.lost.set()
             raise CoordinationError(
-                f"{self.processor}: its living node is gone (an incarnation of a newer "
-                f"stage attempt took it over)")
+                f"{self.processor}: its living node is gone or another session's (its "
+                f"session expired, or an incarnation of a newer stage attempt took it over)")
         self._last_report = report
 
     def report_waiting(self, waiting: str | None) -> None:
