@@ -204,6 +204,12 @@ def write_expected(zk: str, name: str, processors: list[str],
         client.close()
 
 
+def new_attempt() -> str:
+    """A fresh stage attempt name (:data:`~hailstorm.protocol.layout.ATTEMPT_INFO`), one no
+    processor carries yet."""
+    return secrets.token_hex(6)
+
+
 def _absolute_ref(ref: str) -> str:
     """A module path made absolute (executors may run elsewhere); dotted names as given."""
     path = Path(ref)
@@ -250,7 +256,7 @@ class Driver:
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
                        upgrade=Upgrade(self.topology, o.snapshots, o.kafka, o.database_url,
                                        o.allow_drop, () if self._started else o.rebuild),
-                       start=not self._started, attempt=secrets.token_hex(6))
+                       start=not self._started, attempt=new_attempt())
         self._started = True
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))
@@ -318,7 +324,7 @@ class Driver:
         ``expected`` first (the negotiator then counts no report of the attempt before:
         processors Spark killed keep their ZooKeeper sessions for up to the session
         timeout), and a fresh secret unless the run has a fixed one."""
-        attempt = secrets.token_hex(6)
+        attempt = new_attempt()
         self._through_outages(
             lambda: self._records(lambda records: records.start_attempt(attempt)),
             f"ZooKeeper at {self.options.zk}", is_zookeeper_outage)
