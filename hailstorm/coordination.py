@@ -97,6 +97,9 @@ class Coordinator:
         self._last_report: ProcessorReport | None = None
         #: The outage this processor waits out (see :meth:`report_waiting`), in every report.
         self.waiting: str | None = None
+        #: The round after whose snapshot a sweep dropped what none holds (see
+        #: :meth:`report_swept`), in every report.
+        self.swept_after: int | None = None
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
                                  ignore_expire=False, interrupt=self.lost.is_set)
         self.zookeeper = OutageWatch(f"ZooKeeper at {hosts}")
@@ -215,11 +218,11 @@ class Coordinator:
         lost_peer: str | None = None,
         backfill: Clock | None = None,
     ) -> None:
-        """Set the living node to a :class:`ProcessorReport` (info and the outage being
-        waited out included)."""
+        """Set the living node to a :class:`ProcessorReport` (info, the outage being
+        waited out and an unsaved sweep included)."""
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info, corrupt,
-            self.waiting, lost_peer, backfill,
+            self.waiting, lost_peer, backfill, self.swept_after,
         )
         try:
             owner = self.records.write_report(report).ephemeralOwner
@@ -240,6 +243,21 @@ class Coordinator:
         if waiting == self.waiting:
             return
         self.waiting = waiting
+        self._report_again("the wait")
+
+    def report_swept(self, after: int) -> None:
+        """Say (in the last report) that the sweep of closed windows dropped what no
+        snapshot holds, the last one handed out being round ``after``: the negotiator then
+        takes the next round even at an unchanged clock (``swept_after`` of
+        :class:`ProcessorReport`; a round after ``after`` committed makes it moot). Best
+        effort, never raises."""
+        if after == self.swept_after:
+            return
+        self.swept_after = after
+        self._report_again("the sweep")
+
+    def _report_again(self, what: str) -> None:
+        """Write the last report again, with what changed in it (best effort)."""
         last = self._last_report
         if not self._registered or last is None or self.lost.is_set():
             return
@@ -247,7 +265,7 @@ class Coordinator:
             self.report(last.state, last.epoch, position=last.position, loaded=last.loaded,
                         error=last.error, corrupt=last.corrupt, backfill=last.backfill)
         except Exception:  # broad: kazoo (ZooKeeper may be down); best effort, logged
-            log.debug("could not report the wait", exc_info=True)
+            log.debug("could not report %s", what, exc_info=True)
 
     def report_error(self, message: str, lost_peer: str | None = None) -> None:
         """Report the last state with ``error`` set, and ``lost_peer`` when the error is a

@@ -108,18 +108,23 @@ def behind(state: Flowing, spouts: SpoutReports) -> bool:
     return ProcessorState.BEHIND in _spout_states(state, spouts)
 
 
-def nothing_new(state: SpoutsPaused, view: View, clock: Clock,
-                backfill: Clock | None) -> CommittedRecord | None:
+def nothing_new(state: SpoutsPaused, view: View, clock: Clock, backfill: Clock | None,
+                swept: Iterable[int | None] = ()) -> CommittedRecord | None:
     """The committed round, when a round at ``clock`` would change nothing and is skipped:
-    the spouts paused at its clock (nothing read since it) and it was itself at its
-    previous round's clock, so it already holds what the bolts did after their last tuple
-    (a sweep of closed windows). An idle topology thus writes one round after its last
-    record, then none. Never while a stop drains (its last round enters ``Stopped``) or a
-    node catches up on its own clock: its entry in the committed record, or a backfill
-    cursor (``backfill``, the paused backfill clock) that has not joined the live one."""
+    the spouts paused at its clock (nothing read since it), it was itself at its previous
+    round's clock, and no bolt reports a sweep of closed windows that dropped what no
+    committed snapshot holds (``swept``: each bolt's ``swept_after``, the round of its last
+    snapshot before the drop; a sweep takes several seconds after the last tuple). An idle
+    topology thus writes a round after its last record, one after each sweep that dropped
+    something since, then none. Never while a stop drains (its last round enters
+    ``Stopped``) or a node catches up on its own clock: its entry in the committed record,
+    or a backfill cursor (``backfill``, the paused backfill clock) that has not joined the
+    live one."""
     committed = view.committed
     if (committed is None or committed.previous is None or view.stop is not None
             or committed.clocks):
+        return None
+    if any(after is not None and after >= committed.epoch for after in swept):
         return None
     if state.catching_up and (backfill is None or not same_clock(backfill, clock)):
         return None

@@ -487,7 +487,9 @@ def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) ->
         backfill = None
         if state.catching_up:  # the backfill cursors' positions; the live ones' if joined
             backfill = {p: NOTHING for p in roster.partitions} | merge_max(*backfills)
-        idle = nothing_new(state, view, clock, backfill)
+        swept = [report.swept_after for bolt in roster.of(Role.BOLT)
+                 if (report := roster.reports.get(bolt)) is not None]
+        idle = nothing_new(state, view, clock, backfill, swept)
         if idle is not None:  # and the garbage its commit left to the retention goes now
             forget = _forget(idle.epoch, idle.snapshots.values(), idle.previous)
             return Decision(Flowing(e, None, catching_up=state.catching_up),

@@ -110,6 +110,8 @@ class BoltCore:
         failed emit's contribution is): the shell quarantines them and clears this."""
         self.closed_windows = ClosedWindows(spec) if spec.late is not None else None
         """Bolts routing late data: what :meth:`expire` drops."""
+        self._swept_unwritten = False
+        """:meth:`expire` dropped something since the last snapshot handed out."""
         if self.closed_windows is not None and spec.drops_keys:
             forget_dropped(self.closed_windows.window, state)
 
@@ -251,9 +253,25 @@ class BoltCore:
         :class:`~hailstorm.processors.expiry.ClosedWindows`); returns how many."""
         if self.closed_windows is None:
             return 0
-        return self.closed_windows.expire(self._segments.states, self._watermarks.outgoing(),
-                                          budget, self._deltas.changed,
-                                          self._watermarks.carried())
+        dropped = self.closed_windows.expire(self._segments.states,
+                                             self._watermarks.outgoing(), budget,
+                                             self._deltas.changed, self._watermarks.carried())
+        if dropped:
+            self._swept_unwritten = True
+        return dropped
+
+    @property
+    def unsaved_sweep(self) -> bool:
+        """:meth:`expire` dropped what no snapshot handed out holds, no round is pending,
+        and no tuple was absorbed since the last snapshot (or since loading): the spouts'
+        next clock may be the last round's, and a round at it must still be taken to save
+        the drop. (A drop while a round is pending is in that round's snapshot; a tuple
+        absorbed since moves the next clock, so that round is taken anyway.)"""
+        split = self._segments
+        if not self._swept_unwritten or split.pending:
+            return False
+        floor = split.floor  # the loaded clock raised to each round written
+        return all(o <= floor.get(p, NOTHING) for p, o in split.seen.items())
 
     def on_watermark(self, upstream: str, watermark: Mapping[PartitionKey, int]) -> list[Action]:
         """Record ``upstream``'s watermark; return snapshots now due (oldest first), then
@@ -469,6 +487,7 @@ class BoltCore:
             actions.append(self._deltas.snapshot_of(done.epoch, done.label, split.states[0]))
             self._deltas.folding(split.states[1])
             split.fold_oldest()
+            self._swept_unwritten = False
         return actions
 
     def __repr__(self) -> str:

@@ -473,7 +473,10 @@ class ProcessorReport:
     data-plane connection with this one broke, which the negotiator names as the one that
     failed (it noticed first, through its connection, long before its session expires).
     ``backfill`` (spouts, while nodes catch up): the position of the partition's
-    backfill cursor (the live one's once it joined it).
+    backfill cursor (the live one's once it joined it). ``swept_after`` (bolts routing late
+    data): the round of the last snapshot this bolt handed out before its sweep of closed
+    windows dropped something no snapshot holds, with nothing read since: a round at an
+    unchanged clock must still be taken to save it (``hailstorm.negotiator.cadence``).
     """
 
     processor: str
@@ -487,6 +490,7 @@ class ProcessorReport:
     waiting: str | None = None
     lost_peer: str | None = None
     backfill: Clock | None = None
+    swept_after: int | None = None
 
     @property
     def role(self) -> Role:
@@ -517,6 +521,7 @@ class ProcessorReport:
                 **({} if self.waiting is None else {"waiting": self.waiting}),
                 **({} if self.lost_peer is None else {"lost_peer": self.lost_peer}),
                 **({} if self.backfill is None else {"backfill": clock_to_json(self.backfill)}),
+                **({} if self.swept_after is None else {"swept_after": self.swept_after}),
             }
         )
 
@@ -530,6 +535,7 @@ class ProcessorReport:
             corrupt = d.get("corrupt")
             waiting = d.get("waiting")
             lost_peer = d.get("lost_peer")
+            swept_after = d.get("swept_after")
             return cls(
                 str(pid),
                 ProcessorState(d["state"]),
@@ -542,6 +548,7 @@ class ProcessorReport:
                 None if waiting is None else str(waiting),
                 None if lost_peer is None else str(lost_peer),
                 _clock_or_none(d.get("backfill")),
+                None if swept_after is None else int(swept_after),
             )
 
         result: ProcessorReport = _load("processor report", raw, build)

@@ -77,6 +77,8 @@ class BoltShell(InboundShell):
         self.store = open_store(self.assignment.snapshots)
         self.flushed = self.expired = time.monotonic()
         self.core: BoltCore | None = None
+        self.loaded_round: int | None = None
+        """The committed round when the current run started (a sweep drops after it)."""
         self.writes: queue.Queue[tuple[Chain, WriteSnapshot]] = queue.Queue(8)
         self.chain = Chain(None)
         self._start_thread("snapshots", self._writer)
@@ -114,6 +116,7 @@ class BoltShell(InboundShell):
             loaded = self._fresh_clock(committed)
         # Writes still queued from before this Initialize build on their own chain.
         self.chain = Chain(base)
+        self.loaded_round = None if committed is None else committed.epoch
         self.core = BoltCore(self.spec, self.upstream_ids(), self.table.to_wire(loaded), state,
                              loaded_whole=base is not None)
         self.received = 0
@@ -275,6 +278,11 @@ class BoltShell(InboundShell):
             core.expire(EXPIRE_KEYS)
             self.metrics.windows_expired.inc(core.closed_windows.windows - windows)
             self.metrics.keys_expired.inc(core.closed_windows.keys - keys)
+            last = core.last_snapshot
+            after = last[0] if last is not None else self.loaded_round
+            if core.unsaved_sweep and after is not None:  # an idle topology saves it too
+                assert self.coord is not None
+                self.coord.report_swept(after)
 
     def flush(self) -> None:
         """Send what a compacting bolt held back: its rows, then its watermark."""

@@ -654,6 +654,20 @@ def test_the_first_round_after_the_last_record_is_taken_then_rounds_are_skipped(
         == Flowing(7, C)
 
 
+def test_a_round_saving_a_sweep_after_the_committed_snapshot_is_taken() -> None:
+    """A bolt's sweep of closed windows takes seconds after the last tuple: what it drops
+    after the committed round's snapshot, with nothing read since, needs a round at the
+    same clock. Once a round after the drop committed, rounds are skipped again."""
+    bolt = PAUSED_LIVING[B1]
+    assert bolt is not None
+    for after in (6, 7):  # after the committed snapshot (or a later, uncommitted one)
+        living = PAUSED_LIVING | {B1: replace(bolt, swept_after=after)}
+        d = check(SpoutsPaused(7), view(living, committed=SETTLED))
+        assert d.next_state == Flowing(7, C) and not d.confirms, after
+    living = PAUSED_LIVING | {B1: replace(bolt, swept_after=5)}  # round 6 holds the drop
+    assert check(SpoutsPaused(7), view(living, committed=SETTLED)).next_state == Flowing(7)
+
+
 @pytest.mark.parametrize("position", [16, 14])
 def test_a_round_at_another_clock_than_the_committed_one_is_taken(position: int) -> None:
     living = with_spouts(PAUSED_LIVING, ProcessorState.PAUSED, 7, {S0: position})
@@ -1255,6 +1269,11 @@ class Model:
             assert d.confirms.epoch == committed.epoch and v.stop is None
             assert all(committed.clock.get(p, -1) == committed.previous.clock.get(p, -1)
                        for p in set(committed.clock) | set(committed.previous.clock))
+            swept = [r.swept_after for name, r in v.living.items() if name in BOLTS
+                     and r is not None and r.processor == name and r.epoch <= before.epoch
+                     and r.swept_after is not None]
+            assert all(after < committed.epoch for after in swept), \
+                "skipped a round a bolt's sweep needed"
             event("a round skipped")
             self.committed = committed.confirmed(self.now)
         self.state = after
@@ -1338,6 +1357,7 @@ reports = st.builds(
     position=st.none() | clocks,
     loaded=st.none() | clocks,
     error=st.none() | st.just("boom"),
+    swept_after=st.none() | st.integers(0, 12),
 )
 snapshot_reports = st.builds(
     SnapshotReport, processor=st.sampled_from(list(BOLTS)), epoch=st.integers(0, 12),
@@ -1484,6 +1504,24 @@ class NegotiatorWorld(RuleBasedStateMachine):
         """E.g. its latest file was unreadable: the low water mark drops below the committed
         clock, so the next rounds may not dominate it (and must not be committed)."""
         self.m.older_load.add(pid)
+
+    @rule(pid=st.sampled_from(list(BOLTS)), cycles=st.integers(1, 20))
+    def idle_with_a_late_sweep(self, pid: str, cycles: int) -> None:
+        """Nothing read for a while (rounds get skipped), then a bolt's sweep drops
+        something: the next round must be taken."""
+        self.smooth_sailing(cycles, 0, 2.5)
+        self.sweep_drops_after_the_last_snapshot(pid)
+        self.smooth_sailing(cycles, 0, 2.5)
+
+    @rule(pid=st.sampled_from(list(BOLTS)))
+    def sweep_drops_after_the_last_snapshot(self, pid: str) -> None:
+        """The bolt's sweep of closed windows drops what its last snapshot lacks."""
+        old = self.m.living.get(pid)
+        last = self.m.snapshots.get(pid)
+        after = last.epoch if last is not None else (
+            self.m.committed.epoch if self.m.committed is not None else None)
+        if old is not None and after is not None:
+            self.m.living[pid] = replace(old, swept_after=after)
 
     @rule(pid=st.sampled_from(sorted(EXPECTED)))
     def lose(self, pid: str) -> None:

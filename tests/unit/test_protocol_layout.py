@@ -141,12 +141,14 @@ clocks = st.dictionaries(st.tuples(st.sampled_from(["a", "b.c"]), st.integers(0,
     position=st.none() | clocks, loaded=st.none() | clocks,
     error=st.none() | st.text(max_size=20), corrupt=st.none() | st.text(max_size=20),
     lost_peer=st.none() | st.sampled_from(["spout:s:t:0", "sink:out:0"]),
+    swept_after=st.none() | st.integers(0, 10**6),
 )
 def test_processor_report_round_trip(state: ProcessorState, epoch: int, position: dict | None,
                                      loaded: dict | None, error: str | None,
-                                     corrupt: str | None, lost_peer: str | None) -> None:
+                                     corrupt: str | None, lost_peer: str | None,
+                                     swept_after: int | None) -> None:
     r = ProcessorReport("bolt:counts:1", state, epoch, position, loaded, error, {"pid": 7},
-                        corrupt, lost_peer=lost_peer)
+                        corrupt, lost_peer=lost_peer, swept_after=swept_after)
     assert ProcessorReport.from_json(r.to_json()) == r
     assert decode(r.to_json())["role"] == "bolt"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -302,6 +303,22 @@ def test_idle_keys_are_dropped_once_every_partition_is_past_them() -> None:
     assert (closed.windows, closed.keys) == (3, 1)  # "a" left both segments: one key
 
 
+def _driving(core: BoltCore) -> tuple[Callable[..., None],
+                                     Callable[[int, dict[Any, int]], WriteSnapshot]]:
+    """``feed(*(partition, offset, tuple))`` and ``snapshot(epoch, clock)`` (the round
+    learned and covered by upstream ``s``'s watermark: what it writes) for ``core``."""
+
+    def feed(*items: tuple[Any, int, dict[str, Any]]) -> None:
+        core.on_data("s", [i[0] for i in items], [i[1] for i in items], [i[2] for i in items])
+
+    def snapshot(epoch: int, clock: dict[Any, int]) -> WriteSnapshot:
+        actions = [*core.on_clock(epoch, clock), *core.on_watermark("s", clock)]
+        [written] = [w for w in actions if isinstance(w, WriteSnapshot)]
+        return written
+
+    return feed, snapshot
+
+
 def test_dropped_keys_leave_the_snapshots_too() -> None:
     """A delta records a key dropped since the last snapshot with the identity, and a bolt
     loading it forgets the key: dropped keys are gone from what a restart reads."""
@@ -309,14 +326,7 @@ def test_dropped_keys_leave_the_snapshots_too() -> None:
     assert isinstance(spec, BoltSpec)
     a, b = ("ev", 0), ("ev", 1)
     core = BoltCore(spec, ["s"])
-
-    def feed(*items: tuple[Any, int, dict[str, Any]]) -> None:
-        core.on_data("s", [i[0] for i in items], [i[1] for i in items], [i[2] for i in items])
-
-    def snapshot(epoch: int, clock: dict[Any, int]) -> WriteSnapshot:
-        core.on_clock(epoch, clock)
-        [written] = [w for w in core.on_watermark("s", clock) if isinstance(w, WriteSnapshot)]
-        return written
+    feed, snapshot = _driving(core)
 
     stay = {f"w{i}": (35, 35, 1) for i in range(4)}
     feed((a, 0, {"k": "x", "t": 0}), (b, 0, {"k": "y", "t": 1}), (b, 1, {"k": "z", "t": 30}),
@@ -330,6 +340,37 @@ def test_dropped_keys_leave_the_snapshots_too() -> None:
     assert second.delta and second.state == {"x": (), "y": (), "z": (30, 40, 2)}
     restarted = BoltCore(spec, ["s"], second.clock, {**first.state, **second.state})
     assert restarted.merged_state() == {"z": (30, 40, 2), **stay}
+
+
+def test_a_sweep_after_the_last_round_with_nothing_read_since_asks_for_a_round() -> None:
+    """The negotiator skips a round at the committed clock; a drop no snapshot holds, with
+    nothing absorbed since (the clock stays), must make the bolt ask for one, and only
+    then: a drop while a round is pending, or before tuples that move the clock, goes into
+    a round taken anyway."""
+    spec = ttl_topology(parallelism=1).node("active")
+    assert isinstance(spec, BoltSpec)
+    a, b = ("ev", 0), ("ev", 1)
+    core = BoltCore(spec, ["s"])
+    feed, snapshot = _driving(core)
+
+    core.on_watermark("s", {a: -1, b: -1})
+    feed((a, 0, {"k": "x", "t": 0}), (b, 0, {"k": "y", "t": 1}), (a, 1, {"k": "z", "t": 30}),
+         (b, 1, {"k": "z", "t": 40}))
+    assert core.expire(100) == 2, "x and y closed at 30"
+    assert not core.unsaved_sweep, "read since the last round: the next clock moves"
+    snapshot(1, {a: 1, b: 1})
+    assert not core.unsaved_sweep
+    feed((a, 2, {"k": "v", "t": 80}), (b, 2, {"k": "v", "t": 80}))
+    core.on_clock(2, {a: 2, b: 2})
+    assert core.expire(100) == 1 and not core.unsaved_sweep, "z goes into pending round 2"
+    [written] = [w for w in core.on_watermark("s", {a: 2, b: 2}) if isinstance(w, WriteSnapshot)]
+    assert not written.state.get("z") and not core.unsaved_sweep  # (delta or whole)
+    feed((a, 3, {"k": "w", "t": 100}), (b, 3, {"k": "w", "t": 100}))
+    snapshot(3, {a: 3, b: 3})
+    assert core.merged_state()["v"] == (80, 80, 2) and not core.unsaved_sweep
+    assert core.expire(100) == 1, "v closed at 100"
+    assert core.unsaved_sweep, "dropped after round 3's snapshot, nothing read since"
+    assert not snapshot(4, {a: 3, b: 3}).state.get("v") and not core.unsaved_sweep
 
 
 def test_ttl_state_is_kept_per_key_and_routes_late_data() -> None:
