@@ -60,22 +60,25 @@ COMMIT_INTERVAL = 0.5
 (a round due or :data:`COMMIT_ROWS` rows commit at once)."""
 MIN_COMMIT_INTERVAL = 0.1
 """The shortest wait between two commits (seconds), after quick ones."""
-COMMIT_SPACING = 5.0
+COMMIT_SPACING = 2.0
 """After a commit, a sink waits this many times as long as the commit took (within the two
-bounds above) before the next one."""
+bounds above) before the next one: commits take at most about a third of its time."""
 
 
 def commit_interval(took: float, *, behind: bool = False) -> float:
     """How long a sink waits for the next commit after one that took ``took`` seconds;
-    :data:`COMMIT_INTERVAL` when it is ``behind`` (frames waiting to be read).
+    :data:`COMMIT_INTERVAL` when it was ``behind`` (frames waiting to be read when the
+    commit began).
 
     A sink keeping up with a moderate stream commits in milliseconds, so its rows reach the
     table soon after :data:`MIN_COMMIT_INTERVAL`. Slower commits (a backlog, large
-    transactions) space out the next one, up to :data:`COMMIT_INTERVAL`: the fixed cost of
-    a transaction stays a small share of the sink's time, and rows of one key arriving
-    meanwhile are written once. A sink behind its upstreams (a backlog) gains nothing from
-    committing sooner: its rows are late already, and each commit writes again the keys
-    that the next one rewrites."""
+    transactions) space out the next one (:data:`COMMIT_SPACING`), up to
+    :data:`COMMIT_INTERVAL`: the fixed cost of a transaction stays a bounded share of the
+    sink's time, and rows of one key arriving meanwhile are written once. A sink behind its
+    upstreams (a backlog) gains nothing from committing sooner: its rows are late already,
+    and each commit writes again the keys that the next one rewrites. Frames that arrive
+    during a commit are no backlog: a stream that keeps coming always sends some, and
+    spacing commits out for them would only hold its rows back longer."""
     if behind:
         return COMMIT_INTERVAL
     return min(COMMIT_INTERVAL, max(MIN_COMMIT_INTERVAL, COMMIT_SPACING * took))
@@ -170,7 +173,8 @@ class SinkCore:
     def committed(self, commit: Commit, progress: Mapping[Partition, int],
                   now: float, *, took: float, behind: bool) -> list[ReportRound]:
         """The shell committed ``commit`` in ``took`` seconds, ending at ``now``;
-        ``progress`` is what the table holds now; ``behind``: frames piled up meanwhile."""
+        ``progress`` is what the table holds now; ``behind``: frames were waiting to be read
+        when it began (a backlog)."""
         self.committed_through = dict(progress)
         self.last_commit = now
         self.interval = commit_interval(took, behind=behind)

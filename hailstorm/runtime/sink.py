@@ -215,6 +215,7 @@ class SinkShell(InboundShell):
         assert writer is not None and core is not None
         try:
             waiting = writer.pending
+            backlog = self.behind  # frames piling up during the commit are not a backlog
             started = time.perf_counter()
             progress = writer.commit_through(commit.through)
             took = time.perf_counter() - started
@@ -233,8 +234,7 @@ class SinkShell(InboundShell):
             return []
         now = time.monotonic()
         failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
-        # Frames piled up during the commit: the next one waits the longest interval.
-        return core.committed(commit, progress, now, took=took, behind=self.behind)
+        return core.committed(commit, progress, now, took=took, behind=backlog)
 
     def _report_round(self, report: ReportRound) -> None:
         assert self.coord is not None
