@@ -9,6 +9,9 @@ One :class:`Coordinator` per processor instance, on its own ZooKeeper session:
   its data-plane address and pid);
 * :meth:`Coordinator.master` re-reads ``master`` and re-arms a one-shot watch; the watch
   only sets :attr:`Coordinator.changed` (the payload is never trusted);
+* once registered, it follows ``expected``: when the driver names another stage attempt
+  there, :attr:`Coordinator.superseded` names it (this incarnation's attempt ended: Spark
+  may not have killed it yet, and it holds a task slot the new attempt waits for);
 * :meth:`Coordinator.write_snapshot_report`, :meth:`Coordinator.committed`,
   :meth:`Coordinator.expected` and :meth:`Coordinator.reports` do the rest.
 
@@ -33,6 +36,7 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.recipe.watchers import DataWatch
 from kazoo.retry import KazooRetry
 
 from hailstorm.errors import ServiceError
@@ -100,6 +104,9 @@ class Coordinator:
         #: The round after whose snapshot a sweep dropped what none holds (see
         #: :meth:`report_swept`), in every report.
         self.swept_after: int | None = None
+        self.superseded: str | None = None
+        """The stage attempt that ``expected`` names once it is no longer this
+        incarnation's (see :meth:`_follow_attempts`); None while it is."""
         self._retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0,
                                  ignore_expire=False, interrupt=self.lost.is_set)
         self.zookeeper = OutageWatch(f"ZooKeeper at {hosts}")
@@ -186,13 +193,40 @@ class Coordinator:
             gone.wait(min(remaining, 5.0))
         self._registered = True
         self._last_report = report
+        self._follow_attempts()
+
+    def _follow_attempts(self) -> None:
+        """Watch ``expected`` until it names a stage attempt other than this incarnation's
+        (``info``; none named: nothing to follow), then set :attr:`superseded` and
+        :attr:`changed`. The driver names a new attempt only once the one before failed
+        or ended, so an incarnation still running then must end: the negotiator counts
+        none of its reports, and its task slot may be one the new attempt waits for."""
+        own = self.info.get(ATTEMPT_INFO)
+        if not isinstance(own, str):
+            return
+
+        def on_change(data: bytes | None, _stat: object) -> bool | None:
+            if data is None:
+                return None
+            try:
+                named = ExpectedRecord.from_json(data).attempt
+            except LayoutError:
+                return None
+            if named is None or named == own:
+                return None
+            self.superseded = named
+            self.changed.set()
+            return False  # seen: no need to watch any longer
+
+        DataWatch(self.client, self.paths.expected, on_change)
 
     def _node_of_an_ended_attempt(self, node: str) -> int | None:
         """The version of ``node`` when an incarnation of an ended stage attempt left it,
         else None (wait for it to vanish). The driver names this incarnation's attempt in
-        ``expected`` only once Spark ended every task of the attempt before; one of them
-        still alive (a zombie) cannot authenticate to this attempt's peers, and its next
-        report finds its node gone and ends it (:meth:`report`)."""
+        ``expected`` only once the attempt before failed or ended; one of its processes
+        still alive ends on seeing that (:attr:`superseded`), cannot authenticate to this
+        attempt's peers meanwhile, and its next report finds its node gone and ends it
+        (:meth:`report`)."""
         own = self.info.get(ATTEMPT_INFO)
         if not isinstance(own, str):
             return None

@@ -320,6 +320,10 @@ class Shell:
             raise self._failure
         assert self.coord is not None
         self.coord.check()
+        if self.coord.superseded is not None:
+            raise RestartRequired(
+                f"the driver started another stage attempt ({self.coord.superseded}, this "
+                f"incarnation's was {self.assignment.attempt}); ending")
         if os.getppid() != self._parent:
             raise RuntimeError("the Spark worker that started this processor is gone")
         if self.outbound is not None and time.monotonic() >= self._next_probe:

@@ -103,7 +103,9 @@ def test_a_node_of_an_ended_stage_attempt_is_taken_over_and_its_owner_ends(
     """Spark SIGKILLs a failed attempt's processors, whose sessions outlive them: the new
     attempt's incarnation takes the node over once the driver named its attempt (never one
     of its own attempt, nor before), and the old owner's next report ends it (that report
-    names the ended attempt: the negotiator never counts it)."""
+    names the ended attempt: the negotiator never counts it). An old owner still alive
+    learns at once that its attempt ended (``superseded``: its processor then ends and
+    frees its task slot, which the new attempt may be waiting for)."""
     old = Coordinator(hosts, name, BOLT, {ATTEMPT_INFO: "a1"})
     made.append(old)
     old.register(timeout=5)
@@ -117,7 +119,10 @@ def test_a_node_of_an_ended_stage_attempt_is_taken_over_and_its_owner_ends(
     made.append(early)
     with pytest.raises(CoordinationError, match="still exists"):
         early.register(timeout=0.5)  # the driver has not named a2 yet
+    assert old.superseded is None
     records.start_attempt("a2")
+    wait_for("the old owner to learn its attempt ended", lambda: old.superseded == "a2", 5)
+    assert old.changed.is_set()
     new = Coordinator(hosts, name, BOLT, {ATTEMPT_INFO: "a2"})
     made.append(new)
     started = time.monotonic()
@@ -129,6 +134,7 @@ def test_a_node_of_an_ended_stage_attempt_is_taken_over_and_its_owner_ends(
     assert old.lost.is_set()
     new.report(ProcessorState.READY, 3, loaded={})  # its own node: the owner is itself
     assert new.reports()[BOLT].attempt == "a2" and not new.lost.is_set()
+    assert new.superseded is None
 
 
 def test_master_watch_fires_on_creation_and_change(hosts: str, name: str,
