@@ -291,10 +291,12 @@ class TopologyRun(Deployment):
     def zombie_sink(self, rng: random.Random | None = None, timeout: float = 120,
                     phase: MasterPhase | None = None, epoch: int = 0) -> Fault:
         """Make a sink a zombie: stop it with rows it has not committed, keep it stopped
-        until its session expired and a round of a newer run (its replacement's) committed,
-        then SIGCONT it. It stops itself as it is about to commit (a pause point the harness
-        arms for its pid), so it resumes straight into the commit its replacement
-        superseded; a sink with nothing to commit within 10 s gets a SIGSTOP where it is.
+        until its session expired and a round of a newer run (its replacement's) stood
+        (committed; or, nothing read since, confirmed: the replacement claimed the sink,
+        which fences the zombie, when it joined that run), then SIGCONT it. It stops itself
+        as it is about to commit (a pause point the harness arms for its pid), so it
+        resumes straight into the commit its replacement superseded; a sink with nothing
+        to commit within 10 s gets a SIGSTOP where it is.
         The fault records the state it really stopped in (a schedule never times a zombie
         for a recovery state: sinks do not commit then).
         The zombie must write nothing: the fault's ``detail`` says where it stopped and how
@@ -312,11 +314,13 @@ class TopologyRun(Deployment):
             fault.epoch = master.state.epoch if master else 0
             fault.at = time.time()
 
-            def replaced() -> bool:  # a round of the run after the fault committed
-                restarts = [r.epoch for r in self.recoveries() if r.at >= fault.at]
+            def replaced() -> bool:  # a round of the run after the fault stood
+                restarts = [r for r in self.recoveries() if r.at >= fault.at]
                 committed = self.committed()
-                return bool(restarts) and committed is not None \
-                    and committed.epoch > min(restarts)
+                if not restarts or committed is None:
+                    return False
+                first = min(restarts, key=lambda r: r.epoch)
+                return committed.epoch > first.epoch or committed.standing_at > first.at
             wait_for(f"a replacement of {ident} to commit", replaced, timeout, self.alive,
                      poll=0.25)
         wait_for(f"the zombie {ident} (pid {victim}) to end", lambda: not pid_alive(victim),
