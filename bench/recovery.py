@@ -1,6 +1,7 @@
 """Recovery time after a bolt is killed, against the size of its state.
 
     .venv/bin/python bench/recovery.py [--keys 10000,100000,1000000] [--load-rate 300]
+                                       [--kill process|task]
 
 Starts an embedded stack of its own (brought down afterwards). For each state size N (in
 increasing order) on the same topic ``bench-keys`` (4 partitions):
@@ -12,7 +13,9 @@ increasing order) on the same topic ``bench-keys`` (4 partitions):
    a commit covering every offset ("build": from Flowing until that commit) and check the
    committed state holds N keys; read the committed snapshot files' sizes;
 3. keep a light load running (``--load-rate`` messages/s of 10 existing keys each, so the
-   state does not grow), wait 2 s, SIGKILL one ``counts`` bolt's Spark Python worker, and
+   state does not grow), wait 2 s, SIGKILL one ``counts`` bolt (``--kill process``: the
+   processor's process, which its Spark task restarts; ``--kill task``: the Spark task's
+   Python worker, as when an executor is lost: Spark resubmits the stage), and
    measure with :meth:`TopologyRun.measure_recovery`: **flowing after** = from the kill
    until a master written after it is ``Flowing`` in a later epoch (every bolt reloaded its
    snapshot, spouts rewound); **caught up after** = from the kill until a commit whose
@@ -96,7 +99,7 @@ def one_size(stack: StackAddresses, size: int, keys: list[str], produced: Produc
         with BackgroundProducer(stack.kafka, produced, load, partitions, args.load_rate):
             time.sleep(2.0)
             run.wait_flowing(args.timeout)
-            fault = run.kill_processor(role="bolt", rng=rng)
+            fault = run.kill_processor(role="bolt", rng=rng, task=args.kill == "task")
             recovery = run.measure_recovery(fault, args.timeout)
         target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
         final = run.wait_committed(target, args.timeout)
@@ -130,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load-rate", type=float, default=300.0,
                         help="Messages/s of background load during the kill.")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kill", choices=("process", "task"), default="process",
+                        help="SIGKILL the bolt's process (its Spark task restarts it) or its "
+                             "Spark task's Python worker (Spark resubmits the stage)")
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
     sizes = sorted(int(x) for x in args.keys.split(",") if x.strip())
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                                     args, logs))
             print(f"# {results[-1]}", file=sys.stderr, flush=True)
     summary = ["per_key(Count) state over 2 bolt instances, snapshot every 1 s, "
-               f"{args.load_rate:g} msg/s load during the kill; SIGKILL of one bolt worker"]
+               f"{args.load_rate:g} msg/s load during the kill; SIGKILL of one bolt's {args.kill}"]
     for r in results:
         summary.append(
             f"  {r['keys']:>9,} keys: Flowing again after {r['flowing_after_s']} s, caught up "
@@ -165,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             f"restarted {len(r['restarted'] or [])} processors")
     report("recovery", {"results": results, "load_rate": args.load_rate,
                         "keys_per_message": args.keys_per_message, "seed": args.seed,
+                        "kill": args.kill,
                         **machine()}, "\n".join(summary))
     return 0 if all(r["exactly_once"] and r["caught_up_after_s"] is not None
                     for r in results) else 1

@@ -4,7 +4,7 @@ One :class:`Coordinator` per processor instance, on its own ZooKeeper session:
 
 * :meth:`Coordinator.register` creates the ephemeral ``living/<id>`` node reporting
   ``joining`` (epoch 0), waiting (bounded) for a previous incarnation's node to vanish (one
-  of an ended stage attempt is taken over at once);
+  its Spark task saw end, or one of an ended stage attempt, is taken over at once);
 * :meth:`Coordinator.report` updates it (every report carries the processor's ``info``:
   its data-plane address and pid);
 * :meth:`Coordinator.master` re-reads ``master`` and re-arms a one-shot watch; the watch
@@ -27,7 +27,6 @@ ended.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -35,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from kazoo.client import KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 from kazoo.retry import KazooRetry
 
@@ -89,8 +88,12 @@ class Coordinator:
         *,
         session_timeout: float = 6.0,
         connect_timeout: float = 20.0,
+        replaces: int | None = None,
     ) -> None:
         self.paths = TopologyPaths(topology)
+        #: The pid of this incarnation's predecessor in its Spark task, gone: its node is
+        #: taken over at once (:meth:`_node_to_take_over`).
+        self.replaces = replaces
         self.processor = processor
         self.info: dict[str, Any] = dict(info or {})
         self.changed = threading.Event()
@@ -160,8 +163,8 @@ class Coordinator:
         """Create ``living/<id>`` (ephemeral, ``joining``, epoch 0).
 
         If a previous incarnation's node still exists, wait for it to vanish (its session
-        expiring); :class:`CoordinationError` after ``timeout`` s. Only a node of an ended
-        stage attempt is taken over at once (:meth:`_node_of_an_ended_attempt`).
+        expiring); :class:`CoordinationError` after ``timeout`` s. Only the node of a
+        predecessor gone for sure is taken over at once (:meth:`_node_to_take_over`).
         """
         ensure_paths(self.client, self.paths.directories())
         node = self.paths.living_node(self.processor)
@@ -173,12 +176,15 @@ class Coordinator:
                 break
             except NodeExistsError:
                 pass
-            ended = self._node_of_an_ended_attempt(node)
-            if ended is not None:
-                with contextlib.suppress(NoNodeError, BadVersionError):
-                    self.client.delete(node, version=ended)
-                    log.info("%s: took over the node its incarnation of an ended stage "
-                             "attempt left (its session outlives it)", node)
+            left = self._node_to_take_over(node)
+            if left is not None:
+                swap = self.client.transaction()  # one step: never seen without a node
+                swap.delete(node, version=left)
+                swap.create(node, report.to_json(), ephemeral=True)
+                if not any(isinstance(r, Exception) for r in swap.commit()):
+                    log.info("%s: took over the node a gone predecessor left (its session "
+                             "outlives it)", node)
+                    break
                 continue
             gone = threading.Event()
             if self.client.exists(node, watch=_setter(gone)) is None:
@@ -220,22 +226,28 @@ class Coordinator:
 
         DataWatch(self.client, self.paths.expected, on_change)
 
-    def _node_of_an_ended_attempt(self, node: str) -> int | None:
-        """The version of ``node`` when an incarnation of an ended stage attempt left it,
-        else None (wait for it to vanish). The driver names this incarnation's attempt in
-        ``expected`` only once the attempt before failed or ended; one of its processes
-        still alive ends on seeing that (:attr:`superseded`), cannot authenticate to this
-        attempt's peers meanwhile, and its next report finds its node gone and ends it
-        (:meth:`report`)."""
-        own = self.info.get(ATTEMPT_INFO)
-        if not isinstance(own, str):
-            return None
+    def _node_to_take_over(self, node: str) -> int | None:
+        """The version of ``node`` when a predecessor that is gone for sure left it, else
+        None (wait for it to vanish):
+
+        * the incarnation before this one in the same Spark task (``replaces``), which the
+          task saw end (:mod:`hailstorm.runtime.supervisor`);
+        * an incarnation of an ended stage attempt. The driver names this incarnation's
+          attempt in ``expected`` only once the attempt before failed or ended; one of its
+          processes still alive ends on seeing that (:attr:`superseded`), cannot
+          authenticate to this attempt's peers meanwhile, and its next report finds its
+          node gone and ends it (:meth:`report`)."""
         try:
             raw, stat = self.client.get(node)
             left = ProcessorReport.from_json(raw)
         except (NoNodeError, LayoutError):
             return None
-        if left.of_attempt(own):
+        if self.replaces is not None and left.info.get("pid") == self.replaces \
+                and left.info.get("worker") == self.info.get("worker") \
+                and left.info.get("host") == self.info.get("host"):
+            return stat.version
+        own = self.info.get(ATTEMPT_INFO)
+        if not isinstance(own, str) or left.of_attempt(own):
             return None
         expected = self.records.expected()
         return stat.version if expected is not None and expected.attempt == own else None

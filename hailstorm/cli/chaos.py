@@ -45,7 +45,9 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
                    "users; pageviews: zipf for Avro page views, some late; enriched_views: "
                    "zipf for JSON views, clicks and profiles on its three topics).")
 @click.option("--kinds",
-              help="Fault kinds to draw from, of processor, negotiator, zk-session, zombie "
+              help="Fault kinds to draw from, of processor (kill -9 of a processor's process: "
+                   "its Spark task restarts it), task (kill -9 of a processor's Spark task: "
+                   "Spark resubmits the stage), negotiator, zk-session, zombie "
                    "(a sink stopped until its replacement committed, then resumed), stall (a "
                    "bolt stopped for a few seconds, no restart) and broker (default: every "
                    "kind but broker; every kind is used once when --kills allows; a kind "

@@ -3,7 +3,9 @@
 Modules:
 
 * :mod:`~hailstorm.runtime.task` — :func:`~hailstorm.runtime.task.run_processor`, the Spark
-  task body (one per processor instance);
+  task body (one per processor instance), and what one incarnation of it runs;
+* :mod:`~hailstorm.runtime.supervisor` — the task forks a process per incarnation and
+  starts the next when one ends, as :mod:`~hailstorm.runtime.supervision` (pure) decides;
 * :mod:`~hailstorm.runtime.assignment` — :class:`~hailstorm.runtime.assignment.Assignment`,
   what one task runs (made by the driver, handed to the processor's shell);
 * :mod:`~hailstorm.runtime.processor` — what every processor shell does (ZooKeeper
@@ -37,7 +39,8 @@ Each processor:
   docs/negotiator.md, on its main thread;
 * joins the first ``Initialize(e)`` it sees. Seeing a newer ``Initialize`` (or a
   ``SpoutsRewind`` of another epoch) later ends the processor with :class:`RestartRequired`:
-  the barrier stage fails, the driver resubmits it and fresh processors register. So one
+  its Spark task starts the next incarnation, a fresh process that registers again
+  (:mod:`~hailstorm.runtime.supervisor`; a failed or killed incarnation likewise). So one
   incarnation lives in exactly one run, and data connections are tagged with that epoch in
   their HELLO (a receiver refuses any other epoch).
 
@@ -67,9 +70,11 @@ stops reading its sockets and back-pressure reaches the spouts through TCP.
 
 Failures: an exception in any thread is recorded, the main thread raises it, reports it as
 ``error`` (keeping the session up to 3 s so the negotiator sees the error rather than a lost
-node), closes the session and the sockets, and the exception leaves the Spark task. A
+node), closes the session and the sockets, and the incarnation ends: its Spark task starts
+the next one (three in a row without the topology flowing in between, and the exception
+leaves the Spark task instead, for Spark to resubmit the stage). A
 ZooKeeper error (even a transient connection loss) is fatal too: the topology restarts from
-its committed snapshots. A processor whose Spark worker vanished (re-parented) ends itself.
+its committed snapshots. A processor whose Spark task vanished dies with it.
 A :class:`~hailstorm.halt.TopologyHalt` (lost Kafka offsets, refused credentials, a sink
 behind the committed clock) ends the run for good: every processor that ends because of it
 ends with it too, so the driver stops.

@@ -47,6 +47,10 @@ class Assignment:
     """The driver's stage attempt this task belongs to (its reports carry it, see
     :data:`~hailstorm.protocol.layout.ATTEMPT_INFO`; None: a processor run without a
     driver)."""
+    replaces: int | None = None
+    """The pid of the incarnation before this one in the same Spark task, which ended
+    (:mod:`hailstorm.runtime.supervisor`): its ``living`` node, if its session outlives
+    it, is taken over at once. None: the first incarnation of the task."""
     secret: RunSecret | None = None
     """The run's data-plane secret (:mod:`hailstorm.auth`; its ``repr`` shows no key). None:
     read ``$HAILSTORM_SECRET_FILE`` on the executor."""

@@ -41,9 +41,9 @@ CONSEQUENCES = (
 class ProcessorFailed(HailstormError, RuntimeError):
     """What a processor task raises when it ends with an error: ``str()`` names it."""
 
-    def __init__(self, processor: str, error: BaseException) -> None:
+    def __init__(self, processor: str, error: BaseException | str) -> None:
         self.processor = processor
-        self.cause = describe(error)
+        self.cause = error[:CAUSE_CHARS] if isinstance(error, str) else describe(error)
         super().__init__(f"{MARK}{processor}: {self.cause}")
 
 

@@ -122,6 +122,9 @@ class Shell:
         self.joined: int | None = None
         self.joined_event = threading.Event()
         self._answered: set[tuple[str, int, bool]] = set()
+        #: Called once the run this incarnation joined flows (its task's supervisor learns
+        #: that the topology recovered: :mod:`hailstorm.runtime.supervision`).
+        self.on_flowing: Callable[[], None] = lambda: None
         self._failure: BaseException | None = None
         self._failure_lock = threading.Lock()
         self._waits = Waits()
@@ -157,7 +160,8 @@ class Shell:
         try:
             self._secret = self.assignment.run_secret()
             address = listen_address(self.assignment.host, self.assignment.zk)
-            info: dict[str, Any] = {"pid": os.getpid(), "host": address}
+            info: dict[str, Any] = {"pid": os.getpid(), "host": address,
+                                    "worker": self._parent}  # its Spark task's process
             if self.assignment.attempt is not None:
                 info[ATTEMPT_INFO] = self.assignment.attempt
             metrics_host = self.assignment.metrics_host
@@ -177,7 +181,7 @@ class Shell:
                 self._start_thread("accept", self._accept_loop)
             a = self.assignment
             self.coord = Coordinator(a.zk, a.name, a.processor, info,
-                                     session_timeout=a.session_timeout)
+                                     session_timeout=a.session_timeout, replaces=a.replaces)
             self.coord.register(a.register_timeout)
             self.table = PartitionTable(self.coord.expected().partitions)
             self.setup()
@@ -388,6 +392,8 @@ class Shell:
             return
         self._answered.add(_answer_key(state))
         self.on_state(state)
+        if isinstance(state, Flowing):
+            self.on_flowing()
 
     def answered(self, state: Any) -> bool:
         """Did this processor act on ``state`` already (each ``(state, epoch)`` once)?"""

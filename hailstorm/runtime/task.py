@@ -1,5 +1,7 @@
 """The Spark task body: :func:`run_processor` runs one processor instance (see
-:mod:`hailstorm.runtime.driver`) until it fails or the topology restarts."""
+:mod:`hailstorm.runtime.driver`): incarnation after incarnation, each in a process of its own
+(:mod:`hailstorm.runtime.supervisor`), until the topology stops or halts, or the task
+leaves a restart to Spark."""
 
 from __future__ import annotations
 
@@ -8,14 +10,17 @@ import logging
 import os
 
 from hailstorm.config import KAFKA_CONFIG_VAR
+from hailstorm.halt import TopologyHalt
 from hailstorm.protocol.layout import Role, parse_processor_id, processor_label
 from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.bolt import BoltShell
-from hailstorm.runtime.causes import ProcessorFailed
-from hailstorm.runtime.processor import Shell
+from hailstorm.runtime.causes import ProcessorFailed, describe
+from hailstorm.runtime.processor import RestartRequired, Shell
 from hailstorm.runtime.sink import SinkShell
 from hailstorm.runtime.spout import SpoutShell
-from hailstorm.topology import load_topology
+from hailstorm.runtime.supervision import Ended, Outcome
+from hailstorm.runtime.supervisor import Channel, supervise
+from hailstorm.topology import Topology, load_topology
 
 __all__ = ["run_processor"]
 
@@ -32,13 +37,23 @@ holds between two flushes or commits (rows buffered for a transaction, a batch's
 
 
 def run_processor(assignment: Assignment) -> None:
-    """Run one processor instance until it fails or the topology restarts (then raise
-    :class:`~hailstorm.runtime.causes.ProcessorFailed` naming it and the error)."""
-    gc.set_threshold(*GC_THRESHOLDS)
+    """Run one processor instance, restarting it in this task as
+    :mod:`hailstorm.runtime.supervision` decides; raise
+    :class:`~hailstorm.runtime.causes.ProcessorFailed` (naming it and the error) when the
+    restart is Spark's to make, or the topology halted."""
     _configure_logging(assignment)
     if assignment.kafka_config:
         os.environ[KAFKA_CONFIG_VAR] = assignment.kafka_config
-    topology = load_topology(assignment.topology_ref)
+    try:
+        topology = load_topology(assignment.topology_ref)  # once: incarnations inherit it
+    except BaseException as exc:  # named, so the driver can say which processor and why
+        raise ProcessorFailed(assignment.processor, exc) from exc
+    supervise(assignment, lambda a, channel: run_incarnation(a, topology, channel))
+
+
+def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel) -> Outcome:
+    """Run one incarnation of the instance (in its own process) and say how it ended."""
+    gc.set_threshold(*GC_THRESHOLDS)
     pid = parse_processor_id(assignment.processor)
     shell: Shell
     if pid.role is Role.SPOUT:
@@ -47,10 +62,17 @@ def run_processor(assignment: Assignment) -> None:
         shell = BoltShell(assignment, topology)
     else:
         shell = SinkShell(assignment, topology)
+    shell.on_flowing = channel.flowing
     try:
         shell.run()
-    except BaseException as exc:  # named, so the driver can say which processor and why
-        raise ProcessorFailed(assignment.processor, exc) from exc
+    except TopologyHalt as exc:
+        return Outcome(Ended.HALTED, describe(exc))
+    except RestartRequired as exc:
+        superseded = shell.coord is not None and shell.coord.superseded is not None
+        return Outcome(Ended.SUPERSEDED if superseded else Ended.RESTARTED, describe(exc))
+    except BaseException as exc:  # broad: named, so the task can say which processor and why
+        return Outcome(Ended.FAILED, describe(exc))
+    return Outcome(Ended.STOPPED)
 
 
 def _configure_logging(assignment: Assignment) -> None:
@@ -60,7 +82,7 @@ def _configure_logging(assignment: Assignment) -> None:
         handler.setFormatter(
             logging.Formatter(
                 f"%(asctime)s %(levelname)s [{processor_label(assignment.processor)} "
-                f"pid={os.getpid()}] "
+                "pid=%(process)d] "
                 "%(message)s"
             )
         )

@@ -13,12 +13,12 @@ from deployments import hailstorm_command
 
 from hailstorm import kafka
 from hailstorm.dev.harness import MASTER_PHASES, ZOMBIE_FENCED, ChaosSchedule, StackAddresses
-from hailstorm.dev.harness.evidence import FENCED, STOPPED_BEFORE_COMMIT
+from hailstorm.dev.harness.evidence import ABSORBABLE, FENCED, STOPPED_BEFORE_COMMIT
 from hailstorm.dev.harness.faults import RECOVERY_PHASES
 
 pytestmark = pytest.mark.integration
 
-KINDS = ("processor",) * 2 + ("negotiator", "zk-session", "zombie", "stall")
+KINDS = ("processor", "task", "negotiator", "zk-session", "zombie", "stall")
 SEED = 7
 MESSAGES = 40_000
 
@@ -28,14 +28,16 @@ def test_chaos_command_keeps_wordcount_exact_under_faults_of_every_kind(
 ) -> None:
     """``hailstorm chaos --use-env`` on the session's stack: 40k realistic lines (Zipf:
     50,000 words, most rare, so a stale upsert of a zombie would stay in the table; 10
-    words a line, at 600 lines/s, longer while faults remain); 6 faults, one of every kind
-    and two kill -9 of random spouts/bolts/sinks: the negotiator leader killed, a ZooKeeper
-    session expired, a zombie sink and a stalled bolt, in a seeded random order, timed for
-    every master state; on PostgreSQL. Every fault must bite, with its evidence, and cause
-    exactly the restarts the plan implies; the states, the table and the dead letters must
-    equal both oracles and the count by hand, and the command exit 0 with a report of 0
-    lost, 0 duplicated, 0 wrong. Longer plans (more faults of each kind, other topologies,
-    broker faults) run with ``hailstorm chaos`` outside the suite: docs/chaos.md."""
+    words a line, at 600 lines/s, longer while faults remain); 6 faults, one of every kind:
+    a kill -9 of a random spout's, bolt's or sink's process (its Spark task restarts it)
+    and of another's Spark task (Spark resubmits the stage), the negotiator leader killed,
+    a ZooKeeper session expired, a zombie sink and a stalled bolt, in a seeded random order,
+    timed for every master state; on PostgreSQL. Every fault must bite, with its evidence,
+    and cause exactly the restarts the plan implies; the states, the table and the dead
+    letters must equal both oracles and the count by hand, and the command exit 0 with a
+    report of 0 lost, 0 duplicated, 0 wrong. Longer plans (more faults of each kind, other
+    topologies, broker faults) run with ``hailstorm chaos`` outside the suite:
+    docs/chaos.md."""
     schedule = ChaosSchedule(kinds=KINDS, count=len(KINDS), spacing=2.0, seed=SEED)
     plan = schedule.plan()
     assert sorted(p.kind for p in plan) == sorted(KINDS)
@@ -50,8 +52,8 @@ def test_chaos_command_keeps_wordcount_exact_under_faults_of_every_kind(
     text = done.stdout
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["topology"] == "wordcount" and report["seed"] == SEED
-    assert report["faults_by_kind"] == {"processor": 2, "negotiator": 1, "zk-session": 1,
-                                        "zombie": 1, "stall": 1}
+    assert report["faults_by_kind"] == {"processor": 1, "task": 1, "negotiator": 1,
+                                        "zk-session": 1, "zombie": 1, "stall": 1}
     faults = report["recoveries"]
     # The zombie stopped just before a commit, resumed after its replacement committed, and
     # its table fenced it: it wrote nothing.
@@ -71,7 +73,10 @@ def test_chaos_command_keeps_wordcount_exact_under_faults_of_every_kind(
     assert all(r["recovery"] is not None for r in faults if r["expects_recovery"]), text
     # Exactly the restarts the plan implies (retries of a recovery aside), none unexplained.
     low, high = schedule.restarts()
-    assert report["planned_restarts"] == [low, high] and high - low <= 1
+    # A stall may end in a kill or not; a process ended in Initialize may join that
+    # recovery (no restart of its own) or come after it moved on.
+    absorbable = sum(p.phase == "Initialize" and p.kind in ABSORBABLE for p in plan)
+    assert report["planned_restarts"] == [low, high] and high - low <= 1 + absorbable
     assert low <= report["caused_restarts"] <= high, text
     assert report["unexplained_recoveries"] == [], text
     assert report["messages"] >= MESSAGES  # more when the faults outlast the workload

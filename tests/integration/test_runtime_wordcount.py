@@ -23,6 +23,7 @@ from hailstorm.dev.harness import (
     wait_for,
     wordcount_lines,
 )
+from hailstorm.dev.harness.evidence import VICTIM_GONE
 from hailstorm.dev.services import pid_alive
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import CommittedRecord
@@ -147,8 +148,13 @@ def no_old_garbage(run: TopologyRun) -> bool:
 
 
 # A killed bolt: test_a_corrupt_committed_snapshot_falls_back_to_the_previous_round.
-@pytest.mark.parametrize("victim", ["spout:lines:words:2"])
-def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victim: str) -> None:
+@pytest.mark.parametrize(("victim", "task"), [("spout:lines:words:2", False),
+                                              ("bolt:counts:1", True)])
+def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victim: str,
+                                                  task: bool) -> None:
+    """A killed processor process is restarted by its own Spark task: no task, stage or
+    worker of Spark fails. A killed Spark task (its Python worker, with the processor in
+    it: an executor lost) fails the stage, and the driver resubmits it."""
     run = deployment
     partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
     produced = Produced(TOPIC)
@@ -166,8 +172,9 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(10_000, seed=100),
                             partitions, rate=5_000) as producer:
         wait_for("the producer to be half-way", lambda: producer.sent >= 5_000, 60)
-        fault = run.kill_processor(pid=pid)
+        fault = run.kill_processor(pid=pid, task=task)
         assert fault.target == victim
+        assert fault.evidence[VICTIM_GONE]
         producer.join(120)
     assert produced.count == 15_000  # every line acknowledged, none twice
     wait_for(
@@ -178,11 +185,20 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     committed = run.wait_committed(target, 240)
     assert not pid_alive(pid)
     again = run.records.expected()
-    assert again is not None and again.attempt not in (None, expected.attempt), \
-        "the driver named its new stage attempt"
+    workers = {ident: r.info["worker"] for ident, r in reports.items()}
+    if task:
+        assert again is not None and again.attempt not in (None, expected.attempt), \
+            "the driver named its new stage attempt"
+        assert "failed" in run.log("driver")
+    else:
+        assert again == expected, "no stage attempt failed: the driver resubmitted nothing"
+        assert {ident: r.info["worker"] for ident, r in run.processors().items()} == \
+            workers, "every processor runs in the Spark task (and worker) it ran in before"
+        assert f"incarnation pid {pid} killed (killed by SIGKILL); starting the next one " \
+            "in this task" in run.log("driver")
+    assert again is not None
     assert {r.attempt for r in run.processors().values()} == {again.attempt}
     assert_matches_model(run, produced, committed, least=50_000)
-    assert "failed" in run.log("driver")
     run.check_recoveries()  # the kill explains every restart
 
 

@@ -27,7 +27,9 @@ from hailstorm.dev.harness import (
     TopologyRun,
 )
 from hailstorm.dev.harness.evidence import (
+    ABSORBABLE,
     FENCED,
+    JOINED_RECOVERY,
     NEW_LEADER,
     RECOVERY_NAMES_VICTIM,
     SESSION_EXPIRED,
@@ -35,6 +37,7 @@ from hailstorm.dev.harness.evidence import (
     VICTIM_GONE,
     VICTIM_RESUMED,
     VICTIM_STOPPED,
+    absorbed,
     account,
     expects_recovery,
     fault_window,
@@ -201,18 +204,39 @@ def test_what_each_fault_must_leave_to_count_as_having_happened() -> None:
     assert not expects_recovery(stall) and expects_recovery(crashed)
 
 
+def test_a_process_ended_in_initialize_may_join_the_recovery_under_way() -> None:
+    """Its Spark task's next incarnation joins the same Initialize, which the negotiator
+    waits for: no recovery of its own, but it must show that it joined."""
+    kill = _hit("processor", "bolt:c:0", 1.0, phase="Initialize",
+                evidence={VICTIM_GONE: True, JOINED_RECOVERY: True})
+    assert absorbed(kill) and not expects_recovery(kill)
+    assert missing_evidence(kill, recovered=False) == []
+    moved_on = replace(kill, evidence={VICTIM_GONE: True, JOINED_RECOVERY: False})
+    assert not absorbed(moved_on) and expects_recovery(moved_on)
+    assert missing_evidence(moved_on, recovered=False) == [RECOVERY_NAMES_VICTIM]
+    flowing = replace(kill, phase="Flowing")  # only a recovery under way absorbs
+    assert expects_recovery(flowing)
+    task = _hit("task", "bolt:c:0", 1.0, phase="Initialize", evidence={VICTIM_GONE: True})
+    assert expects_recovery(task)
+    assert missing_evidence(task, recovered=False) == [RECOVERY_NAMES_VICTIM]
+
+
 def test_planned_restarts_are_a_range_from_the_plan() -> None:
     assert planned_restarts([]) == (0, 0)
     assert planned_restarts([("processor", "Flowing"), ("negotiator", "SpoutsPaused")]) == (1, 1)
-    # A fault timed for a recovery state brings its trigger's restart.
+    # A fault timed for a recovery state brings its trigger's restart; one in Initialize
+    # may be absorbed by the recovery under way (none of its own).
     assert planned_restarts([("zk-session", "Initialize"), ("negotiator", "SpoutsRewind")]) \
-        == (3, 3)
+        == (2, 3)
+    assert planned_restarts([("task", "Initialize")]) == (2, 2)
     assert planned_restarts([("stall", "Flowing"), ("broker", "Flowing")]) == (0, 2)
     kinds = ("processor",) * 4 + ("negotiator",) * 2 + ("zk-session",) * 2 + ("zombie",
                                                                               "stall")
     schedule = ChaosSchedule(kinds=kinds, count=10, spacing=2.0, seed=7)
-    triggers = sum(p.phase in ("Initialize", "SpoutsRewind") for p in schedule.plan())
-    assert schedule.restarts() == (7 + triggers, 8 + triggers)
+    plan = schedule.plan()
+    triggers = sum(p.phase in ("Initialize", "SpoutsRewind") for p in plan)
+    absorbable = sum(p.phase == "Initialize" and p.kind in ABSORBABLE for p in plan)
+    assert schedule.restarts() == (7 + triggers - absorbable, 8 + triggers)
 
 
 def _bitten(kind: str, target: str, **evidence: bool) -> Recovery:

@@ -103,10 +103,10 @@ def test_non_count_values_are_wrong() -> None:
 
 
 def test_schedule_is_seeded_and_uses_every_kind() -> None:
-    plan = ChaosSchedule(count=5, seed=1).plan()
-    assert plan == ChaosSchedule(count=5, seed=1).plan()
-    assert sorted(p.kind for p in plan) == ["negotiator", "processor", "stall", "zk-session",
-                                            "zombie"]
+    plan = ChaosSchedule(count=6, seed=1).plan()
+    assert plan == ChaosSchedule(count=6, seed=1).plan()
+    assert sorted(p.kind for p in plan) == ["negotiator", "processor", "stall", "task",
+                                            "zk-session", "zombie"]
     assert all(1.0 <= p.delay <= 3.0 for p in plan)
     exact = ChaosSchedule(kinds=("processor",) * 4 + ("negotiator",), count=5, seed=3).plan()
     assert sorted(p.kind for p in exact) == ["negotiator"] + ["processor"] * 4

@@ -13,7 +13,9 @@ exactly what was written (:class:`Produced`: partition -> ``[(offset, value)]``;
 
 Faults:
 
-* :meth:`TopologyRun.kill_processor` - SIGKILL the Spark Python worker of a processor;
+* :meth:`TopologyRun.kill_processor` - SIGKILL a processor's process (its Spark task starts
+  the next incarnation), or with ``task=True`` its Spark task's Python worker (the stage
+  fails and the driver resubmits it);
 * :meth:`TopologyRun.kill_negotiator_leader` - SIGKILL the leading negotiator (read from the
   master record); a fresh negotiator is started so a standby is there for the next one;
 * :meth:`TopologyRun.expire_zk_session` - SIGSTOP a processor until ZooKeeper expired its

@@ -21,7 +21,12 @@ from typing import Any, Self
 
 from hailstorm import kafka
 from hailstorm.dev.harness.compare import Comparison, compare_with_model
-from hailstorm.dev.harness.evidence import Accounting, account, recovery_window
+from hailstorm.dev.harness.evidence import (
+    JOINED_RECOVERY,
+    Accounting,
+    account,
+    recovery_window,
+)
 from hailstorm.dev.harness.faults import ZOMBIE_SPARK_CONF, Explanation, Fault
 from hailstorm.dev.harness.producing import BackgroundProducer, Produced
 from hailstorm.dev.harness.results import (
@@ -51,6 +56,7 @@ from hailstorm.protocol.layout import (
     TopologyPaths,
 )
 from hailstorm.protocol.records import TopologyRecords
+from hailstorm.protocol.states import Flowing, Initialize, SpoutsRewind
 from hailstorm.topic import Topic
 from hailstorm.topology import Topology, load_topology
 from hailstorm.zookeeper import zk_client
@@ -293,15 +299,46 @@ class Deployment:
         return self.records.committed()
 
     def processors(self) -> dict[str, ProcessorReport]:
-        """The living processors' readable reports (``info["pid"]`` is the worker's pid)."""
+        """The living processors' readable reports (``info["pid"]`` is the processor's pid,
+        ``info["worker"]`` its Spark task's Python worker's)."""
         result: dict[str, ProcessorReport] = {}
         for child, report in self.records.reports().items():
             if report is None:
                 continue
             result[child] = report
-            if "pid" in report.info:
-                self.processor_pids.add(int(report.info["pid"]))
+            for key in ("pid", "worker"):
+                if key in report.info:
+                    self.processor_pids.add(int(report.info[key]))
         return result
+
+    def note_absorbed(self, fault: Fault, processor: str, gone: int) -> None:
+        """For a fault that ended ``processor``'s process ``gone`` in ``Initialize``: record
+        whether its next incarnation joined that recovery (:data:`JOINED_RECOVERY`)."""
+        if fault.phase == "Initialize":
+            fault.evidence[JOINED_RECOVERY] = self.joined_recovery(fault.epoch, processor, gone)
+
+    def joined_recovery(self, epoch: int, processor: str, gone: int,
+                        timeout: float = 60.0) -> bool:
+        """Whether the recovery under way in ``Initialize(epoch)`` went on to
+        ``SpoutsRewind(epoch)`` with an incarnation of ``processor`` other than the pid
+        ``gone`` (False: the topology restarted again, or nothing moved within ``timeout``
+        seconds)."""
+        def moved() -> MasterRecord | None:
+            record = self.master()
+            return None if record is None or (record.state.epoch == epoch and isinstance(
+                record.state, Initialize)) else record
+        record = wait_for(f"Initialize({epoch}) to end", moved, timeout, self.alive, poll=0.05)
+        report = self.processors().get(processor)
+        return record.state.epoch == epoch and isinstance(record.state, SpoutsRewind | Flowing) \
+            and report is not None and report.info.get("pid") != gone
+
+    def worker_of(self, processor: str) -> int:
+        """The pid of the Spark Python worker ``processor``'s task runs in."""
+        report = self.processors().get(processor)
+        worker = report.info.get("worker") if report is not None else None
+        if not isinstance(worker, int) or worker <= 0:
+            raise HarnessError(f"{processor} reports no Spark task worker: {report}")
+        return worker
 
     def incarnations(self) -> dict[str, str]:
         """Each living processor's incarnation, ``host:pid`` (a restart changes it)."""

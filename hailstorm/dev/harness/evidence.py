@@ -24,6 +24,11 @@ RECOVERY_NAMES_VICTIM = "a recovery names the victim"
 """A recovery recorded after the fault (within :func:`recovery_window`) whose reason names
 the victim, or, for a fault timed for a recovery state, a recovery that started that one
 over."""
+JOINED_RECOVERY = "its next incarnation joined the recovery under way"
+"""A processor failed in ``Initialize(e)`` (killed, or its session expired) and the next
+incarnation its Spark task started joined that same recovery: the master went on to
+``SpoutsRewind(e)``. The negotiator waits for a joining processor in ``Initialize`` (a
+restart would load the same round), so such a fault is absorbed: no recovery of its own."""
 SESSION_EXPIRED = "session expired"
 """The victim's ``living`` node existed when it was stopped and ZooKeeper removed it (or
 another session owns it now): its session really expired."""
@@ -48,6 +53,7 @@ ZooKeeper after the fault)."""
 
 _REQUIRED: dict[FaultKind, tuple[str, ...]] = {
     "processor": (VICTIM_GONE, RECOVERY_NAMES_VICTIM),
+    "task": (VICTIM_GONE, RECOVERY_NAMES_VICTIM),
     "zk-session": (SESSION_EXPIRED, RECOVERY_NAMES_VICTIM),
     "zombie": (STOPPED_BEFORE_COMMIT, FENCED, RECOVERY_NAMES_VICTIM),
     "negotiator": (VICTIM_GONE, NEW_LEADER),
@@ -83,12 +89,21 @@ def recovery_window(session_timeout: float) -> float:
     return 2 * (session_timeout + SESSION_EXPIRY_SLACK)
 
 
+def absorbed(fault: Fault) -> bool:
+    """Whether ``fault`` hit a recovery under way that its victim's next incarnation joined
+    (:data:`JOINED_RECOVERY`)."""
+    return fault.phase == "Initialize" and bool(fault.evidence.get(JOINED_RECOVERY))
+
+
 def expects_recovery(fault: Fault) -> bool:
     """Whether ``fault`` must make the topology recover: it fails a processor (a kill, an
-    expired session, a zombie, a stall that ends in a SIGKILL)."""
+    expired session, a zombie, a stall that ends in a SIGKILL) and was not absorbed by the
+    recovery under way (:func:`absorbed`)."""
+    if absorbed(fault):
+        return False
     if fault.kind == "stall":
         return fault.lethal_at is not None
-    return fault.kind in ("processor", "zk-session", "zombie")
+    return fault.kind in ("processor", "task", "zk-session", "zombie")
 
 
 def required_evidence(fault: Fault) -> tuple[str, ...]:
@@ -96,6 +111,9 @@ def required_evidence(fault: Fault) -> tuple[str, ...]:
     if fault.kind == "stall":
         return (VICTIM_STOPPED, VICTIM_GONE, RECOVERY_NAMES_VICTIM) \
             if fault.lethal_at is not None else (VICTIM_STOPPED, VICTIM_RESUMED)
+    if absorbed(fault):
+        return tuple(e if e != RECOVERY_NAMES_VICTIM else JOINED_RECOVERY
+                     for e in _REQUIRED[fault.kind])
     return _REQUIRED[fault.kind]
 
 
@@ -213,8 +231,12 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
     return result
 
 
+ABSORBABLE: tuple[FaultKind, ...] = ("processor", "zk-session")
+"""The faults a recovery under way can absorb (:func:`absorbed`): they end a process whose
+Spark task starts the next incarnation. A ``task`` kill fails the stage: the driver starts
+another attempt, which restarts the topology."""
 _RESTARTS: dict[FaultKind, tuple[int, int]] = {
-    "processor": (1, 1), "zk-session": (1, 1), "zombie": (1, 1),
+    "processor": (1, 1), "task": (1, 1), "zk-session": (1, 1), "zombie": (1, 1),
     "stall": (0, 1),  # a coin toss decides whether it ends in a SIGKILL
     "negotiator": (0, 0),  # the standby takes over the master state as it is
     "broker": (0, 1),  # spouts usually ride out a leader move
@@ -226,10 +248,15 @@ def planned_restarts(plan: Iterable[tuple[FaultKind, str]]) -> tuple[int, int]:
     """The least and most recoveries a plan of ``(kind, phase)`` faults causes (retries of a
     recovery in progress not counted: see :class:`Accounting`): one per processor kill,
     session expiry and zombie, none per negotiator kill and deploy, at most one per stall
-    and broker fault, and one more for the trigger of each fault timed for a recovery state."""
+    and broker fault, and one more for the trigger of each fault timed for a recovery state.
+    A process kill or session expiry timed for ``Initialize`` causes none when its victim's
+    next incarnation joins that recovery (:func:`absorbed`), one when the recovery had moved
+    on by then."""
     low = high = 0
     for kind, phase in plan:
         least, most = _RESTARTS[kind]
+        if phase == "Initialize" and kind in ABSORBABLE:
+            least = 0
         trigger = int(phase in RECOVERY_PHASES and kind != "broker")
         low += least + trigger
         high += most + trigger

@@ -16,15 +16,15 @@ from typing import Literal
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import RecoveryRecord
 
-FaultKind = Literal["processor", "negotiator", "zk-session", "zombie", "stall", "broker",
-                    "deploy"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
+FaultKind = Literal["processor", "task", "negotiator", "zk-session", "zombie", "stall",
+                    "broker", "deploy"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "task", "negotiator", "zk-session", "zombie",
                                       "stall", "broker")
 """Every fault kind the harness draws at random. ``deploy`` (changed code deployed mid-run:
 :meth:`~hailstorm.dev.harness.run.TopologyRun.deploy`) is planned only with the module to
 deploy (``hailstorm chaos --deploy``)."""
-DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "negotiator", "zk-session", "zombie",
-                                              "stall")
+DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "task", "negotiator", "zk-session",
+                                              "zombie", "stall")
 """What a :class:`ChaosSchedule` draws from unless told: the kinds every stack supports
 (``broker`` needs a :class:`BrokerControl` and a cluster of :data:`MIN_KAFKA_NODES`)."""
 ZOMBIE_SPARK_CONF = (("spark.python.task.killTimeout", "1h"),)

@@ -188,13 +188,20 @@ class TopologyRun(Deployment):
 
     def kill_processor(self, pid: int | None = None, role: str | None = None,
                        rng: random.Random | None = None, phase: MasterPhase | None = None,
-                       epoch: int = 0) -> Fault:
-        """SIGKILL a processor's Spark Python worker: ``pid``, or one of ``role`` at random
-        (of ``epoch`` or later, see :meth:`_pick_processor`), once the master is in
-        ``phase`` (None: now)."""
+                       epoch: int = 0, task: bool = False) -> Fault:
+        """SIGKILL a processor's process: ``pid``, or one of ``role`` at random (of
+        ``epoch`` or later, see :meth:`_pick_processor`), once the master is in ``phase``
+        (None: now). Its Spark task starts the next incarnation. With ``task``, SIGKILL
+        the task's Python worker instead (the processor dies with it): Spark's task and
+        stage fail, as when an executor is lost."""
         ident, victim = self._pick_processor(role, rng, pid, epoch=epoch)
-        fault = self._fault("processor", ident, victim, phase)
+        fault = self._fault("task" if task else "processor", ident, victim, phase)
+        if task:
+            victim = self.worker_of(ident)
+            fault.detail = _joined(fault.detail, f"its Spark task's worker, pid {victim}")
         self._sigkill(fault, victim)
+        if not task:
+            self.note_absorbed(fault, ident, victim)
         return fault
 
     @staticmethod
@@ -286,6 +293,7 @@ class TopologyRun(Deployment):
                 return stat is None or stat.ephemeralOwner != owner.ephemeralOwner
             fault.evidence[SESSION_EXPIRED] = bool(
                 wait_for(f"the session of {ident} to expire", expired, timeout, poll=0.25))
+        self.note_absorbed(fault, ident, victim)
         return fault
 
     def zombie_sink(self, rng: random.Random | None = None, timeout: float = 120,
@@ -454,7 +462,7 @@ class TopologyRun(Deployment):
     def inject(self, kind: FaultKind, rng: random.Random,
                producer: BackgroundProducer | None = None,
                phase: MasterPhase = "Flowing") -> list[Fault]:
-        """One fault of ``kind`` (processor, zk-session: a random spout, bolt or sink;
+        """One fault of ``kind`` (processor, task, zk-session: a random spout, bolt or sink;
         zombie: a sink, see :meth:`zombie_sink`; stall: a bolt, see :meth:`stall_bolt`;
         broker: the busiest leader of the source partitions, see :meth:`kill_broker`) timed
         for the master state ``phase``; returns the faults injected, the last one the
@@ -477,8 +485,9 @@ class TopologyRun(Deployment):
             self.wait_phase("Initialize")
             master = self.master()
             epoch = master.state.epoch if master else 0
-        if kind == "processor":
-            faults.append(self.kill_processor(rng=rng, phase=phase, epoch=epoch))
+        if kind in ("processor", "task"):
+            faults.append(self.kill_processor(rng=rng, phase=phase, epoch=epoch,
+                                              task=kind == "task"))
         elif kind == "zombie":
             faults.append(self.zombie_sink(rng=rng, phase=phase, epoch=epoch))
         elif kind == "stall":

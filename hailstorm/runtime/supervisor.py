@@ -1,0 +1,193 @@
+"""A processor's Spark task as the supervisor of its instance's incarnations.
+
+:func:`supervise` forks a process per incarnation and starts the next one when it ends, as
+:class:`~hailstorm.runtime.supervision.Supervision` decides (the rules are in
+:mod:`hailstorm.runtime.supervision`). An incarnation tells its task how it ended over a
+pipe (one JSON line, after a ``flowing`` line once its run flowed); one that died without
+a word was killed. Each incarnation dies with its task (``PR_SET_PDEATHSIG``): when Spark
+kills a task, its processor goes with it, as when the task ran the processor itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from hailstorm.runtime.assignment import Assignment
+from hailstorm.runtime.causes import ProcessorFailed
+from hailstorm.runtime.supervision import (
+    Ended,
+    Escalate,
+    Finish,
+    Outcome,
+    Supervision,
+    replace_stopped,
+)
+
+__all__ = ["Body", "Channel", "Incarnation", "supervise"]
+
+log = logging.getLogger("hailstorm.supervisor")
+
+FLOWING = b"flowing\n"
+POLL = 0.1
+"""How often the task looks at an incarnation that is stopped, or at stopped ones it left."""
+_PR_SET_PDEATHSIG = 1
+
+
+class Channel:
+    """An incarnation's end of the pipe to its task."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._flowed = False
+
+    def flowing(self) -> None:
+        """Say (once) that the run this incarnation joined is flowing."""
+        if not self._flowed:
+            self._flowed = True
+            self._write(FLOWING)
+
+    def finish(self, outcome: Outcome) -> None:
+        self._write(outcome.to_json().encode() + b"\n")
+
+    def _write(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):  # a task that left this incarnation reads no more
+            os.write(self.fd, data)
+
+
+Body = Callable[[Assignment, Channel], Outcome]
+"""Runs one incarnation in its own process and says how it ended."""
+
+
+class Incarnation:
+    """One forked process running an incarnation of the instance."""
+
+    def __init__(self, pid: int, pipe: int) -> None:
+        self.pid = pid
+        self.pipe = pipe
+        self._said = b""
+        os.set_blocking(pipe, False)
+
+    @classmethod
+    def start(cls, assignment: Assignment, body: Body) -> Incarnation:
+        read, write = os.pipe()
+        task = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the incarnation: never returns into Spark's worker loop
+            os.close(read)
+            code = 1
+            try:
+                _die_with(task)
+                channel = Channel(write)
+                channel.finish(body(assignment, channel))
+                code = 0
+            except BaseException:  # broad: last resort of a forked process: the task sees
+                log.exception("the incarnation failed outside its processor")  # KILLED
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                os._exit(code)
+        os.close(write)
+        return cls(pid, read)
+
+    def _drain(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self.pipe, 65536):
+                self._said += chunk
+
+    @property
+    def flowed(self) -> bool:
+        self._drain()
+        return FLOWING in self._said
+
+    def outcome(self, status: int) -> Outcome:
+        """How it ended, from its wait status and what it said."""
+        self._drain()
+        os.close(self.pipe)
+        flowed = FLOWING in self._said
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                name = f"signal {number}"
+            return Outcome(Ended.KILLED, f"killed by {name}", flowed)
+        last = self._said.replace(FLOWING, b"").strip().rsplit(b"\n", 1)[-1]
+        return Outcome.from_json(last.decode(errors="replace"), flowed)
+
+    def wait(self, session_timeout: float, left: list[Incarnation]) -> Outcome:
+        """Wait until it ends, or has been stopped past its session (then it joins
+        ``left``: stopped incarnations the task left alone, reaped when they end)."""
+        stopped_since: float | None = None
+        while True:
+            polling = stopped_since is not None or bool(left)
+            flags = os.WUNTRACED | os.WCONTINUED | (os.WNOHANG if polling else 0)
+            _reap(left)
+            pid, status = os.waitpid(self.pid, flags)
+            if pid == 0:
+                stopped = time.monotonic() - (stopped_since or time.monotonic())
+                if stopped_since is not None and replace_stopped(stopped, session_timeout):
+                    left.append(self)
+                    return Outcome(Ended.LOST, f"stopped for {stopped:.1f} s, longer than "
+                                   "its ZooKeeper session", self.flowed)
+                time.sleep(POLL)
+            elif os.WIFSTOPPED(status):
+                stopped_since = time.monotonic()
+            elif os.WIFCONTINUED(status):
+                stopped_since = None
+            else:
+                return self.outcome(status)
+
+
+def _reap(left: list[Incarnation]) -> None:
+    """Collect the stopped incarnations the task left once they ended (they find their
+    session lost when they resume)."""
+    for incarnation in list(left):
+        with contextlib.suppress(ChildProcessError):
+            pid, status = os.waitpid(incarnation.pid, os.WNOHANG)
+            if pid == 0 or not (os.WIFEXITED(status) or os.WIFSIGNALED(status)):
+                continue
+            log.info("the incarnation (pid %d) left behind while stopped ended: %s",
+                     incarnation.pid, incarnation.outcome(status).ended.value)
+        left.remove(incarnation)
+
+
+def _die_with(task: int) -> None:
+    """Make this process die with the task that forked it (Linux), as a processor run by
+    the task itself would; exit at once if the task is already gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != task:
+        os._exit(1)
+
+
+def supervise(assignment: Assignment, body: Body) -> None:
+    """Run incarnations of ``assignment``'s instance until the policy finishes (return) or
+    escalates (raise :class:`~hailstorm.runtime.causes.ProcessorFailed`)."""
+    supervision = Supervision()
+    left: list[Incarnation] = []
+    replaces: int | None = None
+    while True:
+        incarnation = Incarnation.start(replace(assignment, replaces=replaces), body)
+        outcome = incarnation.wait(assignment.session_timeout, left)
+        action = supervision.after(outcome)
+        if isinstance(action, Finish):
+            return
+        if isinstance(action, Escalate):
+            raise ProcessorFailed(assignment.processor, action.cause)
+        log.warning("incarnation pid %d %s; starting the next one in this task%s (restart "
+                    "%d in a row, %d in all)", incarnation.pid, action.reason,
+                    f" in {action.delay:.1f} s" if action.delay else "",
+                    supervision.in_a_row, supervision.restarts)
+        # A dead predecessor's node is taken over at once; a stopped one's session expired.
+        replaces = None if outcome.ended is Ended.LOST else incarnation.pid
+        time.sleep(action.delay)

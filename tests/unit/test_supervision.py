@@ -1,0 +1,181 @@
+"""A processor's Spark task restarting its instance in place: the pure policy
+(:mod:`hailstorm.runtime.supervision`) and the forking supervisor around it
+(:mod:`hailstorm.runtime.supervisor`), with stand-in bodies instead of processors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hailstorm.runtime.assignment import Assignment
+from hailstorm.runtime.causes import ProcessorFailed
+from hailstorm.runtime.supervision import (
+    LOCAL_RESTARTS,
+    RESTART_DELAYS,
+    Ended,
+    Escalate,
+    Finish,
+    Outcome,
+    Restart,
+    Supervision,
+    replace_stopped,
+)
+from hailstorm.runtime.supervisor import Body, Channel, supervise
+
+RESTARTING = (Ended.RESTARTED, Ended.FAILED, Ended.KILLED, Ended.LOST)
+
+
+def test_a_stop_or_another_attempt_ends_the_task_cleanly() -> None:
+    for ended in (Ended.STOPPED, Ended.SUPERSEDED):
+        assert Supervision().after(Outcome(ended)) == Finish()
+
+
+def test_a_halt_fails_the_task_with_the_halt() -> None:
+    action = Supervision().after(Outcome(Ended.HALTED, "TopologyHalt: [halt] offsets gone"))
+    assert action == Escalate("TopologyHalt: [halt] offsets gone")
+
+
+def test_the_first_restart_is_immediate_and_later_ones_back_off() -> None:
+    supervision = Supervision()
+    delays = [supervision.after(Outcome(Ended.KILLED, "killed by SIGKILL"))
+              for _ in range(LOCAL_RESTARTS)]
+    assert [a.delay for a in delays if isinstance(a, Restart)] == list(RESTART_DELAYS)
+    assert delays[0] == Restart(0.0, "killed (killed by SIGKILL)")
+
+
+def test_restarts_without_the_topology_flowing_are_left_to_spark() -> None:
+    supervision = Supervision()
+    for _ in range(LOCAL_RESTARTS):
+        assert isinstance(supervision.after(Outcome(Ended.FAILED, "OSError: boom")), Restart)
+    action = supervision.after(Outcome(Ended.FAILED, "OSError: boom"))
+    assert isinstance(action, Escalate)
+    assert action.cause.startswith("OSError: boom (4 incarnations in a row")
+
+
+@given(st.lists(st.tuples(st.sampled_from(RESTARTING), st.booleans()), max_size=40))
+def test_an_incarnation_that_flowed_resets_the_count(history: list[tuple[Ended, bool]]) -> None:
+    """Restart while fewer than LOCAL_RESTARTS incarnations in a row ended without their run
+    flowing; escalate exactly when one more would exceed it."""
+    supervision = Supervision()
+    in_a_row = 0
+    for ended, flowed in history:
+        action = supervision.after(Outcome(ended, "E: x", flowed))
+        in_a_row = 0 if flowed else in_a_row
+        if in_a_row >= LOCAL_RESTARTS:
+            assert isinstance(action, Escalate)
+            return
+        assert isinstance(action, Restart)
+        assert action.delay == RESTART_DELAYS[min(in_a_row, len(RESTART_DELAYS) - 1)]
+        in_a_row += 1
+
+
+def test_an_outcome_survives_the_pipe_and_garbage_is_a_kill() -> None:
+    outcome = Outcome(Ended.FAILED, "DataPlaneError: bolt:a:0 closed its connection")
+    assert Outcome.from_json(outcome.to_json(), True) == replace(outcome, flowed=True)
+    assert Outcome.from_json('{"ended": "fail', False).ended is Ended.KILLED
+    assert Outcome.from_json('{"ended": "nonsense"}', False).ended is Ended.KILLED
+
+
+def test_only_a_stop_longer_than_the_session_is_replaced() -> None:
+    assert not replace_stopped(6.0, 6.0)
+    assert not replace_stopped(8.9, 6.0)
+    assert replace_stopped(9.1, 6.0)
+
+
+# -- the supervisor, forking stand-ins -------------------------------------------------------
+
+ASSIGNMENT = Assignment("topology.py", "t", "bolt:counts:0", "zk", "kafka", "/snapshots",
+                        session_timeout=0.2)
+
+
+def _script(*outcomes: Outcome | str) -> tuple[Body, Callable[[], list[int | None]]]:
+    """A body that plays ``outcomes`` in turn (``"kill"``: SIGKILL itself; ``"stop"``:
+    SIGSTOP itself, then end as told by the next one), counting incarnations in a file."""
+    counter = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"supervise-{os.getpid()}-"
+                           f"{time.monotonic_ns()}")
+
+    def body(assignment: Assignment, channel: Channel) -> Outcome:
+        with open(counter, "a") as out:
+            out.write(f"{assignment.replaces}\n")
+        with open(counter) as done:
+            turn = len(done.readlines()) - 1
+        step = outcomes[turn]
+        if step == "kill":
+            channel.flowing()
+            os.kill(os.getpid(), signal.SIGKILL)
+        if step == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return Outcome(Ended.RESTARTED, "RestartRequired: resumed")
+        assert isinstance(step, Outcome)
+        return step
+
+    def read() -> list[int | None]:
+        with open(counter) as done:
+            lines = [line.strip() for line in done]
+        os.unlink(counter)
+        return [None if v == "None" else int(v) for v in lines]
+
+    return body, read
+
+
+def test_the_task_restarts_a_killed_or_failed_incarnation_in_place() -> None:
+    body, read = _script("kill", Outcome(Ended.FAILED, "OSError: boom", True),
+                              Outcome(Ended.STOPPED))
+    supervise(ASSIGNMENT, body)
+    replaces = read()
+    assert len(replaces) == 3
+    assert replaces[0] is None  # the first incarnation replaces nobody
+    assert all(isinstance(pid, int) and pid > 0 for pid in replaces[1:])
+    assert len(set(replaces[1:])) == 2  # each took over from the one before
+
+
+def test_the_task_fails_with_a_halt_and_after_too_many_restarts() -> None:
+    body, read = _script(Outcome(Ended.HALTED, "TopologyHalt: [halt] gone"))
+    with pytest.raises(ProcessorFailed, match=r"\[halt\] gone"):
+        supervise(ASSIGNMENT, body)
+    read()
+    fails = [Outcome(Ended.FAILED, "OSError: boom")] * (LOCAL_RESTARTS + 1)
+    body, read = _script(*fails)
+    with pytest.raises(ProcessorFailed, match="bolt:counts:0: OSError: boom"):
+        supervise(replace(ASSIGNMENT), body)
+    assert len(read()) == LOCAL_RESTARTS + 1
+
+
+def test_a_stopped_incarnation_is_replaced_after_its_session_and_reaped_later() -> None:
+    """Stopped past 1.5 session timeouts: the next incarnation starts (replacing nobody:
+    the stopped one's session expired), and the stopped one ends when it resumes."""
+    body, read = _script("stop", Outcome(Ended.STOPPED))
+    stopped: list[int] = []
+
+    def resume_later() -> None:  # the stopped one is the supervisor's child: find it
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not stopped:
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        with open(f"/proc/{entry}/stat") as stat:
+                            fields = stat.read().rsplit(")", 1)[1].split()
+                    except OSError:
+                        continue
+                    if fields[0] == "T" and int(fields[1]) == os.getpid():
+                        stopped.append(int(entry))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=resume_later)
+    watcher.start()
+    started = time.monotonic()
+    supervise(ASSIGNMENT, body)
+    watcher.join()
+    assert time.monotonic() - started >= 0.3  # waited out 1.5 sessions
+    assert read() == [None, None]
+    assert stopped
+    os.kill(stopped[0], signal.SIGCONT)
+    os.waitpid(stopped[0], 0)
