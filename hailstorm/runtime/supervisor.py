@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.causes import ProcessorFailed
 from hailstorm.runtime.supervision import (
@@ -183,6 +184,10 @@ def supervise(assignment: Assignment, body: Body) -> None:
         if isinstance(action, Finish):
             return
         if isinstance(action, Escalate):
+            reason = halt_reason(action.cause)
+            if reason is not None:  # whole, in the traceback Spark carries to the driver
+                halt = TopologyHalt(reason)
+                raise ProcessorFailed(assignment.processor, halt) from halt
             raise ProcessorFailed(assignment.processor, action.cause)
         log.warning("incarnation pid %d %s; starting the next one in this task%s (restart "
                     "%d in a row, %d in all)", incarnation.pid, action.reason,

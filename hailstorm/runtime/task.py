@@ -65,8 +65,8 @@ def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel
     shell.on_flowing = channel.flowing
     try:
         shell.run()
-    except TopologyHalt as exc:
-        return Outcome(Ended.HALTED, describe(exc))
+    except TopologyHalt as exc:  # whole: the driver prints the halt's reason
+        return Outcome(Ended.HALTED, " ".join(f"{type(exc).__name__}: {exc}".split()))
     except RestartRequired as exc:
         superseded = shell.coord is not None and shell.coord.superseded is not None
         return Outcome(Ended.SUPERSEDED if superseded else Ended.RESTARTED, describe(exc))

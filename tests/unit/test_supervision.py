@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.causes import ProcessorFailed
 from hailstorm.runtime.supervision import (
@@ -138,10 +140,14 @@ def test_the_task_restarts_a_killed_or_failed_incarnation_in_place() -> None:
 
 
 def test_the_task_fails_with_a_halt_and_after_too_many_restarts() -> None:
-    body, read = _script(Outcome(Ended.HALTED, "TopologyHalt: [halt] gone"))
-    with pytest.raises(ProcessorFailed, match=r"\[halt\] gone"):
+    reason = "the sink is behind: " + "x" * 2000  # longer than a cause: kept whole
+    body, read = _script(Outcome(Ended.HALTED, f"TopologyHalt: [halt] {reason}"))
+    with pytest.raises(ProcessorFailed, match=r"\[halt\] the sink is behind") as failed:
         supervise(ASSIGNMENT, body)
     read()
+    halt = failed.value.__cause__
+    assert isinstance(halt, TopologyHalt) and halt.reason == reason
+    assert halt_reason("".join(traceback.format_exception(failed.value))) == reason
     fails = [Outcome(Ended.FAILED, "OSError: boom")] * (LOCAL_RESTARTS + 1)
     body, read = _script(*fails)
     with pytest.raises(ProcessorFailed, match="bolt:counts:0: OSError: boom"):
