@@ -122,9 +122,10 @@ class Shell:
         self.joined: int | None = None
         self.joined_event = threading.Event()
         self._answered: set[tuple[str, int, bool]] = set()
-        #: Called once the run this incarnation joined flows (its task's supervisor learns
-        #: that the topology recovered: :mod:`hailstorm.runtime.supervision`).
-        self.on_flowing: Callable[[], None] = lambda: None
+        #: Called when a round of the run this incarnation joined committed (its task's
+        #: supervisor learns that the topology made progress:
+        #: :mod:`hailstorm.runtime.supervision`).
+        self.on_progress: Callable[[], None] = lambda: None
         self._failure: BaseException | None = None
         self._failure_lock = threading.Lock()
         self._waits = Waits()
@@ -392,8 +393,8 @@ class Shell:
             return
         self._answered.add(_answer_key(state))
         self.on_state(state)
-        if isinstance(state, Flowing):
-            self.on_flowing()
+        if isinstance(state, Flowing) and state.clock is None and epoch > self.joined:
+            self.on_progress()  # Flowing(None) after the run's own: a round committed
 
     def answered(self, state: Any) -> bool:
         """Did this processor act on ``state`` already (each ``(state, epoch)`` once)?"""

@@ -12,8 +12,9 @@ What still ends the task:
 
 * the topology stopped, or the driver started another stage attempt: it ends cleanly;
 * the topology halted (:mod:`hailstorm.halt`): it fails with the halt, so the driver stops;
-* incarnations keep ending without the topology flowing in between
-  (:data:`LOCAL_RESTARTS` in a row): it fails with the last cause, and Spark's stage
+* incarnations keep ending without a round committed in between (:data:`LOCAL_RESTARTS`
+  in a row: a processor failing on every replay fails right after the topology recovered,
+  so flowing again is no progress): it fails with the last cause, and Spark's stage
   resubmission (with the driver's backoff and its give-up) takes over, as for a hung
   process that only a new stage replaces.
 
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 LOCAL_RESTARTS = 3
-"""Incarnations in a row that may end without the topology flowing in between before the
+"""Incarnations in a row that may end without a round committed in between before the
 task fails and leaves the restart to Spark's stage resubmission."""
 
 RESTART_DELAYS = (0.0, 0.2, 1.0)
@@ -77,26 +78,26 @@ class Ended(enum.Enum):
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one incarnation ended, what it said, and whether its run was flowing."""
+    """How one incarnation ended, what it said, and whether its run committed a round."""
 
     ended: Ended
     cause: str = ""
     """``Type: message`` of its error (or what killed it); empty for a clean end."""
-    flowed: bool = False
-    """It saw its run flowing (the topology had recovered) before it ended."""
+    progressed: bool = False
+    """It saw a round of its run commit before it ended."""
 
     def to_json(self) -> str:
         return json.dumps({"ended": self.ended.value, "cause": self.cause})
 
     @classmethod
-    def from_json(cls, text: str, flowed: bool) -> Outcome:
+    def from_json(cls, text: str, progressed: bool) -> Outcome:
         """The outcome an incarnation wrote (one JSON object), or :attr:`Ended.KILLED` when
         it wrote none or garbage (it died mid-write)."""
         try:
             raw = json.loads(text)
-            return cls(Ended(raw["ended"]), str(raw.get("cause", "")), flowed)
+            return cls(Ended(raw["ended"]), str(raw.get("cause", "")), progressed)
         except (ValueError, KeyError, TypeError):
-            return cls(Ended.KILLED, "it ended without saying why", flowed)
+            return cls(Ended.KILLED, "it ended without saying why", progressed)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class Supervision:
     def __init__(self, limit: int = LOCAL_RESTARTS) -> None:
         self.limit = limit
         self.in_a_row = 0
-        """Restarts since an incarnation last saw its run flowing."""
+        """Restarts since an incarnation last saw a round commit."""
         self.restarts = 0
         """Restarts in this task, in all."""
 
@@ -139,12 +140,12 @@ class Supervision:
             return Finish()
         if outcome.ended is Ended.HALTED:
             return Escalate(outcome.cause)
-        if outcome.flowed:
+        if outcome.progressed:
             self.in_a_row = 0
         if self.in_a_row >= self.limit:
             return Escalate(
                 f"{outcome.cause or outcome.ended.value} ({self.in_a_row + 1} incarnations in "
-                f"a row ended without the topology flowing in between; leaving the restart "
+                f"a row ended without a round committed in between; leaving the restart "
                 f"to Spark)")
         delay = RESTART_DELAYS[min(self.in_a_row, len(RESTART_DELAYS) - 1)]
         self.in_a_row += 1

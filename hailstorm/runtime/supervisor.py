@@ -3,7 +3,8 @@
 :func:`supervise` forks a process per incarnation and starts the next one when it ends, as
 :class:`~hailstorm.runtime.supervision.Supervision` decides (the rules are in
 :mod:`hailstorm.runtime.supervision`). An incarnation tells its task how it ended over a
-pipe (one JSON line, after a ``flowing`` line once its run flowed); one that died without
+pipe (one JSON line, after a ``progress`` line once a round of its run committed); one that
+died without
 a word was killed. Each incarnation dies with its task (``PR_SET_PDEATHSIG``): when Spark
 kills a task, its processor goes with it, as when the task ran the processor itself.
 """
@@ -36,7 +37,7 @@ __all__ = ["Body", "Channel", "Incarnation", "supervise"]
 
 log = logging.getLogger("hailstorm.supervisor")
 
-FLOWING = b"flowing\n"
+PROGRESS = b"progress\n"
 POLL = 0.1
 """How often the task looks at an incarnation that is stopped, or at stopped ones it left."""
 _PR_SET_PDEATHSIG = 1
@@ -47,13 +48,13 @@ class Channel:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._flowed = False
+        self._progressed = False
 
-    def flowing(self) -> None:
-        """Say (once) that the run this incarnation joined is flowing."""
-        if not self._flowed:
-            self._flowed = True
-            self._write(FLOWING)
+    def progress(self) -> None:
+        """Say (once) that a round of the run this incarnation joined committed."""
+        if not self._progressed:
+            self._progressed = True
+            self._write(PROGRESS)
 
     def finish(self, outcome: Outcome) -> None:
         self._write(outcome.to_json().encode() + b"\n")
@@ -105,24 +106,24 @@ class Incarnation:
                 self._said += chunk
 
     @property
-    def flowed(self) -> bool:
+    def progressed(self) -> bool:
         self._drain()
-        return FLOWING in self._said
+        return PROGRESS in self._said
 
     def outcome(self, status: int) -> Outcome:
         """How it ended, from its wait status and what it said."""
         self._drain()
         os.close(self.pipe)
-        flowed = FLOWING in self._said
+        progressed = PROGRESS in self._said
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)
             try:
                 name = signal.Signals(number).name
             except ValueError:
                 name = f"signal {number}"
-            return Outcome(Ended.KILLED, f"killed by {name}", flowed)
-        last = self._said.replace(FLOWING, b"").strip().rsplit(b"\n", 1)[-1]
-        return Outcome.from_json(last.decode(errors="replace"), flowed)
+            return Outcome(Ended.KILLED, f"killed by {name}", progressed)
+        last = self._said.replace(PROGRESS, b"").strip().rsplit(b"\n", 1)[-1]
+        return Outcome.from_json(last.decode(errors="replace"), progressed)
 
     def wait(self, session_timeout: float, left: list[Incarnation]) -> Outcome:
         """Wait until it ends, or has been stopped past its session (then it joins
@@ -138,7 +139,7 @@ class Incarnation:
                 if stopped_since is not None and replace_stopped(stopped, session_timeout):
                     left.append(self)
                     return Outcome(Ended.LOST, f"stopped for {stopped:.1f} s, longer than "
-                                   "its ZooKeeper session", self.flowed)
+                                   "its ZooKeeper session", self.progressed)
                 time.sleep(POLL)
             elif os.WIFSTOPPED(status):
                 stopped_since = time.monotonic()

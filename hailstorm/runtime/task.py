@@ -62,7 +62,7 @@ def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel
         shell = BoltShell(assignment, topology)
     else:
         shell = SinkShell(assignment, topology)
-    shell.on_flowing = channel.flowing
+    shell.on_progress = channel.progress
     try:
         shell.run()
     except TopologyHalt as exc:  # whole: the driver prints the halt's reason

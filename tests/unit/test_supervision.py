@@ -53,7 +53,7 @@ def test_the_first_restart_is_immediate_and_later_ones_back_off() -> None:
     assert delays[0] == Restart(0.0, "killed (killed by SIGKILL)")
 
 
-def test_restarts_without_the_topology_flowing_are_left_to_spark() -> None:
+def test_restarts_without_a_committed_round_are_left_to_spark() -> None:
     supervision = Supervision()
     for _ in range(LOCAL_RESTARTS):
         assert isinstance(supervision.after(Outcome(Ended.FAILED, "OSError: boom")), Restart)
@@ -63,14 +63,15 @@ def test_restarts_without_the_topology_flowing_are_left_to_spark() -> None:
 
 
 @given(st.lists(st.tuples(st.sampled_from(RESTARTING), st.booleans()), max_size=40))
-def test_an_incarnation_that_flowed_resets_the_count(history: list[tuple[Ended, bool]]) -> None:
+def test_an_incarnation_that_saw_a_commit_resets_the_count(
+        history: list[tuple[Ended, bool]]) -> None:
     """Restart while fewer than LOCAL_RESTARTS incarnations in a row ended without their run
-    flowing; escalate exactly when one more would exceed it."""
+    a round committed; escalate exactly when one more would exceed it."""
     supervision = Supervision()
     in_a_row = 0
-    for ended, flowed in history:
-        action = supervision.after(Outcome(ended, "E: x", flowed))
-        in_a_row = 0 if flowed else in_a_row
+    for ended, progressed in history:
+        action = supervision.after(Outcome(ended, "E: x", progressed))
+        in_a_row = 0 if progressed else in_a_row
         if in_a_row >= LOCAL_RESTARTS:
             assert isinstance(action, Escalate)
             return
@@ -81,7 +82,7 @@ def test_an_incarnation_that_flowed_resets_the_count(history: list[tuple[Ended, 
 
 def test_an_outcome_survives_the_pipe_and_garbage_is_a_kill() -> None:
     outcome = Outcome(Ended.FAILED, "DataPlaneError: bolt:a:0 closed its connection")
-    assert Outcome.from_json(outcome.to_json(), True) == replace(outcome, flowed=True)
+    assert Outcome.from_json(outcome.to_json(), True) == replace(outcome, progressed=True)
     assert Outcome.from_json('{"ended": "fail', False).ended is Ended.KILLED
     assert Outcome.from_json('{"ended": "nonsense"}', False).ended is Ended.KILLED
 
@@ -111,7 +112,7 @@ def _script(*outcomes: Outcome | str) -> tuple[Body, Callable[[], list[int | Non
             turn = len(done.readlines()) - 1
         step = outcomes[turn]
         if step == "kill":
-            channel.flowing()
+            channel.progress()
             os.kill(os.getpid(), signal.SIGKILL)
         if step == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
