@@ -197,14 +197,24 @@ class MetricsServer:
         self._thread = thread
         self.port = int(server.server_port)
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """Stop serving; without ``wait`` on a thread of its own: the server's loop looks
+        for the stop only every 0.5 s, and a processor ending has better things to do."""
         server, self._server = self._server, None
-        if server is not None:
-            try:
-                server.shutdown()
-                server.server_close()
-            except Exception:  # broad: shutdown path; a failure to stop is only logged
-                log.debug("stopping the metrics server failed", exc_info=True)
+        if server is None:
+            return
+        if not wait:
+            threading.Thread(target=_stop, args=(server,), daemon=True).start()
+            return
+        _stop(server)
+
+
+def _stop(server: Any) -> None:
+    try:
+        server.shutdown()
+        server.server_close()
+    except Exception:  # broad: shutdown path; a failure to stop is only logged
+        log.debug("stopping the metrics server failed", exc_info=True)
 
 
 def start_server(registry: Registry, host: str) -> MetricsServer | None:

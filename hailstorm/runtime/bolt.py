@@ -346,7 +346,7 @@ class BoltShell(InboundShell):
     def _writer(self) -> None:
         while not self.stopping.is_set():
             try:
-                chain, write = self.writes.get(timeout=0.5)
+                chain, write = self.writes.get(timeout=POLL)
             except queue.Empty:
                 continue
             clock = self.table.from_wire(write.clock)

@@ -177,7 +177,7 @@ class Shell:
                     info["metrics_host"] = metrics_host
             if self.listens:
                 self.listener = socket.create_server((address, 0))
-                self.listener.settimeout(0.5)
+                self.listener.settimeout(POLL)  # how soon the accept loop sees a stop
                 info["port"] = self.listener.getsockname()[1]
                 self._start_thread("accept", self._accept_loop)
             a = self.assignment
@@ -267,7 +267,7 @@ class Shell:
         if self.coord is not None:
             self.coord.close()
         if self.metrics_server is not None:
-            self.metrics_server.stop()
+            self.metrics_server.stop(wait=False)
         self.dead_letters.close()
         for thread in self._threads:
             thread.join(2.0)
