@@ -185,7 +185,8 @@ class Coordinator:
                     log.info("%s: took over the node a gone predecessor left (its session "
                              "outlives it)", node)
                     break
-                continue
+                if time.monotonic() < deadline:
+                    continue  # it changed meanwhile: look again
             gone = threading.Event()
             if self.client.exists(node, watch=_setter(gone)) is None:
                 continue

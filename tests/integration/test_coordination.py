@@ -137,6 +137,42 @@ def test_a_node_of_an_ended_stage_attempt_is_taken_over_and_its_owner_ends(
     assert new.superseded is None
 
 
+def test_a_predecessor_its_task_saw_end_is_taken_over_at_once(
+        hosts: str, name: str, made: list[Coordinator]) -> None:
+    """A processor's Spark task starts the next incarnation when one ends; a killed one's
+    session outlives it. The next takes its node over at once when it replaces exactly
+    that pid of the same task's worker on the same host, in one transaction (the node is
+    never missing), and waits for the session otherwise."""
+    info = {"pid": 4101, "worker": 4100, "host": "127.0.0.1", ATTEMPT_INFO: "a1"}
+    old = Coordinator(hosts, name, BOLT, info)
+    made.append(old)
+    old.register(timeout=5)
+    TopologyRecords(old.client, TopologyPaths(name)).write_expected(
+        ExpectedRecord((BOLT,), attempt="a1"))
+    node = TopologyPaths(name).living_node(BOLT)
+    seen_missing = threading.Event()
+
+    def watch(event: object) -> None:
+        if old.client.exists(node) is None:
+            seen_missing.set()
+    old.client.exists(node, watch=watch)
+    for replaces, other in ((4099, {}), (4101, {"worker": 4200}), (4101, {"host": "10.0.0.9"})):
+        imposter = Coordinator(hosts, name, BOLT, {**info, "pid": 4102, **other},
+                               replaces=replaces)
+        made.append(imposter)
+        with pytest.raises(CoordinationError, match="still exists"):
+            imposter.register(timeout=0.5)
+    new = Coordinator(hosts, name, BOLT, {**info, "pid": 4102}, replaces=4101)
+    made.append(new)
+    started = time.monotonic()
+    new.register(timeout=10)
+    assert time.monotonic() - started < 2, "no wait for the old session to expire"
+    assert new.reports()[BOLT].info["pid"] == 4102
+    assert not seen_missing.is_set(), "the node was replaced in one step"
+    with pytest.raises(CoordinationError, match="took it over"):
+        old.report(ProcessorState.READY, 3, loaded={})
+
+
 def test_master_watch_fires_on_creation_and_change(hosts: str, name: str,
                                                    made: list[Coordinator]) -> None:
     coord = Coordinator(hosts, name, BOLT)
