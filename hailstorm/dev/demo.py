@@ -2,12 +2,13 @@
 
 It brings an embedded stack up (ZooKeeper, Apache Kafka, PostgreSQL), starts the
 ``topologies/wordcount.py`` topology (two negotiators, every processor a task of one Spark
-barrier stage), produces text into ``words``, SIGKILLs a bolt's Spark Python worker half-way,
-waits until a committed round covers every message, and checks the ``word_counts`` table in
-PostgreSQL against the sequential reference model over exactly the messages produced. With
-``output="kafka"`` it runs ``topologies/wordstream.py`` instead and checks the newest record
-per word on the ``word-totals`` topic, read as a ``read_committed`` consumer would. Then it
-stops everything it started and brings the stack down.
+barrier stage), produces text into ``words``, SIGKILLs a bolt's process half-way (its Spark
+task starts the next incarnation), waits until a committed round covers every message, and
+checks the ``word_counts`` table in PostgreSQL against the sequential reference model over
+exactly the messages produced. With ``output="kafka"`` it runs ``topologies/wordstream.py``
+instead and checks the newest record per word on the ``word-totals`` topic, read as a
+``read_committed`` consumer would. Then it stops everything it started and brings the stack
+down.
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ stops reading its sockets and back-pressure reaches the spouts through TCP.
 Failures: an exception in any thread is recorded, the main thread raises it, reports it as
 ``error`` (keeping the session up to 3 s so the negotiator sees the error rather than a lost
 node), closes the session and the sockets, and the incarnation ends: its Spark task starts
-the next one (three in a row without a round committed in between, and the exception
-leaves the Spark task instead, for Spark to resubmit the stage). A
+the next one (once three restarts in a row came without a round committed in between, the
+next end leaves the Spark task instead, for Spark to resubmit the stage). A
 ZooKeeper error (even a transient connection loss) is fatal too: the topology restarts from
 its committed snapshots. A processor whose Spark task vanished dies with it.
 A :class:`~hailstorm.halt.TopologyHalt` (lost Kafka offsets, refused credentials, a sink

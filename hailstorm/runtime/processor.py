@@ -122,10 +122,9 @@ class Shell:
         self.joined: int | None = None
         self.joined_event = threading.Event()
         self._answered: set[tuple[str, int, bool]] = set()
-        #: Called when a round of the run this incarnation joined committed (its task's
-        #: supervisor learns that the topology made progress:
-        #: :mod:`hailstorm.runtime.supervision`).
-        self.on_progress: Callable[[], None] = lambda: None
+        #: Called once a round of the run this incarnation joined committed (its task learns
+        #: that the topology made progress: :mod:`hailstorm.runtime.supervision`).
+        self.on_progress: Callable[[], None] | None = None
         self._failure: BaseException | None = None
         self._failure_lock = threading.Lock()
         self._waits = Waits()
@@ -393,8 +392,12 @@ class Shell:
             return
         self._answered.add(_answer_key(state))
         self.on_state(state)
-        if isinstance(state, Flowing) and state.clock is None and epoch > self.joined:
-            self.on_progress()  # Flowing(None) after the run's own: a round committed
+        progress = self.on_progress
+        if progress and isinstance(state, Flowing) and state.clock is None and self.coord:
+            committed = self.coord.committed()  # a skipped round commits nothing
+            if committed is not None and committed.epoch > self.joined:
+                self.on_progress = None
+                progress()
 
     def answered(self, state: Any) -> bool:
         """Did this processor act on ``state`` already (each ``(state, epoch)`` once)?"""

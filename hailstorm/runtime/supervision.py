@@ -18,7 +18,8 @@ What still ends the task:
   resubmission (with the driver's backoff and its give-up) takes over, as for a hung
   process that only a new stage replaces.
 
-An incarnation stopped (SIGSTOP, a frozen container) for longer than
+An incarnation stopped (SIGSTOP: the task sees it stopped; a frozen cgroup freezes the task
+too) for longer than
 :data:`STOPPED_FACTOR` times its ZooKeeper session timeout lost its session: the topology
 recovers without it, so the task starts its replacement and leaves the stopped process
 alone; if it resumes, it finds its session lost and ends (a zombie, fenced like one whose

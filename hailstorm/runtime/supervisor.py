@@ -149,6 +149,13 @@ class Incarnation:
                 return self.outcome(status)
 
 
+    def end(self) -> None:
+        """SIGKILL it if it still runs, and reap it."""
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+
+
 def _reap(left: list[Incarnation]) -> None:
     """Collect the stopped incarnations the task left once they ended (they find their
     session lost when they resume)."""
@@ -177,10 +184,23 @@ def supervise(assignment: Assignment, body: Body) -> None:
     escalates (raise :class:`~hailstorm.runtime.causes.ProcessorFailed`)."""
     supervision = Supervision()
     left: list[Incarnation] = []
+    try:
+        _supervise(assignment, body, supervision, left)
+    finally:  # the task ends: so do the stopped incarnations it left, and any running one
+        for incarnation in left:
+            incarnation.end()
+
+
+def _supervise(assignment: Assignment, body: Body, supervision: Supervision,
+               left: list[Incarnation]) -> None:
     replaces: int | None = None
     while True:
         incarnation = Incarnation.start(replace(assignment, replaces=replaces), body)
-        outcome = incarnation.wait(assignment.session_timeout, left)
+        try:
+            outcome = incarnation.wait(assignment.session_timeout, left)
+        except BaseException:
+            incarnation.end()
+            raise
         action = supervision.after(outcome)
         if isinstance(action, Finish):
             return

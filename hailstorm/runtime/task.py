@@ -36,6 +36,12 @@ holds between two flushes or commits (rows buffered for a transaction, a batch's
 40-160 ms each, about 10% of the processors' CPU on per-user totals."""
 
 
+HALT_CHARS = 16_000
+"""Longest halt an incarnation tells its task: the reasons are short (a processor reports at
+most 2,000 characters), and the pipe's buffer (64 KiB) must hold the whole outcome, which the
+task reads only once the incarnation ended."""
+
+
 def run_processor(assignment: Assignment) -> None:
     """Run one processor instance, restarting it in this task as
     :mod:`hailstorm.runtime.supervision` decides; raise
@@ -65,13 +71,14 @@ def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel
     shell.on_progress = channel.progress
     try:
         shell.run()
-    except TopologyHalt as exc:  # whole: the driver prints the halt's reason
-        return Outcome(Ended.HALTED, " ".join(f"{type(exc).__name__}: {exc}".split()))
-    except RestartRequired as exc:
-        superseded = shell.coord is not None and shell.coord.superseded is not None
-        return Outcome(Ended.SUPERSEDED if superseded else Ended.RESTARTED, describe(exc))
+    except TopologyHalt as exc:  # whole (up to a pipe's buffer): the driver prints it
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return Outcome(Ended.HALTED, text[:HALT_CHARS])
     except BaseException as exc:  # broad: named, so the task can say which processor and why
-        return Outcome(Ended.FAILED, describe(exc))
+        if shell.coord is not None and shell.coord.superseded is not None:
+            return Outcome(Ended.SUPERSEDED, describe(exc))  # its stage attempt is over
+        ended = Ended.RESTARTED if isinstance(exc, RestartRequired) else Ended.FAILED
+        return Outcome(ended, describe(exc))
     return Outcome(Ended.STOPPED)
 
 

@@ -56,7 +56,7 @@ from hailstorm.protocol.layout import (
     TopologyPaths,
 )
 from hailstorm.protocol.records import TopologyRecords
-from hailstorm.protocol.states import Flowing, Initialize, SpoutsRewind
+from hailstorm.protocol.states import Initialize
 from hailstorm.topic import Topic
 from hailstorm.topology import Topology, load_topology
 from hailstorm.zookeeper import zk_client
@@ -319,17 +319,20 @@ class Deployment:
 
     def joined_recovery(self, epoch: int, processor: str, gone: int,
                         timeout: float = 60.0) -> bool:
-        """Whether the recovery under way in ``Initialize(epoch)`` went on to
-        ``SpoutsRewind(epoch)`` with an incarnation of ``processor`` other than the pid
-        ``gone`` (False: the topology restarted again, or nothing moved within ``timeout``
-        seconds)."""
+        """Whether the recovery under way in ``Initialize(epoch)`` went on (to
+        ``SpoutsRewind(epoch)`` and beyond, no newer recovery recorded) with an incarnation
+        of ``processor`` other than the pid ``gone`` (False: the topology restarted again,
+        or nothing moved within ``timeout`` seconds)."""
         def moved() -> MasterRecord | None:
             record = self.master()
             return None if record is None or (record.state.epoch == epoch and isinstance(
                 record.state, Initialize)) else record
-        record = wait_for(f"Initialize({epoch}) to end", moved, timeout, self.alive, poll=0.05)
+        try:
+            wait_for(f"Initialize({epoch}) to end", moved, timeout, self.alive, poll=0.05)
+        except HarnessError:
+            return False
         report = self.processors().get(processor)
-        return record.state.epoch == epoch and isinstance(record.state, SpoutsRewind | Flowing) \
+        return not any(r.epoch > epoch for r in self.recoveries()) \
             and report is not None and report.info.get("pid") != gone
 
     def worker_of(self, processor: str) -> int:

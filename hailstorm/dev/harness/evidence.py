@@ -27,8 +27,9 @@ over."""
 JOINED_RECOVERY = "its next incarnation joined the recovery under way"
 """A processor failed in ``Initialize(e)`` (killed, or its session expired) and the next
 incarnation its Spark task started joined that same recovery: the master went on to
-``SpoutsRewind(e)``. The negotiator waits for a joining processor in ``Initialize`` (a
-restart would load the same round), so such a fault is absorbed: no recovery of its own."""
+``SpoutsRewind(e)`` with no newer recovery recorded. The negotiator waits for a joining
+processor in ``Initialize`` (a restart would load the same round), so such a fault is
+absorbed: no recovery of its own."""
 SESSION_EXPIRED = "session expired"
 """The victim's ``living`` node existed when it was stopped and ZooKeeper removed it (or
 another session owns it now): its session really expired."""
