@@ -47,10 +47,10 @@ class ProcessorFailed(HailstormError, RuntimeError):
         super().__init__(f"{MARK}{processor}: {self.cause}")
 
 
-def describe(error: BaseException) -> str:
-    """``Type: message`` on one line, at most :data:`CAUSE_CHARS` characters."""
+def describe(error: BaseException, limit: int = CAUSE_CHARS) -> str:
+    """``Type: message`` on one line, at most ``limit`` characters."""
     text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}"[:CAUSE_CHARS] if text else type(error).__name__
+    return f"{type(error).__name__}: {text}"[:limit] if text else type(error).__name__
 
 
 @dataclass(frozen=True)

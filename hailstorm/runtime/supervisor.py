@@ -4,9 +4,9 @@
 :class:`~hailstorm.runtime.supervision.Supervision` decides (the rules are in
 :mod:`hailstorm.runtime.supervision`). An incarnation tells its task how it ended over a
 pipe (one JSON line, after a ``progress`` line once a round of its run committed); one that
-died without
-a word was killed. Each incarnation dies with its task (``PR_SET_PDEATHSIG``): when Spark
-kills a task, its processor goes with it, as when the task ran the processor itself.
+died without a word was killed. Each incarnation dies with its task (``PR_SET_PDEATHSIG``):
+when Spark kills a task, its processor goes with it, as when the task ran the processor
+itself.
 """
 
 from __future__ import annotations
@@ -48,13 +48,11 @@ class Channel:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._progressed = False
 
     def progress(self) -> None:
-        """Say (once) that a round of the run this incarnation joined committed."""
-        if not self._progressed:
-            self._progressed = True
-            self._write(PROGRESS)
+        """Say that a round of the run this incarnation joined committed (the shell says it
+        once: :attr:`~hailstorm.runtime.processor.Shell.on_progress`)."""
+        self._write(PROGRESS)
 
     def finish(self, outcome: Outcome) -> None:
         self._write(outcome.to_json().encode() + b"\n")
@@ -112,9 +110,8 @@ class Incarnation:
 
     def outcome(self, status: int) -> Outcome:
         """How it ended, from its wait status and what it said."""
-        self._drain()
+        progressed = self.progressed
         os.close(self.pipe)
-        progressed = PROGRESS in self._said
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)
             try:
@@ -135,8 +132,8 @@ class Incarnation:
             _reap(left)
             pid, status = os.waitpid(self.pid, flags)
             if pid == 0:
-                stopped = time.monotonic() - (stopped_since or time.monotonic())
-                if stopped_since is not None and replace_stopped(stopped, session_timeout):
+                stopped = 0.0 if stopped_since is None else time.monotonic() - stopped_since
+                if replace_stopped(stopped, session_timeout):
                     left.append(self)
                     return Outcome(Ended.LOST, f"stopped for {stopped:.1f} s, longer than "
                                    "its ZooKeeper session", self.progressed)

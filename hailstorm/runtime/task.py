@@ -72,8 +72,7 @@ def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel
     try:
         shell.run()
     except TopologyHalt as exc:  # whole (up to a pipe's buffer): the driver prints it
-        text = " ".join(f"{type(exc).__name__}: {exc}".split())
-        return Outcome(Ended.HALTED, text[:HALT_CHARS])
+        return Outcome(Ended.HALTED, describe(exc, HALT_CHARS))
     except BaseException as exc:  # broad: named, so the task can say which processor and why
         if shell.coord is not None and shell.coord.superseded is not None:
             return Outcome(Ended.SUPERSEDED, describe(exc))  # its stage attempt is over
