@@ -53,7 +53,7 @@ from hailstorm.protocol.layout import (
     TopologyPaths,
 )
 from hailstorm.protocol.records import TopologyRecords
-from hailstorm.protocol.states import Initialize
+from hailstorm.protocol.states import Initialize, MasterState, Restarting
 from hailstorm.zookeeper import ensure_paths, zk_client
 
 __all__ = ["CoordinationError", "Coordinator"]
@@ -107,6 +107,9 @@ class Coordinator:
         #: The round after whose snapshot a sweep dropped what none holds (see
         #: :meth:`report_swept`), in every report.
         self.swept_after: int | None = None
+        #: The epoch of the ``Initialize`` whose run this incarnation joined, in every
+        #: report once it joined (a local recovery's restarted instances join that run).
+        self.run: int | None = None
         self.superseded: str | None = None
         """The stage attempt that ``expected`` names once it is no longer this
         incarnation's (see :meth:`_follow_attempts`); None while it is."""
@@ -269,7 +272,7 @@ class Coordinator:
         waited out and an unsaved sweep included)."""
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info, corrupt,
-            self.waiting, lost_peer, backfill, self.swept_after,
+            self.waiting, lost_peer, backfill, self.swept_after, self.run,
         )
         try:
             owner = self.records.write_report(report).ephemeralOwner
@@ -353,8 +356,7 @@ class Coordinator:
             run = before.state.epoch if joined is None else joined
             deadline = time.monotonic() + linger
             now: MasterRecord | None = before
-            while now is not None and not (isinstance(now.state, Initialize)
-                                           and now.state.epoch > run):
+            while now is not None and not self._restarted(now.state, run, before.state.epoch):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.lost.is_set():
                     return
@@ -362,6 +364,14 @@ class Coordinator:
                 now = self.master()
         except Exception:  # broad: kazoo (ZooKeeper may be down); best effort, logged
             log.debug("could not report the error", exc_info=True)
+
+    def _restarted(self, state: MasterState, run: int, failed_in: int) -> bool:
+        """Whether ``state`` restarts this processor, which failed in the run of ``run``
+        (in the master state of epoch ``failed_in``): a newer ``Initialize``, or a local
+        recovery since that names it."""
+        if isinstance(state, Restarting):
+            return state.epoch > failed_in and self.processor in state.instances
+        return isinstance(state, Initialize) and state.epoch > run
 
     # -- reads --------------------------------------------------------------------------
 

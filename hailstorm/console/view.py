@@ -27,6 +27,9 @@ PHASES: tuple[Phase, ...] = ("flowing", "paused", "recovering", "stopped", "dead
 RECOVERING_STATES = frozenset({"Initialize", "SpoutsRewind", "NegotiatorDisconnected"})
 """Master states in which no instance is flowing: the topology is (re)starting."""
 
+LOCAL_RECOVERY_STATES = frozenset({"Restarting", "Replaying"})
+"""Master states of a local recovery: the instances it names recover, the others flow."""
+
 ROUNDS_KEPT = 60
 """How many snapshot rounds the timeline keeps."""
 
@@ -65,14 +68,17 @@ def master_phase(master: Mapping[str, Any] | None) -> Phase:
 def phase_of(processor: Mapping[str, Any], master: Mapping[str, Any] | None) -> Phase:
     """The phase of one instance (a processor row of the status document): ``dead`` when it
     failed, or is missing while the master does not know yet; ``recovering`` while the
-    master (re)starts the topology, whether the instance registered again or not yet;
+    master (re)starts the topology, whether the instance registered again or not yet, or
+    restarts this instance alone (a local recovery);
     ``stopped`` while the topology is stopped (its instances left on request)."""
     topology = master_phase(master)
     if topology == "stopped":
         return "stopped"
     if processor.get("error"):
         return "dead"
-    if topology == "recovering":
+    if topology == "recovering" or (
+            master is not None and master.get("state") in LOCAL_RECOVERY_STATES
+            and processor.get("id") in (master.get("instances") or ())):
         return "recovering"
     if not processor.get("registered"):
         return "dead"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hailstorm.negotiator.recovery_scope import RecoveryScope
 from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -41,18 +42,16 @@ class Config:
     snapshot_timeout: float = 60.0
     """Flowing(C): every bolt instance reported a durable snapshot at C."""
     local_recovery: bool = False
-    """Restart a failed instance alone where it can (:mod:`hailstorm.negotiator.recovery_scope`).
-    Off, and refused when on: processors and the driver cannot do it yet. Every recovery
-    records whether it could have been local meanwhile."""
+    """Restart a failed instance alone where it can (:mod:`hailstorm.negotiator.local`).
+    Off: the machine decides it, but the processors cannot do it yet, so the negotiator
+    refuses it (:class:`~hailstorm.negotiator.shell.Negotiator`). Every recovery records
+    whether it could have been local meanwhile."""
 
     def __post_init__(self) -> None:
         for name in ("snapshot_interval", "initialize_timeout", "rewind_timeout",
                      "pause_timeout", "snapshot_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
-        if self.local_recovery:
-            raise ValueError("local recovery is designed, not built: the processors and the "
-                             "driver cannot restart one instance alone yet (docs/deployment.md)")
 
     @classmethod
     def uniform(cls, snapshot_interval: float = 5.0, timeout: float = 60.0) -> Config:
@@ -159,6 +158,9 @@ class Decision:
     reason: str = ""
     wake_at: float | None = None
     """When to step again if nothing changes (the current wait's deadline)."""
+    scope: RecoveryScope | None = None
+    """A recovery from a failure: whether it restarts only the failed instances, and why
+    (None: no failure was weighed, e.g. a deadline; the recovery record says it)."""
 
     @property
     def commits(self) -> tuple[CommitClock, ...]:

@@ -43,6 +43,10 @@ A stop request (the ``stop`` node, :attr:`View.stop`) drains the topology::
     Stopped(e, C, by) -> Initialize(new)                    no stop request (a new run cleared
                                                             it) and a processor registered
 
+A failure while the topology flows (Flowing, SpoutsPaused) restarts only the failed
+instances where it can: Restarting, Replaying, back to Flowing (:mod:`hailstorm.negotiator.local`,
+behind :attr:`Config.local_recovery`).
+
 In Stopped the processors leave; losing them is no failure. Leaving Stopped (or
 NegotiatorDisconnected) for Initialize is a start; every other move to Initialize is a
 recovery.
@@ -50,8 +54,7 @@ recovery.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from hailstorm.negotiator.cadence import (
     BEHIND_WAIT_SHARE,
@@ -73,31 +76,40 @@ from hailstorm.negotiator.decision import (
     NegotiatorAction,
     View,
 )
+from hailstorm.negotiator.local import recover, replaying, restarting
+from hailstorm.negotiator.roster import (
+    Roster,
+    casualty_of,
+    names,
+    restart,
+    screen,
+    secs,
+    wait_until,
+)
 from hailstorm.negotiator.rounds import commit_of, not_committed, wrong_label
 from hailstorm.protocol.catchup import plan_rewind
 from hailstorm.protocol.clock import (
     NOTHING,
     Clock,
-    Partition,
     clock_to_json,
     merge_max,
 )
 from hailstorm.protocol.layout import (
     CommittedRecord,
-    LayoutError,
     ProcessorId,
     ProcessorReport,
     ProcessorState,
     Role,
     SnapshotReport,
     StopRequest,
-    parse_processor_id,
 )
 from hailstorm.protocol.states import (
     Flowing,
     Initialize,
     MasterState,
     NegotiatorDisconnected,
+    Replaying,
+    Restarting,
     SpoutsPaused,
     SpoutsRewind,
     Stopped,
@@ -117,150 +129,12 @@ __all__ = [
     "step",
 ]
 
-# --------------------------------------------------------------------------- helpers
-
-
-@dataclass(frozen=True)
-class _Roster:
-    """The view screened against the expected processors."""
-
-    expected: tuple[ProcessorId, ...]
-    reports: Mapping[ProcessorId, ProcessorReport]
-    """Usable reports of expected processors."""
-    registered: frozenset[ProcessorId]
-    """Expected processors with a living node (usable report or not)."""
-    stale: frozenset[ProcessorId]
-    """Expected processors whose living node is of an earlier stage attempt (it failed;
-    the node goes with its session)."""
-    snapshots: Mapping[ProcessorId, SnapshotReport]
-    notes: tuple[Ignored, ...]
-
-    @property
-    def partitions(self) -> frozenset[Partition]:
-        return frozenset(p.partition for p in self.expected if p.partition is not None)
-
-    def of(self, role: Role) -> tuple[ProcessorId, ...]:
-        return tuple(p for p in self.expected if p.role is role)
-
-
-def _screen(view: View, epoch: int) -> _Roster:
-    notes: list[Ignored] = []
-    expected: set[ProcessorId] = set()
-    for text in sorted(view.expected or ()):
-        try:
-            expected.add(parse_processor_id(text))
-        except LayoutError as exc:
-            notes.append(Ignored(text, f"unparseable expected processor id: {exc}"))
-    by_name = {str(p): p for p in expected}
-
-    reports: dict[ProcessorId, ProcessorReport] = {}
-    registered: set[ProcessorId] = set()
-    stale: set[ProcessorId] = set()
-    for name in sorted(view.living):
-        report = view.living[name]
-        pid = by_name.get(name)
-        if pid is None:
-            notes.append(Ignored(name, "unknown processor (not in the expected list)"))
-            continue
-        registered.add(pid)
-        if report is None:
-            notes.append(Ignored(name, "unreadable report"))
-        elif report.processor != name:
-            notes.append(Ignored(name, f"report claims to be {report.processor}"))
-        elif report.epoch > epoch:
-            notes.append(Ignored(name, f"report for future epoch {report.epoch} > {epoch}"))
-        elif not report.of_attempt(view.attempt):
-            stale.add(pid)
-        else:
-            reports[pid] = report
-
-    snapshots: dict[ProcessorId, SnapshotReport] = {}
-    for name in sorted(view.snapshots):
-        snap = view.snapshots[name]
-        pid = by_name.get(name)
-        if pid is None or pid.role not in SAVERS:
-            notes.append(Ignored(f"snapshot {name}", "not an expected bolt or sink instance"))
-        elif snap is None:
-            notes.append(Ignored(f"snapshot {name}", "unreadable snapshot report"))
-        elif snap.processor != name:
-            notes.append(Ignored(f"snapshot {name}", f"report claims to be {snap.processor}"))
-        elif snap.epoch > epoch:
-            notes.append(Ignored(f"snapshot {name}", f"future epoch {snap.epoch} > {epoch}"))
-        else:
-            snapshots[pid] = snap
-    return _Roster(tuple(sorted(expected)), reports, frozenset(registered), frozenset(stale),
-                   snapshots, tuple(notes))
-
-
-def _names(pids: Iterable[ProcessorId | str], limit: int = 5) -> str:
-    items = sorted(str(p) for p in pids)
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
-
-
-def _secs(seconds: float) -> str:
-    return f"{seconds:g} s"
-
-
-def _restart(state: MasterState, view: View, roster: _Roster, reason: str) -> Decision:
-    epoch = max(state.epoch, view.highest_epoch) + 1
-    return Decision(Initialize(epoch), roster.notes, reason)
-
-
-def _wait(roster: _Roster, view: View, deadline: float, what: str) -> Decision:
-    return Decision(None, roster.notes, what, wake_at=deadline)
-
-
-def _first_break(reports: Mapping[ProcessorId, ProcessorReport], noticed: str,
-                 report: ProcessorReport) -> tuple[str, ProcessorReport]:
-    """Follow ``lost_peer`` from ``noticed``'s report: a peer named lost that reports a
-    broken connection of its own only passed a failure on (it failed, then closed its
-    connections), so the last report of the chain names the processor whose connection
-    broke first. Stops at a cycle."""
-    by_name = {str(p): r for p, r in reports.items()}
-    seen = {noticed}
-    while report.lost_peer is not None and report.lost_peer not in seen:
-        peer = by_name.get(report.lost_peer)
-        if peer is None or peer.error is None or peer.lost_peer is None:
-            break
-        seen.add(report.lost_peer)
-        noticed, report = report.lost_peer, peer
-    return noticed, report
-
-
-def _casualty(roster: _Roster) -> str | None:
-    """Reason to restart when a member of the running topology is gone, restarted or failed
-    (only valid after Initialize: every expected processor was ready for this run)."""
-    if not roster.expected:
-        return "the expected processor list is gone"
-    lost = [p for p in roster.expected if p not in roster.registered]
-    if lost:
-        return f"{_names(lost)} lost (living node gone)"
-    if roster.stale:
-        return (f"the driver started another stage attempt: {_names(roster.stale)} "
-                f"{'is' if len(roster.stale) == 1 else 'are'} of the one that failed")
-    # A processor's own failure first: its peers' broken connections follow from it.
-    failed = sorted(((r.lost_peer is not None, str(p)), p, r)
-                    for p, r in roster.reports.items() if r.error is not None)
-    if failed:
-        _, pid, report = failed[0]
-        if report.lost_peer is not None:
-            noticed, report = _first_break(roster.reports, str(pid), report)
-            return (f"{report.lost_peer} lost: {noticed} reports its connection broke: "
-                    f"{report.error}")
-        return f"{pid} failed: {report.error}"
-    restarted = [p for p, r in roster.reports.items() if r.state is ProcessorState.JOINING]
-    if restarted:
-        return f"{_names(restarted)} restarted (reports joining)"
-    return None
-
-
 # --------------------------------------------------------------------------- step
 
 
 def step(state: MasterState, view: View, config: Config) -> Decision:
     """The next move of the negotiator, given ``state`` and a fresh ``view``."""
-    roster = _screen(view, state.epoch)
+    roster = screen(view, state.epoch)
     match state:
         case NegotiatorDisconnected():
             epoch = max(state.epoch, view.highest_epoch) + 1
@@ -277,10 +151,14 @@ def step(state: MasterState, view: View, config: Config) -> Decision:
             return _snapshotting(state, view, config, roster)
         case Stopped():
             return _stopped(state, view, config, roster)
+        case Restarting():
+            return restarting(state, view, config, roster)
+        case Replaying():
+            return replaying(state, view, config, roster)
     raise TypeError(f"not a master state: {state!r}")  # pragma: no cover
 
 
-def _stop_now(state: Initialize | SpoutsRewind, view: View, roster: _Roster,
+def _stop_now(state: Initialize | SpoutsRewind, view: View, roster: Roster,
               stop: StopRequest) -> Decision:
     """Stopped before anything flowed in epoch ``e``: at the committed clock."""
     clock = view.committed.clock if view.committed is not None else {}
@@ -289,7 +167,7 @@ def _stop_now(state: Initialize | SpoutsRewind, view: View, roster: _Roster,
                     f"{clock_to_json(clock)}")
 
 
-def _stopped(state: Stopped, view: View, config: Config, roster: _Roster) -> Decision:
+def _stopped(state: Stopped, view: View, config: Config, roster: Roster) -> Decision:
     """Stay stopped while the request stands; start when a new run cleared it and one of
     its processors registered. (No deadline: the wake-up only looks again.)"""
     look_again = view.now + config.initialize_timeout
@@ -305,7 +183,7 @@ def _stopped(state: Stopped, view: View, config: Config, roster: _Roster) -> Dec
                     wake_at=look_again)
 
 
-def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) -> Decision:
+def _initialize(state: Initialize, view: View, config: Config, roster: Roster) -> Decision:
     e = state.epoch
     if view.stop is not None:
         return _stop_now(state, view, roster, view.stop)
@@ -321,7 +199,7 @@ def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) 
             assert report.error is not None
             if report.corrupt is not None:
                 return _corrupt(state, view, roster, pid, report.corrupt, report.error)
-            return _restart(state, view, roster, f"{pid} failed: {report.error}")
+            return restart(state, view, roster, f"{pid} failed: {report.error}")
         unregistered = [p for p in roster.expected if p not in roster.registered]
         not_ready = [
             p for p in roster.expected
@@ -346,31 +224,31 @@ def _initialize(state: Initialize, view: View, config: Config, roster: _Roster) 
             )
         parts = []
         if unregistered:
-            parts.append(f"{_names(unregistered)} not registered")
+            parts.append(f"{names(unregistered)} not registered")
         if not_ready:
-            parts.append(f"{_names(not_ready)} not ready for epoch {e}")
+            parts.append(f"{names(not_ready)} not ready for epoch {e}")
         if roster.stale:
-            parts.append(f"{_names(roster.stale)} still of the failed stage attempt (the "
+            parts.append(f"{names(roster.stale)} still of the failed stage attempt (the "
                          f"node goes with its session)")
         pending = "; ".join(parts)
     if view.now >= deadline:
-        return _restart(
+        return restart(
             state, view, roster,
             f"initialize of epoch {e} abandoned after "
-            f"{_secs(config.initialize_timeout)}: {pending}",
+            f"{secs(config.initialize_timeout)}: {pending}",
         )
-    return _wait(roster, view, deadline, f"initialize epoch {e}: waiting, {pending}")
+    return wait_until(roster, view, deadline, f"initialize epoch {e}: waiting, {pending}")
 
 
-def _corrupt(state: Initialize, view: View, roster: _Roster, pid: ProcessorId, ref: str,
+def _corrupt(state: Initialize, view: View, roster: Roster, pid: ProcessorId, ref: str,
              error: str) -> Decision:
     """A bolt could not load ``ref``: fall back to the previous committed round when
     ``ref`` is of the committed round and there is one, else restart naming the file."""
     committed = view.committed
     if committed is None or ref not in committed.snapshots.values():
-        return _restart(state, view, roster, f"{pid} failed: {error}")
+        return restart(state, view, roster, f"{pid} failed: {error}")
     if committed.previous is None:
-        return _restart(state, view, roster,
+        return restart(state, view, roster,
                         f"{pid} cannot load {ref} of committed round {committed.epoch}, and "
                         f"there is no earlier committed round to fall back to: {error}")
     epoch = max(state.epoch, view.highest_epoch) + 1
@@ -389,13 +267,13 @@ def _ready(report: ProcessorReport | None, epoch: int) -> bool:
     return report.role is not Role.BOLT or report.loaded is not None
 
 
-def _rewind(state: SpoutsRewind, view: View, config: Config, roster: _Roster) -> Decision:
+def _rewind(state: SpoutsRewind, view: View, config: Config, roster: Roster) -> Decision:
     e, clock = state.epoch, state.clock
     if view.stop is not None:
         return _stop_now(state, view, roster, view.stop)
-    casualty = _casualty(roster)
+    casualty = casualty_of(roster)
     if casualty:
-        return _restart(state, view, roster, casualty)
+        return restart(state, view, roster, casualty)
     waiting = []
     for spout in roster.of(Role.SPOUT):
         report = roster.reports.get(spout)
@@ -406,7 +284,7 @@ def _rewind(state: SpoutsRewind, view: View, config: Config, roster: _Roster) ->
         want = clock.get(spout.partition, NOTHING)
         got = (report.position or {}).get(spout.partition)
         if got != want:
-            return _restart(
+            return restart(
                 state, view, roster,
                 f"{spout} rewound to offset {got} but epoch {e} rewinds to {want}",
             )
@@ -417,22 +295,22 @@ def _rewind(state: SpoutsRewind, view: View, config: Config, roster: _Roster) ->
         )
     deadline = view.entered_at + config.rewind_timeout
     if view.now >= deadline:
-        return _restart(
+        return restart(
             state, view, roster,
-            f"rewind of epoch {e} abandoned after {_secs(config.rewind_timeout)}: "
-            f"{_names(waiting)} did not report",
+            f"rewind of epoch {e} abandoned after {secs(config.rewind_timeout)}: "
+            f"{names(waiting)} did not report",
         )
-    return _wait(roster, view, deadline, f"rewind epoch {e}: waiting for {_names(waiting)}")
+    return wait_until(roster, view, deadline, f"rewind epoch {e}: waiting for {names(waiting)}")
 
 
-def _spout_reports(roster: _Roster) -> list[ProcessorReport | None]:
+def _spout_reports(roster: Roster) -> list[ProcessorReport | None]:
     return [roster.reports.get(spout) for spout in roster.of(Role.SPOUT)]
 
 
-def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
-    casualty = _casualty(roster)
+def _flowing(state: Flowing, view: View, config: Config, roster: Roster) -> Decision:
+    casualty = casualty_of(roster)
     if casualty:
-        return _restart(state, view, roster, casualty)
+        return recover(state, view, config, roster, casualty)
     if view.stop is not None:
         epoch = max(state.epoch, view.highest_epoch) + 1
         return Decision(SpoutsPaused(epoch, state.catching_up), roster.notes,
@@ -446,23 +324,23 @@ def _flowing(state: Flowing, view: View, config: Config, roster: _Roster) -> Dec
     elif view.now >= due and behind(state, spouts):
         wait = BEHIND_WAIT_SHARE * config.snapshot_interval
         if view.now < due + wait:
-            return _wait(roster, view, due + wait,
+            return wait_until(roster, view, due + wait,
                          f"flowing; the next snapshot round is due and waits up to "
-                         f"{_secs(round(due + wait - view.now, 3))} for the spouts to catch "
+                         f"{secs(round(due + wait - view.now, 3))} for the spouts to catch "
                          f"up with a backlog")
-        reason += f", and a spout still behind after waiting {_secs(wait)} more"
+        reason += f", and a spout still behind after waiting {secs(wait)} more"
     if view.now >= due:
         epoch = max(state.epoch, view.highest_epoch) + 1
         return Decision(SpoutsPaused(epoch, state.catching_up), roster.notes, reason)
-    return _wait(roster, view, due, f"flowing; next snapshot round in "
-                 f"{_secs(round(due - view.now, 3))}")
+    return wait_until(roster, view, due, f"flowing; next snapshot round in "
+                 f"{secs(round(due - view.now, 3))}")
 
 
-def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) -> Decision:
+def _paused(state: SpoutsPaused, view: View, config: Config, roster: Roster) -> Decision:
     e = state.epoch
-    casualty = _casualty(roster)
+    casualty = casualty_of(roster)
     if casualty:
-        return _restart(state, view, roster, casualty)
+        return recover(state, view, config, roster, casualty)
     waiting = []
     positions: list[Clock] = []
     backfills: list[Clock] = []
@@ -504,13 +382,13 @@ def _paused(state: SpoutsPaused, view: View, config: Config, roster: _Roster) ->
         )
     deadline = view.entered_at + config.pause_timeout
     if view.now >= deadline:
-        return _restart(
+        return restart(
             state, view, roster,
-            f"pause of snapshot round {e} abandoned after {_secs(config.pause_timeout)}: "
-            f"{_names(waiting)} did not report",
+            f"pause of snapshot round {e} abandoned after {secs(config.pause_timeout)}: "
+            f"{names(waiting)} did not report",
         )
     return Decision(None, tuple(notes),
-                    f"snapshot round {e}: waiting for {_names(waiting)} to pause",
+                    f"snapshot round {e}: waiting for {names(waiting)} to pause",
                     wake_at=deadline)
 
 
@@ -523,13 +401,13 @@ def _forget(epoch: int, refs: Iterable[str], previous: CommittedRecord | None
                            frozenset({epoch} | ({previous.epoch} if previous else set())))
 
 
-def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -> Decision:
+def _snapshotting(state: Flowing, view: View, config: Config, roster: Roster) -> Decision:
     e = state.epoch
     assert state.clock is not None
     clock = state.clock
-    casualty = _casualty(roster)
+    casualty = casualty_of(roster)
     if casualty:
-        return _restart(state, view, roster, casualty)
+        return recover(state, view, config, roster, casualty)
     committed = view.committed
     stop = view.stop
     if committed is not None and committed.epoch >= e:
@@ -548,13 +426,13 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
             continue
         wrong = wrong_label(bolt, snap, state)
         if wrong is not None:
-            return _restart(state, view, roster, wrong)
+            return restart(state, view, roster, wrong)
         refs[str(bolt)] = snap.ref
         saved[bolt] = snap
     if not waiting:
         clocks = commit_of(saved, state)
         if isinstance(clocks, str):
-            return _restart(state, view, roster, clocks)
+            return restart(state, view, roster, clocks)
         backwards = not_committed(clock, clocks, committed)
         if backwards is not None:
             return Decision(Flowing(e, None, catching_up=state.catching_up), roster.notes,
@@ -575,10 +453,10 @@ def _snapshotting(state: Flowing, view: View, config: Config, roster: _Roster) -
         return Decision(Flowing(e, None, catching_up=state.catching_up), actions, done)
     deadline = view.entered_at + config.snapshot_timeout
     if view.now >= deadline:
-        return _restart(
+        return restart(
             state, view, roster,
-            f"snapshot round {e} abandoned after {_secs(config.snapshot_timeout)}: "
-            f"{_names(waiting)} did not report",
+            f"snapshot round {e} abandoned after {secs(config.snapshot_timeout)}: "
+            f"{names(waiting)} did not report",
         )
-    return _wait(roster, view, deadline,
-                 f"snapshot round {e}: waiting for {_names(waiting)} to save")
+    return wait_until(roster, view, deadline,
+                 f"snapshot round {e}: waiting for {names(waiting)} to save")

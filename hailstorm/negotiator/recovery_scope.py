@@ -2,24 +2,25 @@
 while the rest of the topology keeps running (issue 42; the design is in docs/deployment.md,
 "Local recovery"). Pure.
 
-The machine restarts the whole topology after every failure today. :func:`recovery_scope`
-is the decision a local recovery is built on, made and recorded for every recovery already
-(:class:`RecoveryScope`, in the recovery record and the leader's log), so that runs show how
-many recoveries could have been local. It is acted upon only behind
+:func:`recovery_scope` is the decision a local recovery is built on, made and recorded for
+every recovery (:class:`RecoveryScope`, in the recovery record and the leader's log), so
+that runs show how many recoveries could have been local. The machine acts on it
+(:mod:`hailstorm.negotiator.local`) only behind
 :attr:`~hailstorm.negotiator.decision.Config.local_recovery`, which is off: the processors
-and the driver cannot restart one instance alone yet, so a local decision is recorded as
-"global: local recovery is off".
+cannot restart one instance alone yet, so a local decision is recorded as "global: local
+recovery is off".
 
-An instance can restart alone when what it needs can be replayed to it:
-
-* a spout re-reads its own partition from the committed clock; downstream instances drop
-  what they already have by origin (partition, offset), as after any rewind;
-* a bolt whose inputs are all spouts loads its state at the committed clock; its upstream
-  spouts re-read from that clock and send it, on their connections to it only, what is
-  routed to it; its downstream instances drop by origin what they already have.
+An instance can restart alone when what it needs can be replayed to it: a bolt whose inputs
+are all spouts loads its state at the committed clock; its upstream spouts re-read from
+that clock and send it, on their connections to it only, what is routed to it; its
+downstream instances drop by origin what they already have.
 
 Not so (the whole topology restarts, the reason naming the instance):
 
+* a spout: it would re-read its partition from the committed clock, and its downstream
+  bolts drop what they already have by origin; but they absorbed what it sent past that
+  clock, so a round may start only once the replacement passed it, which nothing reports
+  yet;
 * a sink: its upstream bolts keep no output, so nothing can resend what it had not
   committed;
 * a bolt reading another bolt: likewise, the upstream bolt's output since the committed
@@ -98,6 +99,10 @@ def _why_not_alone(instance: str, kinds: Mapping[str, Role],
         pid = parse_processor_id(instance)
     except LayoutError:
         return f"{instance} is no processor id"
+    if pid.role is Role.SPOUT:
+        return (f"{instance} is a spout: its bolts downstream absorbed what it sent past "
+                "the committed clock, and a round may start only once its replacement "
+                "passed that, which nobody reports yet")
     if pid.role is Role.SINK:
         return (f"{instance} is a sink: its upstream bolts keep no output to resend what it "
                 "had not committed")

@@ -62,6 +62,7 @@ from hailstorm.protocol.states import (
     Initialize,
     MasterState,
     NegotiatorDisconnected,
+    Restarting,
     SpoutsPaused,
     label,
 )
@@ -140,6 +141,10 @@ class Shell:
         metrics: NegotiatorMetrics | None = None,
         on_leadership: Callable[[bool], None] | None = None,
     ) -> None:
+        if config.local_recovery:
+            raise ValueError("local recovery is designed, not built: the negotiator decides "
+                             "it, but the processors cannot restart one instance alone yet "
+                             "(docs/deployment.md)")
         self.client = client
         self.paths = TopologyPaths(topology)
         self.config = config
@@ -305,10 +310,10 @@ class Shell:
         else:
             txn.set_data(self.paths.master, record.to_json(), version=obs.master_version)
         scope = None
-        if isinstance(new, Initialize) and new != obs.state:  # not a deadline renewed
+        if isinstance(new, Initialize | Restarting) and new != obs.state:  # not renewed
             if obs.state.phase not in START_PHASES:
                 view = obs.view
-                scope = recovery_scope(
+                scope = decision.scope or recovery_scope(
                     obs.state, failed_instances(view.expected or (), view.living),
                     view.expected or (), obs.edges, enabled=self.config.local_recovery)
             recovery = RecoveryRecord(new.epoch, now, label(obs.state), decision.reason,

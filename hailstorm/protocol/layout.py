@@ -53,6 +53,8 @@ from hailstorm.protocol.states import (
     Initialize,
     MasterState,
     NegotiatorDisconnected,
+    Replaying,
+    Restarting,
     SpoutsPaused,
     SpoutsRewind,
     Stopped,
@@ -360,14 +362,20 @@ _STATE_NAMES = {
     "SpoutsPaused": SpoutsPaused,
     "Flowing": Flowing,
     "Stopped": Stopped,
+    "Restarting": Restarting,
+    "Replaying": Replaying,
 }
+
+RecordedState = (Initialize | SpoutsRewind | SpoutsPaused | Flowing | Stopped | Restarting
+                 | Replaying)
+"""A master state the ``master`` znode holds (every one but NegotiatorDisconnected)."""
 
 
 @dataclass(frozen=True)
 class MasterRecord:
     """The ``master`` znode: the state plus when and why it was entered, and by whom."""
 
-    state: Initialize | SpoutsRewind | SpoutsPaused | Flowing | Stopped
+    state: RecordedState
     entered_at: float
     leader: str = ""
     reason: str = ""
@@ -384,6 +392,8 @@ class MasterRecord:
                 "reason": self.reason,
                 **({"by": self.state.by} if isinstance(self.state, Stopped) else {}),
                 **_catch_up_json(self.state),
+                **({"run": self.state.run, "instances": list(self.state.instances)}
+                   if isinstance(self.state, Restarting | Replaying) else {}),
             }
         )
 
@@ -395,7 +405,7 @@ class MasterRecord:
             clock = _clock_or_none(d.get("clock"))
             backfill = _clock_or_none(d.get("backfill"))
             catching_up = frozenset(map(str, d.get("catching_up") or ()))
-            state: Initialize | SpoutsRewind | SpoutsPaused | Flowing | Stopped
+            state: RecordedState
             if kind is Flowing:
                 state = Flowing(epoch, clock, backfill, catching_up)
             elif kind is SpoutsRewind:
@@ -408,6 +418,11 @@ class MasterRecord:
                 state = SpoutsPaused(epoch, catching_up)
             elif kind is Initialize:
                 state = Initialize(epoch)
+            elif kind is Restarting or kind is Replaying:
+                instances = d["instances"]
+                if not isinstance(instances, list) or not instances:
+                    raise LayoutError(f"{d['state']} without the instances it restarts")
+                state = kind(epoch, int(d["run"]), tuple(map(str, instances)), clock or {})
             else:
                 raise LayoutError(f"unknown master state {d['state']!r}")
             return cls(state, float(d["entered_at"]), str(d.get("leader", "")),
@@ -477,6 +492,10 @@ class ProcessorReport:
     data): the round of the last snapshot this bolt handed out before its sweep of closed
     windows dropped something no snapshot holds, with nothing read since: a round at an
     unchanged clock must still be taken to save it (``hailstorm.negotiator.cadence``).
+    ``run``: the epoch of the ``Initialize`` whose run this incarnation joined (None before
+    it joined, or written by an older processor): a local recovery's restarted instances
+    join that run. ``replayed`` (spouts, in a local recovery's ``Replaying(e)``): the
+    restarted instances this spout's replay reached its live position for.
     """
 
     processor: str
@@ -491,6 +510,11 @@ class ProcessorReport:
     lost_peer: str | None = None
     backfill: Clock | None = None
     swept_after: int | None = None
+    run: int | None = None
+    replayed: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replayed", tuple(sorted(set(self.replayed))))
 
     @property
     def role(self) -> Role:
@@ -522,6 +546,8 @@ class ProcessorReport:
                 **({} if self.lost_peer is None else {"lost_peer": self.lost_peer}),
                 **({} if self.backfill is None else {"backfill": clock_to_json(self.backfill)}),
                 **({} if self.swept_after is None else {"swept_after": self.swept_after}),
+                **({} if self.run is None else {"run": self.run}),
+                **({"replayed": list(self.replayed)} if self.replayed else {}),
             }
         )
 
@@ -536,6 +562,10 @@ class ProcessorReport:
             waiting = d.get("waiting")
             lost_peer = d.get("lost_peer")
             swept_after = d.get("swept_after")
+            run = d.get("run")
+            replayed = d.get("replayed") or ()
+            if not isinstance(replayed, list | tuple):
+                raise LayoutError(f"replayed is not a list: {replayed!r}")
             return cls(
                 str(pid),
                 ProcessorState(d["state"]),
@@ -549,6 +579,8 @@ class ProcessorReport:
                 None if lost_peer is None else str(lost_peer),
                 _clock_or_none(d.get("backfill")),
                 None if swept_after is None else int(swept_after),
+                None if run is None else int(run),
+                tuple(map(str, replayed)),
             )
 
         result: ProcessorReport = _load("processor report", raw, build)

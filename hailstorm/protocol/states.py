@@ -1,8 +1,9 @@
 """The master states of a topology (the paper's names, each tagged with an epoch).
 
 A *round* is numbered by its **epoch**. A new epoch starts whenever the master enters
-:class:`Initialize` (a new run after a failure or a negotiator start) or
-:class:`SpoutsPaused` (a new snapshot round); every other transition keeps the epoch.
+:class:`Initialize` (a new run after a failure or a negotiator start),
+:class:`SpoutsPaused` (a new snapshot round) or :class:`Restarting` (a local recovery);
+every other transition keeps the epoch.
 Processors tag every report with the epoch it answers, so a stale report is never taken for
 a current one. Epochs only increase, also across negotiator failover (the master record
 survives in ZooKeeper).
@@ -32,6 +33,8 @@ class Phase(enum.Enum):
     SPOUTS_PAUSED = "SpoutsPaused"
     FLOWING_SNAPSHOT = "Flowing(C)"
     STOPPED = "Stopped"
+    RESTARTING = "Restarting"
+    REPLAYING = "Replaying"
 
 
 def _frozen_clock(clock: Mapping[Partition, int]) -> Clock:
@@ -160,8 +163,46 @@ class Stopped:
         return Phase.STOPPED
 
 
+@dataclass(frozen=True)
+class _LocalRecovery:
+    """What both states of a local recovery say: its ``epoch``, the ``run`` (the epoch of
+    the ``Initialize``) the other instances joined, the failed ``instances`` that restart
+    alone and join it, and the committed ``clock`` they load."""
+
+    epoch: int
+    run: int
+    instances: tuple[str, ...]
+    clock: Clock = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "instances", tuple(sorted(set(self.instances))))
+        object.__setattr__(self, "clock", _frozen_clock(self.clock))
+
+
+class Restarting(_LocalRecovery):
+    """A local recovery (docs/deployment.md, "Local recovery"): only ``instances`` restart,
+    each loading the committed round at ``clock``, and join the run the others joined in
+    ``Initialize(run)``; the others keep flowing, no round starts, and a round pending when
+    the failure came is abandoned (the spouts resume without its clock)."""
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.RESTARTING
+
+
+class Replaying(_LocalRecovery):
+    """The restarted ``instances`` loaded ``clock``: the spouts upstream of each replay to
+    it, on its connections only, what they read after ``clock`` up to their live position,
+    and report when the replay joined the live stream. The others keep flowing, no round
+    starts."""
+
+    @property
+    def phase(self) -> Phase:
+        return Phase.REPLAYING
+
+
 MasterState = (NegotiatorDisconnected | Initialize | SpoutsRewind | SpoutsPaused | Flowing
-               | Stopped)
+               | Stopped | Restarting | Replaying)
 """Any master state."""
 
 
@@ -169,21 +210,28 @@ LEGAL_TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
     Phase.DISCONNECTED: frozenset({Phase.INITIALIZE}),
     Phase.INITIALIZE: frozenset({Phase.INITIALIZE, Phase.SPOUTS_REWIND, Phase.STOPPED}),
     Phase.SPOUTS_REWIND: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED}),
-    Phase.FLOWING: frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED}),
-    Phase.SPOUTS_PAUSED: frozenset({Phase.INITIALIZE, Phase.FLOWING_SNAPSHOT, Phase.FLOWING}),
-    Phase.FLOWING_SNAPSHOT: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED}),
+    Phase.FLOWING: frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED, Phase.RESTARTING}),
+    Phase.SPOUTS_PAUSED: frozenset({Phase.INITIALIZE, Phase.FLOWING_SNAPSHOT, Phase.FLOWING,
+                                    Phase.RESTARTING}),
+    Phase.FLOWING_SNAPSHOT: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED,
+                                       Phase.RESTARTING}),
     Phase.STOPPED: frozenset({Phase.INITIALIZE}),
+    Phase.RESTARTING: frozenset({Phase.INITIALIZE, Phase.REPLAYING, Phase.STOPPED}),
+    Phase.REPLAYING: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED}),
 }
 """Phase -> the phases the master may move to next. A stop drains: Flowing(None) starts a
 last round at once, whose commit enters Stopped; before anything flows (Initialize,
 SpoutsRewind) nothing was read past the committed clock, so Stopped follows at once. A
 round whose spouts paused at the committed clock with nothing new goes from SpoutsPaused
-straight back to Flowing(None): skipped, no snapshot written."""
+straight back to Flowing(None): skipped, no snapshot written. A local recovery
+(Restarting, then Replaying) starts from any state the topology flows in and ends in
+Flowing(None), or in Initialize when it cannot finish."""
 
 START_PHASES: frozenset[Phase] = frozenset({Phase.DISCONNECTED, Phase.STOPPED})
 """Leaving one of these for Initialize is a start, not a recovery."""
 
-NEW_EPOCH_PHASES: frozenset[Phase] = frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED})
+NEW_EPOCH_PHASES: frozenset[Phase] = frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED,
+                                                Phase.RESTARTING})
 """Entering one of these phases starts a new (strictly larger) epoch; others keep it."""
 
 
@@ -205,5 +253,7 @@ def label(state: MasterState) -> str:
             return f"Stopped({clock_to_json(clock)})"
         case Flowing(clock=clock) | SpoutsRewind(clock=clock) if clock is not None:
             return f"{type(state).__name__}({clock_to_json(clock)})"
+        case Restarting(instances=instances) | Replaying(instances=instances):
+            return f"{type(state).__name__}({', '.join(instances)})"
         case _:
             return type(state).__name__

@@ -411,6 +411,7 @@ class Shell:
 
     def report(self, state: ProcessorState, epoch: int, **kw: Any) -> None:
         assert self.coord is not None
+        self.coord.run = self.joined  # every report after joining names the run
         self.coord.report(state, epoch, **kw)
 
     # -- downstream -----------------------------------------------------------------------

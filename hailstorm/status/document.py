@@ -122,6 +122,7 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "leader": master.leader,
             "reason": master.reason,
             "stopped_by": getattr(master.state, "by", None),
+            "instances": list(getattr(master.state, "instances", ())),
         }
     doc["state"] = _state_label(master)
     doc["stopped"] = master is not None and isinstance(master.state, Stopped)

@@ -282,3 +282,11 @@ def test_the_console_says_it_waits_for_zookeeper_over_what_it_last_read() -> Non
     assert sampler.document()["problems"] == [
         "waiting for ZooKeeper at zk:2181, unavailable since 2026-11-18T11:06:40Z: what is "
         "shown was read at 2026-11-18T11:05:40Z"]
+
+
+def test_a_local_recovery_shows_only_its_instances_recovering() -> None:
+    master = {"state": "Restarting", "instances": ["bolt:counts:1"]}
+    assert phase_of({"id": "bolt:counts:1", "registered": True}, master) == "recovering"
+    assert phase_of({"id": "bolt:counts:0", "registered": True}, master) == "flowing"
+    assert phase_of({"id": "bolt:counts:1", "registered": True},
+                    {**master, "state": "Replaying"}) == "recovering"

@@ -992,7 +992,8 @@ def test_only_leaving_disconnected_or_stopped_is_a_start() -> None:
         assert not RecoveryRecord(4, 0.0, label(state), "").is_start
     for phase, targets in LEGAL_TRANSITIONS.items():
         assert (Phase.STOPPED in targets) == (phase in {
-            Phase.INITIALIZE, Phase.SPOUTS_REWIND, Phase.FLOWING_SNAPSHOT}), phase
+            Phase.INITIALIZE, Phase.SPOUTS_REWIND, Phase.FLOWING_SNAPSHOT, Phase.RESTARTING,
+            Phase.REPLAYING}), phase
 
 
 def test_a_cooperative_run_stops_and_starts_again_from_the_committed_clock() -> None:

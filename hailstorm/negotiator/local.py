@@ -1,0 +1,170 @@
+"""Local recovery in the negotiator's machine: restart the failed instances alone while
+the rest of the topology keeps flowing (issue 42; docs/deployment.md, "Local recovery").
+Pure.
+
+Transitions (``r`` a new epoch, ``J`` the run the survivors joined, ``K`` the committed
+clock, ``F`` the failed instances)::
+
+    Flowing(e, None), SpoutsPaused(e), Flowing(e, C)
+                      -> Restarting(r, J, F, K)     an instance failed and
+                                                    :func:`scope_of` says it can restart
+                                                    alone (a pending round is abandoned)
+    Restarting(r,J,F,K) -> Replaying(r, J, F, K)    every instance of F reports ready in r,
+                                                    its bolts loaded exactly K
+    Replaying(r,J,F,K)  -> Flowing(r, None)         every spout upstream of an instance of
+                                                    F reports its replay to it joined the
+                                                    live stream (``replayed``), in r
+    Restarting, Replaying -> Initialize(new)        a survivor failed, a restarted instance
+                                                    failed again, a bolt loaded another
+                                                    clock, or the wait timed out: the whole
+                                                    topology restarts, as without it
+    Restarting, Replaying -> Stopped(r, K, by)      a stop is requested: the next run
+                                                    replays from the committed clock
+
+No round starts meanwhile: the next one is due at once in the ``Flowing(r, None)`` that
+ends the recovery (its interval passed). Whether a failure can be recovered locally is
+:func:`scope_of`, which every recovery records.
+"""
+
+from __future__ import annotations
+
+from hailstorm.negotiator.decision import Config, Decision, View
+from hailstorm.negotiator.recovery_scope import RecoveryScope, failed_instances, recovery_scope
+from hailstorm.negotiator.roster import Roster, casualty_of, names, restart, secs, wait_until
+from hailstorm.protocol.clock import clock_to_json
+from hailstorm.protocol.layout import ProcessorId, ProcessorState, Role, parse_processor_id
+from hailstorm.protocol.states import (
+    Flowing,
+    MasterState,
+    Replaying,
+    Restarting,
+    SpoutsPaused,
+    Stopped,
+)
+
+__all__ = ["recover", "replaying", "restarting", "scope_of"]
+
+
+def _run_of_survivors(roster: Roster, failed: frozenset[str]) -> int | None:
+    """The run every instance but ``failed`` joined (None: unknown or not one run)."""
+    runs = {r.run for pid, r in roster.reports.items() if str(pid) not in failed}
+    if len(runs) != 1:
+        return None
+    (run,) = runs
+    return run
+
+
+def scope_of(state: MasterState, view: View, config: Config, roster: Roster) -> RecoveryScope:
+    """Whether a failure in ``state`` restarts only the failed instances: what
+    :func:`~hailstorm.negotiator.recovery_scope.recovery_scope` says of the instances and
+    the graph, and what the view allows (a stage attempt of the driver ended: its
+    processors are gone; nodes catching up keep clocks of their own; with no committed
+    round there is nothing to load; the survivors must have joined one run)."""
+    failed = failed_instances(view.expected or (), view.living)
+    edges = {(source, target) for target, sources in view.inputs.items() for source in sources}
+    scope = recovery_scope(state, failed, view.expected or (), edges,
+                           enabled=config.local_recovery)
+    if not scope.local:
+        return scope
+    why = None
+    if roster.stale:
+        why = f"the driver started another stage attempt ({names(roster.stale)} of the old)"
+    elif getattr(state, "catching_up", frozenset()):
+        why = "nodes are catching up on clocks of their own"
+    elif view.committed is None:
+        why = "no round committed yet: nothing to load"
+    elif _run_of_survivors(roster, failed) is None:
+        why = "the other instances did not all say which run they joined"
+    return scope if why is None else RecoveryScope(False, scope.failed, why)
+
+
+def recover(state: Flowing | SpoutsPaused, view: View, config: Config, roster: Roster,
+            casualty: str) -> Decision:
+    """Recover from ``casualty``: :class:`Restarting` the failed instances when
+    :func:`scope_of` allows, else ``Initialize`` (everything restarts)."""
+    scope = scope_of(state, view, config, roster)
+    if not scope.local:
+        return restart(state, view, roster, casualty, scope)
+    assert view.committed is not None
+    failed = frozenset(scope.failed)
+    run = _run_of_survivors(roster, failed)
+    assert run is not None
+    epoch = max(state.epoch, view.highest_epoch) + 1
+    abandoned = "" if isinstance(state, Flowing) and state.clock is None else \
+        f"; round {state.epoch} is abandoned"
+    return Decision(Restarting(epoch, run, scope.failed, view.committed.clock), roster.notes,
+                    f"{casualty}; {', '.join(scope.failed)} restart alone from committed "
+                    f"round {view.committed.epoch}{abandoned}", scope=scope)
+
+
+def _stop(state: Restarting | Replaying, view: View, roster: Roster, by: str) -> Decision:
+    return Decision(Stopped(state.epoch, state.clock, by), roster.notes,
+                    f"stop requested by {by} during the local recovery of "
+                    f"{', '.join(state.instances)}: the next run replays from the committed "
+                    f"clock {clock_to_json(state.clock)}")
+
+
+def restarting(state: Restarting, view: View, config: Config, roster: Roster) -> Decision:
+    """Wait for the restarted instances to load the committed round; anything else that
+    fails makes the recovery global."""
+    e, restarted = state.epoch, frozenset(state.instances)
+    if view.stop is not None:
+        return _stop(state, view, roster, view.stop.by)
+    casualty = casualty_of(roster, exempt=restarted, since=e)
+    if casualty:
+        return restart(state, view, roster, f"during the local recovery of "
+                       f"{', '.join(state.instances)}: {casualty}")
+    pending = []
+    for name in state.instances:
+        report = roster.reports.get(parse_processor_id(name))
+        if report is None or report.state is not ProcessorState.READY or report.epoch != e:
+            pending.append(name)
+        elif report.role is Role.BOLT and report.loaded != state.clock:
+            return restart(state, view, roster,
+                           f"{name} loaded {clock_to_json(report.loaded or {})}, not the "
+                           f"committed clock {clock_to_json(state.clock)}")
+    if not pending:
+        return Decision(Replaying(e, state.run, state.instances, state.clock), roster.notes,
+                        f"{', '.join(state.instances)} loaded the committed clock "
+                        f"{clock_to_json(state.clock)}; the spouts upstream replay to them")
+    deadline = view.entered_at + config.initialize_timeout
+    if view.now >= deadline:
+        return restart(state, view, roster,
+                       f"local recovery of epoch {e} abandoned after "
+                       f"{secs(config.initialize_timeout)}: {names(pending)} not ready")
+    return wait_until(roster, view, deadline,
+                      f"local recovery of epoch {e}: waiting for {names(pending)} to load")
+
+
+def upstream_spouts(instance: str, view: View, roster: Roster) -> tuple[ProcessorId, ...]:
+    """The spout instances feeding ``instance`` (by the graph's inputs)."""
+    inputs = view.inputs.get(parse_processor_id(instance).name, frozenset())
+    return tuple(s for s in roster.of(Role.SPOUT) if s.name in inputs)
+
+
+def replaying(state: Replaying, view: View, config: Config, roster: Roster) -> Decision:
+    """Wait for the spouts' replays to reach their live positions, then flow (a round is
+    due at once); anything that fails makes the recovery global."""
+    e = state.epoch
+    if view.stop is not None:
+        return _stop(state, view, roster, view.stop.by)
+    casualty = casualty_of(roster)
+    if casualty:
+        return restart(state, view, roster, f"during the local recovery of "
+                       f"{', '.join(state.instances)}: {casualty}")
+    pending = sorted({
+        f"{spout} to {name}" for name in state.instances
+        for spout in upstream_spouts(name, view, roster)
+        if (report := roster.reports.get(spout)) is None or report.epoch != e
+        or name not in report.replayed})
+    if not pending:
+        return Decision(Flowing(e, None), roster.notes,
+                        f"{', '.join(state.instances)} caught up: local recovery done")
+    deadline = view.entered_at + config.rewind_timeout
+    if view.now >= deadline:
+        return restart(state, view, roster,
+                       f"local recovery of epoch {e} abandoned after "
+                       f"{secs(config.rewind_timeout)}: the replay of {names(pending)} did "
+                       f"not reach the live stream")
+    return wait_until(roster, view, deadline,
+                      f"local recovery of epoch {e}: replaying {names(pending)}")
