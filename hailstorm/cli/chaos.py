@@ -16,6 +16,10 @@ from hailstorm import config
 from hailstorm.cli.group import _handle_errors, console, fail, main, out
 from hailstorm.dev.services import DevStack
 
+DEFAULT_PHASES = "Flowing,SpoutsPaused,RoundPending,Initialize,SpoutsRewind"
+"""Every master state a fault can be timed for (the harness's ``MASTER_PHASES``, which a
+unit test holds this to; the harness is imported only when the command runs)."""
+
 
 def _interrupted(_signum: int, _frame: object) -> NoReturn:
     raise KeyboardInterrupt
@@ -49,12 +53,13 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
                    "its Spark task restarts it), task (kill -9 of a processor's Spark task: "
                    "Spark resubmits the stage), negotiator, zk-session, zombie "
                    "(a sink stopped until its replacement committed, then resumed), stall (a "
-                   "bolt stopped for a few seconds, no restart) and broker (default: every "
-                   "kind but broker; every kind is used once when --kills allows; a kind "
+                   "bolt stopped for a few seconds, no restart), pair (two processors' "
+                   "processes killed at the same moment) and broker (default: every kind but "
+                   "pair and broker; every kind is used once when --kills allows; a kind "
                    "named n times is used n times).")
-@click.option("--phases", default="Flowing,SpoutsPaused,Initialize,SpoutsRewind",
-              show_default=True,
+@click.option("--phases", default=DEFAULT_PHASES, show_default=True,
               help="Master states to time faults for (each used once when --kills allows; "
+                   "RoundPending: a round's clock is out, the bolts and sinks saving it; "
                    "Initialize and SpoutsRewind first kill a processor to start a recovery "
                    "to hit: two faults at once). Broker faults always hit a flowing topology.")
 @click.option("--partitions", type=click.IntRange(min=1), default=4, show_default=True)

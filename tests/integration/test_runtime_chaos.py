@@ -1,7 +1,7 @@
 """Chaos: ``hailstorm chaos`` on word count keeps exactly the model's state while Spark
 workers are SIGKILLed, the negotiator leader is SIGKILLed, processors' ZooKeeper sessions
-expire, a sink turns zombie and a bolt stalls; every fault must be shown to have bitten,
-and the command's report says so."""
+expire, a sink turns zombie, a bolt stalls and two processors die at once, in every master
+state; every fault must be shown to have bitten, and the command's report says so."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hailstorm.dev.harness.faults import RECOVERY_PHASES
 
 pytestmark = pytest.mark.integration
 
-KINDS = ("processor", "task", "negotiator", "zk-session", "zombie", "stall")
+KINDS = ("processor", "task", "negotiator", "zk-session", "zombie", "stall", "pair")
 SEED = 7
 MESSAGES = 40_000
 
@@ -28,11 +28,12 @@ def test_chaos_command_keeps_wordcount_exact_under_faults_of_every_kind(
 ) -> None:
     """``hailstorm chaos --use-env`` on the session's stack: 40k realistic lines (Zipf:
     50,000 words, most rare, so a stale upsert of a zombie would stay in the table; 10
-    words a line, at 600 lines/s, longer while faults remain); 6 faults, one of every kind:
+    words a line, at 600 lines/s, longer while faults remain); 7 faults, one of every kind:
     a kill -9 of a random spout's, bolt's or sink's process (its Spark task restarts it)
     and of another's Spark task (Spark resubmits the stage), the negotiator leader killed,
-    a ZooKeeper session expired, a zombie sink and a stalled bolt, in a seeded random order,
-    timed for every master state; on PostgreSQL. Every fault must bite, with its evidence,
+    a ZooKeeper session expired, a zombie sink, a stalled bolt and two processes killed at
+    the same moment, in a seeded random order, timed for every master state (a round
+    pending among them); on PostgreSQL. Every fault must bite, with its evidence,
     and cause exactly the restarts the plan implies; the states, the table and the dead
     letters must equal both oracles and the count by hand, and the command exit 0 with a
     report of 0 lost, 0 duplicated, 0 wrong. Longer plans (more faults of each kind, other
@@ -53,8 +54,11 @@ def test_chaos_command_keeps_wordcount_exact_under_faults_of_every_kind(
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["topology"] == "wordcount" and report["seed"] == SEED
     assert report["faults_by_kind"] == {"processor": 1, "task": 1, "negotiator": 1,
-                                        "zk-session": 1, "zombie": 1, "stall": 1}
+                                        "zk-session": 1, "zombie": 1, "stall": 1, "pair": 1}
     faults = report["recoveries"]
+    # Two processes killed at the same moment: one recovery restarted both.
+    pair = next(r for r in faults if r["kind"] == "pair")
+    assert "at once" in pair["detail"] and pair["evidence"]["victim gone"], pair
     # The zombie stopped just before a commit, resumed after its replacement committed, and
     # its table fenced it: it wrote nothing.
     zombie = next(r for r in faults if r["kind"] == "zombie")

@@ -315,3 +315,24 @@ def test_a_kill_records_whether_its_victim_was_alive_and_is_gone() -> None:
     assert late.evidence == {VICTIM_GONE: False}
     assert "had ended before the SIGKILL" in late.detail
     assert missing_evidence(late, recovered=True) == [VICTIM_GONE]
+
+
+def test_a_pair_is_killed_at_once_and_recovered_by_a_recovery_naming_either() -> None:
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    second = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    pair = _hit("pair", "bolt:c:0", 1.0, others=("sink:s:0",))
+    TopologyRun._sigkill(pair, first.pid, second.pid)
+    first.wait(10)
+    second.wait(10)
+    assert pair.evidence == {VICTIM_GONE: True} and pair.victims == ("bolt:c:0", "sink:s:0")
+    again = _hit("pair", "bolt:c:0", 2.0, others=("sink:s:0",))
+    TopologyRun._sigkill(again, first.pid, second.pid)
+    assert again.evidence == {VICTIM_GONE: False}
+    # One recovery for both: it may name either (or both).
+    for reason in ("sink:s:0 restarted (reports joining)", "bolt:c:0, sink:s:0 restarted"):
+        kill = _hit("pair", "bolt:c:0", 200.0, others=("sink:s:0",))
+        record = _recovery(5, 200.5, reason=reason)
+        result = account([START, record], [kill])
+        assert result.matched == {0: record} and not result.unexplained
+    assert expects_recovery(kill) and planned_restarts([("pair", "Flowing")]) == (1, 1)
+    assert planned_restarts([("pair", "Initialize")]) == (1, 2)  # trigger; maybe absorbed

@@ -19,11 +19,12 @@ from hailstorm.dev.harness.faults import RECOVERY_PHASES, Explanation, Fault, Fa
 from hailstorm.protocol.layout import RecoveryRecord
 
 VICTIM_GONE = "victim gone"
-"""The victim's pid no longer runs after the SIGKILL (a Kafka node: its process)."""
+"""The victim's pid no longer runs after the SIGKILL (a Kafka node: its process; a pair:
+both)."""
 RECOVERY_NAMES_VICTIM = "a recovery names the victim"
 """A recovery recorded after the fault (within :func:`recovery_window`) whose reason names
-the victim, or, for a fault timed for a recovery state, a recovery that started that one
-over."""
+the victim (a pair: either), or, for a fault timed for a recovery state, a recovery that
+started that one over."""
 JOINED_RECOVERY = "its next incarnation joined the recovery under way"
 """A processor failed in ``Initialize(e)`` (killed, or its session expired) and the next
 incarnation its Spark task started joined that same recovery: the master went on to
@@ -55,6 +56,7 @@ ZooKeeper after the fault)."""
 _REQUIRED: dict[FaultKind, tuple[str, ...]] = {
     "processor": (VICTIM_GONE, RECOVERY_NAMES_VICTIM),
     "task": (VICTIM_GONE, RECOVERY_NAMES_VICTIM),
+    "pair": (VICTIM_GONE, RECOVERY_NAMES_VICTIM),
     "zk-session": (SESSION_EXPIRED, RECOVERY_NAMES_VICTIM),
     "zombie": (STOPPED_BEFORE_COMMIT, FENCED, RECOVERY_NAMES_VICTIM),
     "negotiator": (VICTIM_GONE, NEW_LEADER),
@@ -104,7 +106,7 @@ def expects_recovery(fault: Fault) -> bool:
         return False
     if fault.kind == "stall":
         return fault.lethal_at is not None
-    return fault.kind in ("processor", "task", "zk-session", "zombie")
+    return fault.kind in ("processor", "task", "pair", "zk-session", "zombie")
 
 
 def required_evidence(fault: Fault) -> tuple[str, ...]:
@@ -185,7 +187,7 @@ def _fault_for(recovery: RecoveryRecord, faults: Sequence[Fault], taken: Iterabl
                 and low <= recovery.at <= high:
             open_.append(i)
     for accept in (
-        lambda f: f.kind != "broker" and names(recovery.reason, f.target),
+        lambda f: f.kind != "broker" and any(names(recovery.reason, v) for v in f.victims),
         lambda f: f.phase in RECOVERY_PHASES and not f.trigger and f.kind != "broker"
         and _in_recovery(recovery.previous),
         lambda f: f.kind == "broker",
@@ -232,12 +234,13 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
     return result
 
 
-ABSORBABLE: tuple[FaultKind, ...] = ("processor", "zk-session")
+ABSORBABLE: tuple[FaultKind, ...] = ("processor", "pair", "zk-session")
 """The faults a recovery under way can absorb (:func:`absorbed`): they end a process whose
 Spark task starts the next incarnation. A ``task`` kill fails the stage: the driver starts
 another attempt, which restarts the topology."""
 _RESTARTS: dict[FaultKind, tuple[int, int]] = {
     "processor": (1, 1), "task": (1, 1), "zk-session": (1, 1), "zombie": (1, 1),
+    "pair": (1, 1),  # both killed at once: one recovery restarts them
     "stall": (0, 1),  # a coin toss decides whether it ends in a SIGKILL
     "negotiator": (0, 0),  # the standby takes over the master state as it is
     "broker": (0, 1),  # spouts usually ride out a leader move

@@ -17,26 +17,42 @@ from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import RecoveryRecord
 
 FaultKind = Literal["processor", "task", "negotiator", "zk-session", "zombie", "stall",
-                    "broker", "deploy"]
+                    "pair", "broker", "deploy"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "task", "negotiator", "zk-session", "zombie",
-                                      "stall", "broker")
+                                      "stall", "pair", "broker")
 """Every fault kind the harness draws at random. ``deploy`` (changed code deployed mid-run:
 :meth:`~hailstorm.dev.harness.run.TopologyRun.deploy`) is planned only with the module to
 deploy (``hailstorm chaos --deploy``)."""
 DEFAULT_FAULT_KINDS: tuple[FaultKind, ...] = ("processor", "task", "negotiator", "zk-session",
                                               "zombie", "stall")
 """What a :class:`ChaosSchedule` draws from unless told: the kinds every stack supports
-(``broker`` needs a :class:`BrokerControl` and a cluster of :data:`MIN_KAFKA_NODES`)."""
+(``broker`` needs a :class:`BrokerControl` and a cluster of :data:`MIN_KAFKA_NODES`;
+``pair``, two processes killed at once, is asked for by name)."""
 ZOMBIE_SPARK_CONF = (("spark.python.task.killTimeout", "1h"),)
 """Spark settings of a run with zombie faults: Spark leaves the Python worker of a killed
 task alone (as it cannot reach one on a partitioned host), so a stopped sink outlives its
 stage and resumes after its replacement ran; the run gets a spare task slot for it."""
-MasterPhase = Literal["Flowing", "SpoutsPaused", "Initialize", "SpoutsRewind"]
-MASTER_PHASES: tuple[MasterPhase, ...] = ("Flowing", "SpoutsPaused", "Initialize", "SpoutsRewind")
-"""The master states a fault can be timed to hit. ``SpoutsPaused`` comes with every snapshot
-round; ``Initialize`` and ``SpoutsRewind`` only while the topology recovers, so a fault timed
-for them follows a *trigger* (a processor kill) that starts a recovery: two faults at once."""
+MasterPhase = Literal["Flowing", "SpoutsPaused", "RoundPending", "Initialize", "SpoutsRewind"]
+MASTER_PHASES: tuple[MasterPhase, ...] = ("Flowing", "SpoutsPaused", "RoundPending",
+                                          "Initialize", "SpoutsRewind")
+"""The master states a fault can be timed to hit (:func:`phase_name`). ``SpoutsPaused`` and
+``RoundPending`` (``Flowing(e, C)``: the spouts paused, the bolts and sinks saving the round
+at ``C``) come with every snapshot round; ``Initialize`` and ``SpoutsRewind`` only while the
+topology recovers, so a fault timed for them follows a *trigger* (a processor kill) that
+starts a recovery: two faults at once."""
 RECOVERY_PHASES: frozenset[str] = frozenset({"Initialize", "SpoutsRewind"})
+ROUND_PHASES: frozenset[str] = frozenset({"SpoutsPaused", "RoundPending"})
+"""The phases of a snapshot round: a fault waits up to a few intervals for one."""
+
+
+def phase_name(state: object) -> str:
+    """The phase of a master state as faults are timed and reported: its class name, but
+    ``RoundPending`` for ``Flowing`` with a round's clock (``none`` without a master)."""
+    if state is None:
+        return "none"
+    if type(state).__name__ == "Flowing" and getattr(state, "clock", None) is not None:
+        return "RoundPending"
+    return type(state).__name__
 
 
 @dataclass
@@ -78,6 +94,14 @@ class Fault:
     incarnations: dict[str, str] = field(default_factory=dict)
     """Each living processor's incarnation (``host:pid``) just before the fault: what
     :func:`restarted_processors` compares the end of its recovery with."""
+    others: tuple[str, ...] = ()
+    """A ``pair``: the other processor killed at the same moment as ``target`` (a recovery
+    naming either is the pair's)."""
+
+    @property
+    def victims(self) -> tuple[str, ...]:
+        """Every processor the fault hit: ``target`` and the ``others``."""
+        return (self.target, *self.others)
 
     @property
     def effective(self) -> bool:

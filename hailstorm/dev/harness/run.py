@@ -1,5 +1,5 @@
 """Hurting a running topology: :class:`TopologyRun` is a
-:class:`~hailstorm.dev.harness.deployment.Deployment` that injects faults (a processor's SIGKILL,
+:class:`~hailstorm.dev.harness.measured.MeasuredRun` that injects faults (a processor's SIGKILL,
 the leading negotiator's, an expired ZooKeeper session, a zombie sink, a stalled bolt, a
 killed Kafka node, changed code deployed), each timed for a master state and recorded with
 what the topology held when it hit, and measures the recovery from each."""
@@ -12,41 +12,36 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from hailstorm import kafka
-from hailstorm.dev.harness.deployment import Deployment
 from hailstorm.dev.harness.evidence import (
     DRAINED,
     FENCED,
+    JOINED_RECOVERY,
     NEW_LEADER,
-    NODE_BACK,
     SESSION_EXPIRED,
     STOPPED_BEFORE_COMMIT,
     VICTIM_GONE,
     VICTIM_RESUMED,
     VICTIM_STOPPED,
-    expects_recovery,
-    fault_window,
-    recovery_window,
 )
 from hailstorm.dev.harness.faults import (
-    _RECOVERING,
     RECOVERY_PHASES,
+    ROUND_PHASES,
     VICTIM_ROLES,
     ZOMBIE_FENCED,
     Fault,
     FaultKind,
     MasterPhase,
-    Recovery,
     _clock_key,
+    phase_name,
     process_stopped,
-    restarted_processors,
     zombie_outcome,
 )
+from hailstorm.dev.harness.measured import MeasuredRun
 from hailstorm.dev.harness.producing import BackgroundProducer
 from hailstorm.dev.harness.stack import (
     TopicLayout,
@@ -58,62 +53,13 @@ from hailstorm.dev.harness.stack import (
 from hailstorm.dev.harness.wait import HarnessError, wait_for
 from hailstorm.dev.services import pid_alive
 from hailstorm.failpoints import PAUSE_DIR_VAR, pause_request
-from hailstorm.protocol.clock import Partition
-from hailstorm.protocol.layout import RecoveryRecord
 
 
-class TopologyRun(Deployment):
-    """A :class:`~hailstorm.dev.harness.deployment.Deployment` the harness hurts: faults timed
+class TopologyRun(MeasuredRun):
+    """A :class:`~hailstorm.dev.harness.measured.MeasuredRun` the harness hurts: faults timed
     for a master state, and the recovery from each measured (context manager)."""
 
     # -- timing a fault -------------------------------------------------------------------
-
-    def position(self) -> dict[str, int]:
-        """The furthest offsets known: committed clock, master clock, spout positions."""
-        best: dict[str, int] = {}
-
-        def merge(clock: Mapping[Partition, int] | None) -> None:
-            for p, o in (clock or {}).items():
-                best[_clock_key(p)] = max(best.get(_clock_key(p), -1), o)
-
-        committed = self.committed()
-        merge(committed.clock if committed else None)
-        master = self.master()
-        merge(getattr(master.state, "clock", None) if master else None)
-        for report in self.processors().values():
-            merge(report.position)
-        return best
-
-    def uncommitted(self) -> int | None:
-        """Messages in the source partitions that the committed clock does not cover yet
-        (None: unknown). While the run's producer feeds every source topic, from what it
-        had acknowledged (a ZooKeeper read: quick enough to take just before a fault);
-        otherwise from Kafka's log ends (None when the broker does not answer)."""
-        committed = self.committed()
-        clock = committed.clock if committed else {}
-        producer = self.producer
-        if producer is not None and self.source_topics() == sorted(producer.produced.topics):
-            return sum(max(0, last - clock.get(part, -1))
-                       for part, last in producer.produced.clock().items())
-        try:
-            partitions = [(topic, number) for topic in self.source_topics()
-                          for number in kafka.partitions_of(self.stack.kafka, topic, timeout=5)]
-            ends = kafka.log_ends(self.stack.kafka, partitions)
-        except Exception:  # a broker fault in progress: unknown, not zero
-            return None
-        return sum(max(0, end - clock.get(p, -1) - 1) for p, end in ends.items())
-
-    def await_uncommitted(self, producer: BackgroundProducer | None,
-                          timeout: float = 15.0) -> None:
-        """While ``producer`` writes, wait (at most ``timeout`` s) until some produced data is
-        not committed yet, so that the next fault hurts data in flight (a producer writes in
-        chunks: between two, everything may be committed). Returns either way: a fault that
-        still hits an idle topology is reported as such."""
-        deadline = time.monotonic() + timeout
-        while producer is not None and producer.running and time.monotonic() < deadline:
-            if self.uncommitted():
-                return
-            time.sleep(0.05)
 
     def _fault(self, kind: FaultKind, target: str, pid: int,
                phase: MasterPhase | None = None) -> Fault:
@@ -133,7 +79,7 @@ class TopologyRun(Deployment):
             time.sleep(0.02)
         fault.producing = None if producer is None else producer.running
         master = self.master()
-        fault.phase = master.state.__class__.__name__ if master else "none"
+        fault.phase = phase_name(master.state if master else None)
         fault.epoch = master.state.epoch if master else 0
         fault.incarnations = self.incarnations()
         fault.at = time.time()
@@ -142,16 +88,16 @@ class TopologyRun(Deployment):
 
     def wait_phase(self, phase: MasterPhase, timeout: float | None = None) -> str:
         """Poll the master (every 2 ms) until it is in ``phase``; give up after ``timeout``
-        seconds (default: 3 snapshot intervals for ``SpoutsPaused``, else 60) and return the
+        seconds (default: 3 snapshot intervals for a round's phase, else 60) and return the
         state it is in then: a short phase can be missed, and the fault reports where it
         really hit."""
         if timeout is None:
-            timeout = 3 * self.snapshot_interval + 2 if phase == "SpoutsPaused" else 60.0
+            timeout = 3 * self.snapshot_interval + 2 if phase in ROUND_PHASES else 60.0
         deadline = time.monotonic() + timeout
         checked = time.monotonic()
         while True:
             master = self.master()
-            name = master.state.__class__.__name__ if master else "none"
+            name = phase_name(master.state if master else None)
             if name == phase or time.monotonic() >= deadline:
                 return name
             if time.monotonic() - checked > 0.5:
@@ -163,7 +109,7 @@ class TopologyRun(Deployment):
 
     def _pick_processor(self, role: str | None, rng: random.Random | None,
                         pid: int | None, timeout: float = 120.0,
-                        epoch: int = 0) -> tuple[str, int]:
+                        epoch: int = 0, exclude: str = "") -> tuple[str, int]:
         """``pid``'s processor, or a living one of ``role`` drawn with ``rng`` (that
         answered a master state of ``epoch`` or later: the current incarnation during a
         recovery). When the topology is restarting (a fault the test planned, such as a
@@ -179,7 +125,7 @@ class TopologyRun(Deployment):
         def living() -> list[tuple[str, int]]:
             return sorted(
                 (ident, int(r.info["pid"])) for ident, r in self.processors().items()
-                if ident.split(":", 1)[0] in roles and "pid" in r.info
+                if ident.split(":", 1)[0] in roles and "pid" in r.info and ident != exclude
                 and r.epoch >= epoch and pid_alive(int(r.info["pid"])))
 
         candidates = wait_for(f"a living {'/'.join(roles)} processor to hurt", living,
@@ -204,25 +150,46 @@ class TopologyRun(Deployment):
             self.note_absorbed(fault, ident, victim)
         return fault
 
+    def kill_pair(self, rng: random.Random | None = None, phase: MasterPhase | None = None,
+                  epoch: int = 0) -> Fault:
+        """SIGKILL two processors' processes at the same moment (drawn as
+        :meth:`kill_processor` draws one, the second among the others), once the master is
+        in ``phase``: one fault, whose recovery restarts both."""
+        first, first_pid = self._pick_processor(None, rng, None, epoch=epoch)
+        second, second_pid = self._pick_processor(None, rng, None, epoch=epoch,
+                                                  exclude=first)
+        fault = self._fault("pair", first, first_pid, phase)
+        fault.others = (second,)
+        fault.detail = _joined(fault.detail, f"and {second}, pid {second_pid}, at once")
+        self._sigkill(fault, first_pid, second_pid)
+        if fault.phase == "Initialize":  # absorbed only when both joined the recovery
+            fault.evidence[JOINED_RECOVERY] = all(
+                self.joined_recovery(fault.epoch, victim, pid)
+                for victim, pid in ((first, first_pid), (second, second_pid)))
+        return fault
+
     @staticmethod
-    def _sigkill(fault: Fault, victim: int) -> None:
-        """SIGKILL ``victim`` and record whether it is gone (:data:`VICTIM_GONE`): a victim
-        that had already ended (on its own, or a zombie process) was not hit by this fault,
-        and one that still runs 10 s later was not killed."""
-        if not pid_alive(victim):
+    def _sigkill(fault: Fault, *victims: int) -> None:
+        """SIGKILL ``victims`` (all at once) and record whether they are gone
+        (:data:`VICTIM_GONE`): a victim that had already ended (on its own, or a zombie
+        process) was not hit by this fault, and one that still runs 10 s later was not
+        killed."""
+        hit = True
+        for victim in victims:  # alive first: the kills come as close together as can be
+            hit = hit and pid_alive(victim)
+        for victim in victims:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                hit = False
+        if not hit:
             fault.evidence[VICTIM_GONE] = False
-            fault.detail = _joined(fault.detail, "the victim had ended before the SIGKILL")
-            return
-        try:
-            os.kill(victim, signal.SIGKILL)
-        except ProcessLookupError:
-            fault.evidence[VICTIM_GONE] = False
-            fault.detail = _joined(fault.detail, "the victim had ended before the SIGKILL")
+            fault.detail = _joined(fault.detail, "a victim had ended before the SIGKILL")
             return
         deadline = time.monotonic() + 10
-        while pid_alive(victim) and time.monotonic() < deadline:
+        while any(map(pid_alive, victims)) and time.monotonic() < deadline:
             time.sleep(0.01)
-        fault.evidence[VICTIM_GONE] = not pid_alive(victim)
+        fault.evidence[VICTIM_GONE] = not any(map(pid_alive, victims))
 
     def leader(self) -> str | None:
         """The label of the leading negotiator, from the master record."""
@@ -488,6 +455,8 @@ class TopologyRun(Deployment):
         if kind in ("processor", "task"):
             faults.append(self.kill_processor(rng=rng, phase=phase, epoch=epoch,
                                               task=kind == "task"))
+        elif kind == "pair":
+            faults.append(self.kill_pair(rng=rng, phase=phase, epoch=epoch))
         elif kind == "zombie":
             faults.append(self.zombie_sink(rng=rng, phase=phase, epoch=epoch))
         elif kind == "stall":
@@ -510,109 +479,6 @@ class TopologyRun(Deployment):
         fault.evidence[DRAINED] = master is not None and type(master.state).__name__ == "Stopped"
         fault.detail = f"from the committed clock {self.deploys[-1][1]}"
         return fault
-
-    # -- recovery -------------------------------------------------------------------------
-
-    @staticmethod
-    def _needed(fault: Fault, producer: BackgroundProducer | None) -> dict[str, int]:
-        """The offsets a commit must include for ``fault`` to count as recovered from."""
-        needed = dict(fault.position)
-        if fault.acked is None:
-            return needed
-        # A message acknowledged after the kill on every partition: written to and read
-        # from the new leaders. Once the producer stopped, what it wrote last will do.
-        final = None if producer is None or producer.running else {
-            _clock_key(part): o for part, o in producer.produced.clock().items()}
-        for key, acked in fault.acked.items():
-            want = acked + 1 if final is None else min(acked + 1, final.get(key, acked))
-            needed[key] = max(needed.get(key, -1), want)
-        return needed
-
-    def _recovery_of(self, fault: Fault) -> RecoveryRecord | None:
-        """The recovery recorded for ``fault`` so far (None: none yet)."""
-        index = next(i for i, f in enumerate(self.faults) if f is fault)
-        return self.accounting().matched.get(index)
-
-    def measure_recovery(self, fault: Fault, timeout: float = 180,
-                         producer: BackgroundProducer | None = None) -> Recovery:
-        """Seconds from ``fault`` until the topology flowed again after it, and until a
-        commit passed it.
-
-        A fault that fails a processor (:func:`~hailstorm.dev.harness.evidence.expects_recovery`)
-        is recovered from once the master is ``Flowing`` in the epoch of the recovery
-        recorded for it (a move through ``Initialize`` after the fault whose reason names
-        the victim, see :meth:`accounting`) or a later one: a later epoch alone proves
-        nothing, every snapshot round raises it; once the fault's
-        :func:`~hailstorm.harness.evidence.fault_window` has passed without one, the wait
-        ends (the fault lacks its evidence). A negotiator kill: once a master written
-        after the fault by another negotiator is ``Flowing``. A stall that restarts nothing
-        and a broker fault may leave the topology flowing (spouts ride out a leader move):
-        then "Flowing after" is when the master was first seen Flowing (about 0), or when
-        it was last seen becoming Flowing after recovering. "Committed past it" needs a
-        commit past the offsets the topology had reached (a broker fault: past those the
-        producer had acknowledged at the kill, see :meth:`kill_broker`), standing after
-        the fault (committed then, or confirmed by a round skipped because nothing had
-        changed: :attr:`~hailstorm.protocol.layout.CommittedRecord.standing_at`), and the
-        measurement lasts until a killed Kafka node answers again too
-        (``restored_after``).
-        """
-        recovery = Recovery(fault, None, None)
-        restart = next((r for f, r in self._restarts if f is fault), None)
-        # A fault that never struck (its victim gone already, no session to expire) causes
-        # no recovery to wait for: it fails the run for its missing evidence instead.
-        needs_recovery = expects_recovery(fault) and fault.evidence.get(VICTIM_GONE, True) \
-            and fault.evidence.get(SESSION_EXPIRED, True)
-        deadline = time.monotonic() + timeout
-        looked = 0.0  # when the recoveries were last read (every 0.5 s: one read per record)
-        # After the fault's window no recovery can be matched to it: waiting out ``timeout``
-        # would show nothing more (the report names the missing evidence).
-        record_due = fault_window(fault, recovery_window(self.processor_session_timeout),
-                                  self.timeout)[1] + 1.0
-        while time.monotonic() < deadline and (
-                recovery.committed_after is None
-                or (restart is not None and recovery.restored_after is None)):
-            self.alive()
-            if restart is not None and restart.done and recovery.restored_after is None:
-                restart.finish(0)  # raises when the node did not start
-                assert restart.restarted_at is not None
-                recovery.restored_after = restart.restarted_at - fault.at
-                fault.evidence[NODE_BACK] = True
-            if recovery.committed_after is not None:
-                time.sleep(0.1)
-                continue
-            now = time.time()
-            master = self.master()
-            flowing = master is not None and master.state.__class__.__name__ == "Flowing"
-            if needs_recovery:
-                overdue = now > record_due
-                if recovery.record is None and (time.monotonic() - looked >= 0.5 or overdue):
-                    looked = time.monotonic()
-                    recovery.record = self._recovery_of(fault)
-                    if recovery.record is None and overdue:
-                        break
-                if (recovery.flowing_after is None and flowing and recovery.record is not None
-                        and master is not None
-                        and master.state.epoch >= recovery.record.epoch):
-                    recovery.flowing_after = now - fault.at
-            elif fault.kind == "negotiator":
-                if (recovery.flowing_after is None and master is not None and flowing
-                        and master.entered_at >= fault.at and master.leader != fault.target):
-                    recovery.flowing_after = now - fault.at
-            elif master is not None and master.state.__class__.__name__ in _RECOVERING:
-                recovery.flowing_after = None
-            elif flowing and recovery.flowing_after is None:
-                recovery.flowing_after = now - fault.at
-            committed = self.committed()
-            if (recovery.flowing_after is not None and committed is not None
-                    and committed.standing_at >= fault.at
-                    and all(committed.clock.get((t, int(p)), -1) >= o
-                            for key, o in self._needed(fault, producer).items()
-                            for t, p in [key.rsplit(":", 1)])):
-                recovery.committed_after = now - fault.at
-            time.sleep(0.1)
-        recovery.restarted = restarted_processors(fault.incarnations, self.incarnations())
-        return recovery
-
 
 def _joined(detail: str, more: str) -> str:
     """``detail`` with ``more`` appended (``"; "`` between)."""
