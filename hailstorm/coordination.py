@@ -368,9 +368,12 @@ class Coordinator:
     def _restarted(self, state: MasterState, run: int, failed_in: int) -> bool:
         """Whether ``state`` restarts this processor, which failed in the run of ``run``
         (in the master state of epoch ``failed_in``): a newer ``Initialize``, or a local
-        recovery since that names it."""
+        recovery that names it and that this incarnation did not answer (it came after the
+        failure, or had come before it was noticed)."""
         if isinstance(state, Restarting):
-            return state.epoch > failed_in and self.processor in state.instances
+            answered = self._last_report is not None and self._last_report.epoch >= state.epoch
+            return self.processor in state.instances and (state.epoch > failed_in
+                                                          or not answered)
         return isinstance(state, Initialize) and state.epoch > run
 
     # -- reads --------------------------------------------------------------------------

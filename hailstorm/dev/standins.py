@@ -270,12 +270,14 @@ def decide_recovery(fleet: StandInFleet, victim: str, timeout: float) -> tuple[f
 
 def write_expected(hosts: str, topology: str, processors: Sequence[str],
                    edges: Sequence[tuple[str, str]]) -> None:
-    """The driver's part: the expected list, with the DAG's ``(source, target)`` edges."""
+    """The driver's part: the expected list, with the DAG (its nodes, named and of the
+    kind their processor ids say, and its ``(source, target)`` edges)."""
     client = KazooClient(hosts=hosts)
     client.start(timeout=30)
     try:
-        graph = {"nodes": [], "edges": [{"source": s, "target": t, "routing": "key"}
-                                        for s, t in edges]}
+        kinds = {(pid := parse_processor_id(p)).name: str(pid.role) for p in processors}
+        graph = {"nodes": [{"name": n, "kind": k} for n, k in sorted(kinds.items())],
+                 "edges": [{"source": s, "target": t, "routing": "key"} for s, t in edges]}
         client.create(TopologyPaths(topology).expected,
                       ExpectedRecord(tuple(processors), graph).to_json(), makepath=True)
     finally:

@@ -11,9 +11,10 @@ clock, ``F`` the failed instances)::
                                                     alone (a pending round is abandoned)
     Restarting(r,J,F,K) -> Replaying(r, J, F, K)    every instance of F reports ready in r,
                                                     its bolts loaded exactly K
-    Replaying(r,J,F,K)  -> Flowing(r, None)         every spout upstream of an instance of
+    Replaying(r,J,F,K)  -> SpoutsPaused(new)        every spout upstream of an instance of
                                                     F reports its replay to it joined the
-                                                    live stream (``replayed``), in r
+                                                    live stream (``replayed``), in r: a
+                                                    round commits the recovered state
     Restarting, Replaying -> Initialize(new)        a survivor failed, a restarted instance
                                                     failed again, a bolt loaded another
                                                     clock, or the wait timed out: the whole
@@ -21,9 +22,8 @@ clock, ``F`` the failed instances)::
     Restarting, Replaying -> Stopped(r, K, by)      a stop is requested: the next run
                                                     replays from the committed clock
 
-No round starts meanwhile: the next one is due at once in the ``Flowing(r, None)`` that
-ends the recovery (its interval passed). Whether a failure can be recovered locally is
-:func:`scope_of`, which every recovery records.
+No round starts meanwhile; one starts as soon as the recovery is done. Whether a failure
+can be recovered locally is :func:`scope_of`, which every recovery records.
 """
 
 from __future__ import annotations
@@ -57,9 +57,11 @@ def _run_of_survivors(roster: Roster, failed: frozenset[str]) -> int | None:
 def scope_of(state: MasterState, view: View, config: Config, roster: Roster) -> RecoveryScope:
     """Whether a failure in ``state`` restarts only the failed instances: what
     :func:`~hailstorm.negotiator.recovery_scope.recovery_scope` says of the instances and
-    the graph, and what the view allows (a stage attempt of the driver ended: its
-    processors are gone; nodes catching up keep clocks of their own; with no committed
-    round there is nothing to load; the survivors must have joined one run)."""
+    the graph, and what the view allows (another instance reporting an error failed
+    too, even one that only noticed the failure through its connection; a stage attempt
+    of the driver ended: its processors are gone; nodes catching up keep clocks of their
+    own; with no committed round there is nothing to load; the survivors must have joined
+    one run)."""
     failed = failed_instances(view.expected or (), view.living)
     edges = {(source, target) for target, sources in view.inputs.items() for source in sources}
     scope = recovery_scope(state, failed, view.expected or (), edges,
@@ -67,7 +69,11 @@ def scope_of(state: MasterState, view: View, config: Config, roster: Roster) -> 
     if not scope.local:
         return scope
     why = None
-    if roster.stale:
+    noticed = sorted(str(p) for p, r in roster.reports.items()
+                     if r.error is not None and str(p) not in failed)
+    if noticed:  # it noticed through a broken connection, and failed with it
+        why = f"{names(noticed)} failed too (reporting an error of its own)"
+    elif roster.stale:
         why = f"the driver started another stage attempt ({names(roster.stale)} of the old)"
     elif getattr(state, "catching_up", frozenset()):
         why = "nodes are catching up on clocks of their own"
@@ -119,7 +125,10 @@ def restarting(state: Restarting, view: View, config: Config, roster: Roster) ->
         report = roster.reports.get(parse_processor_id(name))
         if report is None or report.state is not ProcessorState.READY or report.epoch != e:
             pending.append(name)
-        elif report.role is Role.BOLT and report.loaded != state.clock:
+        elif report.run != state.run:
+            return restart(state, view, roster, f"{name} joined the run of Initialize("
+                           f"{report.run}), not that of Initialize({state.run})")
+        elif report.role is Role.BOLT and (report.loaded or {}) != state.clock:
             return restart(state, view, roster,
                            f"{name} loaded {clock_to_json(report.loaded or {})}, not the "
                            f"committed clock {clock_to_json(state.clock)}")
@@ -143,8 +152,8 @@ def upstream_spouts(instance: str, view: View, roster: Roster) -> tuple[Processo
 
 
 def replaying(state: Replaying, view: View, config: Config, roster: Roster) -> Decision:
-    """Wait for the spouts' replays to reach their live positions, then flow (a round is
-    due at once); anything that fails makes the recovery global."""
+    """Wait for the spouts' replays to reach their live positions, then start a round;
+    anything that fails makes the recovery global."""
     e = state.epoch
     if view.stop is not None:
         return _stop(state, view, roster, view.stop.by)
@@ -157,9 +166,10 @@ def replaying(state: Replaying, view: View, config: Config, roster: Roster) -> D
         for spout in upstream_spouts(name, view, roster)
         if (report := roster.reports.get(spout)) is None or report.epoch != e
         or name not in report.replayed})
-    if not pending:
-        return Decision(Flowing(e, None), roster.notes,
-                        f"{', '.join(state.instances)} caught up: local recovery done")
+    if not pending:  # a round at once commits the recovered state
+        return Decision(SpoutsPaused(max(e, view.highest_epoch) + 1), roster.notes,
+                        f"{', '.join(state.instances)} caught up: local recovery done; a "
+                        f"round commits it")
     deadline = view.entered_at + config.rewind_timeout
     if view.now >= deadline:
         return restart(state, view, roster,

@@ -144,11 +144,13 @@ def casualty_of(roster: Roster, exempt: frozenset[str] = frozenset(),
 
     The ``exempt`` instances are restarting (a local recovery of epoch ``since``): their
     node missing, a new incarnation joining or an error reported before ``since`` is
-    their restart under way, not a casualty; an error in ``since`` or later is one."""
+    their restart under way, not a casualty; an error in ``since`` or later, or of a new
+    incarnation (joining: it failed before it was ready), is one."""
     if not roster.expected:
         return "the expected processor list is gone"
     reports = {p: r for p, r in roster.reports.items()
-               if str(p) not in exempt or (r.error is not None and r.epoch >= since)}
+               if str(p) not in exempt or (r.error is not None and (
+                   r.epoch >= since or r.state is ProcessorState.JOINING))}
     lost = [p for p in roster.expected if p not in roster.registered and str(p) not in exempt]
     if lost:
         return f"{names(lost)} lost (living node gone)"

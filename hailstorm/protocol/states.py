@@ -217,15 +217,16 @@ LEGAL_TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
                                        Phase.RESTARTING}),
     Phase.STOPPED: frozenset({Phase.INITIALIZE}),
     Phase.RESTARTING: frozenset({Phase.INITIALIZE, Phase.REPLAYING, Phase.STOPPED}),
-    Phase.REPLAYING: frozenset({Phase.INITIALIZE, Phase.FLOWING, Phase.STOPPED}),
+    Phase.REPLAYING: frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED, Phase.STOPPED}),
 }
 """Phase -> the phases the master may move to next. A stop drains: Flowing(None) starts a
 last round at once, whose commit enters Stopped; before anything flows (Initialize,
 SpoutsRewind) nothing was read past the committed clock, so Stopped follows at once. A
 round whose spouts paused at the committed clock with nothing new goes from SpoutsPaused
 straight back to Flowing(None): skipped, no snapshot written. A local recovery
-(Restarting, then Replaying) starts from any state the topology flows in and ends in
-Flowing(None), or in Initialize when it cannot finish."""
+(Restarting, then Replaying) starts from any state the topology flows in and ends in a
+round (SpoutsPaused) that commits what it recovered, or in Initialize when it cannot
+finish."""
 
 START_PHASES: frozenset[Phase] = frozenset({Phase.DISCONNECTED, Phase.STOPPED})
 """Leaving one of these for Initialize is a start, not a recovery."""

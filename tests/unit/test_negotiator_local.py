@@ -108,6 +108,10 @@ def test_a_restarted_bolt_fed_by_spouts_restarts_alone_from_the_committed_round(
      COMMITTED, "did not all say which run"),
     (flowing(**{C1: joining(C1), C0: ProcessorReport(C0, ProcessorState.FLOWING, 7, run=5)}),
      COMMITTED, "did not all say which run"),
+    # One that noticed through its connection and failed with it restarts too.
+    (flowing(**{C1: joining(C1), S0: ProcessorReport(S0, ProcessorState.FLOWING, 7, run=RUN,
+                                                     error="send failed", lost_peer=C1)}),
+     COMMITTED, "spout:lines:words:0 failed too"),
 ])
 def test_what_cannot_restart_alone_restarts_everything_with_the_reason(
         living: dict[str, ProcessorReport | None], committed: CommittedRecord | None,
@@ -157,8 +161,12 @@ def test_restarting_waits_for_the_instance_then_replays_to_it() -> None:
 
 @pytest.mark.parametrize(("changed", "why"), [
     ({C1: loaded(C1, {P0: 40, P1: 50})}, "bolt:counts:1 loaded"),
-    ({C1: ProcessorReport(C1, ProcessorState.JOINING, 8, error="boom", run=RUN)},
+    ({C1: ProcessorReport(C1, ProcessorState.READY, 8, error="boom", run=RUN)},
      "bolt:counts:1 failed: boom"),
+    # A new incarnation reports joining in epoch 0: failing before it was ready is failing.
+    ({C1: ProcessorReport(C1, ProcessorState.JOINING, 0, error="corrupt snapshot")},
+     "bolt:counts:1 failed: corrupt snapshot"),
+    ({C1: replace(loaded(C1), run=RUN + 1)}, "joined the run of Initialize(4)"),
     ({C0: joining(C0)}, "bolt:counts:0 restarted"),
     ({S0: ProcessorReport(S0, ProcessorState.FLOWING, 7, error="x", run=RUN)},
      "spout:lines:words:0 failed"),
@@ -199,8 +207,9 @@ def test_replaying_waits_for_every_upstream_spout_then_flows() -> None:
                                                     S1: replayed(S1, C1, epoch=7)})))
     assert stale.next_state is None, "a replay of an earlier recovery is not this one's"
     done = check(REPLAYING, view(flowing(**base, **{S0: replayed(S0, C1),
-                                                   S1: replayed(S1, C0, C1)})))
-    assert done.next_state == Flowing(8) and "local recovery done" in done.reason
+                                                   S1: replayed(S1, C0, C1)}), highest=8))
+    assert done.next_state == SpoutsPaused(9), "a round at once commits the recovered state"
+    assert "local recovery done" in done.reason
 
 
 def test_a_replay_that_never_joins_is_abandoned_for_a_global_one() -> None:
@@ -267,7 +276,7 @@ def test_every_local_decision_is_legal_and_earned(
             report = living[name]
             assert report is not None and report.state is ProcessorState.READY
             assert report.epoch == state.epoch and report.loaded == K
-    if isinstance(state, Replaying) and isinstance(new, Flowing):
+    if isinstance(state, Replaying) and isinstance(new, SpoutsPaused):
         for spout in (S0, S1):
             report = living[spout]
             assert report is not None and report.epoch == state.epoch
