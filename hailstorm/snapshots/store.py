@@ -21,6 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
+from itertools import islice
 from typing import IO, Any
 
 import fastavro
@@ -78,16 +79,6 @@ def _evolved_reader(ref: SnapshotRef, header: _Header, monoid: Monoid[Any], *,
             raise SnapshotMismatchError(f"{mismatch} ({problem})") from None
         return reader
 
-
-def _chunks(records: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _merge_into(monoid: Monoid[Any], state: dict[Any, Any], part: dict[Any, Any]) -> Any:
@@ -347,24 +338,33 @@ class SnapshotStore(ABC):
         with self._verified(ref):
             return ref
 
-    def _records(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
-                 migrate: Migrate | None = None) -> Iterator[Any]:
-        """Verified raw Avro records of ``ref`` (checked against ``monoid`` when given:
-        state of another type reads with ``monoid``'s schema when Avro schema resolution
-        carries it, as written when ``migrate`` will convert it)."""
+    def _record_chunks(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
+                       migrate: Migrate | None = None,
+                       size: int = _CHUNK_KEYS) -> Iterator[builtins.list[Any]]:
+        """Verified raw Avro records of ``ref``, ``size`` at a time (checked against
+        ``monoid`` when given: state of another type reads with ``monoid``'s schema when
+        Avro schema resolution carries it, as written when ``migrate`` will convert it).
+        Taken in chunks by ``islice``: no Python step per record (a reload's bulk)."""
         with self._verified(ref) as (fo, header):
             reader = None
             if monoid is not None:
                 reader = _evolved_reader(ref, header, monoid, converting=migrate is not None)
             count = 0
             try:
-                for record in fastavro.reader(fo, reader_schema=reader):
-                    count += 1
-                    yield record
+                records = iter(fastavro.reader(fo, reader_schema=reader))
+                while chunk := list(islice(records, size)):
+                    count += len(chunk)
+                    yield chunk
             except Exception as e:  # broad: fastavro on corrupt records raises almost anything
                 raise SnapshotCorruptError(ref.uri, f"unreadable records ({e})") from e
             if count != ref.records:
                 raise SnapshotCorruptError(ref.uri, f"{count} records, header says {ref.records}")
+
+    def _records(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
+                 migrate: Migrate | None = None) -> Iterator[Any]:
+        """:meth:`_record_chunks`, a record at a time."""
+        for chunk in self._record_chunks(ref, monoid, migrate):
+            yield from chunk
 
     def writer_schema(self, ref: SnapshotRef | str) -> Any:
         """The Avro schema ``ref``'s records were written with (from its header)."""
@@ -375,7 +375,7 @@ class SnapshotStore(ABC):
     def _keyed_parts(self, ref: SnapshotRef, monoid: Monoid[Any],
                      migrate: Migrate | None = None) -> Iterator[dict[Any, Any]]:
         convert = _converter(ref, monoid, migrate)
-        for chunk in _chunks(self._records(ref, monoid, convert), _CHUNK_KEYS):
+        for chunk in self._record_chunks(ref, monoid, convert):
             if convert is not None and isinstance(monoid, KeyedMap):
                 inner = monoid.inner
                 chunk = [{"key": e["key"], "value": inner.to_avro(convert(e["value"]))}
@@ -424,10 +424,10 @@ class SnapshotStore(ABC):
         for link in reversed(links):
             try:
                 for part in self._keyed_parts(link, monoid, migrate):
-                    if link is links[-1]:
-                        state = _merge_into(monoid, state, part)
-                    else:  # a delta: whole new values of the keys that changed
-                        state.update(part)
+                    state.update(part)  # a delta: whole new values of the keys that changed
+                if link is links[-1] and len(state) != link.records:
+                    raise SnapshotCorruptError(link.uri, f"{link.records} records, but "
+                                               f"{len(state)} distinct keys")
             except SnapshotCorruptError as e:
                 if link is ref:
                     raise
