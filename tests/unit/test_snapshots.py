@@ -623,3 +623,20 @@ def test_garbage_collection_keeps_what_kept_rounds_build_on(
 def test_snapshot_keys_refuse_names_ending_in_a_newline(topology: str, bolt: str) -> None:
     with pytest.raises(ValueError, match="name"):
         snapshot_key(topology, bolt, 0, 1)
+
+
+def test_a_keyed_snapshot_with_a_key_twice_reads_as_corrupt(
+        store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading puts a file's records into the state without looking at each key: the count
+    of distinct keys against the records is what catches a file naming a key twice."""
+    import hailstorm.snapshots.format as snapshot_format
+
+    monoid = per_key(Count())
+    state = {"a": 1, "b": 2, "c": 3}
+    monkeypatch.setattr(snapshot_format, "sorted_keys", lambda s: ["a", "a", "c"])
+    ref = put(store, monoid, state)
+    monkeypatch.undo()
+    with pytest.raises(SnapshotCorruptError, match="3 records, but 2 distinct keys"):
+        store.load(ref, monoid)
+    good = put(store, monoid, state, epoch=4)
+    assert store.load(good, monoid) == (CLOCK, state)
