@@ -89,6 +89,14 @@ def _merge_into(monoid: Monoid[Any], state: dict[Any, Any], part: dict[Any, Any]
     return monoid.absorb(state, part)
 
 
+def _check_distinct(ref: SnapshotRef, state: dict[Any, Any]) -> None:
+    """A full keyed snapshot names each key once: its records went into ``state`` with
+    ``dict.update``, so a key named twice shows as fewer keys than records (corrupt)."""
+    if len(state) != ref.records:
+        raise SnapshotCorruptError(ref.uri, f"{ref.records} records, but {len(state)} "
+                                   "distinct keys")
+
+
 def refs_still_there(locators: Iterable[Any],
                      read: Callable[[Any], SnapshotRef]) -> list[SnapshotRef]:
     """``read`` of every listed file, sorted by bolt, instance and epoch, but for those
@@ -425,9 +433,8 @@ class SnapshotStore(ABC):
             try:
                 for part in self._keyed_parts(link, monoid, migrate):
                     state.update(part)  # a delta: whole new values of the keys that changed
-                if link is links[-1] and len(state) != link.records:
-                    raise SnapshotCorruptError(link.uri, f"{link.records} records, but "
-                                               f"{len(state)} distinct keys")
+                if link is links[-1]:
+                    _check_distinct(link, state)
             except SnapshotCorruptError as e:
                 if link is ref:
                     raise
@@ -471,11 +478,15 @@ class SnapshotStore(ABC):
             return clock, monoid.combine_all(states)
         state: dict[Any, Any] = {}
         for ref in round_refs:
-            parts = (self._keyed_parts(ref, monoid, migrate) if ref.base is None
-                     else [self.load(ref, monoid, migrate)[1]])
-            for part in parts:
-                mine = {k: v for k, v in part.items() if route(k, parallelism) == instance}
-                state = _merge_into(monoid, state, mine)
+            if ref.base is None:
+                whole: dict[Any, Any] = {}
+                for part in self._keyed_parts(ref, monoid, migrate):
+                    whole.update(part)
+                _check_distinct(ref, whole)
+            else:
+                whole = self.load(ref, monoid, migrate)[1]
+            mine = {k: v for k, v in whole.items() if route(k, parallelism) == instance}
+            state = _merge_into(monoid, state, mine)
         return clock, state
 
     def to_json_rows(

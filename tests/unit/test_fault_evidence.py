@@ -328,6 +328,13 @@ def test_a_pair_is_killed_at_once_and_recovered_by_a_recovery_naming_either() ->
     again = _hit("pair", "bolt:c:0", 2.0, others=("sink:s:0",))
     TopologyRun._sigkill(again, first.pid, second.pid)
     assert again.evidence == {VICTIM_GONE: False}
+    # One victim gone already: nothing is killed (its pid may be another process's now).
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    half = _hit("pair", "bolt:c:0", 3.0, others=("sink:s:0",))
+    TopologyRun._sigkill(half, alive.pid, first.pid)
+    assert half.evidence == {VICTIM_GONE: False} and alive.poll() is None
+    alive.kill()
+    alive.wait(10)
     # One recovery for both: it may name either (or both).
     for reason in ("sink:s:0 restarted (reports joining)", "bolt:c:0, sink:s:0 restarted"):
         kill = _hit("pair", "bolt:c:0", 200.0, others=("sink:s:0",))

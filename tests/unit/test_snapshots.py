@@ -638,5 +638,7 @@ def test_a_keyed_snapshot_with_a_key_twice_reads_as_corrupt(
     monkeypatch.undo()
     with pytest.raises(SnapshotCorruptError, match="3 records, but 2 distinct keys"):
         store.load(ref, monoid)
+    with pytest.raises(SnapshotCorruptError, match="3 records, but 2 distinct keys"):
+        store.load_for_instance([ref], monoid, 0, 2)  # re-sharded: read the same way
     good = put(store, monoid, state, epoch=4)
     assert store.load(good, monoid) == (CLOCK, state)

@@ -52,6 +52,11 @@ from hailstorm.sinks.urls import redact
 T = TypeVar("T")
 
 
+NOT_FOR_ZOMBIES = RECOVERY_PHASES | {"RoundPending"}
+"""The phases a zombie is not planned for: it stops before its sink's next commit, which
+comes only outside recoveries, and mostly after a round pending has committed."""
+
+
 @dataclass(frozen=True)
 class PlannedFault:
     kind: FaultKind
@@ -101,12 +106,13 @@ class ChaosSchedule:
         for i, phase in zip(timed, _cover(self.phases, len(timed),
                                           random.Random(self.seed * 31 + 7)), strict=True):
             phases[i] = phase
-        # A sink commits only outside recoveries, and a zombie is stopped before a commit:
-        # it swaps a recovery state for another fault's.
+        # A sink commits only outside recoveries, and a zombie is stopped before a commit,
+        # mostly after the round pending has committed: it swaps those states for another
+        # fault's.
         for i, kind in enumerate(kinds):
-            if kind == "zombie" and phases[i] in RECOVERY_PHASES:
+            if kind == "zombie" and phases[i] in NOT_FOR_ZOMBIES:
                 other = next((j for j in timed if kinds[j] != "zombie"
-                              and phases[j] not in RECOVERY_PHASES), None)
+                              and phases[j] not in NOT_FOR_ZOMBIES), None)
                 if other is None:
                     phases[i] = "Flowing"
                 else:

@@ -173,11 +173,10 @@ class TopologyRun(MeasuredRun):
         """SIGKILL ``victims`` (all at once) and record whether they are gone
         (:data:`VICTIM_GONE`): a victim that had already ended (on its own, or a zombie
         process) was not hit by this fault, and one that still runs 10 s later was not
-        killed."""
-        hit = True
-        for victim in victims:  # alive first: the kills come as close together as can be
-            hit = hit and pid_alive(victim)
-        for victim in victims:
+        killed. When one had ended, none is killed: its pid may be another process's by
+        now, and the fault fails for its missing evidence anyway."""
+        hit = all(pid_alive(victim) for victim in victims)
+        for victim in victims if hit else ():
             try:
                 os.kill(victim, signal.SIGKILL)
             except ProcessLookupError:
@@ -285,7 +284,7 @@ class TopologyRun(MeasuredRun):
         with self._kept_stopped(victim):
             fault.detail = self._stop_before_commit(ident, victim)
             master = self.master()  # the state and time it really stopped in
-            fault.phase = master.state.__class__.__name__ if master else "none"
+            fault.phase = phase_name(master.state if master else None)
             fault.epoch = master.state.epoch if master else 0
             fault.at = time.time()
 
