@@ -234,10 +234,11 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
     return result
 
 
-ABSORBABLE: tuple[FaultKind, ...] = ("processor", "pair", "zk-session")
+ABSORBABLE: tuple[FaultKind, ...] = ("processor", "pair", "task", "zk-session")
 """The faults a recovery under way can absorb (:func:`absorbed`): they end a process whose
-Spark task starts the next incarnation. A ``task`` kill fails the stage: the driver starts
-another attempt, which restarts the topology."""
+Spark task starts the next incarnation, or (``task``) fail the stage, whose next attempt's
+processors take over the nodes of the failed one's while ``Initialize`` waits for them
+(docs/negotiator.md, stage attempts)."""
 _RESTARTS: dict[FaultKind, tuple[int, int]] = {
     "processor": (1, 1), "task": (1, 1), "zk-session": (1, 1), "zombie": (1, 1),
     "pair": (1, 1),  # both killed at once: one recovery restarts them

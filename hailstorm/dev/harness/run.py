@@ -54,6 +54,9 @@ from hailstorm.dev.harness.wait import HarnessError, wait_for
 from hailstorm.dev.services import pid_alive
 from hailstorm.failpoints import PAUSE_DIR_VAR, pause_request
 
+PICK_POLL = 0.02
+"""Seconds between two looks for a victim to hurt (see :meth:`TopologyRun._pick_processor`)."""
+
 
 class TopologyRun(MeasuredRun):
     """A :class:`~hailstorm.dev.harness.measured.MeasuredRun` the harness hurts: faults timed
@@ -128,8 +131,10 @@ class TopologyRun(MeasuredRun):
                 if ident.split(":", 1)[0] in roles and "pid" in r.info and ident != exclude
                 and r.epoch >= epoch and pid_alive(int(r.info["pid"])))
 
+        # Polled often: a fault timed for SpoutsRewind picks its victim among the new
+        # incarnation, and with restarts in place that state can last 0.15 s.
         candidates = wait_for(f"a living {'/'.join(roles)} processor to hurt", living,
-                              timeout, self.alive, poll=0.2)
+                              timeout, self.alive, poll=PICK_POLL)
         return (rng or random.Random()).choice(candidates)
 
     def kill_processor(self, pid: int | None = None, role: str | None = None,
@@ -146,8 +151,7 @@ class TopologyRun(MeasuredRun):
             victim = self.worker_of(ident)
             fault.detail = _joined(fault.detail, f"its Spark task's worker, pid {victim}")
         self._sigkill(fault, victim)
-        if not task:
-            self.note_absorbed(fault, ident, victim)
+        self.note_absorbed(fault, ident, fault.pid)
         return fault
 
     def kill_pair(self, rng: random.Random | None = None, phase: MasterPhase | None = None,
