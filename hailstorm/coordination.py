@@ -356,7 +356,7 @@ class Coordinator:
             run = before.state.epoch if joined is None else joined
             deadline = time.monotonic() + linger
             now: MasterRecord | None = before
-            while now is not None and not self._restarted(now.state, run, before.state.epoch):
+            while now is not None and not self._restarted(now.state, run):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self.lost.is_set():
                     return
@@ -365,15 +365,13 @@ class Coordinator:
         except Exception:  # broad: kazoo (ZooKeeper may be down); best effort, logged
             log.debug("could not report the error", exc_info=True)
 
-    def _restarted(self, state: MasterState, run: int, failed_in: int) -> bool:
-        """Whether ``state`` restarts this processor, which failed in the run of ``run``
-        (in the master state of epoch ``failed_in``): a newer ``Initialize``, or a local
-        recovery that names it and that this incarnation did not answer (it came after the
-        failure, or had come before it was noticed)."""
+    def _restarted(self, state: MasterState, run: int) -> bool:
+        """Whether ``state`` restarts this processor, which failed in the run of ``run``: a
+        newer ``Initialize``, or a local recovery that names it and that this incarnation
+        did not answer (it came after the failure, or had come before it was noticed)."""
         if isinstance(state, Restarting):
             answered = self._last_report is not None and self._last_report.epoch >= state.epoch
-            return self.processor in state.instances and (state.epoch > failed_in
-                                                          or not answered)
+            return self.processor in state.instances and not answered
         return isinstance(state, Initialize) and state.epoch > run
 
     # -- reads --------------------------------------------------------------------------

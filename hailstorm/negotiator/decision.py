@@ -44,7 +44,7 @@ class Config:
     local_recovery: bool = False
     """Restart a failed instance alone where it can (:mod:`hailstorm.negotiator.local`).
     Off: the machine decides it, but the processors cannot do it yet, so the negotiator
-    refuses it (:class:`~hailstorm.negotiator.shell.Negotiator`). Every recovery records
+    refuses it (:class:`~hailstorm.negotiator.shell.Shell`). Every recovery records
     whether it could have been local meanwhile."""
 
     def __post_init__(self) -> None:

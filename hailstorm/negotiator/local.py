@@ -110,6 +110,25 @@ def _stop(state: Restarting | Replaying, view: View, roster: Roster, by: str) ->
                     f"clock {clock_to_json(state.clock)}")
 
 
+def _casualty_restart(state: Restarting | Replaying, view: View, roster: Roster,
+                      casualty: str) -> Decision:
+    """A failure during the local recovery: everything restarts."""
+    return restart(state, view, roster, f"during the local recovery of "
+                   f"{', '.join(state.instances)}: {casualty}")
+
+
+def _wait_or_abandon(state: Restarting | Replaying, view: View, roster: Roster,
+                     timeout: float, missing: str, waiting: str) -> Decision:
+    """Wait (``waiting`` for what) until ``timeout`` after entering ``state``, then
+    restart everything, saying what is ``missing``."""
+    deadline = view.entered_at + timeout
+    if view.now >= deadline:
+        return restart(state, view, roster, f"local recovery of epoch {state.epoch} "
+                       f"abandoned after {secs(timeout)}: {missing}")
+    return wait_until(roster, view, deadline,
+                      f"local recovery of epoch {state.epoch}: {waiting}")
+
+
 def restarting(state: Restarting, view: View, config: Config, roster: Roster) -> Decision:
     """Wait for the restarted instances to load the committed round; anything else that
     fails makes the recovery global."""
@@ -118,8 +137,7 @@ def restarting(state: Restarting, view: View, config: Config, roster: Roster) ->
         return _stop(state, view, roster, view.stop.by)
     casualty = casualty_of(roster, exempt=restarted, since=e)
     if casualty:
-        return restart(state, view, roster, f"during the local recovery of "
-                       f"{', '.join(state.instances)}: {casualty}")
+        return _casualty_restart(state, view, roster, casualty)
     pending = []
     for name in state.instances:
         report = roster.reports.get(parse_processor_id(name))
@@ -136,13 +154,9 @@ def restarting(state: Restarting, view: View, config: Config, roster: Roster) ->
         return Decision(Replaying(e, state.run, state.instances, state.clock), roster.notes,
                         f"{', '.join(state.instances)} loaded the committed clock "
                         f"{clock_to_json(state.clock)}; the spouts upstream replay to them")
-    deadline = view.entered_at + config.initialize_timeout
-    if view.now >= deadline:
-        return restart(state, view, roster,
-                       f"local recovery of epoch {e} abandoned after "
-                       f"{secs(config.initialize_timeout)}: {names(pending)} not ready")
-    return wait_until(roster, view, deadline,
-                      f"local recovery of epoch {e}: waiting for {names(pending)} to load")
+    return _wait_or_abandon(state, view, roster, config.initialize_timeout,
+                            f"{names(pending)} not ready",
+                            f"waiting for {names(pending)} to load")
 
 
 def upstream_spouts(instance: str, view: View, roster: Roster) -> tuple[ProcessorId, ...]:
@@ -159,8 +173,7 @@ def replaying(state: Replaying, view: View, config: Config, roster: Roster) -> D
         return _stop(state, view, roster, view.stop.by)
     casualty = casualty_of(roster)
     if casualty:
-        return restart(state, view, roster, f"during the local recovery of "
-                       f"{', '.join(state.instances)}: {casualty}")
+        return _casualty_restart(state, view, roster, casualty)
     pending = sorted({
         f"{spout} to {name}" for name in state.instances
         for spout in upstream_spouts(name, view, roster)
@@ -170,11 +183,6 @@ def replaying(state: Replaying, view: View, config: Config, roster: Roster) -> D
         return Decision(SpoutsPaused(max(e, view.highest_epoch) + 1), roster.notes,
                         f"{', '.join(state.instances)} caught up: local recovery done; a "
                         f"round commits it")
-    deadline = view.entered_at + config.rewind_timeout
-    if view.now >= deadline:
-        return restart(state, view, roster,
-                       f"local recovery of epoch {e} abandoned after "
-                       f"{secs(config.rewind_timeout)}: the replay of {names(pending)} did "
-                       f"not reach the live stream")
-    return wait_until(roster, view, deadline,
-                      f"local recovery of epoch {e}: replaying {names(pending)}")
+    return _wait_or_abandon(state, view, roster, config.rewind_timeout,
+                            f"the replay of {names(pending)} did not reach the live stream",
+                            f"replaying {names(pending)}")
