@@ -110,6 +110,9 @@ class Coordinator:
         #: The epoch of the ``Initialize`` whose run this incarnation joined, in every
         #: report once it joined (a local recovery's restarted instances join that run).
         self.run: int | None = None
+        #: A spout's replays to instances restarting alone that joined its live stream
+        #: (in a local recovery's ``Replaying``), in every report.
+        self.replayed: tuple[str, ...] = ()
         self.superseded: str | None = None
         """The stage attempt that ``expected`` names once it is no longer this
         incarnation's (see :meth:`_follow_attempts`); None while it is."""
@@ -272,7 +275,7 @@ class Coordinator:
         waited out and an unsaved sweep included)."""
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info, corrupt,
-            self.waiting, lost_peer, backfill, self.swept_after, self.run,
+            self.waiting, lost_peer, backfill, self.swept_after, self.run, self.replayed,
         )
         try:
             owner = self.records.write_report(report).ephemeralOwner

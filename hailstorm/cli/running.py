@@ -120,13 +120,18 @@ def init_command(directory: Path) -> None:
 @click.option("--rebuild", multiple=True, metavar="SINK",
               help="Let this run rebuild SINK's table from the committed state, replacing "
               "it (a changed table definition; repeatable; see 'hailstorm plan').")
+@click.option("--local-recovery/--no-local-recovery", default=False, show_default=True,
+              envvar="HAILSTORM_LOCAL_RECOVERY",
+              help="Restart a failed instance alone where it can (a bolt fed by spouts and "
+              "feeding sinks): the others keep running and their state; the spouts replay "
+              "to it. Other failures restart every processor (docs/deployment.md).")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshot_dir: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
         log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
         slot_wait: float, class_archive: bool, allow_drop: tuple[str, ...],
-        allow_open_zookeeper: bool, rebuild: tuple[str, ...]) -> None:
+        allow_open_zookeeper: bool, rebuild: tuple[str, ...], local_recovery: bool) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until stopped).
 
     'hailstorm stop TOPOLOGY', Ctrl-C or SIGTERM drain it: a last round commits what was
@@ -168,7 +173,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
         spark=SparkOptions(master=master, extra_conf=spark_conf,
                            max_attempts=max_restarts or None, slot_wait=slot_wait),
         partition_check_interval=partition_check_interval, class_archive=class_archive,
-        allow_drop=allow_drop, rebuild=rebuild,
+        allow_drop=allow_drop, rebuild=rebuild, local_recovery=local_recovery,
     )
     try:
         driver = Driver(options)

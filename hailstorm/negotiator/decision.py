@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hailstorm.negotiator.recovery_scope import RecoveryScope
+from hailstorm.protocol.alone import Shape
 from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import (
     CommittedRecord,
@@ -41,12 +42,6 @@ class Config:
     """SpoutsPaused: every spout paused and reported its position."""
     snapshot_timeout: float = 60.0
     """Flowing(C): every bolt instance reported a durable snapshot at C."""
-    local_recovery: bool = False
-    """Restart a failed instance alone where it can (:mod:`hailstorm.negotiator.local`).
-    Off: the machine decides it, but the processors cannot do it yet, so the negotiator
-    refuses it (:class:`~hailstorm.negotiator.shell.Shell`). Every recovery records
-    whether it could have been local meanwhile."""
-
     def __post_init__(self) -> None:
         for name in ("snapshot_interval", "initialize_timeout", "rewind_timeout",
                      "pause_timeout", "snapshot_timeout"):
@@ -87,6 +82,11 @@ class View:
     attempt: str | None = None
     """The driver's current stage attempt (``expected``): reports of another attempt are
     left over from processors that failed with theirs (None: every report counts)."""
+    shape: Shape = field(default_factory=Shape)
+    """The graph as a local recovery looks at it (``expected``)."""
+    local_recovery: bool = False
+    """The run restarts a failed instance alone where it can (``expected``;
+    :mod:`hailstorm.negotiator.local`)."""
 
 
 # --------------------------------------------------------------------------- outputs

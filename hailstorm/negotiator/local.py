@@ -63,9 +63,8 @@ def scope_of(state: MasterState, view: View, config: Config, roster: Roster) -> 
     own; with no committed round there is nothing to load; the survivors must have joined
     one run)."""
     failed = failed_instances(view.expected or (), view.living)
-    edges = {(source, target) for target, sources in view.inputs.items() for source in sources}
-    scope = recovery_scope(state, failed, view.expected or (), edges,
-                           enabled=config.local_recovery)
+    scope = recovery_scope(state, failed, view.expected or (), view.shape,
+                           enabled=view.local_recovery)
     if not scope.local:
         return scope
     why = None

@@ -45,7 +45,7 @@ A stop request (the ``stop`` node, :attr:`View.stop`) drains the topology::
 
 A failure while the topology flows (Flowing, SpoutsPaused) restarts only the failed
 instances where it can: Restarting, Replaying, back to Flowing (:mod:`hailstorm.negotiator.local`,
-behind :attr:`Config.local_recovery`).
+when the run turned it on: :attr:`View.local_recovery`).
 
 In Stopped the processors leave; losing them is no failure. Leaving Stopped (or
 NegotiatorDisconnected) for Initialize is a start; every other move to Initialize is a

@@ -43,7 +43,8 @@ from hailstorm.negotiator.machine import (
     View,
 )
 from hailstorm.negotiator.outages import deadline_origin, step, waiting_in
-from hailstorm.negotiator.recovery_scope import failed_instances, graph_edges, recovery_scope
+from hailstorm.negotiator.recovery_scope import failed_instances, recovery_scope
+from hailstorm.protocol.alone import Shape
 from hailstorm.protocol.catchup import inputs_of_graph
 from hailstorm.protocol.layout import (
     RECOVERIES_KEPT,
@@ -94,8 +95,6 @@ class Observation:
     committed: CommittedRecord | None
     committed_version: int | None
     view: View
-    edges: frozenset[tuple[str, str]] = frozenset()
-    """The DAG's ``(source, target)`` node names, from the expected record's graph."""
 
 
 def election_lost(results: Sequence[object]) -> bool:
@@ -141,10 +140,6 @@ class Shell:
         metrics: NegotiatorMetrics | None = None,
         on_leadership: Callable[[bool], None] | None = None,
     ) -> None:
-        if config.local_recovery:
-            raise ValueError("local recovery is designed, not built: the negotiator decides "
-                             "it, but the processors cannot restart one instance alone yet "
-                             "(docs/deployment.md)")
         self.client = client
         self.paths = TopologyPaths(topology)
         self.config = config
@@ -315,7 +310,7 @@ class Shell:
                 view = obs.view
                 scope = decision.scope or recovery_scope(
                     obs.state, failed_instances(view.expected or (), view.living),
-                    view.expected or (), obs.edges, enabled=self.config.local_recovery)
+                    view.expected or (), view.shape, enabled=view.local_recovery)
             recovery = RecoveryRecord(new.epoch, now, label(obs.state), decision.reason,
                                       self.identifier, "" if scope is None else str(scope))
             txn.create(self.paths.recovery_prefix, recovery.to_json(), sequence=True)
@@ -466,10 +461,12 @@ class Shell:
         else:
             state, entered_at = master.state, master.entered_at
         stop = records.stop_request(self._watch)
+        graph = expected_record.graph if expected_record is not None else None
         view = View(now, entered_at, expected, living, snapshots, committed, highest, stop,
-                    inputs_of_graph(expected_record.graph if expected_record else None),
-                    expected_record.attempt if expected_record else None)
-        edges = graph_edges(expected_record.graph if expected_record is not None else None)
+                    inputs_of_graph(graph),
+                    expected_record.attempt if expected_record else None,
+                    Shape.of_graph(graph),
+                    expected_record is not None and expected_record.local_recovery)
         waits = master is not None and waiting_in(view, state.epoch) is not None
         if self._waits and not waits:  # an outage ended: every wait gets its whole time
             self.wait_ended_at = now
@@ -480,8 +477,7 @@ class Shell:
             # when no processor waits out an outage any more.
             view = replace(view, entered_at=deadline_origin(
                 master.entered_at, self.leader_since, self.reconnected_at, self.wait_ended_at))
-        return Observation(state, master_read.version, committed, committed_read.version, view,
-                           edges)
+        return Observation(state, master_read.version, committed, committed_read.version, view)
 
     def _note_once(self, subject: str, why: str) -> None:
         if (subject, why) not in self._noted:

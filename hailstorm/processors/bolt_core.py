@@ -96,12 +96,9 @@ class BoltCore:
         state = self._monoid.empty() if loaded_state is _FRESH else loaded_state
         self._segments = Segments(spec.name, self._monoid, state, loaded_clock or {})
         self._deltas = DeltaChain(self._monoid, spec.keyed, loaded_whole)
-        self.compacting = spec.preaggregate and spec.emit is not None and spec.groups_by_key
+        self.compacting = spec.compacting
         """Emit once per key and :meth:`flush`, not once per tuple (see
-        :mod:`~hailstorm.processors.compaction`). Only where a group is its state key: the
-        key's value then changes only with the group's own tuples (windows expire with
-        other windows' tuples, unkeyed state with every tuple, so emitting later could give
-        other rows)."""
+        :attr:`~hailstorm.topology.BoltSpec.compacting`)."""
         self._held = HeldBack()
         self.applied = 0
         """Tuples (or pre-aggregated contributions) absorbed so far."""

@@ -104,6 +104,12 @@ class UpstreamWatermarks:
         """Every ``(upstream, partition)`` some upstream's watermark names."""
         return [(upstream, p) for upstream, marks in self._marks.items() for p in marks]
 
+    def of(self, upstream: str) -> Marks | None:
+        """``upstream``'s watermark: everything it sent through these offsets (None: it
+        sent none yet)."""
+        marks = self._marks.get(upstream)
+        return None if marks is None else dict(marks)
+
     def offset(self, partition: PartitionKey) -> int:
         """``LWM[partition]`` (:data:`UNBOUNDED` when no upstream carries it)."""
         if self._silent:

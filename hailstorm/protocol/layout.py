@@ -758,13 +758,16 @@ class ExpectedRecord:
     description (:class:`hailstorm.upgrade.describe.NodeDescription` as JSON), for the
     plan of the next upgrade (both absent in records of older drivers). ``attempt`` names
     the driver's current stage attempt (:data:`ATTEMPT_INFO`): a processor's report counts
-    only when it carries the same (None: every report counts).
+    only when it carries the same (None: every report counts). ``local_recovery``: a failed
+    instance that can restart alone does (:mod:`hailstorm.protocol.alone`), the negotiator
+    and every processor following the run's choice.
     """
 
     processors: tuple[str, ...]
     graph: Mapping[str, Any] | None = field(default=None, compare=False)
     nodes: Mapping[str, Any] | None = field(default=None, compare=False)
     attempt: str | None = field(default=None, compare=False)
+    local_recovery: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         for text in self.processors:
@@ -785,6 +788,8 @@ class ExpectedRecord:
             data["nodes"] = dict(self.nodes)
         if self.attempt is not None:
             data["attempt"] = self.attempt
+        if self.local_recovery:
+            data["local_recovery"] = True
         return encode(data)
 
     @classmethod
@@ -802,7 +807,10 @@ class ExpectedRecord:
             attempt = d.get("attempt")
             if attempt is not None and not isinstance(attempt, str):
                 raise LayoutError("'attempt' must be a string")
-            return cls(tuple(str(p) for p in procs), graph, nodes, attempt)
+            local = d.get("local_recovery", False)
+            if not isinstance(local, bool):
+                raise LayoutError("'local_recovery' must be a boolean")
+            return cls(tuple(str(p) for p in procs), graph, nodes, attempt, local)
 
         result: ExpectedRecord = _load("expected record", raw, build)
         return result

@@ -9,7 +9,8 @@ Modules:
 * :mod:`~hailstorm.runtime.assignment` — :class:`~hailstorm.runtime.assignment.Assignment`,
   what one task runs (made by the driver, handed to the processor's shell);
 * :mod:`~hailstorm.runtime.processor` — what every processor shell does (ZooKeeper
-  protocol, failures, the inbound data plane);
+  protocol, failures, going on without a peer that restarts alone);
+* :mod:`~hailstorm.runtime.inbound` — bolts' and sinks' listener, readers and queue;
 * :mod:`~hailstorm.runtime.data_plane` — outbound connections, addresses, the handshake's
   limits;
 * :mod:`~hailstorm.runtime.gate` — a listener's handshake and first frame; what a client

@@ -33,14 +33,13 @@ from hailstorm.protocol.layout import (
     ProcessorState,
     Role,
     SnapshotReport,
-    SpoutsPaused,
-    SpoutsRewind,
     parse_processor_id,
 )
-from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Query, Watermark
+from hailstorm.protocol.wire import ClockMarker, DataBatch, Query, Watermark
 from hailstorm.routing import route
 from hailstorm.runtime.data_plane import DataPlaneError
-from hailstorm.runtime.processor import POLL, InboundShell, LiveQuery
+from hailstorm.runtime.inbound import Inbound, InboundShell, LiveQuery, SenderGone
+from hailstorm.runtime.processor import POLL, RunState
 from hailstorm.snapshots import SnapshotCorruptError, SnapshotRef, open_store
 from hailstorm.topology import BoltSpec
 from hailstorm.vocabulary import DeadLetter
@@ -53,7 +52,7 @@ FLUSH_INTERVAL = 0.25
 """Seconds a compacting (``preaggregate``) bolt holds rows back: it then emits one row per
 key touched, and the watermark that waited for them (so rounds wait at most this)."""
 BACKLOG_FLUSH_INTERVAL = 1.0
-"""The same while the bolt is :attr:`~hailstorm.runtime.processor.InboundShell.behind`
+"""The same while the bolt is :attr:`~hailstorm.runtime.inbound.InboundShell.behind`
 (reading a backlog): its rows are late already, and a key touched again before the next
 flush is emitted once, not twice (so the sink writes it once). It flushes as soon as it
 catches up (fewer frames wait)."""
@@ -169,7 +168,7 @@ class BoltShell(InboundShell):
                 return ref
         return None
 
-    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+    def on_state(self, state: RunState) -> None:
         if isinstance(state, Flowing) and state.clock is not None:
             assert self.core is not None
             clock = state.clock_for(self.spec.name)  # the backfill clock while catching up
@@ -230,9 +229,11 @@ class BoltShell(InboundShell):
         fields["absorbed"] = self.table.from_wire(core.absorbed)
         return fields
 
-    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
+    def on_frame(self, sender: str, frame: Inbound) -> None:
         core = self.core
         assert core is not None
+        if isinstance(frame, SenderGone):  # no bolt reads one that restarts alone
+            raise DataPlaneError(f"{sender}: {frame.why}", peer=sender)
         if isinstance(frame, LiveQuery):
             try:
                 answer = self._look_up(frame.query)

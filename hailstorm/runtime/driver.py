@@ -109,6 +109,9 @@ class RunOptions:
     rebuild: tuple[str, ...] = ()
     """Sinks whose table this run may rebuild from the committed state (``--rebuild``), when
     it starts (not again when new partitions restart the stage)."""
+    local_recovery: bool = False
+    """Restart a failed instance alone where it can (``--local-recovery``; recorded in the
+    expected record, which the negotiator and the processors follow)."""
     drain_timeout: float = 60.0
     """On :meth:`Driver.stop`, how long to wait for the negotiator to commit a last round
     and the processors to leave before cancelling the stage."""
@@ -169,11 +172,12 @@ def rebuild_tables(upgrade: Upgrade, plan: Plan, zk: str, name: str) -> None:
 def write_expected(zk: str, name: str, processors: list[str],
                    graph: Mapping[str, Any] | None = None, *,
                    upgrade: Upgrade | None = None, start: bool = False,
-                   attempt: str | None = None) -> None:
+                   attempt: str | None = None, local_recovery: bool = False) -> None:
     """Create or replace ``/hailstorm/<name>/expected`` (with the topology's ``graph``);
     ``start``: a new run, so delete the ``stop`` request an earlier one left; ``attempt``:
     the stage attempt whose reports count (one no processor runs yet: none counts before
-    the driver starts its first attempt).
+    the driver starts its first attempt); ``local_recovery``: the run restarts a failed
+    instance alone where it can.
 
     With ``upgrade``, first plan the upgrade from what is deployed (:mod:`hailstorm.upgrade`):
     raise :class:`~hailstorm.upgrade.plan.UpgradeRefused` for a refused node, else carry out
@@ -198,7 +202,8 @@ def write_expected(zk: str, name: str, processors: list[str],
         records = TopologyRecords(client, paths)
         if start:
             records.clear_stop()
-        records.write_expected(ExpectedRecord(tuple(processors), graph, nodes, attempt))
+        records.write_expected(ExpectedRecord(tuple(processors), graph, nodes, attempt,
+                                              local_recovery))
     finally:
         client.stop()
         client.close()
@@ -256,7 +261,8 @@ class Driver:
         write_expected(o.zk, self.name, processors, graph_of(self.topology),
                        upgrade=Upgrade(self.topology, o.snapshots, o.kafka, o.database_url,
                                        o.allow_drop, () if self._started else o.rebuild),
-                       start=not self._started, attempt=new_attempt())
+                       start=not self._started, attempt=new_attempt(),
+                       local_recovery=o.local_recovery)
         self._started = True
         log.info("%s: %d processors expected: %s", self.name, len(processors),
                  ", ".join(processors))

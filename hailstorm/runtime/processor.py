@@ -1,58 +1,53 @@
 """What every processor shell does: registration and the master state (docs/negotiator.md),
-failures, downstream connections, and for bolts and sinks the inbound data plane (a
-listener, one reader thread per upstream, a bounded queue to the main thread).
+failures, downstream connections, and going on without a peer that restarts alone (a local
+recovery). Bolts and sinks add the inbound data plane (:mod:`~hailstorm.runtime.inbound`).
 
 :class:`Shell` runs one :class:`~hailstorm.runtime.assignment.Assignment`; it and
-:class:`InboundShell` are the bases of :mod:`~hailstorm.runtime.spout`,
+:class:`~hailstorm.runtime.inbound.InboundShell` are the bases of :mod:`~hailstorm.runtime.spout`,
 :mod:`~hailstorm.runtime.bolt` and :mod:`~hailstorm.runtime.sink`. See :mod:`hailstorm.runtime`
 for the whole picture.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
-import queue
-import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from hailstorm.auth import RunSecret, peer_identity
+from hailstorm.auth import RunSecret
 from hailstorm.coordination import Coordinator
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.metrics import MetricsServer, ProcessorMetrics, start_server
 from hailstorm.outages import Outage, Waits
 from hailstorm.processors import Batch, Destination, Router
+from hailstorm.protocol.alone import alone_nodes
 from hailstorm.protocol.clock import clock_to_json
 from hailstorm.protocol.layout import (
     ATTEMPT_INFO,
     Flowing,
     Initialize,
     ProcessorId,
+    ProcessorReport,
     ProcessorState,
+    Replaying,
+    Restarting,
     SpoutsPaused,
     SpoutsRewind,
     Stopped,
     parse_processor_id,
 )
 from hailstorm.protocol.wire import (
-    Bye,
     DataBatch,
     Frame,
-    FrameReader,
     PartitionTable,
-    Query,
-    recv_frames,
 )
 from hailstorm.quarantine import DeadLetterWriter
 from hailstorm.runtime.assignment import Assignment
-from hailstorm.runtime.clients import hello_refusal
 from hailstorm.runtime.data_plane import (
     DataPlaneError,
     Outbound,
@@ -63,12 +58,9 @@ from hailstorm.runtime.gate import Gate
 from hailstorm.topology import BoltSpec, SpoutSpec, Topology
 
 __all__ = [
-    "BEHIND_FRAMES",
     "POLL",
-    "QUEUE_FRAMES",
-    "InboundShell",
-    "LiveQuery",
     "RestartRequired",
+    "RunState",
     "Shell",
     "TopologyStopped",
 ]
@@ -80,11 +72,8 @@ POLL = 0.1
 PROBE_INTERVAL = 0.2
 """Seconds between looks for a receiver that closed or reset its connection
 (:func:`~hailstorm.runtime.data_plane.probe_receivers`)."""
-QUEUE_FRAMES = 64
-"""Frames buffered between the socket readers and a bolt's (or sink's) main thread."""
-BEHIND_FRAMES = QUEUE_FRAMES // 2
-"""Frames waiting in that queue (half of it) from which a bolt or sink counts as behind its
-upstreams (:attr:`InboundShell.behind`): reading a backlog, it batches its output longest."""
+RunState = SpoutsRewind | SpoutsPaused | Flowing | Restarting | Replaying
+"""The master states after ``Initialize`` a processor acts on (:meth:`Shell.on_state`)."""
 
 
 def _stop_of(state: Any, joined: int) -> TopologyStopped | None:
@@ -112,14 +101,19 @@ def _answer_key(state: Any) -> tuple[str, int, bool]:
 class Shell:
     """What every processor does: ZooKeeper protocol, failures, downstream connections."""
 
-    listens = False
-
     def __init__(self, assignment: Assignment, topology: Topology) -> None:
         self.assignment = assignment
         self.topology = topology
         self.id = parse_processor_id(assignment.processor)
         self.stopping = threading.Event()
         self.joined: int | None = None
+        self.rejoined: int | None = None
+        """The epoch of the local recovery (``Restarting``) through which this incarnation
+        joined its run, restarting alone (None: it joined at ``Initialize``)."""
+        self.alone: frozenset[str] = frozenset()
+        """The nodes whose instances restart alone when they fail (the run's local
+        recovery, :mod:`hailstorm.protocol.alone`): a connection to or from one that
+        breaks is no failure of this processor."""
         self.joined_event = threading.Event()
         self._answered: set[tuple[str, int, bool]] = set()
         #: Called once a round of the run this incarnation joined committed (its task learns
@@ -135,8 +129,9 @@ class Shell:
         self.table = PartitionTable([])
         self.outbound: dict[str, Outbound] | None = None
         self._next_probe = 0.0  # when check() next looks for receivers gone
-        self.listener: socket.socket | None = None
-        self._accepted: set[socket.socket] = set()
+        self.detached: set[str] = set()
+        """Downstream instances restarting alone, not sent to until they are replayed to
+        (:meth:`detach`)."""
         self.router: Router | None = None
         self.metrics = ProcessorMetrics(assignment.name, assignment.processor)
         self.metrics_server: MetricsServer | None = None
@@ -174,16 +169,15 @@ class Shell:
                 info["metrics"] = self.metrics_server.port
                 if auto and metrics_host != address:
                     info["metrics_host"] = metrics_host
-            if self.listens:
-                self.listener = socket.create_server((address, 0))
-                self.listener.settimeout(POLL)  # how soon the accept loop sees a stop
-                info["port"] = self.listener.getsockname()[1]
-                self._start_thread("accept", self._accept_loop)
+            self.listen(address, info)
             a = self.assignment
             self.coord = Coordinator(a.zk, a.name, a.processor, info,
                                      session_timeout=a.session_timeout, replaces=a.replaces)
             self.coord.register(a.register_timeout)
-            self.table = PartitionTable(self.coord.expected().partitions)
+            expected = self.coord.expected()
+            self.table = PartitionTable(expected.partitions)
+            if expected.local_recovery:
+                self.alone = alone_nodes(expected.processors, expected.graph)
             self.setup()
             log.info("registered; waiting for Initialize")
             self.coord.changed.set()
@@ -248,6 +242,10 @@ class Shell:
             return None
         return _stop_of(record.state, self.joined)
 
+    def listen(self, address: str, info: dict[str, Any]) -> None:
+        """Bolts and sinks: open the data-plane listener on ``address`` (its port goes in
+        ``info``, the living node's). Spouts receive nothing."""
+
     def setup(self) -> None:
         """Role-specific preparation after registration (before any master state)."""
 
@@ -260,9 +258,6 @@ class Shell:
         self.stopping.set()
         for out in (self.outbound or {}).values():
             out.close()
-        for sock in [*self._accepted, *([self.listener] if self.listener else [])]:
-            with contextlib.suppress(OSError):
-                sock.close()
         if self.coord is not None:
             self.coord.close()
         if self.metrics_server is not None:
@@ -332,7 +327,14 @@ class Shell:
             raise RuntimeError("the Spark worker that started this processor is gone")
         if self.outbound is not None and time.monotonic() >= self._next_probe:
             self._next_probe = time.monotonic() + PROBE_INTERVAL
-            probe_receivers(self.outbound.values())
+            try:
+                probe_receivers(out for r, out in self.outbound.items()
+                                if r not in self.detached)
+            except DataPlaneError as exc:
+                if not self.goes_on_without(exc.peer):
+                    raise
+                assert exc.peer is not None
+                self.detach(exc.peer, str(exc))
 
     def _start_thread(self, name: str, target: Any, *args: Any) -> None:
         def guarded() -> None:
@@ -375,6 +377,14 @@ class Shell:
                     f"Initialize({self.joined})); ending so a new incarnation joins"
                 )
             return
+        if isinstance(state, Restarting | Replaying) and str(self.id) in state.instances:
+            if self.joined is None and isinstance(state, Restarting):
+                self._rejoin(state)
+                return
+            if self.joined is not None and self.rejoined != epoch:
+                raise RestartRequired(f"{type(state).__name__}({epoch}) restarts this instance "
+                                      "alone (a local recovery); ending so a new incarnation "
+                                      "joins")
         if self.joined is None and isinstance(state, Stopped) and self.coord is not None \
                 and self.coord.stop_requested():
             # Stopped while this incarnation started (a stop during a recovery): no
@@ -395,9 +405,20 @@ class Shell:
         progress = self.on_progress
         if progress and isinstance(state, Flowing) and state.clock is None and self.coord:
             committed = self.coord.committed()  # a skipped round commits nothing
-            if committed is not None and committed.epoch > self.joined:
+            if committed is not None and committed.epoch > (self.rejoined or self.joined):
                 self.on_progress = None
                 progress()
+
+    def _rejoin(self, state: Restarting) -> None:
+        """Join the run of the other processors, restarting alone (a local recovery):
+        load the committed round, as at ``Initialize``, and report ready in its epoch."""
+        self.joined, self.rejoined = state.run, state.epoch
+        log.info("restarting alone in the run of Initialize(%d) (local recovery, epoch %d)",
+                 state.run, state.epoch)
+        self.dead_letters.start(state.epoch)  # fences the incarnation it replaces
+        self.on_initialize(state.epoch)
+        self._answered.add(_answer_key(state))
+        self.joined_event.set()
 
     def answered(self, state: Any) -> bool:
         """Did this processor act on ``state`` already (each ``(state, epoch)`` once)?"""
@@ -406,7 +427,7 @@ class Shell:
     def on_initialize(self, epoch: int) -> None:
         raise NotImplementedError
 
-    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+    def on_state(self, state: RunState) -> None:
         """React to a state after Initialize (each ``(state, epoch)`` once)."""
 
     def report(self, state: ProcessorState, epoch: int, **kw: Any) -> None:
@@ -428,6 +449,19 @@ class Shell:
             ids[(name, i)] = str(pid)
         return ids
 
+    def upstream_ids(self) -> list[str]:
+        """Every upstream instance that may connect to this one."""
+        node = self.topology.node(self.id.name)
+        ids: list[str] = []
+        for name in getattr(node, "inputs", ()):
+            source = self.topology.node(name)
+            if isinstance(source, SpoutSpec):
+                ids += [str(ProcessorId.spout(name, p)) for p in self.table
+                        if p[0] == source.topic]
+            elif isinstance(source, BoltSpec):
+                ids += [str(ProcessorId.bolt(name, i)) for i in range(source.parallelism)]
+        return ids
+
     def connections(self) -> dict[str, Outbound]:
         """Connections to every downstream instance, opened on first use."""
         if self.outbound is not None:
@@ -438,19 +472,8 @@ class Shell:
         outbound: dict[str, Outbound] = {}
         try:
             for receiver in wanted:
-                report = reports.get(receiver)
-                if (report is None or report.state is ProcessorState.JOINING
-                        or report.epoch < self.joined or "port" not in report.info
-                        or not report.of_attempt(self.assignment.attempt)):
-                    raise DataPlaneError(
-                        f"{receiver} is not ready in the run of epoch {self.joined} "
-                        f"(report: {report})"
-                    )
-                address = (str(report.info["host"]), int(report.info["port"]))
-                outbound[receiver] = Outbound(
-                    self.assignment.processor, receiver, address, self.joined,
-                    self.assignment.io_timeout, self.secret, patience=self.topology_waits,
-                )
+                outbound[receiver] = self._connect(receiver, reports.get(receiver),
+                                                   self.joined)
         except BaseException:  # broad: also on Ctrl-C; connections closed, re-raised
             for out in outbound.values():
                 out.close()
@@ -458,6 +481,56 @@ class Shell:
         self.outbound = outbound
         log.info("connected to %s", ", ".join(wanted) or "nothing")
         return outbound
+
+    def _connect(self, receiver: str, report: ProcessorReport | None, since: int) -> Outbound:
+        """A connection to ``receiver``, whose ``report`` says it is ready in this run in
+        epoch ``since`` or later."""
+        assert self.joined is not None
+        if (report is None or report.state is ProcessorState.JOINING
+                or report.epoch < since or "port" not in report.info
+                or not report.of_attempt(self.assignment.attempt)):
+            raise DataPlaneError(f"{receiver} is not ready in the run of epoch {self.joined} "
+                                 f"(report: {report})")
+        address = (str(report.info["host"]), int(report.info["port"]))
+        return Outbound(self.assignment.processor, receiver, address, self.joined,
+                        self.assignment.io_timeout, self.secret, patience=self.topology_waits)
+
+    # -- peers restarting alone (local recovery) ----------------------------------------
+
+    def goes_on_without(self, peer: str | None) -> bool:
+        """A broken connection to or from ``peer`` is no failure of this processor: the
+        peer restarts alone (the run's local recovery) and this one carries on."""
+        if peer is None or not self.alone:
+            return False
+        try:
+            return parse_processor_id(peer).name in self.alone
+        except ValueError:
+            return False
+
+    def detach(self, receiver: str, why: str) -> None:
+        """Stop sending to ``receiver`` (it restarts alone: what it would have got is
+        replayed to its next incarnation)."""
+        out = (self.outbound or {}).get(receiver)
+        if receiver in self.detached or out is None:
+            return
+        out.close()
+        self.detached.add(receiver)
+        log.warning("going on without %s (%s): it restarts alone", receiver, why)
+
+    def reconnect(self, receiver: str, epoch: int) -> Outbound:
+        """A connection to ``receiver``'s incarnation that restarted alone and reported
+        ready in the local recovery of ``epoch``, replacing the one to its predecessor."""
+        assert self.coord is not None and self.outbound is not None
+        report = self.coord.reports().get(receiver)
+        if report is not None and report.run != self.joined:
+            raise DataPlaneError(f"{receiver} joined the run of Initialize({report.run}), "
+                                 f"not this one's ({self.joined})", peer=receiver)
+        out = self._connect(receiver, report, epoch)
+        self.outbound[receiver].close()
+        self.outbound[receiver] = out
+        self.detached.discard(receiver)
+        log.info("connected to %s's new incarnation", receiver)
+        return out
 
     def send_all(self, frames: Sequence[Frame]) -> None:
         for out in self.connections().values():
@@ -477,143 +550,3 @@ class Shell:
             frames.extend(after)
             if frames:
                 connections[receiver].send(frames)
-
-    # -- inbound (bolts and sinks) ------------------------------------------------------
-
-    def upstream_ids(self) -> list[str]:
-        """Every upstream instance that may connect to this one."""
-        node = self.topology.node(self.id.name)
-        ids: list[str] = []
-        for name in getattr(node, "inputs", ()):
-            source = self.topology.node(name)
-            if isinstance(source, SpoutSpec):
-                ids += [str(ProcessorId.spout(name, p)) for p in self.table
-                        if p[0] == source.topic]
-            elif isinstance(source, BoltSpec):
-                ids += [str(ProcessorId.bolt(name, i)) for i in range(source.parallelism)]
-        return ids
-
-    def deliver(self, sender: str, frame: Frame | LiveQuery) -> None:
-        """Hand a received frame to the main thread (blocking: back-pressure)."""
-        raise NotImplementedError
-
-    def answer(self, query: Query) -> dict[str, Any]:
-        """The fields of the ANSWER to a live query (only bolts hold state)."""
-        return {"processor": self.assignment.processor,
-                "error": f"{self.assignment.processor} is not a bolt: it holds no state"}
-
-    def _accept_loop(self) -> None:
-        assert self.listener is not None
-        while not self.stopping.is_set():
-            try:
-                sock, address = self.listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                if self.stopping.is_set():
-                    return
-                raise
-            if not self.gate.admit(sock, address):
-                continue
-            self._accepted.add(sock)
-            self._start_thread("receive", self._receive, sock, address)
-
-    def _receive(self, sock: socket.socket, address: Any) -> None:
-        try:
-            opened = self.gate.open(sock, address, self.secret)
-            if opened is None:
-                return
-            request, reader, tls, rest = opened
-            self._accepted.discard(sock)  # the TLS stream owns the connection now
-            self._accepted.add(tls)
-            sock = tls
-            if isinstance(request, Query):
-                self.gate.answer_query(sock, address, request, self.answer)
-                return
-            self.joined_event.wait(self.assignment.io_timeout)
-            refusal = hello_refusal(request, me=self.assignment.processor, joined=self.joined,
-                                    upstreams=self.upstream_ids(), peer=peer_identity(tls))
-            if refusal is not None:
-                self.gate.refuse_client(sock, address, refusal)
-                return
-            self._serve(sock, reader, request.sender, rest)
-        finally:
-            self._accepted.discard(sock)
-            with contextlib.suppress(OSError):
-                sock.close()
-
-    def _serve(self, sock: socket.socket, reader: FrameReader, sender: str,
-               frames: list[Frame]) -> None:
-        """Frames of a peer of this run (its HELLO accepted) until BYE: from here on a
-        broken connection is a fault of the topology and fails this processor."""
-        log.debug("accepted %s", sender)
-        sock.settimeout(None)  # idle upstreams are normal; liveness is ZooKeeper's job
-        while True:
-            for frame in frames:
-                if isinstance(frame, Bye):
-                    raise DataPlaneError(f"{sender} closed its connection", peer=sender)
-                self.deliver(sender, frame)
-            try:
-                frames = recv_frames(sock, reader)
-            except OSError as exc:  # reset: the peer is gone as surely as after a close
-                raise DataPlaneError(f"{sender}'s connection broke: {exc}", peer=sender) from exc
-            if not frames:
-                raise DataPlaneError(f"{sender} closed its connection", peer=sender)
-
-
-@dataclass(frozen=True)
-class LiveQuery:
-    """A live query handed to a bolt's main thread, which puts the answer in ``reply``."""
-
-    query: Query
-    reply: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1))
-
-
-class InboundShell(Shell):
-    """Bolts and sinks: a listener, one reader thread per upstream, a bounded queue."""
-
-    listens = True
-
-    def setup(self) -> None:
-        self.inbound: queue.Queue[tuple[str, Frame | LiveQuery]] = queue.Queue(QUEUE_FRAMES)
-
-    def deliver(self, sender: str, frame: Frame | LiveQuery) -> None:
-        deadline = time.monotonic() + self.assignment.io_timeout
-        while not self.stopping.is_set():
-            try:
-                self.inbound.put((sender, frame), timeout=POLL)
-                return
-            except queue.Full:
-                if time.monotonic() > deadline and self.topology_waits():
-                    deadline = time.monotonic() + self.assignment.io_timeout
-                elif time.monotonic() > deadline:
-                    raise DataPlaneError(
-                        f"the main thread took no frame for {self.assignment.io_timeout} s"
-                    ) from None
-
-    def step(self) -> None:
-        try:
-            sender, frame = self.inbound.get(timeout=POLL)
-        except queue.Empty:
-            self.on_idle()
-            return
-        self.on_frame(sender, frame)
-        for _ in range(QUEUE_FRAMES):  # drain what is there before looking at ZooKeeper
-            if self._failure is not None:
-                return
-            try:
-                sender, frame = self.inbound.get_nowait()
-            except queue.Empty:
-                return
-            self.on_frame(sender, frame)
-
-    @property
-    def behind(self) -> bool:
-        """:data:`BEHIND_FRAMES` or more frames wait to be read."""
-        return self.inbound.qsize() >= BEHIND_FRAMES
-
-    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
-        raise NotImplementedError
-
-    def on_idle(self) -> None:
-        """Nothing arrived for :data:`POLL` seconds."""

@@ -25,12 +25,11 @@ from hailstorm.protocol.layout import (
     Flowing,
     ProcessorState,
     SnapshotReport,
-    SpoutsPaused,
-    SpoutsRewind,
 )
-from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
+from hailstorm.protocol.wire import ClockMarker, DataBatch, Watermark
 from hailstorm.runtime.data_plane import DataPlaneError
-from hailstorm.runtime.processor import InboundShell, LiveQuery
+from hailstorm.runtime.inbound import Inbound, InboundShell, SenderGone
+from hailstorm.runtime.processor import RunState
 from hailstorm.sinks import FencedError, SinkWriter, redact
 from hailstorm.sinks.rebuild import rebuild_refusal, source_topics_of
 from hailstorm.sinks.topic import TopicWriter, progress_topic
@@ -157,7 +156,7 @@ class SinkShell(InboundShell):
         """Rows (upsert: keys) waiting in the writer for a commit."""
         return 0 if self.writer is None else self.writer.pending
 
-    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+    def on_state(self, state: RunState) -> None:
         clock = state.clock_for(self.spec.name) if isinstance(state, Flowing) else None
         if clock is not None:  # the backfill clock while catching up
             self._round(state.epoch, dict(clock))
@@ -169,8 +168,10 @@ class SinkShell(InboundShell):
                                           rejected.origin, what="the tuple")
         self.metrics.quarantined.inc()
 
-    def on_frame(self, sender: str, frame: Frame | LiveQuery) -> None:
-        if isinstance(frame, DataBatch):
+    def on_frame(self, sender: str, frame: Inbound) -> None:
+        if isinstance(frame, SenderGone):
+            self._part_from(sender, frame.why)
+        elif isinstance(frame, DataBatch):
             if frame.contributions:
                 raise DataPlaneError(f"{sender} sent pre-aggregated contributions to a sink")
             started = time.perf_counter()
@@ -191,6 +192,17 @@ class SinkShell(InboundShell):
                                             now=time.monotonic()))
         elif isinstance(frame, ClockMarker):
             self._round(frame.epoch, self.table.from_wire(frame.clock))
+
+    def _part_from(self, sender: str, why: str) -> None:
+        """``sender`` restarts alone (``why`` its connection ended): keep what it promised
+        by its last watermark, forget the rest, and wait for its next incarnation (the
+        watermark it promised holds the low water mark until that one passes it)."""
+        assert self.core is not None
+        marks = self.core.marks.of(sender) or {}
+        promised = {self.table.partitions[i]: offset for i, offset in marks.items()}
+        forgotten = 0 if self.writer is None else self.writer.part_from(sender, promised)
+        log.warning("%s (%s): it restarts alone; kept its rows through %s, forgot %d above",
+                    sender, why, clock_to_json(promised), forgotten)
 
     def on_idle(self) -> None:
         self.dead_letters.tick()

@@ -21,10 +21,18 @@ from hailstorm.processors.backfill import (
 from hailstorm.processors.spout_core import Backlog
 from hailstorm.protocol.catchup import loaded_by_node
 from hailstorm.protocol.clock import NOTHING, Clock, Partition, partition_key
-from hailstorm.protocol.layout import Flowing, ProcessorState, SpoutsPaused, SpoutsRewind
+from hailstorm.protocol.layout import (
+    Flowing,
+    ProcessorState,
+    Replaying,
+    Restarting,
+    SpoutsPaused,
+    SpoutsRewind,
+)
 from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Watermark
 from hailstorm.runtime.data_plane import DataPlaneError
-from hailstorm.runtime.processor import POLL, Shell
+from hailstorm.runtime.processor import POLL, RunState, Shell
+from hailstorm.runtime.spout_replay import go_on_without, replay, replayed
 from hailstorm.topology import SpoutSpec
 
 __all__ = ["SpoutShell"]
@@ -80,7 +88,7 @@ class SpoutShell(Shell):
         answers (librdkafka reconnects by itself; a wait is reported only once it fails)."""
         self._probed = 0.0
         self.backlog = Backlog()
-        self._flowing: tuple[int, ProcessorState] | None = None
+        self.flowing_reported: tuple[int, ProcessorState] | None = None
         """The epoch of the Flowing state followed and the state last reported in it."""
         self._last_watermark = 0.0
         self._last_transient = 0.0
@@ -99,6 +107,9 @@ class SpoutShell(Shell):
         self.back_clock: Clock | None = None
         """The clock of the round being resumed as the nodes catching up see it."""
         self.pace = BackfillPace()
+        self.replay: tuple[int, tuple[str, ...]] | None = None
+        """A local recovery's replay under way: its epoch and the instances replayed to
+        (the backfill cursor's receivers until it joins the live one)."""
 
     def shutdown(self) -> None:
         for consumer in (getattr(self, "consumer", None), getattr(self, "back_consumer", None)):
@@ -113,7 +124,7 @@ class SpoutShell(Shell):
                               quarantine_topic=self.topology.dead_letter_topic)
         self.report(ProcessorState.READY, epoch)
 
-    def on_state(self, state: SpoutsRewind | SpoutsPaused | Flowing) -> None:
+    def on_state(self, state: RunState) -> None:
         from confluent_kafka import TopicPartition
 
         core = self.core
@@ -122,7 +133,7 @@ class SpoutShell(Shell):
         if isinstance(state, SpoutsRewind):
             assert self.coord is not None
             committed = self.coord.committed()  # what bolts with a snapshot loaded
-            kept = self._kept_stream_times(state.clock.get(p, NOTHING))
+            kept = self.kept_stream_times(state.clock.get(p, NOTHING))
             seek = core.start(state.clock, committed.clock if committed is not None else None,
                               kept)
             # A partition no committed round has seen (a first start, or a partition added
@@ -149,7 +160,7 @@ class SpoutShell(Shell):
             position = core.pause()
             back = None if self.back is None else {p: self.back.pause()}
             self.backlog.paused()
-            self._flowing = None
+            self.flowing_reported = None
             self._commit_dead_letters()  # the round's clock may include their records
             self._keep_stream_times()  # before the round can commit at this position
             self.report(ProcessorState.PAUSED, state.epoch, position={p: position},
@@ -158,14 +169,18 @@ class SpoutShell(Shell):
             self.back_clock = state.backfill if state.clock is not None else None
             out = core.resume(state.epoch, state.clock) if state.clock is not None \
                 else core.resume()
-            self._send(out)  # what was held or staged over the pause
+            self.send_output(out)  # what was held or staged over the pause
             self.metrics.messages_out.inc(out.sent)
             if self.back is not None:
                 self._pace_backfill(state)
-                self._send_backfill(self.back.resume(state.epoch, self.back_clock)
+                self.send_backfill(self.back.resume(state.epoch, self.back_clock)
                                     if self.back_clock is not None else self.back.resume())
-            self._flowing = None
-            self._report_flowing(state.epoch)
+            self.flowing_reported = None
+            self.report_flowing(state.epoch)
+        elif isinstance(state, Restarting):
+            go_on_without(self, state)
+        elif isinstance(state, Replaying):
+            replay(self, state)
 
     def _rewind_backfill(self, state: SpoutsRewind, committed: Any) -> None:
         """Open the backfill cursor when nodes downstream catch up and it is behind the
@@ -245,7 +260,7 @@ class SpoutShell(Shell):
                 self.follow_master()
                 back.stage(kept[start:start + SPOUT_CHUNK], kept_values[start:start + SPOUT_CHUNK])
                 self.follow_master()
-                self._send_backfill(back.flush(preempt=self._pausing))
+                self.send_backfill(back.flush(preempt=self._pausing))
             self.follow_master()
         if self.back is not None and joinable(back, core, reached):
             log.info("backfill joined the live cursor at offset %d", core.position)
@@ -253,33 +268,35 @@ class SpoutShell(Shell):
             with contextlib.suppress(Exception):
                 self.back_consumer.close()
             self.back_consumer = None
+            if self.replay is not None:
+                replayed(self)
         elif reached:  # read beyond the live position: read it again later
             from confluent_kafka import TopicPartition
 
             self.back_consumer.assign([TopicPartition(*self.partition, back.next_offset)])
 
-    def _send_backfill(self, out: SpoutOutput) -> None:
+    def send_backfill(self, out: SpoutOutput) -> None:
         """The backfill cursor's output to the nodes catching up (its dead letters but
         those the live cursor quarantined before)."""
         out.dead_letters = new_dead_letters(out.dead_letters, self.spec.name)
-        self._send(out, backfill=True)
+        self.send_output(out, backfill=True)
         self.metrics.messages_out.inc(out.sent)
 
     def _send_watermarks(self) -> None:
         """Each cursor's watermark to the instances it feeds."""
         assert self.core is not None
-        self._send(SpoutOutput(None, watermark=self.core.watermark()))
+        self.send_output(SpoutOutput(None, watermark=self.core.watermark()))
         if self.back is not None:
-            self._send(SpoutOutput(None, watermark=self.back.watermark()), backfill=True)
+            self.send_output(SpoutOutput(None, watermark=self.back.watermark()), backfill=True)
 
-    def _report_flowing(self, epoch: int) -> None:
+    def report_flowing(self, epoch: int) -> None:
         """Report the backlog's state in the Flowing state of ``epoch``, when it changed."""
         assert self.core is not None
-        if self._flowing != (epoch, self.backlog.state):
-            self._flowing = (epoch, self.backlog.state)
+        if self.flowing_reported != (epoch, self.backlog.state):
+            self.flowing_reported = (epoch, self.backlog.state)
             self.report(self.backlog.state, epoch, position={self.partition: self.core.position})
 
-    def _kept_stream_times(self, position: int) -> tuple[int, dict[str, Any]] | None:
+    def kept_stream_times(self, position: int) -> tuple[int, dict[str, Any]] | None:
         """For bolts declaring ``late=``: the stream times kept at the greatest position
         at or below ``position`` (``(-1, {})`` when none is: the spout re-reads the
         partition from its log start to rebuild them); None without such bolts."""
@@ -341,7 +358,7 @@ class SpoutShell(Shell):
         self._last_watermark = time.monotonic()
         return Watermark(self.joined, self.table.to_wire(marks))
 
-    def _send(self, out: SpoutOutput, backfill: bool = False) -> None:
+    def send_output(self, out: SpoutOutput, backfill: bool = False) -> None:
         """CLOCK (if any), this batch's part, then the watermark, to every destination the
         cursor feeds: the backfill cursor's to the nodes catching up, the live one's to the
         others (and to those too once the backfill joined it, with their round's clock)."""
@@ -350,7 +367,8 @@ class SpoutShell(Shell):
         joined = self.back is None
         per_receiver: dict[str, list[Frame]] = {
             r: [] for r in connections
-            if (r in self.back_receivers) == backfill or (joined and not backfill)}
+            if r not in self.detached
+            and ((r in self.back_receivers) == backfill or (joined and not backfill))}
         if out.clock is not None:
             marker = ClockMarker(out.clock.epoch, self.table.to_wire(out.clock.clock))
             back = marker if self.back_clock is None else \
@@ -368,7 +386,12 @@ class SpoutShell(Shell):
         watermark = self._watermark(out.watermark)
         for receiver, frames in per_receiver.items():
             frames.append(watermark)
-            connections[receiver].send(frames)
+            try:
+                connections[receiver].send(frames)
+            except DataPlaneError as exc:
+                if not self.goes_on_without(exc.peer):
+                    raise
+                self.detach(receiver, str(exc))  # its next incarnation gets a replay
         if out.dead_letters:
             self.dead_letters.write(out.dead_letters)
         through = out.watermark.get(self.partition)
@@ -488,7 +511,7 @@ class SpoutShell(Shell):
                 if start + SPOUT_CHUNK >= len(offsets) or core.staged >= FLUSH_TUPLES:
                     self.follow_master()  # paused, the core keeps what it staged till after
                     out = core.flush(preempt=self._pausing)
-                    self._send(out)
+                    self.send_output(out)
                     sent += out.sent
             self.follow_master()  # a pause that preempted the last flush
             self.metrics.batch(started, len(offsets), sent)
@@ -499,8 +522,8 @@ class SpoutShell(Shell):
         self.backlog.fetched(full=len(messages) >= CONSUME_BATCH, at_end=at_end)
         if (offsets or at_end) and (self._kafka_suspect or self.kafka_watch.waiting):
             self._kafka_answered()
-        if self._flowing is not None and not core.paused:
-            self._report_flowing(self._flowing[0])
+        if self.flowing_reported is not None and not core.paused:
+            self.report_flowing(self.flowing_reported[0])
         if self.dead_letters.pending and \
                 time.monotonic() - self._dead_letters_committed >= DEAD_LETTER_INTERVAL:
             self._commit_dead_letters()

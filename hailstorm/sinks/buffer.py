@@ -17,6 +17,11 @@ A row arrives with its origin ``(partition, offset)``. A commit through a low wa
   This needs deterministic ``explode``/``emit`` functions: the same message must give the
   same rows in the same order.
 
+An upstream instance that restarts alone (a local recovery, :meth:`RowBuffer.part_from`):
+its merge and append rows above its last watermark are forgotten (it may have sent only
+part of them) and its next incarnation's at or below it dropped (the old one sent them all);
+upsert rows stay, the last arrival per key winning as after any replay.
+
 A :class:`~hailstorm.topic.Topic` target is buffered the same way (upsert or append): its
 rows are encoded records ``(key, value, partition)``, keyed by their record key.
 
@@ -122,6 +127,9 @@ class RowBuffer:
         self._pending: dict[Partition, list[_Pending]] = {}
         self._latest: dict[Hashable, _Latest] = {}
         self._rejected: dict[Partition, list[RejectedRow]] = {}
+        self._promised: dict[str, Clock] = {}
+        """Per upstream instance that restarted alone, what its old incarnation sent
+        entirely (merge/append rows of its next one at or below it are dropped)."""
         self.floor = dict(self.floor)
 
     def __len__(self) -> int:
@@ -153,9 +161,32 @@ class RowBuffer:
             return
         if offset <= self.floor.get(partition, NOTHING):
             return  # already applied: its delta/row is in the table
+        if self._promised and offset <= self._promised.get(sender, {}).get(partition, NOTHING):
+            return  # its predecessor sent it (a local recovery)
         self._pending.setdefault(partition, []).append(
             _Pending(offset, sender, self._arrival, values, partition)
         )
+
+    def part_from(self, sender: str, promised: Mapping[Partition, int]) -> int:
+        """``sender``'s connection ended and it restarts alone: its next incarnation sends
+        again what it emits after the committed round. ``promised`` is its last watermark
+        (``{}`` when it sent none), through which it sent every row: its merge and append
+        rows above it are forgotten, and its next incarnation's at or below it will be
+        dropped. Upsert rows stay (the last arrival per key wins, as after any replay).
+        Returns how many rows were forgotten."""
+        if self.table.mode == "upsert":
+            return 0
+        self._promised[sender] = dict(promised)
+        forgotten = 0
+        for p, entries in list(self._pending.items()):
+            high = promised.get(p, NOTHING)
+            kept = [e for e in entries if e.sender != sender or e.offset <= high]
+            forgotten += len(entries) - len(kept)
+            if kept:
+                self._pending[p] = kept
+            else:
+                del self._pending[p]
+        return forgotten
 
     def reject(self, rejected: RejectedRow) -> None:
         """Keep a tuple that is no row for the commit that covers its origin (unless one
@@ -344,6 +375,10 @@ class BufferedWriter:
         """:meth:`add` for a columnar batch (``partitions[i]``, ``offsets[i]`` is the origin
         of ``tuples[i]``)."""
         self._buffer.add_many(partitions, offsets, tuples, sender)
+
+    def part_from(self, sender: str, promised: Mapping[Partition, int]) -> int:
+        """:meth:`RowBuffer.part_from`: ``sender`` restarts alone."""
+        return self._buffer.part_from(sender, promised)
 
     @property
     def pending(self) -> int:

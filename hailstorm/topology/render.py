@@ -100,16 +100,28 @@ def _caption(node: Node) -> list[str]:
     return [node.target.describe()]
 
 
+def _traits(node: Node) -> dict[str, Any]:
+    """What a local recovery must know of a node (:mod:`hailstorm.protocol.alone`): a
+    bolt's ``compacting``, a sink's ``mode`` (of its table or topic; none for others)."""
+    if isinstance(node, BoltSpec):
+        return {"compacting": node.compacting}
+    if isinstance(node, SpoutSpec):
+        return {}
+    mode = getattr(node.target, "mode", None)
+    return {} if mode is None else {"mode": mode}
+
+
 def graph_of(topology: Topology) -> dict[str, Any]:
-    """The DAG as plain JSON data (what the driver publishes for ``hailstorm ui``): nodes
-    with kind, parallelism (spouts: None, one instance per partition) and caption; edges
-    with routing; the dead-letter topics."""
+    """The DAG as plain JSON data (what the driver publishes for ``hailstorm ui`` and the
+    negotiator): nodes with kind, parallelism (spouts: None, one instance per partition),
+    caption and the traits a local recovery looks at (:func:`_traits`); edges with
+    routing; the dead-letter topics."""
     return {
         "nodes": [
             {"name": node.name, "kind": node.kind,
              "parallelism": None if isinstance(node, SpoutSpec) else
              node.parallelism if isinstance(node, BoltSpec) else 1,
-             "caption": _caption(node)}
+             "caption": _caption(node), **_traits(node)}
             for node in topology.nodes
         ],
         "edges": [{"source": e.source, "target": e.target, "routing": e.routing}

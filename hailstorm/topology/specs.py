@@ -187,6 +187,15 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
         once) is its state key."""
         return self.keyed and self.window is None
 
+    @property
+    def compacting(self) -> bool:
+        """Emits once per key and flush, not once per tuple
+        (:mod:`~hailstorm.processors.compaction`): a ``preaggregate`` bolt with ``emit``
+        whose group is its state key (the key's value then changes only with the group's
+        own tuples: windows expire with other windows' tuples, unkeyed state with every
+        tuple, so emitting later could give other rows)."""
+        return self.preaggregate and self.emit is not None and self.groups_by_key
+
 
 @dataclass(frozen=True, eq=False)
 class SinkSpec:

@@ -202,6 +202,43 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     run.check_recoveries()  # the kill explains every restart
 
 
+def test_with_local_recovery_a_killed_bolt_restarts_alone(stack: StackAddresses,
+                                                          tmp_path: Path) -> None:
+    """``--local-recovery``: a SIGKILLed counts instance restarts alone. Every other
+    processor keeps its process (and its state: nothing else reloads), the spouts replay to
+    the new incarnation from the committed clock, the recovery record says ``local``, and
+    the next committed round is still exactly the model's state, the table too."""
+    with deployed(stack, TOPOLOGY, tmp_path / "logs") as run:
+        run.driver_options = ["--local-recovery"]
+        partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
+        produced = Produced(TOPIC)
+        produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=7), partitions)
+        run.start()
+        wait_for("a first commit", run.committed, 240, run.alive)
+        reports = wait_for("every processor's report",
+                           lambda: len(r := run.processors()) == 7 and r, 30, run.alive)
+        pids = {ident: int(r.info["pid"]) for ident, r in reports.items()}
+        victim = "bolt:counts:1"
+        with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(10_000, seed=8),
+                                partitions, rate=5_000) as producer:
+            wait_for("the producer to be half-way", lambda: producer.sent >= 5_000, 60)
+            fault = run.kill_processor(pid=pids[victim])
+            assert fault.target == victim and fault.evidence[VICTIM_GONE]
+            producer.join(120)
+        recovery = wait_for("the local recovery's record", lambda: next(
+            (r for r in run.recoveries() if r.scope.startswith("local:")), None), 60, run.alive)
+        assert victim in recovery.scope and recovery.previous.startswith("Flowing")
+        committed = run.wait_committed(produced.clock(), 240)
+        now = {ident: int(r.info["pid"]) for ident, r in run.processors().items()}
+        assert now[victim] != pids[victim] and not pid_alive(pids[victim])
+        assert {i: p for i, p in now.items() if i != victim} == \
+            {i: p for i, p in pids.items() if i != victim}, "nobody else restarted"
+        assert [r.scope.split(":")[0] for r in run.recoveries() if r.scope] == ["local"]
+        assert "restarting alone in the run of Initialize" in run.log("driver")
+        assert_matches_model(run, produced, committed, least=50_000)
+        run.check_recoveries()
+
+
 def test_a_corrupt_committed_snapshot_falls_back_to_the_previous_round(
         deployment: TopologyRun) -> None:
     """A flipped byte in the committed round's snapshot of bolt:counts:0: the recovery names

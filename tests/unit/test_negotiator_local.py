@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hailstorm.negotiator.local import scope_of, upstream_spouts
 from hailstorm.negotiator.machine import Config, Decision, View, step
 from hailstorm.negotiator.roster import screen
+from hailstorm.protocol.alone import Shape
 from hailstorm.protocol.clock import Clock
 from hailstorm.protocol.layout import (
     ATTEMPT_INFO,
@@ -36,20 +37,24 @@ from hailstorm.protocol.states import (
     label,
 )
 
-# lines (spout, 2 partitions) -> counts (bolt x2) -> totals (bolt x2) -> out (sink)
+# lines (spout, 2 partitions) -> counts (bolt x2) -> out (sink), and
+# lines -> sums (bolt x1) -> totals (bolt x2) -> out
 P0, P1 = ("words", 0), ("words", 1)
 S0, S1 = "spout:lines:words:0", "spout:lines:words:1"
 C0, C1 = "bolt:counts:0", "bolt:counts:1"
 T0_, T1_ = "bolt:totals:0", "bolt:totals:1"
 OUT = "sink:out:0"
-EXPECTED = frozenset(expected_processor_ids({"lines": [P0, P1]}, {"counts": 2, "totals": 2},
-                                            {"out": 1}))
-INPUTS = {"counts": frozenset({"lines"}), "totals": frozenset({"counts"}),
-          "out": frozenset({"totals"})}
-LOCAL = Config(local_recovery=True)
+SUMS = "bolt:sums:0"
+EXPECTED = frozenset(expected_processor_ids({"lines": [P0, P1]},
+                                            {"counts": 2, "sums": 1, "totals": 2}, {"out": 1}))
+INPUTS = {"counts": frozenset({"lines"}), "sums": frozenset({"lines"}),
+          "totals": frozenset({"sums"}), "out": frozenset({"counts", "totals"})}
+SHAPE = Shape(frozenset((s, t) for t, sources in INPUTS.items() for s in sources))
+CONFIG = Config()
 RUN = 3
 K: Clock = {P0: 40, P1: 55}
-COMMITTED = CommittedRecord(6, K, {C0: "s/c0", C1: "s/c1", T0_: "s/t0", T1_: "s/t1",
+COMMITTED = CommittedRecord(6, K, {C0: "s/c0", C1: "s/c1", SUMS: "s/s0", T0_: "s/t0",
+                                   T1_: "s/t1",
                                    OUT: "s/out"}, 900.0)
 NOW = 1000.0
 
@@ -68,11 +73,12 @@ def joining(pid: str) -> ProcessorReport:
 
 def view(living: Mapping[str, ProcessorReport | None], *, now: float = NOW,
          entered_at: float = NOW - 1, committed: CommittedRecord | None = COMMITTED,
-         highest: int = 7, stop: StopRequest | None = None) -> View:
-    return View(now, entered_at, EXPECTED, dict(living), {}, committed, highest, stop, INPUTS)
+         highest: int = 7, stop: StopRequest | None = None, local: bool = True) -> View:
+    return View(now, entered_at, EXPECTED, dict(living), {}, committed, highest, stop, INPUTS,
+                None, SHAPE, local)
 
 
-def check(state: MasterState, v: View, config: Config = LOCAL) -> Decision:
+def check(state: MasterState, v: View, config: Config = CONFIG) -> Decision:
     d = step(state, v, config)
     assert d == step(state, v, config), "step must be deterministic"
     if d.next_state is not None:
@@ -94,14 +100,15 @@ def test_a_restarted_bolt_fed_by_spouts_restarts_alone_from_the_committed_round(
     assert "bolt:counts:1 restarted" in d.reason and "restart alone" in d.reason
     assert ("abandoned" in d.reason) == (state != Flowing(7))
     # Off, the same failure restarts everything, saying it could have been local.
-    off = check(state, view(flowing(**{C1: joining(C1)})), Config())
+    off = check(state, view(flowing(**{C1: joining(C1)}), local=False))
     assert off.next_state == Initialize(8)
     assert off.scope is not None and "local recovery is off" in str(off.scope)
 
 
 @pytest.mark.parametrize(("living", "committed", "why"), [
     (flowing(**{OUT: joining(OUT)}), COMMITTED, "is a sink"),
-    (flowing(**{T1_: joining(T1_)}), COMMITTED, "reads counts"),
+    (flowing(**{T1_: joining(T1_)}), COMMITTED, "reads sums"),
+    (flowing(**{SUMS: joining(SUMS)}), COMMITTED, "feeds totals"),
     (flowing(**{S0: joining(S0)}), COMMITTED, "is a spout"),
     (flowing(**{C1: joining(C1)}), None, "no round committed yet"),
     (flowing(**{C1: joining(C1), C0: ProcessorReport(C0, ProcessorState.FLOWING, 7)}),
@@ -128,7 +135,7 @@ def test_a_stage_attempt_ended_restarts_everything() -> None:
               for p, r in living.items() if r is not None}
     d = check(Flowing(7), replace(v, living=living))
     assert isinstance(d.next_state, Initialize)
-    scope = scope_of(Flowing(7), replace(v, living=living), LOCAL,
+    scope = scope_of(Flowing(7), replace(v, living=living), CONFIG,
                      screen(replace(v, living=living), 7))
     assert not scope.local
 
@@ -154,7 +161,7 @@ def test_restarting_waits_for_the_instance_then_replays_to_it() -> None:
             del living[C1]  # the node is gone: its new incarnation is on its way
         d = check(RESTARTING, view(living, entered_at=NOW - 1))
         assert d.next_state is None and "waiting for bolt:counts:1 to load" in d.reason
-        assert d.wake_at == NOW - 1 + LOCAL.initialize_timeout
+        assert d.wake_at == NOW - 1 + CONFIG.initialize_timeout
     d = check(RESTARTING, view(flowing(**{C1: loaded(C1)})))
     assert d.next_state == Replaying(8, RUN, (C1,), K)
 
@@ -264,7 +271,7 @@ def test_every_local_decision_is_legal_and_earned(
     living = {p: (r if r is None or r.processor == p else replace(r, processor=p))
               for p, r in reports.items()}
     v = view(living, now=now, entered_at=NOW)
-    d = check(state, v, Config(local_recovery=enabled))
+    d = check(state, replace(v, local_recovery=enabled))
     new = d.next_state
     if isinstance(new, Restarting):
         assert enabled and not isinstance(state, Restarting | Replaying)

@@ -9,7 +9,14 @@ import pytest
 
 from hailstorm.processors import Router
 from hailstorm.processors.sink_core import covers
-from hailstorm.protocol.layout import Flowing, Initialize, SpoutsPaused, SpoutsRewind
+from hailstorm.protocol.layout import (
+    Flowing,
+    Initialize,
+    Replaying,
+    Restarting,
+    SpoutsPaused,
+    SpoutsRewind,
+)
 from hailstorm.protocol.wire import PartitionTable
 from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.data_plane import listen_address, route_address
@@ -63,6 +70,41 @@ def test_a_newer_run_ends_the_incarnation() -> None:
     other._on_master(Initialize(4))
     with pytest.raises(RestartRequired, match=r"SpoutsRewind\(7\)"):
         other._on_master(SpoutsRewind(7, {}))
+
+
+def test_an_instance_restarting_alone_joins_the_run_of_the_others() -> None:
+    """A local recovery: the failed instance's next incarnation joins the run of
+    ``Initialize(run)`` at ``Restarting`` (ready in its epoch), its predecessor ends, and
+    the other instances go on, answering each state once."""
+    k = {p: 9 for p in PARTS}
+    fresh = Recorder("bolt:counts:1")
+    fresh._on_master(Replaying(6, 4, ("bolt:counts:1",), k))  # too late to join: waits
+    fresh._on_master(Restarting(6, 4, ("bolt:counts:1",), k))
+    fresh._on_master(Restarting(6, 4, ("bolt:counts:1",), k))
+    fresh._on_master(Replaying(6, 4, ("bolt:counts:1",), k))
+    assert (fresh.joined, fresh.rejoined) == (4, 6) and fresh.joined_event.is_set()
+    assert fresh.calls == [("init", 6), Replaying(6, 4, ("bolt:counts:1",), k)]
+    with pytest.raises(RestartRequired, match=r"Restarting\(8\) restarts this instance"):
+        fresh._on_master(Restarting(8, 4, ("bolt:counts:1",), k))  # failed again later
+    old = Recorder("bolt:counts:1")
+    old._on_master(Initialize(4))
+    with pytest.raises(RestartRequired, match="alone"):
+        old._on_master(Restarting(6, 4, ("bolt:counts:1",), k))
+    other = Recorder("bolt:counts:0")
+    other._on_master(Initialize(4))
+    other._on_master(Restarting(6, 4, ("bolt:counts:1",), k))
+    other._on_master(Replaying(6, 4, ("bolt:counts:1",), k))
+    assert other.calls == [("init", 4), Restarting(6, 4, ("bolt:counts:1",), k),
+                           Replaying(6, 4, ("bolt:counts:1",), k)]
+
+
+def test_only_peers_that_restart_alone_are_gone_on_without() -> None:
+    shell = Recorder("spout:lines:words:0")
+    assert not shell.goes_on_without("bolt:counts:1")  # local recovery off
+    shell.alone = frozenset({"counts"})
+    assert shell.goes_on_without("bolt:counts:1")
+    assert not shell.goes_on_without("sink:word_counts:0")
+    assert not shell.goes_on_without(None) and not shell.goes_on_without("nonsense")
 
 
 def test_wiring_of_wordcount() -> None:

@@ -1,0 +1,107 @@
+"""What a spout does in a local recovery (issue 42; docs/deployment.md, "Local
+recovery"): in ``Restarting`` it stops sending to the instances that restart alone (and
+flows again if the abandoned round was pausing it); in ``Replaying`` it connects to their
+new incarnations and replays to them, with the backfill cursor, what its partition holds
+after the committed clock up to the live position, then feeds them from the live stream
+and reports ``replayed``."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from hailstorm.processors import SpoutCore
+from hailstorm.processors.backfill import BackfillPace
+from hailstorm.protocol.clock import NOTHING
+from hailstorm.protocol.layout import Replaying, Restarting, parse_processor_id
+
+if TYPE_CHECKING:
+    from hailstorm.runtime.spout import SpoutShell
+
+__all__ = ["REPLAY_BUDGET", "go_on_without", "replay", "replayed", "resume_abandoned"]
+
+log = logging.getLogger("hailstorm.processor")
+
+REPLAY_BUDGET = 1 << 62
+"""Records a local recovery's replay may read (no round runs meanwhile to pace it; each
+step reads at most :data:`~hailstorm.processors.backfill.BACKFILL_BATCH`)."""
+
+
+def go_on_without(spout: SpoutShell, state: Restarting) -> None:
+    """Instances downstream restart alone: stop sending to them (their next
+    incarnations get a replay), and resume if a round was pausing (it is abandoned)."""
+    for receiver in state.instances:
+        spout.detach(receiver, f"Restarting({state.epoch})")
+    resume_abandoned(spout)
+    spout.flowing_reported = None
+    spout.report_flowing(state.epoch)
+
+
+def resume_abandoned(spout: SpoutShell) -> None:
+    """Flow again, without a clock, if a round abandoned by a local recovery was
+    pausing the spouts."""
+    core = spout.core
+    assert core is not None
+    if core.paused:
+        out = core.resume()
+        spout.send_output(out)
+        spout.metrics.messages_out.inc(out.sent)
+        if spout.back is not None:
+            spout.send_backfill(spout.back.resume())
+
+
+def replay(spout: SpoutShell, state: Replaying) -> None:
+    """Replay to the instances restarting alone what this partition holds after the
+    committed clock up to the live position, on their connections only, then feed them
+    from the live stream (reported as ``replayed``): the backfill cursor's work, for
+    them alone and without a round's budget."""
+    from confluent_kafka import TopicPartition
+
+    from hailstorm.kafka import consumer
+
+    core = spout.core
+    assert core is not None and spout.coord is not None
+    resume_abandoned(spout)  # Restarting may have passed unseen
+    targets = sorted(r for r in state.instances if r in spout.connections())
+    if not targets:
+        return
+    if spout.back is not None:
+        raise RuntimeError(f"a replay to {', '.join(targets)} while the backfill of "
+                           f"{', '.join(sorted(spout.back_receivers))} is under way")
+    for receiver in targets:
+        spout.reconnect(receiver, state.epoch)
+    nodes = {parse_processor_id(r).name for r in targets}
+    downstream = [n for n in spout.topology.downstream_of(spout.spec.name) if n.name in nodes]
+    spout.replay = (state.epoch, tuple(targets))
+    spout.back_receivers = frozenset(targets)
+    spout.back_clock = None
+    spout.pace = BackfillPace(REPLAY_BUDGET)
+    back = SpoutCore(spout.spec, spout.partition[1], downstream,
+                     quarantine_topic=spout.topology.dead_letter_topic)
+    start = state.clock.get(spout.partition, NOTHING)
+    kept = spout.kept_stream_times(start) if back.stream_times else None
+    seek = back.start(state.clock, state.clock, kept)
+    spout.send_backfill(back.resume())
+    log.info("replay to %s: reading from %d up to the live cursor at %d",
+             ", ".join(targets), seek, core.position)
+    if start >= core.position and (kept is None or kept[0] >= core.position):
+        replayed(spout)  # nothing to replay: the live cursor feeds them from here
+        return
+    spout.back = back
+    spout.back_consumer = consumer(spout.assignment.kafka)
+    spout.back_consumer.assign([TopicPartition(*spout.partition, seek)])
+
+
+def replayed(spout: SpoutShell) -> None:
+    """The replay joined the live stream: say so (the negotiator starts a round once
+    every replay did)."""
+    assert spout.coord is not None and spout.core is not None and spout.replay is not None
+    epoch, targets = spout.replay
+    spout.replay = None
+    spout.back_receivers = frozenset()
+    spout.pace = BackfillPace()
+    spout.coord.replayed = targets
+    spout.flowing_reported = None
+    spout.report_flowing(epoch)
+    log.info("replay to %s joined the live stream at offset %d", ", ".join(targets),
+             spout.core.position)
