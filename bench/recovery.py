@@ -1,7 +1,7 @@
 """Recovery time after a bolt is killed, against the size of its state.
 
     .venv/bin/python bench/recovery.py [--keys 10000,100000,1000000] [--load-rate 300]
-                                       [--kill process|task]
+                                       [--kill process|task] [--local-recovery]
 
 Starts an embedded stack of its own (brought down afterwards). For each state size N (in
 increasing order) on the same topic ``bench-keys`` (4 partitions):
@@ -16,7 +16,9 @@ increasing order) on the same topic ``bench-keys`` (4 partitions):
    state does not grow), wait 2 s, SIGKILL one ``counts`` bolt (``--kill process``: the
    processor's process, which its Spark task restarts; ``--kill task``: the Spark task's
    Python worker, as when an executor is lost: Spark resubmits the stage), and
-   measure with :meth:`TopologyRun.measure_recovery`: **flowing after** = from the kill
+   measure with :meth:`TopologyRun.measure_recovery` (``--local-recovery``: the run restarts
+   the killed bolt alone, the others keep their processes and state):
+   **flowing after** = from the kill
    until a master written after it is ``Flowing`` in a later epoch (every bolt reloaded its
    snapshot, spouts rewound); **caught up after** = from the kill until a commit whose
    clock is past the furthest position the topology had reached before the kill (the
@@ -83,6 +85,8 @@ def one_size(stack: StackAddresses, size: int, keys: list[str], produced: Produc
             for _ in range(int(args.load_rate * 300))]
     with TopologyRun(stack, TOPOLOGY, log_dir=logs / f"k{size}", negotiators=1,
                      snapshot_interval=1.0, timeout=60, database=SQLITE) as run:
+        if args.local_recovery:
+            run.driver_options = ["--local-recovery"]
         run.start()
         flowing = run.wait_flowing(300)
         target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
@@ -136,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill", choices=("process", "task"), default="process",
                         help="SIGKILL the bolt's process (its Spark task restarts it) or its "
                              "Spark task's Python worker (Spark resubmits the stage)")
+    parser.add_argument("--local-recovery", action="store_true",
+                        help="Run with --local-recovery: the killed bolt restarts alone")
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
     sizes = sorted(int(x) for x in args.keys.split(",") if x.strip())
@@ -160,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                                     args, logs))
             print(f"# {results[-1]}", file=sys.stderr, flush=True)
     summary = ["per_key(Count) state over 2 bolt instances, snapshot every 1 s, "
-               f"{args.load_rate:g} msg/s load during the kill; SIGKILL of one bolt's {args.kill}"]
+               f"{args.load_rate:g} msg/s load during the kill; SIGKILL of one bolt's {args.kill}"
+               f"{' (local recovery)' if args.local_recovery else ''}"]
     for r in results:
         summary.append(
             f"  {r['keys']:>9,} keys: Flowing again after {r['flowing_after_s']} s, caught up "
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             f"restarted {len(r['restarted'] or [])} processors")
     report("recovery", {"results": results, "load_rate": args.load_rate,
                         "keys_per_message": args.keys_per_message, "seed": args.seed,
-                        "kill": args.kill,
+                        "kill": args.kill, "local_recovery": args.local_recovery,
                         **machine()}, "\n".join(summary))
     return 0 if all(r["exactly_once"] and r["caught_up_after_s"] is not None
                     for r in results) else 1

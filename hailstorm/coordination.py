@@ -113,6 +113,9 @@ class Coordinator:
         #: A spout's replays to instances restarting alone that joined its live stream
         #: (in a local recovery's ``Replaying``), in every report.
         self.replayed: tuple[str, ...] = ()
+        #: The peers this processor goes on without (they restart alone), in every report
+        #: (see :meth:`report_detached`).
+        self.detached: tuple[str, ...] = ()
         self.superseded: str | None = None
         """The stage attempt that ``expected`` names once it is no longer this
         incarnation's (see :meth:`_follow_attempts`); None while it is."""
@@ -276,6 +279,7 @@ class Coordinator:
         report = ProcessorReport(
             self.processor, state, epoch, position, loaded, error, self.info, corrupt,
             self.waiting, lost_peer, backfill, self.swept_after, self.run, self.replayed,
+            self.detached,
         )
         try:
             owner = self.records.write_report(report).ephemeralOwner
@@ -308,6 +312,15 @@ class Coordinator:
             return
         self.swept_after = after
         self._report_again("the sweep")
+
+    def report_detached(self, peers: tuple[str, ...]) -> None:
+        """Say (in the last report) which peers this processor goes on without, whose
+        connection broke: the negotiator names them as failed (best effort, never
+        raises)."""
+        if peers == self.detached:
+            return
+        self.detached = peers
+        self._report_again("the peers gone on without")
 
     def _report_again(self, what: str) -> None:
         """Write the last report again, with what changed in it (best effort)."""

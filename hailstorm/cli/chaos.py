@@ -104,12 +104,19 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
                    "final commit (more on a loaded machine).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file.")
+@click.option("--victims", default="spout,bolt,sink", show_default=True, metavar="ROLES",
+              help="The roles the processor, task, zk-session and pair faults draw their "
+                   "processors from (zombies are sinks, stalls bolts).")
+@click.option("--local-recovery", is_flag=True,
+              help="Run the topology with 'hailstorm run --local-recovery': a failed bolt "
+                   "fed by spouts and feeding sinks restarts alone (each fault's line says "
+                   "which processors restarted).")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
           kinds: str | None, phases: str, partitions: int, rate: float | None, spacing: float,
           brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
           may_miss: str | None, deploys: tuple[str, ...], timeout: float,
-          json_path: Path | None) -> None:
+          json_path: Path | None, victims: str, local_recovery: bool) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
@@ -141,6 +148,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
         MASTER_PHASES,
         MIN_KAFKA_NODES,
         SQLITE,
+        VICTIM_ROLES,
         WORKLOADS,
         BrokerControl,
         ChaosSchedule,
@@ -156,6 +164,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     chosen = _listed(kinds or ",".join(DEFAULT_FAULT_KINDS), FAULT_KINDS, "fault kind")
     excused = _listed(may_miss, FAULT_KINDS, "fault kind") if may_miss is not None else ()
     timed = _listed(phases, MASTER_PHASES, "master state")
+    roles = _listed(victims, VICTIM_ROLES, "role")
     topology = load_topology(topology_ref)
     generators = WORKLOADS.get(topology.name)
     if generators is None:
@@ -236,7 +245,8 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
                                timeout=timeout,
                                brokers=control,
                                database=SQLITE if database == "sqlite" else None,
-                               may_miss=excused)
+                               may_miss=excused, local_recovery=local_recovery,
+                               victims=roles)
         except HarnessError as exc:
             fail(f"{exc} (logs in {logs})")
         finally:

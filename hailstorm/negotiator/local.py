@@ -170,7 +170,7 @@ def replaying(state: Replaying, view: View, config: Config, roster: Roster) -> D
     e = state.epoch
     if view.stop is not None:
         return _stop(state, view, roster, view.stop.by)
-    casualty = casualty_of(roster)
+    casualty = casualty_of(roster, replayed_to=frozenset(state.instances))
     if casualty:
         return _casualty_restart(state, view, roster, casualty)
     pending = sorted({

@@ -49,7 +49,8 @@ def failed_instances(expected: Iterable[str],
                      living: Mapping[str, ProcessorReport | None]) -> frozenset[str]:
     """The expected instances that failed: without a living node, a new incarnation
     (``joining``), failed by themselves (``error``), or named as a ``lost_peer`` by whoever
-    noticed their connection break (the one that noticed did not fail)."""
+    noticed their connection break (the one that noticed did not fail), or as a peer it
+    goes on without (``detached``)."""
     expected = frozenset(expected)
     failed = {p for p in expected if p not in living}
     for name, report in living.items():
@@ -60,6 +61,7 @@ def failed_instances(expected: Iterable[str],
             failed.add(name)
         elif report.error is not None and report.lost_peer in expected:
             failed.add(str(report.lost_peer))
+        failed.update(peer for peer in report.detached if peer in expected)
     return frozenset(failed)
 
 

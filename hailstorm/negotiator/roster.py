@@ -138,14 +138,16 @@ def first_break(reports: Mapping[ProcessorId, ProcessorReport], noticed: str,
 
 
 def casualty_of(roster: Roster, exempt: frozenset[str] = frozenset(),
-                since: int = 0) -> str | None:
+                since: int = 0, replayed_to: frozenset[str] = frozenset()) -> str | None:
     """Reason to restart when a member of the running topology is gone, restarted or failed
-    (only valid after Initialize: every expected processor was ready for this run).
+    (only valid after Initialize: every expected processor was ready for this run), or
+    named by another as a peer it goes on without (``detached``).
 
     The ``exempt`` instances are restarting (a local recovery of epoch ``since``): their
     node missing, a new incarnation joining or an error reported before ``since`` is
     their restart under way, not a casualty; an error in ``since`` or later, or of a new
-    incarnation (joining: it failed before it was ready), is one."""
+    incarnation (joining: it failed before it was ready), is one. Others going on without
+    them, or without ``replayed_to`` (being replayed to), is no casualty either."""
     if not roster.expected:
         return "the expected processor list is gone"
     reports = {p: r for p, r in roster.reports.items()
@@ -170,4 +172,10 @@ def casualty_of(roster: Roster, exempt: frozenset[str] = frozenset(),
     restarted = [p for p, r in reports.items() if r.state is ProcessorState.JOINING]
     if restarted:
         return f"{names(restarted)} restarted (reports joining)"
+    members = {str(p) for p in roster.expected}
+    gone = sorted((peer, str(p)) for p, r in reports.items() for peer in r.detached
+                  if peer in members and peer not in exempt | replayed_to)
+    if gone:
+        peer, noticed = gone[0]
+        return f"{peer} lost: {noticed} reports its connection broke and goes on without it"
     return None

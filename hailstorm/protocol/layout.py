@@ -495,7 +495,10 @@ class ProcessorReport:
     ``run``: the epoch of the ``Initialize`` whose run this incarnation joined (None before
     it joined, or written by an older processor): a local recovery's restarted instances
     join that run. ``replayed`` (spouts, in a local recovery's ``Replaying(e)``): the
-    restarted instances this spout's replay reached its live position for.
+    restarted instances this spout's replay reached its live position for. ``detached``:
+    peers whose data-plane connection broke and that this processor goes on without
+    (they restart alone, a local recovery): the negotiator names them as failed, as for
+    ``lost_peer``, though this one did not fail.
     """
 
     processor: str
@@ -512,9 +515,11 @@ class ProcessorReport:
     swept_after: int | None = None
     run: int | None = None
     replayed: tuple[str, ...] = ()
+    detached: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replayed", tuple(sorted(set(self.replayed))))
+        object.__setattr__(self, "detached", tuple(sorted(set(self.detached))))
 
     @property
     def role(self) -> Role:
@@ -548,6 +553,7 @@ class ProcessorReport:
                 **({} if self.swept_after is None else {"swept_after": self.swept_after}),
                 **({} if self.run is None else {"run": self.run}),
                 **({"replayed": list(self.replayed)} if self.replayed else {}),
+                **({"detached": list(self.detached)} if self.detached else {}),
             }
         )
 
@@ -564,8 +570,10 @@ class ProcessorReport:
             swept_after = d.get("swept_after")
             run = d.get("run")
             replayed = d.get("replayed") or ()
-            if not isinstance(replayed, list | tuple):
-                raise LayoutError(f"replayed is not a list: {replayed!r}")
+            detached = d.get("detached") or ()
+            for name, value in (("replayed", replayed), ("detached", detached)):
+                if not isinstance(value, list | tuple):
+                    raise LayoutError(f"{name} is not a list: {value!r}")
             return cls(
                 str(pid),
                 ProcessorState(d["state"]),
@@ -581,6 +589,7 @@ class ProcessorReport:
                 None if swept_after is None else int(swept_after),
                 None if run is None else int(run),
                 tuple(map(str, replayed)),
+                tuple(map(str, detached)),
             )
 
         result: ProcessorReport = _load("processor report", raw, build)

@@ -31,6 +31,7 @@ from hailstorm.protocol.layout import (
     ATTEMPT_INFO,
     Flowing,
     Initialize,
+    MasterRecord,
     ProcessorId,
     ProcessorReport,
     ProcessorState,
@@ -218,13 +219,8 @@ class Shell:
         failed task of a barrier stage as the cause; each of them ends with the halt too, so
         that whichever it names, the driver stops instead of resubmitting.
         """
-        if self.coord is None or self.joined is None:
-            return None
-        try:
-            record = self.coord.master()
-        except Exception:  # broad: kazoo raises untyped errors: ZooKeeper cannot tell
-            return None
-        if record is None or record.state.epoch <= self.joined:
+        record = self._master_now()
+        if record is None or self.joined is None or record.state.epoch <= self.joined:
             return None
         reason = halt_reason(record.reason)
         return TopologyHalt(reason) if reason is not None else None
@@ -232,15 +228,23 @@ class Shell:
     def _stop_of_this_run(self) -> TopologyStopped | None:
         """The stop of the run this incarnation joined, if the master recorded one (None
         otherwise, or when ZooKeeper cannot tell)."""
+        record = self._master_now()
+        if record is None or self.joined is None:
+            return None
+        return _stop_of(record.state, self.joined)
+
+    def _master_now(self) -> MasterRecord | None:
+        """The master record (None: not joined, none, or ZooKeeper cannot tell), read
+        from any thread: the main thread still acts on a change it had not read
+        (:meth:`follow_master`)."""
         if self.coord is None or self.joined is None:
             return None
         try:
-            record = self.coord.master()
+            return self.coord.master()
         except Exception:  # broad: kazoo raises untyped errors: ZooKeeper cannot tell
             return None
-        if record is None:
-            return None
-        return _stop_of(record.state, self.joined)
+        finally:
+            self.coord.changed.set()  # reading cleared it
 
     def listen(self, address: str, info: dict[str, Any]) -> None:
         """Bolts and sinks: open the data-plane listener on ``address`` (its port goes in
@@ -516,6 +520,8 @@ class Shell:
         out.close()
         self.detached.add(receiver)
         log.warning("going on without %s (%s): it restarts alone", receiver, why)
+        if self.coord is not None:
+            self.coord.report_detached(tuple(sorted(self.detached)))
 
     def reconnect(self, receiver: str, epoch: int) -> Outbound:
         """A connection to ``receiver``'s incarnation that restarted alone and reported
@@ -529,6 +535,7 @@ class Shell:
         self.outbound[receiver].close()
         self.outbound[receiver] = out
         self.detached.discard(receiver)
+        self.coord.detached = tuple(sorted(self.detached))  # in the report of the replay
         log.info("connected to %s's new incarnation", receiver)
         return out
 

@@ -224,6 +224,24 @@ def test_a_replay_that_never_joins_is_abandoned_for_a_global_one() -> None:
     assert d.next_state == Initialize(9) and "did not reach the live stream" in d.reason
 
 
+def test_a_peer_a_spout_goes_on_without_is_the_one_that_failed() -> None:
+    """A spout whose connection to a bolt that restarts alone broke goes on without it and
+    says so (``detached``): the bolt failed, even before anything else tells (its whole
+    Spark task gone, its session not expired yet), and restarts alone."""
+    s0 = ProcessorReport(S0, ProcessorState.FLOWING, 7, run=RUN, detached=(C1,))
+    d = check(Flowing(7), view(flowing(**{S0: s0})))
+    assert d.next_state == Restarting(8, RUN, (C1,), K)
+    assert "bolt:counts:1 lost: spout:lines:words:0 reports its connection broke" in d.reason
+    # While it restarts and is replayed to, going on without it is no new failure.
+    loaded_c1 = loaded(C1)
+    assert check(RESTARTING, view(flowing(**{S0: s0, C1: loaded_c1}))).next_state == REPLAYING
+    waiting = check(REPLAYING, view(flowing(**{S0: s0, C1: loaded_c1})))
+    assert waiting.next_state is None
+    other = replace(s0, detached=(C0,))
+    assert check(REPLAYING, view(flowing(**{S0: other, C1: loaded_c1}))).next_state == \
+        Initialize(9)
+
+
 def test_a_failure_while_replaying_makes_the_recovery_global() -> None:
     d = check(REPLAYING, view(flowing(**{C1: loaded(C1), C0: joining(C0)})))
     assert d.next_state == Initialize(9) and "during the local recovery" in d.reason
@@ -244,6 +262,9 @@ def test_the_local_states_survive_the_master_record() -> None:
 
 
 def test_reports_keep_their_run_and_replays() -> None:
+    gone = ProcessorReport(S0, ProcessorState.FLOWING, 8, detached=(C1, C0, C1))
+    assert gone.detached == (C0, C1)
+    assert ProcessorReport.from_json(gone.to_json()) == gone
     r = replayed(S0, C1, C0)
     assert r.replayed == (C0, C1)
     assert ProcessorReport.from_json(r.to_json()) == r

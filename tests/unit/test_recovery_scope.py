@@ -63,6 +63,8 @@ def test_a_broken_connection_fails_the_peer_not_the_one_that_noticed() -> None:
     assert failed_instances(EXPECTED, living) == {C1}
     living[S1] = ProcessorReport(S1, ProcessorState.FLOWING, 7, error="x", lost_peer="bolt:x:9")
     assert failed_instances(EXPECTED, living) == {C1}  # no peer of this topology
+    living[S1] = ProcessorReport(S1, ProcessorState.FLOWING, 7, detached=(C0, "bolt:x:9"))
+    assert failed_instances(EXPECTED, living) == {C0, C1}  # gone on without: failed
 
 
 @pytest.mark.parametrize("state", FLOWING_STATES)

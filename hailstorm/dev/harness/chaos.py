@@ -29,6 +29,7 @@ from hailstorm.dev.harness.faults import (
     DEFAULT_FAULT_KINDS,
     MASTER_PHASES,
     RECOVERY_PHASES,
+    VICTIM_ROLES,
     ZOMBIE_FENCED,
     FaultKind,
     MasterPhase,
@@ -403,6 +404,8 @@ def run_chaos(
     brokers: BrokerControl | None = None,
     database: str | None = None,
     may_miss: Sequence[str] = (),
+    local_recovery: bool = False,
+    victims: Sequence[str] = VICTIM_ROLES,
 ) -> ChaosReport:
     """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare
     every bolt's committed state, every sink table and topic, and every dead letter, late
@@ -418,7 +421,10 @@ def run_chaos(
     Every fault must bite (its evidence, and data in flight when it hit) unless its kind is
     in ``may_miss``: when the faults outlast ``values``, more of them are produced again
     (:data:`TOP_UP_SECONDS` per fault to come, noted in the report); the restarts must be within
-    the schedule's :meth:`ChaosSchedule.restarts`.
+    the schedule's :meth:`ChaosSchedule.restarts`. ``local_recovery``: the run restarts a
+    failed instance alone where it can (``hailstorm run --local-recovery``); ``victims``:
+    the roles the processor, task, zk-session and pair faults draw from (the trigger of a
+    fault in a recovery is a spout when ``local_recovery``: its failure restarts everything).
     """
     started = time.monotonic()
     plan = schedule.plan()
@@ -431,6 +437,9 @@ def run_chaos(
             raise HarnessError(problem)
     with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers,
                      database=database, zombies=any(p.kind == "zombie" for p in plan)) as run:
+        if local_recovery:
+            run.driver_options = ["--local-recovery"]
+        run.victim_roles = tuple(victims)
         topics = run.topology.source_topics
         for topic in topics:
             kafka.create_topic(stack.kafka, topic, partitions)

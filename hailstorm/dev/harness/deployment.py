@@ -27,7 +27,7 @@ from hailstorm.dev.harness.evidence import (
     account,
     recovery_window,
 )
-from hailstorm.dev.harness.faults import ZOMBIE_SPARK_CONF, Explanation, Fault
+from hailstorm.dev.harness.faults import VICTIM_ROLES, ZOMBIE_SPARK_CONF, Explanation, Fault
 from hailstorm.dev.harness.producing import BackgroundProducer, Produced
 from hailstorm.dev.harness.results import (
     BoltStates,
@@ -153,6 +153,8 @@ class Deployment:
         """More options of the driver's ``hailstorm run`` (``--no-class-archive``)."""
         self.negotiator_options: list[str] = []
         """More options of each ``hailstorm negotiator``."""
+        self.victim_roles: tuple[str, ...] = VICTIM_ROLES
+        """The roles the harness draws a processor to hurt from, unless told one."""
         if driver_address is not None:  # what the driver binds and tells executors
             self.env["SPARK_LOCAL_IP"] = driver_address
         if zombies:  # sinks stop where the harness asks them to (failpoints.pause_point)
@@ -236,6 +238,11 @@ class Deployment:
         self.topology_ref, self.topology = str(topology_ref), topology
         self._spawn_driver()
         return old.pid
+
+    @property
+    def local_recovery(self) -> bool:
+        """The run restarts a failed instance alone where it can (``--local-recovery``)."""
+        return "--local-recovery" in self.driver_options
 
     def alive(self) -> None:
         """Raise when the driver died, or no negotiator the harness did not kill is left."""

@@ -31,7 +31,6 @@ from hailstorm.dev.harness.evidence import (
 from hailstorm.dev.harness.faults import (
     RECOVERY_PHASES,
     ROUND_PHASES,
-    VICTIM_ROLES,
     ZOMBIE_FENCED,
     Fault,
     FaultKind,
@@ -123,7 +122,7 @@ class TopologyRun(MeasuredRun):
                 if int(report.info.get("pid", -1)) == pid:
                     return ident, pid
             return f"pid {pid}", pid
-        roles = (role,) if role else VICTIM_ROLES
+        roles = (role,) if role else self.victim_roles
 
         def living() -> list[tuple[str, int]]:
             return sorted(
@@ -449,7 +448,9 @@ class TopologyRun(MeasuredRun):
         faults: list[Fault] = []
         epoch = 0
         if phase in RECOVERY_PHASES:
-            trigger = self.kill_processor(rng=rng)
+            # A spout's failure restarts every processor, also with local recovery.
+            trigger = self.kill_processor(rng=rng, role="spout" if self.local_recovery
+                                          else None)
             trigger.trigger = True
             faults.append(trigger)
             self.wait_phase("Initialize")
