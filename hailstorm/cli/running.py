@@ -124,7 +124,8 @@ def init_command(directory: Path) -> None:
               envvar="HAILSTORM_LOCAL_RECOVERY",
               help="Restart a failed instance alone where it can (a bolt fed by spouts and "
               "feeding sinks): the others keep running and their state; the spouts replay "
-              "to it. Other failures restart every processor (docs/deployment.md).")
+              "to it. Other failures restart every processor (docs/deployment.md). "
+              "$HAILSTORM_LOCAL_RECOVERY=1 turns it on too.")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshot_dir: str | None, database: str | None,

@@ -15,6 +15,8 @@ clock, ``F`` the failed instances)::
                                                     F reports its replay to it joined the
                                                     live stream (``replayed``), in r: a
                                                     round commits the recovered state
+    Restarting(r,J,F,K) -> Restarting(r, J, F+G, K)  instances G failed meanwhile that can
+                                                    restart alone too (nothing else did)
     Restarting, Replaying -> Initialize(new)        a survivor failed, a restarted instance
                                                     failed again, a bolt loaded another
                                                     clock, or the wait timed out: the whole
@@ -27,6 +29,8 @@ can be recovered locally is :func:`scope_of`, which every recovery records.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hailstorm.negotiator.decision import Config, Decision, View
 from hailstorm.negotiator.recovery_scope import RecoveryScope, failed_instances, recovery_scope
@@ -58,20 +62,29 @@ def scope_of(state: MasterState, view: View, config: Config, roster: Roster) -> 
     """Whether a failure in ``state`` restarts only the failed instances: what
     :func:`~hailstorm.negotiator.recovery_scope.recovery_scope` says of the instances and
     the graph, and what the view allows (another instance reporting an error failed
-    too, even one that only noticed the failure through its connection; a stage attempt
-    of the driver ended: its processors are gone; nodes catching up keep clocks of their
-    own; with no committed round there is nothing to load; the survivors must have joined
-    one run)."""
+    too, even one that only noticed the failure through its connection; an instance only
+    others say failed, whose node shows no new incarnation: its Spark task may be gone,
+    and nothing would restart it alone; a stage attempt of the driver ended: its
+    processors are gone; nodes catching up keep clocks of their own; with no committed
+    round there is nothing to load; the survivors must have joined one run). In
+    ``Restarting``, whether the instances failed since can join that recovery."""
+    restarting = isinstance(state, Restarting)
     failed = failed_instances(view.expected or (), view.living)
     scope = recovery_scope(state, failed, view.expected or (), view.shape,
-                           enabled=view.local_recovery)
+                           enabled=view.local_recovery, restarting=restarting)
     if not scope.local:
         return scope
     why = None
     noticed = sorted(str(p) for p, r in roster.reports.items()
                      if r.error is not None and str(p) not in failed)
+    told = sorted(name for name in failed if (name not in getattr(state, "instances", ()))
+                  and (r := view.living.get(name)) is not None and r.error is None
+                  and r.state is not ProcessorState.JOINING)
     if noticed:  # it noticed through a broken connection, and failed with it
         why = f"{names(noticed)} failed too (reporting an error of its own)"
+    elif told:
+        why = (f"no new incarnation of {names(told)} registered (others say it failed): its "
+               "Spark task may be gone")
     elif roster.stale:
         why = f"the driver started another stage attempt ({names(roster.stale)} of the old)"
     elif getattr(state, "catching_up", frozenset()):
@@ -136,7 +149,8 @@ def restarting(state: Restarting, view: View, config: Config, roster: Roster) ->
         return _stop(state, view, roster, view.stop.by)
     casualty = casualty_of(roster, exempt=restarted, since=e)
     if casualty:
-        return _casualty_restart(state, view, roster, casualty)
+        return _extended(state, view, config, roster, casualty) or \
+            _casualty_restart(state, view, roster, casualty)
     pending = []
     for name in state.instances:
         report = roster.reports.get(parse_processor_id(name))
@@ -156,6 +170,21 @@ def restarting(state: Restarting, view: View, config: Config, roster: Roster) ->
     return _wait_or_abandon(state, view, roster, config.initialize_timeout,
                             f"{names(pending)} not ready",
                             f"waiting for {names(pending)} to load")
+
+
+def _extended(state: Restarting, view: View, config: Config, roster: Roster,
+              casualty: str) -> Decision | None:
+    """Instances that failed while ``state``'s restart alone, when they can too and nothing
+    else failed: the same recovery restarts them (two instances killed at once are seen one
+    after the other), in the same epoch. None: they cannot."""
+    scope = scope_of(state, view, config, roster)
+    more = frozenset(scope.failed) - frozenset(state.instances)
+    everyone = frozenset(state.instances) | more
+    if not scope.local or not more or casualty_of(roster, exempt=everyone, since=state.epoch):
+        return None
+    return Decision(replace(state, instances=tuple(sorted(everyone))), roster.notes,
+                    f"{casualty}; {', '.join(sorted(more))} restart alone too, in the local "
+                    f"recovery of epoch {state.epoch}", scope=scope)
 
 
 def upstream_spouts(instance: str, view: View, roster: Roster) -> tuple[ProcessorId, ...]:

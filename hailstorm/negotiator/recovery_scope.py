@@ -66,16 +66,18 @@ def failed_instances(expected: Iterable[str],
 
 
 def recovery_scope(state: MasterState, failed: Iterable[str], expected: Iterable[str],
-                   shape: Shape, *, enabled: bool) -> RecoveryScope:
+                   shape: Shape, *, enabled: bool, restarting: bool = False) -> RecoveryScope:
     """Whether the recovery from ``failed`` in ``state`` can be local (see the module
-    docstring); local only when ``enabled`` too, and the reason says what it would be."""
+    docstring); local only when ``enabled`` too, and the reason says what it would be.
+    ``restarting``: ``state`` is a local recovery that ``failed`` would extend (instances
+    failing one after the other, as two killed at once are seen)."""
     failed = tuple(sorted(set(failed)))
     expected = frozenset(expected)
     kinds = kinds_of(expected)
     why: str | None
     if not failed:
         why = "no instance failed (a deadline or a protocol violation)"
-    elif not isinstance(state, LOCAL_STATES):
+    elif not isinstance(state, LOCAL_STATES) and not restarting:
         why = f"a recovery is under way ({type(state).__name__})"
     elif len(failed) * 2 > len(expected):
         why = f"{len(failed)} of {len(expected)} instances failed"

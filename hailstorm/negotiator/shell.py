@@ -305,7 +305,8 @@ class Shell:
         else:
             txn.set_data(self.paths.master, record.to_json(), version=obs.master_version)
         scope = None
-        if isinstance(new, Initialize | Restarting) and new != obs.state:  # not renewed
+        # A recovery, not a state renewed or a local recovery that more instances join:
+        if isinstance(new, Initialize | Restarting) and new.epoch != obs.state.epoch:
             if obs.state.phase not in START_PHASES:
                 view = obs.view
                 scope = decision.scope or recovery_scope(

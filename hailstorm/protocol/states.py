@@ -237,7 +237,12 @@ NEW_EPOCH_PHASES: frozenset[Phase] = frozenset({Phase.INITIALIZE, Phase.SPOUTS_P
 
 
 def is_legal(old: MasterState, new: MasterState) -> bool:
-    """True when ``old -> new`` is in the transition relation, with the epoch rule."""
+    """True when ``old -> new`` is in the transition relation, with the epoch rule. A local
+    recovery that more instances join stays in its epoch (``Restarting`` with more
+    instances, the same run and clock)."""
+    if isinstance(old, Restarting) and isinstance(new, Restarting):
+        return (new.epoch == old.epoch and (new.run, new.clock) == (old.run, old.clock)
+                and set(old.instances) < set(new.instances))
     if new.phase not in LEGAL_TRANSITIONS[old.phase]:
         return False
     if new.phase in NEW_EPOCH_PHASES:

@@ -70,6 +70,11 @@ log = logging.getLogger("hailstorm.processor")
 
 POLL = 0.1
 """Longest a main loop waits for data before looking at ZooKeeper and failures again."""
+DETACH_GRACE = 0.5
+"""Seconds a processor goes on without a peer before it names it as failed (``detached``
+in its report): a killed process's Spark task starts its next incarnation sooner, which
+says it failed itself, and it restarts alone; a peer not replaced by then (its whole task
+gone) is named, and everything restarts."""
 PROBE_INTERVAL = 0.2
 """Seconds between looks for a receiver that closed or reset its connection
 (:func:`~hailstorm.runtime.data_plane.probe_receivers`)."""
@@ -133,6 +138,7 @@ class Shell:
         self.detached: set[str] = set()
         """Downstream instances restarting alone, not sent to until they are replayed to
         (:meth:`detach`)."""
+        self._detached_at: dict[str, float] = {}
         self.router: Router | None = None
         self.metrics = ProcessorMetrics(assignment.name, assignment.processor)
         self.metrics_server: MetricsServer | None = None
@@ -329,6 +335,8 @@ class Shell:
                 f"incarnation's was {self.assignment.attempt}); ending")
         if os.getppid() != self._parent:
             raise RuntimeError("the Spark worker that started this processor is gone")
+        if self.detached:
+            self._name_detached()
         if self.outbound is not None and time.monotonic() >= self._next_probe:
             self._next_probe = time.monotonic() + PROBE_INTERVAL
             try:
@@ -519,9 +527,16 @@ class Shell:
             return
         out.close()
         self.detached.add(receiver)
+        self._detached_at[receiver] = time.monotonic()
         log.warning("going on without %s (%s): it restarts alone", receiver, why)
-        if self.coord is not None:
-            self.coord.report_detached(tuple(sorted(self.detached)))
+
+    def _name_detached(self) -> None:
+        """Report the peers gone on without for :data:`DETACH_GRACE` s or more."""
+        assert self.coord is not None
+        due = time.monotonic() - DETACH_GRACE
+        named = tuple(sorted(r for r in self.detached if self._detached_at.get(r, 0) <= due))
+        if named != self.coord.detached:
+            self.coord.report_detached(named)
 
     def reconnect(self, receiver: str, epoch: int) -> Outbound:
         """A connection to ``receiver``'s incarnation that restarted alone and reported
@@ -535,7 +550,8 @@ class Shell:
         self.outbound[receiver].close()
         self.outbound[receiver] = out
         self.detached.discard(receiver)
-        self.coord.detached = tuple(sorted(self.detached))  # in the report of the replay
+        self._detached_at.pop(receiver, None)
+        self.coord.detached = tuple(r for r in self.coord.detached if r != receiver)
         log.info("connected to %s's new incarnation", receiver)
         return out
 

@@ -32,6 +32,8 @@ def go_on_without(spout: SpoutShell, state: Restarting) -> None:
     incarnations get a replay), and resume if a round was pausing (it is abandoned)."""
     for receiver in state.instances:
         spout.detach(receiver, f"Restarting({state.epoch})")
+    assert spout.coord is not None
+    spout.coord.replayed = ()  # an earlier recovery's: not this one's
     resume_abandoned(spout)
     spout.flowing_reported = None
     spout.report_flowing(state.epoch)
@@ -61,7 +63,8 @@ def replay(spout: SpoutShell, state: Replaying) -> None:
 
     core = spout.core
     assert core is not None and spout.coord is not None
-    resume_abandoned(spout)  # Restarting may have passed unseen
+    spout.coord.replayed = ()  # Restarting may have passed unseen
+    resume_abandoned(spout)
     targets = sorted(r for r in state.instances if r in spout.connections())
     if not targets:
         return

@@ -174,7 +174,7 @@ def test_restarting_waits_for_the_instance_then_replays_to_it() -> None:
     ({C1: ProcessorReport(C1, ProcessorState.JOINING, 0, error="corrupt snapshot")},
      "bolt:counts:1 failed: corrupt snapshot"),
     ({C1: replace(loaded(C1), run=RUN + 1)}, "joined the run of Initialize(4)"),
-    ({C0: joining(C0)}, "bolt:counts:0 restarted"),
+    ({C0: joining(C0), SUMS: joining(SUMS)}, "restarted"),
     ({S0: ProcessorReport(S0, ProcessorState.FLOWING, 7, error="x", run=RUN)},
      "spout:lines:words:0 failed"),
 ])
@@ -226,12 +226,17 @@ def test_a_replay_that_never_joins_is_abandoned_for_a_global_one() -> None:
 
 def test_a_peer_a_spout_goes_on_without_is_the_one_that_failed() -> None:
     """A spout whose connection to a bolt that restarts alone broke goes on without it and
-    says so (``detached``): the bolt failed, even before anything else tells (its whole
-    Spark task gone, its session not expired yet), and restarts alone."""
+    says so (``detached``, after a grace): the bolt failed. With no new incarnation of it
+    registered by then, its whole Spark task may be gone and nothing would restart it
+    alone: everything restarts, naming it. Once its next incarnation registered, it
+    restarts alone."""
     s0 = ProcessorReport(S0, ProcessorState.FLOWING, 7, run=RUN, detached=(C1,))
     d = check(Flowing(7), view(flowing(**{S0: s0})))
-    assert d.next_state == Restarting(8, RUN, (C1,), K)
+    assert d.next_state == Initialize(8)
     assert "bolt:counts:1 lost: spout:lines:words:0 reports its connection broke" in d.reason
+    assert d.scope is not None and "no new incarnation of bolt:counts:1" in d.scope.reason
+    d = check(Flowing(7), view(flowing(**{S0: s0, C1: joining(C1)})))
+    assert d.next_state == Restarting(8, RUN, (C1,), K)
     # While it restarts and is replayed to, going on without it is no new failure.
     loaded_c1 = loaded(C1)
     assert check(RESTARTING, view(flowing(**{S0: s0, C1: loaded_c1}))).next_state == REPLAYING
@@ -240,6 +245,23 @@ def test_a_peer_a_spout_goes_on_without_is_the_one_that_failed() -> None:
     other = replace(s0, detached=(C0,))
     assert check(REPLAYING, view(flowing(**{S0: other, C1: loaded_c1}))).next_state == \
         Initialize(9)
+
+
+def test_two_instances_killed_at_once_restart_alone_in_one_recovery() -> None:
+    """They are seen one after the other: the second joins the recovery of the first, in
+    its epoch (one recovery); the first's own restart goes on."""
+    living = flowing(**{C1: loaded(C1), C0: joining(C0)})
+    d = check(RESTARTING, view(living))
+    assert d.next_state == Restarting(8, RUN, (C0, C1), K)
+    assert "bolt:counts:0 restarted" in d.reason and "restart alone too" in d.reason
+    assert d.scope is not None and d.scope.local
+    both = Restarting(8, RUN, (C0, C1), K)
+    assert is_legal(RESTARTING, both) and not is_legal(both, RESTARTING)
+    assert not is_legal(RESTARTING, Restarting(8, RUN + 1, (C0, C1), K))
+    # Not when something else failed too, or the newcomer cannot restart alone.
+    for changed in ({C0: joining(C0), S0: joining(S0)}, {SUMS: joining(SUMS)}):
+        d = check(RESTARTING, view(flowing(**{C1: loaded(C1), **changed})))
+        assert d.next_state == Initialize(9), changed
 
 
 def test_a_failure_while_replaying_makes_the_recovery_global() -> None:
