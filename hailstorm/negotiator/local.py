@@ -180,7 +180,8 @@ def _extended(state: Restarting, view: View, config: Config, roster: Roster,
     scope = scope_of(state, view, config, roster)
     more = frozenset(scope.failed) - frozenset(state.instances)
     everyone = frozenset(state.instances) | more
-    if not scope.local or not more or casualty_of(roster, exempt=everyone, since=state.epoch):
+    if not scope.local or not more or len(everyone) * 2 > len(view.expected or ()) \
+            or casualty_of(roster, exempt=everyone, since=state.epoch):
         return None
     return Decision(replace(state, instances=tuple(sorted(everyone))), roster.notes,
                     f"{casualty}; {', '.join(sorted(more))} restart alone too, in the local "

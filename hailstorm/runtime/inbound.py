@@ -10,7 +10,9 @@ import contextlib
 import logging
 import queue
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +63,10 @@ class InboundShell(Shell):
         super().__init__(assignment, topology)
         self.listener: socket.socket | None = None
         self._accepted: set[socket.socket] = set()
+        self._connections: dict[str, socket.socket] = {}
+        """The connection of each upstream that restarts alone (:meth:`_one_connection_of`)."""
+        self._turns: dict[str, threading.Lock] = {}
+        self._connections_lock = threading.Lock()
 
     def listen(self, address: str, info: dict[str, Any]) -> None:
         self.listener = socket.create_server((address, 0))
@@ -170,13 +176,37 @@ class InboundShell(Shell):
         broken connection is a fault of the topology and fails this processor, unless the
         peer restarts alone (:meth:`goes_on_without`): then its end is handed on, after
         its frames, as :class:`SenderGone`."""
-        try:
+        if not self.goes_on_without(sender):
             self._frames_of(sock, reader, sender, frames)
-        except DataPlaneError as exc:
-            if self.stopping.is_set() or not self.goes_on_without(sender) \
-                    or self._stop_of_this_run() is not None:  # it left a stopped run
-                raise
-            self.deliver(sender, SenderGone(str(exc)))
+            return
+        with self._one_connection_of(sender, sock):
+            try:
+                self._frames_of(sock, reader, sender, frames)
+            except DataPlaneError as exc:
+                if self.stopping.is_set() or self._stop_of_this_run() is not None:
+                    raise  # it left a stopped run
+                self.deliver(sender, SenderGone(str(exc)))
+
+    @contextlib.contextmanager
+    def _one_connection_of(self, sender: str, sock: socket.socket) -> Iterator[None]:
+        """Serve ``sender`` on ``sock`` alone: a connection of its predecessor (one that
+        restarts alone, its old process perhaps only stopped) is shut first, and its reader
+        hands on all its frames and its :class:`SenderGone` before this one's first frame,
+        so the main thread parts from the old incarnation before it hears the new one."""
+        with self._connections_lock:
+            older = self._connections.get(sender)
+            self._connections[sender] = sock
+            turn = self._turns.setdefault(sender, threading.Lock())
+        if older is not None:
+            with contextlib.suppress(OSError):
+                older.shutdown(socket.SHUT_RDWR)  # wakes its reader, blocked or not
+        with turn:
+            try:
+                yield
+            finally:
+                with self._connections_lock:
+                    if self._connections.get(sender) is sock:
+                        del self._connections[sender]
 
     def _frames_of(self, sock: socket.socket, reader: FrameReader, sender: str,
                    frames: list[Frame]) -> None:

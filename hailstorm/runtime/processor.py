@@ -98,10 +98,12 @@ class TopologyStopped(Exception):
     """The master recorded ``Stopped`` in this incarnation's run: it leaves, cleanly."""
 
 
-def _answer_key(state: Any) -> tuple[str, int, bool]:
-    """What tells a master state answered apart: its kind, its epoch, and for ``Flowing``
-    whether it carries the round's clock."""
-    return type(state).__name__, state.epoch, getattr(state, "clock", None) is not None
+def _answer_key(state: Any) -> tuple[str, int, bool, tuple[str, ...]]:
+    """What tells a master state answered apart: its kind, its epoch, for ``Flowing``
+    whether it carries the round's clock, and for a local recovery its instances (more may
+    join it in its epoch)."""
+    return (type(state).__name__, state.epoch, getattr(state, "clock", None) is not None,
+            tuple(getattr(state, "instances", ())))
 
 
 class Shell:
@@ -121,7 +123,7 @@ class Shell:
         recovery, :mod:`hailstorm.protocol.alone`): a connection to or from one that
         breaks is no failure of this processor."""
         self.joined_event = threading.Event()
-        self._answered: set[tuple[str, int, bool]] = set()
+        self._answered: set[tuple[str, int, bool, tuple[str, ...]]] = set()
         #: Called once a round of the run this incarnation joined committed (its task learns
         #: that the topology made progress: :mod:`hailstorm.runtime.supervision`).
         self.on_progress: Callable[[], None] | None = None

@@ -145,7 +145,7 @@ class SpoutShell(Shell):
             self.committed_offset = None if committed is None else committed.clock.get(p)
             rebuilding = kept is not None and kept[0] < core.position
             self.from_log_start = (unseen or rebuilding) and seek == NOTHING + 1
-            start = self._log_start() if self.from_log_start else seek
+            start = self.log_start() if self.from_log_start else seek
             self.consumer.assign([TopicPartition(p[0], p[1], start)])
             if committed is not None:  # a recovery's replay: its round is due once read
                 self.backlog.rewound()
@@ -277,8 +277,11 @@ class SpoutShell(Shell):
 
     def send_backfill(self, out: SpoutOutput) -> None:
         """The backfill cursor's output to the nodes catching up (its dead letters but
-        those the live cursor quarantined before)."""
-        out.dead_letters = new_dead_letters(out.dead_letters, self.spec.name)
+        those the live cursor quarantined before), or to the instances a local recovery
+        replays to (none of its dead letters: the live cursor, which kept routing for
+        their whole node, wrote every one of them)."""
+        out.dead_letters = [] if self.replay is not None else \
+            new_dead_letters(out.dead_letters, self.spec.name)
         self.send_output(out, backfill=True)
         self.metrics.messages_out.inc(out.sent)
 
@@ -333,7 +336,7 @@ class SpoutShell(Shell):
             oldest = committed.previous if committed.previous is not None else committed
             records.trim_stream_times(spout, oldest.clock.get(self.partition, NOTHING))
 
-    def _log_start(self) -> int:
+    def log_start(self) -> int:
         """The partition's first offset, asked of the broker. An explicit offset, not
         ``OFFSET_BEGINNING``: librdkafka resolves a logical offset on its offset-query
         timer, which held back a spout's first fetch by 0.5 to 1.5 s. While Kafka is out the
@@ -415,7 +418,7 @@ class SpoutShell(Shell):
             # Nothing read yet from where the log started: retention moved its start
             # between the query and the fetch. Start again from the new one.
             self.log_start_retries += 1
-            self.consumer.assign([TopicPartition(topic, partition, self._log_start())])
+            self.consumer.assign([TopicPartition(topic, partition, self.log_start())])
             return False
         if kind == "lost":
             low: int | None

@@ -84,6 +84,8 @@ def replay(spout: SpoutShell, state: Replaying) -> None:
     start = state.clock.get(spout.partition, NOTHING)
     kept = spout.kept_stream_times(start) if back.stream_times else None
     seek = back.start(state.clock, state.clock, kept)
+    if seek == NOTHING + 1 and (spout.partition not in state.clock or kept is not None):
+        seek = spout.log_start()  # as at a rewind: retention may have moved it
     spout.send_backfill(back.resume())
     log.info("replay to %s: reading from %d up to the live cursor at %d",
              ", ".join(targets), seek, core.position)
@@ -103,6 +105,10 @@ def replayed(spout: SpoutShell) -> None:
     spout.replay = None
     spout.back_receivers = frozenset()
     spout.pace = BackfillPace()
+    lost = [t for t in targets if t in spout.detached]
+    if lost:  # its new incarnation is gone too: the negotiator restarts everything
+        log.warning("replay to %s ended without %s", ", ".join(targets), ", ".join(lost))
+        return
     spout.coord.replayed = targets
     spout.flowing_reported = None
     spout.report_flowing(epoch)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from hailstorm.protocol.layout import (
 from hailstorm.protocol.wire import PartitionTable
 from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.data_plane import listen_address, route_address
+from hailstorm.runtime.inbound import InboundShell
 from hailstorm.runtime.processor import RestartRequired, Shell
 from hailstorm.topology import load_topology
 
@@ -96,6 +100,61 @@ def test_an_instance_restarting_alone_joins_the_run_of_the_others() -> None:
     other._on_master(Replaying(6, 4, ("bolt:counts:1",), k))
     assert other.calls == [("init", 4), Restarting(6, 4, ("bolt:counts:1",), k),
                            Replaying(6, 4, ("bolt:counts:1",), k)]
+
+
+def test_more_instances_joining_a_local_recovery_are_answered_again() -> None:
+    k = {p: 9 for p in PARTS}
+    spout = Recorder("spout:lines:words:0")
+    spout._on_master(Initialize(4))
+    spout._on_master(Restarting(6, 4, ("bolt:counts:1",), k))
+    spout._on_master(Restarting(6, 4, ("bolt:counts:0", "bolt:counts:1"), k))
+    assert spout.calls[1:] == [Restarting(6, 4, ("bolt:counts:1",), k),
+                               Restarting(6, 4, ("bolt:counts:0", "bolt:counts:1"), k)]
+    first = Recorder("bolt:counts:1")  # restarting alone since the first: goes on
+    first._on_master(Restarting(6, 4, ("bolt:counts:1",), k))
+    first._on_master(Restarting(6, 4, ("bolt:counts:0", "bolt:counts:1"), k))
+    assert first.rejoined == 6
+
+
+class Receiver(InboundShell):
+    def __init__(self) -> None:
+        topology = load_topology(WORDCOUNT)
+        super().__init__(Assignment(WORDCOUNT, "wc", "sink:word_counts:0", "zk", "kafka",
+                                    "/tmp/none"), topology)
+        self.alone = frozenset({"counts"})
+
+
+def test_a_new_incarnations_connection_waits_for_its_predecessors_to_end() -> None:
+    """The sink shuts the old incarnation's connection (a stopped process's too) and
+    hears the new one only once the old one's reader handed on everything it had."""
+    shell = Receiver()
+    old_near, old_far = socket.socketpair()
+    new_near, new_far = socket.socketpair()
+    events: list[str] = []
+    started = threading.Event()
+
+    def old_reader() -> None:
+        with shell._one_connection_of("bolt:counts:1", old_near):
+            started.set()
+            assert old_near.recv(1) == b""  # woken by the shutdown, not by its peer
+            time.sleep(0.1)
+            events.append("old gone")
+
+    def new_reader() -> None:
+        with shell._one_connection_of("bolt:counts:1", new_near):
+            events.append("new served")
+
+    first = threading.Thread(target=old_reader)
+    first.start()
+    assert started.wait(5)
+    second = threading.Thread(target=new_reader)
+    second.start()
+    first.join(5)
+    second.join(5)
+    assert events == ["old gone", "new served"]
+    assert shell._connections == {}
+    for sock in (old_near, old_far, new_near, new_far):
+        sock.close()
 
 
 def test_only_peers_that_restart_alone_are_gone_on_without() -> None:
