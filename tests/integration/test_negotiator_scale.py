@@ -51,7 +51,8 @@ def test_two_hundred_stand_ins_commit_recover_and_commit_again(zookeeper: Any,
             _, record = decide_recovery(fleet, victim, 300)
             assert record.reason.startswith(f"{victim} lost")
             assert record.scope == (f"global: local recovery is off; {victim} can restart "
-                                    "alone (their inputs replay from Kafka)")
+                                    "alone (their inputs replay from Kafka, their sinks keep "
+                                    "what they promised)")
             fleet.restart(victim)
             again, = wait_commits(fleet.records, 1, record.epoch, 300)
             assert sorted(again.snapshots) == sorted(SAVERS)
