@@ -99,6 +99,9 @@ class InboundShell(Shell):
                     ) from None
 
     def step(self) -> None:
+        if self.joined is None:  # nothing arrives before it joins: answer the master at once
+            super().step()
+            return
         try:
             sender, frame = self.inbound.get(timeout=POLL)
         except queue.Empty:
