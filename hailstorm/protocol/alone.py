@@ -30,7 +30,7 @@ from typing import Any
 
 from hailstorm.protocol.layout import LayoutError, Role, parse_processor_id
 
-__all__ = ["Shape", "alone_nodes", "why_not_alone"]
+__all__ = ["Shape", "alone_nodes", "kinds_of", "why_not_alone"]
 
 
 @dataclass(frozen=True)
