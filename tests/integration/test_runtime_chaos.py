@@ -6,7 +6,9 @@ state; every fault must be shown to have bitten, and the command's report says s
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deployments import hailstorm_command
@@ -17,6 +19,18 @@ from hailstorm.dev.harness.evidence import ABSORBABLE, FENCED, STOPPED_BEFORE_CO
 from hailstorm.dev.harness.faults import RECOVERY_PHASES
 
 pytestmark = pytest.mark.integration
+
+def chaos_on_wordcount(stack_env: dict[str, str], tmp_path: Path, *options: str,
+                       ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``hailstorm chaos --use-env`` on word count with ``options`` (600 lines/s, faults 2 s
+    apart, sinks on the stack's PostgreSQL), printed; the command and its JSON report."""
+    done, seconds = hailstorm_command(
+        StackAddresses.from_env(stack_env), "chaos", "topologies/wordcount.py", "--use-env",
+        *options, "--rate", "600", "--spacing", "2", "--json", str(tmp_path / "report.json"),
+        timeout=840, extra_env={"HAILSTORM_DATABASE_URL": stack_env["HAILSTORM_DATABASE_URL"]})
+    print(f"hailstorm chaos: {seconds:.0f} s\n{done.stdout}\n{done.stderr[-5000:]}")
+    return done, json.loads((tmp_path / "report.json").read_text())
+
 
 KINDS = ("processor", "task", "negotiator", "zk-session", "zombie", "stall", "pair")
 SEED = 7
@@ -43,15 +57,10 @@ def test_chaos_command_keeps_wordcount_exact_under_faults_of_every_kind(
     plan = schedule.plan()
     assert sorted(p.kind for p in plan) == sorted(KINDS)
     kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], "words", 4)  # no earlier tests' lines
-    done, seconds = hailstorm_command(
-        StackAddresses.from_env(stack_env), "chaos", "topologies/wordcount.py", "--use-env",
-        "--messages", str(MESSAGES), "--kills", str(len(KINDS)), "--kinds", ",".join(KINDS),
-        "--seed", str(SEED), "--rate", "600", "--spacing", "2",
-        "--json", str(tmp_path / "report.json"), timeout=840,
-        extra_env={"HAILSTORM_DATABASE_URL": stack_env["HAILSTORM_DATABASE_URL"]})
-    print(f"hailstorm chaos: {seconds:.0f} s\n{done.stdout}\n{done.stderr[-5000:]}")
+    done, report = chaos_on_wordcount(
+        stack_env, tmp_path, "--messages", str(MESSAGES), "--kills", str(len(KINDS)),
+        "--kinds", ",".join(KINDS), "--seed", str(SEED))
     text = done.stdout
-    report = json.loads((tmp_path / "report.json").read_text())
     assert report["topology"] == "wordcount" and report["seed"] == SEED
     assert report["faults_by_kind"] == {"processor": 1, "task": 1, "negotiator": 1,
                                         "zk-session": 1, "zombie": 1, "stall": 1, "pair": 1}
@@ -132,16 +141,11 @@ def test_chaos_with_local_recovery_restarts_killed_bolts_alone(
     assert {p.phase for p in plan} == set(LOCAL_PHASES)
     assert {p.kind for p in plan} == set(LOCAL_KINDS)
     kafka.recreate_topic(stack_env["HAILSTORM_KAFKA"], "words", 4)
-    done, seconds = hailstorm_command(
-        StackAddresses.from_env(stack_env), "chaos", "topologies/wordcount.py", "--use-env",
-        "--messages", "30000", "--kills", str(len(plan)), "--kinds", ",".join(LOCAL_KINDS),
-        "--phases", ",".join(LOCAL_PHASES), "--victims", "bolt", "--local-recovery",
-        "--seed", str(LOCAL_SEED), "--rate", "600", "--spacing", "2",
-        "--json", str(tmp_path / "report.json"), timeout=840,
-        extra_env={"HAILSTORM_DATABASE_URL": stack_env["HAILSTORM_DATABASE_URL"]})
-    print(f"hailstorm chaos: {seconds:.0f} s\n{done.stdout}\n{done.stderr[-5000:]}")
+    done, report = chaos_on_wordcount(
+        stack_env, tmp_path, "--messages", "30000", "--kills", str(len(plan)),
+        "--kinds", ",".join(LOCAL_KINDS), "--phases", ",".join(LOCAL_PHASES),
+        "--victims", "bolt", "--local-recovery", "--seed", str(LOCAL_SEED))
     text = done.stdout
-    report = json.loads((tmp_path / "report.json").read_text())
     faults = report["recoveries"]
     assert set(report["faults_by_phase"]) == set(LOCAL_PHASES), text
     assert report["triggers"] == 0 and len(faults) == len(plan), text
