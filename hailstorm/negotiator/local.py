@@ -17,6 +17,9 @@ clock, ``F`` the failed instances)::
                                                     round commits the recovered state
     Restarting(r,J,F,K) -> Restarting(r, J, F+G, K)  instances G failed meanwhile that can
                                                     restart alone too (nothing else did)
+    Replaying(r,J,F,K)  -> Restarting(new, J, F+G, K)  the same, once F are replayed to:
+                                                    F restart again, and every spout
+                                                    replays to all of them from K
     Restarting, Replaying -> Initialize(new)        a survivor failed, a restarted instance
                                                     failed again, a bolt loaded another
                                                     clock, or the wait timed out: the whole
@@ -67,8 +70,9 @@ def scope_of(state: MasterState, view: View, config: Config, roster: Roster) -> 
     and nothing would restart it alone; a stage attempt of the driver ended: its
     processors are gone; nodes catching up keep clocks of their own; with no committed
     round there is nothing to load; the survivors must have joined one run). In
-    ``Restarting``, whether the instances failed since can join that recovery."""
-    restarting = isinstance(state, Restarting)
+    ``Restarting`` or ``Replaying``, whether the instances failed since can join that
+    recovery."""
+    restarting = isinstance(state, Restarting | Replaying)
     failed = failed_instances(view.expected or (), view.living)
     scope = recovery_scope(state, failed, view.expected or (), view.shape,
                            enabled=view.local_recovery, restarting=restarting)
@@ -172,20 +176,30 @@ def restarting(state: Restarting, view: View, config: Config, roster: Roster) ->
                             f"waiting for {names(pending)} to load")
 
 
-def _extended(state: Restarting, view: View, config: Config, roster: Roster,
+def _extended(state: Restarting | Replaying, view: View, config: Config, roster: Roster,
               casualty: str) -> Decision | None:
-    """Instances that failed while ``state``'s restart alone, when they can too and nothing
-    else failed: the same recovery restarts them (two instances killed at once are seen one
-    after the other), in the same epoch. None: they cannot."""
+    """Instances that failed during ``state``'s local recovery, when they can restart
+    alone too and nothing else failed: the same recovery restarts them (two instances
+    killed at once are seen one after the other). While ``Restarting``, in its epoch; once
+    ``Replaying``, in a new one, where the instances already replayed to restart again (a
+    replay restarts from the committed clock for all of them). None: they cannot."""
     scope = scope_of(state, view, config, roster)
     more = frozenset(scope.failed) - frozenset(state.instances)
     everyone = frozenset(state.instances) | more
     if not scope.local or not more or len(everyone) * 2 > len(view.expected or ()) \
+            or _run_of_survivors(roster, everyone) != state.run \
             or casualty_of(roster, exempt=everyone, since=state.epoch):
         return None
-    return Decision(replace(state, instances=tuple(sorted(everyone))), roster.notes,
-                    f"{casualty}; {', '.join(sorted(more))} restart alone too, in the local "
-                    f"recovery of epoch {state.epoch}", scope=scope)
+    instances = tuple(sorted(everyone))
+    if isinstance(state, Restarting):
+        return Decision(replace(state, instances=instances), roster.notes,
+                        f"{casualty}; {', '.join(sorted(more))} restart alone too, in the "
+                        f"local recovery of epoch {state.epoch}", scope=scope)
+    epoch = max(state.epoch, view.highest_epoch) + 1
+    return Decision(Restarting(epoch, state.run, instances, state.clock), roster.notes,
+                    f"during the local recovery of {', '.join(state.instances)}: {casualty}; "
+                    f"{', '.join(instances)} restart alone from the committed clock "
+                    f"{clock_to_json(state.clock)}", scope=scope)
 
 
 def upstream_spouts(instance: str, view: View, roster: Roster) -> tuple[ProcessorId, ...]:
@@ -202,7 +216,8 @@ def replaying(state: Replaying, view: View, config: Config, roster: Roster) -> D
         return _stop(state, view, roster, view.stop.by)
     casualty = casualty_of(roster, replayed_to=frozenset(state.instances))
     if casualty:
-        return _casualty_restart(state, view, roster, casualty)
+        return _extended(state, view, config, roster, casualty) or \
+            _casualty_restart(state, view, roster, casualty)
     pending = sorted({
         f"{spout} to {name}" for name in state.instances
         for spout in upstream_spouts(name, view, roster)

@@ -217,7 +217,8 @@ LEGAL_TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
                                        Phase.RESTARTING}),
     Phase.STOPPED: frozenset({Phase.INITIALIZE}),
     Phase.RESTARTING: frozenset({Phase.INITIALIZE, Phase.REPLAYING, Phase.STOPPED}),
-    Phase.REPLAYING: frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED, Phase.STOPPED}),
+    Phase.REPLAYING: frozenset({Phase.INITIALIZE, Phase.SPOUTS_PAUSED, Phase.STOPPED,
+                                Phase.RESTARTING}),
 }
 """Phase -> the phases the master may move to next. A stop drains: Flowing(None) starts a
 last round at once, whose commit enters Stopped; before anything flows (Initialize,
@@ -226,7 +227,8 @@ round whose spouts paused at the committed clock with nothing new goes from Spou
 straight back to Flowing(None): skipped, no snapshot written. A local recovery
 (Restarting, then Replaying) starts from any state the topology flows in and ends in a
 round (SpoutsPaused) that commits what it recovered, or in Initialize when it cannot
-finish."""
+finish. More instances failing meanwhile may join it: ``Restarting`` again, with them (in
+its epoch, or a new one after ``Replaying``: what was replayed is loaded over again)."""
 
 START_PHASES: frozenset[Phase] = frozenset({Phase.DISCONNECTED, Phase.STOPPED})
 """Leaving one of these for Initialize is a start, not a recovery."""
@@ -238,11 +240,14 @@ NEW_EPOCH_PHASES: frozenset[Phase] = frozenset({Phase.INITIALIZE, Phase.SPOUTS_P
 
 def is_legal(old: MasterState, new: MasterState) -> bool:
     """True when ``old -> new`` is in the transition relation, with the epoch rule. A local
-    recovery that more instances join stays in its epoch (``Restarting`` with more
-    instances, the same run and clock)."""
-    if isinstance(old, Restarting) and isinstance(new, Restarting):
-        return (new.epoch == old.epoch and (new.run, new.clock) == (old.run, old.clock)
-                and set(old.instances) < set(new.instances))
+    recovery that more instances join keeps its run, its clock and its instances
+    (``Restarting`` with more of them): in its epoch while restarting, in a new one once
+    replaying."""
+    if isinstance(old, Restarting | Replaying) and isinstance(new, Restarting):
+        joined = ((new.run, new.clock) == (old.run, old.clock)
+                  and set(old.instances) < set(new.instances))
+        return joined and (new.epoch == old.epoch if isinstance(old, Restarting)
+                           else new.epoch > old.epoch)
     if new.phase not in LEGAL_TRANSITIONS[old.phase]:
         return False
     if new.phase in NEW_EPOCH_PHASES:

@@ -195,11 +195,7 @@ class SpoutShell(Shell):
         catching = [n for n in downstream if n.name in state.catching_up]
         self.back_receivers = frozenset(
             r for (name, _i), r in self.downstream_ids.items() if name in state.catching_up)
-        self.back = None
-        if self.back_consumer is not None:
-            with contextlib.suppress(Exception):
-                self.back_consumer.close()
-            self.back_consumer = None
+        self.close_backfill()
         if not catching or state.backfill is None:
             return
         start = state.backfill.get(p, NOTHING)
@@ -216,6 +212,14 @@ class SpoutShell(Shell):
         self.back_consumer.assign([TopicPartition(p[0], p[1], seek)])
         log.info("backfill for %s: reading from %d up to the live cursor at %d",
                  ", ".join(sorted(n.name for n in catching)), seek, self.core.position)
+
+    def close_backfill(self) -> None:
+        """Stop the backfill cursor (it joined the live one, or its work is dropped)."""
+        self.back = None
+        if self.back_consumer is not None:
+            with contextlib.suppress(Exception):
+                self.back_consumer.close()
+            self.back_consumer = None
 
     def _pace_backfill(self, state: Flowing) -> None:
         """A round's clock: a new budget for the backfill; a commit: judge how long the
@@ -257,23 +261,30 @@ class SpoutShell(Shell):
         self.pace.read(len(offsets))
         if kept:
             for start in range(0, len(kept), SPOUT_CHUNK):
-                self.follow_master()
+                if not self._backfill_goes_on(back):
+                    return
                 back.stage(kept[start:start + SPOUT_CHUNK], kept_values[start:start + SPOUT_CHUNK])
-                self.follow_master()
+                if not self._backfill_goes_on(back):
+                    return
                 self.send_backfill(back.flush(preempt=self._pausing))
-            self.follow_master()
-        if self.back is not None and joinable(back, core, reached):
+        if not self._backfill_goes_on(back):
+            return
+        if joinable(back, core, reached):
             log.info("backfill joined the live cursor at offset %d", core.position)
-            self.back = None
-            with contextlib.suppress(Exception):
-                self.back_consumer.close()
-            self.back_consumer = None
+            self.close_backfill()
             if self.replay is not None:
                 replayed(self)
         elif reached:  # read beyond the live position: read it again later
             from confluent_kafka import TopicPartition
 
             self.back_consumer.assign([TopicPartition(*self.partition, back.next_offset)])
+
+    def _backfill_goes_on(self, back: SpoutCore) -> bool:
+        """Act on the master state, and say whether the backfill cursor ``back`` still
+        reads (a rewind or a local recovery may have dropped its work: what it staged then
+        goes nowhere, its dead letters included)."""
+        self.follow_master()
+        return self.back is back
 
     def send_backfill(self, out: SpoutOutput) -> None:
         """The backfill cursor's output to the nodes catching up (its dead letters but

@@ -18,7 +18,8 @@ from hailstorm.protocol.layout import Replaying, Restarting, parse_processor_id
 if TYPE_CHECKING:
     from hailstorm.runtime.spout import SpoutShell
 
-__all__ = ["REPLAY_BUDGET", "go_on_without", "replay", "replayed", "resume_abandoned"]
+__all__ = ["REPLAY_BUDGET", "abandon_replay", "go_on_without", "replay", "replayed",
+           "resume_abandoned"]
 
 log = logging.getLogger("hailstorm.processor")
 
@@ -30,6 +31,7 @@ step reads at most :data:`~hailstorm.processors.backfill.BACKFILL_BATCH`)."""
 def go_on_without(spout: SpoutShell, state: Restarting) -> None:
     """Instances downstream restart alone: stop sending to them (their next
     incarnations get a replay), and resume if a round was pausing (it is abandoned)."""
+    abandon_replay(spout, f"Restarting({state.epoch})")
     for receiver in state.instances:
         spout.detach(receiver, f"Restarting({state.epoch})")
     assert spout.coord is not None
@@ -37,6 +39,18 @@ def go_on_without(spout: SpoutShell, state: Restarting) -> None:
     resume_abandoned(spout)
     spout.flowing_reported = None
     spout.report_flowing(state.epoch)
+
+
+def abandon_replay(spout: SpoutShell, why: str) -> None:
+    """Drop a replay under way (more instances restart: the next ``Replaying`` replays
+    to all of them from the committed clock)."""
+    if spout.replay is None:
+        return
+    log.info("replay to %s abandoned: %s", ", ".join(spout.replay[1]), why)
+    spout.replay = None
+    spout.close_backfill()
+    spout.back_receivers = frozenset()
+    spout.pace = BackfillPace()
 
 
 def resume_abandoned(spout: SpoutShell) -> None:

@@ -4,6 +4,8 @@ processor is SIGKILLed mid-run. Built on :mod:`hailstorm.dev.harness`."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -202,6 +204,21 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     run.check_recoveries()  # the kill explains every restart
 
 
+def started_with_local_recovery(run: TopologyRun, seed: int
+                                ) -> tuple[list[int], Produced, dict[str, int]]:
+    """Start ``run`` with ``--local-recovery`` on 5,000 lines; once a round committed, the
+    topic's partitions, what was produced, and every processor's pid."""
+    run.driver_options = ["--local-recovery"]
+    partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
+    produced = Produced(TOPIC)
+    produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=seed), partitions)
+    run.start()
+    wait_for("a first commit", run.committed, 240, run.alive)
+    reports = wait_for("every processor's report",
+                       lambda: len(r := run.processors()) == 7 and r, 30, run.alive)
+    return partitions, produced, {ident: int(r.info["pid"]) for ident, r in reports.items()}
+
+
 def test_with_local_recovery_a_killed_bolt_restarts_alone(stack: StackAddresses,
                                                           tmp_path: Path) -> None:
     """``--local-recovery``: a SIGKILLed counts instance restarts alone. Every other
@@ -209,15 +226,7 @@ def test_with_local_recovery_a_killed_bolt_restarts_alone(stack: StackAddresses,
     the new incarnation from the committed clock, the recovery record says ``local``, and
     the next committed round is still exactly the model's state, the table too."""
     with deployed(stack, TOPOLOGY, tmp_path / "logs") as run:
-        run.driver_options = ["--local-recovery"]
-        partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
-        produced = Produced(TOPIC)
-        produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=7), partitions)
-        run.start()
-        wait_for("a first commit", run.committed, 240, run.alive)
-        reports = wait_for("every processor's report",
-                           lambda: len(r := run.processors()) == 7 and r, 30, run.alive)
-        pids = {ident: int(r.info["pid"]) for ident, r in reports.items()}
+        partitions, produced, pids = started_with_local_recovery(run, seed=7)
         victim = "bolt:counts:1"
         with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(10_000, seed=8),
                                 partitions, rate=5_000) as producer:
@@ -235,6 +244,46 @@ def test_with_local_recovery_a_killed_bolt_restarts_alone(stack: StackAddresses,
             {i: p for i, p in pids.items() if i != victim}, "nobody else restarted"
         assert [r.scope.split(":")[0] for r in run.recoveries() if r.scope] == ["local"]
         assert "restarting alone in the run of Initialize" in run.log("driver")
+        assert_matches_model(run, produced, committed, least=50_000)
+        run.check_recoveries()
+
+
+def test_with_local_recovery_a_bolt_failing_while_another_is_replayed_to_joins_it(
+        stack: StackAddresses, tmp_path: Path) -> None:
+    """``--local-recovery``: counts:1 is killed; while a spout it stopped (SIGSTOP) holds
+    the replay to its new incarnation, counts:0 is killed too. It joins the recovery, in a
+    new epoch where both restart from the committed clock: two local recoveries, only the
+    two bolts have new processes, and the next committed round is exactly the model's."""
+    with deployed(stack, TOPOLOGY, tmp_path / "logs") as run:
+        partitions, produced, pids = started_with_local_recovery(run, seed=9)
+        first, second, held = "bolt:counts:1", "bolt:counts:0", "spout:lines:words:0"
+
+        def master_is(phase: str, instances: tuple[str, ...]) -> bool:
+            m = run.master()
+            return m is not None and type(m.state).__name__ == phase \
+                and tuple(getattr(m.state, "instances", ())) == instances
+
+        with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(10_000, seed=10),
+                                partitions, rate=5_000) as producer:
+            wait_for("the producer to be half-way", lambda: producer.sent >= 5_000, 60)
+            run.kill_processor(pid=pids[first])
+            wait_for("Restarting", lambda: master_is("Restarting", (first,)), 30, run.alive,
+                     poll=0.01)
+            os.kill(pids[held], signal.SIGSTOP)  # it cannot replay: Replaying lasts
+            try:
+                wait_for("Replaying", lambda: master_is("Replaying", (first,)), 30, run.alive)
+                run.kill_processor(pid=pids[second])
+                wait_for("both restarting", lambda: master_is("Restarting", (second, first)),
+                         30, run.alive)
+            finally:
+                os.kill(pids[held], signal.SIGCONT)
+            producer.join(120)
+        committed = run.wait_committed(produced.clock(), 240)
+        recoveries = [r for r in run.recoveries() if r.scope]
+        assert [r.scope.split(":")[0] for r in recoveries] == ["local", "local"], recoveries
+        assert recoveries[1].previous == f"Replaying({first})"
+        now = {ident: int(r.info["pid"]) for ident, r in run.processors().items()}
+        assert {i for i in now if now[i] != pids[i]} == {first, second}, "nobody else"
         assert_matches_model(run, produced, committed, least=50_000)
         run.check_recoveries()
 

@@ -343,3 +343,21 @@ def test_a_pair_is_killed_at_once_and_recovered_by_a_recovery_naming_either() ->
         assert result.matched == {0: record} and not result.unexplained
     assert expects_recovery(kill) and planned_restarts([("pair", "Flowing")]) == (1, 1)
     assert planned_restarts([("pair", "Initialize")]) == (1, 2)  # trigger; maybe absorbed
+
+
+def test_the_other_victim_of_a_pair_joining_a_local_recovery_is_a_retry_of_it() -> None:
+    """Seen once the first victim is replayed to, the second joins the local recovery in a
+    new epoch: part of the pair's one recovery. Restarting everything from there, or with
+    no fault behind the recovery joined, stays unexplained."""
+    kill = _hit("pair", "bolt:c:0", 200.0, others=("bolt:c:1",))
+    first = replace(_recovery(5, 200.5, reason="bolt:c:1 restarted (reports joining)"),
+                    scope="local: bolt:c:1 can restart alone")
+    joined = replace(_recovery(6, 200.9, "Replaying(bolt:c:1)",
+                               "during the local recovery of bolt:c:1: bolt:c:0 restarted"),
+                     scope="local: bolt:c:0, bolt:c:1 can restart alone")
+    result = account([START, first, joined], [kill])
+    assert result.matched == {0: first} and result.retries == [joined]
+    assert not result.unexplained
+    everything = replace(joined, scope="global: bolt:c:9 cannot restart alone")
+    assert account([START, first, everything], [kill]).unexplained == [everything]
+    assert account([START, joined], []).unexplained == [joined]

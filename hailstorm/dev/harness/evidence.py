@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from hailstorm.dev.harness.faults import RECOVERY_PHASES, Explanation, Fault, FaultKind
 from hailstorm.protocol.layout import RecoveryRecord
+from hailstorm.protocol.states import Replaying, Restarting
 
 VICTIM_GONE = "victim gone"
 """The victim's pid no longer runs after the SIGKILL (a Kafka node: its process; a pair:
@@ -138,6 +139,17 @@ def _in_recovery(previous: str) -> bool:
     return previous.split("(", 1)[0] in RECOVERY_PHASES
 
 
+def _joins_local_recovery(recovery: RecoveryRecord) -> bool:
+    """Whether ``recovery`` is a local recovery under way that more failed instances
+    joined (in a new epoch once it was replaying: two instances killed at once may be seen
+    that far apart)."""
+    return recovery.previous.split("(", 1)[0] in _LOCAL_RECOVERY \
+        and recovery.scope.startswith("local")
+
+
+_LOCAL_RECOVERY = frozenset({Restarting.__name__, Replaying.__name__})
+
+
 @dataclass
 class Accounting:
     """Which fault, declared restart or earlier recovery each recovery of a run is due to."""
@@ -146,7 +158,8 @@ class Accounting:
     """Index of a fault in the run's list -> the recovery it caused."""
     retries: list[RecoveryRecord] = field(default_factory=list)
     """Recoveries that started the recovery in progress over (it never flowed in between)
-    with no fault of their own: a timed-out ``Initialize``, a fallback to an older round."""
+    with no fault of their own: a timed-out ``Initialize``, a fallback to an older round, a
+    local recovery that the fault's other victim joined."""
     declared: list[RecoveryRecord] = field(default_factory=list)
     """Recoveries a restart the test declared (or a failpoint) explains."""
     unexplained: list[RecoveryRecord] = field(default_factory=list)
@@ -207,9 +220,10 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
     out before every processor registered, and nothing ever flowed in between). Any other
     recovery is matched to at most one fault (:func:`_fault_for`, within
     :func:`fault_window`), each fault to at most one recovery; a recovery that no fault
-    claims and that started a recovery in progress over is a retry of it (unless that one
-    was unexplained too); else a restart the test declared (or a failpoint) within
-    ``declared_window`` before it explains it; else it is unexplained."""
+    claims and that started a recovery in progress over, or joined a local one, is a
+    retry of it (unless that one was unexplained too); else a restart the test declared
+    (or a failpoint) within ``declared_window`` before it explains it; else it is
+    unexplained."""
     result = Accounting()
     starting = False
     cause_known = False  # the recovery in progress is explained
@@ -223,7 +237,7 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
         if i is not None:
             result.matched[i] = r
             cause_known = True
-        elif _in_recovery(r.previous) and cause_known:
+        elif (_in_recovery(r.previous) or _joins_local_recovery(r)) and cause_known:
             result.retries.append(r)
         elif any(e.at - 1.0 <= r.at <= e.at + declared_window for e in declared):
             result.declared.append(r)
