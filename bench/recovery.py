@@ -1,7 +1,7 @@
 """Recovery time after a bolt is killed, against the size of its state.
 
     .venv/bin/python bench/recovery.py [--keys 10000,100000,1000000] [--load-rate 300]
-                                       [--kill process|task] [--local-recovery]
+                                       [--kill process|task] [--local-recovery [--standby]]
 
 Starts an embedded stack of its own (brought down afterwards). For each state size N (in
 increasing order) on the same topic ``bench-keys`` (4 partitions):
@@ -17,7 +17,8 @@ increasing order) on the same topic ``bench-keys`` (4 partitions):
    processor's process, which its Spark task restarts; ``--kill task``: the Spark task's
    Python worker, as when an executor is lost: Spark resubmits the stage), and
    measure with :meth:`TopologyRun.measure_recovery` (``--local-recovery``: the run restarts
-   the killed bolt alone, the others keep their processes and state):
+   the killed bolt alone, the others keep their processes and state; with ``--standby``
+   its warm standby, holding the committed state, becomes the next incarnation):
    **flowing after** = from the kill
    until a master written after it is ``Flowing`` in a later epoch (every bolt reloaded its
    snapshot, spouts rewound); **caught up after** = from the kill until a commit whose
@@ -86,7 +87,7 @@ def one_size(stack: StackAddresses, size: int, keys: list[str], produced: Produc
     with TopologyRun(stack, TOPOLOGY, log_dir=logs / f"k{size}", negotiators=1,
                      snapshot_interval=1.0, timeout=60, database=SQLITE) as run:
         if args.local_recovery:
-            run.driver_options = ["--local-recovery"]
+            run.driver_options = ["--local-recovery", *(["--standby"] if args.standby else [])]
         run.start()
         flowing = run.wait_flowing(300)
         target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
@@ -142,8 +143,13 @@ def main(argv: list[str] | None = None) -> int:
                              "Spark task's Python worker (Spark resubmits the stage)")
     parser.add_argument("--local-recovery", action="store_true",
                         help="Run with --local-recovery: the killed bolt restarts alone")
+    parser.add_argument("--standby", action="store_true",
+                        help="With --local-recovery, also --standby: a warm standby of each "
+                             "bolt instance holds its committed state")
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
+    if args.standby and not args.local_recovery:
+        parser.error("--standby needs --local-recovery")
     sizes = sorted(int(x) for x in args.keys.split(",") if x.strip())
 
     keys = [key_name(i) for i in range(sizes[-1])]
@@ -167,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {results[-1]}", file=sys.stderr, flush=True)
     summary = ["per_key(Count) state over 2 bolt instances, snapshot every 1 s, "
                f"{args.load_rate:g} msg/s load during the kill; SIGKILL of one bolt's {args.kill}"
-               f"{' (local recovery)' if args.local_recovery else ''}"]
+               f"{' (local recovery' if args.local_recovery else ''}"
+               f"{', warm standby' if args.standby else ''}"
+               f"{')' if args.local_recovery else ''}"]
     for r in results:
         summary.append(
             f"  {r['keys']:>9,} keys: Flowing again after {r['flowing_after_s']} s, caught up "
@@ -179,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     report("recovery", {"results": results, "load_rate": args.load_rate,
                         "keys_per_message": args.keys_per_message, "seed": args.seed,
                         "kill": args.kill, "local_recovery": args.local_recovery,
+                        "standby": args.standby,
                         **machine()}, "\n".join(summary))
     return 0 if all(r["exactly_once"] and r["caught_up_after_s"] is not None
                     for r in results) else 1

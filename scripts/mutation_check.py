@@ -163,11 +163,10 @@ MUTATIONS = (
         "snapshot-reload",
         "a restarted bolt forgets to reload its snapshot (starts empty, claims the round)",
         (Edit("hailstorm/runtime/bolt.py",
-              "                    _clock, state = self.store.load_for_instance(\n"
-              "                        refs, self.spec.state, self.id.instance, "
-              "self.spec.parallelism,\n"
-              "                        migrate=upgrade.migrate if upgrade else None)",
-              "                    state = self.spec.state.empty()"),),
+              "        _clock, state = self.store.load_for_instance(\n"
+              "            refs, self.spec.state, self.id.instance, self.spec.parallelism,\n"
+              "            migrate=upgrade.migrate if upgrade else None)",
+              "        state = self.spec.state.empty()"),),
         ("--kinds", "processor", "--phases", "Flowing"),
     ),
     Mutation(

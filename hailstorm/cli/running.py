@@ -126,13 +126,20 @@ def init_command(directory: Path) -> None:
               "feeding sinks): the others keep running and their state; the spouts replay "
               "to it. Other failures restart every processor (docs/deployment.md). "
               "$HAILSTORM_LOCAL_RECOVERY=1 turns it on too.")
+@click.option("--standby/--no-standby", default=False, show_default=True,
+              envvar="HAILSTORM_STANDBY",
+              help="With --local-recovery: keep a warm standby beside each bolt instance that "
+              "restarts alone, holding its committed state (as much memory again, and each "
+              "round's delta read once more), so that its next incarnation starts without "
+              "reading its state. $HAILSTORM_STANDBY=1 turns it on too.")
 @_handle_errors
 def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None,
         kafka_config: str | None, snapshot_dir: str | None, database: str | None,
         name: str | None, host: str, metrics_host: str, partition_check_interval: float,
         log_level: str, max_restarts: int, spark_conf: tuple[tuple[str, str], ...],
         slot_wait: float, class_archive: bool, allow_drop: tuple[str, ...],
-        allow_open_zookeeper: bool, rebuild: tuple[str, ...], local_recovery: bool) -> None:
+        allow_open_zookeeper: bool, rebuild: tuple[str, ...], local_recovery: bool,
+        standby: bool) -> None:
     """Run TOPOLOGY's processors as one Spark barrier stage (until stopped).
 
     'hailstorm stop TOPOLOGY', Ctrl-C or SIGTERM drain it: a last round commits what was
@@ -156,6 +163,9 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
     from hailstorm.upgrade.plan import UpgradeRefused
     from hailstorm.zookeeper import refuse_open_zookeeper
 
+    if standby and not local_recovery:
+        raise click.UsageError("--standby serves --local-recovery: a standby takes over only "
+                               "from an instance that restarts alone")
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for chatty in ("kazoo", "py4j"):  # third parties: their warnings only
@@ -175,6 +185,7 @@ def run(topology_ref: str, master: str | None, zk: str | None, kafka: str | None
                            max_attempts=max_restarts or None, slot_wait=slot_wait),
         partition_check_interval=partition_check_interval, class_archive=class_archive,
         allow_drop=allow_drop, rebuild=rebuild, local_recovery=local_recovery,
+        standby=standby,
     )
     try:
         driver = Driver(options)

@@ -51,6 +51,9 @@ class Assignment:
     """The pid of the incarnation before this one in the same Spark task, which ended
     (:mod:`hailstorm.runtime.supervisor`): its ``living`` node, if its session outlives
     it, is taken over at once. None: the first incarnation of the task."""
+    standby: bool = False
+    """Fork a warm standby beside each incarnation of a bolt that restarts alone
+    (``hailstorm run --standby``, :mod:`hailstorm.runtime.standby`)."""
     secret: RunSecret | None = None
     """The run's data-plane secret (:mod:`hailstorm.auth`; its ``repr`` shows no key). None:
     read ``$HAILSTORM_SECRET_FILE`` on the executor."""

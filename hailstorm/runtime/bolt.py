@@ -40,7 +40,8 @@ from hailstorm.routing import route
 from hailstorm.runtime.data_plane import DataPlaneError
 from hailstorm.runtime.inbound import Inbound, InboundShell, LiveQuery, SenderGone
 from hailstorm.runtime.processor import POLL, RunState
-from hailstorm.snapshots import SnapshotCorruptError, SnapshotRef, open_store
+from hailstorm.runtime.standby import WarmState
+from hailstorm.snapshots import SnapshotCorruptError, SnapshotError, SnapshotRef, open_store
 from hailstorm.topology import BoltSpec
 from hailstorm.vocabulary import DeadLetter
 
@@ -65,6 +66,9 @@ EXPIRE_KEYS = 20_000
 
 class BoltShell(InboundShell):
     """One bolt instance: BoltCore on the main thread, a snapshot writer thread."""
+
+    warm: WarmState | None = None
+    """What its standby held (:mod:`hailstorm.runtime.standby`), until it loads."""
 
     def setup(self) -> None:
         super().setup()
@@ -97,10 +101,7 @@ class BoltShell(InboundShell):
                     and p.name == self.spec.name]
             if refs:
                 try:
-                    upgrade = self.topology.upgrades.get(self.spec.name)
-                    _clock, state = self.store.load_for_instance(
-                        refs, self.spec.state, self.id.instance, self.spec.parallelism,
-                        migrate=upgrade.migrate if upgrade else None)
+                    state = self._committed_state(committed, refs)
                 except SnapshotCorruptError as exc:
                     # Named to the negotiator, which falls back to the previous round.
                     log.error("committed round %d: snapshot %s is corrupt: %s",
@@ -124,6 +125,34 @@ class BoltShell(InboundShell):
         gc.freeze()  # the loaded state is long-lived: collections need not walk it again
         log.info("loaded %s", f"the committed round at {loaded}" if loaded else "nothing")
         self.report(ProcessorState.READY, epoch, loaded=loaded)
+
+    def _committed_state(self, committed: CommittedRecord, refs: list[str]) -> Any:
+        """This instance's state in ``committed`` (whose files of this bolt are ``refs``):
+        as its standby held it, else read."""
+        warm = self._warm_state(committed, refs)
+        if warm is not None:
+            return warm
+        upgrade = self.topology.upgrades.get(self.spec.name)
+        _clock, state = self.store.load_for_instance(
+            refs, self.spec.state, self.id.instance, self.spec.parallelism,
+            migrate=upgrade.migrate if upgrade else None)
+        return state
+
+    def _warm_state(self, committed: CommittedRecord, refs: list[str]) -> Any:
+        """The committed state of this instance as its standby held it, brought up to
+        ``committed`` (None: no standby, or it holds another state: load it)."""
+        warm, self.warm = self.warm, None
+        if warm is None:
+            return None
+        try:
+            log.info("standby: %s", warm.follow(committed))
+        except (SnapshotError, OSError) as exc:  # read it whole, as without a standby
+            log.warning("the standby's state is of no use: %s", exc)
+            return None
+        state = warm.take(self._own_snapshot(refs))
+        if state is not None:
+            log.info("the standby held the committed state: nothing to read")
+        return state
 
     def _fresh_clock(self, committed: CommittedRecord | None) -> Clock:
         """What this bolt's empty state stands for when no committed round holds its

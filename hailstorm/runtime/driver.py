@@ -112,6 +112,9 @@ class RunOptions:
     local_recovery: bool = False
     """Restart a failed instance alone where it can (``--local-recovery``; recorded in the
     expected record, which the negotiator and the processors follow)."""
+    standby: bool = False
+    """Keep a warm standby beside each bolt instance that restarts alone (``--standby``,
+    :mod:`hailstorm.runtime.standby`)."""
     drain_timeout: float = 60.0
     """On :meth:`Driver.stop`, how long to wait for the negotiator to commit a last round
     and the processors to leave before cancelling the stage."""
@@ -274,7 +277,7 @@ class Driver:
                 str(Path(o.snapshots).resolve()), host=o.host,
                 metrics_host=o.metrics_host,
                 session_timeout=o.session_timeout, log_level=o.log_level,
-                database_url=o.database_url,
+                database_url=o.database_url, standby=o.standby,
             )
             for pid in processors
         ]

@@ -6,7 +6,9 @@
 pipe (one JSON line, after a ``progress`` line once a round of its run committed); one that
 died without a word was killed. Each incarnation dies with its task (``PR_SET_PDEATHSIG``):
 when Spark kills a task, its processor goes with it, as when the task ran the processor
-itself.
+itself. With a standby (a bolt's, ``--standby``: :mod:`hailstorm.runtime.standby`), a
+second process forked beside each incarnation holds the instance's committed state, and
+the task promotes it to the next incarnation instead of forking a fresh one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from hailstorm.halt import TopologyHalt, halt_reason
 from hailstorm.runtime.assignment import Assignment
@@ -33,7 +36,10 @@ from hailstorm.runtime.supervision import (
     replace_stopped,
 )
 
-__all__ = ["Body", "Channel", "Incarnation", "supervise"]
+if TYPE_CHECKING:
+    from hailstorm.runtime.standby import Promoted
+
+__all__ = ["Body", "Channel", "Incarnation", "StandBy", "Standby", "supervise"]
 
 log = logging.getLogger("hailstorm.supervisor")
 
@@ -62,8 +68,39 @@ class Channel:
             os.write(self.fd, data)
 
 
-Body = Callable[[Assignment, Channel], Outcome]
-"""Runs one incarnation in its own process and says how it ended."""
+Body = Callable[[Assignment, Channel, Any], Outcome]
+"""Runs one incarnation in its own process, with what a standby held (None: nothing), and
+says how it ended."""
+
+StandBy = Callable[[Assignment, int], "Promoted | None"]
+"""Keeps a bolt instance's state warm until promoted through the pipe it reads
+(:func:`~hailstorm.runtime.standby.stand_by`)."""
+
+
+def _fork(run: Callable[[], None], keep: tuple[int, ...], close: tuple[int, ...]) -> int:
+    """Fork a process that dies with this task and runs ``run`` (never returning into
+    Spark's worker loop: it exits 0 when ``run`` returns, 1 when it raised); the child
+    closes ``close`` and this process closes ``keep`` (the child's ends of the pipes)."""
+    task = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        for fd in close:
+            os.close(fd)
+        code = 1
+        try:
+            _die_with(task)
+            run()
+            code = 0
+        except BaseException:  # broad: last resort of a forked process: the task sees
+            log.exception("the incarnation failed outside its processor")  # KILLED
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
+    for fd in keep:
+        os.close(fd)
+    return pid
 
 
 class Incarnation:
@@ -78,25 +115,12 @@ class Incarnation:
     @classmethod
     def start(cls, assignment: Assignment, body: Body) -> Incarnation:
         read, write = os.pipe()
-        task = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # the incarnation: never returns into Spark's worker loop
-            os.close(read)
-            code = 1
-            try:
-                _die_with(task)
-                channel = Channel(write)
-                channel.finish(body(assignment, channel))
-                code = 0
-            except BaseException:  # broad: last resort of a forked process: the task sees
-                log.exception("the incarnation failed outside its processor")  # KILLED
-            finally:
-                for stream in (sys.stdout, sys.stderr):
-                    with contextlib.suppress(Exception):
-                        stream.flush()
-                os._exit(code)
-        os.close(write)
-        return cls(pid, read)
+
+        def run() -> None:
+            channel = Channel(write)
+            channel.finish(body(assignment, channel, None))
+
+        return cls(_fork(run, keep=(write,), close=(read,)), read)
 
     def _drain(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
@@ -153,6 +177,71 @@ class Incarnation:
             os.waitpid(self.pid, 0)
 
 
+class Standby:
+    """A process forked to stand by (:mod:`hailstorm.runtime.standby`): it keeps the
+    instance's committed state warm until :meth:`promote` makes it the next incarnation."""
+
+    def __init__(self, pid: int, promote: int, pipe: int) -> None:
+        self.pid = pid
+        self._promote = promote
+        self._pipe = pipe
+
+    @classmethod
+    def start(cls, assignment: Assignment, body: Body, stand: StandBy) -> Standby:
+        promote_read, promote_write = os.pipe()
+        read, write = os.pipe()
+
+        def run() -> None:
+            try:
+                promoted = stand(assignment, promote_read)
+            except Exception:  # broad: the next incarnation only starts without its state
+                log.exception("the standby of %s failed", assignment.processor)
+                return
+            if promoted is None:
+                return  # no use for it, or the task ends it
+            warm, replaces = promoted
+            channel = Channel(write)
+            channel.finish(body(replace(assignment, replaces=replaces), channel, warm))
+
+        pid = _fork(run, keep=(promote_read, write), close=(promote_write, read))
+        return cls(pid, promote_write, read)
+
+    @property
+    def standing(self) -> bool:
+        """Whether it still runs (a standby with no use in this run ends at once)."""
+        with contextlib.suppress(ChildProcessError):
+            pid, _status = os.waitpid(self.pid, os.WNOHANG)
+            return pid == 0
+        return False
+
+    def promote(self, replaces: int | None) -> Incarnation | None:
+        """Make it the next incarnation (replacing the one of pid ``replaces``); None when
+        it no longer stands by."""
+        if not self.standing:
+            self._close()
+            return None
+        try:
+            os.write(self._promote, f"{replaces or ''}\n".encode())
+        except OSError:
+            self.end()
+            return None
+        os.close(self._promote)
+        log.info("promoted the standby (pid %d) to the next incarnation", self.pid)
+        return Incarnation(self.pid, self._pipe)
+
+    def _close(self) -> None:
+        for fd in (self._promote, self._pipe):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def end(self) -> None:
+        """SIGKILL it if it still runs, and reap it."""
+        self._close()
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+
+
 def _reap(left: list[Incarnation]) -> None:
     """Collect the stopped incarnations the task left once they ended (they find their
     session lost when they resume)."""
@@ -176,23 +265,37 @@ def _die_with(task: int) -> None:
         os._exit(1)
 
 
-def supervise(assignment: Assignment, body: Body) -> None:
+def supervise(assignment: Assignment, body: Body, stand: StandBy | None = None) -> None:
     """Run incarnations of ``assignment``'s instance until the policy finishes (return) or
-    escalates (raise :class:`~hailstorm.runtime.causes.ProcessorFailed`)."""
+    escalates (raise :class:`~hailstorm.runtime.causes.ProcessorFailed`). With ``stand``,
+    a standby beside each incarnation becomes the next one."""
     supervision = Supervision()
     left: list[Incarnation] = []
+    standby: list[Standby] = []
     try:
-        _supervise(assignment, body, supervision, left)
-    finally:  # the task ends: so do the stopped incarnations it left, and any running one
-        for incarnation in left:
+        _supervise(assignment, body, supervision, left, stand, standby)
+    finally:  # the task ends: so do the stopped incarnations it left, any running one,
+        for incarnation in left:  # and its standby
             incarnation.end()
+        for spare in standby:
+            spare.end()
 
 
 def _supervise(assignment: Assignment, body: Body, supervision: Supervision,
-               left: list[Incarnation]) -> None:
+               left: list[Incarnation], stand: StandBy | None, standby: list[Standby]
+               ) -> None:
     replaces: int | None = None
     while True:
-        incarnation = Incarnation.start(replace(assignment, replaces=replaces), body)
+        incarnation = None
+        if standby:
+            incarnation = standby.pop().promote(replaces)
+            if incarnation is None:
+                log.info("the standby ended before it was needed: no more in this task")
+                stand = None
+        if incarnation is None:
+            incarnation = Incarnation.start(replace(assignment, replaces=replaces), body)
+        if stand is not None:
+            standby.append(Standby.start(assignment, body, stand))
         try:
             outcome = incarnation.wait(assignment.session_timeout, left)
         except BaseException:

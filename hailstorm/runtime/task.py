@@ -18,6 +18,7 @@ from hailstorm.runtime.causes import ProcessorFailed, describe
 from hailstorm.runtime.processor import RestartRequired, Shell
 from hailstorm.runtime.sink import SinkShell
 from hailstorm.runtime.spout import SpoutShell
+from hailstorm.runtime.standby import Promoted, WarmState, stand_by
 from hailstorm.runtime.supervision import Ended, Outcome
 from hailstorm.runtime.supervisor import Channel, supervise
 from hailstorm.topology import Topology, load_topology
@@ -54,11 +55,20 @@ def run_processor(assignment: Assignment) -> None:
         topology = load_topology(assignment.topology_ref)  # once: incarnations inherit it
     except BaseException as exc:  # named, so the driver can say which processor and why
         raise ProcessorFailed(assignment.processor, exc) from exc
-    supervise(assignment, lambda a, channel: run_incarnation(a, topology, channel))
+    def body(a: Assignment, channel: Channel, warm: WarmState | None) -> Outcome:
+        return run_incarnation(a, topology, channel, warm)
+
+    def stand(a: Assignment, promote: int) -> Promoted | None:
+        return stand_by(a, topology, promote)
+
+    standby = assignment.standby and parse_processor_id(assignment.processor).role is Role.BOLT
+    supervise(assignment, body, stand if standby else None)
 
 
-def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel) -> Outcome:
-    """Run one incarnation of the instance (in its own process) and say how it ended."""
+def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel,
+                    warm: WarmState | None = None) -> Outcome:
+    """Run one incarnation of the instance (in its own process) and say how it ended;
+    a bolt's with the state its standby held (``warm``)."""
     gc.set_threshold(*GC_THRESHOLDS)
     pid = parse_processor_id(assignment.processor)
     shell: Shell
@@ -66,6 +76,7 @@ def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel
         shell = SpoutShell(assignment, topology)
     elif pid.role is Role.BOLT:
         shell = BoltShell(assignment, topology)
+        shell.warm = warm
     else:
         shell = SinkShell(assignment, topology)
     shell.on_progress = channel.progress

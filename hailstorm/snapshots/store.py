@@ -441,6 +441,25 @@ class SnapshotStore(ABC):
                 raise SnapshotCorruptError(ref.uri, f"it builds on {link.uri}: {e}") from e
         return ref.clock, state
 
+    def load_after(self, ref: SnapshotRef | str, monoid: Monoid[Any], held: SnapshotRef,
+                   state: dict[Any, Any]) -> tuple[Clock, Any] | None:
+        """``(clock, state)`` of ``ref`` built on ``state``, the keyed state of ``held``, an
+        earlier link of ``ref``'s chain: only the deltas after ``held`` are read, into
+        ``state`` (the caller's, updated in place; partly, when this raises: drop it). What
+        a standby does at each committed round. None when ``ref`` does not build on
+        ``held`` with ``monoid``'s keyed state (load it with :meth:`load`)."""
+        ref = self._ref(ref)
+        if ref.layout == LAYOUT_WHOLE or ref.monoid != monoid.describe():
+            return None
+        links = self.chain(ref)
+        keys = [link.key for link in links]
+        if held.key not in keys:
+            return None
+        for link in reversed(links[:keys.index(held.key)]):
+            for part in self._keyed_parts(link, monoid):
+                state.update(part)  # a delta: whole new values of the keys that changed
+        return ref.clock, state
+
     def load_for_instance(
         self,
         refs: Sequence[SnapshotRef | str],

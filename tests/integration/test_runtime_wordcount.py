@@ -204,11 +204,12 @@ def test_wordcount_survives_a_sigkilled_processor(deployment: TopologyRun, victi
     run.check_recoveries()  # the kill explains every restart
 
 
-def started_with_local_recovery(run: TopologyRun, seed: int
+def started_with_local_recovery(run: TopologyRun, seed: int, *options: str
                                 ) -> tuple[list[int], Produced, dict[str, int]]:
-    """Start ``run`` with ``--local-recovery`` on 5,000 lines; once a round committed, the
-    topic's partitions, what was produced, and every processor's pid."""
-    run.driver_options = ["--local-recovery"]
+    """Start ``run`` with ``--local-recovery`` (and ``options``) on 5,000 lines; once a
+    round committed, the topic's partitions, what was produced, and every processor's
+    pid."""
+    run.driver_options = ["--local-recovery", *options]
     partitions = kafka.partitions_of(run.stack.kafka, TOPIC)
     produced = Produced(TOPIC)
     produce(run.stack.kafka, produced, wordcount_lines(5_000, seed=seed), partitions)
@@ -221,12 +222,14 @@ def started_with_local_recovery(run: TopologyRun, seed: int
 
 def test_with_local_recovery_a_killed_bolt_restarts_alone(stack: StackAddresses,
                                                           tmp_path: Path) -> None:
-    """``--local-recovery``: a SIGKILLed counts instance restarts alone. Every other
-    processor keeps its process (and its state: nothing else reloads), the spouts replay to
-    the new incarnation from the committed clock, the recovery record says ``local``, and
-    the next committed round is still exactly the model's state, the table too."""
+    """``--local-recovery --standby``: a SIGKILLed counts instance restarts alone, its
+    warm standby holding the committed state becoming the next incarnation (nothing to
+    read). Every other processor keeps its process (and its state: nothing else reloads),
+    the spouts replay to the new incarnation from the committed clock, the recovery record
+    says ``local``, and the next committed round is still exactly the model's state, the
+    table too."""
     with deployed(stack, TOPOLOGY, tmp_path / "logs") as run:
-        partitions, produced, pids = started_with_local_recovery(run, seed=7)
+        partitions, produced, pids = started_with_local_recovery(run, 7, "--standby")
         victim = "bolt:counts:1"
         with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(10_000, seed=8),
                                 partitions, rate=5_000) as producer:
@@ -243,7 +246,10 @@ def test_with_local_recovery_a_killed_bolt_restarts_alone(stack: StackAddresses,
         assert {i: p for i, p in now.items() if i != victim} == \
             {i: p for i, p in pids.items() if i != victim}, "nobody else restarted"
         assert [r.scope.split(":")[0] for r in run.recoveries() if r.scope] == ["local"]
-        assert "restarting alone in the run of Initialize" in run.log("driver")
+        log = run.log("driver")
+        assert "restarting alone in the run of Initialize" in log
+        assert "promoted the standby" in log
+        assert "the standby held the committed state: nothing to read" in log
         assert_matches_model(run, produced, committed, least=50_000)
         run.check_recoveries()
 
@@ -255,7 +261,7 @@ def test_with_local_recovery_a_bolt_failing_while_another_is_replayed_to_joins_i
     new epoch where both restart from the committed clock: two local recoveries, only the
     two bolts have new processes, and the next committed round is exactly the model's."""
     with deployed(stack, TOPOLOGY, tmp_path / "logs") as run:
-        partitions, produced, pids = started_with_local_recovery(run, seed=9)
+        partitions, produced, pids = started_with_local_recovery(run, 9)
         first, second, held = "bolt:counts:1", "bolt:counts:0", "spout:lines:words:0"
 
         def master_is(phase: str, instances: tuple[str, ...]) -> bool:

@@ -548,6 +548,23 @@ def test_a_delta_loads_as_its_base_with_its_keys_replaced(
     assert store.list("wordcount")[2].to_json()["base"] == second.key
 
 
+def test_a_held_state_follows_its_chain_reading_only_the_newer_deltas(
+        store: DirectorySnapshotStore) -> None:
+    """What a standby does: the state of round 1, then of 2, then of 3, each time reading
+    only what came after what it holds; the same state as loading each round whole."""
+    first, second, third = chain_of_three(store)
+    monoid = per_key(Count())
+    held = store.load(first, monoid)[1]
+    for previous, ref in ((first, second), (second, third)):
+        assert store.load_after(ref, monoid, previous, held) == store.load(ref, monoid)
+    assert store.load_after(third, monoid, third, held) == store.load(third, monoid)
+    # Not built on what it holds: a newer whole snapshot, an older round, another monoid.
+    fresh = put(store, monoid, {"z": 1}, epoch=4)
+    assert store.load_after(fresh, monoid, third, dict(held)) is None
+    assert store.load_after(first, monoid, third, dict(held)) is None
+    assert store.load_after(third, per_key(Sum()), first, {}) is None
+
+
 def test_deltas_re_shard_like_whole_snapshots(store: DirectorySnapshotStore) -> None:
     monoid = per_key(Count())
     heads = []

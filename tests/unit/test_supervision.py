@@ -11,6 +11,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -105,9 +106,12 @@ def _script(*outcomes: Outcome | str) -> tuple[Body, Callable[[], list[int | Non
     counter = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"supervise-{os.getpid()}-"
                            f"{time.monotonic_ns()}")
 
-    def body(assignment: Assignment, channel: Channel) -> Outcome:
+    def body(assignment: Assignment, channel: Channel, warm: Any) -> Outcome:
         with open(counter, "a") as out:
             out.write(f"{assignment.replaces}\n")
+        if warm is not None:
+            with open(f"{counter}.warm", "a") as out:
+                out.write(f"{warm}\n")
         with open(counter) as done:
             turn = len(done.readlines()) - 1
         step = outcomes[turn]
@@ -126,6 +130,8 @@ def _script(*outcomes: Outcome | str) -> tuple[Body, Callable[[], list[int | Non
         os.unlink(counter)
         return [None if v == "None" else int(v) for v in lines]
 
+    read.warm = lambda: _lines(f"{counter}.warm")  # type: ignore[attr-defined]
+
     return body, read
 
 
@@ -138,6 +144,46 @@ def test_the_task_restarts_a_killed_or_failed_incarnation_in_place() -> None:
     assert replaces[0] is None  # the first incarnation replaces nobody
     assert all(isinstance(pid, int) and pid > 0 for pid in replaces[1:])
     assert len(set(replaces[1:])) == 2  # each took over from the one before
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        with open(path) as done:
+            lines = [line.strip() for line in done]
+    except FileNotFoundError:
+        return []
+    os.unlink(path)
+    return lines
+
+
+def _stand_in(assignment: Assignment, promote: int) -> Any:
+    """A standby that holds ``warm <its pid>`` until promoted (or ends with the pipe)."""
+    line = os.read(promote, 64)
+    if not line:
+        return None
+    return f"warm {os.getpid()}", int(line) if line.strip() else None
+
+
+def test_a_standby_becomes_the_next_incarnation_with_what_it_held() -> None:
+    """Beside each incarnation a standby is forked; when the incarnation ends, the
+    standby is promoted (it replaces that incarnation), and a new one stands by; the last
+    is ended with the task."""
+    body, read = _script("kill", Outcome(Ended.FAILED, "OSError: boom", True),
+                         Outcome(Ended.STOPPED))
+    supervise(ASSIGNMENT, body, _stand_in)
+    replaces, warm = read(), read.warm()  # type: ignore[attr-defined]
+    assert replaces[0] is None and all(isinstance(p, int) for p in replaces[1:])
+    assert len(warm) == 2 and all(w.startswith("warm ") for w in warm)
+    # The promoted standby ran the second incarnation: the third replaces its pid.
+    assert int(warm[0].split()[1]) == replaces[2]
+    with pytest.raises(ChildProcessError):  # the last standby ended with the task
+        os.waitpid(-1, os.WNOHANG)
+
+
+def test_a_standby_with_no_use_leaves_the_restarts_to_fresh_incarnations() -> None:
+    body, read = _script("kill", Outcome(Ended.STOPPED))
+    supervise(ASSIGNMENT, body, lambda _a, _promote: None)
+    assert len(read()) == 2 and read.warm() == []  # type: ignore[attr-defined]
 
 
 def test_the_task_fails_with_a_halt_and_after_too_many_restarts() -> None:
