@@ -111,12 +111,15 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
               help="Run the topology with 'hailstorm run --local-recovery': a failed bolt "
                    "fed by spouts and feeding sinks restarts alone (each fault's line says "
                    "which processors restarted).")
+@click.option("--standby", is_flag=True,
+              help="With --local-recovery, also --standby: a warm standby holding each such "
+                   "bolt instance's committed state becomes its next incarnation.")
 @_handle_errors
 def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str | None,
           kinds: str | None, phases: str, partitions: int, rate: float | None, spacing: float,
           brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
           may_miss: str | None, deploys: tuple[str, ...], timeout: float,
-          json_path: Path | None, victims: str, local_recovery: bool) -> None:
+          json_path: Path | None, victims: str, local_recovery: bool, standby: bool) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
@@ -161,6 +164,8 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
     from hailstorm.sinks.urls import is_postgres_url
     from hailstorm.topology import load_topology
 
+    if standby and not local_recovery:
+        raise click.UsageError("--standby serves --local-recovery")
     chosen = _listed(kinds or ",".join(DEFAULT_FAULT_KINDS), FAULT_KINDS, "fault kind")
     excused = _listed(may_miss, FAULT_KINDS, "fault kind") if may_miss is not None else ()
     timed = _listed(phases, MASTER_PHASES, "master state")
@@ -246,7 +251,7 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
                                brokers=control,
                                database=SQLITE if database == "sqlite" else None,
                                may_miss=excused, local_recovery=local_recovery,
-                               victims=roles)
+                               standby=standby, victims=roles)
         except HarnessError as exc:
             fail(f"{exc} (logs in {logs})")
         finally:

@@ -406,6 +406,7 @@ def run_chaos(
     may_miss: Sequence[str] = (),
     local_recovery: bool = False,
     victims: Sequence[str] = VICTIM_ROLES,
+    standby: bool = False,
 ) -> ChaosReport:
     """Deploy, produce ``values`` in the background, apply ``schedule``, drain, compare
     every bolt's committed state, every sink table and topic, and every dead letter, late
@@ -422,7 +423,8 @@ def run_chaos(
     in ``may_miss``: when the faults outlast ``values``, more of them are produced again
     (:data:`TOP_UP_SECONDS` per fault to come, noted in the report); the restarts must be within
     the schedule's :meth:`ChaosSchedule.restarts`. ``local_recovery``: the run restarts a
-    failed instance alone where it can (``hailstorm run --local-recovery``); ``victims``:
+    failed instance alone where it can (``hailstorm run --local-recovery``, and with
+    ``standby`` its warm standby takes over: ``--standby``); ``victims``:
     the roles the processor, task, zk-session and pair faults draw from (the trigger of a
     fault in a recovery is a spout when ``local_recovery``: its failure restarts everything).
     """
@@ -438,7 +440,7 @@ def run_chaos(
     with TopologyRun(stack, topology_ref, log_dir=log_dir, brokers=brokers,
                      database=database, zombies=any(p.kind == "zombie" for p in plan)) as run:
         if local_recovery:
-            run.driver_options = ["--local-recovery"]
+            run.driver_options = ["--local-recovery", *(["--standby"] if standby else [])]
         run.victim_roles = tuple(victims)
         topics = run.topology.source_topics
         for topic in topics:

@@ -6,6 +6,7 @@ letters, late records and rejected rows (:func:`read_side_outputs`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,13 +57,27 @@ def keyed_append_rows(
     return keyed
 
 
-def topic_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    """Partition -> where ``topic``'s readable log ends now (empty: no such topic)."""
-    try:
-        parts = [(topic, p) for p in kafka.partitions_of(bootstrap, topic)]
-    except LookupError:
-        return {}
-    return {number: end for (_name, number), end in kafka.log_ends(bootstrap, parts).items()}
+def topic_ends(bootstrap: str, topic: str, wait: float = 10.0) -> dict[int, int]:
+    """Partition -> where ``topic``'s readable log ends now (empty: no such topic). A topic
+    created a moment ago may be listed before its partitions' leaders know of it (a
+    cluster): asked again for up to ``wait`` s."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            parts = [(topic, p) for p in kafka.partitions_of(bootstrap, topic)]
+        except LookupError:
+            return {}
+        try:
+            return {number: end
+                    for (_name, number), end in kafka.log_ends(bootstrap, parts).items()}
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or time.monotonic() >= deadline \
+                    or error.code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+            time.sleep(0.2)
 
 
 def topic_records(bootstrap: str, topic: str, since: Mapping[int, int] | None = None,
