@@ -153,12 +153,12 @@ def casualty_of(roster: Roster, exempt: frozenset[str] = frozenset(),
     reports = {p: r for p, r in roster.reports.items()
                if str(p) not in exempt or (r.error is not None and (
                    r.epoch >= since or r.state is ProcessorState.JOINING))}
+    if roster.stale:  # first: its processors end, so nodes go as a consequence
+        return (f"the driver started another stage attempt: {names(roster.stale)} "
+                f"{'is' if len(roster.stale) == 1 else 'are'} of the one that failed")
     lost = [p for p in roster.expected if p not in roster.registered and str(p) not in exempt]
     if lost:
         return f"{names(lost)} lost (living node gone)"
-    if roster.stale:
-        return (f"the driver started another stage attempt: {names(roster.stale)} "
-                f"{'is' if len(roster.stale) == 1 else 'are'} of the one that failed")
     # A processor's own failure first: its peers' broken connections follow from it.
     failed = sorted(((r.lost_peer is not None, str(p)), p, r)
                     for p, r in reports.items() if r.error is not None)

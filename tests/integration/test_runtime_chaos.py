@@ -124,10 +124,12 @@ with or without local recovery: the test above times faults for those)."""
 LOCAL_SEED = 8
 
 
+@pytest.mark.parametrize("standby", [False, True], ids=["reading", "standby"])
 def test_chaos_with_local_recovery_restarts_killed_bolts_alone(
-    stack_env: dict[str, str], tmp_path: Path
+    stack_env: dict[str, str], tmp_path: Path, standby: bool
 ) -> None:
-    """``hailstorm chaos --local-recovery --victims bolt``: counts instances killed, two
+    """``hailstorm chaos --local-recovery --victims bolt`` (and ``--standby``: each victim's
+    warm standby becomes its next incarnation): counts instances killed, two
     killed at once, one whose ZooKeeper session expired, while the topology flows, while a
     round pauses the spouts and while a round is pending, on PostgreSQL. Each restarts
     alone: only the victims have new processes, one recovery for both of a pair, the
@@ -144,7 +146,8 @@ def test_chaos_with_local_recovery_restarts_killed_bolts_alone(
     done, report = chaos_on_wordcount(
         stack_env, tmp_path, "--messages", "30000", "--kills", str(len(plan)),
         "--kinds", ",".join(LOCAL_KINDS), "--phases", ",".join(LOCAL_PHASES),
-        "--victims", "bolt", "--local-recovery", "--seed", str(LOCAL_SEED))
+        "--victims", "bolt", "--local-recovery", *(["--standby"] if standby else []),
+        "--seed", str(LOCAL_SEED))
     text = done.stdout
     faults = report["recoveries"]
     assert set(report["faults_by_phase"]) == set(LOCAL_PHASES), text

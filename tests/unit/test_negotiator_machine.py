@@ -877,6 +877,11 @@ def test_a_new_attempt_restarts_a_running_topology_at_once(
     assert d.next_state == Initialize(state.epoch + 1)
     assert d.reason.startswith("the driver started another stage attempt: ")
     assert "and 0 more" not in d.reason
+    # Its processors end, their nodes go: the new attempt is still the cause named.
+    gone = dict(of_attempt(living, BEFORE))
+    del gone[min(gone)]
+    d = check(state, in_attempt(view(gone), NOW))
+    assert d.reason.startswith("the driver started another stage attempt: ")
 
 
 def test_a_stopped_topology_starts_only_for_the_new_runs_processors() -> None:
