@@ -78,6 +78,7 @@ def replay(spout: SpoutShell, state: Replaying) -> None:
     core = spout.core
     assert core is not None and spout.coord is not None
     spout.coord.replayed = ()  # Restarting may have passed unseen
+    abandon_replay(spout, f"Replaying({state.epoch})")  # an earlier one's, ditto
     resume_abandoned(spout)
     targets = sorted(r for r in state.instances if r in spout.connections())
     if not targets:

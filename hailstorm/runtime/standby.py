@@ -9,16 +9,15 @@ not grow with the state. It costs the state's memory once more, and the reading 
 round's delta.
 
 A standby holds state only where it can be used: a bolt that restarts alone in a run with
-local recovery (:func:`~hailstorm.protocol.alone.alone_nodes`); elsewhere it ends at once.
-It never writes to ZooKeeper and never serves anything; a failure in it only loses the
-head start (the next incarnation reads its state itself).
+local recovery (:func:`~hailstorm.protocol.alone.alone_nodes`); elsewhere it holds nothing
+and waits all the same. It never writes to ZooKeeper and never serves anything; a failure
+in it only loses the head start (promoted, it reads its state as a fresh incarnation
+would).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import select
 import threading
 from typing import Any
 
@@ -26,6 +25,7 @@ from hailstorm.protocol.alone import alone_nodes
 from hailstorm.protocol.layout import CommittedRecord, TopologyPaths, parse_processor_id
 from hailstorm.protocol.records import TopologyRecords
 from hailstorm.runtime.assignment import Assignment
+from hailstorm.runtime.supervisor import Promotion, read_promotion
 from hailstorm.snapshots import SnapshotRef, SnapshotStore, open_store
 from hailstorm.topology import BoltSpec, Topology
 from hailstorm.zookeeper import zk_client
@@ -102,55 +102,60 @@ def _wanted(records: TopologyRecords, name: str) -> bool:
         and name in alone_nodes(expected.processors, expected.graph)
 
 
-Promoted = tuple[WarmState, "int | None"]
-"""What a promoted standby holds, and the pid of the incarnation it replaces (None: one
-whose ``living`` node is gone with its session)."""
+Promoted = tuple["WarmState | None", Promotion]
+"""What a promoted standby holds (None: nothing, the run has no use for its state), and
+its promotion."""
 
 
-def stand_by(assignment: Assignment, topology: Topology, promote: int) -> Promoted | None:
+def stand_by(assignment: Assignment, topology: Topology, promote: int) -> Promoted:
     """Keep the committed state of ``assignment``'s bolt instance loaded until the task
-    promotes this process (a line on the pipe ``promote``: the pid of the incarnation it
-    replaces, or empty). None: the pipe closed (the task ends it), or this run has no use
-    for a standby."""
+    promotes this process (:func:`~hailstorm.runtime.supervisor.read_promotion` on the
+    pipe ``promote``). Where the run has no use for a standby, hold nothing and wait all
+    the same: promoted, it starts as a fresh incarnation would. Raises :class:`EOFError`
+    when the task closes the pipe (it ends the standby)."""
     pid = parse_processor_id(assignment.processor)
     spec = topology.node(pid.name)
     assert isinstance(spec, BoltSpec)
     warm = WarmState(open_store(assignment.snapshots), spec, pid.instance)
     client = zk_client(assignment.zk, assignment.session_timeout)
     client.start(timeout=assignment.io_timeout)
-    changed = threading.Event()
     try:
         records = TopologyRecords(client, TopologyPaths(assignment.name))
-        if not _wanted(records, pid.name):
-            log.info("no standby for %s: the run does not restart it alone",
-                     assignment.processor)
-            return None
-        first = records.committed()  # what the incarnation loads as it starts: not again
-        changed.set()  # read again, with the watch
-        wait = POLL
-        while True:
-            ready, _, _ = select.select([promote], [], [], wait)
-            if ready:
-                line = os.read(promote, 64)
-                if not line:
-                    return None
-                replaces = line.strip()
-                return warm, int(replaces) if replaces else None
-            if wait == POLL and not changed.is_set():
-                continue
-            changed.clear()
-            wait = POLL
-            try:
-                committed = records.committed(watch=lambda _event: changed.set())
-                if committed is not None and (first is None or committed.epoch > first.epoch):
-                    held = warm.ref is not None
-                    log.log(logging.DEBUG if held else logging.INFO, "standby of %s: %s",
-                            assignment.processor, warm.follow(committed))
-            except Exception as exc:  # broad: a standby only loses its head start
-                warm.drop()  # e.g. a file collected meanwhile, ZooKeeper out: try later
-                log.warning("standby of %s holds nothing for now: %s", assignment.processor,
-                            exc)
-                wait = RETRY
+        if _wanted(records, pid.name):
+            return _follow_until_promoted(warm, records, promote, assignment.processor)
+        log.info("no standby state for %s: the run does not restart it alone",
+                 assignment.processor)
     finally:
         client.stop()
         client.close()
+    promotion = read_promotion(promote)
+    assert promotion is not None
+    return None, promotion
+
+
+def _follow_until_promoted(warm: WarmState, records: TopologyRecords, promote: int,
+                           name: str) -> Promoted:
+    """Follow every committed round after the current one (which the incarnation loads as
+    it starts) until promoted."""
+    changed = threading.Event()
+    first = records.committed()
+    changed.set()  # read again, with the watch
+    wait = POLL
+    while True:
+        promotion = read_promotion(promote, wait)
+        if promotion is not None:
+            return warm, promotion
+        if wait == POLL and not changed.is_set():
+            continue
+        changed.clear()
+        wait = POLL
+        try:
+            committed = records.committed(watch=lambda _event: changed.set())
+            if committed is not None and (first is None or committed.epoch > first.epoch):
+                held = warm.ref is not None
+                log.log(logging.DEBUG if held else logging.INFO, "standby of %s: %s", name,
+                        warm.follow(committed))
+        except Exception as exc:  # broad: a standby only loses its head start
+            warm.drop()  # e.g. a file collected meanwhile, ZooKeeper out: try later
+            log.warning("standby of %s holds nothing for now: %s", name, exc)
+            wait = RETRY

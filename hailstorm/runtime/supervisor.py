@@ -17,11 +17,12 @@ import contextlib
 import ctypes
 import logging
 import os
+import select
 import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hailstorm.halt import TopologyHalt, halt_reason
@@ -39,7 +40,8 @@ from hailstorm.runtime.supervision import (
 if TYPE_CHECKING:
     from hailstorm.runtime.standby import Promoted
 
-__all__ = ["Body", "Channel", "Incarnation", "StandBy", "Standby", "supervise"]
+__all__ = ["Body", "Channel", "Incarnation", "Promotion", "StandBy", "Standby", "read_promotion",
+           "supervise"]
 
 log = logging.getLogger("hailstorm.supervisor")
 
@@ -72,9 +74,32 @@ Body = Callable[[Assignment, Channel, Any], Outcome]
 """Runs one incarnation in its own process, with what a standby held (None: nothing), and
 says how it ended."""
 
-StandBy = Callable[[Assignment, int], "Promoted | None"]
+StandBy = Callable[[Assignment, int], "Promoted"]
 """Keeps a bolt instance's state warm until promoted through the pipe it reads
-(:func:`~hailstorm.runtime.standby.stand_by`)."""
+(:func:`~hailstorm.runtime.standby.stand_by`; :class:`EOFError`: the task closed it)."""
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """The task's word to its standby: become the next incarnation."""
+
+    replaces: int | None
+    """The pid of the incarnation it replaces (None: one whose ``living`` node went with its
+    session)."""
+
+
+def read_promotion(promote: int, wait: float | None = None) -> Promotion | None:
+    """What the task said on a standby's pipe ``promote`` within ``wait`` s (None: until
+    it says something): a :class:`Promotion`, else None. Raises :class:`EOFError` when the
+    task closed the pipe (it ends the standby)."""
+    ready, _, _ = select.select([promote], [], [], wait)
+    if not ready:
+        return None
+    line = os.read(promote, 64)
+    if not line:
+        raise EOFError("the task closed the standby's pipe")
+    text = line.strip()
+    return Promotion(int(text) if text else None)
 
 
 def _fork(run: Callable[[], None], keep: tuple[int, ...], close: tuple[int, ...]) -> int:
@@ -193,22 +218,27 @@ class Standby:
 
         def run() -> None:
             try:
-                promoted = stand(assignment, promote_read)
-            except Exception:  # broad: the next incarnation only starts without its state
+                warm, promotion = stand(assignment, promote_read)
+            except EOFError:
+                return  # the task ends it
+            except Exception:  # broad: it waits all the same, to start without its state
                 log.exception("the standby of %s failed", assignment.processor)
-                return
-            if promoted is None:
-                return  # no use for it, or the task ends it
-            warm, replaces = promoted
+                try:
+                    waited = read_promotion(promote_read)
+                except EOFError:
+                    return
+                assert waited is not None
+                warm, promotion = None, waited
             channel = Channel(write)
-            channel.finish(body(replace(assignment, replaces=replaces), channel, warm))
+            channel.finish(body(replace(assignment, replaces=promotion.replaces), channel,
+                                warm))
 
         pid = _fork(run, keep=(promote_read, write), close=(promote_write, read))
         return cls(pid, promote_write, read)
 
     @property
     def standing(self) -> bool:
-        """Whether it still runs (a standby with no use in this run ends at once)."""
+        """Whether it still runs (it ends only with the task, or when it crashed)."""
         with contextlib.suppress(ChildProcessError):
             pid, _status = os.waitpid(self.pid, os.WNOHANG)
             return pid == 0
@@ -289,13 +319,13 @@ def _supervise(assignment: Assignment, body: Body, supervision: Supervision,
         incarnation = None
         if standby:
             incarnation = standby.pop().promote(replaces)
-            if incarnation is None:
-                log.info("the standby ended before it was needed: no more in this task")
-                stand = None
         if incarnation is None:
             incarnation = Incarnation.start(replace(assignment, replaces=replaces), body)
-        if stand is not None:
-            standby.append(Standby.start(assignment, body, stand))
+        try:
+            if stand is not None:
+                standby.append(Standby.start(assignment, body, stand))
+        except OSError as exc:  # no standby this time: the next incarnation reads its state
+            log.warning("could not fork a standby: %s", exc)
         try:
             outcome = incarnation.wait(assignment.session_timeout, left)
         except BaseException:

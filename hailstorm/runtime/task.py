@@ -58,7 +58,7 @@ def run_processor(assignment: Assignment) -> None:
     def body(a: Assignment, channel: Channel, warm: WarmState | None) -> Outcome:
         return run_incarnation(a, topology, channel, warm)
 
-    def stand(a: Assignment, promote: int) -> Promoted | None:
+    def stand(a: Assignment, promote: int) -> Promoted:
         return stand_by(a, topology, promote)
 
     standby = assignment.standby and parse_processor_id(assignment.processor).role is Role.BOLT

@@ -31,7 +31,7 @@ from hailstorm.runtime.supervision import (
     Supervision,
     replace_stopped,
 )
-from hailstorm.runtime.supervisor import Body, Channel, supervise
+from hailstorm.runtime.supervisor import Body, Channel, Promotion, read_promotion, supervise
 
 RESTARTING = (Ended.RESTARTED, Ended.FAILED, Ended.KILLED, Ended.LOST)
 
@@ -158,10 +158,7 @@ def _lines(path: str) -> list[str]:
 
 def _stand_in(assignment: Assignment, promote: int) -> Any:
     """A standby that holds ``warm <its pid>`` until promoted (or ends with the pipe)."""
-    line = os.read(promote, 64)
-    if not line:
-        return None
-    return f"warm {os.getpid()}", int(line) if line.strip() else None
+    return f"warm {os.getpid()}", read_promotion(promote)
 
 
 def test_a_standby_becomes_the_next_incarnation_with_what_it_held() -> None:
@@ -180,10 +177,35 @@ def test_a_standby_becomes_the_next_incarnation_with_what_it_held() -> None:
         os.waitpid(-1, os.WNOHANG)
 
 
-def test_a_standby_with_no_use_leaves_the_restarts_to_fresh_incarnations() -> None:
-    body, read = _script("kill", Outcome(Ended.STOPPED))
-    supervise(ASSIGNMENT, body, lambda _a, _promote: None)
-    assert len(read()) == 2 and read.warm() == []  # type: ignore[attr-defined]
+def test_a_standby_with_nothing_held_or_failed_starts_as_a_fresh_incarnation() -> None:
+    """Holding nothing (the run has no use for its state) or failed, a standby waits all
+    the same and, promoted, runs the next incarnation without state."""
+    def failing(_a: Assignment, _promote: int) -> Any:
+        raise OSError("ZooKeeper is out")
+
+    for stand in (lambda _a, promote: (None, read_promotion(promote)), failing):
+        body, read = _script("kill", Outcome(Ended.STOPPED))
+        supervise(ASSIGNMENT, body, stand)
+        replaces = read()
+        assert len(replaces) == 2 and isinstance(replaces[1], int)
+        assert read.warm() == []  # type: ignore[attr-defined]
+        with pytest.raises(ChildProcessError):  # its own standby ended with the task
+            os.waitpid(-1, os.WNOHANG)
+
+
+def test_a_promotion_says_whom_it_replaces_and_a_closed_pipe_ends_the_standby() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        assert read_promotion(read_end, 0.01) is None
+        os.write(write_end, b"4711\n")
+        assert read_promotion(read_end, 0.01) == Promotion(4711)
+        os.write(write_end, b"\n")
+        assert read_promotion(read_end) == Promotion(None)
+        os.close(write_end)
+        with pytest.raises(EOFError):
+            read_promotion(read_end)
+    finally:
+        os.close(read_end)
 
 
 def test_the_task_fails_with_a_halt_and_after_too_many_restarts() -> None:
