@@ -190,10 +190,11 @@ class BoltShell(InboundShell):
         """This instance's file among a round's ``refs`` when it is exactly what the
         instance loaded (same bolt name, monoid and parallelism: not renamed or migrated):
         the next snapshot may build on it."""
+        spec = self.spec
         for location in refs:
             ref = self.store.resolve(location)
-            if ref.instance == self.id.instance and ref.parallelism == self.spec.parallelism \
-                    and ref.bolt == self.spec.name and ref.monoid == self.spec.state.describe():
+            if ref.is_state_of(spec.name, self.id.instance, spec.parallelism,
+                               spec.state.describe()):
                 return ref
         return None
 

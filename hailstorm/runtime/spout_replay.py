@@ -47,8 +47,13 @@ def abandon_replay(spout: SpoutShell, why: str) -> None:
     if spout.replay is None:
         return
     log.info("replay to %s abandoned: %s", ", ".join(spout.replay[1]), why)
-    spout.replay = None
     spout.close_backfill()
+    _end_replay(spout)
+
+
+def _end_replay(spout: SpoutShell) -> None:
+    """The backfill cursor serves no replay any more (joined the live one, or dropped)."""
+    spout.replay = None
     spout.back_receivers = frozenset()
     spout.pace = BackfillPace()
 
@@ -117,9 +122,7 @@ def replayed(spout: SpoutShell) -> None:
     every replay did)."""
     assert spout.coord is not None and spout.core is not None and spout.replay is not None
     epoch, targets = spout.replay
-    spout.replay = None
-    spout.back_receivers = frozenset()
-    spout.pace = BackfillPace()
+    _end_replay(spout)
     lost = [t for t in targets if t in spout.detached]
     if lost:  # its new incarnation is gone too: the negotiator restarts everything
         log.warning("replay to %s ended without %s", ", ".join(targets), ", ".join(lost))

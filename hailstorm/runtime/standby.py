@@ -59,10 +59,9 @@ class WarmState:
         if location is None:
             return None
         ref = self.store.resolve(location)
-        if (ref.bolt, ref.instance, ref.parallelism, ref.monoid) != \
-                (spec.name, self.instance, spec.parallelism, spec.state.describe()):
-            return None
-        return ref
+        state_of = ref.is_state_of(spec.name, self.instance, spec.parallelism,
+                                   spec.state.describe())
+        return ref if state_of else None
 
     def follow(self, committed: CommittedRecord) -> str:
         """Hold the state of ``committed``'s file of this instance (reading only the deltas

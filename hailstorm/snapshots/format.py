@@ -223,6 +223,13 @@ class SnapshotRef:
     base: str | None = None
     """A delta's base snapshot (a key of the same store), or None for a full snapshot."""
 
+    def is_state_of(self, bolt: str, instance: int, parallelism: int, monoid: str) -> bool:
+        """Whether this file is instance ``instance``'s state of ``bolt`` exactly as that
+        bolt (``parallelism`` instances, state described as ``monoid``) loads it: not
+        renamed, re-sharded or migrated (the next snapshot may build on it)."""
+        return (self.bolt, self.instance, self.parallelism, self.monoid) == \
+            (bolt, instance, parallelism, monoid)
+
     @property
     def path(self) -> Path:
         """The local file of a ``file://`` snapshot."""

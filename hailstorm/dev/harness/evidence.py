@@ -139,15 +139,16 @@ def _in_recovery(previous: str) -> bool:
     return previous.split("(", 1)[0] in RECOVERY_PHASES
 
 
+_LOCAL_RECOVERY = frozenset({Restarting.__name__, Replaying.__name__})
+"""The master states of a local recovery under way."""
+
+
 def _joins_local_recovery(recovery: RecoveryRecord) -> bool:
     """Whether ``recovery`` is a local recovery under way that more failed instances
     joined (in a new epoch once it was replaying: two instances killed at once may be seen
     that far apart)."""
     return recovery.previous.split("(", 1)[0] in _LOCAL_RECOVERY \
         and recovery.scope.startswith("local")
-
-
-_LOCAL_RECOVERY = frozenset({Restarting.__name__, Replaying.__name__})
 
 
 @dataclass
