@@ -162,12 +162,29 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         to_avro = self.inner.to_avro
         return ({"key": enc(k), "value": to_avro(state[k])} for k in keys)
 
+    def avro_columns(self, state: dict[Any, Any], keys: Sequence[Any]
+                     ) -> tuple[list[Any], list[Any]]:
+        """The Avro keys and values of ``keys`` of ``state``, in their order: the
+        :meth:`avro_entries` of ``keys`` as two columns (snapshots write them so)."""
+        values = list(map(state.__getitem__, keys))
+        if not self.inner.avro_as_is:
+            values = list(map(self.inner.to_avro, values))
+        return (list(keys) if self._key.as_is else list(map(self._key.encode, keys))), values
+
     def from_avro(self, data: Any) -> dict[Any, Any]:
         if self._key.as_is and self.inner.avro_as_is:  # no call per key (a reload's bulk)
             return {e["key"]: e["value"] for e in data}
         dec = self._key.decode
         from_avro = self.inner.from_avro
         return {dec(e["key"]): from_avro(e["value"]) for e in data}
+
+    def from_avro_columns(self, keys: Sequence[Any], values: Sequence[Any]) -> dict[Any, Any]:
+        """:meth:`from_avro` of entries given as two columns (:meth:`avro_columns`)."""
+        if not self._key.as_is:
+            keys = list(map(self._key.decode, keys))
+        if not self.inner.avro_as_is:
+            values = list(map(self.inner.from_avro, values))
+        return dict(zip(keys, values, strict=True))
 
     def describe(self) -> str:
         key = "" if self.key_type == "string" else f", key={self._key.describe()}"

@@ -32,6 +32,7 @@ from hailstorm.routing import route as default_route
 from hailstorm.snapshots.evolution import evolution_problem, reader_schema
 from hailstorm.snapshots.format import (
     _KEY,
+    LAYOUT_COLUMNS,
     LAYOUT_WHOLE,
     SnapshotCorruptError,
     SnapshotError,
@@ -42,6 +43,9 @@ from hailstorm.snapshots.format import (
     _Header,
     _read_header,
     _verify,
+    columns_schema,
+    entry_schema,
+    same_kind_of_layout,
     snapshot_key,
     snapshot_key_problem,
     write_snapshot,
@@ -65,7 +69,7 @@ def _evolved_reader(ref: SnapshotRef, header: _Header, monoid: Monoid[Any], *,
     """The reader schema for ``ref``'s records as ``monoid``'s state: None when written
     for that monoid (or read as written, to be converted with the same layout); the
     monoid's schema with identity defaults when Avro schema resolution carries the old
-    records; else :class:`SnapshotMismatchError`."""
+    records (in ``ref``'s layout); else :class:`SnapshotMismatchError`."""
     try:
         _check_monoid(ref, header, monoid)
         return None
@@ -73,11 +77,11 @@ def _evolved_reader(ref: SnapshotRef, header: _Header, monoid: Monoid[Any], *,
         if converting and (ref.layout == LAYOUT_WHOLE) == (not isinstance(monoid, KeyedMap)):
             return None
         reader = reader_schema(monoid)
-        problem = evolution_problem(ref.monoid, json.loads(header.meta["avro.schema"]),
-                                    monoid.describe(), reader)
+        written = entry_schema(json.loads(header.meta["avro.schema"]), ref.layout)
+        problem = evolution_problem(ref.monoid, written, monoid.describe(), reader)
         if problem is not None:
             raise SnapshotMismatchError(f"{mismatch} ({problem})") from None
-        return reader
+        return columns_schema(reader) if ref.layout == LAYOUT_COLUMNS else reader
 
 
 
@@ -352,7 +356,8 @@ class SnapshotStore(ABC):
         """Verified raw Avro records of ``ref``, ``size`` at a time (checked against
         ``monoid`` when given: state of another type reads with ``monoid``'s schema when
         Avro schema resolution carries it, as written when ``migrate`` will convert it).
-        Taken in chunks by ``islice``: no Python step per record (a reload's bulk)."""
+        Taken in chunks by ``islice``: no Python step per record (a reload's bulk). The
+        records of the ``per_key_columns`` layout are counted by :meth:`_columns`."""
         with self._verified(ref) as (fo, header):
             reader = None
             if monoid is not None:
@@ -365,30 +370,59 @@ class SnapshotStore(ABC):
                     yield chunk
             except Exception as e:  # broad: fastavro on corrupt records raises almost anything
                 raise SnapshotCorruptError(ref.uri, f"unreadable records ({e})") from e
-            if count != ref.records:
+            if ref.layout != LAYOUT_COLUMNS and count != ref.records:
                 raise SnapshotCorruptError(ref.uri, f"{count} records, header says {ref.records}")
 
     def _records(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
                  migrate: Migrate | None = None) -> Iterator[Any]:
-        """:meth:`_record_chunks`, a record at a time."""
-        for chunk in self._record_chunks(ref, monoid, migrate):
-            yield from chunk
+        """The raw Avro records of ``ref`` (see :meth:`_record_chunks`) a record at a
+        time; keyed state as ``{key, value}`` entries whatever its layout."""
+        if ref.layout == LAYOUT_WHOLE:
+            for chunk in self._record_chunks(ref, monoid, migrate):
+                yield from chunk
+            return
+        for keys, values in self._columns(ref, monoid, migrate):
+            for key, value in zip(keys, values, strict=True):
+                yield {"key": key, "value": value}
+
+    def _columns(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
+                 migrate: Migrate | None = None) -> Iterator[tuple[Any, Any]]:
+        """The raw Avro keys and values of keyed ``ref``, a chunk at a time, in either
+        keyed layout (see :meth:`_record_chunks`; ``ref.records`` counts the keys)."""
+        if ref.layout != LAYOUT_COLUMNS:
+            for chunk in self._record_chunks(ref, monoid, migrate):
+                yield [e["key"] for e in chunk], [e["value"] for e in chunk]
+            return
+        keys = 0
+        for chunk in self._record_chunks(ref, monoid, migrate, size=1):
+            for record in chunk:
+                column, values = record["keys"], record["values"]
+                if len(column) != len(values):
+                    raise SnapshotCorruptError(ref.uri, f"a record of {len(column)} keys "
+                                               f"and {len(values)} values")
+                keys += len(column)
+                yield column, values
+        if keys != ref.records:
+            raise SnapshotCorruptError(ref.uri, f"{keys} keys, header says {ref.records}")
 
     def writer_schema(self, ref: SnapshotRef | str) -> Any:
-        """The Avro schema ``ref``'s records were written with (from its header)."""
+        """The Avro schema ``ref``'s records were written with (from its header); for
+        keyed state, that of its ``{key, value}`` entries whatever the file's layout."""
         ref = self._ref(ref)
         with self.open(ref) as fo:
-            return json.loads(_read_header(fo, ref.uri).meta["avro.schema"])
+            schema = json.loads(_read_header(fo, ref.uri).meta["avro.schema"])
+        return schema if ref.layout == LAYOUT_WHOLE else entry_schema(schema, ref.layout)
 
     def _keyed_parts(self, ref: SnapshotRef, monoid: Monoid[Any],
                      migrate: Migrate | None = None) -> Iterator[dict[Any, Any]]:
         convert = _converter(ref, monoid, migrate)
-        for chunk in self._record_chunks(ref, monoid, convert):
-            if convert is not None and isinstance(monoid, KeyedMap):
-                inner = monoid.inner
-                chunk = [{"key": e["key"], "value": inner.to_avro(convert(e["value"]))}
-                         for e in chunk]
-            yield monoid.from_avro(chunk)
+        for keys, values in self._columns(ref, monoid, convert):
+            if not isinstance(monoid, KeyedMap):  # what reading checked: never raised
+                raise SnapshotMismatchError(f"{ref.uri} holds keyed state, not "
+                                            f"{monoid.describe()}")
+            if convert is not None:
+                values = [monoid.inner.to_avro(convert(v)) for v in values]
+            yield monoid.from_avro_columns(keys, values)
 
     def chain(self, ref: SnapshotRef | str) -> builtins.list[SnapshotRef]:
         """``ref`` and the snapshots it builds on, newest first (one ref for a full
@@ -403,9 +437,10 @@ class SnapshotStore(ABC):
             except (SnapshotError, OSError, ValueError) as e:
                 raise SnapshotCorruptError(head.uri, f"its base {base} cannot be read: {e}") \
                     from e
-            if (older.topology, older.bolt, older.instance, older.parallelism, older.monoid,
-                    older.layout) != (newer.topology, newer.bolt, newer.instance,
-                                      newer.parallelism, newer.monoid, newer.layout) \
+            if (older.topology, older.bolt, older.instance, older.parallelism,
+                    older.monoid) != (newer.topology, newer.bolt, newer.instance,
+                                      newer.parallelism, newer.monoid) \
+                    or not same_kind_of_layout(older.layout, newer.layout) \
                     or older.epoch >= newer.epoch:
                 raise SnapshotCorruptError(head.uri, f"its base {older.uri} is not an earlier "
                                            "snapshot of the same bolt instance")

@@ -141,3 +141,14 @@ def test_the_plan_reads_a_bolts_state_from_the_first_readable_header(
     assert state.schema == store.writer_schema(good)
     with pytest.raises(LookupError, match=r"gone\.avro"):
         _stored(store, [missing])
+
+
+def test_a_format_1_record_gaining_a_field_reads_it_as_the_identity(
+        store: DirectorySnapshotStore, put_format_1: Any) -> None:
+    old = per_key(Record({"n": Count()}))
+    new = per_key(Record({"n": Count(), "total": Sum("double")}))
+    ref = put_format_1(store, old, {"a": {"n": 3}, "b": {"n": 1}}, topology="wc")
+    assert store.load(ref, new)[1] == {"a": {"n": 3, "total": 0.0},
+                                       "b": {"n": 1, "total": 0.0}}
+    converted = store.load(ref, per_key(Sum("double")), migrate=lambda v: float(v["n"]))[1]
+    assert converted == {"a": 3.0, "b": 1.0}

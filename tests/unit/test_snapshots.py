@@ -17,6 +17,7 @@ from hailstorm.monoids import (
     HyperLogLog,
     Mean,
     Monoid,
+    Record,
     SetUnion,
     Sum,
     TopK,
@@ -34,6 +35,9 @@ from hailstorm.snapshots import (
     SnapshotRef,
     snapshot_key,
 )
+from hailstorm.snapshots.format import COLUMN_KEYS
+
+PutFormat1 = Any  # conftest.put_format_1: store a snapshot as format "1" wrote it
 
 CLOCK: Clock = {("words", 0): 41, ("words", 1): -1, ("clicks", 0): 7}
 
@@ -141,7 +145,7 @@ def test_layout_and_metadata(store: DirectorySnapshotStore) -> None:
     assert ref.path == store.root / "wordcount" / "counts" / "2" / "epoch-000000000007.avro"
     assert ref.uri == ref.path.as_uri()
     assert snapshot_key("wordcount", "counts", 2, 7) == ref.key
-    assert (ref.instance, ref.parallelism, ref.layout) == (2, 4, "per_key")
+    assert (ref.instance, ref.parallelism, ref.layout) == (2, 4, "per_key_columns")
     assert ref.checksum.startswith("sha256:") and len(ref.checksum) == 71
     assert json.loads(json.dumps(ref.to_json()))["clock"] == clock_to_json(CLOCK)
 
@@ -169,10 +173,61 @@ def test_readable_offline_with_plain_fastavro(store: DirectorySnapshotStore) -> 
     assert meta["hailstorm.monoid"] == "per_key(Mean, key=(string, long))"
     assert meta["hailstorm.records"] == "2"
     assert meta["hailstorm.created"].endswith("+00:00")
-    assert records == [
-        {"key": {"k0": "de", "k1": 1}, "value": {"sum": 2.0, "count": 1}},
-        {"key": {"k0": "fr", "k1": 3}, "value": {"sum": 10.0, "count": 4}},
-    ]
+    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("2", "per_key_columns")
+    assert records == [{
+        "keys": [{"k0": "de", "k1": 1}, {"k0": "fr", "k1": 3}],
+        "values": [{"sum": 2.0, "count": 1}, {"sum": 10.0, "count": 4}],
+    }]
+
+
+def test_keyed_state_is_written_in_columns_of_at_most_column_keys(
+        store: DirectorySnapshotStore) -> None:
+    state = {f"k{i:05d}": i for i in range(2 * COLUMN_KEYS + 7)}
+    ref = put(store, per_key(Count()), state)
+    with open(ref.path, "rb") as f:
+        records = list(fastavro.reader(f))
+    assert [len(r["keys"]) for r in records] == [COLUMN_KEYS, COLUMN_KEYS, 7]
+    assert [k for r in records for k in r["keys"]] == sorted(state)
+    assert [v for r in records for v in r["values"]] == [state[k] for k in sorted(state)]
+    assert ref.records == len(state) and store.load(ref, per_key(Count()))[1] == state
+
+
+def test_a_columns_record_with_fewer_values_than_keys_is_corrupt(
+        store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monoid = per_key(Count())
+    monkeypatch.setattr(type(monoid), "avro_columns",
+                        lambda self, state, keys: (list(keys), [state[k] for k in keys][1:]))
+    ref = put(store, monoid, {"a": 1, "b": 2})
+    monkeypatch.undo()
+    with pytest.raises(SnapshotCorruptError, match="a record of 2 keys and 1 values"):
+        store.load(ref, monoid)
+
+
+def test_format_1_files_still_read(store: DirectorySnapshotStore,
+                                   put_format_1: PutFormat1) -> None:
+    monoid = per_key(Record({"n": Count(), "total": Sum()}))
+    state = {"b": {"n": 2, "total": 5}, "a": {"n": 1, "total": 3}}
+    ref = put_format_1(store, monoid, state, clock=CLOCK)
+    assert (ref.layout, ref.records) == ("per_key", 2)
+    with open(ref.path, "rb") as f:
+        reader = fastavro.reader(f)
+        assert reader.metadata["hailstorm.format"] == "1"
+        assert [r["key"] for r in reader] == ["a", "b"]  # one record per key
+    assert store.load(ref, monoid) == (CLOCK, state)
+    assert store.writer_schema(ref) == store.writer_schema(put(store, monoid, state, epoch=2))
+    assert sorted(r["key"] for r in store.to_json_rows(ref)) == ["a", "b"]
+
+
+def test_a_delta_in_columns_builds_on_a_format_1_base(
+        store: DirectorySnapshotStore, put_format_1: PutFormat1) -> None:
+    monoid = per_key(Count())
+    base = put_format_1(store, monoid, {"a": 1, "b": 2}, clock=CLOCK)
+    delta = put(store, monoid, {"b": 5, "c": 1}, epoch=2, base=base)
+    assert (base.layout, delta.layout) == ("per_key", "per_key_columns")
+    assert [r.epoch for r in store.chain(delta)] == [2, 1]
+    assert store.load(delta, monoid)[1] == {"a": 1, "b": 5, "c": 1}
+    raw = sorted((r["key"], r["value"]) for r in store.to_json_rows(delta))
+    assert raw == [("a", 1), ("b", 5), ("c", 1)]
 
 
 def test_large_state_streams_in_reasonable_time(store: DirectorySnapshotStore) -> None:
@@ -544,7 +599,7 @@ def test_a_delta_loads_as_its_base_with_its_keys_replaced(
     assert sorted((r["key"], r["value"]) for r in raw) == [("a", 5), ("b", 2), ("c", 1),
                                                             ("d", 7)]
     with open(third.path, "rb") as fo:  # alone, a delta is a plain Avro file of its keys
-        assert [r["key"] for r in fastavro.reader(fo)] == ["a", "d"]
+        assert [k for r in fastavro.reader(fo) for k in r["keys"]] == ["a", "d"]
     assert store.list("wordcount")[2].to_json()["base"] == second.key
 
 
