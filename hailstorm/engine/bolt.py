@@ -307,6 +307,17 @@ class BoltExecution:
             for key, value in contributions:
                 state[key] = get(key, 0) + value
             return state
+        if self.paths.adds_records:  # Records of numbers: each field added in place
+            names = self.value_monoid.names  # type: ignore[attr-defined]
+            get = state.get
+            for key, value in contributions:
+                current = get(key)
+                if current is None:  # lift may return a shared value: copied, then owned
+                    state[key] = dict(value)
+                else:
+                    for name in names:
+                        current[name] += value[name]
+            return state
         if self.keyed:
             inner = self.value_monoid
             update: dict[Any, Any] = {}

@@ -262,6 +262,16 @@ class Record(Monoid[dict[str, Any]]):
         self.avro_as_is = all(m.avro_as_is for m in self.fields.values())
         """Every field's state is its Avro value: a state is its own record."""
 
+    @property
+    def additive(self) -> bool:
+        """Every field is a Count or a Sum: a state absorbs a value by adding each field."""
+        return self._additive
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The fields' names, in their declared order."""
+        return self._names
+
     def empty(self) -> dict[str, Any]:
         return {name: m.empty() for name, m in self.fields.items()}
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from hailstorm.decoders import Decoder
-from hailstorm.monoids import Count, EventTimed, KeyedMap, Monoid
+from hailstorm.monoids import Count, EventTimed, KeyedMap, Monoid, Record
 from hailstorm.routing import itself
 from hailstorm.topology.tables import SinkTarget, Table
 
@@ -96,6 +96,9 @@ class BatchPaths:
     place, and without windows a batch is summed by C code."""
     checks_values: bool
     """The lifted values' monoid checks them (it overrides ``Monoid.check``)."""
+    adds_records: bool
+    """Keyed Records of sums and counts (``Record.additive``): a contribution is absorbed
+    by adding each field in place."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,6 +160,8 @@ class BoltSpec(Stream[T_co], Generic[T, T_co]):
             key_is_tuple=self.key is itself,
             adds_numbers=keyed_map is not None and keyed_map.additive,
             checks_values=type(lifted).check is not Monoid.check,
+            adds_records=keyed_map is not None and isinstance(value_monoid, Record)
+            and value_monoid.additive,
         ))
 
     @property

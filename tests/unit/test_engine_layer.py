@@ -3,7 +3,7 @@ compiles one execution per bolt, whose key-routing memo the router and the core 
 
 from __future__ import annotations
 
-from hailstorm import Count, Sum, Topology, itself, per_key
+from hailstorm import Count, Max, Record, Sum, Topology, itself, per_key
 from hailstorm.engine import execution_of
 from hailstorm.monoids import TumblingWindow
 
@@ -24,6 +24,14 @@ def test_the_declaration_records_which_fast_paths_apply() -> None:
     assert not sums.paths.lift_is_one
     assert windows.paths.lift_is_one and not windows.paths.adds_numbers
     assert not unkeyed.paths.adds_numbers and not unkeyed.paths.lift_is_one
+    totals = top.bolt("totals", inputs=[src], key=itself,
+                      state=per_key(Record({"n": Count(), "chars": Sum()})),
+                      lift=lambda t: {"n": 1, "chars": len(t)})
+    mixed = top.bolt("mixed", inputs=[src], key=itself,
+                     state=per_key(Record({"n": Count(), "longest": Max()})),
+                     lift=lambda t: {"n": 1, "longest": len(t)})
+    assert totals.paths.adds_records and not totals.paths.adds_numbers
+    assert not mixed.paths.adds_records and not counts.paths.adds_records
 
 
 def test_one_execution_per_bolt() -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hailstorm import (
     Collect,
     Count,
+    Record,
     SetUnion,
     Sum,
     Table,
@@ -124,6 +125,11 @@ def specs() -> dict[str, BoltSpec]:
                               lift=lambda t: t[1] - 20, parallelism=2),
         "keyed mutable": top.bolt("b", inputs=[src], key=lambda t: t[0],
                                   state=per_key(SetUnion()), lift=lambda t: shared_lift),
+        "keyed record": top.bolt("g", inputs=[src], key=lambda t: t[0], state=per_key(
+            Record({"n": Count(), "total": Sum()})), lift=lambda t: {"n": 1, "total": t[1]},
+            parallelism=2),
+        "keyed shared record": top.bolt("h", inputs=[src], key=lambda t: t[0], state=per_key(
+            Record({"n": Count(), "total": Sum()})), lift=lambda t: shared_record),
         "unkeyed routed": top.bolt("c", inputs=[src], key=lambda t: t[0], state=Sum(),
                                    lift=lambda t: t[1], parallelism=2),
         "unkeyed whole": top.bolt("d", inputs=[src], state=SetUnion(), lift=lambda t: {t[1]}),
@@ -135,6 +141,8 @@ def specs() -> dict[str, BoltSpec]:
 
 shared_lift = {"shared"}
 """What one lift returns for every tuple: combining must copy it before mutating."""
+shared_record = {"n": 1, "total": 5}
+"""The same for a Record of numbers, whose fields are added in place."""
 TUPLES = st.lists(st.tuples(st.sampled_from("abcd"), st.integers(0, 40)), max_size=30)
 
 
@@ -162,6 +170,7 @@ def test_absorbing_combined_contributions_equals_absorbing_every_tuple(
             if run.instance_for(t) == instance
         ]
         assert run.absorb_contributions(spec.state.empty(), pairs) == expected
+    assert shared_lift == {"shared"} and shared_record == {"n": 1, "total": 5}
     assert shared_lift == {"shared"}  # lift's shared value was never mutated
 
 
@@ -383,3 +392,12 @@ def test_window_state_keeps_a_contribution_per_window_so_emit_sees_each() -> Non
                           combined.values)
     assert bolt.merged_state() == execution_of(spec).absorb_all(
         spec.state.empty(), [("a", 1), ("a", 12), ("a", 3), ("b", 4)])
+
+
+def test_records_of_numbers_are_added_in_place_never_into_what_lift_shares() -> None:
+    spec = specs()["keyed shared record"]
+    run = execution_of(spec)
+    state = run.absorb_contributions(spec.state.empty(), [("a", shared_record)])
+    state = run.absorb_contributions(state, [("a", shared_record), ("b", shared_record)])
+    assert state == {"a": {"n": 2, "total": 10}, "b": {"n": 1, "total": 5}}
+    assert shared_record == {"n": 1, "total": 5}
