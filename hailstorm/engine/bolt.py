@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 from hailstorm.engine.calls import as_output_list, drained, mapped
 from hailstorm.monoids import Count, KeyedMap
@@ -259,6 +259,21 @@ class BoltExecution:
         except Exception as exc:  # any error of the user's emit is the record's failure
             raise RecordFailed(self.name, "emit", exc) from exc
         return as_output_list(produced, f"bolt {self.name!r}: emit")
+
+    def outputs_many(self, tuples: Sequence[Any], values: Sequence[Any]
+                     ) -> list[list[Any]] | None:
+        """:meth:`outputs` of every ``(tuples[i], values[i])``, a batch at a time; None when
+        emit fails on one or returns anything but a list (the caller then takes them one by
+        one, which names the failure: so emit must be deterministic, as replays need)."""
+        if self.emit is None:
+            return [[] for _ in tuples]
+        try:
+            produced = list(map(self.emit, tuples, values))
+        except Exception:  # the user's emit failed on some tuple (any error): one by one
+            return None
+        if len(produced) != len(tuples) or not set(map(type, produced)) <= {list}:
+            return None  # StopIteration ended map early, or a generator or None returned
+        return cast(list[list[Any]], produced)
 
     # -- single-state conveniences (the model; a runtime with no snapshot pending) -------
 

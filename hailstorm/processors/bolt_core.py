@@ -38,6 +38,7 @@ model :func:`hailstorm.model.run_model`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -307,7 +308,10 @@ class BoltCore:
         """
         actions: list[Action] = []
         if self._held.rows:
-            out = self._emit_groups(self._held.take_rows().items())
+            rows = self._held.take_rows()
+            out = self._emit_held(rows)
+            if out is None:
+                out = self._emit_groups(rows.items())
             if out.tuples:
                 actions.append(Emit(out))
         if self._held.take_watermark():
@@ -445,6 +449,29 @@ class BoltCore:
             self._held.remember(partitions, offsets, tuples, items,
                                 split.floor if split.dropped > before else None)
         self.applied += applied
+
+    def _emit_held(self, rows: dict[Any, Row]) -> Batch | None:
+        """:meth:`_emit_groups` of a compacting bolt's held rows a batch at a time; None
+        when a key or emit fails (the caller emits row by row, which names the failure)."""
+        segments = self._segments.states
+        keys, held = list(rows), list(rows.values())
+        try:
+            if len(segments) == 1 and self.spec.emits_state:
+                values = list(map(segments[0].__getitem__, keys))
+            else:
+                values = list(map(self._run.value_for_emit, keys, repeat(segments)))
+        except Exception:  # broad: any monoid failure, which the row-by-row path names
+            return None
+        produced = self._run.outputs_many(list(map(itemgetter(2), held)), values)
+        if produced is None:
+            return None
+        partitions, offsets = list(map(itemgetter(0), held)), list(map(itemgetter(1), held))
+        if set(map(len, produced)) == {1}:  # one row per key: the columns as they are
+            return Batch(partitions, offsets, list(map(itemgetter(0), produced)))
+        counts = list(map(len, produced))
+        return Batch(list(chain.from_iterable(map(repeat, partitions, counts))),
+                     list(chain.from_iterable(map(repeat, offsets, counts))),
+                     list(chain.from_iterable(produced)))
 
     def _emit_groups(self, rows: Iterable[tuple[Any, Row]]) -> Batch:
         """Emit for each ``(key, (partition, offset, tuple))`` with the key's current value."""

@@ -177,3 +177,40 @@ def test_compaction_ends_in_the_per_tuple_table_and_the_models(
     assert len(compacted.applied) <= len(per_tuple.applied)
     for batch in batches:  # at most one row per group and flush
         assert len(batch.tuples) == len(set(batch.tuples))
+
+
+def emit_some(t: tuple[str, int], n: int) -> list[tuple[str, int]]:
+    """Rows by the tuple: none, one or two; a failure for offset-like value 13."""
+    if t[1] == 13:
+        raise ValueError("unlucky")
+    return [(t[0], n)] * (t[1] % 3)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches=st.lists(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(0, 15)),
+                                 min_size=1, max_size=8), min_size=1, max_size=4))
+def test_a_flush_emits_a_batch_at_a_time_as_it_would_row_by_row(
+        batches: list[list[tuple[str, int]]]) -> None:
+    top = Topology("compact")
+    src = top.spout("src", topic="lines", decoder="json")
+    spec = top.bolt("b", inputs=[src], key=lambda t: t[0], state=per_key(Count()),
+                    lift=Count.lift, emit=emit_some, preaggregate=True)
+    cores = [BoltCore(spec, ["s0"]), BoltCore(spec, ["s0"])]
+    offset = -1
+    for tuples in batches:
+        combined = execution_of(spec).combine_contributions(tuples)
+        offset += len(tuples)
+        for core in cores:
+            core.on_contributions("s0", [P] * len(combined), [offset] * len(combined),
+                                  combined.tuples, combined.keys, combined.values)
+    fast_core, slow_core = cores
+    rows = fast_core._held.take_rows()
+    assert rows == slow_core._held.take_rows()
+    fast = fast_core._emit_held(dict(rows))
+    slow = slow_core._emit_groups(rows.items())
+    failing = any(t[1] == 13 for _p, _o, t in rows.values())
+    assert (fast is None) == failing
+    if fast is not None:
+        assert (fast.partitions, fast.offsets, fast.tuples) == \
+            (slow.partitions, slow.offsets, slow.tuples)
+    assert len(slow_core.failed) == sum(t[1] == 13 for _p, _o, t in rows.values())
