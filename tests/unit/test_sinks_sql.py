@@ -121,8 +121,12 @@ def test_merge_statements_add_to_the_stored_values() -> None:
         '"amount" = "totals"."amount" + excluded."amount"'
     )
     staged = write_statement(PG, TOTALS, source="_hs_stage_totals")
-    assert 'SELECT "region", "day", "views", "amount" FROM "_hs_stage_totals" ON CONFLICT' in staged
-    assert "WHERE true ON CONFLICT" in write_statement(LITE, TOTALS, source="stage")
+    assert ('SELECT "region", "day", "views", "amount" FROM "_hs_stage_totals" '
+            'ORDER BY "region", "day" ON CONFLICT') in staged
+    assert 'WHERE true ORDER BY "region", "day" ON CONFLICT' in \
+        write_statement(LITE, TOTALS, source="stage")
+    assert 'ORDER BY "_hs_topic", "_hs_partition", "_hs_offset", "_hs_seq" ON CONFLICT' in \
+        write_statement(PG, LOG, source="stage")
 
 
 def test_append_statements_ignore_duplicate_origins() -> None:
