@@ -58,19 +58,34 @@ TOPIC = "bench-latency"
 TABLE = "bench_latency"
 PARTITIONS = 4
 TOPOLOGY = REPO / "bench" / "latency_topology.py"
+WARM_TOPIC = "bench-latency-warm"
+"""A topic of its own for the message that connects a producer before it is timed."""
 SINK_NAMES = {"postgresql": "PostgreSQL", "sqlite": "SQLite", "kafka": "Kafka (transactional)"}
 BURST_FRACTION = 0.9
 """The max rate is taken when this fraction of the burst is in the table: the last rows of a
 burst can wait for the next snapshot round (idle spouts), which would tie it to the interval."""
 
 
+def warm_producer(bootstrap: str) -> Any:
+    """A Kafka producer connected to the broker leading the topic's partitions: the first
+    messages of a phase must not wait for the client to connect (that is the producer's
+    start, not hailstorm's latency)."""
+    out = kafka.producer(bootstrap, **{"linger.ms": 5})
+    out.list_topics(TOPIC, timeout=30)
+    out.produce(WARM_TOPIC, value=b"warm")  # a connection to the broker that leads TOPIC
+    if out.flush(30):
+        raise HarnessError("the warm-up message was not delivered")
+    return out
+
+
 class PacedProducer(threading.Thread):
     """Produce ``count`` messages ``"<seq> <sent_ns>"`` from ``first`` at ``rate`` per second
-    (``rate`` <= 0: as fast as possible), round-robin over the partitions."""
+    (``rate`` <= 0: as fast as possible), round-robin over the partitions, with ``out``
+    (:func:`warm_producer`)."""
 
-    def __init__(self, bootstrap: str, first: int, count: int, rate: float) -> None:
+    def __init__(self, out: Any, first: int, count: int, rate: float) -> None:
         super().__init__(name="paced-producer", daemon=True)
-        self.bootstrap = bootstrap
+        self.out = out
         self.first, self.count, self.rate = first, count, rate
         self.started_ns = 0
         self.finished_ns = 0
@@ -78,7 +93,7 @@ class PacedProducer(threading.Thread):
 
     def run(self) -> None:
         try:
-            out = kafka.producer(self.bootstrap, **{"linger.ms": 5})
+            out = self.out
             self.started_ns = time.time_ns()
             started = time.monotonic()
             sent = 0
@@ -247,7 +262,7 @@ def reader_for(sink: str, run: TopologyRun, stack: StackAddresses) -> Reader:
 
 def produce_and_wait(stack: StackAddresses, run: TopologyRun, reader: Reader, first: int,
                      count: int, rate: float, timeout: float) -> PacedProducer:
-    producer = PacedProducer(stack.kafka, first, count, rate)
+    producer = PacedProducer(warm_producer(stack.kafka), first, count, rate)
     producer.start()
     reader.wait_for(range(first, first + count), timeout, run.alive)
     producer.join(60)
@@ -277,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     with embedded_stack() as env:
         stack = StackAddresses.from_env(env)
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
+        kafka.create_topic(stack.kafka, WARM_TOPIC, 1)
         kafka.delete_topic(stack.kafka, OUTPUT_TOPIC)
         logs = bench_logs("hailstorm-bench-latency-")
         with TopologyRun(stack, TOPOLOGY, log_dir=logs, negotiators=1,

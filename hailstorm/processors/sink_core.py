@@ -58,8 +58,9 @@ allows: a bound on its buffer."""
 COMMIT_INTERVAL = 0.5
 """The longest a sink waits between two commits (seconds) while the mark moves or rows wait
 (a round due or :data:`COMMIT_ROWS` rows commit at once)."""
-MIN_COMMIT_INTERVAL = 0.1
-"""The shortest wait between two commits (seconds), after quick ones."""
+MIN_COMMIT_INTERVAL = 0.05
+"""The shortest wait between two commits (seconds), after quick ones: a row of a stream
+that keeps coming waits half of it on average in the sink's buffer."""
 COMMIT_SPACING = 2.0
 """After a commit, a sink waits this many times as long as the commit took (within the two
 bounds above) before the next one: commits take at most about a third of its time."""

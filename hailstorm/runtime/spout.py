@@ -43,6 +43,10 @@ WATERMARK_INTERVAL = 0.2
 """Longest time between two watermarks a spout sends (also when idle or paused)."""
 CONSUME_BATCH = 10_000
 """Kafka messages per consume call (a fetch this full means the spout reads a backlog)."""
+CONSUME_WAIT = 0.01
+"""The longest a consume call waits for :data:`CONSUME_BATCH` messages (seconds): a spout
+keeping up with a stream sends what arrived at least this often (a message waits for the
+call's end), and an idle spout looks at the master state about as often."""
 FLUSH_TUPLES = 50_000
 """A spout routes (pre-aggregates) and sends what it staged at the end of a consume batch,
 or sooner once this many tuples wait: one contribution per key per flush, and a bound on
@@ -502,7 +506,7 @@ class SpoutShell(Shell):
             return
         # While a backfill reads, the live cursor does not wait for records to arrive.
         messages = self.consumer.consume(CONSUME_BATCH,
-                                         timeout=POLL / 2 if self.back is None else 0)
+                                         timeout=CONSUME_WAIT if self.back is None else 0)
         offsets: list[int] = []
         values: list[bytes | None] = []
         at_end = False
