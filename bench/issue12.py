@@ -51,7 +51,7 @@ WORKLOADS: dict[str, Workload] = {
     "wordcount-2m": Workload(("wordcount_throughput.py", "--backlog", "--lines", "2000000"),
                              0.8, 3.0, other_peers=True),
     "user-totals": Workload(("user_totals_throughput.py",), 0.5, 2.0, other_peers=True),
-    "two-stage": Workload(("two_stage_throughput.py",), 0.5, 2.0),
+    "two-stage": Workload(("two_stage_throughput.py",), 0.5, 2.0, other_peers=True),
     "pageviews": Workload(("pageviews_throughput.py",), None, None),
 }
 """The issue's workloads, in the order they take turns."""

@@ -31,7 +31,7 @@ class Peer:
 PEERS: dict[str, Peer] = {
     "pathway": Peer("Pathway 0.33", ("pathway==0.33.0",)),
     "quix": Peer("Quix Streams 3.28", ("quixstreams==3.28.1",)),
-    "pyflink": Peer("PyFlink 2.2", ("apache-flink==2.2.1",)),
+    "pyflink": Peer("PyFlink 2.2", ("apache-flink==2.2.1", "confluent-kafka==2.16.1")),
 }
 
 FLINK_KAFKA_CONNECTOR = "org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2"

@@ -54,7 +54,25 @@ def user_totals(request: dict[str, Any]) -> tuple[pw.Table, list[str]]:
     return totals, ["user", "amount", "count"]
 
 
-JOBS = {"word_count": word_count, "user_totals": user_totals}
+def top_spenders(request: dict[str, Any]) -> tuple[pw.Table, list[str]]:
+    """The top ``request["top"]`` users per country by their running totals (ties by user
+    id): a total per (country, user), then per country the ``sorted_tuple`` of
+    ``(-total, user)``, cut to the top."""
+    top = int(request["top"])
+    events = pw.io.kafka.read(_settings(request), topic=request["topic"], format="json",
+                              schema=_Event, mode="static", autocommit_duration_ms=1000,
+                              name="events")
+    totals = events.groupby(pw.this.country, pw.this.user).reduce(
+        pw.this.country, pw.this.user, spent=pw.reducers.sum(pw.this.amount))
+    ranked = totals.select(pw.this.country, entry=pw.make_tuple(-pw.this.spent, pw.this.user))
+    tops = ranked.groupby(pw.this.country).reduce(
+        pw.this.country,
+        ranking=pw.apply(lambda entries: tuple((user, -spent) for spent, user in entries[:top]),
+                         pw.reducers.sorted_tuple(pw.this.entry)))
+    return tops, ["country", "ranking"]
+
+
+JOBS = {"word_count": word_count, "user_totals": user_totals, "top_spenders": top_spenders}
 
 
 def main(argv: list[str]) -> None:

@@ -11,8 +11,9 @@ same consumer group share the partitions, each writing its part of the result (a
 whose partition moved between them in a rebalance keeps its higher running figure). Each
 process stops when no message arrived for ``IDLE_S`` (``Application.run(timeout=...)``).
 The time runs from the processes starting their ``run`` to the last one's last message
-(its return less ``IDLE_S``). See
-:mod:`peer_runs` for the request and the answer.
+(its return less ``IDLE_S``). Quix refuses a ``group_by`` after another, so the two stages
+of ``top_spenders`` meet in a topic of their own (the first writes its running totals keyed
+by country). See :mod:`peer_runs` for the request and the answer.
 """
 
 from __future__ import annotations
@@ -58,7 +59,42 @@ def _user_totals(app: Any, request: dict[str, Any], latest: dict[str, Any]) -> A
         lambda kv: latest.__setitem__(kv[0], kv[1]))
 
 
-JOBS = {"word_count": _word_count, "user_totals": _user_totals}
+def _top_spenders(app: Any, request: dict[str, Any], latest: dict[str, Any]) -> Any:
+    top = int(request["top"])
+    topic = app.topic(request["topic"], value_deserializer="json")
+    events = app.dataframe(topic).group_by(
+        lambda event: f"{event['country']}/{event['user']}", name="country_user")
+
+    def totals(event: dict[str, Any], state: Any) -> dict[str, Any]:
+        spent = state.get("spent", 0) + event["amount"]
+        state.set("spent", spent)
+        return {"country": event["country"], "user": event["user"], "spent": spent}
+
+    def ranking(spend: dict[str, Any], state: Any) -> tuple[str, list[list[Any]]]:
+        # A total only grows: the best score of each user seen, cut to the top, is exact.
+        best = dict(state.get("best", []))
+        best[spend["user"]] = max(best.get(spend["user"], 0), spend["spent"])
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+        state.set("best", ranked)
+        return spend["country"], [list(kv) for kv in ranked]
+
+    # Quix refuses a group_by after a group_by: the second stage reads a topic of its own
+    # that the first writes keyed by country.
+    from quixstreams.models import TopicConfig
+
+    spends_topic = app.topic(f"{request['topic']}-spends-{Path(request['work_dir']).name}",
+                             key_serializer="str", value_serializer="json",
+                             key_deserializer="str", value_deserializer="json",
+                             config=TopicConfig(num_partitions=request["partitions"],
+                                                replication_factor=1))
+    events.apply(totals, stateful=True).to_topic(spends_topic,
+                                                 key=lambda spend: spend["country"])
+    return app.dataframe(spends_topic).apply(ranking, stateful=True).update(
+        lambda kv: latest.__setitem__(kv[0], kv[1]))
+
+
+JOBS = {"word_count": _word_count, "user_totals": _user_totals,
+        "top_spenders": _top_spenders}
 
 
 def _process(job: str, request: dict[str, Any], index: int, out: str) -> None:
@@ -77,8 +113,13 @@ def _process(job: str, request: dict[str, Any], index: int, out: str) -> None:
 
 
 def _progress(value: Any) -> int:
-    """How far a running figure is: a count, or the event count of ``[amount, count]``."""
-    return value if isinstance(value, int) else int(value[1])
+    """How far a running figure is: a count, the event count of ``[amount, count]``, or
+    what a ranking's users spent (totals only grow)."""
+    if isinstance(value, int):
+        return value
+    if value and isinstance(value[0], list):
+        return sum(spent for _user, spent in value)
+    return int(value[1])
 
 
 def main(argv: list[str]) -> None:

@@ -2,7 +2,9 @@
 
 Each peer runs one job (``word_count``: a running count per word, the words split as
 ``topologies/wordcount.py`` splits them; ``user_totals``: per user the sum of amounts and the
-number of events, as ``topologies/user_totals.py``) over the whole topic from its beginning,
+number of events, as ``topologies/user_totals.py``; ``top_spenders``: the ``top`` users of
+each country by their running totals, ties by user id, as ``topologies/top_spenders.py``)
+over the whole topic from its beginning,
 with the peer's own fault tolerance on (Pathway persistence, Quix exactly-once, Flink
 exactly-once checkpoints every second), in its own venv (:mod:`peer_envs`), as a script of
 ``bench/peer_<name>.py`` run as::
@@ -10,10 +12,11 @@ exactly-once checkpoints every second), in its own venv (:mod:`peer_envs`), as a
     <venv>/bin/python bench/peer_NAME.py JOB REQUEST_JSON OUT_JSON
 
 The request is a JSON object (``bootstrap``, ``topic``, ``partitions``, ``records``,
-``word_pattern``, ``work_dir``, ``threads`` and, for PyFlink, ``connector_jar``); the answer
-``{"seconds": ..., "result": [[key, value], ...]}`` where the value is the count (word count)
-or ``[amount, count]`` (user totals), and the seconds run from the peer's dataflow starting
-to its end of the topic (imports and set-up excluded, as for Bytewax in :mod:`peers`).
+``word_pattern``, ``top``, ``work_dir``, ``threads`` and, for PyFlink, ``connector_jar``);
+the answer ``{"seconds": ..., "result": [[key, value], ...]}`` where the value is the count
+(word count), ``[amount, count]`` (user totals) or the country's ranking ``[[user, spent],
+...]`` best first (top spenders), and the seconds run from the peer's dataflow starting to
+its end of the topic (imports and set-up excluded, as for Bytewax in :mod:`peers`).
 
 :func:`run_peers` returns one :class:`PeerOutcome` per peer: a rate, or why there is none
 (the peer could not be installed, failed, timed out, or reached another result than
@@ -56,8 +59,9 @@ class PeerOutcome:
 def run_peers(job: str, bootstrap: str, topic: str, partitions: int, records: int,
               expected: dict[Any, Any], normalise: Callable[[Any], Any] = lambda v: v,
               word_pattern: str = "", peers: Iterable[str] = tuple(PEERS),
-              timeout: float = 1800.0) -> list[PeerOutcome]:
-    """Run ``job`` on each of ``peers`` and check each result equals ``expected``."""
+              timeout: float = 1800.0, top: int = 0) -> list[PeerOutcome]:
+    """Run ``job`` on each of ``peers`` and check each result equals ``expected``
+    (``top``: the users ranked per country of ``top_spenders``)."""
     outcomes = []
     for name in peers:
         label = PEERS[name].label
@@ -66,6 +70,7 @@ def run_peers(job: str, bootstrap: str, topic: str, partitions: int, records: in
             seconds, result = _run_one(name, job, {
                 "bootstrap": bootstrap, "topic": topic, "partitions": partitions,
                 "records": records, "word_pattern": word_pattern, "threads": THREADS,
+                "top": top,
             }, timeout)
         except PeerUnavailable as exc:
             outcomes.append(PeerOutcome(name, label, None, str(exc)))
@@ -126,6 +131,12 @@ def peer_figures(outcomes: list[PeerOutcome], records: int, rate: float,
         lines.append(f"  {outcome.label}: {peer_rate:,.0f} {unit}/s ({THREADS} workers, its "
                      f"own fault tolerance on); hailstorm is {rate / peer_rate:.2f}x")
     return figures, lines
+
+
+def peers_not_run(reason: str) -> tuple[dict[str, Any], list[str]]:
+    """:func:`peer_figures` of every peer for a benchmark that runs none of them, and why."""
+    return peer_figures([PeerOutcome(name, peer.label, None, reason)
+                         for name, peer in PEERS.items()], 0, 0.0, "")
 
 
 def add_peers_option(parser: Any) -> None:

@@ -1,4 +1,4 @@
-"""A two-stage pipeline (bolt -> bolt -> sink): hailstorm against the baseline and Bytewax.
+"""A two-stage pipeline (bolt -> bolt -> sink): hailstorm against the baseline and the peers.
 
     .venv/bin/python bench/two_stage_throughput.py [--events 2000000] [--users 2000000]
 
@@ -20,11 +20,15 @@ then, after one untimed read that warms the broker for every contender
 * Bytewax (when installed: ``pip install -e '.[bench]'``): the same two keyed stages,
   ``stateful_map`` running totals per (country, user), then per country a
   ``stateful_flat_map`` keeping the top ten and emitting the ranking when it holds the
-  user; 2 processes, recovery on, 1 s epochs, results kept in memory (no database).
+  user; 2 processes, recovery on, 1 s epochs, results kept in memory (no database);
+* Pathway, Quix Streams and PyFlink (``--peers``, all by default; ``bench/peer_runs.py``):
+  the same two keyed stages, each engine's own way (``bench/peer_<name>.py``), each in a
+  venv of its own, with its fault tolerance on.
 
 The result does not depend on timing or arrival order: totals only grow, a country keeps
 each user's highest total, and ties are broken by user id (see the topology's docstring).
-The committed table must equal the baseline's top ten per country, and Bytewax's too.
+The committed table must equal the baseline's top ten per country, and Bytewax's too; a
+peer reaching another ranking gets no figure, and the reason is printed.
 Prints one JSON line of figures and a human summary.
 """
 
@@ -49,6 +53,7 @@ from common import (  # noqa: E402
     report,
     run_on_backlog,
 )
+from peer_runs import add_peers_option, chosen_peers, peer_figures, run_peers  # noqa: E402
 from peers import bytewax_available, run_bytewax  # noqa: E402
 
 from hailstorm.dev.harness import StackAddresses  # noqa: E402
@@ -113,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--users", type=int, default=2_000_000)
     parser.add_argument("--no-bytewax", action="store_true", help="Skip the Bytewax peer.")
+    add_peers_option(parser)
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args(argv)
+    others = chosen_peers(args.peers)
 
     print(f"generating {args.events:,} events over {args.users:,} users", flush=True)
     values = list(KeyedEvents(keys=args.users).events(args.events))
@@ -134,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         if bytewax_available() and not args.no_bytewax:
             print("Bytewax", flush=True)
             bytewax = run_bytewax("top_spenders", stack.kafka, TOPIC)
+        outcomes = run_peers("top_spenders", stack.kafka, TOPIC, PARTITIONS, args.events,
+                             expected, normalise=lambda ranking: tuple(map(tuple, ranking)),
+                             peers=others, top=TOP)
     distinct = sum(len(users) for users in baseline.by_country.values())
     committed = table_rankings(table)
     if committed != expected:
@@ -176,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"  Bytewax:   {bytewax_rate:,.0f} events/s (stateful_map -> "
                      f"stateful_flat_map, 2 processes, recovery on, 1 s epochs, no database); "
                      f"hailstorm is {rate / bytewax_rate:.2f}x; its rankings == baseline's")
+    other_figures, other_lines = peer_figures(outcomes, args.events, rate, "events")
+    figures.update(other_figures)
+    lines.extend(other_lines)
     report("two_stage_throughput", figures, "\n".join(lines))
     return 0
 
