@@ -54,18 +54,27 @@ def _environment(request: dict[str, Any]) -> TableEnvironment:
     return TableEnvironment.create(settings)
 
 
+def _kafka_table(name: str, columns: str, options: dict[str, str],
+                 request: dict[str, Any]) -> str:
+    """``CREATE TABLE`` of a table in the request's Kafka with connector ``options``."""
+    settings = {**options, "properties.bootstrap.servers": request["bootstrap"]}
+    listed = ",\n".join(f"'{k}' = '{v}'" for k, v in settings.items())
+    return f"CREATE TABLE {name} ({columns}) WITH (\n{listed}\n)"
+
+
 def _source(name: str, columns: str, value_format: str, request: dict[str, Any]) -> str:
-    return f"""
-        CREATE TABLE {name} ({columns}) WITH (
-            'connector' = 'kafka',
-            'topic' = '{request["topic"]}',
-            'properties.bootstrap.servers' = '{request["bootstrap"]}',
-            'properties.group.id' = 'hailstorm-bench-pyflink',
-            'scan.startup.mode' = 'earliest-offset',
-            'scan.bounded.mode' = 'latest-offset',
-            'scan.topic-partition-discovery.interval' = '0',
-            'format' = '{value_format}'
-        )"""
+    return _kafka_table(name, columns, {
+        "connector": "kafka", "topic": request["topic"],
+        "properties.group.id": "hailstorm-bench-pyflink",
+        "scan.startup.mode": "earliest-offset", "scan.bounded.mode": "latest-offset",
+        "scan.topic-partition-discovery.interval": "0", "format": value_format,
+    }, request)
+
+
+def _events(env: TableEnvironment, request: dict[str, Any]) -> None:
+    """The source table ``events`` of the keyed jobs, decoded by the connector's JSON."""
+    env.execute_sql(_source("events", "`user` STRING, amount BIGINT, country STRING", "json",
+                            request))
 
 
 def word_count(env: TableEnvironment, request: dict[str, Any]) -> Any:
@@ -81,8 +90,7 @@ def word_count(env: TableEnvironment, request: dict[str, Any]) -> Any:
 
 def user_totals(env: TableEnvironment, request: dict[str, Any]) -> Any:
     """Per-user (sum of amounts, count of events), decoded by the connector's JSON format."""
-    env.execute_sql(_source("events", "`user` STRING, amount BIGINT, country STRING", "json",
-                            request))
+    _events(env, request)
     return env.sql_query("""
         SELECT `user`, SUM(amount) AS spent, COUNT(*) AS events
         FROM events GROUP BY `user`""")
@@ -92,8 +100,7 @@ def top_spenders(env: TableEnvironment, request: dict[str, Any]) -> Any:
     """The top ``request["top"]`` users per country by their running totals (ties by user
     id): a total per (country, user), then Flink's Top-N (``ROW_NUMBER`` over the country,
     kept while it is at most the top), whose changelog updates each rank's row."""
-    env.execute_sql(_source("events", "`user` STRING, amount BIGINT, country STRING", "json",
-                            request))
+    _events(env, request)
     env.create_temporary_view("totals", env.sql_query("""
         SELECT country, `user`, SUM(amount) AS spent FROM events GROUP BY country, `user`"""))
     return env.sql_query(f"""
@@ -116,17 +123,12 @@ JOBS = {
 def _result_sink(columns: str, key: tuple[str, ...], topic: str,
                  request: dict[str, Any]) -> str:
     keys = ", ".join(f"`{k}`" for k in key)
-    return f"""
-        CREATE TABLE job_result ({columns}, PRIMARY KEY ({keys}) NOT ENFORCED) WITH (
-            'connector' = 'upsert-kafka',
-            'topic' = '{topic}',
-            'properties.bootstrap.servers' = '{request["bootstrap"]}',
-            'properties.transaction.timeout.ms' = '600000',
-            'key.format' = 'json',
-            'value.format' = 'json',
-            'sink.delivery-guarantee' = 'exactly-once',
-            'sink.transactional-id-prefix' = '{topic}'
-        )"""
+    return _kafka_table("job_result", f"{columns}, PRIMARY KEY ({keys}) NOT ENFORCED", {
+        "connector": "upsert-kafka", "topic": topic,
+        "properties.transaction.timeout.ms": "600000",
+        "key.format": "json", "value.format": "json",
+        "sink.delivery-guarantee": "exactly-once", "sink.transactional-id-prefix": topic,
+    }, request)
 
 
 def _committed(topic: str, request: dict[str, Any]) -> dict[str, Any]:

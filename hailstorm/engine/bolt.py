@@ -322,16 +322,16 @@ class BoltExecution:
             for key, value in contributions:
                 state[key] = get(key, 0) + value
             return state
-        if self.paths.adds_records:  # Records of numbers: each field added in place
-            names = self.value_monoid.names  # type: ignore[attr-defined]
+        if self.paths.adds_records:  # Records of numbers absorb in place: straight in
+            inner = self.value_monoid
+            absorb, copy = inner.absorb, inner.copy
             get = state.get
             for key, value in contributions:
                 current = get(key)
                 if current is None:  # lift may return a shared value: copied, then owned
-                    state[key] = dict(value)
+                    state[key] = copy(value)
                 else:
-                    for name in names:
-                        current[name] += value[name]
+                    absorb(current, value)
             return state
         if self.keyed:
             inner = self.value_monoid

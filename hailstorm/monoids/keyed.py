@@ -267,11 +267,6 @@ class Record(Monoid[dict[str, Any]]):
         """Every field is a Count or a Sum: a state absorbs a value by adding each field."""
         return self._additive
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The fields' names, in their declared order."""
-        return self._names
-
     def empty(self) -> dict[str, Any]:
         return {name: m.empty() for name, m in self.fields.items()}
 

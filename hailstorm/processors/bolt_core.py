@@ -466,9 +466,9 @@ class BoltCore:
         if produced is None:
             return None
         partitions, offsets = list(map(itemgetter(0), held)), list(map(itemgetter(1), held))
-        if set(map(len, produced)) == {1}:  # one row per key: the columns as they are
-            return Batch(partitions, offsets, list(map(itemgetter(0), produced)))
         counts = list(map(len, produced))
+        if counts.count(1) == len(counts):  # one row per key: the columns as they are
+            return Batch(partitions, offsets, list(map(itemgetter(0), produced)))
         return Batch(list(chain.from_iterable(map(repeat, partitions, counts))),
                      list(chain.from_iterable(map(repeat, offsets, counts))),
                      list(chain.from_iterable(produced)))

@@ -97,8 +97,8 @@ class BatchPaths:
     checks_values: bool
     """The lifted values' monoid checks them (it overrides ``Monoid.check``)."""
     adds_records: bool
-    """Keyed Records of sums and counts (``Record.additive``): a contribution is absorbed
-    by adding each field in place."""
+    """Keyed Records of sums and counts (``Record.additive``), which absorb in place: a
+    batch's contributions go straight into the state."""
 
 
 @dataclass(frozen=True, eq=False)
