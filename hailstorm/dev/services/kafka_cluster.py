@@ -49,6 +49,7 @@ from hailstorm.dev.services.state import (
 )
 from hailstorm.dev.services.tls import make_stack_tls
 from hailstorm.kafka import broker_answers
+from hailstorm.runtime.spark_stage import C1_ONLY
 
 
 class KafkaCluster(StackProcesses):
@@ -277,6 +278,10 @@ class KafkaCluster(StackProcesses):
             "-Xms256m",
             "-Xmx768m",
             "-XX:+UseG1GC",
+            # C2 compiled for 35-45% of a core through the broker's first minute (all of a
+            # benchmark, and on 2 cores a share the processors need); C1 alone gave the same
+            # throughput and a lower latency (docs/performance.md).
+            C1_ONLY,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.state_dir / 'kafka' / 'log4j2.yaml'}",
             f"-Dkafka.logs.dir={self.state_dir / 'logs'}",
