@@ -1,7 +1,7 @@
 """Produce-to-sink latency (p50/p99) at half the maximum throughput.
 
     .venv/bin/python bench/latency.py [--duration 30] [--max-rate R] [--snapshot-interval 1]
-        [--sink postgresql|sqlite|kafka]
+        [--sink postgresql|sqlite|kafka] [--dump FILE.csv]
 
 Starts an embedded stack of its own (brought down afterwards) and deploys
 ``bench/latency_topology.py`` (4 spout instances on ``bench-latency``, 2 bolt instances, one
@@ -34,6 +34,7 @@ Prints one JSON line of figures (p50, p90, p99, max, the rates) and a human summ
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sqlite3
@@ -286,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="The sink's target: an upsert table in a database of the run's "
                         "own on the stack's PostgreSQL, in the run's SQLite file, or an "
                         "upsert topic written in Kafka transactions.")
+    parser.add_argument("--dump", type=Path, default=None,
+                        help="Write every measured message's seq, sent_ns and seen_ns "
+                        "(CSV) here, to see where in the run the tail comes from.")
     args = parser.parse_args(argv)
     os.environ["BENCH_LATENCY_SINK"] = args.sink  # the topology module reads it
 
@@ -322,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
                          for s in range(first, first + count)]
             reader.close()
             run.stop()
+    if args.dump is not None:
+        with args.dump.open("w", newline="") as out:
+            rows = csv.writer(out)
+            rows.writerow(("seq", "sent_ns", "seen_ns"))
+            rows.writerows((s, *reader.arrived[s]) for s in range(first, first + count))
     figures: dict[str, Any] = {
         "snapshot_interval_s": args.snapshot_interval, "sink": args.sink,
         "max_rate_msgs_per_s": round(max_rate), "max_rate_measured": args.max_rate is None,
