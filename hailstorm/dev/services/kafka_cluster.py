@@ -280,7 +280,7 @@ class KafkaCluster(StackProcesses):
             "-XX:+UseG1GC",
             # C2 compiled for 35-45% of a core through the broker's first minute (all of a
             # benchmark, and on 2 cores a share the processors need); C1 alone gave the same
-            # throughput and a lower latency (docs/performance.md).
+            # throughput and a lower median latency, p99 unchanged (docs/performance.md).
             C1_ONLY,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.state_dir / 'kafka' / 'log4j2.yaml'}",
