@@ -135,6 +135,8 @@ class Database:
         self._pg: psycopg.Connection[Any] | None = None
         self._sqlite: sqlite3.Connection | None = None
         self._in_transaction = False
+        self._at_commit: list[tuple[str, list[Sequence[Any]]]] = []
+        """Statements :meth:`at_commit` queued for the end of the open transaction."""
         try:
             if self.url.kind == "postgresql":
                 self._pg = psycopg.connect(
@@ -209,6 +211,32 @@ class Database:
         finally:
             cursor.close()
 
+    def execute_all(self, statements: Sequence[tuple[str, Sequence[Any]]]
+                    ) -> list[list[tuple[Any, ...]]]:
+        """Run ``(sql, params)`` statements in order; each one's rows. PostgreSQL gets them
+        all at once (pipeline mode): one round trip to the server, not one each."""
+        if self._pg is None:
+            return [self.execute(sql, params) for sql, params in statements]
+        cursors: list[Any] = []
+        try:
+            with self._pg.pipeline():
+                for sql, params in statements:
+                    cursors.append(self._pg.cursor())
+                    cursors[-1].execute(sql, tuple(params))
+            return [list(c.fetchall()) if c.description else [] for c in cursors]
+        finally:
+            for cursor in cursors:
+                cursor.close()
+
+    def at_commit(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Inside :meth:`transaction`: run ``sql`` for each parameter row just before the
+        transaction commits, in the order queued. PostgreSQL gets them with the ``COMMIT``
+        (pipeline mode): a statement whose result nothing reads costs no round trip of its
+        own. Its errors are raised when the block ends (and roll the transaction back)."""
+        if not self._in_transaction:
+            raise SinkError("at_commit needs a transaction")
+        self._at_commit.append((sql, list(rows)))
+
     def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         """``COPY table (columns) FROM STDIN`` (PostgreSQL only)."""
         if self._pg is None:
@@ -225,6 +253,7 @@ class Database:
         if self._in_transaction:
             raise SinkError("transactions do not nest")
         self._in_transaction = True
+        self._at_commit = []
         try:
             if self._sqlite is not None:
                 self._sqlite.execute("BEGIN IMMEDIATE")
@@ -232,15 +261,32 @@ class Database:
                 raise psycopg.InterfaceError("the connection is closed")
             try:
                 yield self
+                self._commit()
             except BaseException:  # broad: also on Ctrl-C; rolled back, re-raised
                 self._rollback()
                 raise
-            if self._pg is not None:
-                self._pg.commit()
-            elif self._sqlite is not None:
-                self._sqlite.execute("COMMIT")
         finally:
             self._in_transaction = False
+            self._at_commit = []
+
+    def _commit(self) -> None:
+        """Run the statements queued by :meth:`at_commit`, then commit (PostgreSQL: all in
+        one pipeline, a single round trip)."""
+        queued = self._at_commit
+        if self._pg is not None:
+            if not queued:
+                self._pg.commit()
+                return
+            # COMMIT as one more statement: the pipeline's end is its only sync (the
+            # connection's commit() would sync once more). The first error is raised there.
+            with self._pg.pipeline(), self._pg.cursor() as cursor:
+                for sql, rows in queued:
+                    cursor.executemany(sql, rows)
+                cursor.execute("COMMIT")
+        elif self._sqlite is not None:
+            for sql, rows in queued:
+                self.executemany(sql, rows)
+            self._sqlite.execute("COMMIT")
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:

@@ -119,6 +119,11 @@ class SinkWriter(BufferedWriter):
         self._buffer = RowBuffer(table)
         self._view: Clock = {}
         self._db: Database | None = None
+        self._stage_on: Database | None = None
+        """The connection whose session holds the staging table of COPY (created by a
+        committed transaction)."""
+        self._stage_created: Database | None = None
+        """The connection the open transaction created it on, if it did."""
         self._opened = False
         self.commits = 0
         """Transactions committed by this writer."""
@@ -212,16 +217,19 @@ class SinkWriter(BufferedWriter):
     # -- progress -----------------------------------------------------------------------
 
     def _lock_and_read(self, db: Database) -> tuple[Clock, int]:
-        """Lock the sink (its sentinel row), then read its progress and newest epoch."""
-        locked = db.execute(db.dialect.lock_sentinel(), (self.sink_id,))
+        """Lock the sink (its sentinel row), then read its progress and newest epoch (both
+        statements in one round trip: the read, a statement of its own, sees every commit
+        of the writer that held the lock before)."""
+        sink = (self.sink_id,)
+        locked, progress = db.execute_all([(db.dialect.lock_sentinel(), sink),
+                                           (db.dialect.read_progress(), sink)])
         if not locked:  # the sentinel row was deleted by hand: recreate it
-            db.execute(db.dialect.insert_sentinel(), (self.sink_id,))
-            db.execute(db.dialect.lock_sentinel(), (self.sink_id,))
+            db.execute(db.dialect.insert_sentinel(), sink)
+            db.execute(db.dialect.lock_sentinel(), sink)
+            progress = db.execute(db.dialect.read_progress(), sink)
         stored: Clock = {}
         newest = 0
-        for topic, partition, offset, epoch in db.execute(
-            db.dialect.read_progress(), (self.sink_id,)
-        ):
+        for topic, partition, offset, epoch in progress:
             newest = max(newest, int(epoch))
             if topic == SENTINEL_TOPIC and partition == SENTINEL_PARTITION:
                 continue
@@ -282,8 +290,25 @@ class SinkWriter(BufferedWriter):
         expected = dict(self._view)
         pause_point("sink.before_commit")  # chaos: a zombie that resumes into its commit
 
+        careful = False
+        """The database refused a row of this selection: each row's fate is found (in
+        halves, behind savepoints) instead of writing them all at once."""
+
         def attempt(number: int) -> None:
+            nonlocal careful
+            if not careful:
+                try:
+                    write(number)
+                    return
+                except Exception as exc:  # broad: refusals picked; the rest re-raised
+                    if not is_refused_row(exc):
+                        raise
+                careful = True  # rolled back: write them again, finding the refused ones
+            write(number)
+
+        def write(number: int) -> None:
             db = self._connection()
+            self._stage_created = None
             with db.transaction():
                 stored, newest = self._lock_and_read(db)
                 if newest > self.epoch:
@@ -304,10 +329,15 @@ class SinkWriter(BufferedWriter):
                         epoch=self.epoch,
                         stored_epoch=newest,
                     )
-                rejected[:] = [*selection.rejected, *self._apply(db, selection, stored)]
+                if careful:
+                    rejected[:] = [*selection.rejected, *self._apply(db, selection, stored)]
+                else:  # at once, sent with the COMMIT: a refused row fails the commit
+                    rejected[:] = selection.rejected
+                    self._write_rows(db, selection.rows, at_commit=True)
                 if rejected:
                     self._write_rejected(db, rejected)
                 self._write_progress(db, stored, selection.target)
+            self._stage_on = self._stage_created or self._stage_on
 
         rejected: list[RejectedRow] = []
         self._retrying(f"{self.what}: commit", attempt)
@@ -359,17 +389,33 @@ class SinkWriter(BufferedWriter):
                 refused.append(RejectedRow(origins[0], "database", error, record_text(shown)))
         return refused
 
-    def _write_rows(self, db: Database, rows: list[Any]) -> None:
+    def _write_rows(self, db: Database, rows: list[Any], *, at_commit: bool = False) -> None:
+        """Write ``rows`` (PostgreSQL: many of them through COPY into a staging table).
+        ``at_commit``: all of the selection at once, the write itself sent with the
+        transaction's ``COMMIT`` (:meth:`Database.at_commit`); else one part of it, now."""
+        if not rows:
+            return
         if db.kind == "postgresql" and len(rows) >= self.copy_threshold:
             stage = f"_hs_stage_{self.table.name}"[:63]
             q = db.dialect.quote
-            db.execute(
-                f"CREATE TEMP TABLE IF NOT EXISTS {q(stage)} "
-                f"(LIKE {q(self.table.name)}) ON COMMIT DELETE ROWS"
-            )
-            db.execute(f"DELETE FROM {q(stage)}")  # rows an earlier part left there
+            if not at_commit or self._stage_on is not db:
+                db.execute(
+                    f"CREATE TEMP TABLE IF NOT EXISTS {q(stage)} "
+                    f"(LIKE {q(self.table.name)}) ON COMMIT DELETE ROWS"
+                )
+                if at_commit:  # not behind a savepoint, which may roll the CREATE back
+                    self._stage_created = db
+                # Rows an earlier part of this transaction left there (a transaction
+                # starts with it empty: its rows go at every commit and rollback).
+                db.execute(f"DELETE FROM {q(stage)}")
             db.copy_rows(stage, write_columns(self.table), rows)
-            db.execute(write_statement(db.dialect, self.table, source=stage))
+            statement = write_statement(db.dialect, self.table, source=stage)
+            if at_commit:
+                db.at_commit(statement, [()])
+            else:
+                db.execute(statement)
+        elif at_commit:
+            db.at_commit(write_statement(db.dialect, self.table), rows)
         else:
             db.executemany(write_statement(db.dialect, self.table), rows)
 
@@ -395,5 +441,5 @@ class SinkWriter(BufferedWriter):
             if stored.get((topic, number)) != offset
         ]
         if changed:
-            db.executemany(db.dialect.write_progress(), changed)
-        db.execute(db.dialect.claim_sentinel(), (self.epoch, self.sink_id))
+            db.at_commit(db.dialect.write_progress(), changed)
+        db.at_commit(db.dialect.claim_sentinel(), [(self.epoch, self.sink_id)])

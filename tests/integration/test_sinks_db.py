@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from databases import query
 
@@ -492,9 +493,16 @@ def test_refused_rows_are_found_among_many_and_the_others_written_once(
     writer = SinkWriter.open(db_url, table, unique("sink"), 1, copy_threshold=4)
     writer.add(rows)
     writer.commit_through({P0: 49})
+    # Two more commits through COPY on the same connection: the refusals rolled back what
+    # they staged (and perhaps the staging table), and no row is staged twice.
+    for commit in range(2):
+        writer.add([((P0, 50 + commit * 10 + i), (f"x{i}", 1)) for i in range(10)])
+        writer.commit_through({P0: 59 + commit * 10})
     writer.close()
+    again = 2 if mode == "merge" else 1
     assert sorted(query(db_url, f'SELECT word, n FROM "{name}"')) == sorted(
-        (f"w{i}", i) for i in range(50) if i not in refused)
+        [(f"w{i}", i) for i in range(50) if i not in refused]
+        + [(f"x{i}", again) for i in range(10)])
     assert sorted(r[0] for r in query(db_url, f'SELECT "offset" FROM "{name}_rejected"')) == \
         sorted(refused)
 
@@ -628,3 +636,34 @@ def test_a_private_database_is_created_on_the_server_and_only_once(postgres_url:
         create_postgres_database(postgres_url, name)
     password = parse_url(postgres_url).target.split("@")[0].rsplit(":", 1)[-1]
     assert password not in str(failed.value)
+
+
+def test_statements_queued_for_the_commit_land_with_it_or_roll_back_with_it(db_url: str) -> None:
+    """:meth:`Database.at_commit` statements run after the block's own, in the order
+    queued, and a failing one rolls back the whole transaction (the connection stays
+    usable); :meth:`Database.execute_all` gives each statement's rows in order."""
+    name = unique("queued")
+    db = Database(db_url)
+    try:
+        with db.transaction():
+            db.execute(f'CREATE TABLE "{name}" (k integer PRIMARY KEY, v integer NOT NULL)')
+        with db.transaction():
+            db.at_commit(f'UPDATE "{name}" SET v = v * 10', [()])  # after the insert below
+            db.execute(f'INSERT INTO "{name}" VALUES (1, 1)')
+            db.at_commit(f'INSERT INTO "{name}" VALUES ({db.dialect.placeholders(2)})',
+                         [(2, 2), (3, 3)])
+        assert query(db_url, f'SELECT k, v FROM "{name}" ORDER BY k') == \
+            [(1, 10), (2, 2), (3, 3)]
+        with pytest.raises((sqlite3.IntegrityError, psycopg.errors.IntegrityError)), \
+                db.transaction():
+            db.execute(f'INSERT INTO "{name}" VALUES (4, 4)')
+            db.at_commit(f'INSERT INTO "{name}" VALUES ({db.dialect.placeholders(2)})',
+                         [(5, 5), (2, 20)])  # the second is a duplicate key
+        with db.transaction():
+            counted, keys = db.execute_all([(f'SELECT count(*) FROM "{name}"', ()),
+                                            (f'SELECT k FROM "{name}" ORDER BY k', ())])
+        assert counted == [(3,)] and keys == [(1,), (2,), (3,)]
+        with pytest.raises(SinkError, match="needs a transaction"):
+            db.at_commit(f'DELETE FROM "{name}"', [()])
+    finally:
+        db.close()
