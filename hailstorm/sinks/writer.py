@@ -125,8 +125,6 @@ class SinkWriter(BufferedWriter):
         self._stage_on: Database | None = None
         """The connection whose session holds the staging table of COPY (created by a
         committed transaction)."""
-        self._stage_created: Database | None = None
-        """The connection the open transaction created it on, if it did."""
         self._opened = False
         self.commits = 0
         """Transactions committed by this writer."""
@@ -311,7 +309,6 @@ class SinkWriter(BufferedWriter):
 
         def write(number: int) -> None:
             db = self._connection()
-            self._stage_created = None
             with db.transaction():
                 stored, newest = self._lock_and_read(db)
                 if newest > self.epoch:
@@ -340,7 +337,8 @@ class SinkWriter(BufferedWriter):
                 if rejected:
                     self._write_rejected(db, rejected)
                 self._write_progress(db, stored, selection.target)
-            self._stage_on = self._stage_created or self._stage_on
+            if not careful and self._staged(db, selection.rows):
+                self._stage_on = db  # created (or found) outside any savepoint, committed
 
         rejected: list[RejectedRow] = []
         self._retrying(f"{self.what}: commit", attempt)
@@ -392,13 +390,17 @@ class SinkWriter(BufferedWriter):
                 refused.append(RejectedRow(origins[0], "database", error, record_text(shown)))
         return refused
 
+    def _staged(self, db: Database, rows: list[Any]) -> bool:
+        """Do ``rows`` go through COPY into the staging table?"""
+        return db.kind == "postgresql" and len(rows) >= self.copy_threshold
+
     def _write_rows(self, db: Database, rows: list[Any], *, at_commit: bool = False) -> None:
         """Write ``rows`` (PostgreSQL: many of them through COPY into a staging table).
         ``at_commit``: all of the selection at once, the write itself sent with the
         transaction's ``COMMIT`` (:meth:`Database.at_commit`); else one part of it, now."""
         if not rows:
             return
-        if db.kind == "postgresql" and len(rows) >= self.copy_threshold:
+        if self._staged(db, rows):
             stage = f"_hs_stage_{self.table.name}"[:63]
             q = db.dialect.quote
             if not at_commit or self._stage_on is not db:
@@ -406,8 +408,7 @@ class SinkWriter(BufferedWriter):
                     f"CREATE TEMP TABLE IF NOT EXISTS {q(stage)} "
                     f"(LIKE {q(self.table.name)}) ON COMMIT DELETE ROWS"
                 )
-                if at_commit:  # not behind a savepoint, which may roll the CREATE back
-                    self._stage_created = db
+            if not at_commit:
                 # Rows an earlier part of this transaction left there (a transaction
                 # starts with it empty: its rows go at every commit and rollback).
                 db.execute(f"DELETE FROM {q(stage)}")
