@@ -8,6 +8,13 @@ upstreams carry is at or below every stream time (each spout keeps its own, so t
 reading one topic count apart). A window that closed at that bound can receive no tuple any
 more, so dropping it (and a key left without windows) changes no row.
 
+A pass is needed only when the bound rose. A tuple that is not late for its partition
+brings windows that do not close before that partition's progress, and so not before the
+bound (the smallest progress, never falling: progress only grows, and a pending round's is
+an earlier one). So once a pass over every key ends, nothing in the state is closed at the
+bound it began with, nor at any lower one, until the bound rises past it
+(:meth:`ClosedWindows.expire` then starts the next pass).
+
 The same holds for ttl sessions (:class:`~hailstorm.monoids.Ttl`): a session ending
 ``ttl + retention`` at or before the bound can be reached by no tuple that is not late.
 
@@ -58,6 +65,11 @@ class ClosedWindows:
         """Keys still to look at in the current pass."""
         self._slice = 0
         """Keys a call looks at in the current pass."""
+        self._pass_bound: Any = None
+        """The bound the current pass began with."""
+        self._swept_bound: Any = None
+        """The bound the last whole pass began with: nothing is closed at it (see the
+        module), so a pass at a bound no higher finds nothing to drop."""
         self.windows = 0
         """Closed windows (or sessions) dropped so far."""
         self.keys = 0
@@ -102,11 +114,14 @@ class ClosedWindows:
         """Drop from ``segments`` (the bolt's states, changed in place) what closed at
         :meth:`bound`, looking at up to ``budget`` keys from where the last call stopped;
         returns the windows (or sessions) dropped; a call looks at more keys when the pass
-        would otherwise take more than :data:`SLICES_PER_PASS` calls. A key's parts in the
-        segments are cut as one state. The keys of ``segments[0]`` this changes or removes
-        are added to ``changed`` (what the next delta snapshot holds)."""
+        would otherwise take more than :data:`SLICES_PER_PASS` calls, and none when the
+        bound has not risen since the last whole pass began (see the module). A key's parts
+        in the segments are cut as one state. The keys of ``segments[0]`` this changes or
+        removes are added to ``changed`` (what the next delta snapshot holds)."""
         bound = self.bound(partitions, carried)
         if bound is None:
+            return 0
+        if not self._sweep and self._swept_bound is not None and bound <= self._swept_bound:
             return 0
         window = self.window
         cut_of, open_part, parts = window.cut, window.open_part, window.parts
@@ -118,11 +133,13 @@ class ClosedWindows:
                 if kept is not value:
                     self.windows += parts(value) - parts(kept)
                     segments[i] = kept
+            self._swept_bound = bound
             return self.windows - before
         if not self._sweep:
             self._sweep = list(segments[0]) if len(segments) == 1 else list(
                 dict.fromkeys(k for segment in segments for k in segment))
             self._slice = -(-len(self._sweep) // SLICES_PER_PASS)
+            self._pass_bound = bound
         sweep = self._sweep
         for _ in range(min(max(budget, self._slice), len(sweep))):
             key = sweep.pop()
@@ -146,4 +163,6 @@ class ClosedWindows:
                     left -= 1
             if not left:
                 self.keys += 1
+        if not sweep:
+            self._swept_bound = self._pass_bound
         return self.windows - before

@@ -376,3 +376,50 @@ def test_two_spouts_of_one_topic_close_windows_by_the_slower_one() -> None:
     msgs = [Message("ev", 0, 0, b'{"k": "x", "t": 5}'), Message("ev", 0, 1, b'{"k": "x", "t": 8}')]
     assert rows == [t for _origin, t in run_model(top, msgs).outputs("w")] == [
         (0, 1), (40, 1), (0, 2), (40, 2)]
+
+
+sweep_steps = st.lists(st.one_of(
+    st.tuples(st.just("tuple"), st.integers(0, 1), st.sampled_from("abcd"), st.integers(0, 60)),
+    st.tuples(st.just("expire"), st.integers(1, 3)),
+    st.tuples(st.just("round"), st.booleans()),
+), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=sweep_steps, sliding=st.booleans())
+def test_a_sweep_skipped_while_the_bound_stands_leaves_nothing_closed(
+        steps: list[tuple[Any, ...]], sliding: bool) -> None:
+    bolt = late_topology(slide=5 if sliding else None).node("windows")
+    assert isinstance(bolt, BoltSpec) and bolt.window is not None
+    window, state_monoid = bolt.window, bolt.state
+    closed = ClosedWindows(bolt)
+    marks = {0: 0, 1: 0}
+    newest: dict[int, int] = {}
+    segments: list[Any] = [state_monoid.empty()]
+    pending = 0
+    for step in steps:
+        if step[0] == "tuple":  # what the spouts let through: not late for its partition
+            _, p, key, t = step
+            if p in newest and window.closes(t) <= newest[p]:
+                continue
+            newest[p] = max(t, newest.get(p, t))
+            value = window.lift_unexpiring(t, 1)
+            closed.note([p], [(key, value)])
+            segments[0] = state_monoid.absorb(segments[0], {key: value})
+        elif step[0] == "expire":
+            closed.expire(segments, marks, step[1])
+        elif step[1]:
+            closed.round_started()
+            pending += 1
+        elif pending:
+            closed.round_written()
+            pending -= 1
+    for _ in range(pending):
+        closed.round_written()
+    bound = closed.bound(marks)
+    closed.expire(segments, marks, 10**6)  # ends a pass under way
+    closed.expire(segments, marks, 10**6)  # a new one, unless the bound stood since
+    closing = window.size + window.retention
+    left = [(key, s) for key, (_t, buckets) in segments[0].items() for s in buckets
+            if bound is not None and s + closing <= bound]
+    assert not left, f"closed at {bound} and kept: {left}"
