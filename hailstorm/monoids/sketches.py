@@ -34,6 +34,32 @@ def stable_hash(item: Any, digest_size: int = 8) -> bytes:
 
 _NONZERO = re.compile(rb"[^\x00]")
 
+ESTIMATES_KEPT_BYTES = 4 << 20
+"""Registers a :class:`HyperLogLog` keeps at most to remember its last estimates by."""
+
+
+class _OneItem(bytearray):
+    """The registers of one lifted item (:meth:`HyperLogLog.lift`), which also carry the one
+    register it sets, so absorbing it looks at no other (a bolt lifts an item per tuple).
+    Mutating methods of :class:`HyperLogLog` never keep this type: an accumulator that was
+    a lifted item becomes a plain ``bytearray`` first."""
+
+    __slots__ = ("rank", "register")
+    register: int
+    rank: int
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:  # pickle and copy
+        return _one_item, (len(self), self.register, self.rank)
+
+
+def _one_item(size: int, index: int, rank: int) -> _OneItem:
+    """The registers of one item: ``size`` registers, ``rank`` at ``index``."""
+    registers = _OneItem(size)
+    registers[index] = rank
+    registers.register = index
+    registers.rank = rank
+    return registers
+
 
 class HyperLogLog(Monoid[bytearray]):
     """Approximate distinct count (HyperLogLog with a 64-bit blake2b hash).
@@ -55,6 +81,9 @@ class HyperLogLog(Monoid[bytearray]):
         self._rest_mask = (1 << self._rest_bits) - 1
         m = self.m
         self._alpha = {16: 0.673, 32: 0.697, 64: 0.709}.get(m, 0.7213 / (1 + 1.079 / m))
+        self._estimates: dict[int, tuple[bytes, float]] = {}
+        """``id(state)`` -> (its registers, their estimate), for :meth:`estimate`."""
+        self._estimates_kept = max(16, ESTIMATES_KEPT_BYTES // m)
 
     def empty(self) -> bytearray:
         return bytearray(self.m)
@@ -66,13 +95,12 @@ class HyperLogLog(Monoid[bytearray]):
 
     def lift(self, item: Any) -> bytearray:
         """The state of one item."""
-        regs = bytearray(self.m)
-        idx, rank = self._register(item)
-        regs[idx] = rank
-        return regs
+        return _one_item(self.m, *self._register(item))
 
     def add(self, state: bytearray, item: Any) -> bytearray:
         """``absorb(state, lift(item))`` without allocating (mutates ``state``)."""
+        if type(state) is _OneItem:
+            state = bytearray(state)
         idx, rank = self._register(item)
         if rank > state[idx]:
             state[idx] = rank
@@ -84,8 +112,15 @@ class HyperLogLog(Monoid[bytearray]):
         return self.absorb(bytearray(a), b)
 
     def absorb(self, acc: bytearray, value: bytearray) -> bytearray:
+        if type(acc) is _OneItem:
+            acc = bytearray(acc)
+        if type(value) is _OneItem:  # a lifted item: the hot path
+            i, r = value.register, value.rank
+            if r > acc[i]:
+                acc[i] = r
+            return acc
         nonzero = len(value) - value.count(0)
-        if nonzero == 1:  # a lifted item: the hot path
+        if nonzero == 1:  # one item's registers, not as lifted (e.g. from a snapshot)
             i = len(value.rstrip(b"\x00")) - 1
             r = value[i]
             if r > acc[i]:
@@ -104,7 +139,23 @@ class HyperLogLog(Monoid[bytearray]):
         return bytearray(state)
 
     def estimate(self, state: bytearray) -> float:
-        """Estimated number of distinct items (bias-corrected, linear counting when small)."""
+        """Estimated number of distinct items (bias-corrected, linear counting when small).
+
+        The last estimates are remembered with the registers they were made of, per state
+        object: a bolt emitting a key's estimate after every tuple asks again about states
+        that most tuples left as they were (an item seen before, or not above its register).
+        """
+        remembered = self._estimates.get(id(state))
+        if remembered is not None and remembered[0] == state:
+            return remembered[1]
+        registers = bytes(state)  # what the estimate is of, whatever happens to state
+        estimate = self._estimate(registers)
+        if len(self._estimates) >= self._estimates_kept:
+            self._estimates.clear()
+        self._estimates[id(state)] = (registers, estimate)
+        return estimate
+
+    def _estimate(self, state: bytes) -> float:
         m = self.m
         zeros = state.count(0)
         if zeros * 2.5 >= self._alpha * m:

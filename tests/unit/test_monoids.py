@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import doctest
 import io
 import itertools
@@ -361,6 +362,30 @@ def test_hyperloglog_estimate_is_the_formula_over_every_register(registers: byte
     zeros = registers.count(0)
     expected = m * math.log(m / zeros) if raw <= 2.5 * m and zeros else raw
     assert hll.estimate(registers) == expected
+
+
+def test_a_lifted_item_absorbs_as_its_registers_and_stops_being_one_when_absorbed_into() -> None:
+    hll = HyperLogLog(6)
+    a, b = hll.lift("a"), hll.lift("b")
+    registers_of = hll.combine(a, b)
+    for copied in (pickle.loads(pickle.dumps(a, protocol=5)), copy.deepcopy(a), copy.copy(a)):
+        assert copied == a and hll.absorb(hll.absorb(hll.empty(), copied), b) == registers_of
+    grown = hll.absorb(hll.lift("a"), b)  # an accumulator that was a lifted item
+    assert type(grown) is bytearray and grown == registers_of
+    added = hll.add(hll.lift("a"), "b")
+    assert type(added) is bytearray and added == registers_of
+    assert hll.absorb(hll.empty(), grown) == registers_of  # absorbed whole, not as "a"
+
+
+def test_hyperloglog_estimates_follow_a_state_changed_in_place() -> None:
+    hll = HyperLogLog(6)
+    state = hll.empty()
+    seen = []
+    for i in range(300):
+        hll.add(state, f"u{i}")
+        seen.append(hll.estimate(state))
+        assert seen[-1] == hll.estimate(bytearray(state)) == hll.estimate(state)
+    assert len(set(seen)) > 30
 
 
 def test_stable_hash_is_not_pythons_salted_hash() -> None:
