@@ -86,6 +86,7 @@ page_windows = topology.bolt(
     emit=window_row,
     parallelism=4,
     late="pageviews.late",
+    preaggregate=True,
 )
 
 topology.sink(
