@@ -34,6 +34,10 @@ def stable_hash(item: Any, digest_size: int = 8) -> bytes:
 
 _NONZERO = re.compile(rb"[^\x00]")
 
+SPARSE_REGISTERS = 16
+"""Registers set at most in a state that :meth:`HyperLogLog.absorb` takes one by one (more
+are merged all at once, about 10 us at precision 10)."""
+
 ESTIMATES_KEPT_BYTES = 4 << 20
 """Registers a :class:`HyperLogLog` keeps at most to remember its last estimates by."""
 
@@ -81,6 +85,7 @@ class HyperLogLog(Monoid[bytearray]):
         self._rest_mask = (1 << self._rest_bits) - 1
         m = self.m
         self._alpha = {16: 0.673, 32: 0.697, 64: 0.709}.get(m, 0.7213 / (1 + 1.079 / m))
+        self._high_bits = int.from_bytes(b"\x80" * m, "little")
         self._estimates: dict[int, tuple[bytes, float]] = {}
         """``id(state)`` -> (its registers, their estimate), for :meth:`estimate`."""
         self._estimates_kept = max(16, ESTIMATES_KEPT_BYTES // m)
@@ -120,19 +125,25 @@ class HyperLogLog(Monoid[bytearray]):
                 acc[i] = r
             return acc
         nonzero = len(value) - value.count(0)
-        if nonzero == 1:  # one item's registers, not as lifted (e.g. from a snapshot)
-            i = len(value.rstrip(b"\x00")) - 1
-            r = value[i]
-            if r > acc[i]:
-                acc[i] = r
-        elif nonzero <= len(value) >> 4:
+        if nonzero <= SPARSE_REGISTERS:  # a few items: register by register
             for match in _NONZERO.finditer(value):
                 i = match.start()
                 r = value[i]
                 if r > acc[i]:
                     acc[i] = r
-        else:
+            return acc
+        a = int.from_bytes(acc, "little")
+        b = int.from_bytes(value, "little")
+        high = self._high_bits
+        if (a | b) & high:  # a register of 128 or more: no hash has such a rank
             acc[:] = bytes(map(max, acc, value))
+            return acc
+        # Every register at once, each byte a lane of one big integer (SWAR): with both
+        # lanes below 128, (a | 0x80) - b keeps its high bit exactly where a >= b and never
+        # borrows from the next lane; that bit, spread over its lane, picks a or b.
+        a_wins = (((a | high) - b) & high) >> 7
+        lanes = (a_wins << 8) - a_wins
+        acc[:] = (b ^ ((a ^ b) & lanes)).to_bytes(self.m, "little")
         return acc
 
     def copy(self, state: bytearray) -> bytearray:

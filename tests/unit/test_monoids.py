@@ -377,6 +377,23 @@ def test_a_lifted_item_absorbs_as_its_registers_and_stops_being_one_when_absorbe
     assert hll.absorb(hll.empty(), grown) == registers_of  # absorbed whole, not as "a"
 
 
+registers_of_10 = st.binary(min_size=1024, max_size=1024).map(bytearray)
+
+
+@settings(max_examples=300, deadline=None)
+@given(acc=registers_of_10, value=registers_of_10, density=st.integers(0, 1024))
+def test_hyperloglog_absorb_is_the_register_wise_max(acc: bytearray, value: bytearray,
+                                                     density: int) -> None:
+    """Sparse or dense, below 128 (every rank a hash gives) or not: absorb is max."""
+    hll = HyperLogLog(10)
+    value[density:] = bytes(1024 - density)  # from a few registers set to all of them
+    expected = bytearray(map(max, acc, value))
+    assert hll.absorb(bytearray(acc), value) == expected
+    low = bytearray(r % 62 for r in acc)
+    assert hll.absorb(low, bytearray(r % 62 for r in value)) == bytearray(
+        map(max, (r % 62 for r in acc), (r % 62 for r in value)))
+
+
 def test_hyperloglog_estimates_follow_a_state_changed_in_place() -> None:
     hll = HyperLogLog(6)
     state = hll.empty()
