@@ -194,6 +194,20 @@ class BoltExecution:
             return list(zip(keys, values, strict=True))
         return list(zip(repeat(None), values))
 
+    def _windowed_contributions(self, tuples: Sequence[Any]) -> list[tuple[Any, Any]]:
+        """:meth:`contribution` of every tuple of a bolt with window (or ttl) state, a batch
+        at a time: keys, lifted values and event times mapped and checked as batches."""
+        keys, values, _types = self._keys_and_values(tuples)
+        window = self.window
+        assert window is not None and self.event_time is not None
+        event_times = mapped(self.event_time, tuples)
+        window.check_times(event_times)
+        lift = window.lift if self.late is None else window.lift_unexpiring
+        windowed = list(map(lift, event_times, values))
+        if keys is not None and self.keyed:
+            return list(zip(keys, windowed, strict=True))
+        return list(zip(repeat(None), windowed))
+
     def _refused_by_monoid(self, check: Callable[[Any], None], item: Any) -> None:
         try:
             check(item)
@@ -209,7 +223,7 @@ class BoltExecution:
         try:
             if self.window is None:  # functions mapped, values checked, a batch at a time
                 return self._unwindowed_contributions(tuples), range(len(tuples)), []
-            return [contribution(t) for t in tuples], range(len(tuples)), []
+            return self._windowed_contributions(tuples), range(len(tuples)), []
         except Exception:  # a user function or check failed on some tuple (any error):
             pass           # one by one, the failing tuples are named
         kept: list[tuple[Any, Any]] = []

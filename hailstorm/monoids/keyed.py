@@ -308,6 +308,8 @@ class Record(Monoid[dict[str, Any]]):
 
     def lift(self, **values: Any) -> dict[str, Any]:
         """A state from per-field states; fields not given are the identity."""
+        if len(values) == len(self._names) and values.keys() == self.fields.keys():
+            return {name: values[name] for name in self._names}  # every field given
         unknown = set(values) - set(self.fields)
         if unknown:
             raise KeyError(f"Record has no field(s) {sorted(unknown)}")

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from hailstorm.monoids.avro import check_number, record
+from hailstorm.monoids.avro import LONG_MAX, LONG_MIN, check_number, record
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
 
 __all__ = ["TIME_UNITS", "EventTimed", "SlidingWindow", "TumblingWindow", "Window", "WindowState",
@@ -77,6 +77,19 @@ class EventTimed(Monoid[ES]):
         if self.time_type == "long" and isinstance(event_time, bool):
             raise TypeError(f"{self.describe()}'s event time is a bool")
         check_number(event_time, self.time_type, self._time_label)
+
+    def check_times(self, event_times: Sequence[Any]) -> None:
+        """:meth:`check_time` for a batch: by the set of their types and their range when
+        that suffices, else time by time (which names the one refused)."""
+        kinds = set(map(type, event_times))
+        if self.time_type == "long":
+            fine = kinds <= {int} and (not event_times or (
+                min(event_times) >= LONG_MIN and max(event_times) <= LONG_MAX))
+        else:
+            fine = kinds <= {int, float} and all(map(math.isfinite, event_times))
+        if not fine:
+            for event_time in event_times:
+                self.check_time(event_time)
 
     def lift(self, event_time: Any, inner_value: Any) -> ES:
         """The state of ``inner_value`` observed at ``event_time``."""

@@ -405,6 +405,29 @@ def test_hyperloglog_estimates_follow_a_state_changed_in_place() -> None:
     assert len(set(seen)) > 30
 
 
+event_times = st.lists(st.integers(-2**64, 2**64) | st.floats(allow_nan=True) | st.booleans()
+                       | st.integers(0, 10**6) | st.none(), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(times=event_times, time_type=st.sampled_from(["long", "double"]))
+def test_a_batch_of_event_times_is_refused_exactly_when_one_of_them_is(
+        times: list[Any], time_type: str) -> None:
+    window = TumblingWindow(10, Count(), time_type=time_type)
+    refused = []
+    for t in times:
+        try:
+            window.check_time(t)
+        except (TypeError, ValueError) as exc:
+            refused.append(type(exc))
+    try:
+        window.check_times(times)
+    except (TypeError, ValueError) as exc:
+        assert refused and type(exc) is refused[0]  # the first refused, named
+    else:
+        assert not refused
+
+
 def test_stable_hash_is_not_pythons_salted_hash() -> None:
     # Register positions are fixed across processes: pin one.
     hll = HyperLogLog(12)
