@@ -13,10 +13,12 @@ The ``page_windows`` bolt keeps, per page (four instances, split by page), tumbl
   exact in practice for a handful of users);
 * ``latency``: ``Mean`` of ``latency_ms``.
 
-After every view it emits the current figures of that view's window, and the sink upserts
-them into ``page_stats(page, window_start_ms, views, users, mean_latency_ms)`` keyed by
-``(page, window_start_ms)``. Windows come from each view's own ``ts``, so the result does
-not depend on processing speed or order.
+Each spout combines the views of every batch it fetches per page and window
+(``preaggregate=True``); the bolt absorbs each combination and emits that window's current
+figures, and the sink upserts them into ``page_stats(page, window_start_ms, views, users,
+mean_latency_ms)`` keyed by ``(page, window_start_ms)``: the row's key depends only on the
+bolt's key and the view's window, as pre-aggregation requires. Windows come from each
+view's own ``ts``, so the result does not depend on processing speed or order.
 
 Late views: a view whose window had closed 5 minutes (the retention) before the newest view
 of its Kafka partition read so far (its window's end + 5 min <= that event time) is not
