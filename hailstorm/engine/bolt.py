@@ -100,7 +100,9 @@ class BoltExecution:
         self.instance_of_key = KeyRouter(max(1, spec.parallelism), 1 << 18)
         """The instance that owns a routing key (memoized :func:`~hailstorm.routing.route`)."""
         keyed_map = spec.state if isinstance(spec.state, KeyedMap) else None
-        lifted = spec.window.inner if spec.window is not None else spec.value_monoid
+        self._lifted = lifted = (spec.window.inner if spec.window is not None
+                                 else spec.value_monoid)
+        """The monoid of what ``lift`` returns (with window state, the window's inner)."""
         self._check_value = lifted.check if paths.checks_values else None
         self._check_key = keyed_map.check_key if keyed_map is not None else None
         self._key_classes = keyed_map.key_classes if keyed_map is not None else None
@@ -175,7 +177,7 @@ class BoltExecution:
         else:
             values = mapped(self.lift, tuples)
             if self._check_value is not None:
-                self.value_monoid.check_many(values)
+                self._lifted.check_many(values)
         if self.key is None or not (self.keyed or self.parallelism > 1):
             return None, values, set()
         keys = list(tuples) if self.paths.key_is_tuple else mapped(self.key, tuples)

@@ -40,21 +40,25 @@ SPARSE_REGISTERS = 16
 """Registers set at most in a state that :meth:`HyperLogLog.absorb` takes one by one (more
 are merged all at once, about 10 us at precision 10)."""
 
+ESTIMATES_KEPT = 4096
 ESTIMATES_KEPT_BYTES = 4 << 20
-"""Registers a :class:`HyperLogLog` keeps at most to remember its last estimates by."""
+"""Estimates, and registers, a :class:`HyperLogLog` keeps at most to remember its last
+estimates by (at least 16 estimates)."""
 
 
 class _OneItem(bytearray):
     """The registers of one lifted item (:meth:`HyperLogLog.lift`), which also carry the one
     register it sets, so absorbing it looks at no other (a bolt lifts an item per tuple).
-    Mutating methods of :class:`HyperLogLog` never keep this type: an accumulator that was
-    a lifted item becomes a plain ``bytearray`` first."""
+    :class:`HyperLogLog`'s methods that change a state in place first mark such a state as
+    no longer one item (``register`` -1); change a lifted state only through them."""
 
     __slots__ = ("rank", "register")
     register: int
     rank: int
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:  # pickle and copy
+        if self.register < 0:
+            return bytearray, (bytes(self),)
         return _one_item, (len(self), self.register, self.rank)
 
 
@@ -90,7 +94,7 @@ class HyperLogLog(Monoid[bytearray]):
         self._high_bits = int.from_bytes(b"\x80" * m, "little")
         self._estimates: dict[int, tuple[bytes, float]] = {}
         """``id(state)`` -> (its registers, their estimate), for :meth:`estimate`."""
-        self._estimates_kept = max(16, ESTIMATES_KEPT_BYTES // m)
+        self._estimates_kept = max(16, min(ESTIMATES_KEPT, ESTIMATES_KEPT_BYTES // m))
 
     def empty(self) -> bytearray:
         return bytearray(self.m)
@@ -109,7 +113,7 @@ class HyperLogLog(Monoid[bytearray]):
     def add(self, state: bytearray, item: Any) -> bytearray:
         """``absorb(state, lift(item))`` without allocating (mutates ``state``)."""
         if type(state) is _OneItem:
-            state = bytearray(state)
+            state.register = -1  # (see _OneItem)
         idx, rank = self._register(item)
         if rank > state[idx]:
             state[idx] = rank
@@ -122,8 +126,8 @@ class HyperLogLog(Monoid[bytearray]):
 
     def absorb(self, acc: bytearray, value: bytearray) -> bytearray:
         if type(acc) is _OneItem:
-            acc = bytearray(acc)
-        if type(value) is _OneItem:  # a lifted item: the hot path
+            acc.register = -1  # (see _OneItem)
+        if type(value) is _OneItem and value.register >= 0:  # a lifted item: the hot path
             i, r = value.register, value.rank
             if r > acc[i]:
                 acc[i] = r

@@ -10,10 +10,13 @@ more, so dropping it (and a key left without windows) changes no row.
 
 A pass is needed only when the bound rose. A tuple that is not late for its partition
 brings windows that do not close before that partition's progress, and so not before the
-bound (the smallest progress, never falling: progress only grows, and a pending round's is
-an earlier one). So once a pass over every key ends, nothing in the state is closed at the
-bound it began with, nor at any lower one, until the bound rises past it
-(:meth:`ClosedWindows.expire` then starts the next pass).
+bound (the smallest progress: progress only grows, and a pending round's is an earlier
+one). So once a pass over every key ends, nothing in the state is closed at the bound it
+began with, nor at any lower one, until the bound rises past it
+(:meth:`ClosedWindows.expire` then starts the next pass). The bound falls only when an
+upstream carries a partition it did not before; passes then resume as soon as it rises
+above where it fell to (a window that partition brought earlier may wait until then: only
+memory, never a row).
 
 The same holds for ttl sessions (:class:`~hailstorm.monoids.Ttl`): a session ending
 ``ttl + retention`` at or before the bound can be reached by no tuple that is not late.
@@ -122,6 +125,7 @@ class ClosedWindows:
         if bound is None:
             return 0
         if not self._sweep and self._swept_bound is not None and bound <= self._swept_bound:
+            self._swept_bound = bound  # (lower when a partition is newly carried)
             return 0
         window = self.window
         cut_of, open_part, parts = window.cut, window.open_part, window.parts

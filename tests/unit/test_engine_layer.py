@@ -3,9 +3,15 @@ compiles one execution per bolt, whose key-routing memo the router and the core 
 
 from __future__ import annotations
 
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hailstorm import Count, Max, Record, Sum, Topology, itself, per_key
 from hailstorm.engine import execution_of
 from hailstorm.monoids import TumblingWindow
+from hailstorm.topology import RecordFailed
 
 
 def test_the_declaration_records_which_fast_paths_apply() -> None:
@@ -45,3 +51,33 @@ def test_one_execution_per_bolt() -> None:
     assert execution_of(a) is not execution_of(b)
     assert execution_of(a).instance_of_key is execution_of(a).instance_of_key
     assert execution_of(a).instance_for("w") == execution_of(b).instance_for("w")
+
+
+tuples_of_a_window_bolt = st.lists(st.tuples(
+    st.sampled_from("ab"), st.integers(-3, 3) | st.text(max_size=1) | st.floats(),
+    st.integers(0, 100) | st.booleans() | st.floats() | st.none() | st.just(2**70)),
+    max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tuples=tuples_of_a_window_bolt, late=st.booleans())
+def test_a_window_bolts_batch_contributions_are_its_tuples_contributions(
+        tuples: list[tuple[Any, Any, Any]], late: bool) -> None:
+    """The batch path gives what contribution() gives tuple by tuple: the same values, and
+    the same tuples refused at the same stage (a value the window's inner monoid refuses,
+    an event time the window refuses)."""
+    top = Topology("windowed")
+    src = top.spout("src", topic="t", decoder="json")
+    bolt = top.bolt("sums", inputs=[src], key=lambda t: t[0],
+                    state=per_key(TumblingWindow(10, Sum())), lift=lambda t: t[1],
+                    event_time=lambda t: t[2], late="drop" if late else "windowed.late")
+    run = execution_of(bolt)
+    expected, refused = [], []
+    for index, t in enumerate(tuples):
+        try:
+            expected.append((index, run.contribution(t)))
+        except RecordFailed as failure:
+            refused.append((index, failure.stage))
+    contributions, indices, failures = run.contributions(tuples)
+    assert list(zip(indices, contributions, strict=True)) == expected
+    assert [(index, failure.stage) for index, failure in failures] == refused

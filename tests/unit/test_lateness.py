@@ -423,3 +423,18 @@ def test_a_sweep_skipped_while_the_bound_stands_leaves_nothing_closed(
     left = [(key, s) for key, (_t, buckets) in segments[0].items() for s in buckets
             if bound is not None and s + closing <= bound]
     assert not left, f"closed at {bound} and kept: {left}"
+
+
+def test_sweeps_resume_above_a_bound_that_fell_when_a_partition_joined() -> None:
+    bolt = late_topology().node("windows")  # [s, s+10) closes at s+15
+    assert isinstance(bolt, BoltSpec)
+    closed = ClosedWindows(bolt)
+    state = {"a": (None, {0: 1}), "b": (None, {40: 1})}
+    closed.note([0, 0], [("a", (None, {0: 1})), ("b", (None, {40: 1}))])
+    assert closed.expire([state], {0: 0}, 100) == 1 and "a" not in state  # at 40
+    state["c"] = (None, {10: 1})  # partition 1 joins, behind: the bound falls to 10
+    closed.note([1], [("c", (None, {10: 1}))])
+    assert closed.expire([state], {0: 0, 1: 0}, 100) == 0
+    closed.note([1], [("d", (None, {30: 1}))])  # 30: [10, 20) closed, below the old 40
+    state["d"] = (None, {30: 1})
+    assert closed.expire([state], {0: 0, 1: 0}, 100) == 1 and "c" not in state

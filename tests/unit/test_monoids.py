@@ -370,11 +370,15 @@ def test_a_lifted_item_absorbs_as_its_registers_and_stops_being_one_when_absorbe
     registers_of = hll.combine(a, b)
     for copied in (pickle.loads(pickle.dumps(a, protocol=5)), copy.deepcopy(a), copy.copy(a)):
         assert copied == a and hll.absorb(hll.absorb(hll.empty(), copied), b) == registers_of
-    grown = hll.absorb(hll.lift("a"), b)  # an accumulator that was a lifted item
-    assert type(grown) is bytearray and grown == registers_of
-    added = hll.add(hll.lift("a"), "b")
-    assert type(added) is bytearray and added == registers_of
-    assert hll.absorb(hll.empty(), grown) == registers_of  # absorbed whole, not as "a"
+    grown = hll.lift("a")
+    hll.absorb(grown, b)  # an accumulator that was a lifted item: changed in place
+    added = hll.lift("a")
+    hll.add(added, "b")
+    for state in (grown, added):
+        assert state == registers_of
+        assert hll.absorb(hll.empty(), state) == registers_of  # absorbed whole, not as "a"
+        copied = pickle.loads(pickle.dumps(state, protocol=5))
+        assert copied == registers_of and hll.absorb(hll.empty(), copied) == registers_of
 
 
 registers_of_10 = st.binary(min_size=1024, max_size=1024).map(bytearray)
