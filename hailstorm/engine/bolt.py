@@ -192,6 +192,10 @@ class BoltExecution:
     def _unwindowed_contributions(self, tuples: Sequence[Any]) -> list[tuple[Any, Any]]:
         """:meth:`contribution` of every tuple (no window state), a batch at a time."""
         keys, values, _types = self._keys_and_values(tuples)
+        return self._paired(keys, values)
+
+    def _paired(self, keys: list[Any] | None, values: list[Any]) -> list[tuple[Any, Any]]:
+        """``(state key or None, value)`` pairs, as :meth:`contribution` returns them."""
         if keys is not None and self.keyed:
             return list(zip(keys, values, strict=True))
         return list(zip(repeat(None), values))
@@ -205,10 +209,7 @@ class BoltExecution:
         event_times = mapped(self.event_time, tuples)
         window.check_times(event_times)
         lift = window.lift if self.late is None else window.lift_unexpiring
-        windowed = list(map(lift, event_times, values))
-        if keys is not None and self.keyed:
-            return list(zip(keys, windowed, strict=True))
-        return list(zip(repeat(None), windowed))
+        return self._paired(keys, list(map(lift, event_times, values)))
 
     def _refused_by_monoid(self, check: Callable[[Any], None], item: Any) -> None:
         try:

@@ -32,8 +32,6 @@ def stable_hash(item: Any, digest_size: int = 8) -> bytes:
     return hashlib.blake2b(data, digest_size=digest_size).digest()
 
 
-_blake2b = hashlib.blake2b
-
 _NONZERO = re.compile(rb"[^\x00]")
 
 SPARSE_REGISTERS = 16
@@ -100,9 +98,7 @@ class HyperLogLog(Monoid[bytearray]):
         return bytearray(self.m)
 
     def _register(self, item: Any) -> tuple[int, int]:
-        h = int.from_bytes(
-            _blake2b(item.encode(), digest_size=8).digest() if type(item) is str
-            else stable_hash(item), "big")  # (stable_hash, without its dispatch for a str)
+        h = int.from_bytes(stable_hash(item), "big")
         rest = h & self._rest_mask
         return h >> self._rest_bits, self._rest_bits - rest.bit_length() + 1
 
