@@ -13,7 +13,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any, cast
 
 from hailstorm.engine.calls import as_output_list, drained, mapped
@@ -44,6 +44,12 @@ _NO_VALUE: Any = object()
 
 _PLAIN_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
 """Key types that are hashable and routable as they are (others are checked)."""
+
+def _plain_tuples(keys: list[Any], key_types: set[type]) -> bool:
+    """Every one of ``keys`` is a ``tuple`` of :data:`_PLAIN_KEYS` values: hashable and
+    routable without hashing each (a composite key such as ``(country, user)``)."""
+    return key_types == {tuple} and set(map(type, chain.from_iterable(keys))) <= _PLAIN_KEYS
+
 
 _INTERCHANGEABLE_KEYS = frozenset({str, int, bytes})
 """Types whose equal values are interchangeable (unlike ``float``'s ``0.0``, ``-0.0``)."""
@@ -182,7 +188,7 @@ class BoltExecution:
             return None, values, set()
         keys = list(tuples) if self.paths.key_is_tuple else mapped(self.key, tuples)
         key_types = set(map(type, keys))
-        if not key_types <= _PLAIN_KEYS:
+        if not key_types <= _PLAIN_KEYS and not _plain_tuples(keys, key_types):
             for key in keys:
                 self._check_routable(key)
         if self._key_classes is not None and not key_types <= set(self._key_classes):

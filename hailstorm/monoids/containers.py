@@ -201,6 +201,14 @@ class TopK(_DictState):
         self._item = codec(item_type, hashable=True)
 
     def absorb(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:
+        if len(value) == 1 and len(acc) == self.k:  # one lifted item against a full top
+            ((item, score),) = value.items()
+            cur = acc.get(item, MISSING)
+            if cur is MISSING:
+                if score < min(acc.values()):
+                    return acc  # all k entries rank above it: it would be dropped at once
+            elif not score > cur:
+                return acc  # its entry keeps the higher score
         get = acc.get
         for item, score in value.items():
             cur = get(item, MISSING)

@@ -81,3 +81,30 @@ def test_a_window_bolts_batch_contributions_are_its_tuples_contributions(
     contributions, indices, failures = run.contributions(tuples)
     assert list(zip(indices, contributions, strict=True)) == expected
     assert [(index, failure.stage) for index, failure in failures] == refused
+
+
+@settings(max_examples=300, deadline=None)
+@given(tuples=st.lists(st.tuples(
+    st.sampled_from(["DE", "FR"]),
+    st.text(max_size=1) | st.integers(-2, 2) | st.floats() | st.none() | st.binary(max_size=1)
+    | st.lists(st.integers(0, 1), max_size=1) | st.just({"a": 1})), max_size=8),
+       parallelism=st.sampled_from([1, 2]))
+def test_a_bolt_keyed_by_tuples_refuses_in_a_batch_what_it_refuses_alone(
+        tuples: list[tuple[Any, Any]], parallelism: int) -> None:
+    """Tuple keys of plain parts are taken without routing each one; a part that cannot be
+    hashed or routed (a list, a dict) fails the tuple at its key, as contribution() does."""
+    top = Topology("composite")
+    src = top.spout("src", topic="t", decoder="json")
+    bolt = top.bolt("counts", inputs=[src], key=lambda t: (t[0], t[1]),
+                    state=per_key(Count(), key_type="json"), lift=Count.lift,
+                    parallelism=parallelism)
+    run = execution_of(bolt)
+    expected, refused = [], []
+    for index, t in enumerate(tuples):
+        try:
+            expected.append((index, run.contribution(t)))
+        except RecordFailed as failure:
+            refused.append((index, failure.stage))
+    contributions, indices, failures = run.contributions(tuples)
+    assert list(zip(indices, contributions, strict=True)) == expected
+    assert [(index, failure.stage) for index, failure in failures] == refused
