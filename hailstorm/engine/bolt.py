@@ -112,6 +112,8 @@ class BoltExecution:
         self._check_value = lifted.check if paths.checks_values else None
         self._check_key = keyed_map.check_key if keyed_map is not None else None
         self._key_classes = keyed_map.key_classes if keyed_map is not None else None
+        self._absorb_key = (keyed_map.absorb_key if keyed_map is not None and self.keyed
+                            else None)
 
     def instance_for(self, t: Any) -> int:
         """The instance (``0 <= i < parallelism``) that receives tuple ``t``: instance 0
@@ -249,6 +251,8 @@ class BoltExecution:
 
     def absorb(self, state: Any, key: Any, value: Any) -> Any:
         """Merge a contribution into ``state`` (owned by the caller; may be mutated)."""
+        if self._absorb_key is not None:
+            return self._absorb_key(state, key, value)
         if self.keyed:
             return self.state.absorb(state, {key: value})
         return self.state.absorb(state, value)
@@ -258,7 +262,10 @@ class BoltExecution:
         latest session's) or the merged whole state, across ``states`` (e.g. ``(A, B)``
         while a snapshot is pending). Do not mutate the result."""
         if self.keyed:
-            present = [s[key] for s in states if key in s]
+            if len(states) == 1:  # no snapshot pending
+                present = [states[0][key]] if key in states[0] else []
+            else:
+                present = [s[key] for s in states if key in s]
             if len(present) == 1:
                 value = present[0]
             elif not present:

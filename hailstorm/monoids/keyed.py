@@ -80,17 +80,25 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
             get = acc.get
             for k, v in value.items():
                 acc[k] = get(k, 0) + v
-        elif self._immutable:
-            get = acc.get
-            combine = self.inner.combine
-            for k, v in value.items():
-                cur = get(k, MISSING)
-                acc[k] = v if cur is MISSING else combine(cur, v)
+            return acc
+        absorb_key = self.absorb_key
+        for k, v in value.items():
+            absorb_key(acc, k, v)
+        return acc
+
+    def absorb_key(self, acc: dict[Any, Any], key: Any, inner_value: Any) -> dict[Any, Any]:
+        """:meth:`absorb` of ``{key: inner_value}``, without building that dict (a bolt's
+        step per tuple)."""
+        if self._additive:
+            acc[key] = acc.get(key, 0) + inner_value
+            return acc
+        cur = acc.get(key, MISSING)
+        if self._immutable:
+            acc[key] = inner_value if cur is MISSING else self.inner.combine(cur, inner_value)
         else:
             inner = self.inner
-            for k, v in value.items():
-                cur = acc.get(k, MISSING)
-                acc[k] = inner.copy(v) if cur is MISSING else inner.absorb(cur, v)
+            acc[key] = (inner.copy(inner_value) if cur is MISSING
+                        else inner.absorb(cur, inner_value))
         return acc
 
     def absorb_owned(self, acc: dict[Any, Any], value: dict[Any, Any]) -> dict[Any, Any]:

@@ -595,6 +595,25 @@ def test_absorb_owned_equals_absorb(keyed: Any, states: st.SearchStrategy[Any]) 
     check()
 
 
+@pytest.mark.parametrize(("keyed", "states"), _owned_cases(),
+                         ids=[m.describe() for m, _ in _owned_cases()])
+def test_absorb_key_merges_one_keys_value_and_leaves_the_others(
+        keyed: Any, states: st.SearchStrategy[Any]) -> None:
+    @settings(max_examples=EXAMPLES, deadline=None)
+    @given(states, states, st.sampled_from("abcd"))
+    def check(acc: Any, values: Any, key: str) -> None:
+        inner = keyed.inner
+        value = values.get(key, inner.empty())
+        before, kept = keyed.copy(acc), inner.copy(value)
+        result = keyed.absorb_key(acc, key, value)
+        assert result is acc and value == kept  # in place; the value is not taken
+        expected = (inner.combine(before[key], kept) if key in before else kept)
+        assert result == {**before, key: expected}
+        assert inner.immutable_state or result[key] is not value  # never shared
+
+    check()
+
+
 def test_keyed_map_keeps_identity_entries_and_get() -> None:
     m = per_key(Sum())
     assert m.combine({"a": 0}, {}) == {"a": 0}
