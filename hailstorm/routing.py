@@ -107,9 +107,20 @@ def encode_key(key: Any) -> bytes:
     return bytes(out)
 
 
+def _encoded_part(part: Any) -> bytes:
+    """The canonical encoding of one item of a tuple key."""
+    return _encoded_str(part) if type(part) is str else encode_key(part)
+
+
 def stable_hash(key: Any) -> int:
     """A 64-bit hash of ``key``, identical in every process, machine and Python run."""
-    encoded = _encoded_str(key) if type(key) is str else encode_key(key)
+    kind = type(key)
+    if kind is str:
+        encoded = _encoded_str(key)
+    elif kind is tuple:  # a composite key: its items' encodings after the header
+        encoded = b"".join([_TUPLE, len(key).to_bytes(4, "big"), *map(_encoded_part, key)])
+    else:
+        encoded = encode_key(key)
     return int.from_bytes(blake2b(encoded, digest_size=8).digest(), "big")
 
 

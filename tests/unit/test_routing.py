@@ -114,6 +114,14 @@ def test_route_is_deterministic_and_in_range(key: object, parallelism: int) -> N
     assert route_many([key, key], parallelism) == [first, first]
 
 
+@given(keys | st.tuples(st.text(max_size=3), keys) | st.lists(keys, max_size=3))
+def test_stable_hash_is_the_blake2b_of_the_canonical_encoding(key: object) -> None:
+    """Whatever path hashes a key (a str, a tuple's items, the general encoder), it hashes
+    the bytes :func:`encode_key` gives."""
+    expected = int.from_bytes(blake2b(encode_key(key), digest_size=8).digest(), "big")
+    assert stable_hash(key) == expected
+
+
 @given(st.lists(st.tuples(st.text(max_size=3), st.integers())), st.integers(1, 5))
 def test_partition_by_instance_is_an_order_keeping_partition(
     tuples: list[tuple[str, int]], parallelism: int
