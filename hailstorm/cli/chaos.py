@@ -45,9 +45,10 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
 @click.option("--workload",
               help="The topology's workload generator (default: its first; wordcount and "
                    "wordstream: zipf for realistic text over 50,000 words, uniform for 80 "
-                   "equally likely words; user_totals: zipf for JSON events of 2,000,000 "
-                   "users; pageviews: zipf for Avro page views, some late; enriched_views: "
-                   "zipf for JSON views, clicks and profiles on its three topics).")
+                   "equally likely words; user_totals and top_spenders: zipf for JSON "
+                   "events of 2,000,000 users; pageviews: zipf for Avro page views, some "
+                   "late; enriched_views: zipf for JSON views, clicks and profiles on its "
+                   "three topics).")
 @click.option("--kinds",
               help="Fault kinds to draw from, of processor (kill -9 of a processor's process: "
                    "its Spark task restarts it), task (kill -9 of a processor's Spark task: "

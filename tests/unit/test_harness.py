@@ -436,7 +436,8 @@ def test_tables_by_hand_equal_the_model_on_realistic_data(topology_name: str) ->
     (with a few messages its decoder rejects), so a chaos run may hold the tables to both."""
     topology = load_topology(str(ROOT / "topologies" / f"{topology_name}.py"))
     generate = next(iter(WORKLOADS[topology_name].values()))
-    values = [*generate(3_000, 4), b"\xff not utf-8", b'{"user": 7}', b"[]"]
+    values = [*generate(3_000, 4), b"\xff not utf-8", b'{"user": 7}', b"[]",
+              b'{"user": "u1", "amount": -5, "country": "DE"}', b'{"user": "u2", "amount": 3}']
     msgs = [Message(topology.spouts[0].topic, i % 3, i // 3, v) for i, v in enumerate(values)]
     model = run_model(topology, msgs)
     expected = BY_HAND[topology_name](msgs)

@@ -491,6 +491,28 @@ def user_totals_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
                             for u, n in events.items()}}
 
 
+def top_spenders_by_hand(messages: Iterable[Message], top: int = 10) -> dict[str, Rows]:
+    """``top_spenders`` ranked by hand from the JSON events (see :func:`wordcount_by_hand`):
+    each country's ``top`` users by what they spent there, most first, ties by user id."""
+    spent: dict[str, Counter[str]] = {}
+    for message in messages:
+        try:
+            event = json.loads(message.value or b"")
+        except ValueError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("user"), str) \
+                and type(event.get("amount")) is int and event["amount"] >= 0 \
+                and isinstance(event.get("country"), str):
+            spent.setdefault(event["country"], Counter())[event["user"]] += event["amount"]
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for country, totals in spent.items():
+        best = sorted(totals.items(), key=lambda item: (-item[1], item[0]))[:top]
+        for rank, (user, total) in enumerate(best, start=1):
+            rows[(country, rank)] = {"country": country, "rank": rank, "user_id": user,
+                                     "spent": total}
+    return {"top_spenders": rows}
+
+
 def wordstream_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
     """``wordstream``'s ``totals`` topic as :func:`wordcount_by_hand` counts it: the newest
     record per word is ``{"count": n, "word": w}`` in compact JSON."""
@@ -507,6 +529,7 @@ BY_HAND: dict[str, Callable[[Iterable[Message]], dict[str, Rows]]] = {
     "wordcount": wordcount_by_hand,
     "wordstream": wordstream_by_hand,
     "user_totals": user_totals_by_hand,
+    "top_spenders": top_spenders_by_hand,
 }
 """Sink tables computed without the topology's code, by topology name: chaos runs check the
 tables against these as well as against :func:`run_model`."""

@@ -372,6 +372,7 @@ WORKLOADS: dict[str, dict[str, Workload]] = {
     "wordcount": {"zipf": zipf_text_lines, "uniform": wordcount_lines},
     "wordstream": {"zipf": zipf_text_lines, "uniform": wordcount_lines},
     "user_totals": {"zipf": keyed_events},
+    "top_spenders": {"zipf": keyed_events},
     "pageviews": {"zipf": page_views_avro},
     "enriched_views": {"zipf": user_activity},
 }
