@@ -107,6 +107,13 @@ def encode_key(key: Any) -> bytes:
     return bytes(out)
 
 
+_BLAKE2B_64 = blake2b(digest_size=8)
+"""An empty 64-bit BLAKE2b, copied for every key (never updated itself)."""
+
+_UNSIGNED_64 = struct.Struct(">Q").unpack
+"""A big-endian 64-bit digest as an ``int``."""
+
+
 def _encoded_part(part: Any) -> bytes:
     """The canonical encoding of one item of a tuple key."""
     return _encoded_str(part) if type(part) is str else encode_key(part)
@@ -121,7 +128,9 @@ def stable_hash(key: Any) -> int:
         encoded = b"".join([_TUPLE, len(key).to_bytes(4, "big"), *map(_encoded_part, key)])
     else:
         encoded = encode_key(key)
-    return int.from_bytes(blake2b(encoded, digest_size=8).digest(), "big")
+    hasher = _BLAKE2B_64.copy()  # a copy of a made hasher: 0.5 us less than a new one
+    hasher.update(encoded)
+    return _UNSIGNED_64(hasher.digest())[0]
 
 
 def _check_parallelism(parallelism: int) -> None:
