@@ -29,7 +29,17 @@ def stable_hash(item: Any, digest_size: int = 8) -> bytes:
         data = bytes(item)
     else:
         data = b"\x00" + type(item).__name__.encode() + b"\x00" + repr(item).encode()
-    return hashlib.blake2b(data, digest_size=digest_size).digest()
+    empty = _EMPTY_HASHERS.get(digest_size)
+    if empty is None:
+        return hashlib.blake2b(data, digest_size=digest_size).digest()
+    hasher = empty.copy()  # a copy of a made hasher costs less than a new one
+    hasher.update(data)
+    return hasher.digest()
+
+
+_EMPTY_HASHERS = {size: hashlib.blake2b(digest_size=size) for size in (8, 16)}
+"""Empty BLAKE2b hashers of the digest sizes the sketches use, copied per item (never
+updated themselves)."""
 
 
 _NONZERO = re.compile(rb"[^\x00]")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import doctest
+import hashlib
 import io
 import itertools
 import math
@@ -437,6 +438,18 @@ def test_stable_hash_is_not_pythons_salted_hash() -> None:
     hll = HyperLogLog(12)
     assert hll.lift("hailstorm") == hll.lift("hailstorm")
     assert monoids_module.stable_hash("hailstorm").hex() == "7181827ddc1c55af"
+
+
+@given(st.text(max_size=5) | st.binary(max_size=5) | st.integers() | st.tuples(st.integers()),
+       st.sampled_from([8, 16, 4]))
+def test_stable_hash_is_blake2b_of_the_item_at_every_digest_size(item: Any, size: int) -> None:
+    """Copied hashers (sizes 8 and 16) hash as a new one does (and as any other size)."""
+    digest = monoids_module.stable_hash(item, size)
+    assert len(digest) == size
+    assert digest == monoids_module.stable_hash(copy.deepcopy(item), size)
+    data = (item.encode() if isinstance(item, str) else bytes(item) if isinstance(item, bytes)
+            else b"\x00" + type(item).__name__.encode() + b"\x00" + repr(item).encode())
+    assert digest == hashlib.blake2b(data, digest_size=size).digest()
 
 
 def test_count_min_sketch_never_underestimates() -> None:
