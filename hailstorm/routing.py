@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 __all__ = [
+    "KEY_INT_BITS",
     "ROUTE_PIECE",
     "KeyRouter",
     "encode_key",
@@ -37,6 +38,11 @@ _FLOAT = b"F"
 _STR = b"S"
 _BYTES = b"B"
 _TUPLE = b"T"
+
+
+KEY_INT_BITS = 8 * 0xFFFF - 1
+"""The most bits an ``int`` in a key may have: its encoding's length field has 2 bytes
+(a wider one cannot be routed: ``OverflowError``)."""
 
 
 def _encode_int(value: int, out: bytearray) -> None:

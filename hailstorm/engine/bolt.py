@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from hailstorm.engine.calls import as_output_list, drained, mapped
 from hailstorm.monoids import Count, KeyedMap
-from hailstorm.routing import KeyRouter, partition_by_instance
+from hailstorm.routing import KEY_INT_BITS, KeyRouter, partition_by_instance
 from hailstorm.topology import BoltSpec, RecordFailed
 
 __all__ = ["BoltExecution", "Combined", "execution_of"]
@@ -46,9 +46,17 @@ _PLAIN_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
 """Key types that are hashable and routable as they are (others are checked)."""
 
 def _plain_tuples(keys: list[Any], key_types: set[type]) -> bool:
-    """Every one of ``keys`` is a ``tuple`` of :data:`_PLAIN_KEYS` values: hashable and
-    routable without hashing each (a composite key such as ``(country, user)``)."""
-    return key_types == {tuple} and set(map(type, chain.from_iterable(keys))) <= _PLAIN_KEYS
+    """Every one of ``keys`` is a ``tuple`` of :data:`_PLAIN_KEYS` values, its ints of at
+    most :data:`~hailstorm.routing.KEY_INT_BITS`: hashable and routable without hashing
+    each (a composite key such as ``(country, user)``)."""
+    if key_types != {tuple}:
+        return False
+    part_types = set(map(type, chain.from_iterable(keys)))
+    if not part_types <= _PLAIN_KEYS:
+        return False
+    return int not in part_types or all(
+        part.bit_length() <= KEY_INT_BITS
+        for part in chain.from_iterable(keys) if type(part) is int)
 
 
 _INTERCHANGEABLE_KEYS = frozenset({str, int, bytes})

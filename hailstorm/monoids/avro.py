@@ -44,7 +44,9 @@ def sorted_keys(d: dict[Any, Any]) -> list[Any]:
 
     Tuples of one length sort one position at a time, last first (stable sorts, so the
     order is the tuples' own): comparing whole tuples whose first parts repeat (a country
-    before each user) re-compares the equal parts every time, 2-3 times slower."""
+    before each user) re-compares the equal parts every time, 2-3 times slower. (A NaN
+    part, equal to nothing, may place its key elsewhere than ``sorted`` does; the order
+    is still the same for the same keys in the same order.)"""
     keys = list(d)
     if keys and type(keys[0]) is tuple and _one_tuple_length(keys):
         try:

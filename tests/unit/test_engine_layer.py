@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hailstorm import Count, Max, Record, Sum, Topology, itself, per_key
 from hailstorm.engine import execution_of
 from hailstorm.monoids import TumblingWindow
+from hailstorm.routing import KEY_INT_BITS
 from hailstorm.topology import RecordFailed
 
 
@@ -87,12 +88,14 @@ def test_a_window_bolts_batch_contributions_are_its_tuples_contributions(
 @given(tuples=st.lists(st.tuples(
     st.sampled_from(["DE", "FR"]),
     st.text(max_size=1) | st.integers(-2, 2) | st.floats() | st.none() | st.binary(max_size=1)
-    | st.lists(st.integers(0, 1), max_size=1) | st.just({"a": 1})), max_size=8),
+    | st.lists(st.integers(0, 1), max_size=1) | st.just({"a": 1})
+    | st.sampled_from([1 << KEY_INT_BITS - 1, -1 << KEY_INT_BITS + 1])), max_size=8),
        parallelism=st.sampled_from([1, 2]))
 def test_a_bolt_keyed_by_tuples_refuses_in_a_batch_what_it_refuses_alone(
         tuples: list[tuple[Any, Any]], parallelism: int) -> None:
     """Tuple keys of plain parts are taken without routing each one; a part that cannot be
-    hashed or routed (a list, a dict) fails the tuple at its key, as contribution() does."""
+    hashed or routed (a list, a dict, an int too wide to encode) fails the tuple at its
+    key, as contribution() does."""
     top = Topology("composite")
     src = top.spout("src", topic="t", decoder="json")
     bolt = top.bolt("counts", inputs=[src], key=lambda t: (t[0], t[1]),
