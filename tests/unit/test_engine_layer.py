@@ -54,6 +54,21 @@ def test_one_execution_per_bolt() -> None:
     assert execution_of(a).instance_for("w") == execution_of(b).instance_for("w")
 
 
+def assert_batch_is_tuple_by_tuple(bolt: Any, tuples: list[Any]) -> None:
+    """``contributions(tuples)`` is ``contribution()`` tuple by tuple: the same values,
+    and the same tuples refused at the same stage."""
+    run = execution_of(bolt)
+    expected, refused = [], []
+    for index, t in enumerate(tuples):
+        try:
+            expected.append((index, run.contribution(t)))
+        except RecordFailed as failure:
+            refused.append((index, failure.stage))
+    contributions, indices, failures = run.contributions(tuples)
+    assert list(zip(indices, contributions, strict=True)) == expected
+    assert [(index, failure.stage) for index, failure in failures] == refused
+
+
 tuples_of_a_window_bolt = st.lists(st.tuples(
     st.sampled_from("ab"), st.integers(-3, 3) | st.text(max_size=1) | st.floats(),
     st.integers(0, 100) | st.booleans() | st.floats() | st.none() | st.just(2**70)),
@@ -72,16 +87,7 @@ def test_a_window_bolts_batch_contributions_are_its_tuples_contributions(
     bolt = top.bolt("sums", inputs=[src], key=lambda t: t[0],
                     state=per_key(TumblingWindow(10, Sum())), lift=lambda t: t[1],
                     event_time=lambda t: t[2], late="drop" if late else "windowed.late")
-    run = execution_of(bolt)
-    expected, refused = [], []
-    for index, t in enumerate(tuples):
-        try:
-            expected.append((index, run.contribution(t)))
-        except RecordFailed as failure:
-            refused.append((index, failure.stage))
-    contributions, indices, failures = run.contributions(tuples)
-    assert list(zip(indices, contributions, strict=True)) == expected
-    assert [(index, failure.stage) for index, failure in failures] == refused
+    assert_batch_is_tuple_by_tuple(bolt, tuples)
 
 
 @settings(max_examples=300, deadline=None)
@@ -101,13 +107,4 @@ def test_a_bolt_keyed_by_tuples_refuses_in_a_batch_what_it_refuses_alone(
     bolt = top.bolt("counts", inputs=[src], key=lambda t: (t[0], t[1]),
                     state=per_key(Count(), key_type="json"), lift=Count.lift,
                     parallelism=parallelism)
-    run = execution_of(bolt)
-    expected, refused = [], []
-    for index, t in enumerate(tuples):
-        try:
-            expected.append((index, run.contribution(t)))
-        except RecordFailed as failure:
-            refused.append((index, failure.stage))
-    contributions, indices, failures = run.contributions(tuples)
-    assert list(zip(indices, contributions, strict=True)) == expected
-    assert [(index, failure.stage) for index, failure in failures] == refused
+    assert_batch_is_tuple_by_tuple(bolt, tuples)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -474,10 +474,8 @@ def wordcount_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
     return {"word_counts": {(w,): {"word": w, "count": n} for w, n in counts.items()}}
 
 
-def user_totals_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
-    """``user_totals`` summed by hand from the JSON events (see :func:`wordcount_by_hand`)."""
-    spent: Counter[str] = Counter()
-    events: Counter[str] = Counter()
+def _spending(messages: Iterable[Message]) -> Iterator[dict[str, Any]]:
+    """The JSON objects of ``messages`` with a string ``user`` and an integer ``amount``."""
     for message in messages:
         try:
             event = json.loads(message.value or b"")
@@ -485,8 +483,16 @@ def user_totals_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
             continue
         if isinstance(event, dict) and isinstance(event.get("user"), str) \
                 and type(event.get("amount")) is int:
-            spent[event["user"]] += event["amount"]
-            events[event["user"]] += 1
+            yield event
+
+
+def user_totals_by_hand(messages: Iterable[Message]) -> dict[str, Rows]:
+    """``user_totals`` summed by hand from the JSON events (see :func:`wordcount_by_hand`)."""
+    spent: Counter[str] = Counter()
+    events: Counter[str] = Counter()
+    for event in _spending(messages):
+        spent[event["user"]] += event["amount"]
+        events[event["user"]] += 1
     return {"user_totals": {(u,): {"user_id": u, "spent": spent[u], "events": n}
                             for u, n in events.items()}}
 
@@ -495,14 +501,8 @@ def top_spenders_by_hand(messages: Iterable[Message], top: int = 10) -> dict[str
     """``top_spenders`` ranked by hand from the JSON events (see :func:`wordcount_by_hand`):
     each country's ``top`` users by what they spent there, most first, ties by user id."""
     spent: dict[str, Counter[str]] = {}
-    for message in messages:
-        try:
-            event = json.loads(message.value or b"")
-        except ValueError:
-            continue
-        if isinstance(event, dict) and isinstance(event.get("user"), str) \
-                and type(event.get("amount")) is int and event["amount"] >= 0 \
-                and isinstance(event.get("country"), str):
+    for event in _spending(messages):
+        if event["amount"] >= 0 and isinstance(event.get("country"), str):
             spent.setdefault(event["country"], Counter())[event["user"]] += event["amount"]
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for country, totals in spent.items():
