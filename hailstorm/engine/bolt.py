@@ -45,6 +45,7 @@ _NO_VALUE: Any = object()
 _PLAIN_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
 """Key types that are hashable and routable as they are (others are checked)."""
 
+
 def _plain_tuples(keys: list[Any], key_types: set[type]) -> bool:
     """Every one of ``keys`` is a ``tuple`` of :data:`_PLAIN_KEYS` values, its ints of at
     most :data:`~hailstorm.routing.KEY_INT_BITS`: hashable and routable without hashing
