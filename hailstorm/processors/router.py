@@ -215,13 +215,7 @@ def _by_instance(instances: Sequence[int], parallelism: int, *columns: Sequence[
 
 def latest_per_key(batch: Batch, table: Table) -> Batch:
     """The last tuple of each of ``table``'s keys in ``batch``, in their original order."""
-    last: dict[Any, int] = {}
-    to_row, key_of = table.to_row, table.key_of
-    for index, t in enumerate(batch.tuples):
-        try:
-            last[key_of(to_row(t, check=False))] = index
-        except Exception:  # kept: the sink quarantines what does not become a row
-            last[_Unrowable(index)] = index
+    last = _last_of_keys(batch.tuples, table)
     if len(last) == len(batch.tuples):
         return batch
     keep = sorted(last.values())
@@ -230,6 +224,25 @@ def latest_per_key(batch: Batch, table: Table) -> Batch:
         [batch.offsets[i] for i in keep],
         [batch.tuples[i] for i in keep],
     )
+
+
+def _last_of_keys(tuples: Sequence[Any], table: Table) -> dict[Any, int]:
+    """Each table key of ``tuples`` -> the index of its last tuple; a tuple that does not
+    become a row is a key of its own (:class:`_Unrowable`)."""
+    keys = table.keys_of_many(tuples)
+    if keys is not None:
+        try:
+            return dict(zip(keys, range(len(keys)), strict=True))
+        except TypeError:  # an unhashable key: tuple by tuple, which keeps that one apart
+            pass
+    last: dict[Any, int] = {}
+    to_row, key_of = table.to_row, table.key_of
+    for index, t in enumerate(tuples):
+        try:
+            last[key_of(to_row(t, check=False))] = index
+        except Exception:  # kept: the sink quarantines what does not become a row
+            last[_Unrowable(index)] = index
+    return last
 
 
 @dataclass(frozen=True, slots=True)

@@ -401,6 +401,17 @@ class Table(SinkTarget):
         """The key tuple of ``row`` (in ``key`` order)."""
         return tuple(row[c] for c in self.key)
 
+    def keys_of_many(self, values: Sequence[Any]) -> list[tuple[Any, ...]] | None:
+        """``key_of(to_row(v, check=False))`` of every one of ``values``, a batch at a time,
+        when there is no ``row`` function and each value is a tuple or list of the table's
+        width; None otherwise (take them one by one, which names what does not fit)."""
+        width = len(self.column_names)
+        if (self.row is not None or not values or not set(map(type, values)) <= {tuple, list}
+                or set(map(len, values)) != {width}):
+            return None
+        positions = [self.column_names.index(c) for c in self.key]
+        return list(zip(*(map(itemgetter(p), values) for p in positions), strict=True))
+
     @property
     def latest_per_key(self) -> bool:
         return self.mode == "upsert"

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hailstorm import Collect, Count, Table, Topology, per_key
 from hailstorm.model import messages, run_model
 from hailstorm.processors import Batch, Router, latest_per_key
+from hailstorm.topology import RowError
 
 TABLE = Table("totals", columns={"word": "text", "count": "bigint"}, key=["word"])
 
@@ -72,3 +73,31 @@ def test_coalesced_batches_end_in_the_same_table(lines: list[list[str]], size: i
         for word, count in latest_per_key(batch, TABLE).tuples:
             table[word] = count
     assert table == {key[0]: row["count"] for key, row in result.table("out").items()}
+
+
+TWO_KEYS = Table("ranks", columns={"country": "text", "rank": "integer", "user": "text"},
+                 key=["country", "rank"])
+part = st.sampled_from(["DE", "FR", 1, 1.0, True]) | st.lists(st.just(1), max_size=1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(part, part, part) | st.tuples(part, part).map(list)
+                | st.tuples(part, part, part).map(list) | st.tuples(part)
+                | st.fixed_dictionaries({"country": part, "rank": part, "user": part}),
+                max_size=8))
+def test_the_last_row_per_key_is_found_as_row_by_row(tuples: list[object]) -> None:
+    """Tuples of the table's width are keyed a batch at a time; the result is what keying
+    each tuple's row gives: the last of each key, and every tuple without a row (a wrong
+    width, an unhashable key) kept apart, in order."""
+    last: dict[object, int] = {}
+    for index, t in enumerate(tuples):
+        try:
+            last[TWO_KEYS.key_of(TWO_KEYS.to_row(t, check=False))] = index
+        except (RowError, TypeError):
+            last[("unrowable", index, object())] = index
+    keep = sorted(last.values())
+    keys = TWO_KEYS.keys_of_many(tuples)
+    if keys is not None:
+        assert keys == [TWO_KEYS.key_of(TWO_KEYS.to_row(t, check=False)) for t in tuples]
+    batch = Batch([0] * len(tuples), list(range(len(tuples))), tuples)
+    assert latest_per_key(batch, TWO_KEYS).offsets == keep
