@@ -119,7 +119,7 @@ class RowBuffer:
             self._key: Callable[[Values], Hashable] = itemgetter(0)
         else:
             names = self.table.column_names
-            key_index = tuple(names.index(c) for c in self.table.key)
+            key_index = self.table.key_positions
             self._value_index = tuple(names.index(c) for c in self.table.value_columns)
             self._key = itemgetter(*key_index) if key_index else lambda _values: ()
         """A row's key: the key column's value, or a tuple of them for several."""
@@ -243,9 +243,7 @@ class RowBuffer:
         through :meth:`values_of` (raising ``RowError``)."""
         if isinstance(self.table, Topic):
             return list(map(self.table.record_of, tuples))
-        width = len(self.table.column_names)
-        if (self.table.row is None and set(map(type, tuples)) <= {tuple}
-                and set(map(len, tuples)) <= {width} and self.table.rows_fit(tuples)):
+        if self.table.are_plain_rows(tuples) and self.table.rows_fit(tuples):
             return tuples
         return [self.values_of(t) for t in tuples]
 

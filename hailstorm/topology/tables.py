@@ -235,6 +235,8 @@ class Table(SinkTarget):
     url: str | None = None
     row: Callable[[Any], Mapping[str, Any]] | None = None
     column_names: tuple[str, ...] = field(init=False, repr=False)
+    key_positions: tuple[int, ...] = field(init=False, repr=False)
+    """Where each key column is among :attr:`column_names`, in ``key`` order."""
     value_columns: tuple[str, ...] = field(init=False, repr=False)
     column_rules: tuple[ColumnRule, ...] = field(init=False, repr=False)
     """What each column can hold, in column order (see :meth:`to_row`)."""
@@ -305,6 +307,8 @@ class Table(SinkTarget):
                 fix='drop key=..., or use mode="upsert"/"merge" for one row per key',
                 node=node,
             )
+        object.__setattr__(self, "key_positions",
+                           tuple(self.column_names.index(c) for c in key))
         values = tuple(c for c in self.columns if c not in key)
         object.__setattr__(self, "value_columns", values)
         if self.mode == "merge":
@@ -401,16 +405,20 @@ class Table(SinkTarget):
         """The key tuple of ``row`` (in ``key`` order)."""
         return tuple(row[c] for c in self.key)
 
+    def are_plain_rows(self, values: Sequence[Any]) -> bool:
+        """There is no ``row`` function and every one of ``values`` is a ``tuple`` of the
+        table's width: each is its row's values in column order, as it is (unchecked)."""
+        return (self.row is None and set(map(type, values)) <= {tuple}
+                and set(map(len, values)) <= {len(self.column_names)})
+
     def keys_of_many(self, values: Sequence[Any]) -> list[tuple[Any, ...]] | None:
         """``key_of(to_row(v, check=False))`` of every one of ``values``, a batch at a time,
-        when there is no ``row`` function and each value is a tuple or list of the table's
-        width; None otherwise (take them one by one, which names what does not fit)."""
-        width = len(self.column_names)
-        if (self.row is not None or not values or not set(map(type, values)) <= {tuple, list}
-                or set(map(len, values)) != {width}):
+        when they :meth:`are_plain_rows`; None otherwise (take them one by one, which names
+        what does not fit)."""
+        if not self.are_plain_rows(values):
             return None
-        positions = [self.column_names.index(c) for c in self.key]
-        return list(zip(*(map(itemgetter(p), values) for p in positions), strict=True))
+        columns = (map(itemgetter(p), values) for p in self.key_positions)
+        return list(zip(*columns, strict=True))
 
     @property
     def latest_per_key(self) -> bool:
