@@ -22,11 +22,12 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Summary
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, Summary
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from hailstorm.errors import ProtocolError
@@ -44,12 +45,30 @@ M = TypeVar("M", Counter, Gauge, Summary)
 prometheus_client.disable_created_metrics()
 
 
+class _ProcessFigures:
+    """prometheus_client's :class:`~prometheus_client.ProcessCollector` (this process's CPU
+    seconds, resident and virtual memory, open files, start time, read from ``/proc``), its
+    samples carrying ``labels`` like every other sample of the registry."""
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self._process = ProcessCollector(registry=None)
+        self._labels = dict(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._process.collect():
+            family.samples = [sample._replace(labels={**self._labels, **sample.labels})
+                              for sample in family.samples]
+            yield family
+
+
 class Registry:
-    """A prometheus_client registry whose metrics all carry ``labels``."""
+    """A prometheus_client registry whose metrics all carry ``labels``, the ``process_*``
+    metrics of the process included."""
 
     def __init__(self, labels: Mapping[str, str] | None = None) -> None:
         self.labels = dict(labels or {})
         self.collector = CollectorRegistry(auto_describe=True)
+        self.collector.register(_ProcessFigures(self.labels))
 
     def counter(self, name: str, help_text: str) -> Counter:
         """A counter; ``name`` ends in ``_total`` (as exposed)."""

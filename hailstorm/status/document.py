@@ -70,13 +70,15 @@ class Inputs:
 
 
 def rates(first: Scrape | None, second: Scrape | None, seconds: float) -> dict[str, float]:
-    """Messages in and out per second between two scrapes of one processor (counters that
-    went backwards, e.g. a restarted processor, count from zero)."""
+    """Messages in and out per second between two scrapes of one processor, and ``cpu``:
+    the CPU seconds its process used per second (1.0: a whole core) (counters that went
+    backwards, e.g. a restarted processor, count from zero)."""
     if first is None or second is None or seconds <= 0:
         return {}
     out: dict[str, float] = {}
     for key, metric in (("in", "hailstorm_messages_in_total"),
-                        ("out", "hailstorm_messages_out_total")):
+                        ("out", "hailstorm_messages_out_total"),
+                        ("cpu", "process_cpu_seconds_total")):
         if metric in second:
             before = first.get(metric, 0.0)
             after = second[metric]
@@ -218,6 +220,8 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "batches": _int((scraped or {}).get("hailstorm_batches_total")),
             "in_per_s": _round(rate.get("in")),
             "out_per_s": _round(rate.get("out")),
+            "cpu_percent": _round(None if "cpu" not in rate else 100 * rate["cpu"]),
+            "memory_bytes": _int((scraped or {}).get("process_resident_memory_bytes")),
             "state_keys": _int((scraped or {}).get("hailstorm_state_keys"))
             if _role(pid) == "bolt" else None,
             "rows_committed": _int((scraped or {}).get("hailstorm_rows_committed_total"))

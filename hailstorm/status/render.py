@@ -16,6 +16,10 @@ def _fmt(value: Any, suffix: str = "") -> str:
     return f"{value}{suffix}"
 
 
+def _megabytes(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:,.0f} MiB"
+
+
 def render(doc: Mapping[str, Any]) -> Any:
     """A rich renderable of the status document."""
     from rich.console import Group
@@ -65,8 +69,10 @@ def render(doc: Mapping[str, Any]) -> Any:
     parts.append(table)
 
     procs = Table("processor", "state", "address", "pid", "in", "out", "in/s", "out/s",
-                  "keys", "rows", "bad", "late", title="processors", title_justify="left",
-                  caption="keys: distinct keys a bolt holds; rows: rows a sink committed since "
+                  "cpu", "memory", "keys", "rows", "bad", "late", title="processors",
+                  title_justify="left",
+                  caption="cpu: of one core, between the two scrapes; memory: resident; "
+                  "keys: distinct keys a bolt holds; rows: rows a sink committed since "
                   "it started (an upsert counts every write of a key); bad: records "
                   "quarantined (dead letters, <table>_rejected rows); late: tuples a spout "
                   "sent to a bolt's late topic",
@@ -83,7 +89,9 @@ def render(doc: Mapping[str, Any]) -> Any:
             state = "[red]missing[/]"
         procs.add_row(p.get("label") or p["id"], state, p["address"] or "-", str(p["pid"] or "-"),
                       _fmt(p["messages_in"]), _fmt(p["messages_out"]), _fmt(p["in_per_s"]),
-                      _fmt(p["out_per_s"]), _fmt(p["state_keys"]), _fmt(p["rows_committed"]),
+                      _fmt(p["out_per_s"]), _fmt(p.get("cpu_percent"), " %"),
+                      _megabytes(p.get("memory_bytes")), _fmt(p["state_keys"]),
+                      _fmt(p["rows_committed"]),
                       _fmt(p.get("quarantined")), _fmt(p.get("late")))
     parts.append(procs)
 

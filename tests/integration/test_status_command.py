@@ -48,6 +48,9 @@ def check(doc: dict, name: str, expected: set[str], target: dict, partitions: li
         p = by_id.get(pid) or {}
         need(p.get("registered") and p.get("address") and p.get("metrics_ok"),
              f"{pid} registered with an address and metrics: {p}")
+        # Its own process's figures, from the two scrapes --sample apart.
+        need((p.get("memory_bytes") or 0) > 0 and (p.get("cpu_percent") or 0) >= 0
+             and p.get("cpu_percent") is not None, f"{pid} CPU and memory: {p}")
     committed = doc["committed"] or {"clock": {}}
     for (topic, part), offset in target.items():
         need(committed["clock"].get(f"{topic}:{part}", -1) >= offset,
@@ -113,6 +116,9 @@ def test_status_shows_a_flowing_topology_and_its_metrics(
         assert "# TYPE hailstorm_batch_seconds summary" in text
         samples = {name: (labels, value) for name, labels, value in parse_samples(text)}
         labels, value = samples["hailstorm_messages_in_total"]
+        assert labels == {"processor": bolt["id"], "topology": run.name}
+        assert value > 0
+        labels, value = samples["process_cpu_seconds_total"]
         assert labels == {"processor": bolt["id"], "topology": run.name}
         assert value > 0
         assert samples["hailstorm_batch_seconds_count"][1] > 0

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 import socket
 import threading
+import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -39,12 +41,27 @@ def test_every_sample_carries_the_registry_labels() -> None:
     text = render(r)
     assert "# TYPE hailstorm_messages_in_total counter" in text
     assert "_created" not in text
-    assert parse_samples(text) == [
+    samples = parse_samples(text)
+    assert [s for s in samples if s[0].startswith("hailstorm_")] == [
         ("hailstorm_messages_in_total", labels, 5.0),
         ("hailstorm_state_keys", labels, 7.0),
         ("hailstorm_batch_seconds_count", labels, 2.0),
         ("hailstorm_batch_seconds_sum", labels, 0.75),
     ]
+    assert all(sample_labels == labels for _name, sample_labels, _value in samples)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+def test_a_registry_shows_its_process_cpu_and_memory() -> None:
+    r = Registry({"processor": "bolt:b:0"})
+    before = parse(render(r))
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # burn CPU this process is charged for
+        pass
+    after = parse(render(r))
+    assert after["process_cpu_seconds_total"] > before["process_cpu_seconds_total"]
+    assert after["process_resident_memory_bytes"] > 0
+    assert after["process_open_fds"] >= 1
 
 
 def test_parse_sums_equal_names_and_refuses_garbage() -> None:
@@ -99,8 +116,8 @@ def test_server_serves_metrics_on_a_free_port() -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics",
                                     timeout=5) as resp:
             assert resp.headers["Content-Type"].startswith("text/plain")
-            assert parse(resp.read().decode()) == {"served_total": 2.0}
-        assert scrape("127.0.0.1", server.port) == {"served_total": 2.0}
+            assert parse(resp.read().decode())["served_total"] == 2.0
+        assert scrape("127.0.0.1", server.port)["served_total"] == 2.0
     finally:
         server.stop()
 

@@ -66,6 +66,7 @@ def inputs(**overrides: object) -> Inputs:
                                     "hailstorm_late_total": 3.0},
             "spout:lines:words:1": None,
             "bolt:counts:0": {"hailstorm_messages_in_total": 210.0,
+                              "process_resident_memory_bytes": 75.0 * 2**20,
                               "hailstorm_state_keys": 33.0,
                               "hailstorm_snapshot_last_epoch": 7.0,
                               "hailstorm_snapshot_last_seconds": 0.0123},
@@ -73,7 +74,8 @@ def inputs(**overrides: object) -> Inputs:
                                  "hailstorm_negotiator_recoveries_total": 1.0,
                                  "hailstorm_negotiator_epoch": 8.0},
         },
-        rates={"spout:lines:words:0": {"in": 12.34, "out": 50.0}},
+        rates={"spout:lines:words:0": {"in": 12.34, "out": 50.0},
+               "bolt:counts:0": {"cpu": 0.4567}},
         snapshot_sizes={REF: 4096},
     )
     for key, value in overrides.items():
@@ -133,6 +135,8 @@ def test_processors_with_metrics_and_missing_ones() -> None:
     assert by_id["spout:lines:words:1"]["metrics_ok"] is False
     bolt = by_id["bolt:counts:0"]
     assert bolt["address"] == "h2:7000" and bolt["state_keys"] == 33
+    assert (bolt["cpu_percent"], bolt["memory_bytes"]) == (45.7, 75 * 2**20)
+    assert (spout["cpu_percent"], spout["memory_bytes"]) == (None, None)
     assert bolt["rows_committed"] is None and bolt["late"] is None
     sink = by_id["sink:out:0"]
     assert sink["registered"] is False and sink["state"] is None and sink["address"] is None
@@ -164,9 +168,11 @@ def test_flowing_with_a_clock_is_labelled() -> None:
 
 
 def test_rates_from_two_scrapes() -> None:
-    a = {"hailstorm_messages_in_total": 100.0, "hailstorm_messages_out_total": 10.0}
-    b = {"hailstorm_messages_in_total": 300.0, "hailstorm_messages_out_total": 30.0}
-    assert rates(a, b, 2.0) == {"in": 100.0, "out": 10.0}
+    a = {"hailstorm_messages_in_total": 100.0, "hailstorm_messages_out_total": 10.0,
+         "process_cpu_seconds_total": 3.0}
+    b = {"hailstorm_messages_in_total": 300.0, "hailstorm_messages_out_total": 30.0,
+         "process_cpu_seconds_total": 4.5}
+    assert rates(a, b, 2.0) == {"in": 100.0, "out": 10.0, "cpu": 0.75}
     restarted = {"hailstorm_messages_in_total": 50.0}
     assert rates(b, restarted, 1.0) == {"in": 50.0}
     assert rates(None, b, 1.0) == {} and rates(a, b, 0.0) == {}
@@ -178,7 +184,7 @@ def test_render_draws_every_section() -> None:
         console.print(render(assemble(inputs())))
     text = captured.get()
     for needle in ("wc", "Flowing", "epoch 8", "neg-a", "words:0", "5!", "bolt:counts:0",
-                   "h2:7000", "missing", "4,096 B", "lag: offsets",
+                   "h2:7000", "missing", "4,096 B", "lag: offsets", "45.7 %", "75 MiB",
                        "records were lost"):
         assert needle in text, needle
 
