@@ -259,6 +259,44 @@ class BacklogRun:
     """The sink table asked for, as :meth:`TopologyRun.sink_tables` reads it."""
     bolts: dict[str, dict[str, float]] = field(default_factory=dict)
     """Every bolt instance's ``/metrics`` samples once the run was covered."""
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds the processors of each role (``spout``, ``bolt``, ``sink``) used over
+    the timed run, summed over their instances (:func:`processor_cpu`)."""
+
+
+ROLES = ("spout", "bolt", "sink")
+
+
+def processor_cpu(run: Any) -> dict[str, float]:
+    """Processor id -> the CPU seconds its process used so far (``process_cpu_seconds_total``
+    of its ``/metrics``; every thread counted), for every living processor answering."""
+    return {ident: samples["process_cpu_seconds_total"]
+            for role in ROLES
+            for ident, samples in processor_metrics(run, role).items()
+            if "process_cpu_seconds_total" in samples}
+
+
+def cpu_by_role(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """CPU seconds per role between two :func:`processor_cpu` readings, over the processors
+    in both (a processor that restarted in between would count from its restart)."""
+    used = dict.fromkeys(ROLES, 0.0)
+    for ident, seconds in after.items():
+        if ident in before:
+            role = ident.split(":")[0]
+            used[role] = used.get(role, 0.0) + max(0.0, seconds - before[ident])
+    return {role: round(seconds, 2) for role, seconds in used.items()}
+
+
+def cpu_figures(cpu: Mapping[str, float], count: int, unit: str) -> tuple[dict[str, Any], str]:
+    """The JSON figures and the report line of a run's processor CPU (:attr:`BacklogRun.cpu`)
+    over ``count`` of ``unit`` (event, line, view)."""
+    per = {role: 1e6 * cpu.get(role, 0.0) / count for role in ROLES}
+    figures = {f"cpu_s_{role}s": cpu.get(role, 0.0) for role in ROLES}
+    figures |= {f"cpu_us_per_{unit}_{role}s": round(per[role], 1) for role in ROLES}
+    line = (f"  CPU:       {', '.join(f'{role}s {per[role]:.1f} us' for role in ROLES)} per "
+            f"{unit} ({sum(per.values()):.1f} in all: the processors' own; Kafka, "
+            "PostgreSQL, ZooKeeper and the negotiator not counted)")
+    return figures, line
 
 
 COVER_POLL_S = 0.5
@@ -285,16 +323,18 @@ def run_on_backlog(stack: Any, module: Path, topic: str, partitions: int,
         started = time.time()
         target = {(topic, p): o for p, o in produced.last_offsets().items()}
         print("hailstorm: flowing", flush=True)
+        cpu_before = processor_cpu(run)
         # Timed by the negotiator's own commit time: the harness polls ZooKeeper rarely,
         # so as not to take the cores it measures (at 20 Hz it took a tenth of one).
         covering = wait_for("a commit covering every offset", lambda: run.covers(target),
                             timeout, run.alive, poll=COVER_POLL_S)
         seconds = covering.committed_at - started
+        cpu = cpu_by_role(cpu_before, processor_cpu(run))
         pauses = pause_figures(run)
         bolts = processor_metrics(run, "bolt")
         rows = run.sink_tables()[table]
         run.stop()
-    return BacklogRun(seconds, pauses, rows, bolts)
+    return BacklogRun(seconds, pauses, rows, bolts, cpu)
 
 
 def committed_snapshot_sizes(snapshots: Path | str, committed: Any) -> dict[str, int]:

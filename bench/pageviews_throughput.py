@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import (  # noqa: E402
     baseline_consume,
+    cpu_figures,
     embedded_stack,
     machine,
     report,
@@ -178,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{keys_held:,} pages held at the end",
         f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline windows",
     ]
+    cpu, cpu_line = cpu_figures(ran.cpu, args.views, "view")
+    figures.update(cpu)
+    lines.append(cpu_line)
     if bytewax is not None:
         bytewax_rate = args.views / bytewax.seconds
         figures["bytewax_views_per_s"] = round(bytewax_rate)

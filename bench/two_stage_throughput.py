@@ -48,6 +48,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import (  # noqa: E402
     baseline_consume,
+    cpu_figures,
     embedded_stack,
     machine,
     report,
@@ -178,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline's top {TOP} "
         "per country",
     ]
+    cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event")
+    figures.update(cpu)
+    lines.append(cpu_line)
     if bytewax is not None:
         bytewax_rate = args.events / bytewax.seconds
         figures["bytewax_s"] = round(bytewax.seconds, 2)

@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import (  # noqa: E402
     baseline_consume,
+    cpu_figures,
     embedded_stack,
     machine,
     report,
@@ -125,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         f"on average per round, {pauses['pause_max_ms']} ms at most",
         f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline totals",
     ]
+    cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event")
+    figures.update(cpu)
+    lines.append(cpu_line)
     if bytewax is not None:
         bytewax_rate = args.events / bytewax.seconds
         figures["bytewax_events_per_s"] = round(bytewax_rate)

@@ -49,9 +49,12 @@ from common import (  # noqa: E402
     VOCABULARIES,
     TableProgress,
     baseline_word_count,
+    cpu_by_role,
+    cpu_figures,
     embedded_stack,
     machine,
     pause_figures,
+    processor_cpu,
     report,
     sample_lines,
     warm_broker,
@@ -183,12 +186,14 @@ def main(argv: list[str] | None = None) -> int:
                 wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.02)
                 started_wall = time.time()
                 started = time.monotonic()
+                cpu_before = processor_cpu(run)
                 print("hailstorm: flowing", flush=True)
             else:
                 run.start()
                 run.wait_flowing(300)
                 started_wall = time.time()
                 started = time.monotonic()
+                cpu_before = processor_cpu(run)
                 produce(stack.kafka, produced, values, partitions)
                 produce_s = time.monotonic() - started
             target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
@@ -216,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             committed = wait_for("a commit covering every offset", committed_or_clock,
                                  args.timeout, run.alive, poll=0.05)
             committed_s = time.monotonic() - started
+            cpu = cpu_by_role(cpu_before, processor_cpu(run))
             if tables is not None:
                 tables.close()
             saved_s = bolts_saved_after(run, committed, started_wall)
@@ -255,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     consume_rate = args.lines / consume_s
     bytewax_rates = {job: args.lines / peer.seconds for job, peer in peers.items()}
     other_figures, other_lines = peer_figures(outcomes, args.lines, hailstorm_rate, "lines")
+    cpu_numbers, cpu_line = cpu_figures(cpu, args.lines, "line")
     figures = {
         "vocabulary": args.vocabulary, "distinct_words": distinct,
         "lines": args.lines, "words": words, "partitions": PARTITIONS,
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"bytewax_{job}_lines_per_s": round(rate) for job, rate in bytewax_rates.items()},
         **{f"ratio_hailstorm_to_bytewax_{job}": round(hailstorm_rate / rate, 3)
            for job, rate in bytewax_rates.items()},
-        **other_figures, **pauses,
+        **other_figures, **pauses, **cpu_numbers,
         "sink_commits": int(commits), "sink_commit_mean_ms": commit_ms,
         "sink": args.sink, "mode": "backlog" if args.backlog else "live",
         "broker_warmed": args.backlog and not args.cold_broker,
@@ -304,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         f"on average per round, {pauses['pause_max_ms']} ms at most\n"
         f"  sink:      {int(commits)} commits, {commit_ms} ms each on average\n"
         f"  ratio:     {hailstorm_rate / baseline_rate:.2f}; committed state == baseline Counter"
-        + peer_lines + "".join(f"\n{line}" for line in other_lines)))
+        f"\n{cpu_line}" + peer_lines + "".join(f"\n{line}" for line in other_lines)))
     return 0
 
 
