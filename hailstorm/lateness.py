@@ -49,6 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hailstorm.engine.calls import mapped
 from hailstorm.monoids import EventTimed
 from hailstorm.topology import BoltSpec, Table
 from hailstorm.topology.tables import LATE_COLUMNS
@@ -124,7 +125,32 @@ class StreamTime:
 
     def split(self, tuples: Sequence[Any]) -> tuple[list[int], list[tuple[int, Late]]]:
         """Judge ``tuples`` in order: the indices of those on time, and ``(index, why)``
-        of the late ones."""
+        of the late ones. Event times are taken and checked a batch at a time; tuple by
+        tuple (:meth:`judge`) when one fails."""
+        try:
+            times = mapped(self._event_time, tuples)
+            self._window.check_times(times)
+            closes = list(map(self._closes, times))
+        except Exception:  # broad: the user's event_time may raise anything (judge names it)
+            return self._split_each(tuples)
+        on_time: list[int] = []
+        late: list[tuple[int, Late]] = []
+        now = self.time
+        for i, (event_time, closing) in enumerate(zip(times, closes, strict=True)):
+            if now is not None:  # what judge decides, the stream time kept in ``now``
+                if closing <= now:
+                    late.append((i, Late(*self._window.span(event_time), event_time, now)))
+                    continue
+                if event_time <= now:
+                    on_time.append(i)
+                    continue
+            now = event_time
+            on_time.append(i)
+        self.time = now
+        return on_time, late
+
+    def _split_each(self, tuples: Sequence[Any]) -> tuple[list[int], list[tuple[int, Late]]]:
+        """:meth:`split` by :meth:`judge`, tuple by tuple."""
         on_time: list[int] = []
         late: list[tuple[int, Late]] = []
         judge = self.judge

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hailstorm.dead_letters import dead_letter_headers
@@ -438,3 +438,32 @@ def test_sweeps_resume_above_a_bound_that_fell_when_a_partition_joined() -> None
     closed.note([1], [("d", (None, {30: 1}))])  # 30: [10, 20) closed, below the old 40
     state["d"] = (None, {30: 1})
     assert closed.expire([state], {0: 0, 1: 0}, 100) == 1 and "c" not in state
+
+
+
+odd_times = st.one_of(st.just(True), st.just(None), st.just(2**70), st.floats(allow_nan=True),
+                      st.just("missing"))
+"""Event times a window refuses (a bool, None, past 64 bits, floats for a long time), and
+a tuple without one (its event_time raises)."""
+
+
+@settings(max_examples=400, deadline=None)
+@given(times=st.lists(st.integers(-5, 80), max_size=20),
+       spoiled=st.one_of(st.none(), st.tuples(st.integers(0, 19), odd_times)),
+       start=st.one_of(st.none(), st.integers(-5, 80)),
+       slide=st.sampled_from([None, SLIDE, 3]))
+@example(times=[15, 3], spoiled=None, start=None, slide=None)  # [0, 10) closes at 15: late
+def test_split_judges_a_batch_as_judge_does_tuple_by_tuple(
+    times: list[Any], spoiled: tuple[int, Any] | None, start: int | None, slide: int | None,
+) -> None:
+    bolt = late_topology(slide=slide).node("windows")
+    tuples: list[dict[str, Any]] = [{"k": "a", "t": t} for t in times]
+    if spoiled is not None and tuples:  # one tuple the batch path cannot take
+        at, odd = spoiled[0] % len(tuples), spoiled[1]
+        tuples[at] = {"k": "a"} if odd == "missing" else {"k": "a", "t": odd}
+    batch, each = StreamTime(bolt, start), StreamTime(bolt, start)  # type: ignore[arg-type]
+    decisions = [each.judge(t) for t in tuples]
+    on_time, late = batch.split(tuples)
+    assert on_time == [i for i, why in enumerate(decisions) if why is None]
+    assert late == [(i, why) for i, why in enumerate(decisions) if why is not None]
+    assert batch.time == each.time
