@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any, cast
 
 from hailstorm.engine.calls import as_output_list, drained, mapped
@@ -41,6 +42,8 @@ class Combined:
 
 
 _NO_VALUE: Any = object()
+
+_key_of = itemgetter(0)
 
 _PLAIN_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
 """Key types that are hashable and routable as they are (others are checked)."""
@@ -419,15 +422,13 @@ class BoltExecution:
         contributions, indices, failures = self.contributions(tuples)
         values: dict[Any, Any] = {}
         last: dict[Any, Any] = {}
-        by_key = self.groups_by_key
-        group_of = self.group_of
         # A group's first value may be shared (lift may return one object for every
         # tuple): it is copied before the first value absorbed into it, and only then, so
         # the many groups seen once per batch (high-cardinality keys) are never copied.
         owned: set[Any] | None = None if copy is None else set()
-        for index, (key, value) in zip(indices, contributions, strict=True):
+        groups = self._groups(tuples, contributions, indices)
+        for index, (_key, value), group in zip(indices, contributions, groups, strict=True):
             t = tuples[index]
-            group = key if by_key else group_of(t, key)
             current = values.get(group, _NO_VALUE)
             if current is _NO_VALUE:
                 values[group] = value
@@ -447,6 +448,20 @@ class BoltExecution:
         else:
             state_keys = [group[0] for group in last]
         return Combined(list(last.values()), state_keys, [values[g] for g in last], failures)
+
+    def _groups(self, tuples: Sequence[Any], contributions: Sequence[tuple[Any, Any]],
+                indices: Sequence[int]) -> list[Any]:
+        """:meth:`group_of` of every contribution (of ``tuples[indices[i]]``); for keyed
+        state read from the contribution, without calling ``event_time`` again."""
+        if self.groups_by_key:
+            return list(map(_key_of, contributions))
+        window = self.window
+        if self.keyed and window is not None:
+            groups_of = window.groups_of_lifted
+            return [(key, groups_of(value)) for key, value in contributions]
+        group_of = self.group_of
+        return [group_of(tuples[i], key)
+                for i, (key, _value) in zip(indices, contributions, strict=True)]
 
     def _combine_sums(self, tuples: Sequence[Any]) -> Combined | None:
         """:meth:`combine_contributions` for keyed sums and counts without windows, a batch

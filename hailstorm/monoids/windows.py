@@ -104,6 +104,11 @@ class EventTimed(Monoid[ES]):
         tuple of each): the starts of the windows covering ``event_time``."""
         return ()
 
+    def groups_of_lifted(self, value: ES) -> tuple[Any, ...]:
+        """:meth:`groups` of the event time ``value`` was lifted at (by :meth:`lift` or
+        :meth:`lift_unexpiring`), read from ``value`` without the event time."""
+        return ()
+
     def closes(self, event_time: Any) -> Any:
         """The stream time at which a tuple at ``event_time`` is late (``closes <= stream
         time``): the state it would change may have been dropped by then."""
@@ -186,6 +191,9 @@ class Window(EventTimed[WindowState[V]]):
 
     def groups(self, event_time: Any) -> tuple[Any, ...]:
         return tuple(self.window_starts(event_time))
+
+    def groups_of_lifted(self, value: WindowState[Any]) -> tuple[Any, ...]:
+        return tuple(value[1])  # lift fills the buckets in window_starts' order
 
     def closes(self, event_time: Any) -> Any:
         """``start + size + retention`` of the earliest window covering ``event_time`` (the

@@ -15,9 +15,11 @@ from hailstorm import (
     Count,
     Record,
     SetUnion,
+    SlidingWindow,
     Sum,
     Table,
     Topology,
+    Ttl,
     TumblingWindow,
     itself,
     per_key,
@@ -172,6 +174,16 @@ def test_absorbing_combined_contributions_equals_absorbing_every_tuple(
         assert run.absorb_contributions(spec.state.empty(), pairs) == expected
     assert shared_lift == {"shared"} and shared_record == {"n": 1, "total": 5}
     assert shared_lift == {"shared"}  # lift's shared value was never mutated
+
+
+@settings(max_examples=200, deadline=None)
+@given(time=st.integers(-10**6, 10**6), shape=st.sampled_from(["tumbling", "sliding", "ttl"]))
+def test_a_lifted_value_tells_the_groups_of_its_event_time(time: int, shape: str) -> None:
+    window: Any = {"tumbling": TumblingWindow(10, Count()),
+                   "sliding": SlidingWindow(10, 3, Count()),
+                   "ttl": Ttl(Count(), 25)}[shape]
+    for value in (window.lift(time, 1), window.lift_unexpiring(time, 1)):
+        assert window.groups_of_lifted(value) == window.groups(time)
 
 
 def test_each_group_keeps_its_last_tuple_in_last_seen_order() -> None:
