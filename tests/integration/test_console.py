@@ -99,6 +99,11 @@ def test_console_shows_a_running_word_count_through_a_killed_bolt(
                 return values if any(re.search(r"[1-9]", v) for v in values) else None
 
             first = wait_for("non-zero rates", moving, 60, run.alive)
+            # Each instance's process: its CPU between two samples, its resident memory.
+            cells = page.eval_on_selector_all("[data-cpu], [data-memory]",
+                                              "nodes => nodes.map(n => n.textContent)")
+            assert len(cells) == 2 * len(expected), cells
+            assert all(c.endswith((" %", " MiB")) for c in cells), cells
             page.screenshot(path=shots / "console-flowing-1.png", full_page=True)
             second = wait_for("the rates to change", lambda: (
                 time.sleep(1.0), rates())[1] != first and rates(), 30, run.alive)

@@ -143,6 +143,10 @@ function drawInstances(doc) {
       p.label || p.id, badge, p.address || "-",
       {text: fmt(p.in_per_s), attrs: {class: "num", "data-rate-in": p.id}},
       {text: fmt(p.out_per_s), attrs: {class: "num", "data-rate-out": p.id}},
+      {text: p.cpu_percent == null ? "-" : `${fmt(p.cpu_percent)} %`,
+       attrs: {class: "num", "data-cpu": p.id}},
+      {text: p.memory_bytes == null ? "-" : `${fmt(Math.round(p.memory_bytes / 1048576))} MiB`,
+       attrs: {class: "num", "data-memory": p.id}},
       {text: fmt(p.state_keys), attrs: {class: "num"}},
       {text: fmt(p.rows_committed), attrs: {class: "num"}},
       {text: fmt(p.quarantined), attrs: view.dead_letters.over_half_budget[p.id]
