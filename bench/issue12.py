@@ -11,8 +11,8 @@ Quix Streams and PyFlink on the same topic, as the scripts do alone). The worklo
 turns (word count 300k, word count 2M, ..., then again) so that a slow spell of the machine
 does not fall on one of them. Every run's JSON line goes to ``--out`` (if given) as it
 arrives; at the end it prints, per workload, the median and the range of hailstorm's rate,
-the baseline's and each peer's, and of hailstorm's ratio to each, against the issue's
-targets, as a Markdown table and one JSON line.
+the baseline's and each peer's, of hailstorm's ratio to each, against the issue's targets,
+and of the CPU hailstorm's processors used per item, as a Markdown table and one JSON line.
 
 This VM's rates move by up to 20% between runs of the same code, so one run says little
 about a ratio near its target: that is why this exists. Tests never run it; with
@@ -59,7 +59,7 @@ WORKLOADS: dict[str, Workload] = {
 PEERS = ("bytewax", "pathway", "quix", "pyflink")
 """Every peer a benchmark line may carry a rate of (``<peer>_<unit>_per_s``)."""
 
-FIGURES = ("hailstorm", "baseline", *PEERS, "to_baseline", *(f"to_{p}" for p in PEERS))
+FIGURES = ("hailstorm", "baseline", *PEERS, "to_baseline", *(f"to_{p}" for p in PEERS), "cpu")
 
 
 PEER_LABELS = {"bytewax": "Bytewax", "pathway": "Pathway", "quix": "Quix", "pyflink": "PyFlink"}
@@ -68,7 +68,9 @@ PEER_LABELS = {"bytewax": "Bytewax", "pathway": "Pathway", "quix": "Quix", "pyfl
 def figures_of(line: dict[str, Any]) -> dict[str, float | None]:
     """The figures of one benchmark JSON line: the rates (per second, whatever the unit:
     lines, events or views; Bytewax's running totals where a script also runs its end-only
-    variant) of hailstorm, the baseline and each peer, and hailstorm's ratio to each."""
+    variant) of hailstorm, the baseline and each peer, hailstorm's ratio to each, and
+    ``cpu``: the CPU microseconds its processors used per item (line, event, view), every
+    role summed (None in a line without them)."""
     def rate(prefix: str) -> float | None:
         for key in (f"{prefix}_lines_per_s", f"{prefix}_events_per_s",
                     f"{prefix}_views_per_s", f"{prefix}_word_count_lines_per_s"):
@@ -81,10 +83,12 @@ def figures_of(line: dict[str, Any]) -> dict[str, float | None]:
                          line.get(f"ratio_hailstorm_to_{peer}_word_count"))
         return None if value is None else float(value)
 
+    cpu = [float(v) for k, v in line.items() if k.startswith("cpu_us_per_") and v is not None]
     return {"hailstorm": rate("hailstorm"), "baseline": rate("baseline"),
             **{peer: rate(peer) for peer in PEERS},
             "to_baseline": line.get("ratio_hailstorm_to_baseline"),
-            **{f"to_{peer}": ratio(peer) for peer in PEERS}}
+            **{f"to_{peer}": ratio(peer) for peer in PEERS},
+            "cpu": round(sum(cpu), 1) if cpu else None}
 
 
 def summarize(runs: list[dict[str, Any]], workload: Workload) -> dict[str, Any]:
@@ -106,12 +110,13 @@ def summarize(runs: list[dict[str, Any]], workload: Workload) -> dict[str, Any]:
 
 def markdown(summaries: dict[str, dict[str, Any]]) -> str:
     """The summaries as the table ``docs/performance.md`` shows."""
-    def rate(figure: dict[str, Any] | None) -> str:
+    def rate(figure: dict[str, Any] | None, digits: int = 0) -> str:
         if figure is None:
             return "-"
         if figure["min"] == figure["max"]:
-            return f"{figure['median']:,.0f}"
-        return f"{figure['median']:,.0f} ({figure['min']:,.0f}-{figure['max']:,.0f})"
+            return f"{figure['median']:,.{digits}f}"
+        return (f"{figure['median']:,.{digits}f} "
+                f"({figure['min']:,.{digits}f}-{figure['max']:,.{digits}f})")
 
     def ratio(summary: dict[str, Any], name: str, target: float | None) -> str:
         figure = summary[name]
@@ -123,14 +128,16 @@ def markdown(summaries: dict[str, dict[str, Any]]) -> str:
         return text + ")"
 
     lines = ["| workload | runs | hailstorm /s | baseline /s | hailstorm / baseline | "
-             + " | ".join(f"hailstorm / {PEER_LABELS[p]}" for p in PEERS) + " |",
-             "|---|---|---|---|---|" + "---|" * len(PEERS)]
+             + " | ".join(f"hailstorm / {PEER_LABELS[p]}" for p in PEERS)
+             + " | processors' CPU, us an item |",
+             "|---|---|---|---|---|" + "---|" * (len(PEERS) + 1)]
     for name, s in summaries.items():
         w = WORKLOADS[name]
         targets = {"bytewax": w.bytewax_target}
         lines.append(f"| {name} | {s['runs']} | {rate(s['hailstorm'])} | {rate(s['baseline'])} "
                      f"| {ratio(s, 'to_baseline', w.baseline_target)} | "
-                     + " | ".join(ratio(s, f"to_{p}", targets.get(p)) for p in PEERS) + " |")
+                     + " | ".join(ratio(s, f"to_{p}", targets.get(p)) for p in PEERS)
+                     + f" | {rate(s['cpu'], 1)} |")
     return "\n".join(lines)
 
 
