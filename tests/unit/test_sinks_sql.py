@@ -309,6 +309,37 @@ def test_an_upsert_commit_takes_the_latest_row_of_each_key_at_or_below_the_mark(
     assert len(buffer) == len(latest) - len(taken)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.lists(st.tuples(st.sampled_from([P0, P1, P2]), st.integers(0, 30),
+                              st.sampled_from("abcdef"), st.integers(0, 9)), max_size=15),
+    after=st.lists(st.tuples(st.sampled_from([P0, P1, P2]), st.integers(0, 40),
+                             st.sampled_from("abcdefgh"), st.integers(0, 9)), max_size=8),
+    lwm=st.dictionaries(st.sampled_from([P0, P1]), st.integers(-1, 30)),
+)
+def test_a_commit_forgets_what_is_at_or_below_its_mark_and_keeps_what_arrived_since(
+    before: list[tuple[Partition, int, str, int]], after: list[tuple[Partition, int, str, int]],
+    lwm: Clock,
+) -> None:
+    """Rows added between a selection and its confirm stay, in arrival order of the keys,
+    unless their origin is at or below the committed mark; every other key above it too."""
+    buffer = RowBuffer(COUNTS)
+    latest: dict[str, tuple[Partition, int, tuple[str, int]]] = {}
+    for rows in (before, after):
+        if rows is after:
+            selection = buffer.select(lwm)
+        buffer.add_many([p for p, _o, _w, _n in rows], [o for _p, o, _w, _n in rows],
+                        [(w, n) for _p, _o, w, n in rows])
+        for p, o, w, n in rows:
+            latest[w] = (p, o, (w, n))
+    buffer.confirm(selection)
+    kept = [(p, o, row) for p, o, row in latest.values() if o > lwm.get(p, -1)]
+    assert len(buffer) == len(kept)
+    everything = buffer.select(dict.fromkeys([P0, P1, P2], 99))
+    assert everything.rows == [row for _p, _o, row in kept]
+    assert everything.origins == [(p, o) for p, o, _row in kept]
+
+
 def test_a_batch_that_stops_part_way_keeps_what_it_added_for_the_next_commit() -> None:
     """A key whose hash fails with something else than TypeError stops ``add_many`` part
     way: the rows added before it stay for the next commit, not cleared by the commit
