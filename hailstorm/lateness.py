@@ -130,7 +130,7 @@ class StreamTime:
         try:
             times = mapped(self._event_time, tuples)
             self._window.check_times(times)
-            closes = list(map(self._closes, times))
+            closes = mapped(self._closes, times)
         except Exception:  # broad: the user's event_time may raise anything (judge names it)
             return self._split_each(tuples)
         on_time: list[int] = []

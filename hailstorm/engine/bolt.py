@@ -452,13 +452,15 @@ class BoltExecution:
     def _groups(self, tuples: Sequence[Any], contributions: Sequence[tuple[Any, Any]],
                 indices: Sequence[int]) -> list[Any]:
         """:meth:`group_of` of every contribution (of ``tuples[indices[i]]``); for keyed
-        state read from the contribution, without calling ``event_time`` again."""
+        state read from the contribution where the window can tell (see
+        :meth:`~hailstorm.monoids.EventTimed.lifted_groups`), without calling
+        ``event_time`` again."""
         if self.groups_by_key:
             return list(map(_key_of, contributions))
         window = self.window
-        if self.keyed and window is not None:
-            groups_of = window.groups_of_lifted
-            return [(key, groups_of(value)) for key, value in contributions]
+        read = window.lifted_groups() if self.keyed and window is not None else None
+        if read is not None:
+            return [(key, read(value)) for key, value in contributions]
         group_of = self.group_of
         return [group_of(tuples[i], key)
                 for i, (key, _value) in zip(indices, contributions, strict=True)]

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from hailstorm.monoids.avro import LONG_MAX, LONG_MIN, check_number, record
@@ -51,6 +51,14 @@ ES = TypeVar("ES")
 """The states of an :class:`EventTimed` monoid."""
 
 
+def _no_groups(_value: Any) -> tuple[Any, ...]:
+    return ()
+
+
+def _bucket_starts(value: WindowState[Any]) -> tuple[Any, ...]:
+    return tuple(value[1])
+
+
 class EventTimed(Monoid[ES]):
     """State over an ``inner`` monoid whose contributions carry an event time (a bolt's
     ``event_time=``): windows and time to live. What lateness and the dropping of closed
@@ -80,7 +88,12 @@ class EventTimed(Monoid[ES]):
 
     def check_times(self, event_times: Sequence[Any]) -> None:
         """:meth:`check_time` for a batch: by the set of their types and their range when
-        that suffices, else time by time (which names the one refused)."""
+        that suffices, else time by time (which names the one refused); time by time
+        always for a subclass checking its own way."""
+        if type(self).check_time is not EventTimed.check_time:
+            for event_time in event_times:
+                self.check_time(event_time)
+            return
         kinds = set(map(type, event_times))
         if self.time_type == "long":
             fine = kinds <= {int} and (not event_times or (
@@ -104,10 +117,12 @@ class EventTimed(Monoid[ES]):
         tuple of each): the starts of the windows covering ``event_time``."""
         return ()
 
-    def groups_of_lifted(self, value: ES) -> tuple[Any, ...]:
-        """:meth:`groups` of the event time ``value`` was lifted at (by :meth:`lift` or
-        :meth:`lift_unexpiring`), read from ``value`` without the event time."""
-        return ()
+    def lifted_groups(self) -> Callable[[ES], tuple[Any, ...]] | None:
+        """A function giving :meth:`groups` of the event time a value was lifted at (by
+        :meth:`lift` or :meth:`lift_unexpiring`), read from the value; None when this
+        class cannot tell (the caller asks :meth:`groups`). Without ``groups`` of its own
+        a class has no groups."""
+        return _no_groups if type(self).groups is EventTimed.groups else None
 
     def closes(self, event_time: Any) -> Any:
         """The stream time at which a tuple at ``event_time`` is late (``closes <= stream
@@ -192,8 +207,12 @@ class Window(EventTimed[WindowState[V]]):
     def groups(self, event_time: Any) -> tuple[Any, ...]:
         return tuple(self.window_starts(event_time))
 
-    def groups_of_lifted(self, value: WindowState[Any]) -> tuple[Any, ...]:
-        return tuple(value[1])  # lift fills the buckets in window_starts' order
+    def lifted_groups(self) -> Callable[[WindowState[Any]], tuple[Any, ...]] | None:
+        cls = type(self)
+        if (cls.groups is Window.groups and cls.lift is Window.lift
+                and cls.lift_unexpiring is Window.lift_unexpiring):
+            return _bucket_starts  # lift fills the buckets in window_starts' order
+        return None
 
     def closes(self, event_time: Any) -> Any:
         """``start + size + retention`` of the earliest window covering ``event_time`` (the

@@ -246,7 +246,7 @@ ENGINE_PATHS = frozenset({
     "absorb_owned", "absorb_contributions", "process", "process_batch", "value_for_emit",
     "combine_contributions", "combine_all", "group_of", "instance_for", "split_by_instance",
     "instance_of_key", "to_row", "key_of", "record_of", "encode_value", "window_starts",
-    "groups", "groups_of_lifted", "closes", "span", "lift_unexpiring", "check_time",
+    "groups", "lifted_groups", "closes", "span", "lift_unexpiring", "check_time",
     "emitted", "open_part", "cut", "judge", "decode_all", "late_sink", "late_topic", "window",
     "value_monoid",
 })

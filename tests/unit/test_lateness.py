@@ -107,6 +107,26 @@ def test_stream_time_moves_with_the_partition_only() -> None:
     assert on_time == [1] and [i for i, _ in late] == [0, 2]
 
 
+class _NonNegative(TumblingWindow):  # a window refusing some in-range times of its own
+    def check_time(self, event_time: Any) -> None:
+        super().check_time(event_time)
+        if event_time < 0:
+            raise ValueError("negative event time")
+
+
+def test_split_asks_a_window_checking_its_own_way_about_every_time() -> None:
+    top = Topology("own")
+    src = top.spout("src", topic="t", decoder="json")
+    top.bolt("w", inputs=[src], key=lambda e: e["k"], state=per_key(_NonNegative(10, Count())),
+             lift=Count.lift, event_time=lambda e: e["t"], late="own.late")
+    tuples = [{"k": "a", "t": 100}, {"k": "a", "t": -5}, {"k": "a", "t": 7}]
+    batch, each = StreamTime(top.node("w")), StreamTime(top.node("w"))  # type: ignore[arg-type]
+    decisions = [each.judge(t) for t in tuples]
+    assert decisions[1] is None  # refused: the bolt quarantines it, it is not late
+    on_time, late = batch.split(tuples)
+    assert on_time == [0, 1] and [i for i, _ in late] == [2] and batch.time == each.time == 100
+
+
 def test_stream_times_snapshot_and_restore_per_bolt() -> None:
     top = late_topology()
     times = StreamTimes(top.bolts)

@@ -182,8 +182,35 @@ def test_a_lifted_value_tells_the_groups_of_its_event_time(time: int, shape: str
     window: Any = {"tumbling": TumblingWindow(10, Count()),
                    "sliding": SlidingWindow(10, 3, Count()),
                    "ttl": Ttl(Count(), 25)}[shape]
+    read = window.lifted_groups()
+    assert read is not None
     for value in (window.lift(time, 1), window.lift_unexpiring(time, 1)):
-        assert window.groups_of_lifted(value) == window.groups(time)
+        assert read(value) == window.groups(time)
+
+
+class _ByDay(TumblingWindow):  # a window grouping its own way: one group a day
+    def groups(self, event_time: Any) -> tuple[Any, ...]:
+        return (event_time // 100,)
+
+
+class _OwnLift(TumblingWindow):  # a window lifting its own way
+    def lift(self, event_time: Any, inner_value: Any) -> Any:
+        return super().lift(event_time, inner_value)
+
+
+def test_a_window_grouping_or_lifting_its_own_way_is_asked_its_groups() -> None:
+    """Pre-aggregation reads the groups from the lifted value only where the window says
+    how; a subclass with its own groups or lift gets them by groups(), as group_of does."""
+    assert _ByDay(10, Count()).lifted_groups() is None
+    assert _OwnLift(10, Count()).lifted_groups() is None
+    top = Topology("own")
+    src = top.spout("src", topic="t", decoder="json")
+    top.bolt("days", inputs=[src], key=lambda t: t[0], state=per_key(_ByDay(10, Count())),
+             lift=Count.lift, event_time=lambda t: t[1], preaggregate=True, late="drop",
+             emit=lambda t, v: [(t[0], t[1])])
+    run = execution_of(top.node("days"))
+    combined = run.combine_contributions([("a", 1), ("a", 15), ("a", 150)])
+    assert combined.tuples == [("a", 15), ("a", 150)]  # days 0 and 1, not windows 0, 10, 150
 
 
 def test_each_group_keeps_its_last_tuple_in_last_seen_order() -> None:
