@@ -9,6 +9,7 @@ import platform
 import random
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -267,23 +268,37 @@ class BacklogRun:
 ROLES = ("spout", "bolt", "sink")
 
 
-def processor_cpu(run: Any) -> dict[str, float]:
-    """Processor id -> the CPU seconds its process used so far (``process_cpu_seconds_total``
-    of its ``/metrics``; every thread counted), for every living processor answering."""
-    return {ident: samples["process_cpu_seconds_total"]
+def processor_cpu(run: Any) -> dict[str, tuple[float, float | None]]:
+    """Processor id -> ``(CPU seconds its process used so far, its start time)``
+    (``process_cpu_seconds_total`` and ``process_start_time_seconds`` of its ``/metrics``;
+    every thread counted), for every living processor answering."""
+    return {ident: (samples["process_cpu_seconds_total"],
+                    samples.get("process_start_time_seconds"))
             for role in ROLES
             for ident, samples in processor_metrics(run, role).items()
             if "process_cpu_seconds_total" in samples}
 
 
-def cpu_by_role(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    """CPU seconds per role between two :func:`processor_cpu` readings, over the processors
-    in both (a processor that restarted in between would count from its restart)."""
+def cpu_by_role(before: Mapping[str, tuple[float, float | None]],
+                after: Mapping[str, tuple[float, float | None]]) -> dict[str, float]:
+    """CPU seconds per role between two :func:`processor_cpu` readings. A processor whose
+    process started again in between counts from its start; one missing from the second
+    reading is left out, and one missing from the first counts from its start (both are
+    said on stderr: the figures then miss some CPU)."""
     used = dict.fromkeys(ROLES, 0.0)
-    for ident, seconds in after.items():
-        if ident in before:
-            role = ident.split(":")[0]
-            used[role] = used.get(role, 0.0) + max(0.0, seconds - before[ident])
+    restarts: list[str] = []
+    for ident, (seconds, started) in sorted(after.items()):
+        earlier = before.get(ident)
+        if earlier is None or earlier[1] != started or seconds < earlier[0]:
+            restarts.append(ident)
+        else:
+            seconds -= earlier[0]
+        role = ident.split(":")[0]
+        used[role] = used.get(role, 0.0) + seconds
+    gone = sorted(set(before) - set(after))
+    if gone or restarts:
+        print(f"CPU: not read at the end: {gone or 'none'}; started again during the run: "
+              f"{restarts or 'none'} (counted from their start)", file=sys.stderr)
     return {role: round(seconds, 2) for role, seconds in used.items()}
 
 

@@ -55,7 +55,12 @@ class _ProcessFigures:
         self._labels = dict(labels)
 
     def collect(self) -> Iterator[Metric]:
-        for family in self._process.collect():
+        try:
+            families = list(self._process.collect())
+        except Exception:  # broad: prometheus_client reading /proc; a scrape never fails
+            log.debug("reading this process's figures failed", exc_info=True)
+            return
+        for family in families:
             family.samples = [sample._replace(labels={**self._labels, **sample.labels})
                               for sample in family.samples]
             yield family

@@ -71,10 +71,13 @@ class Inputs:
 
 def rates(first: Scrape | None, second: Scrape | None, seconds: float) -> dict[str, float]:
     """Messages in and out per second between two scrapes of one processor, and ``cpu``:
-    the CPU seconds its process used per second (1.0: a whole core) (counters that went
-    backwards, e.g. a restarted processor, count from zero)."""
+    the CPU seconds its process used per second (1.0: a whole core). The counters of a
+    processor that restarted in between (another process start time, or a counter that
+    went backwards) count from zero."""
     if first is None or second is None or seconds <= 0:
         return {}
+    started = "process_start_time_seconds"
+    restarted = started in first and started in second and first[started] != second[started]
     out: dict[str, float] = {}
     for key, metric in (("in", "hailstorm_messages_in_total"),
                         ("out", "hailstorm_messages_out_total"),
@@ -82,7 +85,7 @@ def rates(first: Scrape | None, second: Scrape | None, seconds: float) -> dict[s
         if metric in second:
             before = first.get(metric, 0.0)
             after = second[metric]
-            delta = after - before if after >= before else after
+            delta = after - before if after >= before and not restarted else after
             out[key] = delta / seconds
     return out
 

@@ -6,22 +6,31 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from common import cpu_by_role, cpu_figures
 
 
-def test_cpu_by_role_sums_the_instances_read_twice() -> None:
-    before = {"spout:events:0": 1.0, "spout:events:1": 2.0, "bolt:totals:0": 0.5,
-              "sink:out:0": 0.25, "bolt:totals:1": 9.0}
-    after = {"spout:events:0": 3.5, "spout:events:1": 2.5, "bolt:totals:0": 4.5,
-             "sink:out:0": 1.25, "bolt:gone:0": 7.0}  # totals:1 ended, gone:0 came after
+def test_cpu_by_role_sums_the_instances_read_twice(capsys: pytest.CaptureFixture[str]) -> None:
+    before = {"spout:events:0": (1.0, 10.0), "spout:events:1": (2.0, 10.0),
+              "bolt:totals:0": (0.5, 10.0), "sink:out:0": (0.25, 10.0)}
+    after = {"spout:events:0": (3.5, 10.0), "spout:events:1": (2.5, 10.0),
+             "bolt:totals:0": (4.5, 10.0), "sink:out:0": (1.25, 10.0)}
     assert cpu_by_role(before, after) == {"spout": 3.0, "bolt": 4.0, "sink": 1.0}
+    assert capsys.readouterr().err == ""
 
 
-def test_a_processor_reading_less_than_before_counts_nothing() -> None:
-    assert cpu_by_role({"bolt:b:0": 5.0}, {"bolt:b:0": 1.0}) == {
-        "spout": 0.0, "bolt": 0.0, "sink": 0.0}
+def test_a_processor_started_again_counts_from_its_start_and_is_named(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    before = {"bolt:b:0": (5.0, 10.0), "bolt:b:1": (1.0, 10.0), "sink:s:0": (2.0, 10.0)}
+    after = {"bolt:b:0": (6.0, 42.0),  # a new process with more CPU than the old one had
+             "bolt:b:1": (0.5, 10.0),  # its counter went back: a restart too
+             "spout:new:0": (0.75, 50.0)}  # read only at the end; sink:s:0 only at the start
+    assert cpu_by_role(before, after) == {"spout": 0.75, "bolt": 6.5, "sink": 0.0}
+    err = capsys.readouterr().err
+    assert "['sink:s:0']" in err and "['bolt:b:0', 'bolt:b:1', 'spout:new:0']" in err
 
 
 def test_cpu_figures_per_item_and_the_line() -> None:

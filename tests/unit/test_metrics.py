@@ -10,6 +10,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import prometheus_client
 import pytest
 
 from hailstorm.metrics import (
@@ -49,6 +50,17 @@ def test_every_sample_carries_the_registry_labels() -> None:
         ("hailstorm_batch_seconds_sum", labels, 0.75),
     ]
     assert all(sample_labels == labels for _name, sample_labels, _value in samples)
+
+
+def test_a_process_collector_failing_leaves_out_its_figures_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(self: object) -> list[object]:
+        raise UnboundLocalError("no 'Max open files' line in /proc/self/limits")
+
+    monkeypatch.setattr(prometheus_client.ProcessCollector, "collect", fail)
+    r = Registry({"processor": "p"})  # registering collects once: it must not raise
+    r.counter("served_total", "s").inc()
+    assert parse(render(r)) == {"served_total": 1.0}
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")

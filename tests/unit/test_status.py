@@ -175,6 +175,14 @@ def test_rates_from_two_scrapes() -> None:
     assert rates(a, b, 2.0) == {"in": 100.0, "out": 10.0, "cpu": 0.75}
     restarted = {"hailstorm_messages_in_total": 50.0}
     assert rates(b, restarted, 1.0) == {"in": 50.0}
+    # A process started again shows it by its start time, whatever its counters reached.
+    old = {"hailstorm_messages_in_total": 100.0, "process_cpu_seconds_total": 3.0,
+           "process_start_time_seconds": 1000.0}
+    new = {"hailstorm_messages_in_total": 300.0, "process_cpu_seconds_total": 4.0,
+           "process_start_time_seconds": 1010.0}
+    assert rates(old, new, 2.0) == {"in": 150.0, "cpu": 2.0}
+    assert rates(old, new | {"process_start_time_seconds": 1000.0}, 2.0) == {
+        "in": 100.0, "cpu": 0.5}
     assert rates(None, b, 1.0) == {} and rates(a, b, 0.0) == {}
 
 
