@@ -114,14 +114,8 @@ class StreamTime:
             closes = self._closes(event_time)
         except Exception:  # broad: the user's event_time may raise anything; not late
             return None
-        now = self.time
-        if now is not None:
-            if closes <= now:
-                return Late(*self._window.span(event_time), event_time, now)
-            if event_time <= now:
-                return None
-        self.time = event_time
-        return None
+        _on_time, late = self._decide([event_time], [closes])
+        return late[0][1] if late else None
 
     def split(self, tuples: Sequence[Any]) -> tuple[list[int], list[tuple[int, Late]]]:
         """Judge ``tuples`` in order: the indices of those on time, and ``(index, why)``
@@ -133,11 +127,18 @@ class StreamTime:
             closes = mapped(self._closes, times)
         except Exception:  # broad: the user's event_time may raise anything (judge names it)
             return self._split_each(tuples)
+        return self._decide(times, closes)
+
+    def _decide(self, times: Sequence[Any], closes: Sequence[Any],
+                ) -> tuple[list[int], list[tuple[int, Late]]]:
+        """The rule, for checked event times and their closing times in partition order: a
+        tuple is late when its window closed at the stream time (``closes <= time``), else
+        on time, and a later event time moves the stream time."""
         on_time: list[int] = []
         late: list[tuple[int, Late]] = []
         now = self.time
         for i, (event_time, closing) in enumerate(zip(times, closes, strict=True)):
-            if now is not None:  # what judge decides, the stream time kept in ``now``
+            if now is not None:
                 if closing <= now:
                     late.append((i, Late(*self._window.span(event_time), event_time, now)))
                     continue
