@@ -103,8 +103,8 @@ MUTATIONS = (
     Mutation(
         "lateness-off-by-one",
         "a tuple is late only once its window closed strictly before the stream time",
-        (Edit("hailstorm/lateness.py", "            if closes <= now:",
-              "            if closes < now:"),),
+        (Edit("hailstorm/lateness.py", "                if closing <= now:",
+              "                if closing < now:"),),
         (), check="oracle",
     ),
     Mutation(

@@ -326,6 +326,21 @@ def test_the_oracle_agrees_with_the_model_on_random_topologies(
     _tally(topology, batch)
 
 
+def test_a_tuple_whose_window_closes_at_the_stream_time_is_late_for_both() -> None:
+    """The boundary the random topologies reach only now and then: [0, 10) with a
+    retention of 5 closes at 15, so after a view at 15 a view at 3 is late."""
+    topology = Topology("edge")
+    views = topology.spout("views", topic="v", decoder="json")
+    topology.bolt("windows", inputs=[views], key=lambda e: e["k"],
+                  state=per_key(TumblingWindow(10, Count(), 5)), lift=Count.lift,
+                  event_time=lambda e: e["t"], late="edge.late")
+    batch = [Message("v", 0, offset, json.dumps({"k": "a", "t": t}).encode())
+             for offset, t in enumerate([15, 3, 14])]
+    assert oracle_disagreements(topology, batch) == []
+    assert [(d.message.offset, d.topic) for d in run_oracle(topology, batch).late] == [
+        (1, "edge.late")]
+
+
 def _tally(topology: Topology, batch: list[Message]) -> None:
     """What the example reached (``pytest --hypothesis-show-statistics``)."""
     try:
