@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
 from hailstorm import Count, Table, Topology, per_key
 from hailstorm.cli import main
@@ -50,6 +51,7 @@ from hailstorm.dev.harness import (
 )
 from hailstorm.dev.harness.chaos import cycled
 from hailstorm.dev.harness.compare import model_disagreements
+from hailstorm.dev.harness.deployment import _patient_read
 from hailstorm.dev.harness.evidence import (
     NODE_BACK,
     VICTIM_GONE,
@@ -541,3 +543,15 @@ def test_chaos_workloads_of_windows_and_joins_agree_with_both_models(topology_na
     assert model_disagreements(model, run_oracle(topology, msgs)) == []
     assert all(model.table(sink.name) for sink in topology.sinks)
     assert topology_name not in BY_HAND
+
+
+def test_the_harness_reads_zookeeper_through_a_lost_connection() -> None:
+    failures = [ConnectionLoss(), SessionExpiredError()]
+
+    def read(path: str, *, watch: Any = None) -> tuple[bytes, str]:
+        if failures:
+            raise failures.pop(0)
+        return b"data", path
+
+    assert _patient_read(read, "/hailstorm/master") == (b"data", "/hailstorm/master")
+    assert failures == []  # both losses happened, and were waited out

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from kazoo.retry import KazooRetry
+
 from hailstorm import kafka
 from hailstorm.dev.harness.compare import Comparison, compare_with_model
 from hailstorm.dev.harness.evidence import (
@@ -62,6 +64,19 @@ from hailstorm.topology import Topology, load_topology
 from hailstorm.zookeeper import zk_client
 
 REPO = Path(__file__).resolve().parents[3]
+
+READ_PATIENCE = 60.0
+"""Seconds a read of the topology's records waits out a lost ZooKeeper connection or
+session (kazoo reconnects meanwhile) before the harness gives up with kazoo's error."""
+
+
+def _patient_read(operation: Any, *args: Any, **kwargs: Any) -> Any:
+    """``operation(*args, **kwargs)`` (a ZooKeeper read), retried across connection
+    losses and an expired session for up to :data:`READ_PATIENCE` seconds: a loaded
+    machine can starve the harness's client of its heartbeats, which is no failure of the
+    topology under test."""
+    retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=READ_PATIENCE)
+    return retry(operation, *args, **kwargs)
 
 
 class Deployment:
@@ -163,7 +178,8 @@ class Deployment:
             self.env[PAUSE_DIR_VAR] = str(pause_dir)
         self.zk = zk_client(stack.zk)
         self.zk.start(timeout=20)
-        self.records = TopologyRecords(self.zk, self.paths)
+        self.records = TopologyRecords(self.zk, self.paths, call=_patient_read)
+        """The topology's records, read patiently (:func:`_patient_read`)."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
