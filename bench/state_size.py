@@ -1,6 +1,6 @@
 """State size: bytes per key in memory and in snapshots, for a few per-key monoids.
 
-    .venv/bin/python bench/state_size.py [--keys 100000] [--monoids count,mean,hll10]
+    .venv/bin/python bench/state_size.py [--keys 100000] [--monoids count,mean,hll10,totals]
 
 Needs no services. For each monoid, builds the state of one bolt instance with N distinct
 string keys (16 hex digits of a hash by default, ``--key-style sequential`` for
@@ -37,7 +37,15 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from common import machine, report  # noqa: E402
 
-from hailstorm.monoids import Count, HyperLogLog, KeyedMap, Mean, per_key  # noqa: E402
+from hailstorm.monoids import (  # noqa: E402
+    Count,
+    HyperLogLog,
+    KeyedMap,
+    Mean,
+    Record,
+    Sum,
+    per_key,
+)
 from hailstorm.snapshots import DirectorySnapshotStore  # noqa: E402
 
 OBSERVATIONS_PER_KEY = 3
@@ -51,6 +59,9 @@ def _monoids() -> dict[str, tuple[KeyedMap, Callable[[random.Random], Any]]]:
         "count": (per_key(Count()), lambda rng: 1),
         "mean": (per_key(Mean()), lambda rng: Mean.lift(rng.random() * 100)),
         "hll10": (per_key(hll), lambda rng: hll.lift(rng.randrange(1 << 30))),
+        # topologies/user_totals.py's state: a Record of a Sum and a Count per user
+        "totals": (per_key(Record({"spent": Sum(), "events": Count()})),
+                   lambda rng: {"spent": rng.randrange(1000), "events": 1}),
     }
 
 
@@ -129,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-style", choices=("random", "sequential"), default="random",
                         help="16 hex digits of a hash (default), or key-0000000...")
     parser.add_argument("--monoids", default="count,mean,hll10",
-                        help="Comma-separated subset of count, mean, hll10.")
+                        help="Comma-separated subset of count, mean, hll10, totals.")
     args = parser.parse_args(argv)
     available = _monoids()
     names = [n.strip() for n in args.monoids.split(",") if n.strip()]

@@ -6,6 +6,10 @@ A package, one concern per module; the names below are its interface (import the
 * :mod:`~hailstorm.snapshots.format` — the Avro snapshot file: its specification, writing
   (:func:`write_snapshot`), header reading and checksum verification, :class:`SnapshotRef`,
   the errors;
+* :mod:`~hailstorm.snapshots.layouts` — the layouts of a file's records (keyed state in
+  columns, a record value's fields as columns too) and their schemas;
+* :mod:`~hailstorm.snapshots.evolution` — state of an older monoid, read by Avro schema
+  resolution;
 * :mod:`~hailstorm.snapshots.store` — :class:`SnapshotStore`, what every store does with
   those files: put, load (following delta chains), re-shard, JSON rows, garbage collection;
 * :mod:`~hailstorm.snapshots.directory` — :class:`DirectorySnapshotStore` (write, fsync,

@@ -4,7 +4,8 @@ numbers promoted), can records written with one schema be read with another
 (:func:`resolution_problem`, the rules of the Avro specification that fastavro applies when
 reading with a reader schema), and the reader schema of a monoid's snapshot records, where
 a :class:`~hailstorm.monoids.Record` field the old state lacks defaults to that field's
-identity (:func:`reader_schema`). Pure.
+identity (:func:`reader_schema`), which a file is read with when that may be
+(:func:`evolved_reader`, from its header). Pure.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 from fastavro.schema import expand_schema
 
 from hailstorm.monoids import KeyedMap, Monoid, Record
+from hailstorm.snapshots.format import SnapshotMismatchError, SnapshotRef, _check_monoid, _Header
+from hailstorm.snapshots.layouts import LAYOUT_WHOLE, written_schema
 
-__all__ = ["evolution_problem", "reader_schema", "resolution_problem",
+__all__ = ["evolution_problem", "evolved_reader", "reader_schema", "resolution_problem",
            "snapshot_record_schema"]
 
 _PROMOTIONS = {
@@ -178,3 +181,23 @@ def evolution_problem(old_monoid: str, writer: Any, new_monoid: str, reader: Any
     if schema_problem:
         return f"{old_monoid} cannot be read as {new_monoid} ({schema_problem})"
     return None
+
+
+def evolved_reader(ref: SnapshotRef, header: _Header, monoid: Monoid[Any], *,
+                    converting: bool) -> Any:
+    """The reader schema of ``ref``'s state (its ``{key, value}`` entries when keyed) as
+    ``monoid``'s state: None when written for that monoid (or read as written, to be
+    converted with the same layout); the monoid's schema with identity defaults when Avro
+    schema resolution carries the old records; else :class:`SnapshotMismatchError`."""
+    try:
+        _check_monoid(ref, header, monoid)
+        return None
+    except SnapshotMismatchError as mismatch:
+        if converting and (ref.layout == LAYOUT_WHOLE) == (not isinstance(monoid, KeyedMap)):
+            return None
+        reader = reader_schema(monoid)
+        problem = evolution_problem(ref.monoid, written_schema(ref.layout, header.meta),
+                                    monoid.describe(), reader)
+        if problem is not None:
+            raise SnapshotMismatchError(f"{mismatch} ({problem})") from None
+        return reader

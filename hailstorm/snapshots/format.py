@@ -13,16 +13,27 @@ Records. A keyed state (:class:`~hailstorm.monoids.KeyedMap`) is written in colu
 have the schemas of the map entry's ``key`` and ``value`` (the entry is the ``items`` of
 the map's Avro array schema, ``<name>``; the record is named ``<name>Columns``), keys in
 sorted order when they are comparable. Avro writes an array's items far faster than as
-many records: writing a million keys costs a third of what a record per key did. Files of
-format ``"1"`` hold one record per key, ``{key, value}`` (layout ``"per_key"``); they are
-still read, and a delta may build on one. Writing and reading stream through the state
-(a chunk of keys at a time), so a million keys never exist twice as whole Python objects.
-Any other state is one record ``{state}`` whose field has the monoid's schema.
+many records: writing a million keys costs a third of what a record per key did.
+
+When the entry's value is itself a record (a :class:`~hailstorm.monoids.Record` of
+scalars, say) whose schema and fields carry nothing but names, types, a namespace and
+docs, its fields are columns too (layout ``"per_key_field_columns"``, format ``"3"``):
+``values`` is then a record (named ``<value name>Columns``) of one array per field of the
+value, each as long as ``keys``, in the value's field order. fastavro writes arrays of
+numbers about twice as fast as as many small records.
+
+Files of format ``"1"`` hold one record per key, ``{key, value}`` (layout ``"per_key"``);
+they are still read, as are files of format ``"2"``, and a delta may build on a file of
+any keyed layout. Writing and reading stream through the state (a chunk of keys at a
+time), so a million keys never exist twice as whole Python objects. Any other state is one
+record ``{state}`` whose field has the monoid's schema. (:mod:`.layouts` holds each
+layout's schema and records.)
 
 Metadata (Avro file metadata, UTF-8 strings):
 
 ========================  ========================================================
-``hailstorm.format``      ``"2"`` (``"1"``: keyed state one record per key)
+``hailstorm.format``      ``"3"`` for ``per_key_field_columns``, ``"2"`` for the other
+                          layouts but ``per_key`` (``"1"``)
 ``hailstorm.topology``    topology name
 ``hailstorm.bolt``        bolt name
 ``hailstorm.instance``    instance index of the writer
@@ -30,8 +41,10 @@ Metadata (Avro file metadata, UTF-8 strings):
 ``hailstorm.epoch``       round number
 ``hailstorm.clock``       the round's clock, JSON (:func:`hailstorm.protocol.clock.clock_to_json`)
 ``hailstorm.monoid``      ``monoid.describe()``
-``hailstorm.layout``      ``"per_key_columns"`` (keyed, in columns), ``"per_key"`` (keyed, one
-                          record per key: format ``"1"``) or ``"whole"``
+``hailstorm.layout``      ``"per_key_field_columns"`` (keyed, the value's fields in
+                          columns too), ``"per_key_columns"`` (keyed, in columns),
+                          ``"per_key"`` (keyed, one record per key: format ``"1"``) or
+                          ``"whole"``
 ``hailstorm.records``     number of keys (keyed state), else 1
 ``hailstorm.created``     ISO 8601 UTC time the write started
 ``hailstorm.checksum``    ``"sha256:<64 hex digits>"``
@@ -67,7 +80,7 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,22 +91,31 @@ import fastavro
 from fastavro.write import Writer
 
 from hailstorm.errors import ServiceError
-from hailstorm.monoids import KeyedMap, Monoid
-from hailstorm.monoids.avro import sorted_keys
+from hailstorm.monoids import Monoid
 from hailstorm.protocol.clock import Clock, clock_from_json, clock_to_json
+from hailstorm.snapshots.layouts import (
+    COLUMN_LAYOUTS,
+    KEYED_LAYOUTS,
+    LAYOUT_COLUMNS,
+    LAYOUT_FIELD_COLUMNS,
+    LAYOUT_PER_KEY,
+    LAYOUT_WHOLE,
+    field_columns_schema,
+    keyed_entry_schema,
+    layout_records,
+    layout_schema,
+    parses,
+    same_kind_of_layout,
+)
 
-FORMAT_VERSION = "2"
-READABLE_FORMATS = frozenset({"1", FORMAT_VERSION})
-"""Format versions this code reads (``"1"``: keyed state one record per key)."""
-LAYOUT_COLUMNS = "per_key_columns"
-LAYOUT_PER_KEY = "per_key"
-LAYOUT_WHOLE = "whole"
-KEYED_LAYOUTS = frozenset({LAYOUT_COLUMNS, LAYOUT_PER_KEY})
-"""Layouts of keyed state: a delta of one may build on a file of the other."""
-COLUMN_KEYS = 1024
-"""Keys per record of the ``per_key_columns`` layout (at most)."""
-_COLUMNS_SUFFIX = "Columns"
-
+FORMAT_VERSION = "3"
+READABLE_FORMATS = frozenset({"1", "2", FORMAT_VERSION})
+"""Format versions this code reads (``"1"``: keyed state one record per key; ``"2"``:
+no ``per_key_field_columns``)."""
+_LAYOUT_FORMATS = {LAYOUT_PER_KEY: "1", LAYOUT_COLUMNS: "2", LAYOUT_WHOLE: "2",
+                   LAYOUT_FIELD_COLUMNS: FORMAT_VERSION}
+"""The format a file of each layout declares: the oldest whose readers read it, so a
+hailstorm of format 2 still reads every file but those of the newer layout."""
 _PREFIX = "hailstorm."
 CHECKSUM_KEY = "hailstorm.checksum"
 BASE_KEY = "hailstorm.base"
@@ -280,60 +302,17 @@ class SnapshotRef:
 # --------------------------------------------------------------------------- format: writing
 
 
-def _entry_schema(monoid: Monoid[Any]) -> dict[str, Any] | None:
-    """The ``{key, value}`` record schema of a keyed map, or None for a non-keyed state."""
-    if not isinstance(monoid, KeyedMap):
-        return None
-    schema = monoid.avro_schema()
-    items = schema.get("items") if isinstance(schema, dict) else None
-    if (
-        isinstance(schema, dict)
-        and schema.get("type") == "array"
-        and isinstance(items, dict)
-        and items.get("type") == "record"
-        and [f.get("name") for f in items.get("fields", [])] == ["key", "value"]
-    ):
-        return items
-    return None
-
-
-def columns_schema(entry: dict[str, Any]) -> dict[str, Any]:
-    """The ``per_key_columns`` record schema of a keyed map's ``{key, value}`` entry
-    schema: ``{keys, values}``, arrays of the entry's key and value schemas."""
-    types = {f["name"]: f["type"] for f in entry["fields"]}
-    return {
-        "type": "record",
-        "name": f"{entry['name']}{_COLUMNS_SUFFIX}",
-        "fields": [
-            {"name": "keys", "type": {"type": "array", "items": types["key"]}},
-            {"name": "values", "type": {"type": "array", "items": types["value"]}},
-        ],
-    }
-
-
-def entry_schema(schema: dict[str, Any], layout: str) -> dict[str, Any]:
-    """The ``{key, value}`` entry schema of a keyed snapshot written with ``schema`` in
-    ``layout`` (the inverse of :func:`columns_schema`; a ``per_key`` schema is the entry)."""
-    if layout != LAYOUT_COLUMNS:
-        return schema
-    types = {f["name"]: f["type"] for f in schema["fields"]}
-    return {
-        "type": "record",
-        "name": str(schema["name"]).removesuffix(_COLUMNS_SUFFIX),
-        "fields": [
-            {"name": "key", "type": types["keys"]["items"]},
-            {"name": "value", "type": types["values"]["items"]},
-        ],
-    }
-
-
 def _record_schema(monoid: Monoid[Any], layout: str | None = None) -> tuple[str, Any]:
     """``(layout, parsed record schema)`` of the snapshot records of ``monoid``'s state
-    (keyed state in ``layout``: by default :data:`LAYOUT_COLUMNS`)."""
-    entry = _entry_schema(monoid)
+    (keyed state in ``layout``: by default :data:`LAYOUT_FIELD_COLUMNS` where its values
+    are records that layout holds, else :data:`LAYOUT_COLUMNS`)."""
+    entry = keyed_entry_schema(monoid)
     if entry is not None:
-        layout = layout or LAYOUT_COLUMNS
-        schema = columns_schema(entry) if layout == LAYOUT_COLUMNS else entry
+        if layout is None:
+            fields = field_columns_schema(entry)
+            layout = LAYOUT_COLUMNS if fields is None or not parses(fields) \
+                else LAYOUT_FIELD_COLUMNS
+        schema = layout_schema(entry, layout)
     else:
         layout = LAYOUT_WHOLE
         schema = {
@@ -345,21 +324,6 @@ def _record_schema(monoid: Monoid[Any], layout: str | None = None) -> tuple[str,
         return layout, fastavro.parse_schema(schema)
     except Exception as e:  # broad: fastavro schema parsing (of a user monoid's schema)
         raise SnapshotError(f"the Avro schema of {monoid.describe()} is invalid: {e}") from e
-
-
-def _records(monoid: Monoid[Any], layout: str, state: Any) -> Iterator[Any]:
-    """The snapshot records of ``state`` in ``layout``, produced a chunk of keys (or, in
-    the ``per_key`` layout, a key) at a time."""
-    if layout == LAYOUT_WHOLE:
-        return iter(({"state": monoid.to_avro(state)},))
-    assert isinstance(monoid, KeyedMap)
-    keys = sorted_keys(state)
-    if layout == LAYOUT_PER_KEY:
-        return monoid.avro_entries(state, keys)
-    return ({"keys": chunk_keys, "values": chunk_values}
-            for chunk_keys, chunk_values in (
-                monoid.avro_columns(state, keys[start:start + COLUMN_KEYS])
-                for start in range(0, len(keys), COLUMN_KEYS)))
 
 
 class _HashingSink:
@@ -424,7 +388,7 @@ def write_snapshot(
         raise ValueError(f"{monoid.describe()} is not keyed: it has no delta snapshots")
     expected = len(state) if keyed else 1
     metadata = {
-        "hailstorm.format": "1" if layout == LAYOUT_PER_KEY else FORMAT_VERSION,
+        "hailstorm.format": _LAYOUT_FORMATS[layout],
         "hailstorm.topology": topology,
         "hailstorm.bolt": bolt,
         "hailstorm.instance": str(instance),
@@ -455,9 +419,9 @@ def write_snapshot(
     checksum_at = sink.head.index(_CHECKSUM_PLACEHOLDER) + len(b"sha256:")
     written = 0
     write = writer.write
-    for record in _records(monoid, layout, state):
+    for record in layout_records(monoid, layout, schema, state):
         write(record)
-        written += len(record["keys"]) if layout == LAYOUT_COLUMNS else 1
+        written += len(record["keys"]) if layout in COLUMN_LAYOUTS else 1
     writer.flush()
     if written != expected:
         raise SnapshotError(f"{monoid.describe()}.to_avro gave {written} records for {expected}")
@@ -563,11 +527,6 @@ def _ref_from_header(header: _Header, key: str, uri: str, size: int, name: str) 
         )
     except (ValueError, TypeError, AttributeError) as e:
         raise SnapshotCorruptError(name, f"invalid metadata ({e})") from e
-
-
-def same_kind_of_layout(a: str, b: str) -> bool:
-    """Both layouts hold keyed state, or both are the same other layout."""
-    return a == b or (a in KEYED_LAYOUTS and b in KEYED_LAYOUTS)
 
 
 def _check_monoid(ref: SnapshotRef, header: _Header, monoid: Monoid[Any]) -> None:

@@ -29,26 +29,29 @@ import fastavro
 from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.protocol.clock import Clock
 from hailstorm.routing import route as default_route
-from hailstorm.snapshots.evolution import evolution_problem, reader_schema
+from hailstorm.snapshots.evolution import evolved_reader
 from hailstorm.snapshots.format import (
     _KEY,
-    LAYOUT_COLUMNS,
-    LAYOUT_WHOLE,
     SnapshotCorruptError,
     SnapshotError,
     SnapshotMismatchError,
     SnapshotRef,
     SnapshotRefRefused,
-    _check_monoid,
     _Header,
     _read_header,
     _verify,
-    columns_schema,
-    entry_schema,
-    same_kind_of_layout,
     snapshot_key,
     snapshot_key_problem,
     write_snapshot,
+)
+from hailstorm.snapshots.layouts import (
+    COLUMN_LAYOUTS,
+    LAYOUT_FIELD_COLUMNS,
+    LAYOUT_WHOLE,
+    FieldColumnsReader,
+    layout_schema,
+    same_kind_of_layout,
+    written_schema,
 )
 
 _CHUNK_KEYS = 4096  # keys converted from Avro per monoid call when loading
@@ -62,27 +65,6 @@ Migrate = Callable[[Any], Any]
 def _converter(ref: SnapshotRef, monoid: Monoid[Any], migrate: Migrate | None) -> Migrate | None:
     """``migrate`` when ``ref`` holds state of another monoid than ``monoid``, else None."""
     return migrate if migrate is not None and ref.monoid != monoid.describe() else None
-
-
-def _evolved_reader(ref: SnapshotRef, header: _Header, monoid: Monoid[Any], *,
-                    converting: bool) -> Any:
-    """The reader schema for ``ref``'s records as ``monoid``'s state: None when written
-    for that monoid (or read as written, to be converted with the same layout); the
-    monoid's schema with identity defaults when Avro schema resolution carries the old
-    records (in ``ref``'s layout); else :class:`SnapshotMismatchError`."""
-    try:
-        _check_monoid(ref, header, monoid)
-        return None
-    except SnapshotMismatchError as mismatch:
-        if converting and (ref.layout == LAYOUT_WHOLE) == (not isinstance(monoid, KeyedMap)):
-            return None
-        reader = reader_schema(monoid)
-        written = entry_schema(json.loads(header.meta["avro.schema"]), ref.layout)
-        problem = evolution_problem(ref.monoid, written, monoid.describe(), reader)
-        if problem is not None:
-            raise SnapshotMismatchError(f"{mismatch} ({problem})") from None
-        return columns_schema(reader) if ref.layout == LAYOUT_COLUMNS else reader
-
 
 
 def _merge_into(monoid: Monoid[Any], state: dict[Any, Any], part: dict[Any, Any]) -> Any:
@@ -357,20 +339,26 @@ class SnapshotStore(ABC):
         ``monoid`` when given: state of another type reads with ``monoid``'s schema when
         Avro schema resolution carries it, as written when ``migrate`` will convert it).
         Taken in chunks by ``islice``: no Python step per record (a reload's bulk). The
-        records of the ``per_key_columns`` layout are counted by :meth:`_columns`."""
+        records of the column layouts are counted by :meth:`_columns`, and those of
+        ``per_key_field_columns`` come as ``per_key_columns`` records."""
         with self._verified(ref) as (fo, header):
             reader = None
             if monoid is not None:
-                reader = _evolved_reader(ref, header, monoid, converting=migrate is not None)
+                reader = evolved_reader(ref, header, monoid, converting=migrate is not None)
+            fields = None
+            if ref.layout == LAYOUT_FIELD_COLUMNS:
+                fields = FieldColumnsReader(written_schema(ref.layout, header.meta), reader)
+            elif reader is not None:
+                reader = layout_schema(reader, ref.layout)
             count = 0
             try:
-                records = iter(fastavro.reader(fo, reader_schema=reader))
+                records = iter(fastavro.reader(fo, reader_schema=None if fields else reader))
                 while chunk := list(islice(records, size)):
                     count += len(chunk)
-                    yield chunk
+                    yield chunk if fields is None else list(map(fields.entries, chunk))
             except Exception as e:  # broad: fastavro on corrupt records raises almost anything
                 raise SnapshotCorruptError(ref.uri, f"unreadable records ({e})") from e
-            if ref.layout != LAYOUT_COLUMNS and count != ref.records:
+            if ref.layout not in COLUMN_LAYOUTS and count != ref.records:
                 raise SnapshotCorruptError(ref.uri, f"{count} records, header says {ref.records}")
 
     def _records(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
@@ -389,7 +377,7 @@ class SnapshotStore(ABC):
                  migrate: Migrate | None = None) -> Iterator[tuple[Any, Any]]:
         """The raw Avro keys and values of keyed ``ref``, a chunk at a time, in either
         keyed layout (see :meth:`_record_chunks`; ``ref.records`` counts the keys)."""
-        if ref.layout != LAYOUT_COLUMNS:
+        if ref.layout not in COLUMN_LAYOUTS:
             for chunk in self._record_chunks(ref, monoid, migrate):
                 yield [e["key"] for e in chunk], [e["value"] for e in chunk]
             return
@@ -410,8 +398,7 @@ class SnapshotStore(ABC):
         keyed state, that of its ``{key, value}`` entries whatever the file's layout."""
         ref = self._ref(ref)
         with self.open(ref) as fo:
-            schema = json.loads(_read_header(fo, ref.uri).meta["avro.schema"])
-        return schema if ref.layout == LAYOUT_WHOLE else entry_schema(schema, ref.layout)
+            return written_schema(ref.layout, _read_header(fo, ref.uri).meta)
 
     def _keyed_parts(self, ref: SnapshotRef, monoid: Monoid[Any],
                      migrate: Migrate | None = None) -> Iterator[dict[Any, Any]]:

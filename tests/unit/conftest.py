@@ -9,15 +9,15 @@ import pytest
 
 from hailstorm.monoids import Monoid
 from hailstorm.snapshots import DirectorySnapshotStore, SnapshotRef, snapshot_key
-from hailstorm.snapshots.format import LAYOUT_PER_KEY, write_snapshot
+from hailstorm.snapshots.format import write_snapshot
+from hailstorm.snapshots.layouts import LAYOUT_COLUMNS, LAYOUT_PER_KEY
 
 PutFormat1 = Callable[..., SnapshotRef]
+PutFormat2 = Callable[..., SnapshotRef]
 
 
-@pytest.fixture
-def put_format_1() -> PutFormat1:
-    """Store a snapshot as format ``"1"`` wrote it (keyed state one record per key): what
-    a store holds from before the ``per_key_columns`` layout."""
+def _putter(layout: str) -> Callable[..., SnapshotRef]:
+    """Store a snapshot with keyed state in ``layout``, as an older hailstorm wrote it."""
     def put(store: DirectorySnapshotStore, monoid: Monoid[Any], state: Any, *,
             topology: str = "wordcount", bolt: str = "counts", instance: int = 0,
             parallelism: int = 1, epoch: int = 1, clock: Any = None,
@@ -25,7 +25,21 @@ def put_format_1() -> PutFormat1:
         def write(raw: Any) -> str:
             return write_snapshot(raw, topology=topology, bolt=bolt, instance=instance,
                                   parallelism=parallelism, epoch=epoch, clock=clock or {},
-                                  monoid=monoid, state=state, layout=LAYOUT_PER_KEY,
+                                  monoid=monoid, state=state, layout=layout,
                                   base=None if base is None else base.key)[1]
         return store._store(snapshot_key(topology, bolt, instance, epoch), write)
     return put
+
+
+@pytest.fixture
+def put_format_1() -> PutFormat1:
+    """Store a snapshot as format ``"1"`` wrote it (keyed state one record per key): what
+    a store holds from before the ``per_key_columns`` layout."""
+    return _putter(LAYOUT_PER_KEY)
+
+
+@pytest.fixture
+def put_format_2() -> PutFormat2:
+    """Store a snapshot as format ``"2"`` wrote it (keyed state in columns of keys and of
+    whole values): what a store holds from before the ``per_key_field_columns`` layout."""
+    return _putter(LAYOUT_COLUMNS)

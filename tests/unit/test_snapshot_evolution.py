@@ -58,8 +58,21 @@ def test_a_record_gaining_a_field_reads_it_as_the_identity(
     old = per_key(Record({"n": Count()}))
     new = per_key(Record({"n": Count(), "total": Sum("double"), "users": HyperLogLog(6)}))
     ref = put(store, old, {"a": {"n": 3}})
+    assert ref.layout == "per_key_field_columns"  # resolved a record's worth at a time
     state = store.load(ref, new)[1]
     assert state == {"a": {"n": 3, "total": 0.0, "users": HyperLogLog(6).empty()}}
+
+
+def test_field_columns_resolve_a_record_losing_a_field_and_promoting_another(
+        store: DirectorySnapshotStore) -> None:
+    old = per_key(Record({"n": Count(), "total": Sum("long"), "gone": Max()}))
+    new = per_key(Record({"total": Sum("double"), "n": Count()}))
+    state = {f"k{i:04d}": {"n": i, "total": -i, "gone": i % 3 or None} for i in range(2500)}
+    ref = put(store, old, state)
+    assert ref.layout == "per_key_field_columns"
+    loaded = store.load(ref, new)[1]
+    assert loaded == {k: {"total": float(-v["n"]), "n": v["n"]} for k, v in state.items()}
+    assert all(type(v["total"]) is float for v in loaded.values())
 
 
 def test_a_type_change_is_refused_without_migrate_and_converted_with_it(

@@ -11,10 +11,13 @@ from typing import Any
 
 import fastavro
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hailstorm.monoids import (
     Count,
     HyperLogLog,
+    Max,
     Mean,
     Monoid,
     Record,
@@ -33,11 +36,13 @@ from hailstorm.snapshots import (
     SnapshotExistsError,
     SnapshotMismatchError,
     SnapshotRef,
+    layouts,
     snapshot_key,
 )
-from hailstorm.snapshots.format import COLUMN_KEYS
+from hailstorm.snapshots.layouts import COLUMN_KEYS
 
 PutFormat1 = Any  # conftest.put_format_1: store a snapshot as format "1" wrote it
+PutFormat2 = Any  # conftest.put_format_2: store a snapshot as format "2" wrote it
 
 CLOCK: Clock = {("words", 0): 41, ("words", 1): -1, ("clicks", 0): 7}
 
@@ -62,6 +67,29 @@ class AnyTrue(Monoid[bool]):
 
     def from_avro(self, data: Any) -> bool:
         return bool(data)
+
+
+class DefaultedPair(Monoid[tuple[int, int]]):
+    """A user-defined monoid whose Avro record has a field with a default."""
+
+    name = "DefaultedPair"
+    immutable_state = True
+
+    def empty(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def combine(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+        return (a[0] + b[0], a[1] + b[1])
+
+    def avro_schema(self) -> Any:
+        return {"type": "record", "name": "Pair", "fields": [
+            {"name": "a", "type": "long"}, {"name": "b", "type": "long", "default": 0}]}
+
+    def to_avro(self, state: tuple[int, int]) -> Any:
+        return {"a": state[0], "b": state[1]}
+
+    def from_avro(self, data: Any) -> tuple[int, int]:
+        return (data["a"], data["b"])
 
 
 @pytest.fixture
@@ -173,10 +201,10 @@ def test_readable_offline_with_plain_fastavro(store: DirectorySnapshotStore) -> 
     assert meta["hailstorm.monoid"] == "per_key(Mean, key=(string, long))"
     assert meta["hailstorm.records"] == "2"
     assert meta["hailstorm.created"].endswith("+00:00")
-    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("2", "per_key_columns")
-    assert records == [{
+    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("3", "per_key_field_columns")
+    assert records == [{  # a Mean is a record (sum, count): its fields are columns too
         "keys": [{"k0": "de", "k1": 1}, {"k0": "fr", "k1": 3}],
-        "values": [{"sum": 2.0, "count": 1}, {"sum": 10.0, "count": 4}],
+        "values": {"sum": [2.0, 10.0], "count": [1, 4]},
     }]
 
 
@@ -228,6 +256,73 @@ def test_a_delta_in_columns_builds_on_a_format_1_base(
     assert store.load(delta, monoid)[1] == {"a": 1, "b": 5, "c": 1}
     raw = sorted((r["key"], r["value"]) for r in store.to_json_rows(delta))
     assert raw == [("a", 1), ("b", 5), ("c", 1)]
+
+
+RECORD = per_key(Record({"n": Count(), "total": Sum(), "last": Max(), "seen": SetUnion()}))
+"""A Record of every kind of field column: numbers, a nullable extremum and an array."""
+
+record_values = st.fixed_dictionaries({
+    "n": st.integers(0, 2**40),
+    "total": st.integers(-(2**62), 2**62),
+    "last": st.one_of(st.none(), st.integers(-(2**62), 2**62)),
+    "seen": st.sets(st.text(max_size=3), max_size=3),
+})
+
+
+def test_record_values_are_written_in_field_columns(store: DirectorySnapshotStore) -> None:
+    state = {"b": {"n": 2, "total": 5, "last": None, "seen": {"x"}},
+             "a": {"n": 1, "total": -3, "last": 7, "seen": set()}}
+    ref = put(store, RECORD, state)
+    with open(ref.path, "rb") as f:
+        reader = fastavro.reader(f)
+        meta, records = reader.metadata, list(reader)
+    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("3", "per_key_field_columns")
+    assert records == [{"keys": ["a", "b"], "values": {
+        "n": [1, 2], "total": [-3, 5], "last": [7, None], "seen": [[], ["x"]]}}]
+    assert store.load(ref, RECORD) == (CLOCK, state)
+
+
+def test_values_that_are_no_plain_record_keep_whole_value_columns(
+        store: DirectorySnapshotStore) -> None:
+    for epoch, (monoid, state) in enumerate([
+            (per_key(Count()), {"a": 1}), (per_key(TopK(2)), {"a": {"x": 2.0}})], start=1):
+        ref = put(store, monoid, state, epoch=epoch)
+        assert ref.layout == "per_key_columns"
+        assert store.load(ref, monoid)[1] == state
+    defaulted = per_key(DefaultedPair())  # a record whose field has a default
+    ref = put(store, defaulted, {"a": (1, 2)}, epoch=3)
+    assert ref.layout == "per_key_columns"
+    assert store.load(ref, defaulted)[1] == {"a": (1, 2)}
+
+
+@settings(max_examples=60, deadline=None,  # put_format_2 is a stateless function
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(state=st.dictionaries(st.text(max_size=4), record_values, max_size=40),
+       changed=st.dictionaries(st.text(max_size=4), record_values, max_size=10))
+def test_field_columns_read_as_format_2_files_do(
+        tmp_path_factory: pytest.TempPathFactory, put_format_2: PutFormat2,
+        state: dict[str, Any], changed: dict[str, Any]) -> None:
+    store = DirectorySnapshotStore(tmp_path_factory.mktemp("snapshots"))
+    old = put_format_2(store, RECORD, state, bolt="old", clock=CLOCK)
+    new = put(store, RECORD, state, bolt="new")
+    assert new.layout == "per_key_field_columns"
+    assert store.load(new, RECORD) == store.load(old, RECORD) == (CLOCK, state)
+    assert store.writer_schema(new) == store.writer_schema(old)
+    assert list(store.to_json_rows(new)) == list(store.to_json_rows(old))
+    delta = put(store, RECORD, changed, bolt="old", epoch=2, base=old)  # on a format-2 base
+    assert store.load(delta, RECORD)[1] == {**state, **changed}
+
+
+def test_a_field_column_shorter_than_its_keys_is_corrupt(
+        store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    monoid = per_key(Record({"n": Count(), "total": Sum()}))
+    real = layouts.value_columns
+    monkeypatch.setattr(layouts, "value_columns",
+                        lambda values, names: {**real(values, names), "total": [1]})
+    ref = put(store, monoid, {"a": {"n": 1, "total": 1}, "b": {"n": 2, "total": 2}})
+    monkeypatch.undo()
+    with pytest.raises(SnapshotCorruptError, match=r"field columns of \[1, 2\] values for 2 keys"):
+        store.load(ref, monoid)
 
 
 def test_large_state_streams_in_reasonable_time(store: DirectorySnapshotStore) -> None:
@@ -701,11 +796,9 @@ def test_a_keyed_snapshot_with_a_key_twice_reads_as_corrupt(
         store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading puts a file's records into the state without looking at each key: the count
     of distinct keys against the records is what catches a file naming a key twice."""
-    import hailstorm.snapshots.format as snapshot_format
-
     monoid = per_key(Count())
     state = {"a": 1, "b": 2, "c": 3}
-    monkeypatch.setattr(snapshot_format, "sorted_keys", lambda s: ["a", "a", "c"])
+    monkeypatch.setattr(layouts, "sorted_keys", lambda s: ["a", "a", "c"])
     ref = put(store, monoid, state)
     monkeypatch.undo()
     with pytest.raises(SnapshotCorruptError, match="3 records, but 2 distinct keys"):

@@ -1,0 +1,246 @@
+"""The layouts of a snapshot file's records (see :mod:`.format` for the file): which layout
+a state is written in, the record schema of each, its records when writing, and the
+``per_key_columns`` records a ``per_key_field_columns`` file reads as. Pure but for
+fastavro's schema parsing and, reading a file with another reader schema, its schema
+resolution.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator, Mapping
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+import fastavro
+
+from hailstorm.monoids import KeyedMap, Monoid
+from hailstorm.monoids.avro import sorted_keys
+
+__all__ = [
+    "COLUMN_KEYS",
+    "COLUMN_LAYOUTS",
+    "KEYED_LAYOUTS",
+    "LAYOUT_COLUMNS",
+    "LAYOUT_FIELD_COLUMNS",
+    "LAYOUT_PER_KEY",
+    "LAYOUT_WHOLE",
+    "FieldColumnsReader",
+    "columns_schema",
+    "entry_schema",
+    "field_columns_schema",
+    "keyed_entry_schema",
+    "layout_records",
+    "layout_schema",
+    "parses",
+    "same_kind_of_layout",
+    "value_columns",
+    "values_of_columns",
+    "written_schema",
+]
+
+LAYOUT_FIELD_COLUMNS = "per_key_field_columns"
+LAYOUT_COLUMNS = "per_key_columns"
+LAYOUT_PER_KEY = "per_key"
+LAYOUT_WHOLE = "whole"
+KEYED_LAYOUTS = frozenset({LAYOUT_FIELD_COLUMNS, LAYOUT_COLUMNS, LAYOUT_PER_KEY})
+"""Layouts of keyed state: a delta of one may build on a file of another."""
+COLUMN_LAYOUTS = frozenset({LAYOUT_FIELD_COLUMNS, LAYOUT_COLUMNS})
+"""Layouts whose records hold the keys of a chunk (not one key each)."""
+COLUMN_KEYS = 1024
+"""Keys per record of the column layouts (at most)."""
+_COLUMNS_SUFFIX = "Columns"
+_FIELD_COLUMN_RECORD_KEYS = frozenset({"type", "name", "namespace", "doc", "fields"})
+_FIELD_COLUMN_FIELD_KEYS = frozenset({"name", "type", "doc"})
+"""What a record value schema (and each of its fields) may hold to be written in field
+columns: exactly what the transposed schema keeps (no defaults, aliases or orders), so
+that :func:`entry_schema` gives back the entry schema it was written for."""
+
+
+def keyed_entry_schema(monoid: Monoid[Any]) -> dict[str, Any] | None:
+    """The ``{key, value}`` record schema of a keyed map, or None for a non-keyed state."""
+    if not isinstance(monoid, KeyedMap):
+        return None
+    schema = monoid.avro_schema()
+    items = schema.get("items") if isinstance(schema, dict) else None
+    if (
+        isinstance(schema, dict)
+        and schema.get("type") == "array"
+        and isinstance(items, dict)
+        and items.get("type") == "record"
+        and [f.get("name") for f in items.get("fields", [])] == ["key", "value"]
+    ):
+        return items
+    return None
+
+
+def columns_schema(entry: dict[str, Any]) -> dict[str, Any]:
+    """The ``per_key_columns`` record schema of a keyed map's ``{key, value}`` entry
+    schema: ``{keys, values}``, arrays of the entry's key and value schemas."""
+    types = {f["name"]: f["type"] for f in entry["fields"]}
+    return {
+        "type": "record",
+        "name": f"{entry['name']}{_COLUMNS_SUFFIX}",
+        "fields": [
+            {"name": "keys", "type": {"type": "array", "items": types["key"]}},
+            {"name": "values", "type": {"type": "array", "items": types["value"]}},
+        ],
+    }
+
+
+def field_columns_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``per_key_field_columns`` record schema of a keyed map's ``{key, value}`` entry
+    schema, or None when its value is no record that layout can hold (see
+    :data:`_FIELD_COLUMN_RECORD_KEYS`)."""
+    types = {f["name"]: f["type"] for f in entry["fields"]}
+    value = types["value"]
+    if not (isinstance(value, dict) and value.get("type") == "record"
+            and set(value) <= _FIELD_COLUMN_RECORD_KEYS
+            and isinstance(value.get("name"), str) and isinstance(value.get("fields"), list)
+            and all(isinstance(f, dict) and set(f) <= _FIELD_COLUMN_FIELD_KEYS
+                    and isinstance(f.get("name"), str) and "type" in f
+                    for f in value["fields"])):
+        return None
+    columns = {
+        **value,
+        "name": f"{value['name']}{_COLUMNS_SUFFIX}",
+        "fields": [{**f, "type": {"type": "array", "items": f["type"]}}
+                   for f in value["fields"]],
+    }
+    return {
+        "type": "record",
+        "name": f"{entry['name']}{_COLUMNS_SUFFIX}",
+        "fields": [
+            {"name": "keys", "type": {"type": "array", "items": types["key"]}},
+            {"name": "values", "type": columns},
+        ],
+    }
+
+
+def entry_schema(schema: dict[str, Any], layout: str) -> dict[str, Any]:
+    """The ``{key, value}`` entry schema of a keyed snapshot written with ``schema`` in
+    ``layout`` (the inverse of :func:`columns_schema` and :func:`field_columns_schema`; a
+    ``per_key`` schema is the entry)."""
+    if layout not in COLUMN_LAYOUTS:
+        return schema
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    value = types["values"]
+    if layout == LAYOUT_COLUMNS:
+        value = value["items"]
+    else:
+        value = {
+            **value,
+            "name": str(value["name"]).removesuffix(_COLUMNS_SUFFIX),
+            "fields": [{**f, "type": f["type"]["items"]} for f in value["fields"]],
+        }
+    return {
+        "type": "record",
+        "name": str(schema["name"]).removesuffix(_COLUMNS_SUFFIX),
+        "fields": [
+            {"name": "key", "type": types["keys"]["items"]},
+            {"name": "value", "type": value},
+        ],
+    }
+
+
+def layout_schema(entry: dict[str, Any], layout: str) -> dict[str, Any]:
+    """The record schema of a keyed snapshot in ``layout`` whose entries have the schema
+    ``entry`` (a ``per_key`` record is the entry)."""
+    if layout == LAYOUT_COLUMNS:
+        return columns_schema(entry)
+    if layout == LAYOUT_FIELD_COLUMNS:
+        schema = field_columns_schema(entry)
+        if schema is None:
+            raise ValueError(f"{entry['name']} values are no record of field columns")
+        return schema
+    return entry
+
+
+def value_columns(values: list[Any], names: list[str]) -> dict[str, list[Any]]:
+    """``values`` (Avro records with the fields ``names``) as one column per field."""
+    return {name: list(map(itemgetter(name), values)) for name in names}
+
+
+def values_of_columns(columns: dict[str, list[Any]], size: int) -> list[dict[str, Any]]:
+    """The ``size`` Avro records a ``per_key_field_columns`` record's ``values`` hold, in
+    their field order (the inverse of :func:`value_columns`); ValueError when a column is
+    not ``size`` long."""
+    if any(len(column) != size for column in columns.values()):
+        lengths = sorted({len(column) for column in columns.values()})
+        raise ValueError(f"field columns of {lengths} values for {size} keys")
+    if not columns:
+        return [{} for _ in range(size)]
+    names = list(columns)
+    return list(map(dict, map(zip, repeat(names), zip(*columns.values(), strict=True))))
+
+
+def layout_records(monoid: Monoid[Any], layout: str, schema: dict[str, Any],
+                   state: Any) -> Iterator[Any]:
+    """The snapshot records of ``state`` in ``layout`` (whose record schema is
+    ``schema``), produced a chunk of keys (or, in the ``per_key`` layout, a key) at a
+    time."""
+    if layout == LAYOUT_WHOLE:
+        return iter(({"state": monoid.to_avro(state)},))
+    assert isinstance(monoid, KeyedMap)
+    keys = sorted_keys(state)
+    if layout == LAYOUT_PER_KEY:
+        return monoid.avro_entries(state, keys)
+    chunks = (monoid.avro_columns(state, keys[start:start + COLUMN_KEYS])
+              for start in range(0, len(keys), COLUMN_KEYS))
+    if layout == LAYOUT_FIELD_COLUMNS:
+        names = [f["name"] for f in schema["fields"][1]["type"]["fields"]]
+        return ({"keys": chunk_keys, "values": value_columns(chunk_values, names)}
+                for chunk_keys, chunk_values in chunks)
+    return ({"keys": chunk_keys, "values": chunk_values} for chunk_keys, chunk_values in chunks)
+
+
+def parses(schema: dict[str, Any]) -> bool:
+    """fastavro takes ``schema`` (a transposed value may name a type twice, say)."""
+    try:
+        fastavro.parse_schema(schema)
+    except Exception:  # broad: fastavro schema parsing raises several kinds of error
+        return False
+    return True
+
+
+def same_kind_of_layout(a: str, b: str) -> bool:
+    """Both layouts hold keyed state, or both are the same other layout."""
+    return a == b or (a in KEYED_LAYOUTS and b in KEYED_LAYOUTS)
+
+
+def written_schema(layout: str, meta: Mapping[str, str]) -> Any:
+    """The schema a file of ``layout`` with the Avro metadata ``meta`` wrote its state
+    with: of its ``{key, value}`` entries when keyed, whatever the file's layout."""
+    written = json.loads(meta["avro.schema"])
+    return written if layout == LAYOUT_WHOLE else entry_schema(written, layout)
+
+
+class FieldColumnsReader:
+    """The ``{keys, values}`` records of a ``per_key_field_columns`` file as those of
+    ``per_key_columns`` (values a list of records again), resolved to a ``reader`` entry
+    schema when one is given. fastavro cannot resolve a column of a field the reader
+    added (it has no length to fill), so the values are resolved whole, a record's worth
+    at a time: written as an array with the file's value schema and read back with the
+    reader's."""
+
+    def __init__(self, entry: dict[str, Any], reader: dict[str, Any] | None) -> None:
+        def values_of(schema: dict[str, Any]) -> Any:
+            [value] = [f["type"] for f in schema["fields"] if f["name"] == "value"]
+            return fastavro.parse_schema({"type": "array", "items": value})
+
+        self._written = values_of(entry)
+        self._reader = None if reader is None else values_of(reader)
+
+    def entries(self, record: Any) -> dict[str, Any]:
+        """``record`` with its values as a list of records (ValueError when a column is
+        not as long as the keys)."""
+        keys = record["keys"]
+        values: Any = values_of_columns(record["values"], len(keys))
+        if self._reader is not None:
+            buffer = io.BytesIO()
+            fastavro.schemaless_writer(buffer, self._written, values)
+            buffer.seek(0)
+            values = fastavro.schemaless_reader(buffer, self._written, self._reader)
+        return {"keys": keys, "values": values}
