@@ -15,12 +15,13 @@ the map's Avro array schema, ``<name>``; the record is named ``<name>Columns``),
 sorted order when they are comparable. Avro writes an array's items far faster than as
 many records: writing a million keys costs a third of what a record per key did.
 
-When the entry's value is itself a record (a :class:`~hailstorm.monoids.Record` of
-scalars, say) whose schema and fields carry nothing but names, types, a namespace and
-docs, its fields are columns too (layout ``"per_key_field_columns"``, format ``"3"``):
-``values`` is then a record (named ``<value name>Columns``) of one array per field of the
-value, each as long as ``keys``, in the value's field order. fastavro writes arrays of
-numbers about twice as fast as as many small records.
+When the entry's value is itself a record (a :class:`~hailstorm.monoids.Record`, a
+``Mean``, a ``HyperLogLog``, a window) whose schema and fields carry nothing but names,
+types, a namespace and docs, its fields are columns too (layout
+``"per_key_field_columns"``, format ``"3"``): ``values`` is then a record (named
+``<value name>Columns``) of one array per field of the value, each as long as ``keys``,
+in the value's field order. fastavro writes arrays of numbers about twice as fast as as
+many small records.
 
 Files of format ``"1"`` hold one record per key, ``{key, value}`` (layout ``"per_key"``);
 they are still read, as are files of format ``"2"``, and a delta may build on a file of
@@ -374,8 +375,8 @@ def write_snapshot(
     With ``base`` (the key of an earlier snapshot of the same instance) the file is a
     delta: ``state`` holds only the keys whose values changed since ``base``.
     ``raw`` must be empty and positioned at 0. The caller makes it durable. ``layout``
-    :data:`LAYOUT_PER_KEY` writes keyed state as format ``"1"`` did (what an older
-    snapshot store holds: for tests of reading those).
+    :data:`LAYOUT_PER_KEY` or :data:`LAYOUT_COLUMNS` writes keyed state as format ``"1"``
+    or ``"2"`` did (what an older snapshot store holds: for tests of reading those).
     """
     key = snapshot_key(topology, bolt, instance, epoch)
     if not 0 <= instance < parallelism:

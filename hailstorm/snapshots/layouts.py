@@ -159,8 +159,16 @@ def layout_schema(entry: dict[str, Any], layout: str) -> dict[str, Any]:
 
 
 def value_columns(values: list[Any], names: list[str]) -> dict[str, list[Any]]:
-    """``values`` (Avro records with the fields ``names``) as one column per field."""
-    return {name: list(map(itemgetter(name), values)) for name in names}
+    """``values`` (Avro records with the fields ``names``) as one column per field; a
+    field a value leaves out is None there, as fastavro writes a record without it (null,
+    which a nullable field takes and any other refuses)."""
+    columns = {}
+    for name in names:
+        try:
+            columns[name] = list(map(itemgetter(name), values))
+        except KeyError:
+            columns[name] = [value.get(name) for value in values]
+    return columns
 
 
 def values_of_columns(columns: dict[str, list[Any]], size: int) -> list[dict[str, Any]]:
@@ -221,26 +229,25 @@ class FieldColumnsReader:
     """The ``{keys, values}`` records of a ``per_key_field_columns`` file as those of
     ``per_key_columns`` (values a list of records again), resolved to a ``reader`` entry
     schema when one is given. fastavro cannot resolve a column of a field the reader
-    added (it has no length to fill), so the values are resolved whole, a record's worth
-    at a time: written as an array with the file's value schema and read back with the
-    reader's."""
+    added (it has no length to fill), so the entries are resolved whole, a record's worth
+    at a time: written as an array of ``{key, value}`` with the file's entry schema and
+    read back with the reader's (keys promoted as values are)."""
 
     def __init__(self, entry: dict[str, Any], reader: dict[str, Any] | None) -> None:
-        def values_of(schema: dict[str, Any]) -> Any:
-            [value] = [f["type"] for f in schema["fields"] if f["name"] == "value"]
-            return fastavro.parse_schema({"type": "array", "items": value})
-
-        self._written = values_of(entry)
-        self._reader = None if reader is None else values_of(reader)
+        self._written = fastavro.parse_schema({"type": "array", "items": entry})
+        self._reader = None if reader is None else \
+            fastavro.parse_schema({"type": "array", "items": reader})
 
     def entries(self, record: Any) -> dict[str, Any]:
         """``record`` with its values as a list of records (ValueError when a column is
         not as long as the keys)."""
         keys = record["keys"]
-        values: Any = values_of_columns(record["values"], len(keys))
-        if self._reader is not None:
-            buffer = io.BytesIO()
-            fastavro.schemaless_writer(buffer, self._written, values)
-            buffer.seek(0)
-            values = fastavro.schemaless_reader(buffer, self._written, self._reader)
-        return {"keys": keys, "values": values}
+        values = values_of_columns(record["values"], len(keys))
+        if self._reader is None:
+            return {"keys": keys, "values": values}
+        entries = [{"key": k, "value": v} for k, v in zip(keys, values, strict=True)]
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, self._written, entries)
+        buffer.seek(0)
+        resolved: Any = fastavro.schemaless_reader(buffer, self._written, self._reader)
+        return {"keys": [e["key"] for e in resolved], "values": [e["value"] for e in resolved]}

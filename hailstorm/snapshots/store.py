@@ -375,7 +375,7 @@ class SnapshotStore(ABC):
 
     def _columns(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
                  migrate: Migrate | None = None) -> Iterator[tuple[Any, Any]]:
-        """The raw Avro keys and values of keyed ``ref``, a chunk at a time, in either
+        """The raw Avro keys and values of keyed ``ref``, a chunk at a time, in any
         keyed layout (see :meth:`_record_chunks`; ``ref.records`` counts the keys)."""
         if ref.layout not in COLUMN_LAYOUTS:
             for chunk in self._record_chunks(ref, monoid, migrate):

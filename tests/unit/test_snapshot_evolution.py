@@ -75,6 +75,20 @@ def test_field_columns_resolve_a_record_losing_a_field_and_promoting_another(
     assert all(type(v["total"]) is float for v in loaded.values())
 
 
+@pytest.mark.parametrize("layout", ["per_key_field_columns", "per_key_columns"])
+def test_keys_are_promoted_in_every_keyed_layout(store: DirectorySnapshotStore,
+                                                  put_format_2: Any, layout: str) -> None:
+    old = per_key(Record({"n": Count()}), key_type="long")
+    new = per_key(Record({"n": Count(), "m": Max()}), key_type="double")
+    state = {1: {"n": 3}, 2: {"n": 4}}
+    ref = put(store, old, state) if layout == "per_key_field_columns" \
+        else put_format_2(store, old, state, topology="wc")
+    assert ref.layout == layout
+    loaded = store.load(ref, new)[1]
+    assert loaded == {1.0: {"n": 3, "m": None}, 2.0: {"n": 4, "m": None}}
+    assert {type(k) for k in loaded} == {float}
+
+
 def test_a_type_change_is_refused_without_migrate_and_converted_with_it(
         store: DirectorySnapshotStore) -> None:
     ref = put(store, per_key(Count()), {"a": 2, "b": 5})

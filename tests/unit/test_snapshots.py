@@ -92,6 +92,32 @@ class DefaultedPair(Monoid[tuple[int, int]]):
         return (data["a"], data["b"])
 
 
+class TaggedCount(Monoid[tuple[int, str | None]]):
+    """A user-defined monoid whose ``to_avro`` leaves a nullable field out when it is
+    None (fastavro writes such a record's field as null)."""
+
+    name = "TaggedCount"
+    immutable_state = True
+
+    def empty(self) -> tuple[int, str | None]:
+        return (0, None)
+
+    def combine(self, a: tuple[int, str | None], b: tuple[int, str | None]
+                ) -> tuple[int, str | None]:
+        tags = [t for t in (a[1], b[1]) if t is not None]
+        return (a[0] + b[0], max(tags) if tags else None)
+
+    def avro_schema(self) -> Any:
+        return {"type": "record", "name": "TaggedCount", "fields": [
+            {"name": "n", "type": "long"}, {"name": "tag", "type": ["null", "string"]}]}
+
+    def to_avro(self, state: tuple[int, str | None]) -> Any:
+        return {"n": state[0]} if state[1] is None else {"n": state[0], "tag": state[1]}
+
+    def from_avro(self, data: Any) -> tuple[int, str | None]:
+        return (data["n"], data["tag"])
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> DirectorySnapshotStore:
     return DirectorySnapshotStore(tmp_path / "snapshots")
@@ -311,6 +337,15 @@ def test_field_columns_read_as_format_2_files_do(
     assert list(store.to_json_rows(new)) == list(store.to_json_rows(old))
     delta = put(store, RECORD, changed, bolt="old", epoch=2, base=old)  # on a format-2 base
     assert store.load(delta, RECORD)[1] == {**state, **changed}
+
+
+def test_a_nullable_field_a_value_leaves_out_is_written_as_null(
+        store: DirectorySnapshotStore) -> None:
+    monoid = per_key(TaggedCount())
+    state = {"a": (1, None), "b": (2, "x")}
+    ref = put(store, monoid, state)
+    assert ref.layout == "per_key_field_columns"
+    assert store.load(ref, monoid)[1] == state
 
 
 def test_a_field_column_shorter_than_its_keys_is_corrupt(
