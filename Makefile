@@ -16,7 +16,7 @@ test: bootstrap lint
 	$(PYTEST) --durations=15 tests/integration
 
 lint: bootstrap
-	.venv/bin/ruff check hailstorm topologies tests bench
+	.venv/bin/ruff check hailstorm topologies tests bench scripts
 	.venv/bin/mypy
 
 clean:

@@ -62,13 +62,13 @@ _AT_THE_CLOCK_TO_B = (
     Edit("hailstorm/processors/segments.py",
          "            if offset <= r.label.get(partition, NOTHING):\n                return i",
          "            if offset < r.label.get(partition, NOTHING):\n                return i"),
-) + tuple(
-    Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
+    *(Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
         ("                i = 0 if o <= first_label_get(p, NOTHING) else 1",
          "                i = 0 if o < first_label_get(p, NOTHING) else 1"),
         ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
          "                    groups[0 if o < first_label_get(p, NOTHING) else 1].append(t)"),
-    ])
+    ]),
+)
 
 #: A tuple at the clock absorbed into A and into B. Pre-aggregated word count absorbs
 #: whole frames without a per-tuple loop when they fall into one segment; while a round is
@@ -78,13 +78,13 @@ _AT_THE_CLOCK_TO_BOTH = (
          "        if self.segment_of(p, high) != segment:\n            return None",
          "        if self.segment_of(p, high) != segment or self.pending:\n"
          "            return None"),
-) + tuple(
-    Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
+    *(Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
         ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
          "                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)\n"
          "                    if o == first_label_get(p, NOTHING):\n"
          "                        groups[1].append(t)"),
-    ])
+    ]),
+)
 
 MUTATIONS = (
     Mutation(
