@@ -4,8 +4,8 @@ numbers promoted), can records written with one schema be read with another
 (:func:`resolution_problem`, the rules of the Avro specification that fastavro applies when
 reading with a reader schema), and the reader schema of a monoid's snapshot records, where
 a :class:`~hailstorm.monoids.Record` field the old state lacks defaults to that field's
-identity (:func:`reader_schema`), which a file is read with when that may be
-(:func:`evolved_reader`, from its header). Pure.
+identity (:func:`reader_schema`), and whether a file is read with it, from the file's
+header (:func:`evolved_reader`). Pure.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def evolution_problem(old_monoid: str, writer: Any, new_monoid: str, reader: Any
 
 
 def evolved_reader(ref: SnapshotRef, header: _Header, monoid: Monoid[Any], *,
-                    converting: bool) -> Any:
+                   converting: bool) -> Any:
     """The reader schema of ``ref``'s state (its ``{key, value}`` entries when keyed) as
     ``monoid``'s state: None when written for that monoid (or read as written, to be
     converted with the same layout); the monoid's schema with identity defaults when Avro

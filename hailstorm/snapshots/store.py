@@ -346,13 +346,14 @@ class SnapshotStore(ABC):
             if monoid is not None:
                 reader = evolved_reader(ref, header, monoid, converting=migrate is not None)
             fields = None
-            if ref.layout == LAYOUT_FIELD_COLUMNS:
+            if ref.layout == LAYOUT_FIELD_COLUMNS:  # read as written, resolved by fields
                 fields = FieldColumnsReader(written_schema(ref.layout, header.meta), reader)
+                reader = None
             elif reader is not None:
                 reader = layout_schema(reader, ref.layout)
             count = 0
             try:
-                records = iter(fastavro.reader(fo, reader_schema=None if fields else reader))
+                records = iter(fastavro.reader(fo, reader_schema=reader))
                 while chunk := list(islice(records, size)):
                     count += len(chunk)
                     yield chunk if fields is None else list(map(fields.entries, chunk))
