@@ -77,6 +77,7 @@ Making a file durable and visible atomically is a store's job (:mod:`.directory`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -105,7 +106,6 @@ from hailstorm.snapshots.layouts import (
     keyed_entry_schema,
     layout_records,
     layout_schema,
-    parses,
     same_kind_of_layout,
 )
 
@@ -311,8 +311,12 @@ def _record_schema(monoid: Monoid[Any], layout: str | None = None) -> tuple[str,
     if entry is not None:
         if layout is None:
             fields = field_columns_schema(entry)
-            layout = LAYOUT_COLUMNS if fields is None or not parses(fields) \
-                else LAYOUT_FIELD_COLUMNS
+            if fields is not None:
+                # A transposed value fastavro refuses (it names a type twice, say) keeps
+                # whole values in columns; any other schema error is raised below.
+                with contextlib.suppress(Exception):  # broad: fastavro's errors vary
+                    return LAYOUT_FIELD_COLUMNS, fastavro.parse_schema(fields)
+            layout = LAYOUT_COLUMNS
         schema = layout_schema(entry, layout)
     else:
         layout = LAYOUT_WHOLE

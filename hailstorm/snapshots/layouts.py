@@ -34,7 +34,6 @@ __all__ = [
     "keyed_entry_schema",
     "layout_records",
     "layout_schema",
-    "parses",
     "same_kind_of_layout",
     "value_columns",
     "values_of_columns",
@@ -202,15 +201,6 @@ def layout_records(monoid: Monoid[Any], layout: str, schema: dict[str, Any],
         return ({"keys": chunk_keys, "values": value_columns(chunk_values, names)}
                 for chunk_keys, chunk_values in chunks)
     return ({"keys": chunk_keys, "values": chunk_values} for chunk_keys, chunk_values in chunks)
-
-
-def parses(schema: dict[str, Any]) -> bool:
-    """fastavro takes ``schema`` (a transposed value may name a type twice, say)."""
-    try:
-        fastavro.parse_schema(schema)
-    except Exception:  # broad: fastavro schema parsing raises several kinds of error
-        return False
-    return True
 
 
 def same_kind_of_layout(a: str, b: str) -> bool:
