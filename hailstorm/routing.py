@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 __all__ = [
     "KEY_INT_BITS",
+    "MEMO_RESTS",
     "ROUTE_PIECE",
     "KeyRouter",
     "encode_key",
@@ -139,6 +140,27 @@ def stable_hash(key: Any) -> int:
     return _UNSIGNED_64(hasher.digest())[0]
 
 
+_BLAKE2B_64_STR = blake2b(digest_size=8)
+_BLAKE2B_64_STR.update(_STR)
+"""A 64-bit BLAKE2b that took the tag every ``str`` key's encoding starts with."""
+
+
+def _routed_strs(keys: Iterable[str], parallelism: int) -> list[int]:
+    """:func:`route` of ``str`` keys: :func:`stable_hash` without a call per key (the
+    same bytes hashed, the tag taken once)."""
+    copy = _BLAKE2B_64_STR.copy
+    from_bytes = int.from_bytes
+    instances: list[int] = []
+    add = instances.append
+    for key in keys:
+        data = key.encode("utf-8", "surrogatepass")
+        hasher = copy()
+        hasher.update(len(data).to_bytes(4, "big"))
+        hasher.update(data)
+        add(from_bytes(hasher.digest(), "big") % parallelism)
+    return instances
+
+
 def _check_parallelism(parallelism: int) -> None:
     if parallelism < 1:
         raise ValueError(f"parallelism must be >= 1, got {parallelism}")
@@ -157,6 +179,9 @@ def route_many(keys: Iterable[Any], parallelism: int) -> list[int]:
     if parallelism == 1:
         return [0 for _ in keys]
     _check_parallelism(parallelism)
+    keys = keys if isinstance(keys, list) else list(keys)
+    if set(map(type, keys)) == {str}:
+        return _routed_strs(keys, parallelism)
     return [stable_hash(k) % parallelism for k in keys]
 
 
@@ -164,16 +189,28 @@ ROUTE_PIECE = 4096
 """Keys :meth:`KeyRouter.many` routes between two calls of its ``between`` (a few ms)."""
 
 
+MEMO_RESTS = 8
+"""Batches :meth:`KeyRouter.many` routes without its memo after one where most keys missed
+it (high-cardinality keys, where looking up and remembering cost more than hashing)."""
+
+_JUDGED_BATCH = 64
+"""The fewest keys a batch of :meth:`KeyRouter.many` needs to say how often keys recur."""
+
+
 class KeyRouter:
     """:func:`route` over ``parallelism`` instances with a memo: a hot key is hashed once,
     not once per batch. Holds at most ``limit`` keys (then starts afresh); keys equal as
-    dictionary keys (``1``, ``1.0``, ``True``) route alike anyway."""
+    dictionary keys (``1``, ``1.0``, ``True``) route alike anyway. Routing many keys where
+    most miss the memo, it rests the memo for :data:`MEMO_RESTS` batches (the instances
+    are the same either way)."""
 
     def __init__(self, parallelism: int, limit: int = 1 << 20) -> None:
         _check_parallelism(parallelism)
         self.parallelism = parallelism
         self.limit = limit
         self._memo: dict[Any, int] = {}
+        self._resting = 0
+        """Batches :meth:`many` still routes without the memo."""
 
     def __call__(self, key: Any) -> int:
         memo = self._memo
@@ -194,6 +231,9 @@ class KeyRouter:
         the others routed (:func:`route_many`) and remembered, :data:`ROUTE_PIECE` at a
         time. ``between`` is called between two pieces; it may raise to abandon the call
         (the keys routed so far stay remembered)."""
+        if self._resting:
+            self._resting -= 1
+            return self._routed(list(keys), between, remember=False)
         memo = self._memo
         try:
             instances = list(map(memo.get, keys))
@@ -201,19 +241,29 @@ class KeyRouter:
             return list(map(self, keys))
         if None not in instances:
             return instances  # type: ignore[return-value]  # no None among them
-        missing = [i for i, instance in enumerate(instances) if instance is None]
-        for start in range(0, len(missing), ROUTE_PIECE):
+        missing = [key for key, instance in zip(keys, instances, strict=True) if instance is None]
+        if len(instances) >= _JUDGED_BATCH and 2 * len(missing) > len(instances):
+            self._resting = MEMO_RESTS
+        fill = iter(self._routed(missing, between, remember=True)).__next__
+        return [fill() if instance is None else instance for instance in instances]
+
+    def _routed(self, keys: list[Any], between: Callable[[], None] | None, *,
+                remember: bool) -> list[int]:
+        """:func:`route_many` of ``keys``, :data:`ROUTE_PIECE` at a time, remembered or
+        not; ``between`` is called between two pieces."""
+        memo = self._memo
+        routed: list[int] = []
+        for start in range(0, len(keys), ROUTE_PIECE):
             if start and between is not None:
                 between()
-            piece = missing[start:start + ROUTE_PIECE]
-            new = [keys[i] for i in piece]
-            routed = route_many(new, self.parallelism)
-            for i, instance in zip(piece, routed, strict=True):
-                instances[i] = instance
-            if len(memo) + len(new) > self.limit:
-                memo.clear()
-            memo.update(zip(new[:self.limit], routed[:self.limit], strict=True))
-        return instances  # type: ignore[return-value]  # None replaced
+            new = keys[start:start + ROUTE_PIECE]
+            piece = route_many(new, self.parallelism)
+            routed += piece
+            if remember:
+                if len(memo) + len(new) > self.limit:
+                    memo.clear()
+                memo.update(zip(new[:self.limit], piece[:self.limit], strict=True))
+        return routed
 
 
 def partition_by_instance(

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hailstorm.routing import (
+    MEMO_RESTS,
     ROUTE_PIECE,
     KeyRouter,
     encode_key,
@@ -181,3 +182,53 @@ def test_a_batch_of_new_keys_is_routed_in_pieces_and_what_is_routed_is_remembere
         fresh.many(keys, between=abandon)
     assert fresh._memo == {k: route(k, 3) for k in keys[:ROUTE_PIECE]}
     assert fresh.many(keys) == route_many(keys, 3)
+
+
+def hashed_route(key: object, parallelism: int) -> int:
+    """The route by its definition: the 64-bit BLAKE2b of the canonical encoding."""
+    return int.from_bytes(blake2b(encode_key(key), digest_size=8).digest(), "big") % parallelism
+
+
+@given(st.lists(st.text(st.characters(categories=["Cs", "Ll", "Lo", "Nd", "Zs"]))
+                | st.text(), max_size=20), st.integers(2, 7))
+def test_a_batch_of_text_keys_routes_as_the_definition_says(
+        keys: list[str], parallelism: int) -> None:
+    # text keys take their own loop (the tag hashed once): the same bytes, surrogates too
+    assert route_many(keys, parallelism) == [hashed_route(k, parallelism) for k in keys]
+    assert route_many(iter(keys), parallelism) == [hashed_route(k, parallelism) for k in keys]
+
+
+def test_the_key_router_rests_its_memo_while_most_keys_are_new() -> None:
+    router = KeyRouter(3)
+    batches = [[f"b{b}k{i}" for i in range(100)] for b in range(MEMO_RESTS + 2)]
+    hot = batches[0][:10]
+    assert router.many(batches[0]) == [hashed_route(k, 3) for k in batches[0]]
+    remembered = dict(router._memo)
+    for batch in batches[1:MEMO_RESTS + 1]:  # resting: routed alike, nothing remembered
+        assert router.many(hot + batch) == [hashed_route(k, 3) for k in hot + batch]
+    assert router._memo == remembered
+    last = batches[MEMO_RESTS + 1]  # rested: looked up and remembered again
+    assert router.many(hot + last) == [hashed_route(k, 3) for k in hot + last]
+    assert set(last) <= set(router._memo)
+
+
+def test_a_key_router_keeps_its_memo_for_recurring_keys() -> None:
+    router = KeyRouter(2)
+    hot = [f"k{i}" for i in range(100)]
+    router.many(hot)  # all new: it rests, then looks again
+    for _ in range(MEMO_RESTS):
+        router.many(hot)
+    for round_ in range(3):
+        fresh = [f"new{round_}-{i}" for i in range(40)]  # 40 of 140 miss: the memo stays
+        assert router.many(hot + fresh) == [hashed_route(k, 2) for k in hot + fresh]
+        assert set(fresh) <= set(router._memo)
+
+
+def test_a_resting_router_still_routes_in_pieces() -> None:
+    keys = [f"k{i}" for i in range(2 * ROUTE_PIECE + 5)]
+    router = KeyRouter(3)
+    router.many(keys)  # all new: the memo rests
+    calls: list[int] = []
+    assert router.many(keys[::-1], between=lambda: calls.append(1)) == \
+        [hashed_route(k, 3) for k in keys[::-1]]
+    assert calls == [1, 1]
