@@ -403,7 +403,7 @@ class BoltExecution:
     def combine_contributions(self, tuples: Sequence[Any]) -> Combined:
         """Pre-aggregate ``tuples`` (what a spout does for a ``preaggregate`` bolt): one
         combined contribution per group, in the order each group was last seen (keyed
-        sums and counts without windows, whose groups are independent: first seen).
+        state without windows, whose groups are independent: first seen).
 
         For keyed state the group is the state key; for unkeyed state routed by ``key``
         (``parallelism > 1``) it is the routing key and the state key is ``None``;
@@ -412,8 +412,9 @@ class BoltExecution:
         Absorbing the result gives exactly the state that absorbing ``tuples`` one by one
         gives; tuples failing :meth:`contribution` are left out and listed in ``failures``.
         """
-        if self.groups_by_key and self.paths.adds_numbers and tuples:
-            combined = self._combine_sums(tuples)
+        if self.groups_by_key and tuples:
+            combined = (self._combine_sums(tuples) if self.paths.adds_numbers
+                        else self._combine_by_key(tuples))
             if combined is not None:
                 return combined
         inner = self.value_monoid
@@ -464,6 +465,39 @@ class BoltExecution:
         group_of = self.group_of
         return [group_of(tuples[i], key)
                 for i, (key, _value) in zip(indices, contributions, strict=True)]
+
+    def _combine_by_key(self, tuples: Sequence[Any]) -> Combined | None:
+        """:meth:`combine_contributions` for keyed state without windows, a batch at a
+        time: keys and values as :meth:`_keys_and_values` gives them, then one loop
+        absorbing the values of keys seen again (a batch of distinct keys, common with
+        millions of users, combines nothing). Groups come in first-seen order, each with
+        its last tuple (the groups are independent). None when a function fails or the
+        monoid refuses a key or value (the caller takes the tuple-by-tuple path, which
+        names them)."""
+        try:
+            keys, values, _types = self._keys_and_values(tuples)
+            assert keys is not None  # keyed state
+            last = dict(zip(keys, tuples, strict=True))
+        except Exception:  # a user function or check failed on some tuple (any error):
+            return None    # the tuple-by-tuple path names it
+        if len(last) == len(keys):
+            return Combined(list(tuples), keys, values)
+        inner = self.value_monoid
+        absorb = inner.absorb
+        copy = None if inner.immutable_state else inner.copy
+        owned: set[Any] = set()  # a first value may be shared: copied before absorbing
+        combined: dict[Any, Any] = {}
+        get = combined.get
+        for key, value in zip(keys, values, strict=True):
+            current = get(key, _NO_VALUE)
+            if current is _NO_VALUE:
+                combined[key] = value
+            elif copy is None or key in owned:
+                combined[key] = absorb(current, value)
+            else:
+                owned.add(key)
+                combined[key] = absorb(copy(current), value)
+        return Combined(list(last.values()), list(last), list(combined.values()))
 
     def _combine_sums(self, tuples: Sequence[Any]) -> Combined | None:
         """:meth:`combine_contributions` for keyed sums and counts without windows, a batch

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hailstorm import (
     Collect,
     Count,
+    Max,
     Record,
     SetUnion,
     SlidingWindow,
@@ -211,6 +212,44 @@ def test_a_window_grouping_or_lifting_its_own_way_is_asked_its_groups() -> None:
     run = execution_of(top.node("days"))
     combined = run.combine_contributions([("a", 1), ("a", 15), ("a", 150)])
     assert combined.tuples == [("a", 15), ("a", 150)]  # days 0 and 1, not windows 0, 10, 150
+
+
+@settings(max_examples=150, deadline=None)
+@given(tuples=st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(-50, 50)),
+                       max_size=40),
+       shape=st.sampled_from(["record", "shared record", "set", "max"]))
+def test_keyed_contributions_combine_as_a_model_says(
+    tuples: list[tuple[str, int]], shape: str
+) -> None:
+    """Keyed state without windows combines a batch at a time: one contribution per key,
+    in first-seen order, with the key's last tuple and its values combined, held to a
+    model written out here (sums, counts, sets, maxima by hand)."""
+    top = Topology("model")
+    src = top.spout("src", topic="t", decoder="json")
+    state, lift, fold = {
+        "record": (per_key(Record({"n": Count(), "total": Sum()})),
+                   lambda t: {"n": 1, "total": t[1]},
+                   lambda acc, t: {"n": acc["n"] + 1, "total": acc["total"] + t[1]}),
+        "shared record": (per_key(Record({"n": Count(), "total": Sum()})),
+                          lambda t: shared_record,
+                          lambda acc, t: {"n": acc["n"] + 1, "total": acc["total"] + 5}),
+        "set": (per_key(SetUnion()), lambda t: {t[1] % 3},
+                lambda acc, t: acc | {t[1] % 3}),
+        "max": (per_key(Max()), lambda t: t[1], lambda acc, t: max(acc, t[1])),
+    }[shape]
+    spec = top.bolt("b", inputs=[src], key=lambda t: t[0], state=state, lift=lift,
+                    parallelism=2)
+    model: dict[str, tuple[tuple[str, int], Any]] = {}
+    for t in tuples:
+        first = {"record": {"n": 1, "total": t[1]}, "shared record": {"n": 1, "total": 5},
+                 "set": {t[1] % 3}, "max": t[1]}[shape]
+        model[t[0]] = (t, fold(model[t[0]][1], t) if t[0] in model else first)
+    combined = execution_of(spec).combine_contributions(tuples)
+    assert combined.keys == list(model)
+    assert combined.tuples == [t for t, _ in model.values()]
+    assert combined.values == [value for _, value in model.values()]
+    assert not combined.failures
+    assert shared_record == {"n": 1, "total": 5}  # lift's shared value was never mutated
 
 
 def test_each_group_keeps_its_last_tuple_in_last_seen_order() -> None:
