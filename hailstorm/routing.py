@@ -229,10 +229,10 @@ class KeyRouter:
              ) -> list[int]:
         """The instance of each of ``keys``, a batch at a time: remembered ones looked up,
         the others routed (:func:`route_many`) and remembered, :data:`ROUTE_PIECE` at a
-        time; while the memo rests, all routed and none remembered. ``between`` is called
-        between two pieces; it may raise to abandon the call (the keys routed so far stay
-        remembered)."""
-        if self._resting:
+        time; while the memo rests, every key is routed and none remembered. ``between``
+        is called between two pieces; it may raise to abandon the call (the keys routed
+        so far stay remembered, unless the memo rests)."""
+        if self._resting > 0:
             self._resting -= 1
             return self._routed(list(keys), between, remember=False)
         memo = self._memo

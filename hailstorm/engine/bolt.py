@@ -403,7 +403,7 @@ class BoltExecution:
     def combine_contributions(self, tuples: Sequence[Any]) -> Combined:
         """Pre-aggregate ``tuples`` (what a spout does for a ``preaggregate`` bolt): one
         combined contribution per group, in the order each group was last seen (keyed
-        state without windows, whose groups are independent: first seen).
+        sums and counts without windows: first seen).
 
         For keyed state the group is the state key; for unkeyed state routed by ``key``
         (``parallelism > 1``) it is the routing key and the state key is ``None``;
@@ -470,10 +470,10 @@ class BoltExecution:
         """:meth:`combine_contributions` for keyed state without windows, a batch at a
         time: keys and values as :meth:`_keys_and_values` gives them, then one loop
         absorbing the values of keys seen again (a batch of distinct keys, common with
-        millions of users, combines nothing). Groups come in first-seen order, each with
-        its last tuple (the groups are independent). None when a function fails or the
-        monoid refuses a key or value (the caller takes the tuple-by-tuple path, which
-        names them)."""
+        millions of users, combines nothing). Groups come in last-seen order, each with
+        its last tuple, as from the tuple-by-tuple path (a compacting bolt emits in this
+        order). None when a function fails or the monoid refuses a key or value (the
+        caller takes the tuple-by-tuple path, which names them)."""
         try:
             keys, values, _types = self._keys_and_values(tuples)
             assert keys is not None  # keyed state
@@ -497,7 +497,10 @@ class BoltExecution:
             else:
                 owned.add(key)
                 combined[key] = absorb(copy(current), value)
-        return Combined(list(last.values()), list(last), list(combined.values()))
+        order = list(dict.fromkeys(reversed(keys)))  # by last sight, latest first
+        order.reverse()
+        return Combined(list(map(last.__getitem__, order)), order,
+                        list(map(combined.__getitem__, order)))
 
     def _combine_sums(self, tuples: Sequence[Any]) -> Combined | None:
         """:meth:`combine_contributions` for keyed sums and counts without windows, a batch

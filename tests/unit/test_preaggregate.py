@@ -222,8 +222,9 @@ def test_keyed_contributions_combine_as_a_model_says(
     tuples: list[tuple[str, int]], shape: str
 ) -> None:
     """Keyed state without windows combines a batch at a time: one contribution per key,
-    in first-seen order, with the key's last tuple and its values combined, held to a
-    model written out here (sums, counts, sets, maxima by hand)."""
+    in last-seen order (as tuple by tuple: a compacting bolt emits in it), with the key's
+    last tuple and its values combined, held to a model written out here (sums, counts,
+    sets, maxima by hand)."""
     top = Topology("model")
     src = top.spout("src", topic="t", decoder="json")
     state, lift, fold = {
@@ -243,7 +244,8 @@ def test_keyed_contributions_combine_as_a_model_says(
     for t in tuples:
         first = {"record": {"n": 1, "total": t[1]}, "shared record": {"n": 1, "total": 5},
                  "set": {t[1] % 3}, "max": t[1]}[shape]
-        model[t[0]] = (t, fold(model[t[0]][1], t) if t[0] in model else first)
+        seen = model.pop(t[0], None)  # moves to the end: last-seen order
+        model[t[0]] = (t, first if seen is None else fold(seen[1], t))
     combined = execution_of(spec).combine_contributions(tuples)
     assert combined.keys == list(model)
     assert combined.tuples == [t for t, _ in model.values()]
