@@ -1,0 +1,170 @@
+"""Spout cost: what one spout instance spends per message, by phase, in one process.
+
+    .venv/bin/python bench/spout_cost.py [--workload user-totals] [--messages 400000]
+                                         [--batch 10000] [--runs 5]
+
+Needs no services. Runs the spout of a workload's topology (its :class:`SpoutCore`, reading
+one partition, with the topology's own decoder, ``explode``, the downstream bolts' ``key``,
+``lift`` and pre-aggregation, and routing) over the workload's realistic messages, fetched
+``--batch`` at a time as a spout's consume returns them, and encodes the DATA frames it
+would send. Per phase, the CPU time per message (``time.process_time``):
+
+* **stage**: decoding and exploding the messages (:meth:`SpoutCore.stage`);
+* **flush**: judging lateness, keying, lifting, combining per key and routing
+  (:meth:`SpoutCore.flush`);
+* **encode**: the DATA frames of every destination (:func:`encode_frames`).
+
+The run with the least CPU in all is reported (``--runs``). A processor's cyclic garbage
+collector is set as the runtime sets it. In a topology run every processor shares the
+machine with the broker, the other processors and the database, and pays for TLS, its
+queues and its metrics besides. Yet on the slower 2-core VM of ``docs/performance.md`` a
+per-user-totals spout cost 10.6-12.1 us a message here (400,000 messages) and 11.5-13.6 us
+an event of CPU per spout in ``bench/user_totals_throughput.py``, the same day and spout:
+most of a spout's time is its own code's, which this measures with less noise than a
+topology run. It times a part of hailstorm alone: no peer or baseline loop runs beside it
+(the throughput benches do).
+
+Workloads (``hailstorm.dev.workloads``, seeded):
+
+* ``user-totals``: ``KeyedEvents`` over 1M users (Zipf 0.6), ``topologies/user_totals.py``;
+* ``two-stage``: the same events, ``topologies/top_spenders.py``;
+* ``pageviews``: ``PageViews`` as Avro, ``topologies/pageviews.py``;
+* ``wordcount``: ``ZipfText`` lines (50,000 words, Zipf 1.1), ``topologies/wordcount.py``.
+
+Prints one JSON line of figures and a human summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import machine, report, sample_lines  # noqa: E402
+from fastavro import parse_schema, schemaless_writer  # noqa: E402
+
+from hailstorm.dev.workloads import KeyedEvents, PageViews  # noqa: E402
+from hailstorm.processors import Contributions  # noqa: E402
+from hailstorm.processors.spout_core import SpoutCore  # noqa: E402
+from hailstorm.protocol.wire import DataBatch, encode_frames  # noqa: E402
+from hailstorm.runtime.task import GC_THRESHOLDS  # noqa: E402
+from hailstorm.topology import SpoutSpec  # noqa: E402
+from hailstorm.topology.loading import load_topology  # noqa: E402
+
+PHASES = ("stage", "flush", "encode")
+
+
+def _keyed_events(count: int) -> list[bytes]:
+    return list(KeyedEvents(keys=1_000_000).events(count))
+
+
+def _page_views(count: int) -> list[bytes]:
+    from topologies.pageviews import PAGE_VIEW_SCHEMA
+
+    schema = parse_schema(PAGE_VIEW_SCHEMA)
+    values = []
+    for view in PageViews().views(count):
+        buffer = io.BytesIO()
+        schemaless_writer(buffer, schema, view)
+        values.append(buffer.getvalue())
+    return values
+
+
+def _text_lines(count: int) -> list[bytes]:
+    return [line.encode() for line in sample_lines(count)]
+
+
+WORKLOADS: dict[str, tuple[str, Callable[[int], list[bytes]]]] = {
+    "user-totals": ("user_totals.py", _keyed_events),
+    "two-stage": ("top_spenders.py", _keyed_events),
+    "pageviews": ("pageviews.py", _page_views),
+    "wordcount": ("wordcount.py", _text_lines),
+}
+
+
+def one_run(topology: Any, spout: SpoutSpec, messages: list[bytes],
+            batch: int) -> dict[str, float]:
+    """CPU seconds per phase of one spout instance reading ``messages`` from offset 0."""
+    core = SpoutCore(spout, 0, topology.downstream_of(spout))
+    core.start({})
+    core.resume()
+    spent = dict.fromkeys(PHASES, 0.0)
+    clock = time.process_time
+    for start in range(0, len(messages), batch):
+        values = messages[start:start + batch]
+        offsets = list(range(start, start + len(values)))
+        began = clock()
+        core.stage(offsets, values)
+        staged = clock()
+        out = core.flush()
+        flushed = clock()
+        frames = [DataBatch.of([0] * len(part), part.offsets, part.tuples,
+                               part.keys, part.values)
+                  if isinstance(part, Contributions)
+                  else DataBatch.of([0] * len(part), part.offsets, part.tuples)
+                  for part in out.batches.values()]
+        encode_frames(frames)
+        encoded = clock()
+        spent["stage"] += staged - began
+        spent["flush"] += flushed - staged
+        spent["encode"] += encoded - flushed
+    return spent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="user-totals")
+    parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--batch", type=int, default=10_000,
+                        help="Messages a consume call returns (the runtime's most: 10,000).")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    if args.messages < 1 or args.batch < 1 or args.runs < 1:
+        parser.error("--messages, --batch and --runs must be positive")
+
+    file, generate = WORKLOADS[args.workload]
+    topology = load_topology(str(REPO / "topologies" / file))
+    spout = topology.spouts[0]
+    print(f"generating {args.messages:,} messages ({args.workload})", flush=True)
+    messages = generate(args.messages)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    runs = []
+    try:
+        for run in range(args.runs):
+            runs.append(one_run(topology, spout, messages, args.batch))
+            print(f"run {run + 1}/{args.runs}: {sum(runs[-1].values()):.2f} s of CPU",
+                  flush=True)
+    finally:
+        gc.set_threshold(*thresholds)
+    best = min(runs, key=lambda spent: sum(spent.values()))
+    per_message = {phase: best[phase] / len(messages) * 1e6 for phase in PHASES}
+    totals = sorted(sum(spent.values()) / len(messages) * 1e6 for spent in runs)
+    figures = {
+        **machine(), "workload": args.workload, "topology": f"topologies/{file}",
+        "spout": spout.name, "messages": len(messages), "batch": args.batch, "runs": args.runs,
+        **{f"us_per_message_{phase}": round(value, 3) for phase, value in per_message.items()},
+        "us_per_message": round(totals[0], 3),
+        "us_per_message_median": round(totals[len(totals) // 2], 3),
+        "us_per_message_max": round(totals[-1], 3),
+    }
+    phases = ", ".join(f"{phase} {value:.2f}" for phase, value in per_message.items())
+    report("spout_cost", figures,
+           f"{args.workload}: one spout of topologies/{file}, {len(messages):,} messages in "
+           f"batches of {args.batch:,}: {totals[0]:.2f} us a message at least "
+           f"(median {totals[len(totals) // 2]:.2f}, most {totals[-1]:.2f} over {args.runs} "
+           f"runs; {phases} in the least)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
