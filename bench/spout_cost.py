@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import sys
 import time
 from collections.abc import Callable
@@ -50,7 +49,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from common import machine, report, sample_lines  # noqa: E402
-from fastavro import parse_schema, schemaless_writer  # noqa: E402
+from pageviews_throughput import encoded  # noqa: E402
 
 from hailstorm.dev.workloads import KeyedEvents, PageViews  # noqa: E402
 from hailstorm.processors import Contributions  # noqa: E402
@@ -68,15 +67,7 @@ def _keyed_events(count: int) -> list[bytes]:
 
 
 def _page_views(count: int) -> list[bytes]:
-    from topologies.pageviews import PAGE_VIEW_SCHEMA
-
-    schema = parse_schema(PAGE_VIEW_SCHEMA)
-    values = []
-    for view in PageViews().views(count):
-        buffer = io.BytesIO()
-        schemaless_writer(buffer, schema, view)
-        values.append(buffer.getvalue())
-    return values
+    return encoded(PageViews().views(count))
 
 
 def _text_lines(count: int) -> list[bytes]:
