@@ -25,7 +25,8 @@ monoid                         state
 ``SetUnion(item_type)``        ``set`` of items
 ``Events(value_type)``         ``dict`` event id -> value
 ``TopK(k)``                    ``dict`` item -> score, at most ``k`` entries
-``HyperLogLog(precision)``     ``bytearray`` of ``2**precision`` registers
+``HyperLogLog(precision)``     ``bytearray``: 4 bytes per set register while at most
+                               ``2**precision // 32`` are set, else every register
 ``CountMinSketch(w, d)``       ``dict`` cell index -> non-zero counter (sparse d x w grid)
 ``KeyedMap(inner)``            ``dict`` key -> inner state
 ``TumblingWindow``,            ``(max_event_time_seen or None, dict window_start -> inner

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
+import operator
+import struct
+import sys
+from bisect import bisect_left
+from collections.abc import Sequence
 from typing import Any
 
 from hailstorm.monoids.avro import record
@@ -42,11 +46,13 @@ _EMPTY_HASHERS = {size: hashlib.blake2b(digest_size=size) for size in (8, 16)}
 updated themselves)."""
 
 
-_NONZERO = re.compile(rb"[^\x00]")
-
-SPARSE_REGISTERS = 16
-"""Registers set at most in a state that :meth:`HyperLogLog.absorb` takes one by one (more
-are merged all at once, about 10 us at precision 10)."""
+_ENTRY = 4
+"""Bytes of one set register in a sparse state: ``index << 8 | rank``, unsigned little-endian."""
+_ENTRY_CODEC = struct.Struct("<I")
+"""Packs and unpacks one entry (faster than ``int.to_bytes`` and ``int.from_bytes``)."""
+_LITTLE_ENDIAN = (sys.byteorder == "little"
+                  and memoryview(bytes(_ENTRY)).cast("I").itemsize == _ENTRY)
+"""Whether a sparse state's entries are this machine's own unsigned ints (read in place)."""
 
 ESTIMATES_KEPT = 4096
 ESTIMATES_KEPT_BYTES = 4 << 20
@@ -54,38 +60,50 @@ ESTIMATES_KEPT_BYTES = 4 << 20
 estimates by (at least 16 estimates)."""
 
 
-class _OneItem(bytearray):
-    """The registers of one lifted item (:meth:`HyperLogLog.lift`), which also carry the one
-    register it sets, so absorbing it looks at no other (a bolt lifts an item per tuple).
-    :class:`HyperLogLog`'s methods that change a state in place first mark such a state as
-    no longer one item (``register`` -1); change a lifted state only through them."""
-
-    __slots__ = ("rank", "register")
-    register: int
-    rank: int
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:  # pickle and copy
-        if self.register < 0:
-            return bytearray, (bytes(self),)
-        return _one_item, (len(self), self.register, self.rank)
+def _entries(state: bytearray) -> Sequence[int]:
+    """The entries of a sparse state, ascending (``index << 8 | rank``)."""
+    if _LITTLE_ENDIAN:
+        with memoryview(state) as raw, raw.cast("I") as entries:
+            return entries.tolist()
+    return [entry for (entry,) in _ENTRY_CODEC.iter_unpack(state)]
 
 
-def _one_item(size: int, index: int, rank: int) -> _OneItem:
-    """The registers of one item: ``size`` registers, ``rank`` at ``index``."""
-    registers = _OneItem(size)
-    registers[index] = rank
-    registers.register = index
-    registers.rank = rank
-    return registers
+def _split(entry: int) -> tuple[int, int]:
+    """``(index, rank)`` of a sparse state's entry."""
+    return entry >> 8, entry & 0xFF
+
+
+def _find(state: bytearray, key: int) -> tuple[int, int]:
+    """Where the entry ``key`` (``index << 8``) belongs in a sparse state, as an entry number,
+    and the entry there (-1 past the last)."""
+    if not _LITTLE_ENDIAN:
+        listed = _entries(state)
+        at = bisect_left(listed, key)
+        return at, listed[at] if at < len(listed) else -1
+    entries = memoryview(state).cast("I")
+    at = bisect_left(entries, key)
+    found = entries[at] if at < len(entries) else -1
+    entries.release()  # so the state can grow
+    return at, found
 
 
 class HyperLogLog(Monoid[bytearray]):
     """Approximate distinct count (HyperLogLog with a 64-bit blake2b hash).
 
-    State: ``bytearray`` of ``m = 2**precision`` registers (``m`` bytes; the relative error is
-    about ``1.04 / sqrt(m)``, 1.6% at the default precision 12). Merge is register-wise max.
-    ``absorb`` of a lifted item only touches its one register. For ``per_key`` use consider a
-    lower precision: every key costs ``m`` bytes.
+    ``m = 2**precision`` registers; the relative error is about ``1.04 / sqrt(m)``, 1.6% at
+    the default precision 12. Merge is register-wise max. A state is a ``bytearray`` in one
+    of two forms (as HyperLogLog++ keeps small sketches sparse):
+
+    * **sparse**, while at most ``m // 32`` registers are set: 4 bytes per set register,
+      ``index << 8 | rank`` as an unsigned little-endian integer, ascending; an empty
+      state has no bytes. A lifted item is 4 bytes, and a key seen by a few items costs a
+      few bytes in memory, on the wire and in snapshots instead of ``m``;
+    * **dense**: the ``m`` registers, one byte each (length exactly ``m``).
+
+    The form follows from the registers alone, so equal registers are equal states. A state
+    turns dense in place when it outgrows the sparse form: use what :meth:`absorb` and
+    :meth:`add` return, or the state they were given (the same object). Dense
+    ``bytearray(m)`` states made by hand are accepted everywhere.
     """
 
     name = "HyperLogLog"
@@ -95,57 +113,119 @@ class HyperLogLog(Monoid[bytearray]):
             raise ValueError("HyperLogLog precision must be in 4..18")
         self.precision = precision
         self.m = 1 << precision
+        self.sparse_limit = self.m // 32
+        """Set registers a sparse state holds at most: 4 bytes each, so a sparse state takes
+        at most an eighth of the dense form's ``m`` bytes."""
+        self._sparse_bytes = self.sparse_limit * _ENTRY
         self._rest_bits = 64 - precision
         self._rest_mask = (1 << self._rest_bits) - 1
         m = self.m
         self._alpha = {16: 0.673, 32: 0.697, 64: 0.709}.get(m, 0.7213 / (1 + 1.079 / m))
         self._high_bits = int.from_bytes(b"\x80" * m, "little")
         self._estimates: dict[int, tuple[bytes, float]] = {}
-        """``id(state)`` -> (its registers, their estimate), for :meth:`estimate`."""
+        """``id(state)`` -> (its registers, their estimate), for :meth:`estimate` of dense
+        states."""
         self._estimates_kept = max(16, min(ESTIMATES_KEPT, ESTIMATES_KEPT_BYTES // m))
 
     def empty(self) -> bytearray:
-        return bytearray(self.m)
+        return bytearray()
 
-    def _register(self, item: Any) -> tuple[int, int]:
+    def _entry(self, item: Any) -> int:
+        """``index << 8 | rank`` of the register ``item`` sets."""
         h = int.from_bytes(stable_hash(item), "big")
         rest = h & self._rest_mask
-        return h >> self._rest_bits, self._rest_bits - rest.bit_length() + 1
+        return (h >> self._rest_bits) << 8 | (self._rest_bits - rest.bit_length() + 1)
 
     def lift(self, item: Any) -> bytearray:
-        """The state of one item."""
-        return _one_item(self.m, *self._register(item))
+        """The state of one item: the one register it sets (sparse, but for ``m`` of 16)."""
+        if self.sparse_limit:
+            return bytearray(_ENTRY_CODEC.pack(self._entry(item)))
+        return self._set(bytearray(self.m), self._entry(item))
 
     def add(self, state: bytearray, item: Any) -> bytearray:
-        """``absorb(state, lift(item))`` without allocating (mutates ``state``)."""
-        if type(state) is _OneItem:
-            state.register = -1  # (see _OneItem)
-        idx, rank = self._register(item)
-        if rank > state[idx]:
-            state[idx] = rank
-        return state
+        """``absorb(state, lift(item))`` without lifting (mutates and returns ``state``)."""
+        return self._set(state, self._entry(item))
+
+    def _set(self, state: bytearray, entry: int) -> bytearray:
+        """Raise one register of ``state`` (in place) to the rank ``entry`` names."""
+        index = entry >> 8
+        size = len(state)
+        if size == self.m:
+            rank = entry & 0xFF
+            if rank > state[index]:
+                state[index] = rank
+            return state
+        if size == _ENTRY:  # one register set: most sketches of a few items (no search)
+            (found,) = _ENTRY_CODEC.unpack(state)
+            at = 0 if index << 8 <= found else 1
+        elif size:
+            at, found = _find(state, index << 8)
+        else:
+            at, found = 0, -1
+        if found >> 8 == index:
+            if entry > found:
+                state[at * _ENTRY] = entry & 0xFF  # the entry's low byte: its rank
+            return state
+        if size < self._sparse_bytes:
+            state[at * _ENTRY:at * _ENTRY] = _ENTRY_CODEC.pack(entry)
+            return state
+        state[:] = self._dense(state)
+        return self._set(state, entry)
+
+    def _dense(self, state: bytearray) -> bytearray:
+        """The ``m`` registers of a state of either form (a new ``bytearray``)."""
+        if len(state) == self.m:
+            return bytearray(state)
+        registers = bytearray(self.m)
+        for entry in _entries(state):
+            registers[entry >> 8] = entry & 0xFF
+        return registers
+
+    def _sparse(self, registers: dict[int, int]) -> bytearray:
+        """The state of ``index -> rank`` (ranks above zero), sparse while it fits."""
+        if len(registers) > self.sparse_limit:
+            dense = bytearray(self.m)
+            for index, rank in registers.items():
+                dense[index] = rank
+            return dense
+        return bytearray(b"".join(_ENTRY_CODEC.pack(index << 8 | registers[index])
+                                  for index in sorted(registers)))
 
     def combine(self, a: bytearray, b: bytearray) -> bytearray:
-        if a.count(0) > b.count(0):
+        m = self.m
+        if len(a) != m and len(b) == m:
+            a, b = b, a  # copy the dense one, absorb the sparse one
+        elif len(a) == m and len(b) == m and a.count(0) > b.count(0):
             a, b = b, a  # copy the denser one, absorb the sparser one
         return self.absorb(bytearray(a), b)
 
     def absorb(self, acc: bytearray, value: bytearray) -> bytearray:
-        if type(acc) is _OneItem:
-            acc.register = -1  # (see _OneItem)
-        if type(value) is _OneItem and value.register >= 0:  # a lifted item: the hot path
-            i, r = value.register, value.rank
-            if r > acc[i]:
-                acc[i] = r
+        m = self.m
+        if len(value) == _ENTRY:  # one item (a lifted one): the hot path
+            (entry,) = _ENTRY_CODEC.unpack(value)
+            if len(acc) == m:
+                index, rank = entry >> 8, entry & 0xFF
+                if rank > acc[index]:
+                    acc[index] = rank
+                return acc
+            return self._set(acc, entry)
+        if len(value) != m:  # a few items
+            if not value:
+                return acc
+            if len(acc) == m:
+                for entry in _entries(value):
+                    index, rank = entry >> 8, entry & 0xFF
+                    if rank > acc[index]:
+                        acc[index] = rank
+                return acc
+            registers = dict(map(_split, _entries(acc)))
+            for index, rank in map(_split, _entries(value)):
+                if rank > registers.get(index, 0):
+                    registers[index] = rank
+            acc[:] = self._sparse(registers)
             return acc
-        nonzero = len(value) - value.count(0)
-        if nonzero <= SPARSE_REGISTERS:  # a few items: register by register
-            for match in _NONZERO.finditer(value):
-                i = match.start()
-                r = value[i]
-                if r > acc[i]:
-                    acc[i] = r
-            return acc
+        if len(acc) != m:
+            acc[:] = self._dense(acc)
         a = int.from_bytes(acc, "little")
         b = int.from_bytes(value, "little")
         high = self._high_bits
@@ -157,7 +237,7 @@ class HyperLogLog(Monoid[bytearray]):
         # borrows from the next lane; that bit, spread over its lane, picks a or b.
         a_wins = (((a | high) - b) & high) >> 7
         lanes = (a_wins << 8) - a_wins
-        acc[:] = (b ^ ((a ^ b) & lanes)).to_bytes(self.m, "little")
+        acc[:] = (b ^ ((a ^ b) & lanes)).to_bytes(m, "little")
         return acc
 
     def copy(self, state: bytearray) -> bytearray:
@@ -166,10 +246,16 @@ class HyperLogLog(Monoid[bytearray]):
     def estimate(self, state: bytearray) -> float:
         """Estimated number of distinct items (bias-corrected, linear counting when small).
 
-        The last estimates are remembered with the registers they were made of, per state
-        object: a bolt emitting a key's estimate after every tuple asks again about states
-        that most tuples left as they were (an item seen before, or not above its register).
+        A sparse state's estimate is linear counting over its set registers. The last
+        estimates of dense states are remembered with the registers they were made of, per
+        state object: a bolt emitting a key's estimate after every tuple asks again about
+        states that most tuples left as they were (an item seen before, or not above its
+        register).
         """
+        m = self.m
+        if len(state) != m:  # at most m // 32 set: always the linear-counting range
+            zeros = m - len(state) // _ENTRY
+            return m * math.log(m / zeros)  # the float _estimate gives these registers
         remembered = self._estimates.get(id(state))
         if remembered is not None and remembered[0] == state:
             return remembered[1]
@@ -215,9 +301,31 @@ class HyperLogLog(Monoid[bytearray]):
         return {"precision": self.precision, "registers": bytes(state)}
 
     def from_avro(self, data: Any) -> bytearray:
-        if data["precision"] != self.precision or len(data["registers"]) != self.m:
+        registers = data["registers"]
+        if data["precision"] != self.precision:
             raise ValueError(f"snapshot has precision {data['precision']}, not {self.precision}")
-        return bytearray(data["registers"])
+        if len(registers) == self.m:  # dense (every snapshot written before sparse states)
+            if self.m - registers.count(0) > self.sparse_limit:
+                return bytearray(registers)
+            return self._sparse({index: rank for index, rank in enumerate(registers) if rank})
+        state = bytearray(registers)
+        self._check_sparse(state)
+        return state
+
+    def _check_sparse(self, state: bytearray) -> None:
+        """Raise ``ValueError`` unless ``state`` is a well-formed sparse state."""
+        if len(state) % _ENTRY or len(state) // _ENTRY > self.sparse_limit:
+            raise ValueError(f"{self.describe()}: {len(state)} bytes of registers are neither "
+                             f"{self.m} (dense) nor at most {self.sparse_limit} entries of "
+                             f"{_ENTRY} bytes (sparse)")
+        entries = _entries(state)
+        ranks = state[::_ENTRY]  # the low byte of each entry
+        if entries and (0 in ranks or max(ranks) > self._rest_bits + 1
+                        or entries[-1] >> 8 >= self.m
+                        or not all(map(operator.lt, [entry | 0xFF for entry in entries[:-1]],
+                                       entries[1:]))):  # indexes ascending, each once
+            raise ValueError(f"{self.describe()}: sparse registers out of order or out of "
+                             f"range: {entries!r:.200}")
 
     def describe(self) -> str:
         return f"HyperLogLog(p={self.precision})"

@@ -15,7 +15,7 @@ from typing import Any
 
 import fastavro
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hailstorm.monoids as monoids_module
@@ -365,21 +365,101 @@ def test_hyperloglog_estimate_is_the_formula_over_every_register(registers: byte
     assert hll.estimate(registers) == expected
 
 
-def test_a_lifted_item_absorbs_as_its_registers_and_stops_being_one_when_absorbed_into() -> None:
+def test_a_lifted_item_is_its_one_register_and_grows_in_place_when_absorbed_into() -> None:
     hll = HyperLogLog(6)
     a, b = hll.lift("a"), hll.lift("b")
     registers_of = hll.combine(a, b)
     for copied in (pickle.loads(pickle.dumps(a, protocol=5)), copy.deepcopy(a), copy.copy(a)):
         assert copied == a and hll.absorb(hll.absorb(hll.empty(), copied), b) == registers_of
     grown = hll.lift("a")
-    hll.absorb(grown, b)  # an accumulator that was a lifted item: changed in place
+    assert hll.absorb(grown, b) is grown  # an accumulator that was a lifted item: in place
     added = hll.lift("a")
-    hll.add(added, "b")
+    assert hll.add(added, "b") is added
     for state in (grown, added):
         assert state == registers_of
         assert hll.absorb(hll.empty(), state) == registers_of  # absorbed whole, not as "a"
         copied = pickle.loads(pickle.dumps(state, protocol=5))
         assert copied == registers_of and hll.absorb(hll.empty(), copied) == registers_of
+
+
+def model_registers(precision: int, items: list[str]) -> dict[int, int]:
+    """HyperLogLog's registers written out from the paper: the first ``precision`` bits of
+    the item's 64-bit BLAKE2b (big-endian) pick the register, the rest's leading zeros + 1
+    are the rank; a register keeps the highest rank."""
+    registers: dict[int, int] = {}
+    rest_bits = 64 - precision
+    for item in items:
+        h = int.from_bytes(hashlib.blake2b(item.encode(), digest_size=8).digest(), "big")
+        index, rest = h >> rest_bits, h & ((1 << rest_bits) - 1)
+        rank = rest_bits - rest.bit_length() + 1
+        registers[index] = max(registers.get(index, 0), rank)
+    return registers
+
+
+def registers_in(precision: int, state: bytearray) -> dict[int, int]:
+    """The set registers of a state of either form, read as the docstring specifies."""
+    if len(state) == 1 << precision:
+        return {index: rank for index, rank in enumerate(state) if rank}
+    assert len(state) % 4 == 0
+    entries = [int.from_bytes(state[at:at + 4], "little") for at in range(0, len(state), 4)]
+    assert entries == sorted(entries)
+    return {entry >> 8: entry & 0xFF for entry in entries}
+
+
+hll_items = st.lists(st.text(max_size=3), max_size=80)
+
+
+@pytest.mark.parametrize("big_endian", [False, True])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(precision=st.sampled_from([4, 5, 6, 10, 12]), items=hll_items, cut=st.integers(0, 80))
+def test_hyperloglog_states_hold_the_registers_of_a_model_in_the_form_their_count_says(
+        precision: int, items: list[str], cut: int, big_endian: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lifted, added, absorbed or combined in halves, sparse or dense: a state holds the
+    model's registers, sparse exactly while at most m // 32 are set, and estimates, Avro
+    (also from the dense registers every earlier snapshot held) and pickle agree."""
+    import hailstorm.monoids.sketches as sketches
+
+    monkeypatch.setattr(sketches, "_LITTLE_ENDIAN", not big_endian)  # both ways of reading
+    hll = HyperLogLog(precision)
+    m = hll.m
+    expected = model_registers(precision, items)
+    lifted = hll.empty()
+    for item in items:
+        lifted = hll.absorb(lifted, hll.lift(item))
+    added = hll.empty()
+    for item in items:
+        added = hll.add(added, item)
+    halves = hll.combine(hll.combine_all(map(hll.lift, items[:cut])),
+                         hll.combine_all(map(hll.lift, items[cut:])))
+    into_half = hll.absorb(hll.combine_all(map(hll.lift, items[cut:])),
+                           hll.combine_all(map(hll.lift, items[:cut])))
+    dense = bytearray(m)
+    for index, rank in expected.items():
+        dense[index] = rank
+    for state in (lifted, added, halves, into_half):
+        assert registers_in(precision, state) == expected
+        assert (len(state) == m) == (len(expected) > m // 32)
+        assert state == lifted
+        assert hll.estimate(state) == hll.estimate(bytearray(dense))
+        assert hll.from_avro(hll.to_avro(state)) == state
+        assert hll.from_avro({"precision": precision, "registers": bytes(dense)}) == state
+        assert pickle.loads(pickle.dumps(state, protocol=5)) == state
+        assert hll.absorb(bytearray(dense), state) == dense  # into registers made by hand
+        assert registers_in(precision, hll.absorb(hll.copy(state), dense)) == expected
+
+
+@pytest.mark.parametrize("registers", [
+    b"\x01", b"\x01\x00\x00\x00" * 33,  # not whole entries; more than m // 32 of them
+    b"\x01\x02\x00\x00\x01\x01\x00\x00",  # out of order
+    b"\x01\x01\x00\x00\x02\x01\x00\x00",  # a register twice
+    b"\x00\x01\x00\x00", b"\x38\x01\x00\x00",  # ranks 0 and 56 (at most 64 - 10 + 1)
+    b"\x01\x00\x04\x00",  # register 1024 of 1024
+])
+def test_hyperloglog_refuses_malformed_sparse_registers(registers: bytes) -> None:
+    with pytest.raises(ValueError, match="HyperLogLog"):
+        HyperLogLog(10).from_avro({"precision": 10, "registers": registers})
 
 
 registers_of_10 = st.binary(min_size=1024, max_size=1024).map(bytearray)
