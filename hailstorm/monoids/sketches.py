@@ -307,8 +307,9 @@ class HyperLogLog(Monoid[bytearray]):
         if len(registers) == self.m:  # dense (every snapshot written before sparse states)
             if self.m - registers.count(0) > self.sparse_limit:
                 return bytearray(registers)
-            return self._sparse({index: rank for index, rank in enumerate(registers) if rank})
-        state = bytearray(registers)
+            state = self._sparse({index: rank for index, rank in enumerate(registers) if rank})
+        else:
+            state = bytearray(registers)
         self._check_sparse(state)
         return state
 

@@ -462,6 +462,14 @@ def test_hyperloglog_refuses_malformed_sparse_registers(registers: bytes) -> Non
         HyperLogLog(10).from_avro({"precision": 10, "registers": registers})
 
 
+def test_hyperloglog_refuses_dense_registers_it_would_keep_sparse_out_of_range() -> None:
+    """A dense value of a few registers becomes sparse on loading: it is checked as one."""
+    dense = bytearray(1024)
+    dense[3] = 200  # no 64-bit hash has such a rank
+    with pytest.raises(ValueError, match="out of range"):
+        HyperLogLog(10).from_avro({"precision": 10, "registers": bytes(dense)})
+
+
 registers_of_10 = st.binary(min_size=1024, max_size=1024).map(bytearray)
 
 
