@@ -11,7 +11,7 @@ import operator
 import struct
 import sys
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hailstorm.monoids.avro import record
@@ -176,18 +176,19 @@ class HyperLogLog(Monoid[bytearray]):
         """The ``m`` registers of a state of either form (a new ``bytearray``)."""
         if len(state) == self.m:
             return bytearray(state)
-        registers = bytearray(self.m)
-        for entry in _entries(state):
-            registers[entry >> 8] = entry & 0xFF
-        return registers
+        return self._dense_of(map(_split, _entries(state)))
+
+    def _dense_of(self, registers: Iterable[tuple[int, int]]) -> bytearray:
+        """The ``m`` registers with these ``(index, rank)`` set (a new ``bytearray``)."""
+        dense = bytearray(self.m)
+        for index, rank in registers:
+            dense[index] = rank
+        return dense
 
     def _sparse(self, registers: dict[int, int]) -> bytearray:
         """The state of ``index -> rank`` (ranks above zero), sparse while it fits."""
         if len(registers) > self.sparse_limit:
-            dense = bytearray(self.m)
-            for index, rank in registers.items():
-                dense[index] = rank
-            return dense
+            return self._dense_of(registers.items())
         return bytearray(b"".join(_ENTRY_CODEC.pack(index << 8 | registers[index])
                                   for index in sorted(registers)))
 
@@ -213,8 +214,7 @@ class HyperLogLog(Monoid[bytearray]):
             if not value:
                 return acc
             if len(acc) == m:
-                for entry in _entries(value):
-                    index, rank = entry >> 8, entry & 0xFF
+                for index, rank in map(_split, _entries(value)):
                     if rank > acc[index]:
                         acc[index] = rank
                 return acc
