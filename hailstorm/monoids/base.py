@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
+from hailstorm.monoids.avro_columns import stripe
+
 __all__ = ["DEFAULT_NAMESPACE", "MISSING", "Monoid", "S"]
 
 S = TypeVar("S")
@@ -87,6 +89,14 @@ class Monoid(ABC, Generic[S]):
     @abstractmethod
     def from_avro(self, data: Any) -> S:
         """Inverse of :meth:`to_avro`."""
+
+    def avro_column(self, states: Sequence[S]) -> Any:
+        """The :meth:`to_avro` values of ``states`` as one nested column
+        (:func:`hailstorm.monoids.avro_columns.stripe`): how snapshots write a chunk of
+        keyed values. A monoid may build it faster without the values in between; it
+        must give exactly this."""
+        values = states if self.avro_as_is else list(map(self.to_avro, states))
+        return stripe(self.avro_schema(), values)
 
     def describe(self) -> str:
         """Human description for ``hailstorm show`` (e.g. ``per_key(Count)``)."""

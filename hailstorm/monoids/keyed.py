@@ -177,7 +177,16 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         values = list(map(state.__getitem__, keys))
         if not self.inner.avro_as_is:
             values = list(map(self.inner.to_avro, values))
-        return (list(keys) if self._key.as_is else list(map(self._key.encode, keys))), values
+        return self._avro_keys(keys), values
+
+    def avro_nested_columns(self, state: dict[Any, Any], keys: Sequence[Any]
+                            ) -> tuple[list[Any], Any]:
+        """:meth:`avro_columns` with the values as one nested column
+        (:meth:`Monoid.avro_column`)."""
+        return self._avro_keys(keys), self.inner.avro_column(list(map(state.__getitem__, keys)))
+
+    def _avro_keys(self, keys: Sequence[Any]) -> list[Any]:
+        return list(keys) if self._key.as_is else list(map(self._key.encode, keys))
 
     def from_avro(self, data: Any) -> dict[Any, Any]:
         if self._key.as_is and self.inner.avro_as_is:  # no call per key (a reload's bulk)
@@ -339,6 +348,10 @@ class Record(Monoid[dict[str, Any]]):
         if self.avro_as_is:
             return state
         return {name: m.to_avro(state[name]) for name, m in self.fields.items()}
+
+    def avro_column(self, states: Sequence[dict[str, Any]]) -> Any:
+        return {name: m.avro_column(list(map(itemgetter(name), states)))
+                for name, m in self.fields.items()}
 
     def from_avro(self, data: Any) -> dict[str, Any]:
         if self.avro_as_is:

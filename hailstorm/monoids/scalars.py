@@ -225,6 +225,9 @@ class Mean(Monoid[tuple[float, int]]):
     def to_avro(self, state: tuple[float, int]) -> Any:
         return {"sum": state[0], "count": state[1]}
 
+    def avro_column(self, states: Sequence[tuple[float, int]]) -> Any:
+        return {"sum": [s for s, _ in states], "count": [n for _, n in states]}
+
     def from_avro(self, data: Any) -> tuple[float, int]:
         return (float(data["sum"]), int(data["count"]))
 

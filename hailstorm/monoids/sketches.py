@@ -300,6 +300,10 @@ class HyperLogLog(Monoid[bytearray]):
     def to_avro(self, state: bytearray) -> Any:
         return {"precision": self.precision, "registers": bytes(state)}
 
+    def avro_column(self, states: Sequence[bytearray]) -> Any:
+        return {"precision": [self.precision] * len(states),
+                "registers": list(map(bytes, states))}
+
     def from_avro(self, data: Any) -> bytearray:
         registers = data["registers"]
         if data["precision"] != self.precision:

@@ -337,6 +337,19 @@ class Window(EventTimed[WindowState[V]]):
             "buckets": [{"start": s, "value": to_avro(v)} for s, v in sorted(buckets.items())],
         }
 
+    def avro_column(self, states: Sequence[WindowState[Any]]) -> Any:
+        starts: list[Any] = []
+        values: list[Any] = []
+        for _, buckets in states:
+            for s in sorted(buckets):
+                starts.append(s)
+                values.append(buckets[s])
+        return {
+            "max_event_time": [t for t, _ in states],
+            "buckets": {"lengths": [len(b) for _, b in states],
+                        "items": {"start": starts, "value": self.inner.avro_column(values)}},
+        }
+
     def from_avro(self, data: Any) -> WindowState[Any]:
         from_avro = self.inner.from_avro
         return (

@@ -15,42 +15,52 @@ the map's Avro array schema, ``<name>``; the record is named ``<name>Columns``),
 sorted order when they are comparable. Avro writes an array's items far faster than as
 many records: writing a million keys costs a third of what a record per key did.
 
-When the entry's value is itself a record (a :class:`~hailstorm.monoids.Record`, a
-``Mean``, a ``HyperLogLog``, a window) whose schema and fields carry nothing but names,
-types, a namespace and docs, its fields are columns too (layout
-``"per_key_field_columns"``, format ``"3"``): ``values`` is then a record (named
-``<value name>Columns``) of one array per field of the value, each as long as ``keys``,
-in the value's field order. fastavro writes arrays of numbers about twice as fast as as
-many small records.
+When the entry's value is itself a record or an array (a
+:class:`~hailstorm.monoids.Record`, a ``Mean``, a ``HyperLogLog``, a window, a ``TopK``),
+``values`` is the column of the values down to their leaves (layout
+``"per_key_nested_columns"``, format ``"4"``, see :mod:`hailstorm.monoids.avro_columns`):
+a record becomes a record (named ``<name>Columns``) of one column per field, an array a
+record ``{lengths, items}`` (named ``NestedLists<n>``), anything else an array of the
+values, each column as long as the values it holds. A window's values, a record holding an
+array of records, are thus flat arrays of numbers and bytes: fastavro writes them three
+times as fast as the records. Such a file's metadata holds the ``{key, value}`` entry
+schema (``hailstorm.entry_schema``) its columns are assembled back with.
 
 Files of format ``"1"`` hold one record per key, ``{key, value}`` (layout ``"per_key"``);
-they are still read, as are files of format ``"2"``, and a delta may build on a file of
-any keyed layout. Writing and reading stream through the state (a chunk of keys at a
-time), so a million keys never exist twice as whole Python objects. Any other state is one
+they are still read, as are files of format ``"2"`` and of format ``"3"`` (layout
+``"per_key_field_columns"``: a record value's fields in columns, one level deep, each
+field's values whole), and a delta may build on a file of any keyed layout. Writing and
+reading stream through the state (a chunk of keys at a time), so a million keys never
+exist twice as whole Python objects. Any other state is one
 record ``{state}`` whose field has the monoid's schema. (:mod:`.layouts` holds each
 layout's schema and records.)
 
 Metadata (Avro file metadata, UTF-8 strings):
 
-========================  ========================================================
-``hailstorm.format``      ``"3"`` for ``per_key_field_columns``, ``"2"`` for the other
-                          layouts but ``per_key`` (``"1"``)
-``hailstorm.topology``    topology name
-``hailstorm.bolt``        bolt name
-``hailstorm.instance``    instance index of the writer
-``hailstorm.parallelism`` parallelism of the bolt when written
-``hailstorm.epoch``       round number
-``hailstorm.clock``       the round's clock, JSON (:func:`hailstorm.protocol.clock.clock_to_json`)
-``hailstorm.monoid``      ``monoid.describe()``
-``hailstorm.layout``      ``"per_key_field_columns"`` (keyed, the value's fields in
-                          columns too), ``"per_key_columns"`` (keyed, in columns),
-                          ``"per_key"`` (keyed, one record per key: format ``"1"``) or
-                          ``"whole"``
-``hailstorm.records``     number of keys (keyed state), else 1
-``hailstorm.created``     ISO 8601 UTC time the write started
-``hailstorm.checksum``    ``"sha256:<64 hex digits>"``
-``hailstorm.base``        only in a *delta*: the key of the snapshot it builds on
-========================  ========================================================
+==========================  ========================================================
+``hailstorm.format``        ``"4"`` for ``per_key_nested_columns``, ``"3"`` for
+                            ``per_key_field_columns``, ``"2"`` for the other layouts but
+                            ``per_key`` (``"1"``)
+``hailstorm.topology``      topology name
+``hailstorm.bolt``          bolt name
+``hailstorm.instance``      instance index of the writer
+``hailstorm.parallelism``   parallelism of the bolt when written
+``hailstorm.epoch``         round number
+``hailstorm.clock``         the round's clock, JSON (:func:`hailstorm.protocol.clock.clock_to_json`)
+``hailstorm.monoid``        ``monoid.describe()``
+``hailstorm.layout``        ``"per_key_nested_columns"`` (keyed, the values in columns
+                            down to their leaves), ``"per_key_field_columns"`` (keyed, a
+                            record value's fields in columns too: format ``"3"``),
+                            ``"per_key_columns"`` (keyed, in columns),
+                            ``"per_key"`` (keyed, one record per key: format ``"1"``) or
+                            ``"whole"``
+``hailstorm.records``       number of keys (keyed state), else 1
+``hailstorm.created``       ISO 8601 UTC time the write started
+``hailstorm.checksum``      ``"sha256:<64 hex digits>"``
+``hailstorm.base``          only in a *delta*: the key of the snapshot it builds on
+``hailstorm.entry_schema``  only in ``per_key_nested_columns``: the ``{key, value}``
+                            entry schema (JSON)
+==========================  ========================================================
 
 Deltas. A keyed state may be written as a delta: the entries of only the keys whose value
 changed since an earlier snapshot of the same bolt instance (its ``base``, itself a full
@@ -97,24 +107,27 @@ from hailstorm.monoids import Monoid
 from hailstorm.protocol.clock import Clock, clock_from_json, clock_to_json
 from hailstorm.snapshots.layouts import (
     COLUMN_LAYOUTS,
+    ENTRY_SCHEMA_KEY,
     KEYED_LAYOUTS,
     LAYOUT_COLUMNS,
     LAYOUT_FIELD_COLUMNS,
+    LAYOUT_NESTED_COLUMNS,
     LAYOUT_PER_KEY,
     LAYOUT_WHOLE,
     field_columns_schema,
     keyed_entry_schema,
     layout_records,
     layout_schema,
+    nested_columns_schema,
     same_kind_of_layout,
 )
 
-FORMAT_VERSION = "3"
-READABLE_FORMATS = frozenset({"1", "2", FORMAT_VERSION})
+FORMAT_VERSION = "4"
+READABLE_FORMATS = frozenset({"1", "2", "3", FORMAT_VERSION})
 """Format versions this code reads (``"1"``: keyed state one record per key; ``"2"``:
-no ``per_key_field_columns``)."""
+no ``per_key_field_columns``; ``"3"``: no ``per_key_nested_columns``)."""
 _LAYOUT_FORMATS = {LAYOUT_PER_KEY: "1", LAYOUT_COLUMNS: "2", LAYOUT_WHOLE: "2",
-                   LAYOUT_FIELD_COLUMNS: FORMAT_VERSION}
+                   LAYOUT_FIELD_COLUMNS: "3", LAYOUT_NESTED_COLUMNS: FORMAT_VERSION}
 """The format a file of each layout declares: the oldest whose readers read it, so a
 hailstorm of format 2 still reads every file but those of the newer layout."""
 _PREFIX = "hailstorm."
@@ -305,17 +318,19 @@ class SnapshotRef:
 
 def _record_schema(monoid: Monoid[Any], layout: str | None = None) -> tuple[str, Any]:
     """``(layout, parsed record schema)`` of the snapshot records of ``monoid``'s state
-    (keyed state in ``layout``: by default :data:`LAYOUT_FIELD_COLUMNS` where its values
-    are records that layout holds, else :data:`LAYOUT_COLUMNS`)."""
+    (keyed state in ``layout``: by default :data:`LAYOUT_NESTED_COLUMNS` where its values
+    are records or arrays that layout holds, else :data:`LAYOUT_FIELD_COLUMNS` where
+    they are records that one holds, else :data:`LAYOUT_COLUMNS`)."""
     entry = keyed_entry_schema(monoid)
     if entry is not None:
         if layout is None:
-            fields = field_columns_schema(entry)
-            if fields is not None:
-                # A transposed value fastavro refuses (it names a type twice, say) keeps
-                # whole values in columns; any other schema error is raised below.
-                with contextlib.suppress(Exception):  # broad: fastavro's errors vary
-                    return LAYOUT_FIELD_COLUMNS, fastavro.parse_schema(fields)
+            for candidate, columns in ((LAYOUT_NESTED_COLUMNS, nested_columns_schema(entry)),
+                                       (LAYOUT_FIELD_COLUMNS, field_columns_schema(entry))):
+                if columns is not None:
+                    # Columns fastavro refuses (they name a type twice, say) fall back to
+                    # the next layout; any other schema error is raised below.
+                    with contextlib.suppress(Exception):  # broad: fastavro's errors vary
+                        return candidate, fastavro.parse_schema(columns)
             layout = LAYOUT_COLUMNS
         schema = layout_schema(entry, layout)
     else:
@@ -408,6 +423,9 @@ def write_snapshot(
     }
     if base is not None:
         metadata[BASE_KEY] = base
+    if layout == LAYOUT_NESTED_COLUMNS:
+        metadata[ENTRY_SCHEMA_KEY] = json.dumps(keyed_entry_schema(monoid),
+                                                separators=(",", ":"))
     sink = _HashingSink(raw)
     writer = Writer(
         cast(IO[bytes], sink),
@@ -474,6 +492,13 @@ def _read_header(fo: IO[bytes], name: str) -> _Header:
         raise SnapshotCorruptError(name, f"not a hailstorm snapshot (no {missing[0]})")
     if meta["hailstorm.format"] not in READABLE_FORMATS:
         raise SnapshotError(f"{name}: unsupported snapshot format {meta['hailstorm.format']}")
+    if meta["hailstorm.layout"] == LAYOUT_NESTED_COLUMNS:
+        try:  # what its records are assembled with (see hailstorm.monoids.avro_columns)
+            entry = json.loads(meta[ENTRY_SCHEMA_KEY])
+            if nested_columns_schema(entry) is None:
+                raise ValueError("its values are no record or array")
+        except Exception as e:  # broad: any malformed schema (KeyError, TypeError, ...)
+            raise SnapshotCorruptError(name, f"no valid {ENTRY_SCHEMA_KEY} ({e!r})") from e
     return _Header(meta, end)
 
 

@@ -1,8 +1,8 @@
 """The layouts of a snapshot file's records (see :mod:`.format` for the file): which layout
 a state is written in, the record schema of each, its records when writing, and the
-``per_key_columns`` records a ``per_key_field_columns`` file reads as. Pure but for
-fastavro's schema parsing and, reading a file with another reader schema, its schema
-resolution.
+``per_key_columns`` records a ``per_key_field_columns`` or ``per_key_nested_columns`` file
+reads as. Pure but for fastavro's schema parsing and, reading a file with another reader
+schema, its schema resolution.
 """
 
 from __future__ import annotations
@@ -18,36 +18,51 @@ import fastavro
 
 from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.monoids.avro import sorted_keys
+from hailstorm.monoids.avro_columns import assemble
+from hailstorm.monoids.avro_columns import columns_schema as value_columns_schema
 
 __all__ = [
     "COLUMN_KEYS",
     "COLUMN_LAYOUTS",
+    "ENTRY_SCHEMA_KEY",
     "KEYED_LAYOUTS",
     "LAYOUT_COLUMNS",
     "LAYOUT_FIELD_COLUMNS",
+    "LAYOUT_NESTED_COLUMNS",
     "LAYOUT_PER_KEY",
     "LAYOUT_WHOLE",
-    "FieldColumnsReader",
+    "VALUE_COLUMN_LAYOUTS",
+    "ValueColumnsReader",
     "columns_schema",
     "entry_schema",
     "field_columns_schema",
     "keyed_entry_schema",
     "layout_records",
     "layout_schema",
+    "nested_columns_schema",
     "same_kind_of_layout",
     "value_columns",
     "values_of_columns",
     "written_schema",
 ]
 
+LAYOUT_NESTED_COLUMNS = "per_key_nested_columns"
 LAYOUT_FIELD_COLUMNS = "per_key_field_columns"
 LAYOUT_COLUMNS = "per_key_columns"
 LAYOUT_PER_KEY = "per_key"
 LAYOUT_WHOLE = "whole"
-KEYED_LAYOUTS = frozenset({LAYOUT_FIELD_COLUMNS, LAYOUT_COLUMNS, LAYOUT_PER_KEY})
+KEYED_LAYOUTS = frozenset({LAYOUT_NESTED_COLUMNS, LAYOUT_FIELD_COLUMNS, LAYOUT_COLUMNS,
+                           LAYOUT_PER_KEY})
 """Layouts of keyed state: a delta of one may build on a file of another."""
-COLUMN_LAYOUTS = frozenset({LAYOUT_FIELD_COLUMNS, LAYOUT_COLUMNS})
+COLUMN_LAYOUTS = frozenset({LAYOUT_NESTED_COLUMNS, LAYOUT_FIELD_COLUMNS, LAYOUT_COLUMNS})
 """Layouts whose records hold the keys of a chunk (not one key each)."""
+VALUE_COLUMN_LAYOUTS = frozenset({LAYOUT_NESTED_COLUMNS, LAYOUT_FIELD_COLUMNS})
+"""Layouts whose values are columns too: read a record's worth at a time by
+:class:`ValueColumnsReader`."""
+ENTRY_SCHEMA_KEY = "hailstorm.entry_schema"
+"""The file metadata holding the ``{key, value}`` entry schema of a
+``per_key_nested_columns`` file (JSON): its record schema is derived from it, not the
+reverse."""
 COLUMN_KEYS = 1024
 """Keys per record of the column layouts (at most)."""
 _COLUMNS_SUFFIX = "Columns"
@@ -79,12 +94,19 @@ def columns_schema(entry: dict[str, Any]) -> dict[str, Any]:
     """The ``per_key_columns`` record schema of a keyed map's ``{key, value}`` entry
     schema: ``{keys, values}``, arrays of the entry's key and value schemas."""
     types = {f["name"]: f["type"] for f in entry["fields"]}
+    return _keys_and_values(entry, {"type": "array", "items": types["value"]})
+
+
+def _keys_and_values(entry: dict[str, Any], values: Any) -> dict[str, Any]:
+    """The ``{keys, values}`` record schema of a column layout: ``keys`` an array of the
+    entry's keys, ``values`` of schema ``values``."""
+    key = {f["name"]: f["type"] for f in entry["fields"]}["key"]
     return {
         "type": "record",
         "name": f"{entry['name']}{_COLUMNS_SUFFIX}",
         "fields": [
-            {"name": "keys", "type": {"type": "array", "items": types["key"]}},
-            {"name": "values", "type": {"type": "array", "items": types["value"]}},
+            {"name": "keys", "type": {"type": "array", "items": key}},
+            {"name": "values", "type": values},
         ],
     }
 
@@ -102,26 +124,30 @@ def field_columns_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
                     and isinstance(f.get("name"), str) and "type" in f
                     for f in value["fields"])):
         return None
-    columns = {
+    return _keys_and_values(entry, {
         **value,
         "name": f"{value['name']}{_COLUMNS_SUFFIX}",
         "fields": [{**f, "type": {"type": "array", "items": f["type"]}}
                    for f in value["fields"]],
-    }
-    return {
-        "type": "record",
-        "name": f"{entry['name']}{_COLUMNS_SUFFIX}",
-        "fields": [
-            {"name": "keys", "type": {"type": "array", "items": types["key"]}},
-            {"name": "values", "type": columns},
-        ],
-    }
+    })
+
+
+def nested_columns_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``per_key_nested_columns`` record schema of a keyed map's ``{key, value}`` entry
+    schema: ``{keys, values}``, ``values`` the column of the values (see
+    :mod:`hailstorm.monoids.avro_columns`); None when the value is no record or array
+    that module can stripe."""
+    values = value_columns_schema({f["name"]: f["type"] for f in entry["fields"]}["value"])
+    return None if values is None else _keys_and_values(entry, values)
 
 
 def entry_schema(schema: dict[str, Any], layout: str) -> dict[str, Any]:
     """The ``{key, value}`` entry schema of a keyed snapshot written with ``schema`` in
     ``layout`` (the inverse of :func:`columns_schema` and :func:`field_columns_schema`; a
-    ``per_key`` schema is the entry)."""
+    ``per_key`` schema is the entry). Not for ``per_key_nested_columns``, whose files
+    hold their entry schema (:func:`written_schema`)."""
+    if layout == LAYOUT_NESTED_COLUMNS:
+        raise ValueError("a per_key_nested_columns file holds its entry schema")
     if layout not in COLUMN_LAYOUTS:
         return schema
     types = {f["name"]: f["type"] for f in schema["fields"]}
@@ -149,10 +175,11 @@ def layout_schema(entry: dict[str, Any], layout: str) -> dict[str, Any]:
     ``entry`` (a ``per_key`` record is the entry)."""
     if layout == LAYOUT_COLUMNS:
         return columns_schema(entry)
-    if layout == LAYOUT_FIELD_COLUMNS:
-        schema = field_columns_schema(entry)
+    if layout in VALUE_COLUMN_LAYOUTS:
+        schema = (field_columns_schema(entry) if layout == LAYOUT_FIELD_COLUMNS
+                  else nested_columns_schema(entry))
         if schema is None:
-            raise ValueError(f"{entry['name']} values are no record of field columns")
+            raise ValueError(f"{entry['name']} values cannot be written in {layout}")
         return schema
     return entry
 
@@ -194,8 +221,12 @@ def layout_records(monoid: Monoid[Any], layout: str, schema: dict[str, Any],
     keys = sorted_keys(state)
     if layout == LAYOUT_PER_KEY:
         return monoid.avro_entries(state, keys)
-    chunks = (monoid.avro_columns(state, keys[start:start + COLUMN_KEYS])
-              for start in range(0, len(keys), COLUMN_KEYS))
+    starts = range(0, len(keys), COLUMN_KEYS)
+    if layout == LAYOUT_NESTED_COLUMNS:
+        nested = (monoid.avro_nested_columns(state, keys[start:start + COLUMN_KEYS])
+                  for start in starts)
+        return ({"keys": chunk_keys, "values": column} for chunk_keys, column in nested)
+    chunks = (monoid.avro_columns(state, keys[start:start + COLUMN_KEYS]) for start in starts)
     if layout == LAYOUT_FIELD_COLUMNS:
         names = [f["name"] for f in schema["fields"][1]["type"]["fields"]]
         return ({"keys": chunk_keys, "values": value_columns(chunk_values, names)}
@@ -211,28 +242,37 @@ def same_kind_of_layout(a: str, b: str) -> bool:
 def written_schema(layout: str, meta: Mapping[str, str]) -> Any:
     """The schema a file of ``layout`` with the Avro metadata ``meta`` wrote its state
     with: of its ``{key, value}`` entries when keyed, whatever the file's layout."""
+    if layout == LAYOUT_NESTED_COLUMNS:
+        return json.loads(meta[ENTRY_SCHEMA_KEY])
     written = json.loads(meta["avro.schema"])
     return written if layout == LAYOUT_WHOLE else entry_schema(written, layout)
 
 
-class FieldColumnsReader:
-    """The ``{keys, values}`` records of a ``per_key_field_columns`` file as those of
-    ``per_key_columns`` (values a list of records again), resolved to a ``reader`` entry
-    schema when one is given. fastavro cannot resolve a column of a field the reader
-    added (it has no length to fill), so the entries are resolved whole, a record's worth
-    at a time: written as an array of ``{key, value}`` with the file's entry schema and
-    read back with the reader's (keys promoted as values are)."""
+class ValueColumnsReader:
+    """The ``{keys, values}`` records of a ``per_key_field_columns`` or
+    ``per_key_nested_columns`` file (``layout``) as those of ``per_key_columns`` (values a
+    list of records again), resolved to a ``reader`` entry schema when one is given.
+    fastavro cannot resolve a column of a field the reader added (it has no length to
+    fill), so the entries are resolved whole, a record's worth at a time: written as an
+    array of ``{key, value}`` with the file's ``entry`` schema and read back with the
+    reader's (keys promoted as values are)."""
 
-    def __init__(self, entry: dict[str, Any], reader: dict[str, Any] | None) -> None:
+    def __init__(self, entry: dict[str, Any], reader: dict[str, Any] | None,
+                 layout: str) -> None:
+        if layout not in VALUE_COLUMN_LAYOUTS:
+            raise ValueError(f"{layout} values are not written in columns")
+        self._value = {f["name"]: f["type"] for f in entry["fields"]}["value"]
+        self._nested = layout == LAYOUT_NESTED_COLUMNS
         self._written = fastavro.parse_schema({"type": "array", "items": entry})
         self._reader = None if reader is None else \
             fastavro.parse_schema({"type": "array", "items": reader})
 
     def entries(self, record: Any) -> dict[str, Any]:
-        """``record`` with its values as a list of records (ValueError when a column is
-        not as long as the keys)."""
+        """``record`` with its values as a list of records (ValueError when a column does
+        not hold a value for every key)."""
         keys = record["keys"]
-        values = values_of_columns(record["values"], len(keys))
+        values = (assemble(self._value, record["values"], len(keys)) if self._nested
+                  else values_of_columns(record["values"], len(keys)))
         if self._reader is None:
             return {"keys": keys, "values": values}
         entries = [{"key": k, "value": v} for k, v in zip(keys, values, strict=True)]

@@ -46,9 +46,9 @@ from hailstorm.snapshots.format import (
 )
 from hailstorm.snapshots.layouts import (
     COLUMN_LAYOUTS,
-    LAYOUT_FIELD_COLUMNS,
     LAYOUT_WHOLE,
-    FieldColumnsReader,
+    VALUE_COLUMN_LAYOUTS,
+    ValueColumnsReader,
     layout_schema,
     same_kind_of_layout,
     written_schema,
@@ -340,14 +340,16 @@ class SnapshotStore(ABC):
         Avro schema resolution carries it, as written when ``migrate`` will convert it).
         Taken in chunks by ``islice``: no Python step per record (a reload's bulk). The
         records of the column layouts are counted by :meth:`_columns`, and those of
-        ``per_key_field_columns`` come as ``per_key_columns`` records."""
+        ``per_key_field_columns`` and ``per_key_nested_columns`` come as
+        ``per_key_columns`` records."""
         with self._verified(ref) as (fo, header):
             reader = None
             if monoid is not None:
                 reader = evolved_reader(ref, header, monoid, converting=migrate is not None)
             fields = None
-            if ref.layout == LAYOUT_FIELD_COLUMNS:  # read as written, resolved by fields
-                fields = FieldColumnsReader(written_schema(ref.layout, header.meta), reader)
+            if ref.layout in VALUE_COLUMN_LAYOUTS:  # read as written, resolved by entries
+                fields = ValueColumnsReader(written_schema(ref.layout, header.meta), reader,
+                                            ref.layout)
                 reader = None
             elif reader is not None:
                 reader = layout_schema(reader, ref.layout)

@@ -10,10 +10,11 @@ import pytest
 from hailstorm.monoids import Monoid
 from hailstorm.snapshots import DirectorySnapshotStore, SnapshotRef, snapshot_key
 from hailstorm.snapshots.format import write_snapshot
-from hailstorm.snapshots.layouts import LAYOUT_COLUMNS, LAYOUT_PER_KEY
+from hailstorm.snapshots.layouts import LAYOUT_COLUMNS, LAYOUT_FIELD_COLUMNS, LAYOUT_PER_KEY
 
 PutFormat1 = Callable[..., SnapshotRef]
 PutFormat2 = Callable[..., SnapshotRef]
+PutFormat3 = Callable[..., SnapshotRef]
 
 
 def _putter(layout: str) -> Callable[..., SnapshotRef]:
@@ -43,3 +44,11 @@ def put_format_2() -> PutFormat2:
     """Store a snapshot as format ``"2"`` wrote it (keyed state in columns of keys and of
     whole values): what a store holds from before the ``per_key_field_columns`` layout."""
     return _putter(LAYOUT_COLUMNS)
+
+
+@pytest.fixture
+def put_format_3() -> PutFormat3:
+    """Store a snapshot as format ``"3"`` wrote it (a record value's fields in columns,
+    nested values whole): what a store holds from before the ``per_key_nested_columns``
+    layout."""
+    return _putter(LAYOUT_FIELD_COLUMNS)

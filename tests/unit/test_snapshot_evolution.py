@@ -58,31 +58,36 @@ def test_a_record_gaining_a_field_reads_it_as_the_identity(
     old = per_key(Record({"n": Count()}))
     new = per_key(Record({"n": Count(), "total": Sum("double"), "users": HyperLogLog(6)}))
     ref = put(store, old, {"a": {"n": 3}})
-    assert ref.layout == "per_key_field_columns"  # resolved a record's worth at a time
+    assert ref.layout == "per_key_nested_columns"  # resolved a record's worth at a time
     state = store.load(ref, new)[1]
     assert state == {"a": {"n": 3, "total": 0.0, "users": HyperLogLog(6).empty()}}
 
 
-def test_field_columns_resolve_a_record_losing_a_field_and_promoting_another(
-        store: DirectorySnapshotStore) -> None:
+@pytest.mark.parametrize("layout", ["per_key_nested_columns", "per_key_field_columns"])
+def test_value_columns_resolve_a_record_losing_a_field_and_promoting_another(
+        store: DirectorySnapshotStore, put_format_3: Any, layout: str) -> None:
     old = per_key(Record({"n": Count(), "total": Sum("long"), "gone": Max()}))
     new = per_key(Record({"total": Sum("double"), "n": Count()}))
     state = {f"k{i:04d}": {"n": i, "total": -i, "gone": i % 3 or None} for i in range(2500)}
-    ref = put(store, old, state)
-    assert ref.layout == "per_key_field_columns"
+    ref = put(store, old, state) if layout == "per_key_nested_columns" \
+        else put_format_3(store, old, state, topology="wc")
+    assert ref.layout == layout
     loaded = store.load(ref, new)[1]
     assert loaded == {k: {"total": float(-v["n"]), "n": v["n"]} for k, v in state.items()}
     assert all(type(v["total"]) is float for v in loaded.values())
 
 
-@pytest.mark.parametrize("layout", ["per_key_field_columns", "per_key_columns"])
-def test_keys_are_promoted_in_every_keyed_layout(store: DirectorySnapshotStore,
-                                                  put_format_2: Any, layout: str) -> None:
+@pytest.mark.parametrize(
+    "layout", ["per_key_nested_columns", "per_key_field_columns", "per_key_columns"])
+def test_keys_are_promoted_in_every_keyed_layout(
+        store: DirectorySnapshotStore, put_format_2: Any, put_format_3: Any, layout: str
+) -> None:
     old = per_key(Record({"n": Count()}), key_type="long")
     new = per_key(Record({"n": Count(), "m": Max()}), key_type="double")
     state = {1: {"n": 3}, 2: {"n": 4}}
-    ref = put(store, old, state) if layout == "per_key_field_columns" \
-        else put_format_2(store, old, state, topology="wc")
+    putter = {"per_key_nested_columns": lambda *a, **k: put(*a),
+              "per_key_field_columns": put_format_3, "per_key_columns": put_format_2}[layout]
+    ref = putter(store, old, state, topology="wc")
     assert ref.layout == layout
     loaded = store.load(ref, new)[1]
     assert loaded == {1.0: {"n": 3, "m": None}, 2.0: {"n": 4, "m": None}}

@@ -43,6 +43,7 @@ from hailstorm.snapshots.layouts import COLUMN_KEYS
 
 PutFormat1 = Any  # conftest.put_format_1: store a snapshot as format "1" wrote it
 PutFormat2 = Any  # conftest.put_format_2: store a snapshot as format "2" wrote it
+PutFormat3 = Any  # conftest.put_format_3: store a snapshot as format "3" wrote it
 
 CLOCK: Clock = {("words", 0): 41, ("words", 1): -1, ("clicks", 0): 7}
 
@@ -227,7 +228,10 @@ def test_readable_offline_with_plain_fastavro(store: DirectorySnapshotStore) -> 
     assert meta["hailstorm.monoid"] == "per_key(Mean, key=(string, long))"
     assert meta["hailstorm.records"] == "2"
     assert meta["hailstorm.created"].endswith("+00:00")
-    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("3", "per_key_field_columns")
+    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("4", "per_key_nested_columns")
+    entry = json.loads(meta["hailstorm.entry_schema"])  # the {key, value} the columns hold
+    assert [f["name"] for f in entry["fields"]] == ["key", "value"]
+    assert entry["fields"][1]["type"]["name"].endswith(".Mean")
     assert records == [{  # a Mean is a record (sum, count): its fields are columns too
         "keys": [{"k0": "de", "k1": 1}, {"k0": "fr", "k1": 3}],
         "values": {"sum": [2.0, 10.0], "count": [1, 4]},
@@ -295,10 +299,25 @@ record_values = st.fixed_dictionaries({
 })
 
 
-def test_record_values_are_written_in_field_columns(store: DirectorySnapshotStore) -> None:
-    state = {"b": {"n": 2, "total": 5, "last": None, "seen": {"x"}},
+def test_record_values_are_written_in_nested_columns(store: DirectorySnapshotStore) -> None:
+    state = {"b": {"n": 2, "total": 5, "last": None, "seen": {"x", "y"}},
              "a": {"n": 1, "total": -3, "last": 7, "seen": set()}}
     ref = put(store, RECORD, state)
+    with open(ref.path, "rb") as f:
+        reader = fastavro.reader(f)
+        meta, records = reader.metadata, list(reader)
+    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("4", "per_key_nested_columns")
+    assert records == [{"keys": ["a", "b"], "values": {
+        "n": [1, 2], "total": [-3, 5], "last": [7, None],
+        "seen": {"lengths": [0, 2], "items": ["x", "y"]}}}]  # an array: lengths and items
+    assert store.load(ref, RECORD) == (CLOCK, state)
+
+
+def test_format_3_files_still_read(store: DirectorySnapshotStore,
+                                   put_format_3: PutFormat3) -> None:
+    state = {"b": {"n": 2, "total": 5, "last": None, "seen": {"x"}},
+             "a": {"n": 1, "total": -3, "last": 7, "seen": set()}}
+    ref = put_format_3(store, RECORD, state, clock=CLOCK)
     with open(ref.path, "rb") as f:
         reader = fastavro.reader(f)
         meta, records = reader.metadata, list(reader)
@@ -306,36 +325,48 @@ def test_record_values_are_written_in_field_columns(store: DirectorySnapshotStor
     assert records == [{"keys": ["a", "b"], "values": {
         "n": [1, 2], "total": [-3, 5], "last": [7, None], "seen": [[], ["x"]]}}]
     assert store.load(ref, RECORD) == (CLOCK, state)
+    assert store.writer_schema(ref) == store.writer_schema(put(store, RECORD, state, epoch=2))
 
 
-def test_values_that_are_no_plain_record_keep_whole_value_columns(
+def test_values_that_are_no_record_or_array_keep_whole_value_columns(
         store: DirectorySnapshotStore) -> None:
     for epoch, (monoid, state) in enumerate([
-            (per_key(Count()), {"a": 1}), (per_key(TopK(2)), {"a": {"x": 2.0}})], start=1):
+            (per_key(Count()), {"a": 1}), (per_key(Max()), {"a": 3, "b": None})], start=1):
         ref = put(store, monoid, state, epoch=epoch)
         assert ref.layout == "per_key_columns"
         assert store.load(ref, monoid)[1] == state
-    defaulted = per_key(DefaultedPair())  # a record whose field has a default
-    ref = put(store, defaulted, {"a": (1, 2)}, epoch=3)
-    assert ref.layout == "per_key_columns"
-    assert store.load(ref, defaulted)[1] == {"a": (1, 2)}
+
+
+def test_arrays_and_records_with_defaults_are_written_in_nested_columns(
+        store: DirectorySnapshotStore) -> None:
+    for epoch, (monoid, state) in enumerate([
+            (per_key(TopK(2)), {"a": {"x": 2.0}, "b": {}}),  # an array of records
+            (per_key(DefaultedPair()), {"a": (1, 2)})], start=1):  # a field with a default
+        ref = put(store, monoid, state, epoch=epoch)
+        assert ref.layout == "per_key_nested_columns"
+        assert store.load(ref, monoid)[1] == state
 
 
 @settings(max_examples=60, deadline=None,  # put_format_2 is a stateless function
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(state=st.dictionaries(st.text(max_size=4), record_values, max_size=40),
        changed=st.dictionaries(st.text(max_size=4), record_values, max_size=10))
-def test_field_columns_read_as_format_2_files_do(
+def test_value_columns_read_as_format_2_files_do(
         tmp_path_factory: pytest.TempPathFactory, put_format_2: PutFormat2,
-        state: dict[str, Any], changed: dict[str, Any]) -> None:
+        put_format_3: PutFormat3, state: dict[str, Any], changed: dict[str, Any]) -> None:
     store = DirectorySnapshotStore(tmp_path_factory.mktemp("snapshots"))
     old = put_format_2(store, RECORD, state, bolt="old", clock=CLOCK)
+    fields = put_format_3(store, RECORD, state, bolt="fields", clock=CLOCK)
     new = put(store, RECORD, state, bolt="new")
-    assert new.layout == "per_key_field_columns"
-    assert store.load(new, RECORD) == store.load(old, RECORD) == (CLOCK, state)
-    assert store.writer_schema(new) == store.writer_schema(old)
-    assert list(store.to_json_rows(new)) == list(store.to_json_rows(old))
+    assert (fields.layout, new.layout) == ("per_key_field_columns", "per_key_nested_columns")
+    assert store.load(new, RECORD) == store.load(fields, RECORD) == \
+        store.load(old, RECORD) == (CLOCK, state)
+    assert store.writer_schema(new) == store.writer_schema(fields) == store.writer_schema(old)
+    assert list(store.to_json_rows(new)) == list(store.to_json_rows(fields)) == \
+        list(store.to_json_rows(old))
     delta = put(store, RECORD, changed, bolt="old", epoch=2, base=old)  # on a format-2 base
+    assert store.load(delta, RECORD)[1] == {**state, **changed}
+    delta = put(store, RECORD, changed, bolt="fields", epoch=2, base=fields)  # on format 3
     assert store.load(delta, RECORD)[1] == {**state, **changed}
 
 
@@ -344,19 +375,31 @@ def test_a_nullable_field_a_value_leaves_out_is_written_as_null(
     monoid = per_key(TaggedCount())
     state = {"a": (1, None), "b": (2, "x")}
     ref = put(store, monoid, state)
-    assert ref.layout == "per_key_field_columns"
+    assert ref.layout == "per_key_nested_columns"
     assert store.load(ref, monoid)[1] == state
 
 
-def test_a_field_column_shorter_than_its_keys_is_corrupt(
-        store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("layout", "problem"), [
+    ("per_key_field_columns", r"field columns of \[1, 2\] values for 2 keys"),
+    ("per_key_nested_columns", r"a column of 1 values for 2"),
+])
+def test_a_value_column_shorter_than_its_keys_is_corrupt(
+        store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch,
+        put_format_3: PutFormat3, layout: str, problem: str) -> None:
     monoid = per_key(Record({"n": Count(), "total": Sum()}))
-    real = layouts.value_columns
-    monkeypatch.setattr(layouts, "value_columns",
-                        lambda values, names: {**real(values, names), "total": [1]})
-    ref = put(store, monoid, {"a": {"n": 1, "total": 1}, "b": {"n": 2, "total": 2}})
+    if layout == "per_key_field_columns":
+        real_fields = layouts.value_columns
+        monkeypatch.setattr(layouts, "value_columns", lambda values, names: {
+            **real_fields(values, names), "total": [1]})
+    else:
+        real_nested = Record.avro_column
+        monkeypatch.setattr(Record, "avro_column", lambda self, states: {
+            **real_nested(self, states), "total": [1]})
+    putter = put_format_3 if layout == "per_key_field_columns" else put
+    ref = putter(store, monoid, {"a": {"n": 1, "total": 1}, "b": {"n": 2, "total": 2}})
     monkeypatch.undo()
-    with pytest.raises(SnapshotCorruptError, match=r"field columns of \[1, 2\] values for 2 keys"):
+    assert ref.layout == layout
+    with pytest.raises(SnapshotCorruptError, match=problem):
         store.load(ref, monoid)
 
 

@@ -1,0 +1,226 @@
+"""Nested columns: striping values of any Avro schema into columns and assembling them back,
+and the ``per_key_nested_columns`` snapshot layout built on it."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hailstorm.monoids import Count, HyperLogLog, Mean, Monoid, Record, TumblingWindow, per_key
+from hailstorm.monoids.avro_columns import assemble, columns_schema, stripe
+from hailstorm.snapshots import DirectorySnapshotStore, SnapshotCorruptError, SnapshotRef
+from hailstorm.snapshots import format as snapshot_format
+
+PutFormat = Any  # conftest.put_format_2 / put_format_3: a snapshot as that format wrote it
+
+LEAVES: list[tuple[Any, st.SearchStrategy[Any]]] = [
+    ("long", st.integers(-(2**63), 2**63 - 1)),
+    ("double", st.floats(allow_nan=False)),
+    ("string", st.text(max_size=4)),
+    ("bytes", st.binary(max_size=4)),
+    ("boolean", st.booleans()),
+    (["null", "long"], st.none() | st.integers(-5, 5)),
+    ({"type": "map", "values": "long"},
+     st.dictionaries(st.text(max_size=2), st.integers(-5, 5), max_size=2)),
+    ({"type": "long", "logicalType": "timestamp-millis"}, st.integers(0, 2**40)),
+]
+
+
+def _array(child: tuple[Any, st.SearchStrategy[Any]]) -> tuple[Any, st.SearchStrategy[Any]]:
+    schema, values = child
+    return {"type": "array", "items": schema}, st.lists(values, max_size=3)
+
+
+def _record(children: list[tuple[Any, st.SearchStrategy[Any]]]
+            ) -> tuple[Any, st.SearchStrategy[Any]]:
+    fields = [{"name": f"f{i}", "type": schema} for i, (schema, _) in enumerate(children)]
+    values = st.fixed_dictionaries({f"f{i}": v for i, (_, v) in enumerate(children)})
+    return {"type": "record", "name": "R", "fields": fields}, values
+
+
+schemas_and_values = st.recursive(
+    st.sampled_from(LEAVES),
+    lambda children: children.map(_array) | st.lists(children, max_size=3).map(_record),
+    max_leaves=8,
+)
+"""(an Avro schema, a strategy of its values): records and arrays nested in any way around
+numbers, strings, bytes, unions, maps and logical types."""
+
+
+def _named(schema: Any, counter: list[int]) -> Any:
+    """``schema`` with its records named ``R1``, ``R2``, ... (names are unique in a schema)."""
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        counter[0] += 1
+        return {**schema, "name": f"R{counter[0]}",
+                "fields": [{**f, "type": _named(f["type"], counter)} for f in schema["fields"]]}
+    if isinstance(schema, dict) and schema.get("type") == "array":
+        return {**schema, "items": _named(schema["items"], counter)}
+    return schema
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_values_of_any_schema_stripe_into_columns_fastavro_writes_and_assemble_back(
+        data: st.DataObject) -> None:
+    inner, value_strategy = data.draw(schemas_and_values)
+    schema = _named({"type": "record", "name": "Top", "fields": [{"name": "v", "type": inner}]},
+                    [0])
+    values = data.draw(st.lists(st.fixed_dictionaries({"v": value_strategy}), max_size=5))
+    column_schema = columns_schema(schema)
+    assert column_schema is not None
+    column = stripe(schema, values)
+    assert assemble(schema, column, len(values)) == values
+    # Written and read by fastavro, the columns give what the values themselves give.
+    assert assemble(schema, _round_trip(column_schema, column), len(values)) == \
+        _round_trip({"type": "array", "items": schema}, values)
+
+
+def _round_trip(schema: Any, datum: Any) -> Any:
+    parsed = fastavro.parse_schema(schema)
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, parsed, datum)
+    buffer.seek(0)
+    return fastavro.schemaless_reader(buffer, parsed, None)
+
+
+def test_a_record_and_an_array_become_columns_of_their_leaves() -> None:
+    schema = {"type": "record", "name": "W", "namespace": "ns", "fields": [
+        {"name": "t", "type": ["null", "long"]},
+        {"name": "buckets", "type": {"type": "array", "items": {
+            "type": "record", "name": "B", "fields": [
+                {"name": "start", "type": "long"}, {"name": "n", "type": "long"}]}}}]}
+    values = [{"t": None, "buckets": [{"start": 0, "n": 2}, {"start": 60, "n": 1}]},
+              {"t": 7, "buckets": []}]
+    assert stripe(schema, values) == {
+        "t": [None, 7],
+        "buckets": {"lengths": [2, 0], "items": {"start": [0, 60], "n": [2, 1]}}}
+    assert columns_schema(schema) == {
+        "type": "record", "name": "WColumns", "namespace": "ns", "fields": [
+            {"name": "t", "type": {"type": "array", "items": ["null", "long"]}},
+            {"name": "buckets", "type": {"type": "record", "name": "NestedLists1", "fields": [
+                {"name": "lengths", "type": {"type": "array", "items": "long"}},
+                {"name": "items", "type": {"type": "record", "name": "BColumns", "fields": [
+                    {"name": "start", "type": {"type": "array", "items": "long"}},
+                    {"name": "n", "type": {"type": "array", "items": "long"}}]}}]}}]}
+
+
+def test_only_records_and_arrays_without_named_references_are_striped() -> None:
+    point = {"type": "record", "name": "P", "fields": [{"name": "x", "type": "long"}]}
+    assert columns_schema("long") is None
+    assert columns_schema({"type": "map", "values": "long"}) is None
+    assert columns_schema({"type": "record", "name": "Two", "fields": [
+        {"name": "a", "type": point}, {"name": "b", "type": "P"}]}) is None
+    assert columns_schema({"type": "array", "items": point}) is not None
+
+
+@pytest.mark.parametrize(("column", "problem"), [
+    ({"lengths": [1], "items": {"x": [1]}}, "1 array lengths for 2 values"),
+    ({"lengths": [2, 1], "items": {"x": [1, 2]}}, "a column of 2 values for 3"),
+    ({"lengths": [3, -1], "items": {"x": [1, 2]}}, "2 array lengths for 2 values"),
+])
+def test_columns_that_do_not_hold_every_value_are_refused(column: Any, problem: str) -> None:
+    schema = {"type": "array", "items": {"type": "record", "name": "P", "fields": [
+        {"name": "x", "type": "long"}]}}
+    with pytest.raises(ValueError, match=problem):
+        assemble(schema, column, 2)
+
+
+# --------------------------------------------------------------------------- the layout
+
+CLOCK = {("views", 0): 99}
+WINDOWS = per_key(TumblingWindow(60, Record(
+    {"views": Count(), "users": HyperLogLog(4), "latency": Mean()})))
+"""Page views' state: per key, windows of a record of a count, a sketch and a mean."""
+
+
+def _views(rng_seed: int, keys: int) -> dict[str, Any]:
+    inner = WINDOWS.inner
+    state: dict[str, Any] = {}
+    for i in range(keys):
+        for j in range((i + rng_seed) % 4):
+            stats = Record.lift(inner.inner, views=Count.one,  # type: ignore[attr-defined]
+                                users=HyperLogLog(4).lift(f"u{i * j}"),
+                                latency=Mean.lift(float(i + j)))
+            state = WINDOWS.absorb(state, {f"/p{i}": inner.lift(60 * j + i % 60, stats)})
+    return state
+
+
+def _put(store: DirectorySnapshotStore, monoid: Monoid[Any], state: Any, **kw: Any
+         ) -> SnapshotRef:
+    args = {"topology": "views", "bolt": "pages", "instance": 0, "parallelism": 1,
+            "epoch": 1, "clock": CLOCK, **kw}
+    return store.put(monoid=monoid, state=state, **args)
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 3), keys=st.integers(0, 40), changed=st.integers(0, 10))
+def test_window_states_read_back_as_format_2_and_3_files_do(
+        tmp_path_factory: pytest.TempPathFactory, put_format_2: PutFormat,
+        put_format_3: PutFormat, seed: int, keys: int, changed: int) -> None:
+    store = DirectorySnapshotStore(tmp_path_factory.mktemp("snapshots"))
+    state = _views(seed, keys)
+    new = _put(store, WINDOWS, state)
+    # A window is a record holding an array: format 3 keeps it whole, format 2 too.
+    fields = put_format_3(store, WINDOWS, state, topology="views", bolt="fields", clock=CLOCK)
+    old = put_format_2(store, WINDOWS, state, topology="views", bolt="old", clock=CLOCK)
+    assert new.layout == "per_key_nested_columns"
+    assert store.load(new, WINDOWS) == store.load(fields, WINDOWS) == \
+        store.load(old, WINDOWS) == (CLOCK, state)
+    assert list(store.to_json_rows(new)) == list(store.to_json_rows(old))
+    assert store.writer_schema(new) == store.writer_schema(old)
+    delta_state = _views(seed + 1, changed)
+    for base in (new, fields, old):  # a delta in nested columns builds on any of them
+        delta = _put(store, WINDOWS, delta_state, bolt=base.bolt, epoch=2, base=base)
+        assert delta.layout == "per_key_nested_columns"
+        assert store.load(delta, WINDOWS)[1] == {**state, **delta_state}
+
+
+class Segment(Monoid[tuple[int, int]]):
+    """A user monoid whose record names a type twice (by reference the second time)."""
+
+    name = "Segment"
+    immutable_state = True
+
+    def empty(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def combine(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+        return (min(a[0], b[0]), max(a[1], b[1]))
+
+    def avro_schema(self) -> Any:
+        return {"type": "record", "name": "Segment", "fields": [
+            {"name": "low", "type": {"type": "record", "name": "End",
+                                     "fields": [{"name": "at", "type": "long"}]}},
+            {"name": "high", "type": "End"}]}
+
+    def to_avro(self, state: tuple[int, int]) -> Any:
+        return {"low": {"at": state[0]}, "high": {"at": state[1]}}
+
+    def from_avro(self, data: Any) -> tuple[int, int]:
+        return (data["low"]["at"], data["high"]["at"])
+
+
+def test_a_value_naming_a_type_by_reference_is_written_in_field_columns(
+        tmp_path: Path) -> None:
+    store = DirectorySnapshotStore(tmp_path)
+    monoid = per_key(Segment())
+    ref = _put(store, monoid, {"a": (1, 5), "b": (-2, 3)})
+    assert ref.layout == "per_key_field_columns"
+    assert store.load(ref, monoid)[1] == {"a": (1, 5), "b": (-2, 3)}
+
+
+def test_a_nested_columns_file_without_its_entry_schema_is_corrupt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = DirectorySnapshotStore(tmp_path)
+    monkeypatch.setattr(snapshot_format, "ENTRY_SCHEMA_KEY", "hailstorm.something_else")
+    ref = _put(store, WINDOWS, _views(1, 3))
+    monkeypatch.undo()
+    with pytest.raises(SnapshotCorruptError, match=r"no valid hailstorm\.entry_schema"):
+        store.load(ref, WINDOWS)
