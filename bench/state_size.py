@@ -1,6 +1,7 @@
 """State size: bytes per key in memory and in snapshots, for a few per-key monoids.
 
-    .venv/bin/python bench/state_size.py [--keys 100000] [--monoids count,mean,hll10,totals]
+    .venv/bin/python bench/state_size.py [--keys 100000]
+        [--monoids count,mean,hll10,totals,pageviews]
 
 Needs no services. For each monoid, builds the state of one bolt instance with N distinct
 string keys (16 hex digits of a hash by default, ``--key-style sequential`` for
@@ -44,10 +45,13 @@ from hailstorm.monoids import (  # noqa: E402
     Mean,
     Record,
     Sum,
+    TumblingWindow,
     per_key,
 )
 from hailstorm.snapshots import DirectorySnapshotStore  # noqa: E402
 
+PAGE_STATS = Record({"views": Count(), "users": HyperLogLog(10), "latency": Mean()})
+PAGE_WINDOWS = TumblingWindow(300_000, PAGE_STATS, unit="ms")
 OBSERVATIONS_PER_KEY = 3
 """Values absorbed per key (so a count is 3, a mean has 3 samples, an HLL 3 items)."""
 
@@ -62,6 +66,12 @@ def _monoids() -> dict[str, tuple[KeyedMap, Callable[[random.Random], Any]]]:
         # topologies/user_totals.py's state: a Record of a Sum and a Count per user
         "totals": (per_key(Record({"spent": Sum(), "events": Count()})),
                    lambda rng: {"spent": rng.randrange(1000), "events": 1}),
+        # topologies/pageviews.py's state: 5-minute windows of views, users and latency,
+        # each observation in one of two windows
+        "pageviews": (per_key(PAGE_WINDOWS), lambda rng: PAGE_WINDOWS.lift_unexpiring(
+            rng.randrange(600_000), PAGE_STATS.lift(
+                views=1, users=hll.lift(rng.randrange(1 << 30)),
+                latency=Mean.lift(rng.random() * 100)))),
     }
 
 
@@ -140,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key-style", choices=("random", "sequential"), default="random",
                         help="16 hex digits of a hash (default), or key-0000000...")
     parser.add_argument("--monoids", default="count,mean,hll10",
-                        help="Comma-separated subset of count, mean, hll10, totals.")
+                        help="Comma-separated subset of count, mean, hll10, totals, "
+                             "pageviews.")
     args = parser.parse_args(argv)
     available = _monoids()
     names = [n.strip() for n in args.monoids.split(",") if n.strip()]
