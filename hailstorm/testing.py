@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 
 from hailstorm.model import Message, ModelResult, messages, run_model
 from hailstorm.monoids import Monoid
+from hailstorm.monoids.avro_columns import stripe
+from hailstorm.monoids.scalars import canonical_text
 
 __all__ = [
     "Message",
@@ -99,7 +101,9 @@ def check_monoid_laws(
     neither input nor returns structure shared with them, that ``absorb`` agrees with
     ``combine``, that ``combine_all`` folds, that ``copy`` is equal and independent, and that
     states survive an Avro round trip (``parse_schema`` + schemaless writer/reader) and
-    combine after it as before (a state loaded from a snapshot must not change a result).
+    combine after it as before (a state loaded from a snapshot must not change a result),
+    and that ``avro_column`` (how snapshots write a chunk of keyed values) gives the
+    column of exactly what ``to_avro`` gives.
     ``equal`` replaces ``==`` (e.g. :func:`approx_equal` for float states). The error message
     names the monoid, the law and the counterexample.
     """
@@ -182,6 +186,13 @@ def check_monoid_laws(
         for name, state in (("a", a), ("combine(a, b)", ab)):
             with law("Avro round trip", state=state):
                 same(round_trip(state), state, f"from_avro(to_avro({name})) != {name}")
+        with law("Avro column", a=a0, b=b0):
+            states = [a, b, ab]
+            column = monoid.avro_column(states)
+            striped = stripe(monoid.avro_schema(), [monoid.to_avro(s) for s in states])
+            if canonical_text(column) != canonical_text(striped):
+                raise AssertionError(f"avro_column([a, b, combine(a, b)]) is {_show(column)}, "
+                                     f"not the column of their to_avro {_show(striped)}")
         with law("combine after an Avro round trip", a=a0, b=b0):
             # A state loaded from a snapshot must combine as the state itself did.
             same(combine(round_trip(a), b), ab, "combine(from_avro(to_avro(a)), b) != "

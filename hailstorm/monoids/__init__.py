@@ -55,7 +55,10 @@ User-defined monoids are ordinary subclasses. For example a boolean "any" flag:
 >>> flags.describe()
 'per_key(AnyTrue)'
 
-Check it with :func:`hailstorm.testing.check_monoid_laws` before trusting it.
+Check it with :func:`hailstorm.testing.check_monoid_laws` before trusting it. Snapshots write
+keyed values a chunk at a time as :meth:`Monoid.avro_column` gives them (the column of their
+``to_avro`` values, see :mod:`~hailstorm.monoids.avro_columns`); a monoid may override it to
+build the column faster, and the laws check that it gives the same.
 
 Avro names: library monoids build their schema with :meth:`Monoid.avro_schema_in`, which puts
 every record under a namespace derived from its position in the nesting
@@ -65,9 +68,9 @@ every record under a namespace derived from its position in the nesting
 Modules, one per family: :mod:`~hailstorm.monoids.base` (the :class:`Monoid` contract),
 :mod:`~hailstorm.monoids.scalars`, :mod:`~hailstorm.monoids.containers`,
 :mod:`~hailstorm.monoids.sketches`, :mod:`~hailstorm.monoids.keyed` (``per_key`` and
-``Record``), :mod:`~hailstorm.monoids.windows`, :mod:`~hailstorm.monoids.ttl`, and the
-private Avro codec layer :mod:`~hailstorm.monoids.avro`; this package re-exports the public
-names.
+``Record``), :mod:`~hailstorm.monoids.windows`, :mod:`~hailstorm.monoids.ttl`, the
+private Avro codec layer :mod:`~hailstorm.monoids.avro` and the Avro values' nested columns
+:mod:`~hailstorm.monoids.avro_columns`; this package re-exports the public names.
 """
 
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, Monoid

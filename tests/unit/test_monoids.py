@@ -40,8 +40,6 @@ from hailstorm.monoids import (
     per_key,
 )
 from hailstorm.monoids.avro import sorted_keys
-from hailstorm.monoids.avro_columns import stripe
-from hailstorm.monoids.scalars import canonical_text
 from hailstorm.testing import approx_equal, avro_round_trip, check_monoid_laws, states_of
 
 EXAMPLES = 40
@@ -777,19 +775,6 @@ def test_avro_container_round_trip(monoid: Monoid[Any], state: Any) -> None:
     (record,) = list(reader)
     assert monoid.from_avro(record) == state
     assert avro_round_trip(monoid, state) == state
-
-
-@pytest.mark.parametrize(("monoid", "values"), CASES, ids=[m.describe() for m, _ in CASES])
-def test_the_avro_column_of_states_is_the_stripe_of_their_avro_values(
-        monoid: Monoid[Any], values: st.SearchStrategy[Any]) -> None:
-    """What snapshots write (``avro_column``, built directly by most library monoids) is
-    the column of exactly what ``to_avro`` gives, state by state."""
-    @settings(max_examples=EXAMPLES, deadline=None)
-    @given(states=st.lists(values, max_size=6))
-    def column_of(states: list[Any]) -> None:
-        expected = stripe(monoid.avro_schema(), [monoid.to_avro(s) for s in states])
-        assert canonical_text(monoid.avro_column(states)) == canonical_text(expected)
-    column_of()
 
 
 def test_nested_schemas_have_unique_names() -> None:
