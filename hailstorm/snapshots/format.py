@@ -324,12 +324,13 @@ def _record_schema(monoid: Monoid[Any], layout: str | None = None) -> tuple[str,
     entry = keyed_entry_schema(monoid)
     if entry is not None:
         if layout is None:
-            for candidate, columns in ((LAYOUT_NESTED_COLUMNS, nested_columns_schema(entry)),
-                                       (LAYOUT_FIELD_COLUMNS, field_columns_schema(entry))):
-                if columns is not None:
-                    # Columns fastavro refuses (they name a type twice, say) fall back to
-                    # the next layout; any other schema error is raised below.
-                    with contextlib.suppress(Exception):  # broad: fastavro's errors vary
+            for candidate, columns_of in ((LAYOUT_NESTED_COLUMNS, nested_columns_schema),
+                                          (LAYOUT_FIELD_COLUMNS, field_columns_schema)):
+                # Columns of a schema fastavro refuses (one naming a type twice, say) fall
+                # back to the next layout; any other schema error is raised below.
+                with contextlib.suppress(Exception):  # broad: malformed schemas, fastavro
+                    columns = columns_of(entry)
+                    if columns is not None:
                         return candidate, fastavro.parse_schema(columns)
             layout = LAYOUT_COLUMNS
         schema = layout_schema(entry, layout)
