@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from hailstorm.monoids import Count, HyperLogLog, Mean, Monoid, Record, TumblingWindow, per_key
 from hailstorm.monoids.avro_columns import assemble, columns_schema, stripe
-from hailstorm.snapshots import DirectorySnapshotStore, SnapshotCorruptError, SnapshotRef
+from hailstorm.snapshots import (
+    DirectorySnapshotStore,
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotRef,
+)
 from hailstorm.snapshots import format as snapshot_format
 
 PutFormat = Any  # conftest.put_format_2 / put_format_3: a snapshot as that format wrote it
@@ -224,3 +229,17 @@ def test_a_nested_columns_file_without_its_entry_schema_is_corrupt(
     monkeypatch.undo()
     with pytest.raises(SnapshotCorruptError, match=r"no valid hailstorm\.entry_schema"):
         store.load(ref, WINDOWS)
+
+
+class Nameless(Segment):
+    """A user monoid whose record schema has no name (Avro refuses it)."""
+
+    name = "Nameless"
+
+    def avro_schema(self) -> Any:
+        return {"type": "record", "fields": [{"name": "low", "type": "long"}]}
+
+
+def test_a_malformed_value_schema_is_named_whatever_the_layout(tmp_path: Path) -> None:
+    with pytest.raises(SnapshotError, match=r"the Avro schema of per_key\(Nameless\) is invalid"):
+        _put(DirectorySnapshotStore(tmp_path), per_key(Nameless()), {"a": (1, 2)})
