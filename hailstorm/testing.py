@@ -103,7 +103,8 @@ def check_monoid_laws(
     states survive an Avro round trip (``parse_schema`` + schemaless writer/reader) and
     combine after it as before (a state loaded from a snapshot must not change a result),
     and that ``avro_column`` (how snapshots write a chunk of keyed values) gives the
-    column of exactly what ``to_avro`` gives.
+    column of exactly what ``to_avro`` gives, which ``from_avro_column`` reads back as
+    ``from_avro`` does.
     ``equal`` replaces ``==`` (e.g. :func:`approx_equal` for float states). The error message
     names the monoid, the law and the counterexample.
     """
@@ -193,6 +194,11 @@ def check_monoid_laws(
             if canonical_text(column) != canonical_text(striped):
                 raise AssertionError(f"avro_column([a, b, combine(a, b)]) is {_show(column)}, "
                                      f"not the column of their to_avro {_show(striped)}")
+            read = monoid.from_avro_column(column, len(states))
+            for state, back in zip(states, read, strict=True):
+                same(back, state, "from_avro_column(avro_column(states)) != states")
+            same(read, [round_trip(s) for s in states],
+                 "from_avro_column(avro_column(states)) != from_avro(to_avro(s)) of each")
         with law("combine after an Avro round trip", a=a0, b=b0):
             # A state loaded from a snapshot must combine as the state itself did.
             same(combine(round_trip(a), b), ab, "combine(from_avro(to_avro(a)), b) != "

@@ -33,7 +33,7 @@ from itertools import accumulate, chain
 from operator import itemgetter
 from typing import Any
 
-__all__ = ["assemble", "columns_schema", "stripe"]
+__all__ = ["assemble", "check_length", "check_shape", "columns_schema", "list_ends", "stripe"]
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes",
                          "string"})
@@ -129,12 +129,38 @@ def assemble(schema: Any, column: Any, size: int) -> list[Any]:
             return [{} for _ in range(size)]
         return [dict(zip(names, row, strict=True)) for row in zip(*fields, strict=True)]
     if kind == "array":
-        lengths = column["lengths"]
-        if len(lengths) != size or min(lengths, default=0) < 0:
-            raise ValueError(f"{len(lengths)} array lengths for {size} values")
-        items = assemble(schema["items"], column["items"], sum(lengths))
-        ends = list(accumulate(lengths))
+        lengths, ends = list_ends(column, size)
+        items = assemble(schema["items"], column["items"], ends[-1] if ends else 0)
         return [items[end - n:end] for n, end in zip(lengths, ends, strict=True)]
+    check_length(column, size)
+    return list(column)
+
+
+def check_shape(schema: Any, column: Any, size: int) -> None:
+    """``ValueError`` unless ``column`` holds ``size`` values of ``schema`` (what
+    :func:`assemble` checks, without building the values)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if kind == "record":
+        for f in schema["fields"]:
+            check_shape(f["type"], column[f["name"]], size)
+    elif kind == "array":
+        _, ends = list_ends(column, size)
+        check_shape(schema["items"], column["items"], ends[-1] if ends else 0)
+    else:
+        check_length(column, size)
+
+
+def check_length(column: Sequence[Any], size: int) -> None:
+    """``ValueError`` unless the leaf ``column`` holds ``size`` values."""
     if len(column) != size:
         raise ValueError(f"a column of {len(column)} values for {size}")
-    return list(column)
+
+
+def list_ends(column: Any, size: int) -> tuple[list[int], list[int]]:
+    """The lengths of the ``size`` arrays an array's column ``{lengths, items}`` holds, and
+    where each ends in its items; ``ValueError`` unless there are ``size`` of them, none
+    negative."""
+    lengths = column["lengths"]
+    if len(lengths) != size or min(lengths, default=0) < 0:
+        raise ValueError(f"{len(lengths)} array lengths for {size} values")
+    return lengths, list(accumulate(lengths))

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from hailstorm.monoids.avro_columns import stripe
+from hailstorm.monoids.avro_columns import assemble, stripe
 
 __all__ = ["DEFAULT_NAMESPACE", "MISSING", "Monoid", "S"]
 
@@ -97,6 +97,15 @@ class Monoid(ABC, Generic[S]):
         must give exactly this."""
         values = states if self.avro_as_is else list(map(self.to_avro, states))
         return stripe(self.avro_schema(), values)
+
+    def from_avro_column(self, column: Any, size: int) -> list[S]:
+        """The ``size`` states whose :meth:`avro_column` is ``column``: :meth:`from_avro` of
+        each value it holds (how snapshots load a chunk of keyed values). Raises what
+        ``from_avro`` raises for a value, and ``ValueError`` when ``column`` holds another
+        number of values. A monoid may build the states faster; it must give exactly
+        these."""
+        values = assemble(self.avro_schema(), column, size)
+        return values if self.avro_as_is else list(map(self.from_avro, values))
 
     def describe(self) -> str:
         """Human description for ``hailstorm show`` (e.g. ``per_key(Count)``)."""

@@ -195,6 +195,13 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         from_avro = self.inner.from_avro
         return {dec(e["key"]): from_avro(e["value"]) for e in data}
 
+    def from_avro_nested_columns(self, keys: Sequence[Any], column: Any) -> dict[Any, Any]:
+        """:meth:`from_avro_columns` of the values' nested column
+        (:meth:`avro_nested_columns`)."""
+        if not self._key.as_is:
+            keys = list(map(self._key.decode, keys))
+        return dict(zip(keys, self.inner.from_avro_column(column, len(keys)), strict=True))
+
     def from_avro_columns(self, keys: Sequence[Any], values: Sequence[Any]) -> dict[Any, Any]:
         """:meth:`from_avro` of entries given as two columns (:meth:`avro_columns`)."""
         if not self._key.as_is:
@@ -352,6 +359,13 @@ class Record(Monoid[dict[str, Any]]):
     def avro_column(self, states: Sequence[dict[str, Any]]) -> Any:
         return {name: m.avro_column(list(map(itemgetter(name), states)))
                 for name, m in self.fields.items()}
+
+    def from_avro_column(self, column: Any, size: int) -> list[dict[str, Any]]:
+        fields = [m.from_avro_column(column[name], size) for name, m in self.fields.items()]
+        if not fields:
+            return [{} for _ in range(size)]
+        names = self._names
+        return [dict(zip(names, row, strict=True)) for row in zip(*fields, strict=True)]
 
     def from_avro(self, data: Any) -> dict[str, Any]:
         if self.avro_as_is:

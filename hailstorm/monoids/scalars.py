@@ -18,6 +18,7 @@ from hailstorm.monoids.avro import (
     codec,
     record,
 )
+from hailstorm.monoids.avro_columns import check_length
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, Monoid
 
 __all__ = ["Count", "Last", "Max", "Mean", "Min", "Sum"]
@@ -227,6 +228,12 @@ class Mean(Monoid[tuple[float, int]]):
 
     def avro_column(self, states: Sequence[tuple[float, int]]) -> Any:
         return {"sum": [s for s, _ in states], "count": [n for _, n in states]}
+
+    def from_avro_column(self, column: Any, size: int) -> list[tuple[float, int]]:
+        sums, counts = column["sum"], column["count"]
+        check_length(sums, size)
+        check_length(counts, size)
+        return list(zip(map(float, sums), map(int, counts), strict=True))
 
     def from_avro(self, data: Any) -> tuple[float, int]:
         return (float(data["sum"]), int(data["count"]))

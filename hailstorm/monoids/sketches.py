@@ -12,9 +12,11 @@ import struct
 import sys
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 from typing import Any
 
 from hailstorm.monoids.avro import record
+from hailstorm.monoids.avro_columns import check_length
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, Monoid
 
 __all__ = ["CountMinSketch", "HyperLogLog", "stable_hash"]
@@ -303,6 +305,35 @@ class HyperLogLog(Monoid[bytearray]):
     def avro_column(self, states: Sequence[bytearray]) -> Any:
         return {"precision": [self.precision] * len(states),
                 "registers": list(map(bytes, states))}
+
+    def from_avro_column(self, column: Any, size: int) -> list[bytearray]:
+        precisions, registers = column["precision"], column["registers"]
+        check_length(precisions, size)
+        check_length(registers, size)
+        if precisions.count(self.precision) == size and self._sparse_column(registers):
+            return list(map(bytearray, registers))
+        return [self.from_avro({"precision": p, "registers": r})  # names what it refuses
+                for p, r in zip(precisions, registers, strict=True)]
+
+    def _sparse_column(self, registers: Sequence[bytes]) -> bool:
+        """Every one of ``registers`` is a well-formed sparse state (what
+        :meth:`_check_sparse` accepts, checked for all of them at once)."""
+        lengths = list(map(len, registers))
+        if any(n % _ENTRY for n in lengths) or max(lengths, default=0) > \
+                self.sparse_limit * _ENTRY:
+            return False  # dense ones among them, or malformed
+        joined = b"".join(registers)
+        if not joined:
+            return True
+        ranks = joined[::_ENTRY]
+        entries = _entries(bytearray(joined))
+        if 0 in ranks or max(ranks) > self._rest_bits + 1 or max(entries) >> 8 >= self.m:
+            return False
+        # Indexes ascend within each state; only a state's last entry may exceed the next.
+        last_entries = {end - 1 for end in accumulate(n // _ENTRY for n in lengths)}
+        return all(i in last_entries for i, ascending in enumerate(map(
+            operator.lt, [entry | 0xFF for entry in entries[:-1]], entries[1:]))
+            if not ascending)
 
     def from_avro(self, data: Any) -> bytearray:
         registers = data["registers"]

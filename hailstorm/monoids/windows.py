@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from hailstorm.monoids.avro import LONG_MAX, LONG_MIN, check_number, record
+from hailstorm.monoids.avro_columns import check_length, list_ends
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
 
 __all__ = ["TIME_UNITS", "EventTimed", "SlidingWindow", "TumblingWindow", "Window", "WindowState",
@@ -349,6 +350,18 @@ class Window(EventTimed[WindowState[V]]):
             "buckets": {"lengths": [len(b) for _, b in states],
                         "items": {"start": starts, "value": self.inner.avro_column(values)}},
         }
+
+    def from_avro_column(self, column: Any, size: int) -> list[WindowState[Any]]:
+        times = column["max_event_time"]
+        check_length(times, size)
+        buckets = column["buckets"]
+        lengths, ends = list_ends(buckets, size)
+        items = buckets["items"]
+        starts = items["start"]
+        values = self.inner.from_avro_column(items["value"], ends[-1] if ends else 0)
+        check_length(starts, len(values))
+        return [(t, dict(zip(starts[end - n:end], values[end - n:end], strict=True)))
+                for t, n, end in zip(times, lengths, ends, strict=True)]
 
     def from_avro(self, data: Any) -> WindowState[Any]:
         from_avro = self.inner.from_avro

@@ -18,7 +18,7 @@ import fastavro
 
 from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.monoids.avro import sorted_keys
-from hailstorm.monoids.avro_columns import assemble
+from hailstorm.monoids.avro_columns import assemble, check_shape
 from hailstorm.monoids.avro_columns import columns_schema as value_columns_schema
 
 __all__ = [
@@ -255,22 +255,31 @@ class ValueColumnsReader:
     fastavro cannot resolve a column of a field the reader added (it has no length to
     fill), so the entries are resolved whole, a record's worth at a time: written as an
     array of ``{key, value}`` with the file's ``entry`` schema and read back with the
-    reader's (keys promoted as values are)."""
+    reader's (keys promoted as values are).
+
+    ``raw``: the records of a ``per_key_nested_columns`` file read without a reader schema
+    come as ``{keys, column}`` instead, the values' column checked but left as it is (for
+    :meth:`~hailstorm.monoids.Monoid.from_avro_column`: no Avro value is built)."""
 
     def __init__(self, entry: dict[str, Any], reader: dict[str, Any] | None,
-                 layout: str) -> None:
+                 layout: str, *, raw: bool = False) -> None:
         if layout not in VALUE_COLUMN_LAYOUTS:
             raise ValueError(f"{layout} values are not written in columns")
         self._value = {f["name"]: f["type"] for f in entry["fields"]}["value"]
         self._nested = layout == LAYOUT_NESTED_COLUMNS
+        self.raw = raw and self._nested and reader is None
+        """Whether :meth:`entries` gives ``{keys, column}``."""
         self._written = fastavro.parse_schema({"type": "array", "items": entry})
         self._reader = None if reader is None else \
             fastavro.parse_schema({"type": "array", "items": reader})
 
     def entries(self, record: Any) -> dict[str, Any]:
-        """``record`` with its values as a list of records (ValueError when a column does
-        not hold a value for every key)."""
+        """``record`` with its values as a list of records, or its column (:attr:`raw`);
+        ValueError when a column does not hold a value for every key."""
         keys = record["keys"]
+        if self.raw:
+            check_shape(self._value, record["values"], len(keys))
+            return {"keys": keys, "column": record["values"]}
         values = (assemble(self._value, record["values"], len(keys)) if self._nested
                   else values_of_columns(record["values"], len(keys)))
         if self._reader is None:

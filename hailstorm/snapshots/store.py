@@ -333,15 +333,17 @@ class SnapshotStore(ABC):
             return ref
 
     def _record_chunks(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
-                       migrate: Migrate | None = None,
-                       size: int = _CHUNK_KEYS) -> Iterator[builtins.list[Any]]:
+                       migrate: Migrate | None = None, size: int = _CHUNK_KEYS,
+                       *, raw: bool = False) -> Iterator[builtins.list[Any]]:
         """Verified raw Avro records of ``ref``, ``size`` at a time (checked against
         ``monoid`` when given: state of another type reads with ``monoid``'s schema when
         Avro schema resolution carries it, as written when ``migrate`` will convert it).
         Taken in chunks by ``islice``: no Python step per record (a reload's bulk). The
         records of the column layouts are counted by :meth:`_columns`, and those of
         ``per_key_field_columns`` and ``per_key_nested_columns`` come as
-        ``per_key_columns`` records."""
+        ``per_key_columns`` records; with ``raw``, those of a ``per_key_nested_columns``
+        file read as written (nothing to resolve or convert) as ``{keys, column}``
+        (:class:`ValueColumnsReader`)."""
         with self._verified(ref) as (fo, header):
             reader = None
             if monoid is not None:
@@ -349,7 +351,7 @@ class SnapshotStore(ABC):
             fields = None
             if ref.layout in VALUE_COLUMN_LAYOUTS:  # read as written, resolved by entries
                 fields = ValueColumnsReader(written_schema(ref.layout, header.meta), reader,
-                                            ref.layout)
+                                            ref.layout, raw=raw and migrate is None)
                 reader = None
             elif reader is not None:
                 reader = layout_schema(reader, ref.layout)
@@ -372,27 +374,34 @@ class SnapshotStore(ABC):
             for chunk in self._record_chunks(ref, monoid, migrate):
                 yield from chunk
             return
-        for keys, values in self._columns(ref, monoid, migrate):
+        for keys, values, _ in self._columns(ref, monoid, migrate):
             for key, value in zip(keys, values, strict=True):
                 yield {"key": key, "value": value}
 
     def _columns(self, ref: SnapshotRef, monoid: Monoid[Any] | None,
-                 migrate: Migrate | None = None) -> Iterator[tuple[Any, Any]]:
+                 migrate: Migrate | None = None, *, raw: bool = False
+                 ) -> Iterator[tuple[Any, Any, bool]]:
         """The raw Avro keys and values of keyed ``ref``, a chunk at a time, in any
-        keyed layout (see :meth:`_record_chunks`; ``ref.records`` counts the keys)."""
+        keyed layout (see :meth:`_record_chunks`; ``ref.records`` counts the keys), and
+        whether the values are one column (``raw``, where the file allows it) rather than
+        a list of values."""
         if ref.layout not in COLUMN_LAYOUTS:
             for chunk in self._record_chunks(ref, monoid, migrate):
-                yield [e["key"] for e in chunk], [e["value"] for e in chunk]
+                yield [e["key"] for e in chunk], [e["value"] for e in chunk], False
             return
         keys = 0
-        for chunk in self._record_chunks(ref, monoid, migrate, size=1):
+        for chunk in self._record_chunks(ref, monoid, migrate, size=1, raw=raw):
             for record in chunk:
+                if "column" in record:  # checked to hold a value for every key
+                    keys += len(record["keys"])
+                    yield record["keys"], record["column"], True
+                    continue
                 column, values = record["keys"], record["values"]
                 if len(column) != len(values):
                     raise SnapshotCorruptError(ref.uri, f"a record of {len(column)} keys "
                                                f"and {len(values)} values")
                 keys += len(column)
-                yield column, values
+                yield column, values, False
         if keys != ref.records:
             raise SnapshotCorruptError(ref.uri, f"{keys} keys, header says {ref.records}")
 
@@ -406,10 +415,13 @@ class SnapshotStore(ABC):
     def _keyed_parts(self, ref: SnapshotRef, monoid: Monoid[Any],
                      migrate: Migrate | None = None) -> Iterator[dict[Any, Any]]:
         convert = _converter(ref, monoid, migrate)
-        for keys, values in self._columns(ref, monoid, convert):
+        for keys, values, column in self._columns(ref, monoid, convert, raw=True):
             if not isinstance(monoid, KeyedMap):  # what reading checked: never raised
                 raise SnapshotMismatchError(f"{ref.uri} holds keyed state, not "
                                             f"{monoid.describe()}")
+            if column:  # the states of the values' column, built at once
+                yield monoid.from_avro_nested_columns(keys, values)
+                continue
             if convert is not None:
                 values = [monoid.inner.to_avro(convert(v)) for v in values]
             yield monoid.from_avro_columns(keys, values)

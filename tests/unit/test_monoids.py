@@ -460,6 +460,36 @@ def test_hyperloglog_states_hold_the_registers_of_a_model_in_the_form_their_coun
 def test_hyperloglog_refuses_malformed_sparse_registers(registers: bytes) -> None:
     with pytest.raises(ValueError, match="HyperLogLog"):
         HyperLogLog(10).from_avro({"precision": 10, "registers": registers})
+    fine = bytes(HyperLogLog(10).lift("a"))  # among well-formed ones, read a column at once
+    with pytest.raises(ValueError, match="HyperLogLog"):
+        HyperLogLog(10).from_avro_column(
+            {"precision": [10, 10, 10], "registers": [fine, registers, fine]}, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(precision=st.sampled_from([4, 6, 10]),
+       items=st.lists(hll_items, max_size=6),
+       corrupt=st.none() | st.tuples(st.integers(0, 5), st.integers(0, 200), st.integers(0, 255)))
+def test_a_column_of_hyperloglog_registers_reads_as_each_register_does(
+        precision: int, items: list[list[str]], corrupt: tuple[int, int, int] | None) -> None:
+    """Sparse states of a column are checked all at once: they must be refused exactly when
+    one of them is, and read as each is otherwise."""
+    m = HyperLogLog(precision)
+    registers = [bytes(m.combine_all(m.lift(i) for i in group)) for group in items]
+    if corrupt is not None and registers:
+        which, at, byte = corrupt
+        target = bytearray(registers[which % len(registers)])
+        if target:
+            target[at % len(target)] = byte
+        registers[which % len(registers)] = bytes(target)
+    column = {"precision": [precision] * len(registers), "registers": registers}
+    try:
+        expected = [m.from_avro({"precision": precision, "registers": r}) for r in registers]
+    except ValueError:
+        with pytest.raises(ValueError):
+            m.from_avro_column(column, len(registers))
+        return
+    assert m.from_avro_column(column, len(registers)) == expected
 
 
 def test_hyperloglog_refuses_dense_registers_it_would_keep_sparse_out_of_range() -> None:
