@@ -24,7 +24,8 @@ record ``{lengths, items}`` (named ``NestedLists<n>``), anything else an array o
 values, each column as long as the values it holds. A window's values, a record holding an
 array of records, are thus flat arrays of numbers and bytes: fastavro writes them three
 times as fast as the records. Such a file's metadata holds the ``{key, value}`` entry
-schema (``hailstorm.entry_schema``) its columns are assembled back with.
+schema (``hailstorm.entry_schema``) its columns are assembled back with (a monoid loading
+its own file builds its states from the columns directly).
 
 Files of format ``"1"`` hold one record per key, ``{key, value}`` (layout ``"per_key"``);
 they are still read, as are files of format ``"2"`` and of format ``"3"`` (layout
