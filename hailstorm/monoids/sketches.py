@@ -62,7 +62,7 @@ ESTIMATES_KEPT_BYTES = 4 << 20
 estimates by (at least 16 estimates)."""
 
 
-def _entries(state: bytearray) -> Sequence[int]:
+def _entries(state: bytes | bytearray) -> Sequence[int]:
     """The entries of a sparse state, ascending (``index << 8 | rank``)."""
     if _LITTLE_ENDIAN:
         with memoryview(state) as raw, raw.cast("I") as entries:
@@ -316,24 +316,27 @@ class HyperLogLog(Monoid[bytearray]):
                 for p, r in zip(precisions, registers, strict=True)]
 
     def _sparse_column(self, registers: Sequence[bytes]) -> bool:
-        """Every one of ``registers`` is a well-formed sparse state (what
-        :meth:`_check_sparse` accepts, checked for all of them at once)."""
+        """Every one of ``registers`` is a well-formed sparse state, checked for all of
+        them at once (see :meth:`_entries_valid`)."""
         lengths = list(map(len, registers))
         if any(n % _ENTRY for n in lengths) or max(lengths, default=0) > \
                 self.sparse_limit * _ENTRY:
             return False  # dense ones among them, or malformed
-        joined = b"".join(registers)
+        ends = {end - 1 for end in accumulate(n // _ENTRY for n in lengths)}
+        return self._entries_valid(b"".join(registers), ends)
+
+    def _entries_valid(self, joined: bytes | bytearray, last_entries: set[int]) -> bool:
+        """The whole entries of ``joined`` (sparse states one after the other, the entry
+        numbers ``last_entries`` ending each) have ranks a hash can give and indexes within
+        the registers, ascending within each state, each once."""
         if not joined:
             return True
         ranks = joined[::_ENTRY]
-        entries = _entries(bytearray(joined))
+        entries = _entries(joined)
         if 0 in ranks or max(ranks) > self._rest_bits + 1 or max(entries) >> 8 >= self.m:
             return False
-        # Indexes ascend within each state; only a state's last entry may exceed the next.
-        last_entries = {end - 1 for end in accumulate(n // _ENTRY for n in lengths)}
-        return all(i in last_entries for i, ascending in enumerate(map(
-            operator.lt, [entry | 0xFF for entry in entries[:-1]], entries[1:]))
-            if not ascending)
+        ascending = map(operator.lt, [entry | 0xFF for entry in entries[:-1]], entries[1:])
+        return all(i in last_entries for i, up in enumerate(ascending) if not up)
 
     def from_avro(self, data: Any) -> bytearray:
         registers = data["registers"]
@@ -354,14 +357,9 @@ class HyperLogLog(Monoid[bytearray]):
             raise ValueError(f"{self.describe()}: {len(state)} bytes of registers are neither "
                              f"{self.m} (dense) nor at most {self.sparse_limit} entries of "
                              f"{_ENTRY} bytes (sparse)")
-        entries = _entries(state)
-        ranks = state[::_ENTRY]  # the low byte of each entry
-        if entries and (0 in ranks or max(ranks) > self._rest_bits + 1
-                        or entries[-1] >> 8 >= self.m
-                        or not all(map(operator.lt, [entry | 0xFF for entry in entries[:-1]],
-                                       entries[1:]))):  # indexes ascending, each once
+        if not self._entries_valid(state, set()):
             raise ValueError(f"{self.describe()}: sparse registers out of order or out of "
-                             f"range: {entries!r:.200}")
+                             f"range: {_entries(state)!r:.200}")
 
     def describe(self) -> str:
         return f"HyperLogLog(p={self.precision})"
