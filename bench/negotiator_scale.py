@@ -2,12 +2,15 @@
 to decide a recovery (issue 42), against stand-ins (:mod:`hailstorm.dev.standins`).
 
     .venv/bin/python bench/negotiator_scale.py [--instances 1000] [--rounds 5] [--crashes 3]
+                                               [--busy 2]
 
 Starts a dev stack of its own (or uses ``--zk``; only ZooKeeper is used), writes the
 expected list of a topology of ``--instances`` instances (30% spouts, one per partition of
 one topic, 50% bolts, 20% sinks), registers a stand-in for each (a ZooKeeper session each;
 they answer every master state at once, so what is measured is the negotiator's and
-ZooKeeper's own work) and runs the negotiator daemon (``--snapshot-interval 1``). It measures:
+ZooKeeper's own work) and runs the negotiator daemon (``--snapshot-interval 1``). With
+``--busy N``, N processes spin meanwhile, as a topology's processors keep the cores busy:
+each ZooKeeper round trip then waits for its threads to be scheduled. It measures:
 
 * **round overhead**: for ``--rounds`` committed rounds, the committed record's ``pause_s``
   (from SpoutsPaused until every spout's position was read: the clock) and ``snapshot_s``
@@ -24,12 +27,16 @@ Prints one JSON line and a human summary (medians and maxima).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +65,25 @@ def topology_of(instances: int) -> list[str]:
                                   {"agg": bolts}, {"out": sinks})
 
 
-def summary(values: list[float]) -> dict[str, float]:
+def summary(values: list[float]) -> dict[str, float | None]:
+    if not values:  # --crashes 0
+        return {"median": None, "max": None}
     return {"median": round(statistics.median(values), 3), "max": round(max(values), 3)}
+
+
+@contextlib.contextmanager
+def busy_cores(count: int) -> Iterator[None]:
+    """``count`` processes spinning for as long as the block runs (stopped by their pids,
+    even on failure): cores as busy as a topology's processors keep them, where every
+    ZooKeeper round trip waits for its threads to be scheduled."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 def run(hosts: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
@@ -108,25 +132,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=3)
     parser.add_argument("--interval", type=float, default=1.0,
                         help="The negotiator's --snapshot-interval (default 1 s).")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="Processes spinning on the cores meanwhile (default 0: idle "
+                             "cores; 2 keeps a 2-core machine as busy as a topology run).")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--zk", help="A running ZooKeeper to use (default: a dev stack of "
                                      "the bench's own).")
     args = parser.parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="hailstorm-bench-scale-logs-"))
     if args.zk:
-        figures = run(args.zk, args, logs)
+        with busy_cores(args.busy):
+            figures = run(args.zk, args, logs)
     else:
-        with embedded_stack("hailstorm-bench-scale-", startup_timeout=300) as env:
+        with embedded_stack("hailstorm-bench-scale-", startup_timeout=300) as env, \
+                busy_cores(args.busy):
             figures = run(env["HAILSTORM_ZK"], args, logs)
     text = (f"the negotiator with {figures['instances']} stand-in instances (registered in "
-            f"{figures['registered_s']} s), a round every {args.interval:g} s:\n"
+            f"{figures['registered_s']} s), a round every {args.interval:g} s, "
+            f"{args.busy} processes spinning on the {os.cpu_count()} cores:\n"
             f"  round overhead (pause + save, everyone answering at once): median "
             f"{figures['round_s']['median']} s, max {figures['round_s']['max']} s "
             f"(pause {figures['pause_s']['median']} s, save {figures['snapshot_s']['median']} s)\n"
             f"  recovery decided (a bolt's session ended -> Initialize recorded): median "
             f"{figures['decision_s']['median']} s, max {figures['decision_s']['max']} s\n"
             f"  logs in {logs}")
-    report("negotiator_scale", {**figures, "interval": args.interval, **machine()}, text)
+    report("negotiator_scale", {**figures, "interval": args.interval, "busy": args.busy,
+                                **machine()}, text)
     return 0
 
 

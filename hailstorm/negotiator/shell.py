@@ -5,7 +5,8 @@
   kazoo's Election uses); exactly one holds it, the others block until the leader's
   session ends, then the next one takes over.
 - Every wake-up re-reads the whole view from ZooKeeper, arming a one-shot watch on every node
-  and directory it reads, so any later change wakes the loop again. Watch payloads are never
+  and directory it reads, so any later change wakes the loop again (three round trips:
+  :meth:`~hailstorm.protocol.records.TopologyRecords.read_view`). Watch payloads are never
   trusted: they only wake.
 - A decision is applied in ONE ZooKeeper transaction: a check that our election node still
   exists (fencing: a negotiator whose session ended can write nothing), the master state
@@ -423,29 +424,28 @@ class Shell:
 
     def observe(self) -> Observation:
         """Re-read everything the machine looks at (arming watches on all of it)."""
-        records = self.records
-        self.client.sync(self.paths.root)
+        read = self.records.read_view(self._watch)
         now = self.clock()
         epochs = [0]
 
-        master_read = records.read_master(self._watch)
+        master_read = read.master
         master = master_read.record
         if master is not None:
             epochs.append(master.state.epoch)
 
-        committed_read = records.read_committed(self._watch)
+        committed_read = read.committed
         committed = committed_read.record
         if committed is not None:
             epochs.append(committed.epoch)
 
-        expected_record = records.expected(self._watch)
+        expected_record = read.expected
         expected = None if expected_record is None else frozenset(expected_record.processors)
 
-        living = records.reports(self._watch)
+        living = read.reports
         epochs += [report.epoch for report in living.values() if report is not None]
 
         snapshots: dict[str, SnapshotReport | None] = {}
-        for (bolt, instance), snap in records.snapshot_reports(self._watch).items():
+        for (bolt, instance), snap in read.snapshot_reports.items():
             # Bolt and sink names are unique in a topology: the node name says which.
             key = f"bolt:{bolt}:{instance}"
             if expected is not None and key not in expected:
@@ -461,7 +461,7 @@ class Shell:
             state, entered_at = NegotiatorDisconnected(highest), now
         else:
             state, entered_at = master.state, master.entered_at
-        stop = records.stop_request(self._watch)
+        stop = read.stop
         graph = expected_record.graph if expected_record is not None else None
         view = View(now, entered_at, expected, living, snapshots, committed, highest, stop,
                     inputs_of_graph(graph),

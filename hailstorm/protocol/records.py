@@ -54,7 +54,7 @@ from hailstorm.protocol.layout import (
     encode,
 )
 
-__all__ = ["Read", "TopologyRecords", "Unreadable", "Watch"]
+__all__ = ["Read", "TopologyRecords", "Unreadable", "ViewReads", "Watch"]
 
 R = TypeVar("R")
 
@@ -77,6 +77,32 @@ class Read(Generic[R]):
     """The record (None: no node, or an unreadable record)."""
     version: int | None
     """The node's data version (None: no node)."""
+
+
+@dataclass(frozen=True)
+class ViewReads:
+    """Everything a negotiator reads at a wake-up (:meth:`TopologyRecords.read_view`)."""
+
+    master: Read[MasterRecord]
+    committed: Read[CommittedRecord]
+    expected: ExpectedRecord | None
+    reports: dict[str, ProcessorReport | None]
+    """As :meth:`TopologyRecords.reports` reads them."""
+    snapshot_reports: dict[tuple[str, str], SnapshotReport | None]
+    """As :meth:`TopologyRecords.snapshot_reports` reads them."""
+    stop: StopRequest | None
+
+
+_ABSENT: Any = object()
+"""What :func:`_outcome` gives for a node that did not exist."""
+
+
+def _outcome(result: Any) -> Any:
+    """The value of a kazoo async ``result``; :data:`_ABSENT` for ``NoNodeError``."""
+    try:
+        return result.get()
+    except NoNodeError:
+        return _ABSENT
 
 
 def _direct(operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -180,7 +206,11 @@ class TopologyRecords:
 
     def _read(self, subject: str, parse: Callable[[bytes], R],
               watch: Watch | None) -> Read[R]:
-        raw, stat = self._get(f"{self.paths.root}/{subject}", watch)
+        return self._read_of(subject, self._get(f"{self.paths.root}/{subject}", watch), parse)
+
+    def _read_of(self, subject: str, got: tuple[bytes | None, ZnodeStat | None],
+                 parse: Callable[[bytes], R]) -> Read[R]:
+        raw, stat = got
         if stat is None:
             return Read(None, None)
         return Read(self._parse(subject, raw, parse), stat.version)
@@ -228,7 +258,12 @@ class TopologyRecords:
         """Every ``living/<id>`` node's report by node name (None: unreadable)."""
         living = self.paths.living
         names = self._children(living, watch)
-        found = self._get_many([f"{living}/{name}" for name in names], watch)
+        return self._reports_of(names, self._get_many([f"{living}/{name}" for name in names],
+                                                      watch))
+
+    def _reports_of(self, names: list[str], found: Mapping[str, tuple[bytes | None, Any]]
+                    ) -> dict[str, ProcessorReport | None]:
+        living = self.paths.living
         return {name: self._parse(f"living/{name}", found[path][0], ProcessorReport.from_json,
                                   listing=True)
                 for name in names if (path := f"{living}/{name}") in found}
@@ -241,10 +276,82 @@ class TopologyRecords:
         root = self.paths.snapshots
         nodes = [(name, instance) for name in self._children(root, watch)
                  for instance in self._children(f"{root}/{name}", watch)]
-        found = self._get_many([f"{root}/{name}/{instance}" for name, instance in nodes], watch)
+        return self._snapshot_reports_of(nodes, self._get_many(
+            [f"{root}/{name}/{instance}" for name, instance in nodes], watch))
+
+    def _snapshot_reports_of(self, nodes: list[tuple[str, str]],
+                             found: Mapping[str, tuple[bytes | None, Any]]
+                             ) -> dict[tuple[str, str], SnapshotReport | None]:
+        root = self.paths.snapshots
         return {(name, instance): self._parse(f"snapshots/{name}/{instance}", found[path][0],
                                               SnapshotReport.from_json, listing=True)
                 for name, instance in nodes if (path := f"{root}/{name}/{instance}") in found}
+
+    def read_view(self, watch: Watch) -> ViewReads:
+        """What a negotiator's wake-up reads (after a ``sync``): the ``master``,
+        ``committed``, ``expected`` and ``stop`` records, every ``living`` report and every
+        ``snapshots`` report, each read as its own method reads it and with ``watch`` armed
+        on all of it, but asked three round trips at a time (records and listings; reports
+        and the snapshot directories; snapshot reports) rather than one after another: the
+        negotiator reads all of it at every wake-up, and while the spouts are paused for a
+        round each wake-up is on the pause's path."""
+        root, living, snapshots = self.paths.root, self.paths.living, self.paths.snapshots
+        subjects = ("master", "committed", "expected", "stop")
+        client = self.client
+
+        def first() -> tuple[dict[str, Any], dict[str, Any], Any]:
+            sync = client.sync_async(root)
+            gets = {s: client.get_async(f"{root}/{s}", watch=watch) for s in subjects}
+            # Usually absent: armed for its creation in the same round trip.
+            stop_exists = client.exists_async(f"{root}/stop", watch=watch)
+            listings = {path: client.get_children_async(path, watch=watch)
+                        for path in (living, snapshots)}
+            sync.get()
+            return ({s: _outcome(r) for s, r in gets.items()},
+                    {path: _outcome(r) for path, r in listings.items()}, stop_exists.get())
+
+        got, listed, stop_stat = self._call(first)
+        reads: dict[str, tuple[bytes | None, ZnodeStat | None]] = {}
+        for subject in subjects:
+            result = got[subject]
+            if result is not _ABSENT:
+                reads[subject] = result
+            elif subject == "stop" and stop_stat is None:
+                reads[subject] = (None, None)  # absent, and watched for its creation
+            else:  # absent when asked (or created since): as one read does
+                reads[subject] = self._get(f"{root}/{subject}", watch)
+        names, bolts = (sorted(listed[path]) if listed[path] is not _ABSENT
+                        else self._children(path, watch) for path in (living, snapshots))
+
+        def second() -> tuple[dict[str, Any], dict[str, Any]]:
+            gets = {f"{living}/{name}": client.get_async(f"{living}/{name}", watch=watch)
+                    for name in names}
+            listings = {bolt: client.get_children_async(f"{snapshots}/{bolt}", watch=watch)
+                        for bolt in bolts}
+            return ({path: _outcome(r) for path, r in gets.items()},
+                    {bolt: _outcome(r) for bolt, r in listings.items()})
+
+        found, instances = self._call(second)
+        for path, result in list(found.items()):
+            if result is _ABSENT:  # gone since the listing: as one read does
+                data, stat = self._get(path, watch)
+                if stat is None:
+                    del found[path]
+                else:
+                    found[path] = (data, stat)
+        nodes = [(bolt, instance) for bolt in bolts
+                 for instance in (sorted(instances[bolt]) if instances[bolt] is not _ABSENT
+                                  else self._children(f"{snapshots}/{bolt}", watch))]
+        snapshot_found = self._get_many(
+            [f"{snapshots}/{bolt}/{instance}" for bolt, instance in nodes], watch)
+        return ViewReads(
+            self._read_of("master", reads["master"], MasterRecord.from_json),
+            self._read_of("committed", reads["committed"], CommittedRecord.from_json),
+            self._read_of("expected", reads["expected"], ExpectedRecord.from_json).record,
+            self._reports_of(names, found),
+            self._snapshot_reports_of(nodes, snapshot_found),
+            self._read_of("stop", reads["stop"], StopRequest.from_json).record,
+        )
 
     def _records(self, directory: str, names: list[str],
                  parse: Callable[[bytes], R]) -> list[R]:

@@ -39,8 +39,11 @@ class Answer:
 
     value: Any = None
     error: Exception | None = None
+    log: list[str] | None = None
 
     def get(self) -> Any:
+        if self.log is not None:
+            self.log.append("wait")
         if self.error is not None:
             raise self.error
         return self.value
@@ -52,6 +55,8 @@ class FakeZk:
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[bytes, int]] = {}
         self.watched: list[tuple[str, str]] = []
+        self.log: list[str] = []
+        """``ask`` for each asynchronous request, ``wait`` for each answer awaited."""
 
     def put(self, path: str, data: bytes) -> None:
         self.nodes[path] = (data, self.nodes.get(path, (b"", -1))[1] + 1)
@@ -66,10 +71,28 @@ class FakeZk:
 
     def get_async(self, path: str, watch: Any = None) -> Answer:
         """As kazoo's: the answer (or the error) when asked for it."""
+        return self._asked(self.get, path, watch)
+
+    def get_children_async(self, path: str, watch: Any = None) -> Answer:
+        return self._asked(self.get_children, path, watch)
+
+    def exists_async(self, path: str, watch: Any = None) -> Answer:
+        return self._asked(self.exists, path, watch)
+
+    def sync_async(self, path: str) -> Answer:
+        return self._asked(lambda p, _watch: p, path, None)
+
+    def _asked(self, operation: Any, path: str, watch: Any) -> Answer:
+        self.log.append("ask")
         try:
-            return Answer(self.get(path, watch))
+            return Answer(operation(path, watch), log=self.log)
         except NoNodeError as exc:
-            return Answer(error=exc)
+            return Answer(error=exc, log=self.log)
+
+    def round_trips(self) -> int:
+        """Waits for answers after asking (a wait after more waits is the same one)."""
+        return sum(1 for before, now in zip(["wait", *self.log], self.log, strict=False)
+                   if before == "ask" and now == "wait")
 
     def exists(self, path: str, watch: Any = None) -> Stat | None:
         if watch is not None:
@@ -246,3 +269,68 @@ def test_a_stop_request_is_written_read_and_cleared() -> None:
     assert records.stop_request() == StopRequest("me", 1.0)
     records.clear_stop()
     assert records.stop_request() is None
+
+
+def _view_layout(zk: FakeZk, *, stop: bool, bad: bool) -> None:
+    """A topology's records as a running one has them: master, committed, expected,
+    living reports of three processors, snapshot reports of a bolt and a sink."""
+    zk.put(PATHS.master, MasterRecord(Flowing(3), 1.0, "n1", "why").to_json())
+    zk.put(PATHS.committed, CommittedRecord(2, {("w", 0): 1}, {"sink:out:0": "table:out"}
+                                            ).to_json())
+    zk.put(PATHS.expected, ExpectedRecord(("spout:lines:w:0", "bolt:counts:0", "sink:out:0")
+                                          ).to_json())
+    zk.put(PATHS.living, b"")
+    for processor in ("spout:lines:w:0", "bolt:counts:0", "sink:out:0"):
+        zk.put(PATHS.living_node(processor),
+               ProcessorReport(processor, ProcessorState.READY, 3).to_json())
+    if bad:
+        zk.put(PATHS.living_node("bolt:counts:1"), b"{}")
+    zk.put(PATHS.snapshots, b"")
+    for processor in ("bolt:counts:0", "sink:out:0"):
+        zk.put(PATHS.snapshot_dir(processor.split(":")[1]), b"")
+        zk.put(PATHS.snapshot_node(processor),
+               SnapshotReport(processor, 3, {("w", 0): 7}, "file:///x").to_json())
+    if stop:
+        zk.put(PATHS.stop, StopRequest("me", 1.0).to_json())
+
+
+@pytest.mark.parametrize(("empty", "stop", "bad"), [
+    (True, False, False), (False, False, False), (False, True, False), (False, False, True)])
+def test_a_view_reads_what_the_single_reads_read_in_three_round_trips(
+        empty: bool, stop: bool, bad: bool) -> None:
+    """``read_view`` gives what the records' own reads give and arms the watch on the same
+    nodes (absent ones for their creation), in three round trips where they take one each
+    (a running topology's); a new topology, with nodes still to be created, takes more."""
+    zk = FakeZk()
+    if not empty:
+        _view_layout(zk, stop=stop, bad=bad)
+    told: list[str] = []
+    records = TopologyRecords(zk, PATHS,  # type: ignore[arg-type]
+                              on_unreadable=lambda subject, exc: told.append(subject))
+
+    def watch(_event: object) -> None:
+        pass
+    view = records.read_view(watch)
+    view_watched, view_told, view_trips = set(zk.watched), list(told), zk.round_trips()
+    zk.watched.clear()
+    told.clear()
+    assert view.master == records.read_master(watch)
+    assert view.committed == records.read_committed(watch)
+    assert view.expected == records.expected(watch)
+    assert view.reports == records.reports(watch)
+    assert view.snapshot_reports == records.snapshot_reports(watch)
+    assert view.stop == records.stop_request(watch)
+    assert view_watched == set(zk.watched) | {(PATHS.stop, "exists")}
+    assert sorted(view_told) == sorted(told)
+    if not empty:
+        assert view_trips == 3
+        assert len(view.reports) == 3 + bad and len(view.snapshot_reports) == 2
+
+
+def test_a_view_arms_the_watch_on_a_report_gone_since_its_listing() -> None:
+    gone = PATHS.living_node("spout:lines:w:0")
+    zk = Vanishing(gone)
+    _view_layout(zk, stop=False, bad=False)
+    view = TopologyRecords(zk, PATHS).read_view(lambda _event: None)  # type: ignore[arg-type]
+    assert sorted(view.reports) == ["bolt:counts:0", "sink:out:0"]
+    assert (gone, "exists") in zk.watched
