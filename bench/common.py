@@ -314,6 +314,23 @@ def cpu_figures(cpu: Mapping[str, float], count: int, unit: str) -> tuple[dict[s
     return figures, line
 
 
+def phase_figures(runs: Sequence[Mapping[str, float]], count: int, unit: str
+                  ) -> tuple[dict[str, float], str]:
+    """The figures of ``runs`` (CPU seconds per phase of each run) over ``count`` of
+    ``unit`` (message, contribution): each phase's microseconds a ``unit`` in the run of
+    least CPU, and the least, median and most of the runs' totals; with their summary."""
+    best = min(runs, key=lambda spent: sum(spent.values()))
+    per = {phase: seconds / count * 1e6 for phase, seconds in best.items()}
+    totals = sorted(sum(spent.values()) / count * 1e6 for spent in runs)
+    least, median, most = totals[0], totals[len(totals) // 2], totals[-1]
+    figures = {f"us_per_{unit}_{phase}": round(value, 3) for phase, value in per.items()}
+    figures |= {f"us_per_{unit}": round(least, 3), f"us_per_{unit}_median": round(median, 3),
+                f"us_per_{unit}_max": round(most, 3)}
+    phases = ", ".join(f"{phase} {value:.2f}" for phase, value in per.items())
+    return figures, (f"{least:.2f} us a {unit} at least (median {median:.2f}, most "
+                     f"{most:.2f} over {len(runs)} runs; {phases} in the least)")
+
+
 COVER_POLL_S = 0.5
 """How often :func:`run_on_backlog` asks ZooKeeper whether a commit covers the backlog."""
 

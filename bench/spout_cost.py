@@ -48,11 +48,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import machine, report, sample_lines  # noqa: E402
+from common import machine, phase_figures, report, sample_lines  # noqa: E402
 from pageviews_throughput import encoded  # noqa: E402
 
 from hailstorm.dev.workloads import KeyedEvents, PageViews  # noqa: E402
-from hailstorm.processors import Contributions  # noqa: E402
+from hailstorm.processors import Batch, Contributions  # noqa: E402
 from hailstorm.processors.spout_core import SpoutCore  # noqa: E402
 from hailstorm.protocol.wire import DataBatch, encode_frames  # noqa: E402
 from hailstorm.runtime.task import GC_THRESHOLDS  # noqa: E402
@@ -82,6 +82,15 @@ WORKLOADS: dict[str, tuple[str, Callable[[int], list[bytes]]]] = {
 }
 
 
+def frame_of(part: Batch | Contributions, partition: int) -> DataBatch:
+    """The DATA frame a spout of wire partition ``partition`` sends for ``part`` (of
+    :attr:`SpoutOutput.batches`)."""
+    if isinstance(part, Contributions):
+        return DataBatch.of([partition] * len(part), part.offsets, part.tuples, part.keys,
+                            part.values)
+    return DataBatch.of([partition] * len(part), part.offsets, part.tuples)
+
+
 def one_run(topology: Any, spout: SpoutSpec, messages: list[bytes],
             batch: int) -> dict[str, float]:
     """CPU seconds per phase of one spout instance reading ``messages`` from offset 0."""
@@ -98,12 +107,7 @@ def one_run(topology: Any, spout: SpoutSpec, messages: list[bytes],
         staged = clock()
         out = core.flush()
         flushed = clock()
-        frames = [DataBatch.of([0] * len(part), part.offsets, part.tuples,
-                               part.keys, part.values)
-                  if isinstance(part, Contributions)
-                  else DataBatch.of([0] * len(part), part.offsets, part.tuples)
-                  for part in out.batches.values()]
-        encode_frames(frames)
+        encode_frames([frame_of(part, 0) for part in out.batches.values()])
         encoded = clock()
         spent["stage"] += staged - began
         spent["flush"] += flushed - staged
@@ -137,23 +141,15 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     finally:
         gc.set_threshold(*thresholds)
-    best = min(runs, key=lambda spent: sum(spent.values()))
-    per_message = {phase: best[phase] / len(messages) * 1e6 for phase in PHASES}
-    totals = sorted(sum(spent.values()) / len(messages) * 1e6 for spent in runs)
+    measured, summary = phase_figures(runs, len(messages), "message")
     figures = {
         **machine(), "workload": args.workload, "topology": f"topologies/{file}",
         "spout": spout.name, "messages": len(messages), "batch": args.batch, "runs": args.runs,
-        **{f"us_per_message_{phase}": round(value, 3) for phase, value in per_message.items()},
-        "us_per_message": round(totals[0], 3),
-        "us_per_message_median": round(totals[len(totals) // 2], 3),
-        "us_per_message_max": round(totals[-1], 3),
+        **measured,
     }
-    phases = ", ".join(f"{phase} {value:.2f}" for phase, value in per_message.items())
     report("spout_cost", figures,
            f"{args.workload}: one spout of topologies/{file}, {len(messages):,} messages in "
-           f"batches of {args.batch:,}: {totals[0]:.2f} us a message at least "
-           f"(median {totals[len(totals) // 2]:.2f}, most {totals[-1]:.2f} over {args.runs} "
-           f"runs; {phases} in the least)")
+           f"batches of {args.batch:,}: {summary}")
     return 0
 
 

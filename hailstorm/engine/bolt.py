@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from operator import itemgetter
+from operator import is_, itemgetter
 from typing import Any, cast
 
 from hailstorm.engine.calls import as_output_list, drained, mapped
@@ -287,6 +287,22 @@ class BoltExecution:
             return value if self.emits_state else self.window.emitted(value)  # type: ignore[union-attr]
         merged = states[0] if len(states) == 1 else self.state.combine_all(states)
         return merged if self.emits_state else self.window.emitted(merged)  # type: ignore[union-attr]
+
+    def values_for_emit(self, keys: Sequence[Any], states: Sequence[Any]) -> list[Any]:
+        """:meth:`value_for_emit` of each of ``keys`` (keyed state), a batch at a time: each
+        segment's values looked up together, and a Python step only for a key that more
+        than one segment holds (a key changed on both sides of a pending round's clock)."""
+        if not self.keyed or len(states) != 2:
+            return list(map(self.value_for_emit, keys, repeat(states)))
+        a, b = (list(map(s.get, keys, repeat(_NO_VALUE))) for s in states)
+        combine_all = self.value_monoid.combine_all
+        values = [x if y is _NO_VALUE else y if x is _NO_VALUE else combine_all((x, y))
+                  for x, y in zip(a, b, strict=True)]
+        if any(map(is_, values, repeat(_NO_VALUE))):  # held by neither: the identity
+            empty = self.value_monoid.empty
+            values = [empty() if v is _NO_VALUE else v for v in values]
+        return values if self.emits_state else list(map(
+            self.window.emitted, values))  # type: ignore[union-attr]
 
     def outputs(self, t: Any, value: Any) -> list[Any]:
         """``emit(t, value)`` as a list of output tuples (empty without emit); raises

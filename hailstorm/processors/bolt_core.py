@@ -459,7 +459,7 @@ class BoltCore:
             if len(segments) == 1 and self.spec.emits_state:
                 values = list(map(segments[0].__getitem__, keys))
             else:
-                values = list(map(self._run.value_for_emit, keys, repeat(segments)))
+                values = self._run.values_for_emit(keys, segments)
         except Exception:  # broad: any monoid failure, which the row-by-row path names
             return None
         produced = self._run.outputs_many(list(map(itemgetter(2), held)), values)

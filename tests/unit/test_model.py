@@ -319,16 +319,20 @@ def test_each_stage_quarantines_or_stops_per_policy(stage: str) -> None:
 # --------------------------------------------------------------------------- shared bolt code
 
 
-def keyed_bolt() -> BoltSpec:
+def keyed_bolt(window: int | None = None) -> BoltSpec:
+    """The top two per key of ``(key, item, score)`` tuples; with ``window``, per tumbling
+    window of that many units of the score (as event time) too."""
     topology = Topology("t")
     src = topology.spout("src", topic="t")
+    top = TopK(2, score_type="long")
     return topology.bolt(
         "b",
         inputs=[src],
         key=lambda t: t[0],
-        state=per_key(TopK(2, score_type="long")),
+        state=per_key(top if window is None else TumblingWindow(window, top)),
         lift=lambda t: TopK.lift(t[1], t[2]),
-        emit=lambda t, top: [(t[0], TopK.top(top))],
+        emit=lambda t, top: [(t[0], TopK.top(top) if window is None else top)],
+        **({} if window is None else {"event_time": lambda t: t[2], "late": "drop"}),
     )
 
 
@@ -357,6 +361,25 @@ def test_emit_over_split_states_matches_one_state(
     assert emitted == expected
     assert bolt.state.combine(a, b) == single
     assert run.absorb_all(bolt.state.empty(), tuples) == single
+
+
+@given(scored, st.lists(st.integers(0, 2), min_size=20, max_size=20),
+       st.lists(st.sampled_from("abc"), max_size=8), st.integers(1, 3),
+       st.sampled_from([None, 5]))
+def test_values_for_emit_of_a_batch_are_each_keys_value(
+    tuples: list[tuple[str, str, int]], segment_of: list[int], keys: list[str],
+    segments: int, window: int | None,
+) -> None:
+    """A compacting bolt's values for a batch of keys (looked up a segment at a time) are
+    what ``value_for_emit`` gives each key, over any split of the state, for keys in one,
+    several or no segment, with and without windows."""
+    bolt = keyed_bolt(window)
+    run = execution_of(bolt)
+    states = [bolt.state.empty() for _ in range(segments)]
+    for t, i in zip(tuples, segment_of, strict=False):
+        key, value = run.contribution(t)
+        states[i % segments] = run.absorb(states[i % segments], key, value)
+    assert run.values_for_emit(keys, states) == [run.value_for_emit(k, states) for k in keys]
 
 
 def test_windowed_contributions() -> None:
