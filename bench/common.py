@@ -205,14 +205,25 @@ def metric_total(run: Any, role: str, name: str, node: str | None = None,
     return sum(s.get(name, 0.0) for s in samples.values())
 
 
-def pause_figures(run: Any) -> dict[str, Any]:
-    """How long the snapshot rounds of ``run`` (a TopologyRun) held the spouts paused,
-    from its negotiators' metrics: rounds, mean and longest pause in ms."""
+def pause_reading(run: Any) -> tuple[int, float, float]:
+    """Rounds, their pauses' total and the longest pause (s) of ``run``'s negotiators so
+    far, from their metrics (see :func:`pause_figures`)."""
     rounds, total, longest = 0, 0.0, 0.0
     for samples in run.negotiator_metrics().values():
         rounds += int(samples.get("hailstorm_negotiator_pause_seconds_count", 0))
         total += samples.get("hailstorm_negotiator_pause_seconds_sum", 0.0)
         longest = max(longest, samples.get("hailstorm_negotiator_pause_max_seconds", 0.0))
+    return rounds, total, longest
+
+
+def pause_figures(run: Any, since: tuple[int, float, float] | None = None) -> dict[str, Any]:
+    """How long the snapshot rounds of ``run`` (a TopologyRun) held the spouts paused,
+    from its negotiators' metrics: rounds, mean and longest pause in ms; with ``since`` (an
+    earlier :func:`pause_reading`), the rounds and mean since then (the longest is the
+    run's)."""
+    rounds, total, longest = pause_reading(run)
+    if since is not None:
+        rounds, total = rounds - since[0], total - since[1]
     return {"rounds": rounds,
             "pause_mean_ms": round(1000 * total / rounds, 1) if rounds else None,
             "pause_max_ms": round(1000 * longest, 1)}

@@ -28,7 +28,9 @@ the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq
    to the upsert topic ``bench-latency-out`` in Kafka transactions instead, and a
    ``read_committed`` consumer takes the time each record first reaches it.
 
-Prints one JSON line of figures (p50, p90, p99, max, the rates) and a human summary.
+Prints one JSON line of figures (p50, p90, p99, max, the rates; the snapshot rounds taken
+while the latency was measured and how long each paused the spouts on average) and a
+human summary.
 """
 
 from __future__ import annotations
@@ -49,7 +51,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import bench_logs, embedded_stack, machine, percentile, report  # noqa: E402
+from common import (  # noqa: E402
+    bench_logs,
+    embedded_stack,
+    machine,
+    pause_figures,
+    pause_reading,
+    percentile,
+    report,
+)
 from latency_topology import OUTPUT_TOPIC  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
@@ -320,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                 max_rate = args.max_rate
             rate = max_rate / 2
             count = int(rate * args.duration)
+            paused = pause_reading(run)
             producer = produce_and_wait(stack, run, reader, first, count, rate, args.timeout)
+            pauses = pause_figures(run, since=paused)
             produced_rate = count / ((producer.finished_ns - producer.started_ns) / 1e9)
             latencies = [(reader.arrived[s][1] - reader.arrived[s][0]) / 1e6
                          for s in range(first, first + count)]
@@ -345,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             "p99": round(percentile(latencies, 0.99), 1),
             "max": round(max(latencies), 1), "min": round(min(latencies), 1),
         },
+        **pauses,
         **machine(),
     }
     lat = figures["latency_ms"]
@@ -358,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         f"  max throughput {max_rate:,.0f} msgs/s ({how})\n"
         f"  at {rate:,.0f} msgs/s for {args.duration:g} s ({count:,} messages, produced at "
         f"{produced_rate:,.0f}/s): produce-to-sink-row latency p50 {lat['p50']} ms, "
-        f"p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms"))
+        f"p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms\n"
+        f"  rounds meanwhile: {pauses['rounds']}, the spouts paused {pauses['pause_mean_ms']} ms "
+        f"on average per round ({pauses['pause_max_ms']} ms at most in the run)"))
     return 0
 
 
