@@ -33,6 +33,9 @@ from hailstorm.snapshots.format import (
 )
 from hailstorm.snapshots.store import SnapshotStore, refs_still_there
 
+_BASES_KEPT = 100_000
+"""Files whose base a store remembers at most (a few MiB)."""
+
 
 def _mtime(path: Path) -> float:
     """When ``path`` was last written (``inf`` when it is gone: nothing to remove)."""
@@ -58,6 +61,9 @@ class DirectorySnapshotStore(SnapshotStore):
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).absolute()
+        self._bases: dict[Path, tuple[tuple[int, int, int], str | None]] = {}
+        """Each file's base (:meth:`_base_at`) with the ``stat`` it was read at: a
+        negotiator follows the same chains of deltas at every commit."""
 
     def __repr__(self) -> str:
         return f"DirectorySnapshotStore({str(self.root)!r})"
@@ -194,12 +200,32 @@ class DirectorySnapshotStore(SnapshotStore):
     def _ref_at(self, locator: Any) -> SnapshotRef:
         return self._read_ref(locator, self._key_of(locator))
 
+    def _base_at(self, locator: Any) -> str | None:
+        """From the file's header the first time, then from memory while its ``stat``
+        (inode, size, modification time) is the same: a final name is never rewritten (see
+        the module), and a file replaced by other means is read again."""
+        try:
+            st = os.stat(locator)
+        except FileNotFoundError:
+            self._bases.pop(locator, None)
+            return self._ref_at(locator).base  # reports the file gone, as a read does
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        known = self._bases.get(locator)
+        if known is not None and known[0] == seen:
+            return known[1]
+        base = self._ref_at(locator).base
+        if len(self._bases) >= _BASES_KEPT:
+            self._bases.clear()  # a bound; the next commit reads the headers again
+        self._bases[locator] = (seen, base)
+        return base
+
     def _remove(self, paths: Iterable[Path]) -> builtins.list[str]:
         """Unlink ``paths`` (gone already is fine), fsync their directories; their keys."""
         removed: list[Path] = []
         for path in sorted(paths):
             if not self._inside(path):
                 continue  # a linked directory leads out of the store: not its file
+            self._bases.pop(path, None)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(path)

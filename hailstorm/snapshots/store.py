@@ -232,6 +232,11 @@ class SnapshotStore(ABC):
     def _ref_at(self, locator: Any) -> SnapshotRef:
         """The snapshot at ``locator`` (as :meth:`_files` gives it), from its header."""
 
+    def _base_at(self, locator: Any) -> str | None:
+        """The key of the snapshot the one at ``locator`` is a delta on (None: whole), from
+        its header (:meth:`_ref_at`; raises :class:`SnapshotError` when unreadable)."""
+        return self._ref_at(locator).base
+
     def _with_bases(self, files: builtins.list[tuple[str, int, int, Any, bool]],
                     kept: set[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
         """``kept`` (``(bolt, instance, epoch)`` of snapshot files) and every file a kept
@@ -245,7 +250,7 @@ class SnapshotStore(ABC):
                 continue
             result.add(ident)
             try:
-                base = self._ref_at(locators[ident]).base
+                base = self._base_at(locators[ident])
             except SnapshotError:
                 continue  # unreadable: nothing to follow (loading it reports it)
             match = _KEY.match(base) if base is not None else None

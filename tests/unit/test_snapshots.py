@@ -740,6 +740,32 @@ def test_forget_rounds_spares_recent_files(store: DirectorySnapshotStore) -> Non
     assert [r.epoch for r in store.list("wordcount")] == [2, 3]
 
 
+def test_forget_rounds_reads_a_files_base_once_and_again_once_the_file_changed(
+        store: DirectorySnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A negotiator follows the same chains of deltas at every commit: a file's header is
+    read once while its ``stat`` stays the same, and again when the file was replaced."""
+    first, second, third = chain_of_three(store)
+    read: list[str] = []
+    ref_at = store._ref_at
+
+    def counted(locator: Any) -> SnapshotRef:
+        read.append(Path(locator).name)
+        return ref_at(locator)
+    monkeypatch.setattr(store, "_ref_at", counted)
+    assert store.forget_rounds("wordcount", 3, {3}) == []  # 3 builds on 2, 2 on 1
+    assert sorted(read) == ["epoch-000000000001.avro", "epoch-000000000002.avro",
+                            "epoch-000000000003.avro"]
+    read.clear()
+    assert store.forget_rounds("wordcount", 3, {3}) == []
+    assert read == []
+    elsewhere = DirectorySnapshotStore(tmp_path / "elsewhere")  # round 3 whole, put in place
+    whole = put(elsewhere, per_key(Count()), {"a": 5, "b": 2, "c": 1, "d": 7}, epoch=3)
+    assert whole.path is not None and third.path is not None
+    os.replace(whole.path, third.path)
+    assert sorted(store.forget_rounds("wordcount", 3, {3})) == [first.key, second.key]
+    assert read == ["epoch-000000000003.avro"]
+
+
 # --------------------------------------------------------------------------- deltas
 
 
