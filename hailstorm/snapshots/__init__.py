@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlparse
 
+from hailstorm.snapshots.as_json import jsonable
 from hailstorm.snapshots.directory import DirectorySnapshotStore
 from hailstorm.snapshots.format import (
     SnapshotCorruptError,
@@ -37,7 +38,7 @@ from hailstorm.snapshots.format import (
     write_snapshot,
 )
 from hailstorm.snapshots.object_store import FsspecSnapshotStore
-from hailstorm.snapshots.store import SnapshotStore, jsonable
+from hailstorm.snapshots.store import SnapshotStore
 
 __all__ = [
     "DirectorySnapshotStore",

@@ -12,11 +12,9 @@ can change between runs.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import contextlib
 import json
-import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -29,6 +27,7 @@ import fastavro
 from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.protocol.clock import Clock
 from hailstorm.routing import route as default_route
+from hailstorm.snapshots.as_json import jsonable
 from hailstorm.snapshots.evolution import evolved_reader
 from hailstorm.snapshots.format import (
     _KEY,
@@ -102,30 +101,6 @@ def _identity(key: str) -> tuple[str, int, int]:
     match = _KEY.match(key)
     assert match is not None
     return match["bolt"], int(match["instance"]), int(match["epoch"])
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as JSON data: tuples and sets become lists, bytes base64, dict keys text."""
-    if value is None or isinstance(value, str | bool | int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, dict):
-        return {
-            k if isinstance(k, str) else json.dumps(jsonable(k), sort_keys=True): jsonable(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, set | frozenset):
-        items = [jsonable(v) for v in value]
-        try:
-            return sorted(items)
-        except TypeError:
-            return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return str(value)
 
 
 class SnapshotStore(ABC):
