@@ -156,22 +156,24 @@ class TopologyRecords:
         each (the negotiator reads every instance's report at each wake-up)."""
         client = self.client
 
-        def ask() -> tuple[dict[str, tuple[bytes | None, ZnodeStat]], list[str]]:
-            pending = [(path, client.get_async(path, watch=watch)) for path in paths]
-            found: dict[str, tuple[bytes | None, ZnodeStat]] = {}
-            vanished = []
-            for path, result in pending:
-                try:
-                    found[path] = result.get()
-                except NoNodeError:
-                    vanished.append(path)
-            return found, vanished
+        def ask() -> dict[str, Any]:
+            pending = {path: client.get_async(path, watch=watch) for path in paths}
+            return {path: _outcome(result) for path, result in pending.items()}
 
-        found, vanished = self._call(ask)
-        for path in vanished:  # gone since the listing: as one read does (watch armed)
-            data, stat = self._get(path, watch)
-            if stat is not None:
-                found[path] = (data, stat)
+        return self._settled(self._call(ask), watch)
+
+    def _settled(self, found: dict[str, Any], watch: Watch | None
+                 ) -> dict[str, tuple[bytes | None, ZnodeStat]]:
+        """``found`` (path -> an asynchronous read's outcome) with each node gone since its
+        listing (:data:`_ABSENT`) read again as one read does (watch armed): kept if it is
+        back, else left out."""
+        for path, result in list(found.items()):
+            if result is _ABSENT:
+                data, stat = self._get(path, watch)
+                if stat is None:
+                    del found[path]
+                else:
+                    found[path] = (data, stat)
         return found
 
     def _children(self, path: str, watch: Watch | None = None) -> list[str]:
@@ -332,13 +334,7 @@ class TopologyRecords:
                     {bolt: _outcome(r) for bolt, r in listings.items()})
 
         found, instances = self._call(second)
-        for path, result in list(found.items()):
-            if result is _ABSENT:  # gone since the listing: as one read does
-                data, stat = self._get(path, watch)
-                if stat is None:
-                    del found[path]
-                else:
-                    found[path] = (data, stat)
+        found = self._settled(found, watch)
         nodes = [(bolt, instance) for bolt in bolts
                  for instance in (sorted(instances[bolt]) if instances[bolt] is not _ABSENT
                                   else self._children(f"{snapshots}/{bolt}", watch))]
