@@ -13,11 +13,14 @@ progress in one transaction. Two rules make that exactly once:
   are complete by definition (:func:`covers`).
 
 When to commit otherwise (rows of one key arriving between two commits are written once):
-as soon as a round is due or arrived, when :data:`COMMIT_ROWS` rows wait, while the mark
-moves or rows wait once :func:`commit_interval` has passed since the last commit (quick
-commits come often, slow ones at most every :data:`COMMIT_INTERVAL` seconds), and when the
+as soon as a round is due or arrived, when :data:`COMMIT_ROWS` rows wait, and while the
+mark moves or rows wait: once the sink has read every frame that arrived (it is caught up)
+and :data:`MIN_COMMIT_INTERVAL` has passed since the last commit began, or
+:data:`COMMIT_INTERVAL` since it ended when frames keep waiting (a backlog); and when the
 stream went quiet with rows waiting (bolts forward a watermark only when it moves, so the
-tail of a burst would otherwise wait for the next round).
+tail of a burst would otherwise wait for the next round). A sink keeping up with a stream
+thus commits again as soon as it has read what arrived during its last commit (a group
+commit): a slow commit makes the next one larger, never later.
 
 :class:`SinkCore` takes what arrived (watermarks, round clocks, idleness, with how many rows
 wait and the time) and returns actions: :class:`Commit` (the shell commits the writer
@@ -48,7 +51,6 @@ __all__ = [
     "ReportRound",
     "SinkAction",
     "SinkCore",
-    "commit_interval",
     "covers",
 ]
 
@@ -56,33 +58,14 @@ COMMIT_ROWS = 100_000
 """A sink commits as soon as this many rows (upsert: keys) wait and the low water mark
 allows: a bound on its buffer."""
 COMMIT_INTERVAL = 0.5
-"""The longest a sink waits between two commits (seconds) while the mark moves or rows wait
-(a round due or :data:`COMMIT_ROWS` rows commit at once)."""
+"""The longest a sink waits after a commit (seconds) while the mark moves or rows wait and
+frames keep arriving faster than it reads them (a backlog): it then commits at this pace,
+rows of one key arriving meanwhile written once (a round due or :data:`COMMIT_ROWS` rows
+commit at once)."""
 MIN_COMMIT_INTERVAL = 0.05
-"""The shortest wait between two commits (seconds), after quick ones: a row of a stream
-that keeps coming waits half of it on average in the sink's buffer."""
-COMMIT_SPACING = 2.0
-"""After a commit, a sink waits this many times as long as the commit took (within the two
-bounds above) before the next one: commits take at most about a third of its time."""
-
-
-def commit_interval(took: float, *, behind: bool = False) -> float:
-    """How long a sink waits for the next commit after one that took ``took`` seconds;
-    :data:`COMMIT_INTERVAL` when it was ``behind`` (frames waiting to be read when the
-    commit began).
-
-    A sink keeping up with a moderate stream commits in milliseconds, so its rows reach the
-    table soon after :data:`MIN_COMMIT_INTERVAL`. Slower commits (a backlog, large
-    transactions) space out the next one (:data:`COMMIT_SPACING`), up to
-    :data:`COMMIT_INTERVAL`: the fixed cost of a transaction stays a bounded share of the
-    sink's time, and rows of one key arriving meanwhile are written once. A sink behind its
-    upstreams (a backlog) gains nothing from committing sooner: its rows are late already,
-    and each commit writes again the keys that the next one rewrites. Frames that arrive
-    during a commit are no backlog: a stream that keeps coming always sends some, and
-    spacing commits out for them would only hold its rows back longer."""
-    if behind:
-        return COMMIT_INTERVAL
-    return min(COMMIT_INTERVAL, max(MIN_COMMIT_INTERVAL, COMMIT_SPACING * took))
+"""The shortest time between the starts of two commits (seconds): a sink keeping up with a
+stream commits at most this often, and its rows wait half of it on average in its buffer
+(plus the commit itself)."""
 
 
 @dataclass(frozen=True)
@@ -141,19 +124,21 @@ class SinkCore:
         self.reported = -1
         """The latest round reported (-1: none yet)."""
         self.last_commit = last_commit
-        self.interval = COMMIT_INTERVAL
-        """How long after :attr:`last_commit` the cadence commits again."""
+        """When the last commit ended (the shell's start before the first)."""
+        self.last_started = last_commit
+        """When the last commit began."""
         self.committed_through: Clock = dict(committed or {})
         """What the table holds as far as this sink knows (without a target: the mark)."""
 
     # -- inputs ---------------------------------------------------------------------------
 
     def on_watermark(self, sender: str, watermark: Mapping[int, int], *, pending: int,
-                     now: float) -> list[SinkAction]:
-        """An upstream's WATERMARK (keyed by wire index); ``pending``: rows waiting."""
+                     now: float, caught_up: bool) -> list[SinkAction]:
+        """An upstream's WATERMARK (keyed by wire index); ``pending``: rows waiting;
+        ``caught_up``: no frame waits to be read after this one."""
         advanced = self.marks.observe(sender, watermark)
         if advanced or pending:
-            return self._decide(force=False, pending=pending, now=now)
+            return self._decide(force=False, pending=pending, now=now, caught_up=caught_up)
         return []
 
     def on_round(self, epoch: int, clock: Mapping[Partition, int], *, pending: int,
@@ -163,22 +148,20 @@ class SinkCore:
         if epoch < self.epoch or epoch <= self.reported or epoch in self.rounds:
             return []
         self.rounds[epoch] = dict(clock)
-        return self._decide(force=True, pending=pending, now=now)
+        return self._decide(force=True, pending=pending, now=now, caught_up=False)
 
     def on_idle(self, *, pending: int, now: float) -> list[SinkAction]:
         """Nothing arrived for a while: commit the rows that wait, if any."""
         if pending:
-            return self._decide(force=False, pending=pending, now=now)
+            return self._decide(force=False, pending=pending, now=now, caught_up=True)
         return []
 
     def committed(self, commit: Commit, progress: Mapping[Partition, int],
-                  now: float, *, took: float, behind: bool) -> list[ReportRound]:
+                  now: float, *, took: float) -> list[ReportRound]:
         """The shell committed ``commit`` in ``took`` seconds, ending at ``now``;
-        ``progress`` is what the table holds now; ``behind``: frames were waiting to be read
-        when it began (a backlog)."""
+        ``progress`` is what the table holds now."""
         self.committed_through = dict(progress)
-        self.last_commit = now
-        self.interval = commit_interval(took, behind=behind)
+        self.last_started, self.last_commit = now - took, now
         return self._settle(commit.due, commit.through)
 
     def fenced(self, progress: Mapping[Partition, int]) -> None:
@@ -195,7 +178,15 @@ class SinkCore:
         return {self.partitions[i]: offset for i, offset in marks.items()
                 if offset < UNBOUNDED}
 
-    def _decide(self, *, force: bool, pending: int, now: float) -> list[SinkAction]:
+    def cadence_due(self, now: float, *, caught_up: bool) -> bool:
+        """The cadence's commit is due: caught up and :data:`MIN_COMMIT_INTERVAL` after the
+        last commit began, or :data:`COMMIT_INTERVAL` after it ended in any case."""
+        if caught_up and now - self.last_started >= MIN_COMMIT_INTERVAL:
+            return True
+        return now - self.last_commit >= COMMIT_INTERVAL
+
+    def _decide(self, *, force: bool, pending: int, now: float,
+                caught_up: bool) -> list[SinkAction]:
         if not self.marks.complete:
             return []
         lwm = self.low_water_mark()
@@ -203,7 +194,7 @@ class SinkCore:
         if not self.writes:
             self.committed_through = lwm
             return list(self._settle(due, lwm))
-        if force or due or pending >= COMMIT_ROWS or now - self.last_commit >= self.interval:
+        if force or due or pending >= COMMIT_ROWS or self.cadence_due(now, caught_up=caught_up):
             return [Commit(lwm, due)]
         return []
 

@@ -189,7 +189,8 @@ class SinkShell(InboundShell):
         elif isinstance(frame, Watermark):
             assert self.core is not None
             self.act(self.core.on_watermark(sender, frame.watermark, pending=self.pending,
-                                            now=time.monotonic()))
+                                            now=time.monotonic(),
+                                            caught_up=self.inbound.empty()))
         elif isinstance(frame, ClockMarker):
             self._round(frame.epoch, self.table.from_wire(frame.clock))
 
@@ -227,7 +228,6 @@ class SinkShell(InboundShell):
         assert writer is not None and core is not None
         try:
             waiting = writer.pending
-            backlog = self.behind  # frames piling up during the commit are not a backlog
             started = time.perf_counter()
             progress = writer.commit_through(commit.through)
             took = time.perf_counter() - started
@@ -246,7 +246,7 @@ class SinkShell(InboundShell):
             return []
         now = time.monotonic()
         failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
-        return core.committed(commit, progress, now, took=took, behind=backlog)
+        return core.committed(commit, progress, now, took=took)
 
     def _report_round(self, report: ReportRound) -> None:
         assert self.coord is not None

@@ -17,7 +17,6 @@ from hailstorm.processors.sink_core import (
     ReportRound,
     SinkAction,
     SinkCore,
-    commit_interval,
     covers,
 )
 from hailstorm.protocol.clock import Clock, Partition
@@ -28,8 +27,10 @@ OTHER: Partition = ("u", 0)
 """A partition of the topology no upstream of this sink carries."""
 PARTITIONS = [P0, P1, OTHER]  # wire indices 0, 1, 2
 JOINED = 5
-QUICK: dict[str, Any] = {"took": 0.0, "behind": False}
-"""A commit that took no time, with nothing waiting after it."""
+QUICK: dict[str, Any] = {"took": 0.0}
+"""A commit that took no time."""
+UP = {"caught_up": True}
+"""No frame waits to be read after this one."""
 
 
 def test_covers_skips_only_the_partitions_no_upstream_carries() -> None:
@@ -45,20 +46,20 @@ def test_covers_skips_only_the_partitions_no_upstream_carries() -> None:
 def test_nothing_happens_before_every_upstream_spoke() -> None:
     core = SinkCore(JOINED, ["a", "b"], PARTITIONS, writes=True, last_commit=0.0)
     assert core.on_round(JOINED, {P0: -1}, pending=3, now=9.0) == []
-    assert core.on_watermark("a", {0: 4, 1: 4}, pending=3, now=9.0) == []
+    assert core.on_watermark("a", {0: 4, 1: 4}, pending=3, now=9.0, **UP) == []
     assert core.on_idle(pending=3, now=9.0) == []
-    actions = core.on_watermark("b", {0: 2}, pending=3, now=9.0)
+    actions = core.on_watermark("b", {0: 2}, pending=3, now=9.0, **UP)
     assert actions == [Commit({P0: 2, P1: 4}, (JOINED,))]
 
 
 def test_a_round_is_reported_only_after_the_commit_that_covers_it() -> None:
     core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
-    assert core.on_watermark("a", {0: 3, 1: 3}, pending=0, now=0.1) == []
+    assert core.on_watermark("a", {0: 3, 1: 3}, pending=0, now=0.01, **UP) == []
     [commit] = core.on_round(JOINED, {P0: 3, P1: 1, OTHER: 50}, pending=0, now=0.2)
     assert commit == Commit({P0: 3, P1: 3}, (JOINED,))
     assert core.committed(commit, {P0: 2, P1: 3}, now=0.3, **QUICK) == []  # the table lags
     assert core.rounds == {JOINED: {P0: 3, P1: 1, OTHER: 50}}
-    [commit] = core.on_watermark("a", {0: 4}, pending=1, now=0.4)
+    [commit] = core.on_watermark("a", {0: 4}, pending=1, now=0.4, **UP)
     assert core.committed(commit, {P0: 4, P1: 3}, now=0.4, **QUICK) == [
         ReportRound(JOINED, {P0: 3, P1: 1, OTHER: 50})]
     assert core.rounds == {}
@@ -66,47 +67,72 @@ def test_a_round_is_reported_only_after_the_commit_that_covers_it() -> None:
 
 def test_the_cadence_without_a_round() -> None:
     core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
-    core.on_watermark("a", {0: 0}, pending=0, now=0.0)
-    assert core.on_watermark("a", {0: 1}, pending=10, now=0.2) == []  # too soon
-    assert core.on_idle(pending=10, now=0.3) == []
-    assert core.on_watermark("a", {0: 2}, pending=COMMIT_ROWS, now=0.3) == [
-        Commit({P0: 2}, ())]  # a full buffer does not wait
-    [commit] = core.on_idle(pending=10, now=COMMIT_INTERVAL)
-    assert core.committed(commit, {P0: 2}, now=COMMIT_INTERVAL, **QUICK) == []
+    core.on_watermark("a", {0: 0}, pending=0, now=0.0, **UP)
+    assert core.on_watermark("a", {0: 1}, pending=10, now=MIN_COMMIT_INTERVAL / 2,
+                             **UP) == []  # too soon
+    assert core.on_watermark("a", {0: 2}, pending=COMMIT_ROWS, now=MIN_COMMIT_INTERVAL / 2,
+                             **UP) == [Commit({P0: 2}, ())]  # a full buffer does not wait
+    [commit] = core.on_idle(pending=10, now=MIN_COMMIT_INTERVAL)
+    assert core.committed(commit, {P0: 2}, now=MIN_COMMIT_INTERVAL, **QUICK) == []
     assert core.on_idle(pending=0, now=10.0) == []  # nothing waits: nothing to do
 
 
-def test_quick_commits_come_often_slow_ones_are_spaced_out() -> None:
+def test_a_sink_keeping_up_commits_again_once_it_read_what_arrived() -> None:
+    """A group commit: after a quick commit the next waits :data:`MIN_COMMIT_INTERVAL` from
+    the start of the last; after a slow one it comes as soon as the sink is caught up."""
     core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
-    core.on_watermark("a", {0: 0}, pending=0, now=0.0)
-    [commit] = core.on_idle(pending=10, now=COMMIT_INTERVAL)  # before any: the longest
-    core.committed(commit, {P0: 0}, now=1.0, took=0.005, behind=False)
-    assert core.on_watermark("a", {0: 1}, pending=10, now=1.0 + MIN_COMMIT_INTERVAL / 2) == []
+    core.on_watermark("a", {0: 0}, pending=0, now=0.0, **UP)
+    [commit] = core.on_idle(pending=10, now=1.0)
+    core.committed(commit, {P0: 0}, now=1.005, took=0.005)  # a quick one
+    assert core.on_watermark("a", {0: 1}, pending=10, now=1.0 + MIN_COMMIT_INTERVAL * 0.9,
+                             **UP) == []
     [commit] = core.on_idle(pending=10, now=1.0 + MIN_COMMIT_INTERVAL)
-    core.committed(commit, {P0: 1}, now=2.0, took=1.5, behind=False)  # a slow one
-    assert core.on_idle(pending=10, now=2.0 + COMMIT_INTERVAL * 0.9) == []
-    [commit] = core.on_idle(pending=10, now=2.0 + COMMIT_INTERVAL)
-    core.committed(commit, {P0: 1}, now=3.0, took=0.005, behind=True)  # quick, but behind
-    assert core.on_idle(pending=10, now=3.0 + COMMIT_INTERVAL * 0.9) == []
-    assert core.on_idle(pending=10, now=3.0 + COMMIT_INTERVAL) != []
+    core.committed(commit, {P0: 1}, now=3.0, took=1.5)  # a slow one
+    [commit] = core.on_watermark("a", {0: 2}, pending=10, now=3.001, **UP)
+    assert commit == Commit({P0: 2}, ())
 
 
-@given(st.floats(0.0, 100.0), st.floats(0.0, 100.0))
-def test_the_commit_interval_is_bounded_and_grows_with_the_commit(a: float, b: float) -> None:
-    low, high = sorted((a, b))
-    assert MIN_COMMIT_INTERVAL <= commit_interval(low) <= commit_interval(high) <= COMMIT_INTERVAL
-    assert commit_interval(low, behind=True) == COMMIT_INTERVAL
+def test_a_sink_behind_its_upstreams_commits_at_the_longest_interval() -> None:
+    """Frames keep waiting to be read (a backlog): the cadence waits :data:`COMMIT_INTERVAL`
+    after the last commit ended, so rows of one key arriving meanwhile are written once."""
+    core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
+    core.on_watermark("a", {0: 0}, pending=0, now=0.0, caught_up=False)
+    [commit] = core.on_idle(pending=10, now=1.0)
+    core.committed(commit, {P0: 0}, now=1.5, took=0.5)
+    behind = {"pending": 10, "caught_up": False}
+    assert core.on_watermark("a", {0: 1}, now=1.5 + COMMIT_INTERVAL * 0.9, **behind) == []
+    [commit] = core.on_watermark("a", {0: 2}, now=1.5 + COMMIT_INTERVAL, **behind)
+    assert commit == Commit({P0: 2}, ())
+    assert core.cadence_due(1.5 + COMMIT_INTERVAL * 0.9, caught_up=True)
+
+
+@given(st.floats(0.0, 10.0), st.floats(0.0, 10.0), st.floats(0.0, 10.0), st.booleans())
+def test_the_cadence_waits_at_least_the_shortest_and_at_most_the_longest_interval(
+    took: float, since_end: float, more: float, caught_up: bool
+) -> None:
+    core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
+    core.on_watermark("a", {0: 0}, pending=0, now=0.0, **UP)
+    [commit] = core.on_idle(pending=1, now=1.0)
+    core.committed(commit, {P0: 0}, now=1.0 + took, took=took)
+    now = 1.0 + took + since_end
+    due = core.cadence_due(now, caught_up=caught_up)
+    if now - 1.0 < MIN_COMMIT_INTERVAL:
+        assert not due, "never sooner than the shortest interval after the last began"
+    if since_end >= COMMIT_INTERVAL:
+        assert due, "never later than the longest interval after the last ended"
+    if caught_up:
+        assert core.cadence_due(now + more, caught_up=True) >= due, "waiting never undoes it"
 
 
 def test_rounds_of_earlier_runs_and_repeated_clocks_are_ignored() -> None:
     core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
-    core.on_watermark("a", {0: 9, 1: 9}, pending=0, now=0.0)
+    core.on_watermark("a", {0: 9, 1: 9}, pending=0, now=0.0, **UP)
     assert core.on_round(JOINED - 1, {P0: 1}, pending=0, now=0.1) == []
     assert len(core.on_round(JOINED, {P0: 1}, pending=0, now=0.1)) == 1
     assert core.on_round(JOINED, {P0: 1}, pending=0, now=0.1) == []
     core.fenced({P0: 0})  # refused: nothing reported, the round waits
     assert core.rounds == {JOINED: {P0: 1}} and core.committed_through == {P0: 0}
-    [again] = core.on_watermark("a", {0: 10}, pending=0, now=0.2)
+    [again] = core.on_watermark("a", {0: 10}, pending=0, now=0.2, **UP)
     reports = core.committed(again, {P0: 10, P1: 9}, now=0.2, **QUICK)
     assert reports == [ReportRound(JOINED, {P0: 1})]
     # Announced again once reported (the other upstreams' CLOCK, the master's Flowing):
@@ -118,8 +144,8 @@ def test_rounds_of_earlier_runs_and_repeated_clocks_are_ignored() -> None:
 def test_without_a_target_the_mark_is_the_progress() -> None:
     core = SinkCore(JOINED, ["a"], PARTITIONS, writes=False, last_commit=0.0)
     assert core.on_round(JOINED, {P0: 5, OTHER: 7}, pending=0, now=0.0) == []
-    assert core.on_watermark("a", {0: 4}, pending=0, now=0.0) == []
-    assert core.on_watermark("a", {0: 5}, pending=0, now=0.0) == [
+    assert core.on_watermark("a", {0: 4}, pending=0, now=0.0, **UP) == []
+    assert core.on_watermark("a", {0: 5}, pending=0, now=0.0, **UP) == [
         ReportRound(JOINED, {P0: 5, OTHER: 7})]
     assert core.committed_through == {P0: 5}
     assert core.on_round(JOINED, {P0: 5, OTHER: 7}, pending=0, now=0.1) == []
@@ -132,9 +158,10 @@ UPSTREAMS = ["a", "b"]
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("watermark"), st.just("a"),  # "a" carries both partitions
-                  st.fixed_dictionaries({0: st.integers(-1, 30), 1: st.integers(-1, 30)})),
+                  st.fixed_dictionaries({0: st.integers(-1, 30), 1: st.integers(-1, 30)}),
+                  st.booleans()),
         st.tuples(st.just("watermark"), st.just("b"),  # "b" only the first
-                  st.fixed_dictionaries({0: st.integers(-1, 30)})),
+                  st.fixed_dictionaries({0: st.integers(-1, 30)}), st.booleans()),
         st.tuples(st.just("round"), st.integers(JOINED - 2, JOINED + 4),
                   st.fixed_dictionaries({P0: st.integers(-1, 30), P1: st.integers(-1, 30),
                                          OTHER: st.integers(-1, 99)})),
@@ -142,7 +169,7 @@ ops = st.lists(
         st.tuples(st.just("rows"), st.sampled_from([0, 1, 50, COMMIT_ROWS])),
         st.tuples(st.just("tick"), st.sampled_from([0.0, 0.1, 0.3, COMMIT_INTERVAL])),
         st.tuples(st.just("refuse"), st.booleans()),
-        st.tuples(st.just("took"), st.sampled_from([0.0, 0.01, 0.1, 1.0]), st.booleans()),
+        st.tuples(st.just("took"), st.sampled_from([0.0, 0.01, 0.1, 1.0])),
     ),
     max_size=60,
 )
@@ -159,11 +186,11 @@ class Sim:
         self.refuse = False
         self.table: Clock = {}
         self.last_commit = 0.0
+        self.last_started = 0.0
         self.took = 0.0
         """How long the model writer's next commit takes."""
-        self.behind = False
-        """Whether frames pile up meanwhile."""
-        self.interval = COMMIT_INTERVAL
+        self.caught_up = True
+        """Whether no frame waited to be read at the last decision."""
         self.commits: list[Clock] = []
         self.clocks: dict[int, Clock] = {}
         self.announced: dict[int, Clock] = {}
@@ -175,7 +202,9 @@ class Sim:
         core, now, pending = self.core, self.now, self.pending
         if kind == "watermark":
             self.spoke.add(op[1])
-            self.act(core.on_watermark(op[1], op[2], pending=pending, now=now), forced=False)
+            self.caught_up = op[3]
+            self.act(core.on_watermark(op[1], op[2], pending=pending, now=now,
+                                       caught_up=op[3]), forced=False)
         elif kind == "round":  # one clock per round, however often it is announced
             clock = self.clocks.setdefault(op[1], op[2])
             # A round starts after the previous one committed (this sink reported it): one
@@ -185,13 +214,14 @@ class Sim:
                 self.announced[op[1]] = clock
             self.act(core.on_round(op[1], clock, pending=pending, now=now), forced=True)
         elif kind == "idle":
+            self.caught_up = True
             self.act(core.on_idle(pending=pending, now=now), forced=False)
         elif kind == "rows":
             self.pending = op[1]
         elif kind == "tick":
             self.now += op[1]
         elif kind == "took":
-            self.took, self.behind = op[1], op[2]
+            self.took = op[1]
         else:
             self.refuse = op[1]
 
@@ -212,17 +242,17 @@ class Sim:
         if self.commits:  # the mark never moves back
             assert all(commit.through.get(p, -1) >= o for p, o in self.commits[-1].items())
         if not (forced or commit.due or self.pending >= COMMIT_ROWS):
-            assert self.now - self.last_commit >= self.interval, "the cadence"
+            assert ((self.caught_up and self.now - self.last_started >= MIN_COMMIT_INTERVAL)
+                    or self.now - self.last_commit >= COMMIT_INTERVAL), "the cadence"
         self.commits.append(commit.through)
         if self.refuse:
             self.core.fenced(self.table)
             return
         self.table = {p: max(o, self.table.get(p, -1)) for p, o in commit.through.items()}
         self.pending = 0
-        self.last_commit = self.now
-        self.interval = commit_interval(self.took, behind=self.behind)
-        done = self.core.committed(commit, self.table, self.now, took=self.took,
-                                   behind=self.behind)
+        self.now += self.took  # the commit began at the decision and took this long
+        self.last_started, self.last_commit = self.now - self.took, self.now
+        done = self.core.committed(commit, self.table, self.now, took=self.took)
         self.act(list(done), forced=forced)
 
     def report(self, report: ReportRound) -> None:
@@ -248,8 +278,8 @@ def test_random_interleavings_keep_the_rules_and_every_round_is_reported(
     # The stream catches up everywhere and the database accepts again: every round of
     # this run that was announced gets reported.
     sim.refuse = False
-    sim.step(("watermark", "a", {0: 40, 1: 40}))
-    sim.step(("watermark", "b", {0: 40}))
+    sim.step(("watermark", "a", {0: 40, 1: 40}, True))
+    sim.step(("watermark", "b", {0: 40}, True))
     sim.step(("rows", 1))
     sim.step(("tick", COMMIT_INTERVAL))
     sim.step(("idle",))
