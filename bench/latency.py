@@ -28,9 +28,9 @@ the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq
    to the upsert topic ``bench-latency-out`` in Kafka transactions instead, and a
    ``read_committed`` consumer takes the time each record first reaches it.
 
-Prints one JSON line of figures (p50, p90, p99, max, the rates; the snapshot rounds taken
-while the latency was measured and how long each paused the spouts on average) and a
-human summary.
+Prints one JSON line of figures (p50, p90, p99, max, the rates; the p99 of each second's
+messages, least, median and greatest; the snapshot rounds taken while the latency was
+measured and how long each paused the spouts on average) and a human summary.
 """
 
 from __future__ import annotations
@@ -282,6 +282,22 @@ def produce_and_wait(stack: StackAddresses, run: TopologyRun, reader: Reader, fi
     return producer
 
 
+def p99_per_second(arrived: list[tuple[int, int]]) -> dict[str, float]:
+    """The p99 latency (ms) of the messages sent in each whole second of the load, by the
+    second they were sent in: the least, the median and the greatest. A tail made by a few
+    seconds (the first, or those of a snapshot round) shows as a median well below the run's
+    p99."""
+    start = min(sent for sent, _ in arrived)
+    by_second: dict[int, list[float]] = {}
+    for sent, seen in arrived:
+        by_second.setdefault((sent - start) // 1_000_000_000, []).append((seen - sent) / 1e6)
+    last = max(by_second)  # a part of a second at the end
+    p99s = sorted(percentile(values, 0.99) for second, values in by_second.items()
+                  if second != last or len(by_second) == 1)
+    return {"min": round(p99s[0], 1), "median": round(percentile(p99s, 0.5), 1),
+            "max": round(p99s[-1], 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=30.0,
@@ -336,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             produced_rate = count / ((producer.finished_ns - producer.started_ns) / 1e9)
             latencies = [(reader.arrived[s][1] - reader.arrived[s][0]) / 1e6
                          for s in range(first, first + count)]
+            seconds = p99_per_second([reader.arrived[s] for s in range(first, first + count)])
             reader.close()
             run.stop()
     if args.dump is not None:
@@ -357,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             "p99": round(percentile(latencies, 0.99), 1),
             "max": round(max(latencies), 1), "min": round(min(latencies), 1),
         },
+        "p99_per_second_ms": seconds,
         **pauses,
         **machine(),
     }
@@ -372,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         f"  at {rate:,.0f} msgs/s for {args.duration:g} s ({count:,} messages, produced at "
         f"{produced_rate:,.0f}/s): produce-to-sink-row latency p50 {lat['p50']} ms, "
         f"p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms\n"
+        f"  p99 of each second's messages: {seconds['min']}-{seconds['max']} ms, median "
+        f"{seconds['median']} ms\n"
         f"  rounds meanwhile: {pauses['rounds']}, the spouts paused {pauses['pause_mean_ms']} ms "
         f"on average per round ({pauses['pause_max_ms']} ms at most in the run)"))
     return 0
