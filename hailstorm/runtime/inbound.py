@@ -32,8 +32,10 @@ log = logging.getLogger("hailstorm.processor")
 QUEUE_FRAMES = 64
 """Frames buffered between the socket readers and a bolt's (or sink's) main thread."""
 BEHIND_FRAMES = QUEUE_FRAMES // 2
-"""Frames waiting in that queue (half of it) from which a bolt or sink counts as behind its
-upstreams (:attr:`InboundShell.behind`): reading a backlog, it batches its output longest."""
+"""Frames waiting in that queue (half of it) from which a bolt counts as behind its
+upstreams (:attr:`InboundShell.behind`): reading a backlog, it batches its output longest.
+(A sink's cadence asks only whether any frame waits: see
+:mod:`hailstorm.processors.sink_core`.)"""
 
 
 @dataclass(frozen=True)
