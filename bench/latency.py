@@ -1,7 +1,7 @@
 """Produce-to-sink latency (p50/p99) at half the maximum throughput.
 
     .venv/bin/python bench/latency.py [--duration 30] [--max-rate R] [--snapshot-interval 1]
-        [--sink postgresql|sqlite|kafka] [--dump FILE.csv]
+        [--sink postgresql|sqlite|kafka] [--dump FILE.csv] [--runs N]
 
 Starts an embedded stack of its own (brought down afterwards) and deploys
 ``bench/latency_topology.py`` (4 spout instances on ``bench-latency``, 2 bolt instances, one
@@ -30,7 +30,10 @@ the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq
 
 Prints one JSON line of figures (p50, p90, p99, max, the rates; the p99 of each second's
 messages, least, median and greatest; the snapshot rounds taken while the latency was
-measured and how long each paused the spouts on average) and a human summary.
+measured and how long each paused the spouts on average) and a human summary. With
+``--runs N`` it measures N times, each on a stack of its own, prints each run so, then a
+``latency_runs`` line: the median, least and greatest of the max rate, p50, p90, p99, max,
+the median second's p99 and the mean pause.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import csv
 import json
 import os
 import sqlite3
+import statistics
 import sys
 import threading
 import time
@@ -315,10 +319,33 @@ def main(argv: list[str] | None = None) -> int:
                         "upsert topic written in Kafka transactions.")
     parser.add_argument("--dump", type=Path, default=None,
                         help="Write every measured message's seq, sent_ns and seen_ns "
-                        "(CSV) here, to see where in the run the tail comes from.")
+                        "(CSV) here, to see where in the run the tail comes from (with "
+                        "--runs, one file per run: NAME-1.csv, ...).")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="Measure this many times, each on a stack of its own, then "
+                        "print the median and range of each figure.")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     os.environ["BENCH_LATENCY_SINK"] = args.sink  # the topology module reads it
+    runs = []
+    for number in range(1, args.runs + 1):
+        dump = args.dump
+        if dump is not None and args.runs > 1:
+            dump = dump.with_name(f"{dump.stem}-{number}{dump.suffix}")
+        figures = measure(args, dump)
+        report("latency", figures, describe(figures, args))
+        runs.append(figures)
+    if args.runs > 1:
+        summary = summarize(runs)
+        report("latency_runs", {**summary, "snapshot_interval_s": args.snapshot_interval,
+                                "sink": args.sink, "duration_s": args.duration, **machine()},
+               describe_runs(summary))
+    return 0
 
+
+def measure(args: argparse.Namespace, dump: Path | None) -> dict[str, Any]:
+    """One measurement on a stack of its own (see the module): its figures."""
     with embedded_stack() as env:
         stack = StackAddresses.from_env(env)
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
@@ -355,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
             seconds = p99_per_second([reader.arrived[s] for s in range(first, first + count)])
             reader.close()
             run.stop()
-    if args.dump is not None:
-        with args.dump.open("w", newline="") as out:
+    if dump is not None:
+        with dump.open("w", newline="") as out:
             rows = csv.writer(out)
             rows.writerow(("seq", "sent_ns", "seen_ns"))
             rows.writerows((s, *reader.arrived[s]) for s in range(first, first + count))
@@ -378,23 +405,71 @@ def main(argv: list[str] | None = None) -> int:
         **pauses,
         **machine(),
     }
-    lat = figures["latency_ms"]
+    return figures
+
+
+def describe(figures: dict[str, Any], args: argparse.Namespace) -> str:
+    """The human summary of one measurement."""
+    lat, seconds = figures["latency_ms"], figures["p99_per_second_ms"]
+    burst_s, burst90_s = figures["burst_committed_s"], figures["burst_90pct_committed_s"]
     how = (f"measured: 90% of {args.burst:,} messages in the table after {burst90_s:.2f} s, "
            f"all after {burst_s:.2f} s" if burst_s is not None and burst90_s is not None
            else "given")
-    report("latency", figures, (
+    return (
         f"snapshot every {args.snapshot_interval:g} s, {PARTITIONS} partitions, 2 bolt "
         f"instances, {SINK_NAMES[args.sink]} upsert "
         f"sink, {figures['cores']} cores\n"
-        f"  max throughput {max_rate:,.0f} msgs/s ({how})\n"
-        f"  at {rate:,.0f} msgs/s for {args.duration:g} s ({count:,} messages, produced at "
-        f"{produced_rate:,.0f}/s): produce-to-sink-row latency p50 {lat['p50']} ms, "
-        f"p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms\n"
+        f"  max throughput {figures['max_rate_msgs_per_s']:,} msgs/s ({how})\n"
+        f"  at {figures['rate_msgs_per_s']:,} msgs/s for {args.duration:g} s "
+        f"({figures['messages']:,} messages, produced at "
+        f"{figures['produced_msgs_per_s']:,}/s): produce-to-sink-row latency p50 "
+        f"{lat['p50']} ms, p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms\n"
         f"  p99 of each second's messages: {seconds['min']}-{seconds['max']} ms, median "
         f"{seconds['median']} ms\n"
-        f"  rounds meanwhile: {pauses['rounds']}, the spouts paused {pauses['pause_mean_ms']} ms "
-        f"on average per round ({pauses['pause_max_ms']} ms at most in the run)"))
-    return 0
+        f"  rounds meanwhile: {figures['rounds']}, the spouts paused "
+        f"{figures['pause_mean_ms']} ms on average per round ({figures['pause_max_ms']} ms at "
+        "most in the run)")
+
+
+SUMMARIZED = {
+    "max_rate_msgs_per_s": ("max_rate_msgs_per_s",),
+    "p50_ms": ("latency_ms", "p50"), "p90_ms": ("latency_ms", "p90"),
+    "p99_ms": ("latency_ms", "p99"), "max_ms": ("latency_ms", "max"),
+    "p99_per_second_median_ms": ("p99_per_second_ms", "median"),
+    "pause_mean_ms": ("pause_mean_ms",),
+}
+"""The figures :func:`summarize` gives the median and range of (name: where in a run)."""
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median, least and greatest of each of :data:`SUMMARIZED` over ``runs`` (each a
+    measurement's figures); a figure a run lacks (None) is left out of its summary."""
+    summary: dict[str, Any] = {"runs": len(runs)}
+    for name, where in SUMMARIZED.items():
+        values = []
+        for run in runs:
+            value: Any = run
+            for key in where:
+                value = value.get(key) if isinstance(value, dict) else None
+            if value is not None:
+                values.append(float(value))
+        summary[name] = ({"median": round(statistics.median(values), 1),
+                          "min": round(min(values), 1), "max": round(max(values), 1)}
+                         if values else None)
+    return summary
+
+
+def describe_runs(summary: dict[str, Any]) -> str:
+    """The human summary of several measurements: median (least-greatest) of each."""
+    def figure(name: str) -> str:
+        value = summary[name]
+        return "-" if value is None else f"{value['median']:g} ({value['min']:g}-{value['max']:g})"
+
+    return (f"{summary['runs']} runs, median (least-greatest): max rate "
+            f"{figure('max_rate_msgs_per_s')} msgs/s; p50 {figure('p50_ms')} ms, "
+            f"p90 {figure('p90_ms')} ms, p99 {figure('p99_ms')} ms, max {figure('max_ms')} ms; "
+            f"p99 of a median second {figure('p99_per_second_median_ms')} ms; mean pause "
+            f"{figure('pause_mean_ms')} ms")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from latency import p99_per_second
+from latency import SUMMARIZED, describe_runs, p99_per_second, summarize
 
 SECOND = 1_000_000_000
 
@@ -26,3 +26,19 @@ def test_one_slow_second_shows_as_the_greatest_not_the_median() -> None:
 def test_a_run_shorter_than_a_second_is_its_own_second() -> None:
     assert p99_per_second([(0, 20_000_000), (10, 10_000_010)]) == {
         "min": 19.9, "median": 19.9, "max": 19.9}
+
+
+def test_runs_are_summarized_by_median_and_range_leaving_out_what_a_run_lacks() -> None:
+    def run(p99: float, pause: float | None) -> dict[str, object]:
+        return {"max_rate_msgs_per_s": 30000, "pause_mean_ms": pause,
+                "latency_ms": {"p50": p99 / 4, "p90": p99 / 2, "p99": p99, "max": p99 * 2},
+                "p99_per_second_ms": {"median": p99 / 3}}
+
+    summary = summarize([run(600.0, 60.0), run(300.0, None), run(900.0, 50.0)])
+    assert summary["runs"] == 3
+    assert summary["p99_ms"] == {"median": 600.0, "min": 300.0, "max": 900.0}
+    assert summary["p99_per_second_median_ms"] == {"median": 200.0, "min": 100.0, "max": 300.0}
+    assert summary["pause_mean_ms"] == {"median": 55.0, "min": 50.0, "max": 60.0}
+    assert set(SUMMARIZED) <= set(summary)
+    text = describe_runs(summary)
+    assert "p99 600 (300-900) ms" in text and "mean pause 55 (50-60) ms" in text
