@@ -30,10 +30,12 @@ the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq
 
 Prints one JSON line of figures (p50, p90, p99, max, the rates; the p99 of each second's
 messages, least, median and greatest; the snapshot rounds taken while the latency was
-measured and how long each paused the spouts on average) and a human summary. With
+measured and how long each took on average to fix its clock, from ``SpoutsPaused`` to
+``Flowing(e, C)``, the ``pause_*`` figures: the spouts read on meanwhile, since rounds are
+barriers, where they stood paused before) and a human summary. With
 ``--runs N`` it measures N times, each on a stack of its own, prints each run so, then a
 ``latency_runs`` line: the median, least and greatest of the max rate, p50, p90, p99, max,
-the median second's p99 and the mean pause.
+the median second's p99 and the mean time to fix a clock.
 """
 
 from __future__ import annotations
@@ -426,9 +428,9 @@ def describe(figures: dict[str, Any], args: argparse.Namespace) -> str:
         f"{lat['p50']} ms, p90 {lat['p90']} ms, p99 {lat['p99']} ms, max {lat['max']} ms\n"
         f"  p99 of each second's messages: {seconds['min']}-{seconds['max']} ms, median "
         f"{seconds['median']} ms\n"
-        f"  rounds meanwhile: {figures['rounds']}, the spouts paused "
-        f"{figures['pause_mean_ms']} ms on average per round ({figures['pause_max_ms']} ms at "
-        "most in the run)")
+        f"  rounds meanwhile: {figures['rounds']}, each fixing its clock in "
+        f"{figures['pause_mean_ms']} ms on average ({figures['pause_max_ms']} ms at most in "
+        "the run; SpoutsPaused to Flowing)")
 
 
 SUMMARIZED = {
@@ -468,8 +470,8 @@ def describe_runs(summary: dict[str, Any]) -> str:
     return (f"{summary['runs']} runs, median (least-greatest): max rate "
             f"{figure('max_rate_msgs_per_s')} msgs/s; p50 {figure('p50_ms')} ms, "
             f"p90 {figure('p90_ms')} ms, p99 {figure('p99_ms')} ms, max {figure('max_ms')} ms; "
-            f"p99 of a median second {figure('p99_per_second_median_ms')} ms; mean pause "
-            f"{figure('pause_mean_ms')} ms")
+            f"p99 of a median second {figure('p99_per_second_median_ms')} ms; a round's clock "
+            f"fixed in {figure('pause_mean_ms')} ms on average")
 
 
 if __name__ == "__main__":

@@ -300,6 +300,11 @@ class ProcessorMetrics:
         self.bad_limit = r.gauge(
             "hailstorm_bad_records_limit",
             "Bad records that node's budget allows in a window: one more halts the topology.")
+        self.rounds = r.counter_by(
+            "hailstorm_spout_rounds_total",
+            "Snapshot rounds a spout answered, by how: marked (a barrier in its streams, "
+            "reading on) or paused (holding what it read until the clock; spouts).",
+            "how")
         self.late = r.counter(
             "hailstorm_late_total",
             "Late tuples written to the late topic of the window bolt they came too late for "

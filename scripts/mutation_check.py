@@ -60,13 +60,13 @@ class Mutation:
 #: places (the per-tuple loops inline it for speed); the mutation changes all three.
 _AT_THE_CLOCK_TO_B = (
     Edit("hailstorm/processors/segments.py",
-         "            if offset <= r.label.get(partition, NOTHING):\n                return i",
-         "            if offset < r.label.get(partition, NOTHING):\n                return i"),
+         "            if offset <= r.label.get(partition, r.beyond):\n                return i",
+         "            if offset < r.label.get(partition, r.beyond):\n                return i"),
     *(Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
-        ("                i = 0 if o <= first_label_get(p, NOTHING) else 1",
-         "                i = 0 if o < first_label_get(p, NOTHING) else 1"),
-        ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
-         "                    groups[0 if o < first_label_get(p, NOTHING) else 1].append(t)"),
+        ("                i = 0 if o <= first_label_get(p, beyond) else 1",
+         "                i = 0 if o < first_label_get(p, beyond) else 1"),
+        ("                    groups[0 if o <= first_label_get(p, beyond) else 1].append(t)",
+         "                    groups[0 if o < first_label_get(p, beyond) else 1].append(t)"),
     ]),
 )
 
@@ -79,9 +79,9 @@ _AT_THE_CLOCK_TO_BOTH = (
          "        if self.segment_of(p, high) != segment or self.pending:\n"
          "            return None"),
     *(Edit("hailstorm/processors/bolt_core.py", old, new) for old, new in [
-        ("                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)",
-         "                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)\n"
-         "                    if o == first_label_get(p, NOTHING):\n"
+        ("                    groups[0 if o <= first_label_get(p, beyond) else 1].append(t)",
+         "                    groups[0 if o <= first_label_get(p, beyond) else 1].append(t)\n"
+         "                    if o == first_label_get(p, beyond):\n"
          "                        groups[1].append(t)"),
     ]),
 )

@@ -22,6 +22,9 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
                                                             round e started)
     SpoutsPaused(e)   -> Flowing(e, C)                      every spout paused for e;
                                                             C = max of their positions
+                                                            (a barrier round: the spouts
+                                                            marked them in their streams
+                                                            and read on)
     SpoutsPaused(e)   -> Flowing(e, None)                   ... at the committed clock,
                          + ConfirmCommitted                 which the round before it had
                                                             too: nothing changed, the round
@@ -36,7 +39,8 @@ Transitions (``e`` is the epoch; ``new`` is ``max(e, highest epoch recorded anyw
 
 A stop request (the ``stop`` node, :attr:`View.stop`) drains the topology::
 
-    Flowing(e, None)  -> SpoutsPaused(new)                  a stop is requested: a last round
+    Flowing(e, None)  -> SpoutsPaused(new, barrier=False)   a stop is requested: a last round
+                                                            (the spouts stop at its clock)
     Flowing(e, C)     -> Stopped(e, C, by) + CommitClock    ... commits what was read
     Initialize(e), SpoutsRewind(e, C) -> Stopped(e, K, by)  a stop is requested; nothing
                                                             flowed past the committed clock K
@@ -313,7 +317,7 @@ def _flowing(state: Flowing, view: View, config: Config, roster: Roster) -> Deci
         return recover(state, view, config, roster, casualty)
     if view.stop is not None:
         epoch = max(state.epoch, view.highest_epoch) + 1
-        return Decision(SpoutsPaused(epoch, state.catching_up), roster.notes,
+        return Decision(SpoutsPaused(epoch, state.catching_up, barrier=False), roster.notes,
                         f"stop requested by {view.stop.by}: a last round commits what was read")
     due = next_round_due(state, view, config)
     reason = f"snapshot interval {config.snapshot_interval:.1f}s elapsed"

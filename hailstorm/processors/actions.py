@@ -84,10 +84,12 @@ class Preempted(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ForwardClock:
-    """Send CLOCK ``(epoch, clock)`` to every destination, before any later data."""
+    """Send CLOCK ``(epoch, clock)`` to every destination, before any later data
+    (``partial``: CLOCK_PART, some parts of a barrier round's clock)."""
 
     epoch: int
     clock: Marks
+    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)

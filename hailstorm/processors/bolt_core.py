@@ -190,7 +190,8 @@ class BoltCore:
         seen_get = seen.get
         segments = split.states
         pending = len(split.pending)
-        first_label_get = split.boundary().get
+        first_label, beyond = split.boundary()
+        first_label_get = first_label.get
         changed = self._deltas.changed
         out = Batch()
         out_partitions = out.partitions.append
@@ -207,7 +208,7 @@ class BoltCore:
             if pending == 0:
                 i = 0
             elif pending == 1:
-                i = 0 if o <= first_label_get(p, NOTHING) else 1
+                i = 0 if o <= first_label_get(p, beyond) else 1
             else:
                 i = split.segment_of(p, o)
             try:
@@ -287,19 +288,41 @@ class BoltCore:
                 actions.append(ForwardWatermark(outgoing))
         return actions
 
-    def on_clock(self, epoch: int, clock: Mapping[PartitionKey, int]) -> list[Action]:
-        """Learn the clock of round ``epoch`` (from a CLOCK frame or the master state).
+    def on_clock(self, epoch: int, clock: Mapping[PartitionKey, int],
+                 partial: bool = False) -> list[Action]:
+        """Learn the clock of round ``epoch`` (from a CLOCK frame or the master state), or
+        with ``partial`` some parts of it (a barrier round's CLOCK_PART frames).
 
-        The first time: returns ``ForwardClock`` (send it before any further data), then any
-        snapshot already due. Repeats and older rounds return nothing. Raises
-        :class:`ProtocolViolation` when a tuple above ``clock`` was already absorbed: an
-        upstream sent it before the clock.
+        What is new is returned as ``ForwardClock`` (send it before any further data),
+        then any snapshot already due. Repeats, older rounds and parts of a round passed
+        return nothing. Raises :class:`ProtocolViolation` when a tuple above ``clock`` was
+        already absorbed: an upstream sent it before the clock.
         """
-        if self._segments.open(epoch, clock) is None:
+        split = self._segments
+        new = split.latest_epoch is None or epoch > split.latest_epoch
+        if new:  # the master started a later round: an earlier partial one is never written
+            self.round_passed(epoch - 1)
+        learned = split.open(epoch, clock, partial)
+        if learned is None:
             return []
-        if self.closed_windows is not None:
+        if new and self.closed_windows is not None:
             self.closed_windows.round_started()
-        return [ForwardClock(epoch, dict(clock)), *self._write_covered()]
+        return [ForwardClock(epoch, learned, partial), *self._write_covered()]
+
+    def round_passed(self, epoch: int) -> None:
+        """The master moved past round ``epoch`` and every earlier one without completing
+        them here (a round skipped, or abandoned by a recovery): a round known only in part
+        is dropped, its ``B`` folded into its ``A`` with nothing written."""
+        split = self._segments
+        for i in reversed(range(len(split.pending))):
+            r = split.pending[i]
+            if r.complete or r.epoch > epoch:
+                continue
+            if i == 0:  # B folds into A: its keys are what A changed by
+                self._deltas.merging(split.states[1])
+            if self.closed_windows is not None:
+                self.closed_windows.round_dropped(i)
+            split.abandon(r.epoch)
 
     def flush(self) -> list[Action]:
         """Compacting bolts: emit once per key touched since the last flush (its last tuple
@@ -406,7 +429,8 @@ class BoltCore:
         seen_get = seen.get
         groups: list[list[Any]] = [[] for _ in split.states]
         pending = len(split.pending)
-        first_label_get = split.boundary().get
+        first_label, beyond = split.boundary()
+        first_label_get = first_label.get
         applied = 0
         spec = self.spec
         if contributions is None:
@@ -428,7 +452,7 @@ class BoltCore:
                 if pending == 0:
                     groups[0].append(t)
                 elif pending == 1:
-                    groups[0 if o <= first_label_get(p, NOTHING) else 1].append(t)
+                    groups[0 if o <= first_label_get(p, beyond) else 1].append(t)
                 else:
                     groups[split.segment_of(p, o)].append(t)
                 applied += 1
@@ -504,7 +528,8 @@ class BoltCore:
         """Hand out every pending round the low water mark covers, oldest first."""
         actions: list[Action] = []
         split = self._segments
-        while split.pending and self._watermarks.covers(split.pending[0].clock):
+        while split.pending and split.pending[0].complete and \
+                self._watermarks.covers(split.pending[0].clock):
             done = split.pending[0]
             if self.closed_windows is not None:
                 self.closed_windows.round_written()

@@ -64,3 +64,9 @@ class DeltaChain:
         changed by since (keyed state; nothing to do for other state)."""
         if self.changed is not None:
             self.changed = set(b)
+
+    def merging(self, b: Any) -> None:
+        """``B`` folds into ``A`` with no snapshot between (a round dropped): its keys
+        changed ``A`` too."""
+        if self.changed is not None:
+            self.changed.update(b)

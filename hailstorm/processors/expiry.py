@@ -97,6 +97,10 @@ class ClosedWindows:
         """The oldest pending round's snapshot was handed out."""
         self._at_rounds.pop(0)
 
+    def round_dropped(self, index: int) -> None:
+        """The pending round at ``index`` (oldest first) was dropped, never to be written."""
+        self._at_rounds.pop(index)
+
     def bound(self, partitions: Mapping[Any, Any] | None,
               carried: Iterable[tuple[str, Any]] | None = None) -> Any:
         """What closed at this event time is closed for good: the smallest progress over

@@ -8,6 +8,15 @@ rounds' clocks (so a label always states exactly what its segment contains). Whe
 round is written, ``B`` folds into ``A`` and tuples at or below the label are refused from
 then on. Several rounds may be pending at once; each later clock opens one more segment.
 
+A round may be learned a part at a time (a *barrier* round: each spout sends its
+partition's offset in the stream, before anything beyond it, and reads on). Until a
+partition's part is known, its tuples all belong below the round (the part comes before
+any tuple above it on every connection), so a partial round's label holds the parts known
+and sends every other partition's tuples below it (:data:`UNKNOWN`). The master's whole
+clock completes the round; only a complete round is written. A partial round the master
+passed without a clock (skipped, or abandoned by a recovery) is dropped: its ``B`` folds
+into its ``A`` with nothing written (:meth:`Segments.abandon`).
+
 The *floor* is what the state already contains: the loaded clock at first, raised by
 every round written. A tuple at or below it is dropped when the loaded snapshot holds it
 (a replay after recovery) and is a protocol violation otherwise (it arrived after the
@@ -26,20 +35,30 @@ from typing import Any
 
 from hailstorm.monoids import Monoid
 from hailstorm.processors.actions import Marks, PartitionKey, ProtocolViolation
-from hailstorm.protocol.clock import NOTHING, merge_max
+from hailstorm.protocol.clock import NOTHING, UNBOUNDED, merge_max
 
-__all__ = ["PendingRound", "Segments"]
+__all__ = ["UNKNOWN", "PendingRound", "Segments"]
+
+UNKNOWN = UNBOUNDED
+"""A partial round's label for a partition whose part is not known yet: every tuple of it
+belongs below the round."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PendingRound:
-    """A round whose clock is known and whose snapshot is not written yet."""
+    """A round whose clock is known (or being learned) and whose snapshot is not written."""
 
     epoch: int
     clock: Marks
-    """The clock the master chose; the low water mark must cover it."""
+    """The clock the master chose (while partial, the parts known); the low water mark
+    must cover it."""
     label: Marks
     """``clock`` raised to the loaded clock and earlier rounds: what the state is at."""
+    complete: bool = True
+    """The whole clock is known (else only the parts in :attr:`clock`)."""
+    beyond: int = NOTHING
+    """The label of a partition :attr:`label` does not name: :data:`UNKNOWN` while this
+    round (or an earlier pending one) is partial."""
 
 
 class Segments:
@@ -62,20 +81,23 @@ class Segments:
         self.seen: Marks = {}
         """Highest offset absorbed per partition (to catch clocks that arrive too late)."""
         self.latest_epoch: int | None = None
-        self.latest_label: Marks = dict(loaded)
         self.last_written: tuple[int, Marks] | None = None
         """``(epoch, label)`` of the last round written."""
         self.dropped = 0
         """Tuples dropped because the loaded snapshot already contains them."""
 
-    def boundary(self) -> Marks:
-        """The oldest pending round's label (the A/B boundary), or the floor if none."""
-        return self.pending[0].label if self.pending else self.floor
+    def boundary(self) -> tuple[Marks, int]:
+        """The oldest pending round's label (the A/B boundary) and its value for a
+        partition it does not name, or the floor and :data:`NOTHING` if none."""
+        if self.pending:
+            first = self.pending[0]
+            return first.label, first.beyond
+        return self.floor, NOTHING
 
     def segment_of(self, partition: PartitionKey, offset: int) -> int:
         """The segment a tuple above the floor belongs to."""
         for i, r in enumerate(self.pending):
-            if offset <= r.label.get(partition, NOTHING):
+            if offset <= r.label.get(partition, r.beyond):
                 return i
         return len(self.pending)
 
@@ -110,26 +132,95 @@ class Segments:
             self.seen[p] = high
         return segment
 
-    def open(self, epoch: int, clock: Mapping[PartitionKey, int]) -> PendingRound | None:
-        """Learn round ``epoch``'s clock: a new segment, and the round now pending. None
-        for a repeat or an older round. Raises :class:`ProtocolViolation` when a tuple
-        above the clock was already absorbed: an upstream sent it before the clock."""
-        if self.latest_epoch is not None and epoch <= self.latest_epoch:
+    def open(self, epoch: int, clock: Mapping[PartitionKey, int],
+             partial: bool = False) -> Marks | None:
+        """Learn round ``epoch``'s clock (``partial``: some of its parts); return what is
+        new (the parts to pass on, or the whole clock when it completes the round), None
+        for a repeat, or a round written, dropped or older than one learned.
+
+        A new round opens a segment (drop a partial round before it first: the master
+        started a later round, so that one will never be written). Raises
+        :class:`ProtocolViolation` when a tuple above the clock was already absorbed (an
+        upstream sent it before the clock) or a part disagrees with the clock."""
+        known = next((r for r in self.pending if r.epoch == epoch), None)
+        if known is None:
+            if self.latest_epoch is not None and epoch <= self.latest_epoch:
+                return None
+            if any(not r.complete for r in self.pending):
+                raise ValueError(f"round {epoch} opened while an earlier one is partial: "
+                                 "abandon it first (the master passed it)")
+            known = PendingRound(epoch, {}, {}, complete=False)
+            self.pending.append(known)
+            self.states.append(self.monoid.empty())
+            self.latest_epoch = epoch
+        elif known.complete:
             return None
-        label = merge_max(self.latest_label, clock)
-        beyond = {p: o for p, o in self.seen.items() if o > label.get(p, NOTHING)}
+        if partial:
+            for p, o in clock.items():
+                if known.clock.get(p, o) != o:
+                    self._disagree(epoch, p, known.clock[p], o)
+            learned = {p: o for p, o in clock.items() if p not in known.clock}
+            if not learned and known.clock:
+                return None
+        else:
+            for p, o in known.clock.items():
+                if clock.get(p, NOTHING) != o:
+                    self._disagree(epoch, p, o, clock.get(p, NOTHING))
+            learned = {p: o for p, o in clock.items() if p not in known.clock}
+            known.complete = True
+        parts = set(known.clock)  # tuples absorbed after a part was known may lie above it
+        known.clock.update(learned)
+        self._relabel()
+        label = known.label
+        beyond = {p: o for p, o in self.seen.items()
+                  if (p in learned if partial else p not in parts)
+                  and o > label.get(p, known.beyond)}
         if beyond:
             raise ProtocolViolation(
                 f"bolt {self.bolt!r}: clock of round {epoch} arrived after tuples above "
                 f"it (highest offsets absorbed {beyond}, clock {dict(clock)}); upstreams must "
                 "send CLOCK before any tuple beyond it"
             )
-        self.latest_epoch = epoch
-        self.latest_label = label
-        opened = PendingRound(epoch, dict(clock), label)
-        self.pending.append(opened)
-        self.states.append(self.monoid.empty())
-        return opened
+        return learned if partial else dict(clock)
+
+    def _disagree(self, epoch: int, partition: PartitionKey, known: int, now: int) -> None:
+        raise ProtocolViolation(
+            f"bolt {self.bolt!r}: round {epoch}'s clock at {partition} arrived as {known} "
+            f"and as {now}"
+        )
+
+    def abandon(self, epoch: int) -> int | None:
+        """Drop partial round ``epoch`` (the master passed it without a clock): its ``B``
+        folds into its ``A``, nothing is written. Returns the segment its ``A`` was (0:
+        the state a snapshot writes changed), or None when no such round is pending."""
+        i = next((i for i, r in enumerate(self.pending)
+                  if r.epoch == epoch and not r.complete), None)
+        if i is None:
+            return None
+        states = self.states
+        states[i:i + 2] = [self.monoid.absorb(states[i], states[i + 1])]
+        del self.pending[i]
+        self._relabel()
+        return i
+
+    def partial_epochs(self) -> list[int]:
+        """Pending rounds whose clock is known only in part."""
+        return [r.epoch for r in self.pending if not r.complete]
+
+    def _relabel(self) -> None:
+        """Each pending round's label: its clock raised to the floor and earlier rounds,
+        with :data:`UNKNOWN` for the partitions a partial round does not know."""
+        below: Marks = self.floor
+        below_beyond = NOTHING
+        for r in self.pending:
+            if r.complete and below_beyond == NOTHING:
+                r.label = merge_max(below, r.clock)
+                r.beyond = NOTHING
+            else:  # only what this round knows and every round before it knew
+                r.label = {p: max(below.get(p, below_beyond), o) for p, o in r.clock.items()
+                           if below.get(p, below_beyond) != UNKNOWN}
+                r.beyond = UNKNOWN
+            below, below_beyond = r.label, r.beyond
 
     def fold_oldest(self) -> PendingRound:
         """The oldest pending round was written: fold ``B`` into ``A`` and raise the floor

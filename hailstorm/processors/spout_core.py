@@ -11,9 +11,14 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
 * ``Flowing``: :meth:`SpoutCore.resume`; with the round's clock ``C`` the returned output
   starts with a CLOCK for every destination, so every downstream instance knows ``C``
   before any tuple above it.
-* ``SpoutsPaused``: :meth:`SpoutCore.pause` returns the position to report. Records fetched
-  while paused are held back and emitted only after the next :meth:`resume`, so nothing
-  beyond the clock the master derives from the reported positions leaves early.
+* ``SpoutsPaused`` of a barrier round: :meth:`SpoutCore.cut` returns the position to report
+  and a CLOCK_PART (the partition's part of the round's clock) to send to every destination
+  before anything later; the spout reads on, and downstream instances split their state at
+  the part. At ``Flowing(e, C)`` :meth:`SpoutCore.resume` sends the whole ``C`` too.
+* ``SpoutsPaused`` otherwise (a stop's last round, nodes catching up):
+  :meth:`SpoutCore.pause` returns the position to report. Records fetched while paused are
+  held back and emitted only after the next :meth:`resume`, so nothing beyond the clock the
+  master derives from the reported positions leaves early.
 * Always, on a timer too (idle or paused): :meth:`SpoutCore.watermark`, ``{p: position}``,
   so downstream low water marks advance when no data flows.
 
@@ -34,7 +39,8 @@ Bolts declared ``preaggregate`` receive each batch combined per key
 (:class:`~hailstorm.processors.Contributions`). A group never spans a *boundary*: a clock
 this spout announced, or a clock a bolt loaded its state at (given to :meth:`SpoutCore.start`),
 since bolts split or drop tuples there. Later clocks cannot split an emitted batch: a round's
-clock is never below what the spout already emitted (see :meth:`SpoutCore.resume`).
+clock is never below what the spout already emitted, but at the position it cut at (see
+:meth:`SpoutCore.resume`), which no batch spans.
 """
 
 from __future__ import annotations
@@ -115,6 +121,8 @@ class SpoutCore:
         self._held_values: list[bytes | None] = []
         self._staged = _Staged()
         self._clock_epoch: int | None = None
+        self._cut: tuple[int, int] | None = None
+        """``(epoch, position)`` of the last barrier round's mark (:meth:`cut`)."""
         self.emitted = 0
         """Tuples emitted so far."""
         self.rejected = 0
@@ -174,6 +182,17 @@ class SpoutCore:
         self._paused = True
         return self.position
 
+    def cut(self, epoch: int) -> tuple[int, ForwardClock]:
+        """Mark the position in the stream and go on emitting (``SpoutsPaused(epoch)`` of a
+        barrier round): return the position to report and the CLOCK_PART to send to every
+        destination before anything later. Everything emitted so far is within the round;
+        what is staged or read from now on is beyond it."""
+        self._require_started("cut")
+        if self._paused:
+            raise ValueError("cut() of a paused spout: it reports pause() instead")
+        self._cut = (epoch, self.position)
+        return self.position, ForwardClock(epoch, {self.partition: self.position}, partial=True)
+
     def resume(
         self, epoch: int | None = None, clock: Mapping[Partition, int] | None = None
     ) -> SpoutOutput:
@@ -191,12 +210,12 @@ class SpoutCore:
                 raise ValueError("resume(clock=...) needs the round's epoch")
             if self._clock_epoch is None or epoch > self._clock_epoch:
                 limit = clock.get(self.partition, NOTHING)
-                if self.position > limit:
+                if self.position > limit and self._cut != (epoch, limit):
                     raise ProtocolViolation(
                         f"spout {self.spec.name!r} {self.partition}: already emitted up to "
                         f"offset {self.position}, beyond the clock of round {epoch} "
-                        f"({limit}); the master must derive the clock from the paused "
-                        "positions"
+                        f"({limit}); the master must derive the clock from the positions "
+                        "the spouts reported"
                     )
                 marker = ForwardClock(epoch, dict(clock))
                 self._clock_epoch = epoch

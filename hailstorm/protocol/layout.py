@@ -392,6 +392,8 @@ class MasterRecord:
                 "reason": self.reason,
                 **({"by": self.state.by} if isinstance(self.state, Stopped) else {}),
                 **_catch_up_json(self.state),
+                **({"barrier": self.state.barrier}
+                   if isinstance(self.state, SpoutsPaused) else {}),
                 **({"run": self.state.run, "instances": list(self.state.instances)}
                    if isinstance(self.state, Restarting | Replaying) else {}),
             }
@@ -415,7 +417,7 @@ class MasterRecord:
             elif kind is Stopped:
                 state = Stopped(epoch, clock or {}, str(d.get("by", "")))
             elif kind is SpoutsPaused:
-                state = SpoutsPaused(epoch, catching_up)
+                state = SpoutsPaused(epoch, catching_up, bool(d.get("barrier", False)))
             elif kind is Initialize:
                 state = Initialize(epoch)
             elif kind is Restarting or kind is Replaying:
@@ -641,9 +643,10 @@ class CommittedRecord:
     kept one level deep: its own ``previous`` is dropped).
 
     ``snapshot_s``: from the round's clock being set (``Flowing(e, C)``) to this commit;
-    ``pause_s``: how long the spouts stood paused for it (``SpoutsPaused(e)`` to
-    ``Flowing(e, C)``); None where the committing negotiator did not see that transition
-    (it took over during the round).
+    ``pause_s``: how long the round's clock took to fix (``SpoutsPaused(e)`` to
+    ``Flowing(e, C)``; the spouts stood paused that long unless the round was a barrier);
+    None where the committing negotiator did not see that transition (it took over during
+    the round).
 
     ``clocks``: the bolts and sinks *catching up* (docs/upgrading.md), each at its own
     clock (below ``clock`` somewhere); every other node is at ``clock``

@@ -100,11 +100,16 @@ class SpoutsRewind:
 
 @dataclass(frozen=True)
 class SpoutsPaused:
-    """Spouts stop emitting and report their positions: the next snapshot clock (and, for
-    the nodes ``catching_up``, their backfill cursors' positions)."""
+    """Spouts report their positions: the next snapshot clock (and, for the nodes
+    ``catching_up``, their backfill cursors' positions).
+
+    With ``barrier`` each spout marks its position in the streams it sends (a CLOCK_PART)
+    and reads on; downstream instances split their state at the marks. Without (a stop's
+    last round), and while nodes catch up, spouts stop emitting until ``Flowing``."""
 
     epoch: int
     catching_up: frozenset[str] = frozenset()
+    barrier: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "catching_up", frozenset(self.catching_up))

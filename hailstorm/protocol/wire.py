@@ -19,6 +19,8 @@ DATA        a columnar batch (below)
 WATERMARK   epoch int64 BE, count uint32 BE, partition indices int32 LE[count],
             offsets int64 LE[count]
 CLOCK       same layout as WATERMARK
+CLOCK_PART  same layout: some parts of a barrier round's clock (each spout sends its
+            partition's, and reads on)
 BYE         empty
 QUERY       one pickle of a dict: ``bolt`` (str), ``instance`` (int), ``keys`` (a list, or
             None for all)
@@ -136,6 +138,7 @@ class FrameKind(IntEnum):
     BYE = 5
     QUERY = 6
     ANSWER = 7
+    CLOCK_PART = 8
 
 
 _KINDS = frozenset(int(k) for k in FrameKind)
@@ -248,14 +251,16 @@ class Watermark:
 
 @dataclass(frozen=True)
 class ClockMarker:
-    """The snapshot clock of ``epoch`` (partition index -> last included offset).
+    """The snapshot clock of ``epoch`` (partition index -> last included offset), or with
+    ``partial`` the parts of it the sender knows (CLOCK_PART).
 
     Ordered on the same connection as the data: every DATA frame after it may carry tuples
-    beyond the clock.
+    beyond the clock (beyond its parts).
     """
 
     epoch: int
     clock: dict[int, int] = field(default_factory=dict)
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -392,7 +397,8 @@ def _payload_parts(frame: Frame) -> tuple[FrameKind, list[Any]]:
     if isinstance(frame, Watermark):
         return FrameKind.WATERMARK, _marks_parts(frame.epoch, frame.watermark)
     if isinstance(frame, ClockMarker):
-        return FrameKind.CLOCK, _marks_parts(frame.epoch, frame.clock)
+        return FrameKind.CLOCK_PART if frame.partial else FrameKind.CLOCK, \
+            _marks_parts(frame.epoch, frame.clock)
     if isinstance(frame, Hello):
         sender = frame.sender.encode("utf-8")
         receiver = frame.receiver.encode("utf-8")
@@ -533,6 +539,8 @@ def decode_frame(kind: int, payload: bytes | bytearray | memoryview) -> Frame:
                 return Watermark(*_decode_marks(view))
             if kind == FrameKind.CLOCK:
                 return ClockMarker(*_decode_marks(view))
+            if kind == FrameKind.CLOCK_PART:
+                return ClockMarker(*_decode_marks(view), partial=True)
             if kind == FrameKind.HELLO:
                 return _decode_hello(view)
             if kind == FrameKind.QUERY:

@@ -199,11 +199,15 @@ class BoltShell(InboundShell):
         return None
 
     def on_state(self, state: RunState) -> None:
+        if self.core is None:
+            return
         if isinstance(state, Flowing) and state.clock is not None:
-            assert self.core is not None
             clock = state.clock_for(self.spec.name)  # the backfill clock while catching up
             assert clock is not None
             self.act(self.core.on_clock(state.epoch, self.table.to_wire(clock)))
+        else:  # a barrier round known in part that the master passed is never written
+            self.core.round_passed(state.epoch if isinstance(state, Flowing)
+                                   else state.epoch - 1)
 
     def answer(self, query: Query) -> dict[str, Any]:
         """Ask the main thread (which owns the state) for the values of a live query."""
@@ -286,7 +290,7 @@ class BoltShell(InboundShell):
         elif isinstance(frame, Watermark):
             self.act(core.on_watermark(sender, frame.watermark))
         elif isinstance(frame, ClockMarker):
-            self.act(core.on_clock(frame.epoch, frame.clock))
+            self.act(core.on_clock(frame.epoch, frame.clock, frame.partial))
         if core.compacting and time.monotonic() - self.flushed >= (
                 BACKLOG_FLUSH_INTERVAL if self.behind else FLUSH_INTERVAL):
             self.flush()
@@ -352,7 +356,7 @@ class BoltShell(InboundShell):
                 self.send_batch(action.batch)
                 self.metrics.messages_out.inc(len(action.batch))
             elif isinstance(action, ForwardClock):
-                self.send_all([ClockMarker(action.epoch, dict(action.clock))])
+                self.send_all([ClockMarker(action.epoch, dict(action.clock), action.partial)])
             elif isinstance(action, ForwardWatermark):
                 assert self.joined is not None
                 if self.dead_letters.pending:

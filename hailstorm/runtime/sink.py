@@ -191,7 +191,7 @@ class SinkShell(InboundShell):
             self.act(self.core.on_watermark(sender, frame.watermark, pending=self.pending,
                                             now=time.monotonic(),
                                             caught_up=self.inbound.empty()))
-        elif isinstance(frame, ClockMarker):
+        elif isinstance(frame, ClockMarker) and not frame.partial:  # a sink needs the whole
             self._round(frame.epoch, self.table.from_wire(frame.clock))
 
     def _part_from(self, sender: str, why: str) -> None:

@@ -82,6 +82,11 @@ class SpoutShell(Shell):
         self.index = self.table.index(self.partition)
         self.router = Router(self.topology.downstream_of(spec.name))
         self.core: SpoutCore | None = None
+        self.marks_rounds = not any(other.topic == spec.topic and other.name != spec.name
+                                    for other in self.topology.spouts)
+        """Barrier rounds are marked in the stream, not paused for, unless another spout
+        reads this topic too: a round's clock then holds the furthest of their positions,
+        which only a pause makes the other spout's part too."""
         self.started = False
         # The end-of-partition events tell a spout it caught up with a backlog.
         self.consumer = consumer(self.assignment.kafka, **{"enable.partition.eof": True},
@@ -161,8 +166,16 @@ class SpoutShell(Shell):
         elif not self.started:
             raise DataPlaneError(f"{type(state).__name__} before SpoutsRewind in this run")
         elif isinstance(state, SpoutsPaused):
-            position = core.pause()
-            back = None if self.back is None else {p: self.back.pause()}
+            back = None
+            if state.barrier and self.marks_rounds and not state.catching_up \
+                    and self.back is None and not core.paused:  # mark it and read on
+                position, part = core.cut(state.epoch)
+                self.send_output(SpoutOutput(part, watermark=core.watermark()))
+                self.metrics.rounds("marked").inc()
+            else:
+                position = core.pause()
+                back = None if self.back is None else {p: self.back.pause()}
+                self.metrics.rounds("paused").inc()
             self.backlog.paused()
             self.flowing_reported = None
             self._commit_dead_letters()  # the round's clock may include their records
@@ -388,7 +401,8 @@ class SpoutShell(Shell):
             if r not in self.detached
             and ((r in self.back_receivers) == backfill or (joined and not backfill))}
         if out.clock is not None:
-            marker = ClockMarker(out.clock.epoch, self.table.to_wire(out.clock.clock))
+            marker = ClockMarker(out.clock.epoch, self.table.to_wire(out.clock.clock),
+                                 out.clock.partial)
             back = marker if self.back_clock is None else \
                 ClockMarker(out.clock.epoch, self.table.to_wire(self.back_clock))
             for receiver, frames in per_receiver.items():

@@ -123,6 +123,22 @@ def test_status_shows_a_flowing_topology_and_its_metrics(
         assert value > 0
         assert samples["hailstorm_batch_seconds_count"][1] > 0
 
+        # Rounds are barriers: each spout marked them in its streams and never stopped.
+        spout = next(p for p in doc["processors"] if p["role"] == "spout")
+        url = f"http://{spout['host']}:{spout['metrics_port']}/metrics"
+
+        def rounds() -> dict[str, float]:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return {labels["how"]: value for name, labels, value
+                        in parse_samples(response.read().decode())
+                        if name == "hailstorm_spout_rounds_total"}
+
+        deadline = time.monotonic() + 60
+        while not rounds().get("marked") and time.monotonic() < deadline:
+            time.sleep(0.5)  # a spout that restarted counts from 0
+        answered = rounds()
+        assert answered.get("marked", 0) > 0 and "paused" not in answered, answered
+
         # The human form renders too.
         result = subprocess.run(
             [sys.executable, "-m", "hailstorm", "status", run.name, "--sample", "0"],

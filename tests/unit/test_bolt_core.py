@@ -115,6 +115,55 @@ def test_clock_splits_state_and_emit_sees_both_halves() -> None:
     assert core.pending_clock is None and core.last_snapshot == (1, {A: 2, B: 0})
 
 
+def test_a_barrier_round_splits_a_partition_at_its_part_and_the_rest_below_the_round(
+) -> None:
+    core = BoltCore(counts_spec(), ["s0", "s1"])
+    feed(core, "s0", (A, 0, "x"))
+    assert core.on_clock(1, {A: 0}, partial=True) == [ForwardClock(1, {A: 0}, partial=True)]
+    assert core.on_clock(1, {A: 0}, partial=True) == []  # a repeat (another upstream's)
+    feed(core, "s0", (A, 1, "x"))  # beyond A's part: B
+    feed(core, "s1", (B, 5, "x"))  # B's part unknown: it comes before anything beyond it
+    assert snapshots(core.on_watermark("s0", {A: 1})) == []
+    assert snapshots(core.on_watermark("s1", {B: 5})) == []  # partial: never written
+    assert core.on_clock(1, {B: 5}, partial=True) == [ForwardClock(1, {B: 5}, partial=True)]
+    feed(core, "s1", (B, 6, "x"))
+    actions = core.on_clock(1, {A: 0, B: 5})  # the master's whole clock completes it
+    assert actions == [ForwardClock(1, {A: 0, B: 5}),
+                       WriteSnapshot(1, {A: 0, B: 5}, {"x": 2})]
+    assert core.merged_state() == {"x": 4} and core.pending_epochs == []
+    assert core.on_clock(1, {B: 5}, partial=True) == []  # a late part of a written round
+
+
+def test_a_barrier_round_the_master_passed_folds_back_with_nothing_written() -> None:
+    core = BoltCore(counts_spec(), ["s"], {A: 0}, {"x": 1}, loaded_whole=True)
+    core.on_clock(2, {A: 1}, partial=True)
+    feed(core, "s", (A, 1, "x"), (A, 2, "y"))
+    core.round_passed(1)  # an older round: nothing to do
+    assert core.pending_epochs == [2]
+    core.round_passed(2)  # Flowing(2, None): skipped
+    assert core.pending_epochs == [] and core.merged_state() == {"x": 2, "y": 1}
+    assert core.on_clock(2, {A: 1}, partial=True) == []  # a late part of the passed round
+    core.on_clock(3, {A: 4}, partial=True)
+    feed(core, "s", (A, 5, "z"))
+    assert core.on_clock(4, {A: 5}, partial=True) != []  # round 3 was passed: dropped
+    assert core.pending_epochs == [4]
+    actions = core.on_clock(4, {A: 5}) + core.on_watermark("s", {A: 5})
+    [written] = snapshots(actions)
+    assert written.delta and written.state == {"x": 2, "y": 1, "z": 1}  # B's keys too
+
+
+def test_a_barrier_rounds_parts_must_agree_and_come_before_what_lies_beyond_them() -> None:
+    core = BoltCore(counts_spec(), ["s"])
+    core.on_clock(1, {A: 3}, partial=True)
+    with pytest.raises(ProtocolViolation, match="arrived as 3 and as 4"):
+        core.on_clock(1, {A: 4, B: 0})
+    core = BoltCore(counts_spec(), ["s"])
+    core.on_clock(1, {A: 3}, partial=True)
+    feed(core, "s", (B, 2, "x"))
+    with pytest.raises(ProtocolViolation, match="arrived after tuples above it"):
+        core.on_clock(1, {B: 1}, partial=True)
+
+
 def test_lookup_merges_the_segments_and_absorbed_bounds_the_state() -> None:
     core = BoltCore(counts_spec(monoid=per_key(SetUnion("string"))), ["s"], {A: 1}, {"x": {"a"}})
     assert core.absorbed == {A: 1}
@@ -422,6 +471,9 @@ class Scenario:
     kept: dict[int, int]
     """Per partition, the offset at or below the spouts' rewind whose stream times are
     kept (``-1``: none; the spout re-reads the partition from its start)."""
+    barrier: bool = False
+    """Rounds are barriers: each spout marks its position in its streams and reads on
+    (CLOCK_PART), and the master may pass a round without a clock (skipped, abandoned)."""
 
 
 @st.composite
@@ -455,7 +507,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     rewind = {p: min((c[("w", p)] for c in loaded.values()), default=-1)
               for p in range(partitions)}
     kept = {p: draw(st.integers(-1, r)) for p, r in rewind.items()}
-    return Scenario(values, loaded, choices, kept)
+    return Scenario(values, loaded, choices, kept, draw(st.booleans()))
 
 
 def ignoring_number(move: Callable[[], None]) -> Callable[[int], None]:
@@ -481,6 +533,14 @@ class Simulation:
     rewind: Clock = field(default_factory=dict)
     phase: str = "flowing"  # flowing | pausing | clocked
     epoch: int = 0
+    """The last round with a clock."""
+    round: int = 0
+    """The last round begun (barrier rounds may be passed without a clock)."""
+    passed: int = 0
+    """The last round the master passed without a clock."""
+    abandoned: set[int] = field(default_factory=set)
+    resumed: set[str] = field(default_factory=set)
+    """Spouts that sent the current round's whole clock (barrier rounds)."""
     clock: Clock = field(default_factory=dict)
     reported: dict[str, int] = field(default_factory=dict)
     clocks: dict[int, Clock] = field(default_factory=dict)
@@ -562,7 +622,8 @@ class Simulation:
     def send_spout_output(self, spout_id: str, out: SpoutOutput) -> None:
         spout = self.spouts[spout_id]
         if out.clock is not None:
-            self.send(spout_id, spout.destinations, ("clock", out.clock.epoch, out.clock.clock))
+            self.send(spout_id, spout.destinations,
+                      ("clock", out.clock.epoch, out.clock.clock, out.clock.partial))
         for (name, i), batch in out.batches.items():
             self.queues[(spout_id, f"{name}/{i}")].append(("data", batch))
         self.dead.extend((d.message.partition, d.message.offset) for d in out.dead_letters
@@ -576,7 +637,8 @@ class Simulation:
         destinations = self.routers[name].destinations
         for action in actions:
             if isinstance(action, ForwardClock):
-                self.send(bolt_id, destinations, ("clock", action.epoch, action.clock))
+                self.send(bolt_id, destinations,
+                          ("clock", action.epoch, action.clock, action.partial))
             elif isinstance(action, ForwardWatermark):
                 self.send(bolt_id, destinations, ("wm", action.watermark))
             elif isinstance(action, Emit):
@@ -622,7 +684,7 @@ class Simulation:
         elif frame[0] == "wm":
             self.run_actions(bolt_id, core.on_watermark(source, frame[1]))
         else:
-            self.run_actions(bolt_id, core.on_clock(frame[1], frame[2]))
+            self.run_actions(bolt_id, core.on_clock(frame[1], frame[2], frame[3]))
 
     # -- the negotiator and the processors' views of it ---------------------------------
 
@@ -630,17 +692,33 @@ class Simulation:
         assert self.phase == "flowing"
         self.phase = "pausing"
         self.reported = {}
+        self.resumed = set()
+        self.round += 1
+
+    def pass_round(self) -> None:
+        """The master passes a barrier round without a clock (skipped, or abandoned by a
+        local recovery): the spouts that marked it read on."""
+        assert self.phase == "pausing" and self.scenario.barrier
+        self.abandoned.add(self.round)
+        self.passed = self.round
+        self.phase = "flowing"
 
     def spout_sees_master(self, spout_id: str) -> None:
         spout = self.spouts[spout_id]
         if self.phase == "pausing" and spout_id not in self.reported:
-            self.reported[spout_id] = spout.pause()
+            if self.scenario.barrier and not spout.paused:
+                position, part = spout.cut(self.round)
+                self.reported[spout_id] = position
+                self.send(spout_id, spout.destinations, ("clock", part.epoch, part.clock, True))
+            else:
+                self.reported[spout_id] = spout.pause()
             if len(self.reported) == len(self.spouts):
-                self.epoch += 1
+                self.epoch = self.round
                 self.clock = {("w", int(s.split("/")[1])): o for s, o in self.reported.items()}
                 self.clocks[self.epoch] = self.clock
                 self.phase = "clocked"
-        elif self.phase == "clocked" and spout.paused:
+        elif self.phase == "clocked" and spout_id not in self.resumed:
+            self.resumed.add(spout_id)
             self.send_spout_output(spout_id, spout.resume(self.epoch, self.clock))
         elif self.phase == "flowing" and spout.paused:
             self.send_spout_output(spout_id, spout.resume())
@@ -648,6 +726,8 @@ class Simulation:
     def bolt_sees_master(self, bolt_id: str) -> None:
         if self.phase == "clocked":
             self.run_actions(bolt_id, self.bolts[bolt_id].on_clock(self.epoch, self.clock))
+        elif self.passed:
+            self.bolts[bolt_id].round_passed(self.passed)
 
     def maybe_finish_round(self) -> None:
         if self.phase == "clocked" and all(
@@ -690,9 +770,11 @@ class Simulation:
             moves.append(ignoring_number(partial(self.tick, spout_id)))
             moves.append(ignoring_number(partial(self.flush_spout, spout_id)))
             moves.append(ignoring_number(partial(self.spout_sees_master, spout_id)))
-        if self.phase == "clocked":
+        if self.phase == "clocked" or self.passed:
             for bolt_id in self.bolts:
                 moves.append(ignoring_number(partial(self.bolt_sees_master, bolt_id)))
+        if self.phase == "pausing" and self.scenario.barrier:
+            moves.append(ignoring_number(self.pass_round))
         for bolt_id, core in self.bolts.items():
             if core.unflushed:
                 moves.append(ignoring_number(partial(self.flush, bolt_id)))
@@ -738,7 +820,9 @@ def test_every_snapshot_equals_the_model_at_its_clock(scenario: Scenario) -> Non
     sim = Simulation(scenario)
     sim.run()
     epochs = sorted(sim.clocks)
-    assert epochs and epochs == list(range(1, sim.epoch + 1))
+    assert epochs and epochs == sorted(set(range(1, sim.round + 1)) - sim.abandoned)
+    event(f"barrier rounds: {'some passed' if sim.abandoned else 'all written'}"
+          if scenario.barrier else "pausing rounds")
     comparable = sim.model(None).comparable  # closed windows may have been dropped
     for bolt_id, written in sim.written.items():
         name, instance = bolt_id.split("/")

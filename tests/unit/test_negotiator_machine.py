@@ -915,9 +915,10 @@ def test_labels_of_stopped() -> None:
 
 
 def test_a_stop_while_flowing_starts_a_last_round_at_once() -> None:
-    """No waiting for the snapshot interval: the round commits what was read."""
+    """No waiting for the snapshot interval: the round commits what was read, and the
+    spouts stop at its clock (no barrier: nothing beyond it flows before Stopped)."""
     d = check(Flowing(7), stopping(view(FLOWING_LIVING, now=T0 + 0.1)))
-    assert d.next_state == SpoutsPaused(8)
+    assert d.next_state == SpoutsPaused(8, barrier=False)
     assert d.reason == "stop requested by hailstorm stop (ann@box): a last round commits " \
                        "what was read"
 

@@ -98,7 +98,8 @@ def test_paths() -> None:
 @pytest.mark.parametrize(
     "state",
     [Initialize(1), SpoutsRewind(2, {P0: -1, P1: 7}), Flowing(2), Flowing(3, {P0: 4}),
-     SpoutsPaused(3), Stopped(4, {P0: 4}, "hailstorm stop (ann@box)"), Stopped(1)],
+     SpoutsPaused(3), SpoutsPaused(3, barrier=False),
+     Stopped(4, {P0: 4}, "hailstorm stop (ann@box)"), Stopped(1)],
 )
 def test_master_record_round_trip(
     state: Initialize | SpoutsRewind | Flowing | SpoutsPaused | Stopped,
@@ -106,6 +107,13 @@ def test_master_record_round_trip(
     record = MasterRecord(state, 12.5, "host:1", "why")
     assert MasterRecord.from_json(record.to_json()) == record
     assert decode(record.to_json())["state"] == type(state).__name__
+
+
+def test_a_pause_written_before_barrier_rounds_stops_the_spouts() -> None:
+    raw = decode(MasterRecord(SpoutsPaused(3), 1.0).to_json())
+    assert raw["barrier"] is True
+    del raw["barrier"]
+    assert MasterRecord.from_json(raw).state == SpoutsPaused(3, barrier=False)
 
 
 def test_a_stopped_master_record_says_who_stopped_it_and_a_stop_request_round_trips(

@@ -310,6 +310,36 @@ def test_paused_spout_holds_records_until_resume_sends_the_clock_first() -> None
     assert out.watermark == {P: 13} and spout.held == 0 and not spout.paused
 
 
+def test_a_barrier_round_marks_the_position_and_the_spout_reads_on() -> None:
+    spout = make_spout()
+    spout.start({P: 9})
+    spout.resume()
+    spout.on_records([10], [b"a"])
+    spout.stage([11], [b"b"])  # staged, not emitted: beyond the mark
+    position, part = spout.cut(1)
+    assert position == 10 and part == ForwardClock(1, {P: 10}, partial=True)
+    assert not spout.paused
+    out = spout.on_records([12], [b"c"])
+    assert flat(out, ("total", 0)) == [(11, "b"), (12, "c")] and out.clock is None
+    out = spout.resume(1, {P: 10, ("other", 0): 5})  # beyond the clock: at its own mark
+    assert out.clock == ForwardClock(1, {P: 10, ("other", 0): 5})
+    assert out.batches == {}
+
+
+def test_a_barrier_rounds_clock_must_be_where_the_spout_cut() -> None:
+    spout = make_spout()
+    spout.start({})
+    spout.resume()
+    spout.on_records([0, 1], [b"a", b"b"])
+    spout.cut(1)
+    spout.on_records([2], [b"c"])
+    with pytest.raises(ProtocolViolation, match="beyond the clock of round 1"):
+        spout.resume(1, {P: 0})
+    spout.pause()
+    with pytest.raises(ValueError, match="paused"):
+        spout.cut(2)
+
+
 def test_resume_after_rewind_without_a_clock() -> None:
     spout = make_spout()
     assert spout.start({P: 2}) == 3

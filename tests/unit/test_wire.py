@@ -86,7 +86,7 @@ frames = (
     st.builds(Hello, st.text(max_size=40), INT64, st.text(max_size=40))
     | batches
     | st.builds(Watermark, INT64, marks)
-    | st.builds(ClockMarker, INT64, marks)
+    | st.builds(ClockMarker, INT64, marks, st.booleans())
     | st.just(Bye())
 )
 
@@ -113,6 +113,8 @@ def test_data_round_trip_keeps_values_and_types(batch: DataBatch) -> None:
 def test_watermark_and_clock_round_trip(epoch: int, offsets: dict[int, int]) -> None:
     assert roundtrip(Watermark(epoch, offsets)) == Watermark(epoch, offsets)
     assert roundtrip(ClockMarker(epoch, offsets)) == ClockMarker(epoch, offsets)
+    part = ClockMarker(epoch, offsets, partial=True)
+    assert roundtrip(part) == part
 
 
 def test_bye_round_trip() -> None:
