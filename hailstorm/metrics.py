@@ -383,11 +383,12 @@ class NegotiatorMetrics:
         self.leader = r.gauge("hailstorm_negotiator_leader", "1 while this negotiator leads.")
         self.pause_seconds = r.summary(
             "hailstorm_negotiator_pause_seconds",
-            "How long each snapshot round held the spouts paused: from writing SpoutsPaused "
-            "to writing Flowing with the round's clock.")
+            "How long each snapshot round took to fix its clock: from writing SpoutsPaused "
+            "to writing Flowing with the round's clock (the spouts stood paused that long "
+            "only in a round that was no barrier).")
         self.pause_max_seconds = r.gauge(
             "hailstorm_negotiator_pause_max_seconds",
-            "The longest such pause this negotiator saw.")
+            "The longest such time this negotiator saw.")
         self.fallbacks = r.counter(
             "hailstorm_negotiator_fallbacks_total",
             "Recoveries that fell back to the previous committed round because a snapshot "

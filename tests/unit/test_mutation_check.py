@@ -25,6 +25,15 @@ def test_every_mutation_applies_exactly_once(mutation: object) -> None:
         assert found == 1, f"{edit.path}: the text to change is there {found} times"
 
 
+def test_every_mutation_is_checked_by_chaos_or_by_unit_tests_that_exist() -> None:
+    for mutation in mutation_check.MUTATIONS:
+        if mutation.check == "chaos":
+            continue
+        path, _, name = mutation_check.UNIT_CHECKS[mutation.check].partition("::")
+        assert (REPO / path).is_file() and (not name or f"def {name}(" in
+                                            (REPO / path).read_text()), mutation.name
+
+
 def test_the_harness_itself_is_among_the_mutants() -> None:
     names = {m.name for m in mutation_check.MUTATIONS}
     assert {"none", "none-oracle", "fault-does-nothing"} <= names
