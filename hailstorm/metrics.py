@@ -396,7 +396,7 @@ class NegotiatorMetrics:
         self._longest_pause = 0.0
 
     def pause(self, seconds: float) -> None:
-        """A snapshot round held the spouts paused for ``seconds``."""
+        """A snapshot round took ``seconds`` to fix its clock."""
         self.pause_seconds.observe(seconds)
         self._longest_pause = max(self._longest_pause, seconds)
         self.pause_max_seconds.set(self._longest_pause)

@@ -19,7 +19,8 @@ from hailstorm.protocol.layout import LayoutError, parse_processor_id, processor
 from hailstorm.status.document import budget_problem
 
 Phase = Literal["flowing", "paused", "recovering", "stopped", "dead"]
-"""How an instance is drawn: moving data, a spout standing paused for a snapshot round,
+"""How an instance is drawn: moving data, a spout standing paused for a snapshot round (a
+stop's last round, or one that is no barrier),
 the topology (re)starting, stopped on request, or failed or gone (see :func:`phase_of`)."""
 
 PHASES: tuple[Phase, ...] = ("flowing", "paused", "recovering", "stopped", "dead")
@@ -62,7 +63,9 @@ def master_phase(master: Mapping[str, Any] | None) -> Phase:
         return "recovering"
     if master.get("state") == "Stopped":
         return "stopped"
-    return "paused" if master.get("state") == "SpoutsPaused" else "flowing"
+    if master.get("state") == "SpoutsPaused" and not master.get("barrier"):
+        return "paused"  # a barrier round stops no spout: they read on
+    return "flowing"
 
 
 def phase_of(processor: Mapping[str, Any], master: Mapping[str, Any] | None) -> Phase:
@@ -82,8 +85,9 @@ def phase_of(processor: Mapping[str, Any], master: Mapping[str, Any] | None) -> 
         return "recovering"
     if not processor.get("registered"):
         return "dead"
+    barrier = master is not None and master.get("barrier")
     if processor.get("role") == "spout" and (
-            topology == "paused" or processor.get("state") == "paused"):
+            topology == "paused" or (processor.get("state") == "paused" and not barrier)):
         return "paused"
     return "flowing"
 

@@ -220,7 +220,8 @@ class SpoutCore:
                 marker = ForwardClock(epoch, dict(clock))
                 self._clock_epoch = epoch
                 position = self.position
-                self._boundaries = sorted({b for b in self._boundaries if b > position} | {limit})
+                self._boundaries = sorted({b for b in self._boundaries if b > position}
+                                          | ({limit} if limit >= position else set()))
         self._paused = False
         offsets, values = self._held_offsets, self._held_values
         self._held_offsets, self._held_values = [], []

@@ -128,6 +128,7 @@ def assemble(inputs: Inputs) -> dict[str, Any]:
             "reason": master.reason,
             "stopped_by": getattr(master.state, "by", None),
             "instances": list(getattr(master.state, "instances", ())),
+            "barrier": getattr(master.state, "barrier", None),
         }
     doc["state"] = _state_label(master)
     doc["stopped"] = master is not None and isinstance(master.state, Stopped)

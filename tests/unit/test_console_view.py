@@ -71,6 +71,12 @@ def test_phase_of_a_spout(master: str, fields: dict[str, Any], phase: str) -> No
     assert phase_of(processor("spout:lines:words:0", **fields), {"state": master}) == phase
 
 
+def test_a_spout_that_marked_a_barrier_round_is_drawn_flowing() -> None:
+    spout = processor("spout:lines:words:0", state="paused")
+    assert phase_of(spout, {"state": "SpoutsPaused", "barrier": True}) == "flowing"
+    assert phase_of(spout, {"state": "SpoutsPaused", "barrier": False}) == "paused"
+
+
 def test_a_stopped_topology_is_drawn_stopped_not_recovering() -> None:
     history = History()
     rows = [processor(p, registered=False, out_per_s=None) for p in IDS]
