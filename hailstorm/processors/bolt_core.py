@@ -322,7 +322,7 @@ class BoltCore:
                 self._deltas.merging(split.states[1])
             if self.closed_windows is not None:
                 self.closed_windows.round_dropped(i)
-            split.abandon(r.epoch)
+            split.abandon(i)
 
     def flush(self) -> list[Action]:
         """Compacting bolts: emit once per key touched since the last flush (its last tuple

@@ -155,18 +155,17 @@ class Segments:
             self.latest_epoch = epoch
         elif known.complete:
             return None
+        learned = {p: o for p, o in clock.items() if p not in known.clock}
         if partial:
             for p, o in clock.items():
                 if known.clock.get(p, o) != o:
                     self._disagree(epoch, p, known.clock[p], o)
-            learned = {p: o for p, o in clock.items() if p not in known.clock}
             if not learned and known.clock:
                 return None
         else:
             for p, o in known.clock.items():
                 if clock.get(p, NOTHING) != o:
                     self._disagree(epoch, p, o, clock.get(p, NOTHING))
-            learned = {p: o for p, o in clock.items() if p not in known.clock}
             known.complete = True
         parts = set(known.clock)  # tuples absorbed after a part was known may lie above it
         known.clock.update(learned)
@@ -189,23 +188,17 @@ class Segments:
             f"and as {now}"
         )
 
-    def abandon(self, epoch: int) -> int | None:
-        """Drop partial round ``epoch`` (the master passed it without a clock): its ``B``
-        folds into its ``A``, nothing is written. Returns the segment its ``A`` was (0:
-        the state a snapshot writes changed), or None when no such round is pending."""
-        i = next((i for i, r in enumerate(self.pending)
-                  if r.epoch == epoch and not r.complete), None)
-        if i is None:
-            return None
+    def abandon(self, i: int) -> None:
+        """Drop the partial round ``pending[i]`` (the master passed it without a clock):
+        its ``B`` (``states[i + 1]``) folds into its ``A`` (``states[i]``), nothing is
+        written."""
+        if self.pending[i].complete:
+            raise ValueError(f"round {self.pending[i].epoch} is complete: it is written, "
+                             "not dropped")
         states = self.states
         states[i:i + 2] = [self.monoid.absorb(states[i], states[i + 1])]
         del self.pending[i]
         self._relabel()
-        return i
-
-    def partial_epochs(self) -> list[int]:
-        """Pending rounds whose clock is known only in part."""
-        return [r.epoch for r in self.pending if not r.complete]
 
     def _relabel(self) -> None:
         """Each pending round's label: its clock raised to the floor and earlier rounds,
