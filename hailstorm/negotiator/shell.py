@@ -4,9 +4,10 @@
 - Leadership: every negotiator contends on ``election/`` with kazoo's Lock recipe (what
   kazoo's Election uses); exactly one holds it, the others block until the leader's
   session ends, then the next one takes over.
-- Every wake-up re-reads the whole view from ZooKeeper, arming a one-shot watch on every node
-  and directory it reads, so any later change wakes the loop again (three round trips:
-  :meth:`~hailstorm.protocol.records.TopologyRecords.read_view`). Watch payloads are never
+- Every wake-up reads the whole view from ZooKeeper, with a one-shot watch armed on every node
+  and directory it reads, so any later change wakes the loop again; what did not change
+  since the last wake-up is not asked again
+  (:meth:`~hailstorm.protocol.records.TopologyRecords.read_view`). Watch payloads are never
   trusted: they only wake.
 - A decision is applied in ONE ZooKeeper transaction: a check that our election node still
   exists (fencing: a negotiator whose session ended can write nothing), the master state

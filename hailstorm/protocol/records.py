@@ -32,13 +32,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from hailstorm.protocol.acceptance import SinkAcceptance, acceptance_node
+from hailstorm.protocol.known_nodes import KnownNodes, NodeData, Watch
 from hailstorm.protocol.layout import (
     CommittedRecord,
     ExpectedRecord,
@@ -57,9 +58,6 @@ from hailstorm.protocol.layout import (
 __all__ = ["Read", "TopologyRecords", "Unreadable", "ViewReads", "Watch"]
 
 R = TypeVar("R")
-
-Watch = Callable[[Any], None]
-"""A kazoo watch callback (called once with the event)."""
 
 Unreadable = Callable[[str, LayoutError], None]
 """Told the subject (node below the topology's root) and the error of an unreadable record."""
@@ -105,6 +103,11 @@ def _outcome(result: Any) -> Any:
         return _ABSENT
 
 
+def _existing(found: Mapping[str, NodeData]) -> dict[str, tuple[bytes | None, Any]]:
+    """The nodes of ``found`` that exist (a child gone since its listing is left out)."""
+    return {path: value for path, value in found.items() if value[1] is not None}
+
+
 def _direct(operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     return operation(*args, **kwargs)
 
@@ -124,6 +127,8 @@ class TopologyRecords:
         self.paths = topology if isinstance(topology, TopologyPaths) else TopologyPaths(topology)
         self._call = call
         self._on_unreadable = on_unreadable
+        self._known: KnownNodes | None = None
+        """What :meth:`read_view` read, kept until its watch fires."""
         self._listed: dict[str, tuple[bytes, Any]] = {}
         """Each listed node's last bytes and what they parsed to: a listing re-reads every
         node (the negotiator's, at each wake-up), and most did not change since."""
@@ -290,64 +295,76 @@ class TopologyRecords:
                 for name, instance in nodes if (path := f"{root}/{name}/{instance}") in found}
 
     def read_view(self, watch: Watch) -> ViewReads:
-        """What a negotiator's wake-up reads (after a ``sync``): the ``master``,
-        ``committed``, ``expected`` and ``stop`` records, every ``living`` report and every
-        ``snapshots`` report, each read as its own method reads it and with ``watch`` armed
-        on all of it, but asked three round trips at a time (records and listings; reports
-        and the snapshot directories; snapshot reports) rather than one after another: the
-        negotiator reads all of it at every wake-up, and while the spouts are paused for a
-        round each wake-up is on the pause's path."""
+        """What a negotiator's wake-up reads: the ``master``, ``committed``, ``expected``
+        and ``stop`` records, every ``living`` report and every ``snapshots`` report, each
+        read as its own method reads it and with ``watch`` armed on all of it.
+
+        After a ``sync``, only what changed since the last call is asked for: every node read
+        is kept (:class:`~hailstorm.protocol.known_nodes.KnownNodes`) until its watch fires,
+        which is exactly as fresh as reading it again. What is asked goes three round trips
+        at a time (records and listings; reports and the snapshot directories; snapshot
+        reports), not one after another. Every call must pass the same ``watch``: it is
+        called on any change of what was read, as a watch armed by the read would be."""
+        known = self._known
+        if known is None:
+            known = self._known = KnownNodes(self.client, watch)
         root, living, snapshots = self.paths.root, self.paths.living, self.paths.snapshots
+        self._call(self.client.sync, root)
+        known.settle()  # every change before the sync now reads as changed
         subjects = ("master", "committed", "expected", "stop")
-        client = self.client
-
-        def first() -> tuple[dict[str, Any], dict[str, Any], Any]:
-            sync = client.sync_async(root)
-            gets = {s: client.get_async(f"{root}/{s}", watch=watch) for s in subjects}
-            # Usually absent: armed for its creation in the same round trip.
-            stop_exists = client.exists_async(f"{root}/stop", watch=watch)
-            listings = {path: client.get_children_async(path, watch=watch)
-                        for path in (living, snapshots)}
-            sync.get()
-            return ({s: _outcome(r) for s, r in gets.items()},
-                    {path: _outcome(r) for path, r in listings.items()}, stop_exists.get())
-
-        got, listed, stop_stat = self._call(first)
-        reads: dict[str, tuple[bytes | None, ZnodeStat | None]] = {}
-        for subject in subjects:
-            result = got[subject]
-            if result is not _ABSENT:
-                reads[subject] = result
-            elif subject == "stop" and stop_stat is None:
-                reads[subject] = (None, None)  # absent, and watched for its creation
-            else:  # absent when asked (or created since): as one read does
-                reads[subject] = self._get(f"{root}/{subject}", watch)
-        names, bolts = (sorted(listed[path]) if listed[path] is not _ABSENT
-                        else self._children(path, watch) for path in (living, snapshots))
-
-        def second() -> tuple[dict[str, Any], dict[str, Any]]:
-            gets = {f"{living}/{name}": client.get_async(f"{living}/{name}", watch=watch)
-                    for name in names}
-            listings = {bolt: client.get_children_async(f"{snapshots}/{bolt}", watch=watch)
-                        for bolt in bolts}
-            return ({path: _outcome(r) for path, r in gets.items()},
-                    {bolt: _outcome(r) for bolt, r in listings.items()})
-
-        found, instances = self._call(second)
-        found = self._settled(found, watch)
+        reads, listed = self._read_known(known, [f"{root}/{s}" for s in subjects],
+                                         [living, snapshots])
+        names, bolts = listed[living], listed[snapshots]
+        found, instances = self._read_known(known, [f"{living}/{name}" for name in names],
+                                            [f"{snapshots}/{bolt}" for bolt in bolts])
         nodes = [(bolt, instance) for bolt in bolts
-                 for instance in (sorted(instances[bolt]) if instances[bolt] is not _ABSENT
-                                  else self._children(f"{snapshots}/{bolt}", watch))]
-        snapshot_found = self._get_many(
-            [f"{snapshots}/{bolt}/{instance}" for bolt, instance in nodes], watch)
+                 for instance in instances[f"{snapshots}/{bolt}"]]
+        snapshot_found, _ = self._read_known(
+            known, [f"{snapshots}/{bolt}/{instance}" for bolt, instance in nodes], [])
         return ViewReads(
-            self._read_of("master", reads["master"], MasterRecord.from_json),
-            self._read_of("committed", reads["committed"], CommittedRecord.from_json),
-            self._read_of("expected", reads["expected"], ExpectedRecord.from_json).record,
-            self._reports_of(names, found),
-            self._snapshot_reports_of(nodes, snapshot_found),
-            self._read_of("stop", reads["stop"], StopRequest.from_json).record,
+            self._read_of("master", reads[f"{root}/master"], MasterRecord.from_json),
+            self._read_of("committed", reads[f"{root}/committed"], CommittedRecord.from_json),
+            self._read_of("expected", reads[f"{root}/expected"], ExpectedRecord.from_json
+                          ).record,
+            self._reports_of(names, _existing(found)),
+            self._snapshot_reports_of(nodes, _existing(snapshot_found)),
+            self._read_of("stop", reads[f"{root}/stop"], StopRequest.from_json).record,
         )
+
+    def _read_known(self, known: KnownNodes, paths: list[str], directories: list[str]
+                    ) -> tuple[dict[str, NodeData], dict[str, list[str]]]:
+        """The data of each of ``paths`` and the sorted children of each of
+        ``directories``, as :meth:`_get` and :meth:`_children` read them with
+        ``known.changed`` armed; what ``known`` holds is not asked again, the rest is asked
+        all at once (one round trip's wait) and kept."""
+        watch, client = known.changed, self.client
+        data = {path: known.data(path) for path in paths}
+        children = {path: known.children(path) for path in directories}
+        ask_data = [path for path, value in data.items() if value is None]
+        ask_children = [path for path, names in children.items() if names is None]
+        if not ask_data and not ask_children:
+            return cast(dict[str, NodeData], data), cast(dict[str, list[str]], children)
+        tokens = {path: known.token(path) for path in [*ask_data, *ask_children]}
+
+        def ask() -> tuple[dict[str, Any], dict[str, Any]]:
+            gets = {path: client.get_async(path, watch=watch) for path in ask_data}
+            lists = {path: client.get_children_async(path, watch=watch)
+                     for path in ask_children}
+            return ({path: _outcome(r) for path, r in gets.items()},
+                    {path: _outcome(r) for path, r in lists.items()})
+
+        got, listed = self._call(ask)
+        for path, result in got.items():
+            # Absent when asked (or gone since a listing): as one read does, which watches
+            # it for its creation.
+            value = self._get(path, watch) if result is _ABSENT else result
+            known.keep_data(path, tokens[path], value)
+            data[path] = value
+        for path, result in listed.items():
+            names = self._children(path, watch) if result is _ABSENT else sorted(result)
+            known.keep_children(path, tokens[path], names)
+            children[path] = names
+        return cast(dict[str, NodeData], data), cast(dict[str, list[str]], children)
 
     def _records(self, directory: str, names: list[str],
                  parse: Callable[[bytes], R]) -> list[R]:

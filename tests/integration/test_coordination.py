@@ -191,6 +191,56 @@ def test_master_watch_fires_on_creation_and_change(hosts: str, name: str,
     assert record is not None and record.state == Flowing(3, {("words", 0): 1})
 
 
+def test_a_negotiator_view_sees_every_write_that_returned_before_it(hosts: str,
+                                                                   name: str) -> None:
+    """The negotiator's view asks only for what changed since its last one (the rest it
+    keeps until the node's watch fires): a write by another session that returned before
+    a view began is in that view, every time, and each view equals a fresh reader's. The
+    reader's kazoo callback thread is kept busy meanwhile, so that the watch events wait
+    in its queue when the view begins."""
+    from kazoo.client import KazooClient
+    from kazoo.protocol.states import Callback
+
+    from hailstorm.zookeeper import ensure_paths
+
+    paths = TopologyPaths(name)
+    writer, reader = KazooClient(hosts=hosts), KazooClient(hosts=hosts)
+    writer.start(timeout=10)
+    reader.start(timeout=10)
+    try:
+        ensure_paths(writer, paths.directories())
+        writer.create(paths.master, MasterRecord(Flowing(1, None), 1.0).to_json())
+        woken = threading.Event()
+
+        def wake(_event: object) -> None:
+            woken.set()
+        records = TopologyRecords(reader, paths)
+        records.read_view(wake)
+        for epoch in range(2, 42):
+            processor = f"spout:lines:w:{epoch % 3}"
+            reader.handler.dispatch_callback(Callback("watch", time.sleep, (0.02,)))
+            report = ProcessorReport(processor, ProcessorState.PAUSED, epoch).to_json()
+            if writer.exists(paths.living_node(processor)) is None:
+                writer.create(paths.living_node(processor), report)
+            else:
+                writer.set(paths.living_node(processor), report)
+            if epoch % 5 == 0:
+                writer.set(paths.master, MasterRecord(Flowing(epoch, None), 1.0).to_json())
+            if epoch % 7 == 0:
+                writer.delete(paths.living_node(processor))
+            view = records.read_view(wake)
+            fresh = TopologyRecords(writer, paths).read_view(lambda _event: None)
+            assert view == fresh, f"epoch {epoch}"
+            seen = view.reports.get(processor)
+            assert (seen is None) if epoch % 7 == 0 else (seen is not None
+                                                           and seen.epoch == epoch)
+        assert woken.is_set()
+    finally:
+        for client in (reader, writer):
+            client.stop()
+            client.close()
+
+
 def test_errors_are_reported_on_the_living_node(hosts: str, name: str,
                                                made: list[Coordinator]) -> None:
     coord = Coordinator(hosts, name, BOLT)

@@ -49,23 +49,61 @@ class Answer:
         return self.value
 
 
+@dataclass(frozen=True)
+class Event:
+    """A watch event: ``path`` None when the connection dropped."""
+
+    path: str | None
+
+
+class Handler:
+    """kazoo's handler: callbacks run when dispatched (no callback waits here)."""
+
+    def dispatch_callback(self, callback: Any) -> None:
+        callback.func(*callback.args)
+
+
 class FakeZk:
-    """Nodes in a dict; records every watch armed (path, kind)."""
+    """Nodes in a dict; records every watch armed (path, kind), and fires them."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, tuple[bytes, int]] = {}
         self.watched: list[tuple[str, str]] = []
+        self.watches: dict[str, set[Any]] = {}
+        """The watches armed on each path, until :meth:`fire` fires them."""
         self.log: list[str] = []
         """``ask`` for each asynchronous request, ``wait`` for each answer awaited."""
+        self.handler = Handler()
+
+    def _arm(self, path: str, kind: str, watch: Any) -> None:
+        if watch is not None:
+            self.watched.append((path, kind))
+            self.watches.setdefault(path, set()).add(watch)
+
+    def fire(self, path: str | None) -> None:
+        """Fire the watches of ``path`` (None: every watch, as a dropped connection)."""
+        paths = list(self.watches) if path is None else [path]
+        for each in paths:
+            for watch in self.watches.pop(each, set()):
+                watch(Event(path))
+
+    def sync(self, path: str) -> str:
+        self.log += ["ask", "wait"]
+        return path
+
+    def asked(self) -> int:
+        """Requests asked so far (a sync counts as one)."""
+        return self.log.count("ask")
 
     def put(self, path: str, data: bytes) -> None:
         self.nodes[path] = (data, self.nodes.get(path, (b"", -1))[1] + 1)
 
     def get(self, path: str, watch: Any = None) -> tuple[bytes, Stat]:
-        if watch is not None:
-            self.watched.append((path, "get"))
         if path not in self.nodes:
+            if watch is not None:
+                self.watched.append((path, "get"))  # asked, but ZooKeeper arms nothing
             raise NoNodeError(path)
+        self._arm(path, "get", watch)
         data, version = self.nodes[path]
         return data, Stat(version)
 
@@ -95,15 +133,15 @@ class FakeZk:
                    if before == "ask" and now == "wait")
 
     def exists(self, path: str, watch: Any = None) -> Stat | None:
-        if watch is not None:
-            self.watched.append((path, "exists"))
+        self._arm(path, "exists", watch)
         return Stat(self.nodes[path][1]) if path in self.nodes else None
 
     def get_children(self, path: str, watch: Any = None) -> list[str]:
-        if watch is not None:
-            self.watched.append((path, "children"))
         if path not in self.nodes:
+            if watch is not None:
+                self.watched.append((path, "children"))
             raise NoNodeError(path)
+        self._arm(path, "children", watch)
         prefix = path + "/"
         return [p[len(prefix):] for p in self.nodes
                 if p.startswith(prefix) and "/" not in p[len(prefix):]]
@@ -299,8 +337,9 @@ def _view_layout(zk: FakeZk, *, stop: bool, bad: bool) -> None:
 def test_a_view_reads_what_the_single_reads_read_in_three_round_trips(
         empty: bool, stop: bool, bad: bool) -> None:
     """``read_view`` gives what the records' own reads give and arms the watch on the same
-    nodes (absent ones for their creation), in three round trips where they take one each
-    (a running topology's); a new topology, with nodes still to be created, takes more."""
+    nodes (absent ones for their creation), in a sync and three round trips where they
+    take one each (a running topology's); a new topology, with nodes still to be created,
+    takes more."""
     zk = FakeZk()
     if not empty:
         _view_layout(zk, stop=stop, bad=bad)
@@ -320,10 +359,10 @@ def test_a_view_reads_what_the_single_reads_read_in_three_round_trips(
     assert view.reports == records.reports(watch)
     assert view.snapshot_reports == records.snapshot_reports(watch)
     assert view.stop == records.stop_request(watch)
-    assert view_watched == set(zk.watched) | {(PATHS.stop, "exists")}
+    assert view_watched == set(zk.watched)
     assert sorted(view_told) == sorted(told)
     if not empty:
-        assert view_trips == 3
+        assert view_trips == 1 + 3
         assert len(view.reports) == 3 + bad and len(view.snapshot_reports) == 2
 
 
@@ -334,3 +373,106 @@ def test_a_view_arms_the_watch_on_a_report_gone_since_its_listing() -> None:
     view = TopologyRecords(zk, PATHS).read_view(lambda _event: None)  # type: ignore[arg-type]
     assert sorted(view.reports) == ["bolt:counts:0", "sink:out:0"]
     assert (gone, "exists") in zk.watched
+
+
+def _viewing() -> tuple[FakeZk, TopologyRecords, list[object]]:
+    """A running topology's records, viewed once; the list collects the wake-ups."""
+    zk = FakeZk()
+    _view_layout(zk, stop=False, bad=False)
+    woken: list[object] = []
+    records = TopologyRecords(zk, PATHS)  # type: ignore[arg-type]
+    records.read_view(woken.append)
+    return zk, records, woken
+
+
+def _fresh_view(zk: FakeZk) -> object:
+    """What a reader that knows nothing yet reads now."""
+    return TopologyRecords(zk, PATHS).read_view(lambda _event: None)  # type: ignore[arg-type]
+
+
+def _asking(zk: FakeZk, records: TopologyRecords, watch: Any) -> tuple[Any, int]:
+    """A view of ``records`` and how many requests it asked."""
+    before = zk.asked()
+    view = records.read_view(watch)
+    return view, zk.asked() - before
+
+
+def test_a_view_asks_only_for_what_changed_since_the_last() -> None:
+    """Nodes whose watch has not fired are not asked again: an unchanged view costs its
+    sync alone; a changed report one read; a new instance its listing and its report; a
+    report gone the listing. Each view equals what a reader that knows nothing reads."""
+    zk, records, woken = _viewing()
+    view, asked = _asking(zk, records, woken.append)
+    assert asked == 1 and view == _fresh_view(zk)
+
+    report = PATHS.living_node("bolt:counts:0")
+    zk.put(report, ProcessorReport("bolt:counts:0", ProcessorState.PAUSED, 4).to_json())
+    zk.fire(report)
+    assert len(woken) == 1  # the watch passed on the event
+    view, asked = _asking(zk, records, woken.append)
+    assert asked == 1 + 1 and view == _fresh_view(zk)
+    assert view.reports["bolt:counts:0"].state is ProcessorState.PAUSED  # type: ignore[union-attr]
+
+    joined = PATHS.living_node("bolt:counts:1")
+    zk.put(joined, ProcessorReport("bolt:counts:1", ProcessorState.READY, 4).to_json())
+    zk.fire(PATHS.living)
+    view, asked = _asking(zk, records, woken.append)
+    assert asked == 1 + 2 and view == _fresh_view(zk) and "bolt:counts:1" in view.reports
+
+    zk.delete(joined)
+    zk.fire(joined)
+    zk.fire(PATHS.living)
+    view, asked = _asking(zk, records, woken.append)
+    assert asked == 1 + 1 and view == _fresh_view(zk) and "bolt:counts:1" not in view.reports
+
+
+def test_a_stop_request_created_after_a_view_is_read_in_the_next() -> None:
+    zk, records, woken = _viewing()
+    assert records.read_view(woken.append).stop is None
+    zk.put(PATHS.stop, StopRequest("me", 1.0).to_json())
+    zk.fire(PATHS.stop)  # armed by the view's read of the absent node
+    assert records.read_view(woken.append).stop == StopRequest("me", 1.0)
+
+
+def test_a_dropped_connection_forgets_everything_known() -> None:
+    """kazoo fires every watch with no path when the connection drops (and forgets them):
+    the next view asks for everything again."""
+    zk, records, woken = _viewing()
+    everything = _asking(zk, TopologyRecords(zk, PATHS), lambda _e: None)[1]  # type: ignore[arg-type]
+    zk.fire(None)
+    view, asked = _asking(zk, records, woken.append)
+    assert asked == everything and view == _fresh_view(zk)
+
+
+class FiringDuringRead(FakeZk):
+    """A node changes (and its watch fires) while a read of it is on its way: the answer
+    predates the change."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.armed = False
+
+    def get_async(self, path: str, watch: Any = None) -> Answer:
+        answer = super().get_async(path, watch)
+        if path == self.path and self.armed:
+            self.armed = False
+            self.put(path, ProcessorReport("sink:out:0", ProcessorState.PAUSED, 9).to_json())
+            self.fire(path)
+        return answer
+
+
+def test_an_answer_older_than_its_watch_event_is_used_once_and_not_kept() -> None:
+    report = PATHS.living_node("sink:out:0")
+    zk = FiringDuringRead(report)
+    _view_layout(zk, stop=False, bad=False)
+    records = TopologyRecords(zk, PATHS)  # type: ignore[arg-type]
+    watch = lambda _event: None  # noqa: E731
+    records.read_view(watch)
+    zk.put(report, ProcessorReport("sink:out:0", ProcessorState.PAUSED, 8).to_json())
+    zk.fire(report)
+    zk.armed = True
+    first = records.read_view(watch)
+    assert first.reports["sink:out:0"].epoch == 8  # type: ignore[union-attr]
+    second = records.read_view(watch)  # not kept: asked again
+    assert second.reports["sink:out:0"].epoch == 9  # type: ignore[union-attr]
