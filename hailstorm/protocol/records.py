@@ -239,6 +239,11 @@ class TopologyRecords:
         """The ``master`` record and its node's version."""
         return self._read("master", MasterRecord.from_json, watch)
 
+    def parse_master(self, data: bytes | None) -> MasterRecord | None:
+        """The ``master`` record of a node's ``data`` read elsewhere (None: no node), as
+        :meth:`master` would give it."""
+        return None if data is None else self._parse("master", data, MasterRecord.from_json)
+
     def read_committed(self, watch: Watch | None = None) -> Read[CommittedRecord]:
         """The ``committed`` record and its node's version."""
         return self._read("committed", CommittedRecord.from_json, watch)

@@ -242,17 +242,15 @@ class Shell:
         return _stop_of(record.state, self.joined)
 
     def _master_now(self) -> MasterRecord | None:
-        """The master record (None: not joined, none, or ZooKeeper cannot tell), read
-        from any thread: the main thread still acts on a change it had not read
+        """The master record read now (None: not joined, none, or ZooKeeper cannot tell),
+        from any thread: the main thread still acts on a change it had not followed
         (:meth:`follow_master`)."""
         if self.coord is None or self.joined is None:
             return None
         try:
-            return self.coord.master()
+            return self.coord.master_now()
         except Exception:  # broad: kazoo raises untyped errors: ZooKeeper cannot tell
             return None
-        finally:
-            self.coord.changed.set()  # reading cleared it
 
     def listen(self, address: str, info: dict[str, Any]) -> None:
         """Bolts and sinks: open the data-plane listener on ``address`` (its port goes in

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 
 from hailstorm.config import KAFKA_CONFIG_VAR
 from hailstorm.halt import TopologyHalt
@@ -35,6 +36,12 @@ processor's garbage anyway. The first generation's threshold lies above what a b
 holds between two flushes or commits (rows buffered for a transaction, a batch's tuples): at
 50,000 every collection walked tens of thousands of such buffered objects, out of cache, at
 40-160 ms each, about 10% of the processors' CPU on per-user totals."""
+
+SWITCH_INTERVAL = 0.001
+"""How long (s) a processor's thread may hold the interpreter lock while another waits for
+it (Python's default: 0.005). A bolt's snapshot writer and its socket readers run Python
+beside the main thread; each time the main thread comes back from a socket it waited up to
+the whole interval for the lock, for every frame of a round's write."""
 
 
 HALT_CHARS = 16_000
@@ -70,6 +77,7 @@ def run_incarnation(assignment: Assignment, topology: Topology, channel: Channel
     """Run one incarnation of the instance (in its own process) and say how it ended;
     a bolt's with the state its standby held (``warm``)."""
     gc.set_threshold(*GC_THRESHOLDS)
+    sys.setswitchinterval(SWITCH_INTERVAL)
     pid = parse_processor_id(assignment.processor)
     shell: Shell
     if pid.role is Role.SPOUT:

@@ -186,6 +186,8 @@ def test_master_watch_fires_on_creation_and_change(hosts: str, name: str,
     record = coord.master()
     assert record is not None and record.state == Flowing(2, None)
     coord.client.set(paths.master, MasterRecord(Flowing(3, {("words", 0): 1}), 2.0).to_json())
+    now = coord.master_now()  # read at once, whether or not the watch has followed yet
+    assert now is not None and now.state == Flowing(3, {("words", 0): 1})
     assert coord.changed.wait(5)
     record = coord.master()
     assert record is not None and record.state == Flowing(3, {("words", 0): 1})
