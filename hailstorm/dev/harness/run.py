@@ -56,6 +56,10 @@ from hailstorm.failpoints import PAUSE_DIR_VAR, pause_request
 PICK_POLL = 0.02
 """Seconds between two looks for a victim to hurt (see :meth:`TopologyRun._pick_processor`)."""
 
+ZOMBIE_PICKS = 3
+"""Sinks :meth:`TopologyRun.zombie_sink` picks in turn while each ends (a failpoint the
+test planned, or the recovery it starts, restarts it) before it could be stopped."""
+
 
 class TopologyRun(MeasuredRun):
     """A :class:`~hailstorm.dev.harness.measured.MeasuredRun` the harness hurts: faults timed
@@ -282,24 +286,33 @@ class TopologyRun(MeasuredRun):
         if not self.zombies:
             raise HarnessError("zombie faults need a driver that leaves stopped workers alive: "
                                "TopologyRun(zombies=True)")
-        ident, victim = self._pick_processor("sink", rng, None, epoch=epoch)
-        fault = self._fault("zombie", ident, victim, phase)
-        with self._kept_stopped(victim):
-            fault.detail = self._stop_before_commit(ident, victim)
-            master = self.master()  # the state and time it really stopped in
-            fault.phase = phase_name(master.state if master else None)
-            fault.epoch = master.state.epoch if master else 0
-            fault.at = time.time()
+        for _ in range(ZOMBIE_PICKS):
+            ident, victim = self._pick_processor("sink", rng, None, epoch=epoch)
+            fault = self._fault("zombie", ident, victim, phase)
+            with self._kept_stopped(victim):
+                stopped = self._stop_before_commit(ident, victim)
+                if stopped is None:  # it ended first (a failpoint the test planned restarted
+                    self.faults.remove(fault)  # the run): its next incarnation is picked
+                    continue
+                fault.detail = stopped
+                master = self.master()  # the state and time it really stopped in
+                fault.phase = phase_name(master.state if master else None)
+                fault.epoch = master.state.epoch if master else 0
+                fault.at = time.time()
 
-            def replaced() -> bool:  # a round of the run after the fault stood
-                restarts = [r for r in self.recoveries() if r.at >= fault.at]
-                committed = self.committed()
-                if not restarts or committed is None:
-                    return False
-                first = min(restarts, key=lambda r: r.epoch)
-                return committed.epoch > first.epoch or committed.standing_at > first.at
-            wait_for(f"a replacement of {ident} to commit", replaced, timeout, self.alive,
-                     poll=0.25)
+                def replaced(at: float = fault.at) -> bool:  # a round of a run after it stood
+                    restarts = [r for r in self.recoveries() if r.at >= at]
+                    committed = self.committed()
+                    if not restarts or committed is None:
+                        return False
+                    first = min(restarts, key=lambda r: r.epoch)
+                    return committed.epoch > first.epoch or committed.standing_at > first.at
+                wait_for(f"a replacement of {ident} to commit", replaced, timeout, self.alive,
+                         poll=0.25)
+            break
+        else:
+            raise HarnessError(f"no sink stayed alive until it could be stopped "
+                               f"({ZOMBIE_PICKS} picked)")
         wait_for(f"the zombie {ident} (pid {victim}) to end", lambda: not pid_alive(victim),
                  60, self.alive, poll=0.2)
         outcome = zombie_outcome(self.log("driver"), victim)
@@ -320,9 +333,9 @@ class TopologyRun(MeasuredRun):
                 os.kill(victim, signal.SIGCONT)
             self._stopped_pids.discard(victim)
 
-    def _stop_before_commit(self, ident: str, victim: int) -> str:
+    def _stop_before_commit(self, ident: str, victim: int) -> str | None:
         """Make ``victim`` stop itself as it is about to commit (within 10 s, else SIGSTOP
-        it where it is); says which."""
+        it where it is); says which (None: it ended before it could be stopped)."""
         request = pause_request(self.env[PAUSE_DIR_VAR], "sink.before_commit", victim)
         request.touch()
         try:
@@ -335,7 +348,10 @@ class TopologyRun(MeasuredRun):
             except FileNotFoundError:  # it just did
                 wait_for(f"{ident} to stop", lambda: process_stopped(victim), 10, poll=0.01)
                 return "stopped before a commit"
-            os.kill(victim, signal.SIGSTOP)
+            try:
+                os.kill(victim, signal.SIGSTOP)
+            except ProcessLookupError:
+                return None
             return "stopped between commits"
 
     def stall_bolt(self, rng: random.Random | None = None, phase: MasterPhase | None = None,
