@@ -71,6 +71,16 @@ up to 249 characters), short enough for a ZooKeeper node."""
 T = TypeVar("T")
 
 
+def _readable(read: Callable[[], MasterRecord | None]) -> MasterRecord | None:
+    """``read()``'s master record; None (logged) when it is unreadable: a negotiator will
+    replace it."""
+    try:
+        return read()
+    except LayoutError as exc:
+        log.warning("unreadable master record (%s); waiting for the negotiator", exc)
+        return None
+
+
 class CoordinationError(ServiceError, RuntimeError):
     """ZooKeeper is unusable for this processor (session lost, node never freed...)."""
 
@@ -407,11 +417,7 @@ class Coordinator:
         """``master`` read from ZooKeeper now, not as last followed (an incarnation that
         fails asks whether the run stopped or halted meanwhile, before its watch may have
         said so); None as in :meth:`master`. Leaves :attr:`changed` as it is."""
-        try:
-            return self.records.master()
-        except LayoutError as exc:
-            log.warning("unreadable master record (%s); waiting for the negotiator", exc)
-            return None
+        return _readable(self.records.master)
 
     def _master_read(self, data: bytes | None, _stat: object) -> None:
         """The ``DataWatch`` read ``master`` anew (None: no node): keep it, then wake."""
@@ -443,11 +449,7 @@ class Coordinator:
         self.changed.clear()
         with self._master_lock:
             data = self._master_data
-        try:
-            return self.records.parse_master(data)
-        except LayoutError as exc:
-            log.warning("unreadable master record (%s); waiting for the negotiator", exc)
-            return None
+        return _readable(lambda: self.records.parse_master(data))
 
     def committed(self) -> CommittedRecord | None:
         """The ``committed`` record, or None when nothing was committed yet."""

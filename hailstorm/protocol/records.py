@@ -103,7 +103,7 @@ def _outcome(result: Any) -> Any:
         return _ABSENT
 
 
-def _existing(found: Mapping[str, NodeData]) -> dict[str, tuple[bytes | None, Any]]:
+def _existing(found: Mapping[str, NodeData]) -> dict[str, tuple[bytes | None, ZnodeStat]]:
     """The nodes of ``found`` that exist (a child gone since its listing is left out)."""
     return {path: value for path, value in found.items() if value[1] is not None}
 
@@ -165,21 +165,15 @@ class TopologyRecords:
             pending = {path: client.get_async(path, watch=watch) for path in paths}
             return {path: _outcome(result) for path, result in pending.items()}
 
-        return self._settled(self._call(ask), watch)
+        return _existing(self._settled(self._call(ask), watch))
 
-    def _settled(self, found: dict[str, Any], watch: Watch | None
-                 ) -> dict[str, tuple[bytes | None, ZnodeStat]]:
-        """``found`` (path -> an asynchronous read's outcome) with each node gone since its
-        listing (:data:`_ABSENT`) read again as one read does (watch armed): kept if it is
-        back, else left out."""
-        for path, result in list(found.items()):
-            if result is _ABSENT:
-                data, stat = self._get(path, watch)
-                if stat is None:
-                    del found[path]
-                else:
-                    found[path] = (data, stat)
-        return found
+    def _settled(self, found: dict[str, Any], watch: Watch | None) -> dict[str, NodeData]:
+        """``found`` (path -> an asynchronous read's outcome) with each node absent when
+        asked (:data:`_ABSENT`: gone since its listing, or not created yet) read again as
+        one read does, which watches it for its creation (``(None, None)`` if still
+        absent)."""
+        return {path: self._get(path, watch) if result is _ABSENT else result
+                for path, result in found.items()}
 
     def _children(self, path: str, watch: Watch | None = None) -> list[str]:
         """The children of ``path``, sorted ([] when absent; watched for its creation)."""
@@ -359,10 +353,7 @@ class TopologyRecords:
                     {path: _outcome(r) for path, r in lists.items()})
 
         got, listed = self._call(ask)
-        for path, result in got.items():
-            # Absent when asked (or gone since a listing): as one read does, which watches
-            # it for its creation.
-            value = self._get(path, watch) if result is _ABSENT else result
+        for path, value in self._settled(got, watch).items():
             known.keep_data(path, tokens[path], value)
             data[path] = value
         for path, result in listed.items():

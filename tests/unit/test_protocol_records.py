@@ -114,12 +114,6 @@ class FakeZk:
     def get_children_async(self, path: str, watch: Any = None) -> Answer:
         return self._asked(self.get_children, path, watch)
 
-    def exists_async(self, path: str, watch: Any = None) -> Answer:
-        return self._asked(self.exists, path, watch)
-
-    def sync_async(self, path: str) -> Answer:
-        return self._asked(lambda p, _watch: p, path, None)
-
     def _asked(self, operation: Any, path: str, watch: Any) -> Answer:
         self.log.append("ask")
         try:
