@@ -12,7 +12,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -300,14 +300,8 @@ class TopologyRun(MeasuredRun):
                 fault.epoch = master.state.epoch if master else 0
                 fault.at = time.time()
 
-                def replaced(at: float = fault.at) -> bool:  # a round of a run after it stood
-                    restarts = [r for r in self.recoveries() if r.at >= at]
-                    committed = self.committed()
-                    if not restarts or committed is None:
-                        return False
-                    first = min(restarts, key=lambda r: r.epoch)
-                    return committed.epoch > first.epoch or committed.standing_at > first.at
-                wait_for(f"a replacement of {ident} to commit", replaced, timeout, self.alive,
+                wait_for(f"a replacement of {ident} to commit",
+                         self._replacement_stood(ident, victim), timeout, self.alive,
                          poll=0.25)
             break
         else:
@@ -320,6 +314,27 @@ class TopologyRun(MeasuredRun):
         fault.evidence[FENCED] = outcome == ZOMBIE_FENCED
         fault.detail += "; " + outcome
         return fault
+
+    def _replacement_stood(self, ident: str, victim: int) -> Callable[[], bool]:
+        """A check for :meth:`zombie_sink`: whether another incarnation of ``ident`` than
+        ``victim`` joined a run and a round after it joined stood (committed at a later
+        epoch, or confirmed after it was seen joined: it claimed the sink on joining).
+        Judged by the replacement itself, not by when recoveries began: a recovery a test's
+        failpoint started just before the victim stopped replaces it too."""
+        joined: list[tuple[int, float]] = []  # (epoch it answered, when seen) once joined
+
+        def stood() -> bool:
+            if not joined:
+                report = self.processors().get(ident)
+                if report is None or report.run is None \
+                        or int(report.info.get("pid", -1)) in (-1, victim):
+                    return False
+                joined.append((report.epoch, time.time()))
+            epoch, seen = joined[0]
+            committed = self.committed()
+            return committed is not None and (committed.epoch > epoch
+                                              or committed.standing_at > seen)
+        return stood
 
     @contextlib.contextmanager
     def _kept_stopped(self, victim: int) -> Iterator[None]:
