@@ -2,7 +2,8 @@
 
 Nothing here does I/O: no sockets, threads, ZooKeeper or Kafka. Each core is a small state
 machine whose methods take what arrived (records, frames, master-state changes) and return
-what to send or do. Thin shells wire them to TCP, Kafka and ZooKeeper.
+what to send or do. Thin shells wire them to TCP, Kafka and ZooKeeper. One object is meant
+to cross to a shell's thread: a snapshot's :class:`SnapshotContent`, which a lock guards.
 
 Every tuple travels with its *origin* ``(partition, offset)``: the Kafka message it came
 from. Tuples a bolt emits inherit the origin of the input that caused them. Three kinds of

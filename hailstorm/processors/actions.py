@@ -9,6 +9,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,7 @@ __all__ = [
     "PartitionKey",
     "Preempted",
     "ProtocolViolation",
+    "SnapshotContent",
     "WriteSnapshot",
 ]
 
@@ -99,22 +102,65 @@ class ForwardWatermark:
     watermark: Marks
 
 
-@dataclass(frozen=True, slots=True)
-class WriteSnapshot:
-    """Persist ``state`` (a private copy) as the bolt's snapshot of round ``epoch``.
+class SnapshotContent:
+    """What a snapshot holds, copied out of the bolt's state the first time it is asked
+    for (:meth:`get`), by whichever thread asks first: the snapshot writer, as soon as it
+    takes the round, or the bolt's core, when it needs the state it was copied from again.
+    Until then that state stays as it was (the core absorbs nothing into it), so the copy
+    is off the thread that absorbs tuples. Safe to share between two threads."""
 
-    ``clock`` is the clock ``state`` is exactly at: the round's clock, raised pointwise to
+    __slots__ = ("_copy", "_lock", "_value")
+
+    def __init__(self, copy: Callable[[], Any]) -> None:
+        self._copy: Callable[[], Any] | None = copy
+        self._lock = threading.Lock()
+        self._value: Any = None
+
+    def get(self) -> Any:
+        """The content (copied on the first call)."""
+        with self._lock:
+            if self._copy is not None:
+                self._value, self._copy = self._copy(), None
+            return self._value
+
+    @property
+    def copied(self) -> bool:
+        """:meth:`get` was called: the state it was copied from may change again."""
+        return self._copy is None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WriteSnapshot:
+    """Persist :attr:`state` (a private copy) as the bolt's snapshot of round ``epoch``.
+
+    ``clock`` is the clock the state is exactly at: the round's clock, raised pointwise to
     the bolt's loaded clock (and earlier rounds' clocks) where those are ahead. Report the
-    round to the master only once the write is durable.
+    round to the master only once the write is durable. ``content`` is the state itself or
+    a :class:`SnapshotContent` that copies it when first read.
     """
 
     epoch: int
     clock: Marks
-    state: Any
+    content: Any
     delta: bool = False
-    """``state`` holds only the keys (of a keyed state) whose values changed since this
+    """The state holds only the keys (of a keyed state) whose values changed since this
     instance's previous snapshot (the last one handed out, or the one it loaded): write it
     as a delta on top of that one."""
+
+    @property
+    def state(self) -> Any:
+        """The snapshot's state (copied out of the bolt's on first use: see
+        :class:`SnapshotContent`)."""
+        content = self.content
+        return content.get() if isinstance(content, SnapshotContent) else content
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WriteSnapshot):
+            return NotImplemented
+        return (self.epoch, self.clock, self.delta, self.state) == \
+            (other.epoch, other.clock, other.delta, other.state)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,12 @@ Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
   A tuple ``(p, o)`` then goes to ``A`` when ``o <= C[p]``, else to ``B``; emit sees the
   merged value (for keyed state only the tuple's key is merged: ``A[k] + B[k]``).
 * Once the low water mark over all upstream instances covers ``C`` (no tuple at or below
-  ``C`` can still arrive), it asks for ``A`` to be written (a private copy) and folds ``B``
-  into ``A``, back to a single state. That also happens with no data at all after ``C``:
-  watermarks keep flowing.
+  ``C`` can still arrive), it hands ``A`` out to be written (``WriteSnapshot``, whose
+  content the snapshot writer copies out of ``A`` on its own thread). ``A`` takes no tuple
+  from then on and stays as it is until that copy is taken; then ``B`` folds into ``A``,
+  back to a single state (checked whenever a batch, watermark or clock arrives; the core
+  copies it itself when the next round is due first). That also happens with no data at
+  all after ``C``: watermarks keep flowing.
 * Watermarks: once every upstream instance has sent one, the bolt forwards its low water
   mark (every partition some upstream carries) whenever it moves. It emits synchronously,
   so sending the watermark after the data already returned keeps the promise.
@@ -54,11 +57,12 @@ from hailstorm.processors.actions import (
     Marks,
     PartitionKey,
     ProtocolViolation,
+    SnapshotContent,
 )
 from hailstorm.processors.compaction import HeldBack, Row
 from hailstorm.processors.deltas import DeltaChain
 from hailstorm.processors.expiry import ClosedWindows
-from hailstorm.processors.segments import Segments
+from hailstorm.processors.segments import PendingRound, Segments
 from hailstorm.processors.watermarks import UpstreamWatermarks
 from hailstorm.protocol.clock import NOTHING
 from hailstorm.topology import BoltSpec, RecordFailed
@@ -110,6 +114,8 @@ class BoltCore:
         """Bolts routing late data: what :meth:`expire` drops."""
         self._swept_unwritten = False
         """:meth:`expire` dropped something since the last snapshot handed out."""
+        self._handed_out: SnapshotContent | None = None
+        """The content of the snapshot handed out whose ``A`` waits to fold."""
         if self.closed_windows is not None and spec.drops_keys:
             forget_dropped(self.closed_windows.window, state)
 
@@ -168,6 +174,8 @@ class BoltCore:
         """Absorb tuples (``contributions is None``: computed here) and emit."""
         if upstream not in self._upstreams:
             raise KeyError(f"bolt {self.spec.name!r}: data from unknown upstream {upstream!r}")
+        if self._handed_out is not None:
+            self._fold_copied(wait=False)
         if self.closed_windows is not None:  # how far each partition's windows reached
             if contributions is None:
                 partitions, offsets, tuples, contributions = self._contributions_of(
@@ -252,6 +260,8 @@ class BoltCore:
         :class:`~hailstorm.processors.expiry.ClosedWindows`); returns how many."""
         if self.closed_windows is None:
             return 0
+        if self._handed_out is not None and not self._fold_copied(wait=False):
+            return 0  # A must stay as it is until its snapshot is copied: the next time
         dropped = self.closed_windows.expire(self._segments.states,
                                              self._watermarks.outgoing(), budget,
                                              self._deltas.changed, self._watermarks.carried())
@@ -363,13 +373,18 @@ class BoltCore:
     @property
     def pending_clock(self) -> Marks | None:
         """The clock of the oldest round not yet snapshotted, or None."""
-        pending = self._segments.pending
+        pending = self._unwritten()
         return dict(pending[0].clock) if pending else None
 
     @property
     def pending_epochs(self) -> list[int]:
         """Rounds learned but not yet snapshotted, oldest first."""
-        return [r.epoch for r in self._segments.pending]
+        return [r.epoch for r in self._unwritten()]
+
+    def _unwritten(self) -> list[PendingRound]:
+        """The pending rounds not handed out, oldest first."""
+        pending = self._segments.pending
+        return pending[1:] if self._segments.handing_out else pending
 
     @property
     def latest_epoch(self) -> int | None:
@@ -525,19 +540,48 @@ class BoltCore:
         return out
 
     def _write_covered(self) -> list[Action]:
-        """Hand out every pending round the low water mark covers, oldest first."""
+        """Hand out every pending round the low water mark covers, oldest first (folding
+        the one handed out before, once its snapshot was copied; copying it here first
+        when another round is due)."""
         actions: list[Action] = []
         split = self._segments
-        while split.pending and split.pending[0].complete and \
-                self._watermarks.covers(split.pending[0].clock):
+        while split.pending:
             done = split.pending[0]
+            if done.handed_out:
+                due = len(split.pending) > 1 and self._due(split.pending[1])
+                if self._fold_copied(wait=due):
+                    continue
+                break
+            if not self._due(done):
+                break
             if self.closed_windows is not None:
                 self.closed_windows.round_written()
-            actions.append(self._deltas.snapshot_of(done.epoch, done.label, split.states[0]))
-            self._deltas.folding(split.states[1])
-            split.fold_oldest()
+            write = self._deltas.snapshot_of(done.epoch, done.label, split.states[0])
+            split.hand_out()
+            self._handed_out = write.content
             self._swept_unwritten = False
+            actions.append(write)
         return actions
+
+    def _due(self, r: PendingRound) -> bool:
+        """Round ``r`` may be handed out: its clock is whole and the low water mark covers
+        it."""
+        return r.complete and self._watermarks.covers(r.clock)
+
+    def _fold_copied(self, *, wait: bool) -> bool:
+        """Fold ``B`` into the handed-out ``A`` if its snapshot was copied (with ``wait``,
+        copying it first when not yet); says whether it folded."""
+        content = self._handed_out
+        assert content is not None
+        if not content.copied:
+            if not wait:
+                return False
+            content.get()
+        split = self._segments
+        self._deltas.folding(split.states[1])
+        split.fold_handed_out()
+        self._handed_out = None
+        return True
 
     def __repr__(self) -> str:
         return (

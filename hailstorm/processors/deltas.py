@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from hailstorm.monoids import Monoid
-from hailstorm.processors.actions import Marks, WriteSnapshot
+from hailstorm.processors.actions import Marks, SnapshotContent, WriteSnapshot
 
 __all__ = ["DELTA_CHAIN_MAX", "DeltaChain"]
 
@@ -43,25 +43,30 @@ class DeltaChain:
 
     def snapshot_of(self, epoch: int, label: Marks, state: Any) -> WriteSnapshot:
         """The snapshot of round ``epoch`` at ``label`` (``state`` is its segment ``A``,
-        copied): a delta of the keys changed since the last one where the policy allows
-        (see the module), else whole."""
+        copied when the snapshot is first read: ``A`` must not change until then, see
+        :class:`~hailstorm.processors.actions.SnapshotContent`): a delta of the keys
+        changed since the last one where the policy allows (see the module), else whole."""
         changed = self.changed
         if (changed is not None and self._length < DELTA_CHAIN_MAX
                 and self._keys + len(changed) <= len(state)):
             self._length += 1
             self._keys += len(changed)
             inner = self._monoid.inner  # type: ignore[attr-defined]
-            delta = {k: inner.copy(state[k]) if k in state else inner.empty()
-                     for k in changed}  # a key dropped since: its identity (see expiry)
-            return WriteSnapshot(epoch, dict(label), delta, delta=True)
+            keys = list(changed)
+
+            def delta() -> dict[Any, Any]:  # a key dropped since: its identity (see expiry)
+                return {k: inner.copy(state[k]) if k in state else inner.empty()
+                        for k in keys}
+            return WriteSnapshot(epoch, dict(label), SnapshotContent(delta), delta=True)
         self._length = self._keys = 0
         if self._keyed:
             self.changed = set()  # the next may build on this one
-        return WriteSnapshot(epoch, dict(label), self._monoid.copy(state))
+        monoid = self._monoid
+        return WriteSnapshot(epoch, dict(label), SnapshotContent(lambda: monoid.copy(state)))
 
     def folding(self, b: Any) -> None:
-        """``B`` is about to fold into ``A``, just snapshotted: its keys are what ``A``
-        changed by since (keyed state; nothing to do for other state)."""
+        """``B`` folds into ``A``, whose snapshot was copied: ``B``'s keys are what ``A``
+        changed by since that snapshot (keyed state; nothing to do for other state)."""
         if self.changed is not None:
             self.changed = set(b)
 

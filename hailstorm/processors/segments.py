@@ -5,8 +5,10 @@ there is one. Learning the clock ``C`` of round ``e`` opens a segment (``A`` is 
 far, ``B`` starts empty): a tuple ``(p, o)`` then belongs to ``A`` when ``o <= label[p]``,
 else to ``B``, where ``label`` is ``C`` raised pointwise to the loaded clock and to earlier
 rounds' clocks (so a label always states exactly what its segment contains). When the
-round is written, ``B`` folds into ``A`` and tuples at or below the label are refused from
-then on. Several rounds may be pending at once; each later clock opens one more segment.
+round is handed out to be written, tuples at or below the label are refused from then on,
+and ``A`` stays as it is until its snapshot was copied out of it (by the snapshot writer,
+off the thread that absorbs tuples); then ``B`` folds into ``A``. Several rounds may be
+pending at once; each later clock opens one more segment.
 
 A round may be learned a part at a time (a *barrier* round: each spout sends its
 partition's offset in the stream, before anything beyond it, and reads on). Until a
@@ -46,7 +48,7 @@ belongs below the round."""
 
 @dataclass(slots=True)
 class PendingRound:
-    """A round whose clock is known (or being learned) and whose snapshot is not written."""
+    """A round whose clock is known (or being learned) and whose segment has not folded."""
 
     epoch: int
     clock: Marks
@@ -59,6 +61,9 @@ class PendingRound:
     beyond: int = NOTHING
     """The label of a partition :attr:`label` does not name: :data:`UNKNOWN` while this
     round (or an earlier pending one) is partial."""
+    handed_out: bool = False
+    """Its snapshot was handed out (:meth:`Segments.hand_out`): its segment ``A`` takes
+    no tuple and waits to fold (:meth:`Segments.fold_handed_out`)."""
 
 
 class Segments:
@@ -74,7 +79,8 @@ class Segments:
         self.states: list[Any] = [state]
         """``len(pending) + 1`` states; segment ``i`` holds tuples up to ``pending[i].label``."""
         self.pending: list[PendingRound] = []
-        """Rounds learned and not written, oldest first."""
+        """Rounds learned and not folded, oldest first (only the oldest may be handed
+        out)."""
         self.loaded: Marks = dict(loaded)
         self.floor: Marks = dict(loaded)
         """Tuples at or below: dropped if within the loaded clock, else refused."""
@@ -215,17 +221,33 @@ class Segments:
                 r.beyond = UNKNOWN
             below, below_beyond = r.label, r.beyond
 
-    def fold_oldest(self) -> PendingRound:
-        """The oldest pending round was written: fold ``B`` into ``A`` and raise the floor
-        to its label. Read ``A`` (``states[0]``) before: the fold updates it in place."""
-        done = self.pending.pop(0)
-        states = self.states
-        states[0:2] = [self.monoid.absorb(states[0], states[1])]
+    @property
+    def handing_out(self) -> bool:
+        """The oldest pending round was handed out and its ``A`` has not folded yet."""
+        return bool(self.pending) and self.pending[0].handed_out
+
+    def hand_out(self) -> PendingRound:
+        """The oldest pending round (complete) is being written: raise the floor to its
+        label, so that no tuple reaches its ``A`` (``states[0]``) any more, which stays as
+        it is until :meth:`fold_handed_out`."""
+        done = self.pending[0]
+        if not done.complete or done.handed_out:
+            raise ValueError(f"round {done.epoch} is partial or handed out already")
+        done.handed_out = True
         floor = self.floor
         for p, o in done.label.items():
             if o > floor.get(p, NOTHING):
                 floor[p] = o
         self.last_written = (done.epoch, dict(done.label))
+        return done
+
+    def fold_handed_out(self) -> PendingRound:
+        """The handed-out round's snapshot was copied: fold ``B`` into ``A`` (in place)."""
+        if not self.handing_out:
+            raise ValueError("no round is handed out")
+        done = self.pending.pop(0)
+        states = self.states
+        states[0:2] = [self.monoid.absorb(states[0], states[1])]
         return done
 
     # -- reading the whole state --------------------------------------------------------

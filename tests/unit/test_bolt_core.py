@@ -192,6 +192,36 @@ def test_the_snapshot_state_is_a_private_copy() -> None:
     assert core.merged_state() == {"x": {"x"}, "y": {"y"}}
 
 
+def test_the_writer_copies_the_snapshot_and_the_state_waits_for_that_copy() -> None:
+    """A handed-out round's ``A`` takes no tuple and stays as it was until the snapshot
+    writer copies the round out of it (off the thread that absorbs); then ``B`` folds in,
+    and the next delta holds what changed since the round."""
+    core = BoltCore(counts_spec(), ["s"], {A: -1}, {}, loaded_whole=True)
+    feed(core, "s", (A, 0, "x"))
+    core.on_clock(1, {A: 0})
+    [written] = snapshots(core.on_watermark("s", {A: 0}))
+    assert not written.content.copied and core.pending_epochs == []
+    assert feed(core, "s", (A, 1, "x"), (A, 2, "y")) == [(A, 1, ("x", 2)), (A, 2, ("y", 1))]
+    assert core.merged_state() == {"x": 2, "y": 1}
+    assert written.state == {"x": 1} and written.delta  # the writer's copy, at the clock
+    feed(core, "s", (A, 3, "z"))  # B folds into A first
+    core.on_clock(2, {A: 3})
+    [second] = snapshots(core.on_watermark("s", {A: 3}))
+    assert second.state == {"x": 2, "y": 1, "z": 1}
+
+
+def test_a_round_due_before_the_writer_took_the_last_one_copies_that_one_first() -> None:
+    core = BoltCore(counts_spec(), ["s"])
+    feed(core, "s", (A, 0, "x"))
+    core.on_clock(1, {A: 0})
+    [first] = snapshots(core.on_watermark("s", {A: 0}))
+    feed(core, "s", (A, 1, "x"))
+    core.on_clock(2, {A: 1})
+    [second] = snapshots(core.on_watermark("s", {A: 1}))
+    assert first.content.copied  # by the core, before A took round 2's tuples
+    assert (first.state, second.state, second.delta) == ({"x": 1}, {"x": 2}, True)
+
+
 def test_snapshots_with_no_data_after_the_clock() -> None:
     core = BoltCore(counts_spec(), ["s0", "s1"])
     feed(core, "s0", (A, 0, "x"))
@@ -526,6 +556,8 @@ class Simulation:
     bolts: dict[str, BoltCore] = field(default_factory=dict)
     routers: dict[str, Router] = field(default_factory=dict)
     written: dict[str, list[WriteSnapshot]] = field(default_factory=dict)
+    uncopied: dict[str, deque[WriteSnapshot]] = field(default_factory=dict)
+    """Per bolt, the snapshots handed out that its writer has not taken yet."""
     emitted_counts: dict[str, int] = field(default_factory=dict)
     emitted_tally: dict[str, int] = field(default_factory=dict)
     dead: list[tuple[int, int]] = field(default_factory=list)
@@ -567,6 +599,7 @@ class Simulation:
                 self.bolts[bolt_id] = BoltCore(bolt, upstreams, clock, state,
                                                loaded_whole=bool(clock))
                 self.written[bolt_id] = []
+                self.uncopied[bolt_id] = deque()
             self.routers[bolt.name] = Router(top.downstream_of(bolt))
         self.rewind = rewind = {
             ("w", p): min((c[("w", p)] for c in self.scenario.loaded.values()), default=-1)
@@ -645,7 +678,14 @@ class Simulation:
                 self.emit(bolt_id, action.batch)
             else:
                 self.written[bolt_id].append(action)
+                self.uncopied[bolt_id].append(action)
         self.maybe_finish_round()
+
+    def copy_snapshot(self, bolt_id: str) -> None:
+        """The bolt's snapshot writer takes its next round: it copies what the round
+        holds out of the state (whenever it gets to it; the core copies it itself first
+        when the next round is due)."""
+        self.uncopied[bolt_id].popleft().content.get()
 
     def emit(self, bolt_id: str, out: Batch) -> None:
         name = bolt_id.split("/")[0]
@@ -776,6 +816,8 @@ class Simulation:
         if self.phase == "pausing" and self.scenario.barrier:
             moves.append(ignoring_number(self.pass_round))
         for bolt_id, core in self.bolts.items():
+            if self.uncopied[bolt_id]:
+                moves.append(ignoring_number(partial(self.copy_snapshot, bolt_id)))
             if core.unflushed:
                 moves.append(ignoring_number(partial(self.flush, bolt_id)))
             if core.closed_windows is not None:

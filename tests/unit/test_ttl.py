@@ -306,7 +306,8 @@ def test_idle_keys_are_dropped_once_every_partition_is_past_them() -> None:
 def _driving(core: BoltCore) -> tuple[Callable[..., None],
                                      Callable[[int, dict[Any, int]], WriteSnapshot]]:
     """``feed(*(partition, offset, tuple))`` and ``snapshot(epoch, clock)`` (the round
-    learned and covered by upstream ``s``'s watermark: what it writes) for ``core``."""
+    learned and covered by upstream ``s``'s watermark: what it writes, read as the
+    snapshot writer reads it) for ``core``."""
 
     def feed(*items: tuple[Any, int, dict[str, Any]]) -> None:
         core.on_data("s", [i[0] for i in items], [i[1] for i in items], [i[2] for i in items])
@@ -314,6 +315,7 @@ def _driving(core: BoltCore) -> tuple[Callable[..., None],
     def snapshot(epoch: int, clock: dict[Any, int]) -> WriteSnapshot:
         actions = [*core.on_clock(epoch, clock), *core.on_watermark("s", clock)]
         [written] = [w for w in actions if isinstance(w, WriteSnapshot)]
+        assert written.state is not None  # the writer copies it: its A may change again
         return written
 
     return feed, snapshot
