@@ -12,11 +12,12 @@ Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
   merged value (for keyed state only the tuple's key is merged: ``A[k] + B[k]``).
 * Once the low water mark over all upstream instances covers ``C`` (no tuple at or below
   ``C`` can still arrive), it hands ``A`` out to be written (``WriteSnapshot``, whose
-  content the snapshot writer copies out of ``A`` on its own thread). ``A`` takes no tuple
-  from then on and stays as it is until that copy is taken; then ``B`` folds into ``A``,
-  back to a single state (checked whenever a batch, watermark or clock arrives; the core
-  copies it itself when the next round is due first). That also happens with no data at
-  all after ``C``: watermarks keep flowing.
+  content the snapshot writer copies out of ``A`` on its own thread, when it is a delta of
+  at most :data:`WRITER_COPY_MAX` keys; the core copies a bigger one at once). ``A`` takes
+  no tuple from then on and stays as it is until that copy is taken; then ``B`` folds into
+  ``A``, back to a single state (checked whenever a batch, watermark or clock arrives; the
+  core copies it itself when the next round is due first). That also happens with no data
+  at all after ``C``: watermarks keep flowing.
 * Watermarks: once every upstream instance has sent one, the bolt forwards its low water
   mark (every partition some upstream carries) whenever it moves. It emits synchronously,
   so sending the watermark after the data already returned keeps the promise.
@@ -67,9 +68,17 @@ from hailstorm.processors.watermarks import UpstreamWatermarks
 from hailstorm.protocol.clock import NOTHING
 from hailstorm.topology import BoltSpec, RecordFailed
 
-__all__ = ["BoltCore"]
+__all__ = ["WRITER_COPY_MAX", "BoltCore"]
 
 _FRESH: Any = object()
+
+WRITER_COPY_MAX = 20_000
+"""A round's snapshot of at most this many keys (a delta) is copied by the snapshot writer
+thread while the bolt absorbs on; a whole state or a bigger delta (behind a backlog, where
+a round holds most of the keys read since the last) the core copies as it hands it out,
+and folds at once. Meanwhile ``A`` stays as it is and everything absorbed goes to ``B``,
+to be absorbed again by the fold: worth it for a copy of a few milliseconds, which the
+writer takes at once, not for one that keeps ``A`` apart for seconds."""
 
 _key_of = itemgetter(0)
 
@@ -561,6 +570,9 @@ class BoltCore:
             self._handed_out = write.content
             self._swept_unwritten = False
             actions.append(write)
+            keys = write.content.keys
+            if keys is None or keys > WRITER_COPY_MAX:
+                self._fold_copied(wait=True)
         return actions
 
     def _due(self, r: PendingRound) -> bool:

@@ -57,7 +57,8 @@ class DeltaChain:
             def delta() -> dict[Any, Any]:  # a key dropped since: its identity (see expiry)
                 return {k: inner.copy(state[k]) if k in state else inner.empty()
                         for k in keys}
-            return WriteSnapshot(epoch, dict(label), SnapshotContent(delta), delta=True)
+            return WriteSnapshot(epoch, dict(label), SnapshotContent(delta, len(keys)),
+                                 delta=True)
         self._length = self._keys = 0
         if self._keyed:
             self.changed = set()  # the next may build on this one

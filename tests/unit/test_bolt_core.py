@@ -32,6 +32,7 @@ from hailstorm.processors import (
     SpoutOutput,
     WriteSnapshot,
 )
+from hailstorm.processors.bolt_core import WRITER_COPY_MAX
 from hailstorm.protocol.clock import Clock, Partition, merge_max
 from hailstorm.topology import BoltSpec, Topology
 
@@ -211,15 +212,30 @@ def test_the_writer_copies_the_snapshot_and_the_state_waits_for_that_copy() -> N
 
 
 def test_a_round_due_before_the_writer_took_the_last_one_copies_that_one_first() -> None:
-    core = BoltCore(counts_spec(), ["s"])
+    core = BoltCore(counts_spec(), ["s"], {A: -1}, {}, loaded_whole=True)
     feed(core, "s", (A, 0, "x"))
     core.on_clock(1, {A: 0})
     [first] = snapshots(core.on_watermark("s", {A: 0}))
     feed(core, "s", (A, 1, "x"))
+    assert not first.content.copied and first.delta
     core.on_clock(2, {A: 1})
     [second] = snapshots(core.on_watermark("s", {A: 1}))
     assert first.content.copied  # by the core, before A took round 2's tuples
-    assert (first.state, second.state, second.delta) == ({"x": 1}, {"x": 2}, True)
+    assert (first.state, second.state) == ({"x": 1}, {"x": 2})
+
+
+def test_a_whole_snapshot_or_a_big_delta_is_copied_as_it_is_handed_out() -> None:
+    core = BoltCore(counts_spec(), ["s"])
+    words = [f"w{i}" for i in range(WRITER_COPY_MAX + 1)]
+    feed(core, "s", *((A, i, w) for i, w in enumerate(words)))
+    core.on_clock(1, {A: len(words) - 1})
+    [whole] = snapshots(core.on_watermark("s", {A: len(words) - 1}))
+    assert not whole.delta and whole.content.copied
+    feed(core, "s", *((A, len(words) + i, w) for i, w in enumerate(words)))
+    core.on_clock(2, {A: 2 * len(words) - 1})
+    [delta] = snapshots(core.on_watermark("s", {A: 2 * len(words) - 1}))
+    assert delta.delta and delta.content.copied
+    assert delta.state == dict.fromkeys(words, 2) and core.pending_epochs == []
 
 
 def test_snapshots_with_no_data_after_the_clock() -> None:
