@@ -109,14 +109,12 @@ class SnapshotContent:
     Until then that state stays as it was (the core absorbs nothing into it), so the copy
     is off the thread that absorbs tuples. Safe to share between two threads."""
 
-    __slots__ = ("_copy", "_lock", "_value", "keys")
+    __slots__ = ("_copy", "_lock", "_value")
 
-    def __init__(self, copy: Callable[[], Any], keys: int | None = None) -> None:
+    def __init__(self, copy: Callable[[], Any]) -> None:
         self._copy: Callable[[], Any] | None = copy
         self._lock = threading.Lock()
         self._value: Any = None
-        self.keys = keys
-        """How many keys the copy holds (None: a whole state)."""
 
     def get(self) -> Any:
         """The content (copied on the first call)."""

@@ -13,7 +13,8 @@ Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
 * Once the low water mark over all upstream instances covers ``C`` (no tuple at or below
   ``C`` can still arrive), it hands ``A`` out to be written (``WriteSnapshot``, whose
   content the snapshot writer copies out of ``A`` on its own thread, when it is a delta of
-  at most :data:`WRITER_COPY_MAX` keys; the core copies a bigger one at once). ``A`` takes
+  at most :data:`~hailstorm.processors.deltas.WRITER_COPY_MAX` keys; a bigger one is
+  copied as it is handed out). ``A`` takes
   no tuple from then on and stays as it is until that copy is taken; then ``B`` folds into
   ``A``, back to a single state (checked whenever a batch, watermark or clock arrives; the
   core copies it itself when the next round is due first). That also happens with no data
@@ -68,17 +69,9 @@ from hailstorm.processors.watermarks import UpstreamWatermarks
 from hailstorm.protocol.clock import NOTHING
 from hailstorm.topology import BoltSpec, RecordFailed
 
-__all__ = ["WRITER_COPY_MAX", "BoltCore"]
+__all__ = ["BoltCore"]
 
 _FRESH: Any = object()
-
-WRITER_COPY_MAX = 20_000
-"""A round's snapshot of at most this many keys (a delta) is copied by the snapshot writer
-thread while the bolt absorbs on; a whole state or a bigger delta (behind a backlog, where
-a round holds most of the keys read since the last) the core copies as it hands it out,
-and folds at once. Meanwhile ``A`` stays as it is and everything absorbed goes to ``B``,
-to be absorbed again by the fold: worth it for a copy of a few milliseconds, which the
-writer takes at once, not for one that keeps ``A`` apart for seconds."""
 
 _key_of = itemgetter(0)
 
@@ -570,9 +563,7 @@ class BoltCore:
             self._handed_out = write.content
             self._swept_unwritten = False
             actions.append(write)
-            keys = write.content.keys
-            if keys is None or keys > WRITER_COPY_MAX:
-                self._fold_copied(wait=True)
+            self._fold_copied(wait=False)  # copied as handed out: a whole state, a big delta
         return actions
 
     def _due(self, r: PendingRound) -> bool:

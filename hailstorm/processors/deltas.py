@@ -17,10 +17,18 @@ from typing import Any
 from hailstorm.monoids import Monoid
 from hailstorm.processors.actions import Marks, SnapshotContent, WriteSnapshot
 
-__all__ = ["DELTA_CHAIN_MAX", "DeltaChain"]
+__all__ = ["DELTA_CHAIN_MAX", "WRITER_COPY_MAX", "DeltaChain"]
 
 DELTA_CHAIN_MAX = 32
 """Deltas in a row at most before a whole snapshot (bounds the files a load reads)."""
+
+WRITER_COPY_MAX = 20_000
+"""A delta of at most this many keys is copied by the snapshot writer thread while the bolt
+absorbs on; a whole state or a bigger delta (behind a backlog, where a round holds most of
+the keys read since the last) is copied as it is handed out, and ``B`` folds at once.
+Meanwhile ``A`` stays as it is and everything absorbed goes to ``B``, to be absorbed again
+by the fold: worth it for a copy of a few milliseconds, which the writer takes at once,
+not for one that keeps ``A`` apart for seconds."""
 
 
 class DeltaChain:
@@ -43,7 +51,8 @@ class DeltaChain:
 
     def snapshot_of(self, epoch: int, label: Marks, state: Any) -> WriteSnapshot:
         """The snapshot of round ``epoch`` at ``label`` (``state`` is its segment ``A``,
-        copied when the snapshot is first read: ``A`` must not change until then, see
+        copied when the snapshot is first read, at once unless it is a delta of at most
+        :data:`WRITER_COPY_MAX` keys: ``A`` must not change until then, see
         :class:`~hailstorm.processors.actions.SnapshotContent`): a delta of the keys
         changed since the last one where the policy allows (see the module), else whole."""
         changed = self.changed
@@ -57,13 +66,17 @@ class DeltaChain:
             def delta() -> dict[Any, Any]:  # a key dropped since: its identity (see expiry)
                 return {k: inner.copy(state[k]) if k in state else inner.empty()
                         for k in keys}
-            return WriteSnapshot(epoch, dict(label), SnapshotContent(delta, len(keys)),
-                                 delta=True)
+            content = SnapshotContent(delta)
+            if len(keys) > WRITER_COPY_MAX:
+                content.get()
+            return WriteSnapshot(epoch, dict(label), content, delta=True)
         self._length = self._keys = 0
         if self._keyed:
             self.changed = set()  # the next may build on this one
         monoid = self._monoid
-        return WriteSnapshot(epoch, dict(label), SnapshotContent(lambda: monoid.copy(state)))
+        content = SnapshotContent(lambda: monoid.copy(state))
+        content.get()  # a whole state: copied as it is handed out (see WRITER_COPY_MAX)
+        return WriteSnapshot(epoch, dict(label), content)
 
     def folding(self, b: Any) -> None:
         """``B`` folds into ``A``, whose snapshot was copied: ``B``'s keys are what ``A``

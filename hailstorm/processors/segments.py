@@ -8,7 +8,7 @@ rounds' clocks (so a label always states exactly what its segment contains). Whe
 round is handed out to be written, tuples at or below the label are refused from then on,
 and ``A`` stays as it is until its snapshot was copied out of it (by the snapshot writer,
 off the thread that absorbs tuples, or at once by the core for a big one: see
-:data:`~hailstorm.processors.bolt_core.WRITER_COPY_MAX`); then ``B`` folds into ``A``.
+:data:`~hailstorm.processors.deltas.WRITER_COPY_MAX`); then ``B`` folds into ``A``.
 Several rounds may be pending at once; each later clock opens one more segment.
 
 A round may be learned a part at a time (a *barrier* round: each spout sends its

@@ -32,7 +32,7 @@ from hailstorm.processors import (
     SpoutOutput,
     WriteSnapshot,
 )
-from hailstorm.processors.bolt_core import WRITER_COPY_MAX
+from hailstorm.processors.deltas import WRITER_COPY_MAX
 from hailstorm.protocol.clock import Clock, Partition, merge_max
 from hailstorm.topology import BoltSpec, Topology
 
