@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -39,7 +39,7 @@ def record(namespace: str, name: str, fields: list[tuple[str, Any]]) -> dict[str
     }
 
 
-def sorted_keys(d: dict[Any, Any]) -> list[Any]:
+def sorted_keys(d: Mapping[Any, Any]) -> list[Any]:
     """Keys sorted when they are comparable (deterministic snapshots), else as they are.
 
     Tuples of one length sort one position at a time, last first (stable sorts, so the

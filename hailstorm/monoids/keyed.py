@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
@@ -14,7 +14,7 @@ from hailstorm.monoids.scalars import Count, Sum
 from hailstorm.monoids.ttl import Ttl
 from hailstorm.monoids.windows import EventTimed, V, Window, WindowState
 
-__all__ = ["K", "KeyedMap", "L", "Record", "per_key"]
+__all__ = ["K", "KeyedColumns", "KeyedMap", "L", "Record", "per_key"]
 
 K = TypeVar("K")
 """The keys of a :class:`KeyedMap` (``per_key`` types them ``str`` for the default
@@ -61,6 +61,9 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         self._key = codec(key_type, hashable=True)
         self._additive = _adds(inner)
         self._immutable = inner.immutable_state
+        self._columns_of: Record | None = (
+            inner if isinstance(inner, Record) and inner.flat_columns else None)
+        """The inner Record whose states :meth:`copy_keys` copies as their Avro column."""
 
     @property
     def additive(self) -> bool:
@@ -118,6 +121,29 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
             return dict(state)
         copy = self.inner.copy
         return {k: copy(v) for k, v in state.items()}
+
+    def copy_keys(self, state: dict[Any, Any], keys: Sequence[Any] | None = None
+                  ) -> Mapping[Any, Any]:
+        """An independent copy of ``keys`` of ``state`` (an absent key: the inner
+        identity; None: every key), for a snapshot to write. Records of numbers are copied
+        as the column of each field (:class:`KeyedColumns`, which snapshots write as they
+        are), in about a third of the time a ``dict`` per key takes; other states as
+        :meth:`copy` copies them."""
+        record = self._columns_of
+        if record is not None:
+            keys = list(state) if keys is None else list(keys)
+            values: list[Any] = list(map(state.get, keys))
+            if None in values:  # a Record state is a dict, never None: some key is absent
+                values = [record.empty() if v is None else v for v in values]
+            return KeyedColumns(record, keys, record.avro_column(values))
+        if keys is None:
+            return self.copy(state)
+        inner = self.inner
+        if self._immutable:
+            empty = inner.empty
+            return {k: state[k] if k in state else empty() for k in keys}
+        copy = inner.copy
+        return {k: copy(state[k]) if k in state else inner.empty() for k in keys}
 
     @staticmethod
     def lift(key: Any, inner_value: Any) -> dict[Any, Any]:
@@ -179,7 +205,21 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
             values = list(map(self.inner.to_avro, values))
         return self._avro_keys(keys), values
 
-    def avro_nested_columns(self, state: dict[Any, Any], keys: Sequence[Any]
+    def avro_nested_chunks(self, state: Mapping[Any, Any], size: int
+                           ) -> Iterator[tuple[list[Any], Any]]:
+        """The Avro keys and nested column of ``state``'s keys in the order of
+        :func:`~hailstorm.monoids.avro.sorted_keys`, ``size`` keys at a time (a snapshot's
+        records): :meth:`avro_nested_columns` of each chunk, or a :class:`KeyedColumns`'
+        own column."""
+        if isinstance(state, KeyedColumns):
+            for keys, column in state.sorted_chunks(size):
+                yield self._avro_keys(keys), column
+            return
+        keys = sorted_keys(state)
+        for start in range(0, len(keys), size):
+            yield self.avro_nested_columns(state, keys[start:start + size])
+
+    def avro_nested_columns(self, state: Mapping[Any, Any], keys: Sequence[Any]
                             ) -> tuple[list[Any], Any]:
         """:meth:`avro_columns` with the values as one nested column
         (:meth:`Monoid.avro_column`)."""
@@ -291,6 +331,15 @@ class Record(Monoid[dict[str, Any]]):
         """Every field is a Count or a Sum: a state absorbs a value by adding each field."""
         return self._additive
 
+    @property
+    def flat_columns(self) -> bool:
+        """Every field's state is immutable and its Avro value neither a record nor an
+        array: the :meth:`avro_column` of states is one plain list per field, sharing
+        nothing that absorbing into them changes."""
+        return self._flat and not any(
+            isinstance(schema, dict) and schema.get("type") in ("record", "array")
+            for schema in (m.avro_schema() for m in self.fields.values()))
+
     def empty(self) -> dict[str, Any]:
         return {name: m.empty() for name, m in self.fields.items()}
 
@@ -375,3 +424,64 @@ class Record(Monoid[dict[str, Any]]):
     def describe(self) -> str:
         inner = ", ".join(f"{name}={m.describe()}" for name, m in self.fields.items())
         return f"Record({inner})"
+
+
+_SORTED_BY_POSITION = frozenset({str, int})
+"""Key types :class:`KeyedColumns` sorts by their positions when all its keys have one of
+them (``sorted`` then orders them as :func:`~hailstorm.monoids.avro.sorted_keys` does,
+never failing)."""
+
+
+class KeyedColumns(Mapping[Any, Any]):
+    """Some keys of a ``per_key`` state of :class:`Record` values whose
+    :attr:`~Record.flat_columns` hold, copied as their Avro column (one list per field,
+    in the order of :attr:`key_list`): what :meth:`KeyedMap.copy_keys` hands a
+    snapshot. Read as a mapping it holds the states themselves (built from the column on
+    first use); snapshots write the column as it is (:meth:`sorted_chunks`)."""
+
+    __slots__ = ("_inner", "_states", "column", "key_list")
+
+    def __init__(self, inner: Record, keys: list[Any], column: dict[str, list[Any]]) -> None:
+        self._inner = inner
+        self.key_list = keys
+        """The keys, without repeats."""
+        self.column = column
+        """Field name -> the field's Avro values, one per key of :attr:`key_list`."""
+        self._states: dict[Any, Any] | None = None
+
+    def sorted_chunks(self, size: int) -> Iterator[tuple[list[Any], dict[str, list[Any]]]]:
+        """``(keys, their column)`` of :attr:`key_list` in the order of
+        :func:`~hailstorm.monoids.avro.sorted_keys`, ``size`` keys at a time."""
+        keys = self.key_list
+        kinds = set(map(type, keys))
+        if len(kinds) == 1 and kinds <= _SORTED_BY_POSITION:  # as sorted_keys orders them
+            at = sorted(range(len(keys)), key=keys.__getitem__)
+        else:
+            positions = dict(zip(keys, range(len(keys)), strict=True))
+            at = list(map(positions.__getitem__, sorted_keys(positions)))
+        for start in range(0, len(at), size):
+            chunk = at[start:start + size]
+            yield (list(map(keys.__getitem__, chunk)),
+                   {name: list(map(values.__getitem__, chunk))
+                    for name, values in self.column.items()})
+
+    def _mapping(self) -> dict[Any, Any]:
+        if self._states is None:
+            states = self._inner.from_avro_column(self.column, len(self.key_list))
+            self._states = dict(zip(self.key_list, states, strict=True))
+        return self._states
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._mapping()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._mapping()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.key_list)
+
+    def __len__(self) -> int:
+        return len(self.key_list)
+
+    def __repr__(self) -> str:
+        return f"KeyedColumns({self._mapping()!r})"

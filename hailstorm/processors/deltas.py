@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hailstorm.monoids import Monoid
+from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.processors.actions import Marks, SnapshotContent, WriteSnapshot
 
 __all__ = ["DELTA_CHAIN_MAX", "WRITER_COPY_MAX", "DeltaChain"]
@@ -41,6 +41,7 @@ class DeltaChain:
     def __init__(self, monoid: Monoid[Any], keyed: bool, loaded_whole: bool) -> None:
         self._monoid = monoid
         self._keyed = keyed
+        self._keyed_map = monoid if keyed and isinstance(monoid, KeyedMap) else None
         self.changed: set[Any] | None = set() if loaded_whole and keyed else None
         """Keys of ``A`` changed since the last snapshot handed out (or the loaded one);
         None when the next snapshot must be whole. Add to it what changes ``A``."""
@@ -60,21 +61,19 @@ class DeltaChain:
                 and self._keys + len(changed) <= len(state)):
             self._length += 1
             self._keys += len(changed)
-            inner = self._monoid.inner  # type: ignore[attr-defined]
             keys = list(changed)
-
-            def delta() -> dict[Any, Any]:  # a key dropped since: its identity (see expiry)
-                return {k: inner.copy(state[k]) if k in state else inner.empty()
-                        for k in keys}
-            content = SnapshotContent(delta)
+            assert self._keyed_map is not None  # only keyed state has deltas
+            copy_keys = self._keyed_map.copy_keys  # a key dropped since: its identity
+            content = SnapshotContent(lambda: copy_keys(state, keys))
             if len(keys) > WRITER_COPY_MAX:
                 content.get()
             return WriteSnapshot(epoch, dict(label), content, delta=True)
         self._length = self._keys = 0
         if self._keyed:
             self.changed = set()  # the next may build on this one
-        monoid = self._monoid
-        content = SnapshotContent(lambda: monoid.copy(state))
+        keyed_map, monoid = self._keyed_map, self._monoid
+        content = SnapshotContent(lambda: monoid.copy(state) if keyed_map is None
+                                  else keyed_map.copy_keys(state))
         content.get()  # a whole state: copied as it is handed out (see WRITER_COPY_MAX)
         return WriteSnapshot(epoch, dict(label), content)
 

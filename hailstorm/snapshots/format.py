@@ -93,7 +93,7 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -404,7 +404,7 @@ def write_snapshot(
         raise ValueError(f"instance {instance} is out of range for parallelism {parallelism}")
     layout, schema = _record_schema(monoid, layout)
     keyed = layout in KEYED_LAYOUTS
-    if keyed and not isinstance(state, dict):
+    if keyed and not isinstance(state, Mapping):
         raise TypeError(f"{monoid.describe()} state must be a dict, not {type(state).__name__}")
     if base is not None and not keyed:
         raise ValueError(f"{monoid.describe()} is not keyed: it has no delta snapshots")

@@ -218,14 +218,13 @@ def layout_records(monoid: Monoid[Any], layout: str, schema: dict[str, Any],
     if layout == LAYOUT_WHOLE:
         return iter(({"state": monoid.to_avro(state)},))
     assert isinstance(monoid, KeyedMap)
+    if layout == LAYOUT_NESTED_COLUMNS:
+        return ({"keys": chunk_keys, "values": column}
+                for chunk_keys, column in monoid.avro_nested_chunks(state, COLUMN_KEYS))
     keys = sorted_keys(state)
     if layout == LAYOUT_PER_KEY:
         return monoid.avro_entries(state, keys)
     starts = range(0, len(keys), COLUMN_KEYS)
-    if layout == LAYOUT_NESTED_COLUMNS:
-        nested = (monoid.avro_nested_columns(state, keys[start:start + COLUMN_KEYS])
-                  for start in starts)
-        return ({"keys": chunk_keys, "values": column} for chunk_keys, column in nested)
     chunks = (monoid.avro_columns(state, keys[start:start + COLUMN_KEYS]) for start in starts)
     if layout == LAYOUT_FIELD_COLUMNS:
         names = [f["name"] for f in schema["fields"][1]["type"]["fields"]]

@@ -17,7 +17,16 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from hailstorm.model import Message, ModelResult, run_model
-from hailstorm.monoids import Count, SetUnion, SlidingWindow, Sum, Ttl, TumblingWindow, per_key
+from hailstorm.monoids import (
+    Count,
+    Record,
+    SetUnion,
+    SlidingWindow,
+    Sum,
+    Ttl,
+    TumblingWindow,
+    per_key,
+)
 from hailstorm.processors import (
     Action,
     Batch,
@@ -411,7 +420,8 @@ def length_of(t: Any) -> int:
 def sim_topology() -> Topology:
     """words (spout) -> counts (x2, keyed by word, emits (word, running count))
     -> lengths (x2, keyed by word length): the two-level case; plus mixed (x1, no emit)
-    reading both counts and words, and total (x1, no emit) reading words. tally (x2, keyed,
+    reading both counts and words, total (x1, no emit) reading words, and figures (x2,
+    keyed, no emit) keeping a Record of a Count and a Sum per word. tally (x2, keyed,
     emits) and spread (x2, one Count per instance, routed by word) are ``preaggregate``:
     the spouts send them contributions combined per batch. ``late`` (x2), ``late_pre``
     (x1, ``preaggregate``, no retention) and ``late_sliding`` (x2, windows of 20 every 10)
@@ -449,6 +459,14 @@ def sim_topology() -> Topology:
         lift=Count.lift,
     )
     top.bolt("total", inputs=[words], state=Count(), lift=Count.lift)
+    top.bolt(  # Records of numbers: snapshots copy them as columns (KeyedColumns)
+        "figures",
+        inputs=[words],
+        key=lambda w: w,
+        state=per_key(Record({"seen": Count(), "letters": Sum()})),
+        lift=lambda w: {"seen": 1, "letters": len(w)},
+        parallelism=2,
+    )
     top.bolt(
         "tally",
         inputs=[words],
@@ -543,6 +561,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         loaded["lengths"] = clock_within(loaded["counts"])  # never behind its upstream
         loaded["mixed"] = clock_within(loaded["counts"])
         loaded["total"] = clock_within()
+        loaded["figures"] = clock_within()
         # Like every bolt with a snapshot in the runtime, the pre-aggregated ones load the
         # "committed" clock, here counts' (total may be behind it: spouts rewind lower and
         # must not combine across counts' clock, which they are told at start).

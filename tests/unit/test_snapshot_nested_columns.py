@@ -12,7 +12,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hailstorm.monoids import Count, HyperLogLog, Mean, Monoid, Record, TumblingWindow, per_key
+from hailstorm.monoids import (
+    Count,
+    HyperLogLog,
+    KeyedColumns,
+    Max,
+    Mean,
+    Monoid,
+    Record,
+    Sum,
+    TumblingWindow,
+    per_key,
+)
 from hailstorm.monoids.avro_columns import assemble, columns_schema, stripe
 from hailstorm.snapshots import (
     DirectorySnapshotStore,
@@ -243,3 +254,53 @@ class Nameless(Segment):
 def test_a_malformed_value_schema_is_named_whatever_the_layout(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match=r"the Avro schema of per_key\(Nameless\) is invalid"):
         _put(DirectorySnapshotStore(tmp_path), per_key(Nameless()), {"a": (1, 2)})
+
+
+FIGURES = Record({"spent": Sum(), "events": Count(), "largest": Max()})
+"""A Record of numbers: ``copy_keys`` copies its states as columns (KeyedColumns)."""
+
+figure_states = st.fixed_dictionaries({"spent": st.integers(-50, 50),
+                                       "events": st.integers(0, 5),
+                                       "largest": st.none() | st.integers(-9, 9)})
+key_types: list[tuple[Any, st.SearchStrategy[Any]]] = [
+    ("string", st.text(max_size=3)),
+    ("long", st.integers(-20, 20)),
+    (("string", "long"), st.tuples(st.sampled_from(["de", "fr"]), st.integers(0, 9))),
+]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), key_type=st.sampled_from(key_types))
+def test_records_of_numbers_are_copied_as_columns_and_written_as_a_dict_of_them_is(
+        tmp_path_factory: pytest.TempPathFactory, data: st.DataObject,
+        key_type: tuple[Any, st.SearchStrategy[Any]]) -> None:
+    spec, keys = key_type
+    monoid = per_key(FIGURES, key_type=spec)
+    state = data.draw(st.dictionaries(keys, figure_states, max_size=30))
+    asked = data.draw(st.lists(keys, unique=True, max_size=30))  # some absent from state
+    model = {k: dict(state[k]) if k in state else FIGURES.empty() for k in asked}
+    whole_model = {k: dict(v) for k, v in state.items()}
+    copy = monoid.copy_keys(state, asked)
+    whole = monoid.copy_keys(state)
+    assert isinstance(copy, KeyedColumns) and isinstance(whole, KeyedColumns)
+    for value in state.values():  # absorbing on after the copy changes nothing in it
+        FIGURES.absorb(value, {"spent": 1, "events": 1, "largest": 99})
+    assert copy == model and dict(copy) == model and list(copy) == asked
+    assert whole == whole_model
+    store = DirectorySnapshotStore(tmp_path_factory.mktemp("snapshots"))
+    written = _put(store, monoid, copy, bolt="columns")
+    as_dict = _put(store, monoid, model, bolt="dict")
+    assert store.load(written, monoid) == store.load(as_dict, monoid) == (CLOCK, model)
+    assert list(store.to_json_rows(written)) == list(store.to_json_rows(as_dict))
+
+
+def test_other_states_are_copied_as_dicts() -> None:
+    counts = per_key(Count())
+    assert counts.copy_keys({"a": 2, "b": 3}, ["b", "c"]) == {"b": 3, "c": 0}
+    assert counts.copy_keys({"a": 2, "b": 3}) == {"a": 2, "b": 3}  # every key
+    nested = per_key(Record({"users": HyperLogLog(4), "n": Count()}))  # a mutable field
+    state = {"a": nested.inner.lift(users=HyperLogLog(4).lift("u"), n=1)}
+    copy = nested.copy_keys(state, ["a"])
+    assert type(copy) is dict and copy == state and copy["a"]["users"] is not \
+        state["a"]["users"]
