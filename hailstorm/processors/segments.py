@@ -65,6 +65,11 @@ class PendingRound:
     handed_out: bool = False
     """Its snapshot was handed out (:meth:`Segments.hand_out`): its segment ``A`` takes
     no tuple and waits to fold (:meth:`Segments.fold_handed_out`)."""
+    overtaken: str | None = None
+    """While partial: a part arrived after tuples above it, what the protocol forbids
+    unless the master passed the round (an upstream that learned so first forwards no
+    more parts of it and reads on). The round is then dropped when this instance learns
+    so too; should the whole clock arrive instead, the violation is raised."""
 
 
 class Segments:
@@ -148,7 +153,9 @@ class Segments:
         A new round opens a segment (drop a partial round before it first: the master
         started a later round, so that one will never be written). Raises
         :class:`ProtocolViolation` when a tuple above the clock was already absorbed (an
-        upstream sent it before the clock) or a part disagrees with the clock."""
+        upstream sent it before the clock) or a part disagrees with the clock; a part
+        arriving after tuples above it only marks the round :attr:`PendingRound.overtaken`
+        (the master may have passed it, which this instance learns later)."""
         known = next((r for r in self.pending if r.epoch == epoch), None)
         if known is None:
             if self.latest_epoch is not None and epoch <= self.latest_epoch:
@@ -182,11 +189,15 @@ class Segments:
                   if (p in learned if partial else p not in parts)
                   and o > label.get(p, known.beyond)}
         if beyond:
-            raise ProtocolViolation(
+            violation = (
                 f"bolt {self.bolt!r}: clock of round {epoch} arrived after tuples above "
                 f"it (highest offsets absorbed {beyond}, clock {dict(clock)}); upstreams must "
-                "send CLOCK before any tuple beyond it"
-            )
+                "send CLOCK before any tuple beyond it")
+            if not partial:
+                raise ProtocolViolation(violation)
+            known.overtaken = known.overtaken or violation  # passed upstream, or broken
+        if not partial and known.overtaken is not None:
+            raise ProtocolViolation(known.overtaken)
         return learned if partial else dict(clock)
 
     def _disagree(self, epoch: int, partition: PartitionKey, known: int, now: int) -> None:

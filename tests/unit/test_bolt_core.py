@@ -170,8 +170,21 @@ def test_a_barrier_rounds_parts_must_agree_and_come_before_what_lies_beyond_them
     core = BoltCore(counts_spec(), ["s"])
     core.on_clock(1, {A: 3}, partial=True)
     feed(core, "s", (B, 2, "x"))
+    core.on_clock(1, {B: 1}, partial=True)  # the master may have passed round 1 ...
     with pytest.raises(ProtocolViolation, match="arrived after tuples above it"):
-        core.on_clock(1, {B: 1}, partial=True)
+        core.on_clock(1, {A: 3, B: 1})  # ... but it did not
+
+
+def test_a_part_after_tuples_above_it_is_moot_once_the_master_passed_the_round() -> None:
+    """One upstream learned that the master passed round 1 before this bolt did: it sent
+    no more parts of it, read on and sent tuples above the part another upstream still
+    forwards (the interleaving the simulation found)."""
+    core = BoltCore(counts_spec(), ["s", "t"])
+    core.on_clock(1, {A: 3}, partial=True)
+    feed(core, "s", (B, 0, "x"))  # from "s", which passed round 1 without B's part
+    core.on_clock(1, {B: -1}, partial=True)  # B's part, by way of "t"
+    core.round_passed(1)
+    assert core.pending_epochs == [] and core.merged_state() == {"x": 1}
 
 
 def test_lookup_merges_the_segments_and_absorbed_bounds_the_state() -> None:
