@@ -20,7 +20,7 @@ from typing import Any, cast
 from hailstorm.engine.calls import as_output_list, drained, mapped
 from hailstorm.monoids import Count, KeyedMap
 from hailstorm.routing import KEY_INT_BITS, KeyRouter, partition_by_instance
-from hailstorm.topology import BoltSpec, RecordFailed
+from hailstorm.topology import BoltSpec, EmitByKey, RecordFailed
 
 __all__ = ["BoltExecution", "Combined", "execution_of"]
 
@@ -105,7 +105,11 @@ class BoltExecution:
         self.state = spec.state
         self.key = spec.key
         self.lift = spec.lift
-        self.emit = spec.emit
+        emit = spec.emit
+        self.emits_by_key = isinstance(emit, EmitByKey)
+        self.emit: Callable[[Any, Any], Iterable[Any] | None] | None = (
+            emit.function if isinstance(emit, EmitByKey) else emit)
+        """What to call: ``emit(t, value)``, or with :attr:`emits_by_key` ``(key, value)``."""
         self.event_time = spec.event_time
         self.late = spec.late
         self.parallelism = spec.parallelism
@@ -304,13 +308,14 @@ class BoltExecution:
         return values if self.emits_state else list(map(
             self.window.emitted, values))  # type: ignore[union-attr]
 
-    def outputs(self, t: Any, value: Any) -> list[Any]:
-        """``emit(t, value)`` as a list of output tuples (empty without emit); raises
-        :class:`RecordFailed` when emit fails."""
+    def outputs(self, t: Any, key: Any, value: Any) -> list[Any]:
+        """``emit(t, value)`` (``emit(key, value)`` for :func:`~hailstorm.topology.by_key`)
+        as a list of output tuples (empty without emit); raises :class:`RecordFailed` when
+        emit fails."""
         if self.emit is None:
             return []
         try:
-            produced = self.emit(t, value)
+            produced = self.emit(key if self.emits_by_key else t, value)
             if type(produced) is list:
                 return produced
             produced = drained(produced)
@@ -318,15 +323,16 @@ class BoltExecution:
             raise RecordFailed(self.name, "emit", exc) from exc
         return as_output_list(produced, f"bolt {self.name!r}: emit")
 
-    def outputs_many(self, tuples: Sequence[Any], values: Sequence[Any]
+    def outputs_many(self, tuples: Sequence[Any], keys: Sequence[Any], values: Sequence[Any]
                      ) -> list[list[Any]] | None:
-        """:meth:`outputs` of every ``(tuples[i], values[i])``, a batch at a time; None when
-        emit fails on one or returns anything but a list (the caller then takes them one by
-        one, which names the failure: so emit must be deterministic, as replays need)."""
+        """:meth:`outputs` of every ``(tuples[i], keys[i], values[i])``, a batch at a time;
+        None when emit fails on one or returns anything but a list (the caller then takes
+        them one by one, which names the failure: so emit must be deterministic, as replays
+        need)."""
         if self.emit is None:
             return [[] for _ in tuples]
         try:
-            produced = list(map(self.emit, tuples, values))
+            produced = list(map(self.emit, keys if self.emits_by_key else tuples, values))
         except Exception:  # the user's emit failed on some tuple (any error): one by one
             return None
         if len(produced) != len(tuples) or not set(map(type, produced)) <= {list}:
@@ -349,7 +355,7 @@ class BoltExecution:
         if self.emit is None:
             return state, [], None
         try:
-            return state, self.outputs(t, self.value_for_emit(key, (state,))), None
+            return state, self.outputs(t, key, self.value_for_emit(key, (state,))), None
         except RecordFailed as failure:
             return state, [], failure
 

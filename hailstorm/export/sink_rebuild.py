@@ -70,7 +70,7 @@ def rebuilt_rows(table: Table, bolt: BoltSpec[Any, Any], states: Iterable[Any]
     run = execution_of(bolt)
     for state in states:
         for key in state:
-            for t in run.outputs(key, run.value_for_emit(key, [state])):
+            for t in run.outputs(key, key, run.value_for_emit(key, [state])):
                 try:
                     row = table.to_row(t)
                 except RowError:

@@ -44,7 +44,7 @@ from hailstorm.oracle.definitions import (
     topic_record,
 )
 from hailstorm.topic import Topic
-from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology
+from hailstorm.topology import BoltSpec, EmitByKey, SinkSpec, SpoutSpec, Table, Topology
 from hailstorm.vocabulary import (
     DeadLetter,
     Message,
@@ -309,7 +309,8 @@ class _Run:
         if bolt.emit is None:
             return []
         try:
-            produced = bolt.emit(t, seen)
+            emit = bolt.emit
+            produced = emit.function(key, seen) if isinstance(emit, EmitByKey) else emit(t, seen)
             if isinstance(produced, Iterator):
                 produced = list(produced)
         except Exception as exc:  # broad: the user's emit may raise anything

@@ -73,9 +73,9 @@ class Batch:
 class Contributions(Batch):
     """Pre-aggregated contributions for a ``preaggregate`` bolt (the shape of a DATA frame
     with contributions): ``values[i]`` is the combined value of a group of tuples under
-    state key ``keys[i]``, ``tuples[i]`` the group's last tuple (what emit receives), and
-    the origin the highest offset of the tuples combined. A group never spans a snapshot
-    clock."""
+    state key ``keys[i]``, ``tuples[i]`` the group's last tuple (what emit receives; the
+    key again for ``emit=by_key``, which reads no tuple), and the origin the highest offset
+    of the tuples combined. A group never spans a snapshot clock."""
 
     keys: list[Any] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)

@@ -226,7 +226,7 @@ class BoltCore:
                 applied += 1
                 if i == 0 and changed is not None:
                     changed.add(key)
-                produced = outputs(t, value_for_emit(key, segments))
+                produced = outputs(t, key, value_for_emit(key, segments))
             except RecordFailed as failure:  # emit: the contribution stays
                 self.failed.append((p, o, t, failure))
                 continue
@@ -503,7 +503,7 @@ class BoltCore:
                 values = self._run.values_for_emit(keys, segments)
         except Exception:  # broad: any monoid failure, which the row-by-row path names
             return None
-        produced = self._run.outputs_many(list(map(itemgetter(2), held)), values)
+        produced = self._run.outputs_many(list(map(itemgetter(2), held)), keys, values)
         if produced is None:
             return None
         partitions, offsets = list(map(itemgetter(0), held)), list(map(itemgetter(1), held))
@@ -528,7 +528,7 @@ class BoltCore:
         for key, (p, o, t) in rows:
             try:
                 value = single[key] if single is not None else value_for_emit(key, segments)
-                produced = outputs(t, value)
+                produced = outputs(t, key, value)
             except RecordFailed as failure:
                 self.failed.append((p, o, t, failure))
                 continue

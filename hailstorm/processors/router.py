@@ -148,7 +148,8 @@ def _preaggregated(
 ) -> dict[Destination, Contributions]:
     """``batch`` (one partition, ascending offsets) combined per group for ``bolt``'s
     instances, one run between consecutive ``boundaries`` at a time; each contribution's
-    origin is the last offset of its run. Tuples left out go to ``failed``."""
+    origin is the last offset of its run, and its tuple the last of its group (its key
+    for ``emit=by_key``). Tuples left out go to ``failed``."""
     offsets = batch.offsets
     cuts = sorted({0, len(offsets), *(bisect_right(offsets, b) for b in boundaries)})
     run = execution_of(bolt)
@@ -159,11 +160,13 @@ def _preaggregated(
         for index, failure in combined.failures:
             i = start + index
             failed.append((batch.partitions[i], offsets[i], batch.tuples[i], failure))
+        # emit=by_key reads no tuple: the key goes in its place (pickled once for both)
+        subjects = combined.keys if bolt.emits_by_key else combined.tuples
         if bolt.parallelism == 1:
             part = parts[0]
             part.partitions.extend(itertools.repeat(partition, len(combined)))
             part.offsets.extend(itertools.repeat(origin, len(combined)))
-            part.tuples.extend(combined.tuples)
+            part.tuples.extend(subjects)
             part.keys.extend(combined.keys)
             part.values.extend(combined.values)
             continue
@@ -172,7 +175,7 @@ def _preaggregated(
         else:
             instances = _instances_for(bolt, combined.tuples, between)
         for i, (tuples, keys, values) in _by_instance(instances, bolt.parallelism,
-                                                      combined.tuples, combined.keys,
+                                                      subjects, combined.keys,
                                                       combined.values):
             part = parts[i]
             part.partitions.extend(itertools.repeat(partition, len(tuples)))

@@ -57,8 +57,8 @@ def rebuild_refusal(topology: Topology, sink: str) -> str | None:
     if not bolt.keyed or bolt.window is not None or bolt.emit is None:
         return (f"bolt {bolt.name!r} does not keep plain per_key state with an emit "
                 "(windows and ttl emit per event)")
-    if bolt.key is not itself:
-        return (f"bolt {bolt.name!r} is not keyed by the tuple itself (key=itself): its "
-                "emit needs tuples that no state holds")
+    if bolt.key is not itself and not bolt.emits_by_key:
+        return (f"bolt {bolt.name!r} is not keyed by the tuple itself (key=itself) and its "
+                "emit reads tuples, which no state holds (emit=by_key(...) reads the key)")
     return None
 

@@ -26,6 +26,7 @@ from hailstorm.topology.late_rules import DROP, late_problem
 from hailstorm.topology.specs import (
     BoltSpec,
     Emit,
+    EmitByKey,
     Explode,
     Inputs,
     Node,
@@ -238,7 +239,8 @@ class Topology(TopologyGraph):
              late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, Any]: ...
     @overload
     def bolt(self, name: str, inputs: Inputs[T], state: KeyedMap[K, S, L],
-             lift: Callable[[T], L], emit: Emit[T, S, U], key: Callable[[T], K] | None = ...,
+             lift: Callable[[T], L], emit: Emit[T, S, U] | EmitByKey[K, S, U],
+             key: Callable[[T], K] | None = ...,
              parallelism: int = ..., event_time: Callable[[T], Any] | None = ...,
              preaggregate: bool = ...,
              late: str | Table | None = ..., **upgrade: Unpack[Upgrade]) -> BoltSpec[T, U]: ...
@@ -262,7 +264,8 @@ class Topology(TopologyGraph):
         inputs: Inputs[Any],
         state: Monoid[Any],
         lift: Callable[[Any], Any],
-        emit: Callable[[Any, Any], Iterable[Any] | None] | None = None,
+        emit: Callable[[Any, Any], Iterable[Any] | None] | EmitByKey[Any, Any, Any] | None
+        = None,
         key: Callable[[Any], Any] | None = None,
         parallelism: int = 1,
         event_time: Callable[[Any], Any] | None = None,
@@ -276,7 +279,9 @@ class Topology(TopologyGraph):
         (``per_key(...)``) it is stored under ``key(t)``, with window state it lands in the
         windows of ``event_time(t)``. ``emit(t, value)`` returns the list of tuples to send
         downstream, where ``value`` is the current value for ``key(t)`` (keyed state) or
-        the whole state. ``parallelism > 1`` splits the state by ``key``.
+        the whole state; ``emit=by_key(lambda key, value: ...)`` reads the key instead of
+        the tuple (keyed state only; see :func:`~hailstorm.topology.specs.by_key`).
+        ``parallelism > 1`` splits the state by ``key``.
 
         ``preaggregate=True`` lets the spouts feeding this bolt combine the contributions of
         each fetched batch per key (and window) before sending them, never across a snapshot
@@ -312,10 +317,17 @@ class Topology(TopologyGraph):
                 "pass state=<a monoid from hailstorm.monoids>",
                 label,
             )
+        if isinstance(emit, EmitByKey) and not isinstance(state, KeyedMap):
+            raise self._error(
+                "emit=by_key(...) reads a tuple's key, and this bolt's state has no keys",
+                "use emit=lambda t, value: [...], or keyed state (per_key(...))",
+                label,
+            )
         for argument, function, example in (
             ("lift", lift, "lift=lambda t: 1"),
             ("key", key, "key=lambda t: t[0]"),
-            ("emit", emit, "emit=lambda t, value: [(t, value)]"),
+            ("emit", emit.function if isinstance(emit, EmitByKey) else emit,
+             "emit=lambda t, value: [(t, value)]"),
             ("event_time", event_time, "event_time=lambda t: t['ts']"),
         ):
             if function is not None and not callable(function):

@@ -8,7 +8,7 @@ from typing import Any
 
 from hailstorm.topology.builder import Topology
 from hailstorm.topology.source import function_name
-from hailstorm.topology.specs import BoltSpec, Node, SpoutSpec
+from hailstorm.topology.specs import BoltSpec, EmitByKey, Node, SpoutSpec
 from hailstorm.topology.tables import Table
 
 __all__ = ["graph_of", "render_dot", "render_text"]
@@ -40,7 +40,10 @@ def _node_details(node: Node) -> list[tuple[str, str]]:
         details.append(("lift", function_name(node.lift)))
         if node.event_time is not None:
             details.append(("event time", function_name(node.event_time)))
-        details.append(("emit", function_name(node.emit)))
+        if isinstance(node.emit, EmitByKey):
+            details.append(("emit", f"by_key({function_name(node.emit.function)})"))
+        else:
+            details.append(("emit", function_name(node.emit)))
         if node.preaggregate:
             details.append(("preaggregate", "spouts combine contributions per key and batch"))
         if node.late_topic is not None:

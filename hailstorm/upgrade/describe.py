@@ -21,7 +21,7 @@ from typing import Any
 
 from hailstorm.snapshots.evolution import reader_schema
 from hailstorm.topic import Topic
-from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec, Table, Topology
+from hailstorm.topology import BoltSpec, EmitByKey, SinkSpec, SpoutSpec, Table, Topology
 from hailstorm.upgrade.tables import table_definition
 
 __all__ = ["FINGERPRINTS", "PYTHON", "NodeDescription", "describe_topology", "fingerprint"]
@@ -204,7 +204,8 @@ def describe_topology(topology: Topology) -> dict[str, NodeDescription]:
                 state=node.state.describe(), schema=reader_schema(node.state),
                 keyed=node.keyed, functions={
                     "key": fingerprint(node.key), "lift": fingerprint(node.lift),
-                    "emit": fingerprint(node.emit),
+                    "emit": f"by_key:{fingerprint(node.emit.function)}"
+                    if isinstance(node.emit, EmitByKey) else fingerprint(node.emit),
                     "event_time": fingerprint(node.event_time)},
                 version=upgrade.version if upgrade else 1,
                 previously=upgrade.previously if upgrade else None,

@@ -43,7 +43,7 @@ from hailstorm.processors import (
 )
 from hailstorm.processors.deltas import WRITER_COPY_MAX
 from hailstorm.protocol.clock import Clock, Partition, merge_max
-from hailstorm.topology import BoltSpec, Topology
+from hailstorm.topology import BoltSpec, Topology, by_key
 
 A: Partition = ("w", 0)
 B: Partition = ("w", 1)
@@ -435,7 +435,8 @@ def sim_topology() -> Topology:
     -> lengths (x2, keyed by word length): the two-level case; plus mixed (x1, no emit)
     reading both counts and words, total (x1, no emit) reading words, and figures (x2,
     keyed, no emit) keeping a Record of a Count and a Sum per word. tally (x2, keyed,
-    emits) and spread (x2, one Count per instance, routed by word) are ``preaggregate``:
+    emits), tally_keys (tally with ``emit=by_key``) and spread (x2, one Count per
+    instance, routed by word) are ``preaggregate``:
     the spouts send them contributions combined per batch. ``late`` (x2), ``late_pre``
     (x1, ``preaggregate``, no retention) and ``late_sliding`` (x2, windows of 20 every 10)
     keep per-word windows over
@@ -490,6 +491,16 @@ def sim_topology() -> Topology:
         parallelism=2,
         preaggregate=True,
     )
+    top.bolt(  # tally again, its emit reading the key: the spouts send no tuples
+        "tally_keys",
+        inputs=[words],
+        key=lambda w: w,
+        state=per_key(Count()),
+        lift=Count.lift,
+        emit=by_key(lambda w, n: [(w, n)]),
+        parallelism=2,
+        preaggregate=True,
+    )
     top.bolt(
         "spread",
         inputs=[words],
@@ -534,7 +545,7 @@ EVENT_TIMES = {"a": 0, "bb": 40, "cc": 10, "d": 90, "eee": 25, "ab": 60, "b": 5}
 """Event times of the words: out of order in most lines, so that some words are late."""
 LATE_BOLTS = ("late", "late_pre", "late_sliding", "ttl", "ttl_pre")
 """The bolts routing late data."""
-PREAGGREGATED = ("tally", "spread", "late_pre", "ttl_pre")
+PREAGGREGATED = ("tally", "tally_keys", "spread", "late_pre", "ttl_pre")
 """The bolts the spouts send contributions combined per batch."""
 
 
@@ -578,7 +589,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         # Like every bolt with a snapshot in the runtime, the pre-aggregated ones load the
         # "committed" clock, here counts' (total may be behind it: spouts rewind lower and
         # must not combine across counts' clock, which they are told at start).
-        loaded["tally"] = loaded["spread"] = loaded["counts"]
+        loaded["tally"] = loaded["tally_keys"] = loaded["spread"] = loaded["counts"]
         for name in LATE_BOLTS:
             loaded[name] = loaded["counts"]
     choices = draw(st.lists(st.integers(0, 10_000), min_size=80, max_size=400))
@@ -608,6 +619,7 @@ class Simulation:
     """Per bolt, the snapshots handed out that its writer has not taken yet."""
     emitted_counts: dict[str, int] = field(default_factory=dict)
     emitted_tally: dict[str, int] = field(default_factory=dict)
+    emitted_tally_keys: dict[str, int] = field(default_factory=dict)
     dead: list[tuple[int, int]] = field(default_factory=list)
     late: list[tuple[str, int, int, bytes]] = field(default_factory=list)
     rewind: Clock = field(default_factory=dict)
@@ -737,7 +749,8 @@ class Simulation:
 
     def emit(self, bolt_id: str, out: Batch) -> None:
         name = bolt_id.split("/")[0]
-        emitted = {"counts": self.emitted_counts, "tally": self.emitted_tally}.get(name)
+        emitted = {"counts": self.emitted_counts, "tally": self.emitted_tally,
+                   "tally_keys": self.emitted_tally_keys}.get(name)
         if emitted is not None:
             for word, n in out.tuples:
                 emitted[word] = max(emitted.get(word, 0), n)
@@ -761,6 +774,8 @@ class Simulation:
             name = bolt_id.split("/")[0]
             if isinstance(batch, Contributions):
                 assert name in PREAGGREGATED, f"{name} got contributions"
+                if name == "tally_keys":  # emit=by_key: the keys stand for the tuples
+                    assert batch.tuples == batch.keys
                 out = core.on_contributions(
                     source, batch.partitions, batch.offsets, batch.tuples, batch.keys,
                     batch.values,
@@ -936,7 +951,7 @@ def test_every_snapshot_equals_the_model_at_its_clock(scenario: Scenario) -> Non
     for word, n in sim.emitted_counts.items():
         assert n == final_counts[word]  # the last emit for a word saw all of A and B
     at_load = sim.model(scenario.loaded.get("tally", {})).bolt_state("tally")
-    assert sim.emitted_tally == {
+    assert sim.emitted_tally == sim.emitted_tally_keys == {
         w: n for w, n in final_counts.items() if n > at_load.get(w, 0)
     }  # pre-aggregated: every word read after its load was emitted, last with its total
     expected_dead = {

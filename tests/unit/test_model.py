@@ -357,7 +357,7 @@ def test_emit_over_split_states_matches_one_state(
             b = run.absorb(b, key, value)
         else:
             a = run.absorb(a, key, value)
-        emitted += [(index, out) for out in run.outputs(t, run.value_for_emit(key, (a, b)))]
+        emitted += [(index, out) for out in run.outputs(t, key, run.value_for_emit(key, (a, b)))]
     assert emitted == expected
     assert bolt.state.combine(a, b) == single
     assert run.absorb_all(bolt.state.empty(), tuples) == single

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hailstorm import Count, Sum, Table, Topic, Topology, itself, per_key
+from hailstorm import Count, Sum, Table, Topic, Topology, by_key, itself, per_key
 from hailstorm.export.sink_rebuild import rebuilt_rows
 from hailstorm.processors.sink_guard import (
     SHOWN_PARTITIONS,
@@ -179,6 +179,9 @@ def _topology() -> Topology:
     by_first = topology.bolt("by_first", inputs=[words], key=lambda w: w[:1],
                              state=per_key(Count()), lift=Count.lift,
                              emit=lambda w, n: [(w[:1], n)])
+    initials = topology.bolt("initials", inputs=[words], key=lambda w: w[:1],
+                             state=per_key(Count()), lift=Count.lift,
+                             emit=by_key(lambda letter, n: [(letter, n)]))
     total = topology.bolt("total", inputs=[words], state=Sum(), lift=lambda _: 1,
                           emit=lambda _, n: [(n,)])
     upsert = Table("counts", columns={"word": "text", "count": "bigint"}, key=["word"])
@@ -188,6 +191,8 @@ def _topology() -> Topology:
     topology.sink("topic", inputs=[counts], target=Topic("totals", key=lambda t: t[0]))
     topology.sink("by_first_table", inputs=[by_first], target=Table(
         "by_first", columns={"letter": "text", "count": "bigint"}, key=["letter"]))
+    topology.sink("initials_table", inputs=[initials], target=Table(
+        "initials", columns={"letter": "text", "count": "bigint"}, key=["letter"]))
     topology.sink("total_table", inputs=[total], target=Table(
         "total", columns={"n": "bigint"}, key=["n"]))
     return topology
@@ -199,6 +204,7 @@ def test_only_an_upsert_table_of_a_bolt_keyed_by_its_tuples_can_be_rebuilt() -> 
     assert "merge table" in (rebuild_refusal(topology, "merged") or "")
     assert "not a table" in (rebuild_refusal(topology, "topic") or "")
     assert "key=itself" in (rebuild_refusal(topology, "by_first_table") or "")
+    assert rebuild_refusal(topology, "initials_table") is None  # emit=by_key reads keys
     assert "per_key" in (rebuild_refusal(topology, "total_table") or "")
     assert "not a sink" in (rebuild_refusal(topology, "counts") or "")
 

@@ -21,6 +21,7 @@ from hailstorm import (
     Topology,
     TopologyError,
     TumblingWindow,
+    by_key,
     load_topology,
     per_key,
     render_dot,
@@ -239,6 +240,22 @@ def test_functions_must_be_callable(tmp_path: Path, argument: str) -> None:
     )
     assert f"bolt 'b': {argument} must be a function, got 42" in message
     assert f"pass {argument}=" in message
+
+
+def test_emit_by_key_needs_keyed_state_and_a_function() -> None:
+    topology = Topology("t")
+    words = topology.spout("words", topic="w", decoder="text", explode=str.split)
+    refused = r"emit=by_key\(\.\.\.\) reads a tuple's key, and this bolt's state has no keys"
+    with pytest.raises(TopologyError, match=refused):
+        topology.bolt("total", inputs=[words], state=Count(), lift=Count.lift,
+                      emit=by_key(lambda key, n: [n]))
+    with pytest.raises(TypeError, match=r"by_key takes a function of \(key, value\), not 3"):
+        by_key(3)  # type: ignore[arg-type]
+    counts = topology.bolt("counts", inputs=[words], key=lambda w: w.lower(),
+                           state=per_key(Count()), lift=Count.lift,
+                           emit=by_key(lambda word, n: [(word, n)]))
+    assert counts.emits_by_key
+    assert "emit:        by_key(lambda word, n: [(word, n)])" in render_text(topology)
 
 
 def test_lift_is_required(tmp_path: Path) -> None:

@@ -171,7 +171,8 @@ def run_one_instance(parts: list[list[dict[str, Any]]],
         key, value = execution_of(spec).contribution(e)
         closed.note([p], [(key, value)])
         segments[0] = execution_of(spec).absorb(segments[0], key, value)
-        rows.update(execution_of(spec).outputs(e, execution_of(spec).value_for_emit(key, segments)))
+        run = execution_of(spec)
+        rows.update(run.outputs(e, key, run.value_for_emit(key, segments)))
         if expire_now():
             closed.expire(segments, dict.fromkeys(clocks), budget)
     return segments[0], rows
