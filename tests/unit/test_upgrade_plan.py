@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hailstorm.monoids import Count, HyperLogLog, Max, Monoid, Record, Sum, TopK, per_key
 from hailstorm.protocol.layout import CommittedRecord, ExpectedRecord
-from hailstorm.topology import Table, Topology, TopologyError
+from hailstorm.topology import Table, Topology, TopologyError, by_key
 from hailstorm.upgrade.deployed import edit_committed
 from hailstorm.upgrade.describe import NodeDescription, describe_topology, fingerprint
 from hailstorm.upgrade.plan import (
@@ -293,6 +293,16 @@ def test_fingerprint_ignores_where_the_code_is_but_not_what_it_does() -> None:
     assert fingerprint(str.lower) != fingerprint(str.upper)
     assert fingerprint(None) is None
     assert fingerprint(lambda w, n=1: n) != fingerprint(lambda w, n=2: n)
+
+
+def test_an_emit_by_key_is_described_by_its_function_and_its_kind() -> None:
+    def emits(emit: Any) -> str | None:
+        return describe_topology(wordcount(emit=emit))["counts"].functions["emit"]
+
+    row = lambda w, n: [(w, n)]  # noqa: E731
+    assert emits(by_key(row)) == emits(by_key(lambda w, n: [(w, n)]))
+    assert emits(by_key(row)) != emits(row)  # the same code reading the key, not the tuple
+    assert emits(by_key(row)) != emits(by_key(lambda w, n: [(w, n + 1)]))
 
 
 def module_with(helper: str, pattern: str = "[a-z]+", limit: int = 3) -> dict[str, Any]:
