@@ -102,7 +102,7 @@ class BoltCore:
         self._watermarks = UpstreamWatermarks(self._upstreams)
         state = self._monoid.empty() if loaded_state is _FRESH else loaded_state
         self._segments = Segments(spec.name, self._monoid, state, loaded_clock or {})
-        self._deltas = DeltaChain(self._monoid, spec.keyed, loaded_whole)
+        self._deltas = DeltaChain(self._monoid, loaded_whole)
         self.compacting = spec.compacting
         """Emit once per key and :meth:`flush`, not once per tuple (see
         :attr:`~hailstorm.topology.BoltSpec.compacting`)."""

@@ -38,11 +38,12 @@ class DeltaChain:
     which the next snapshot may build on as a delta.
     """
 
-    def __init__(self, monoid: Monoid[Any], keyed: bool, loaded_whole: bool) -> None:
+    def __init__(self, monoid: Monoid[Any], loaded_whole: bool) -> None:
         self._monoid = monoid
-        self._keyed = keyed
-        self._keyed_map = monoid if keyed and isinstance(monoid, KeyedMap) else None
-        self.changed: set[Any] | None = set() if loaded_whole and keyed else None
+        self._keyed_map = monoid if isinstance(monoid, KeyedMap) else None
+        """The state's ``KeyedMap``: only keyed state has deltas."""
+        self.changed: set[Any] | None = (
+            set() if loaded_whole and self._keyed_map is not None else None)
         """Keys of ``A`` changed since the last snapshot handed out (or the loaded one);
         None when the next snapshot must be whole. Add to it what changes ``A``."""
         self._length = 0
@@ -62,14 +63,14 @@ class DeltaChain:
             self._length += 1
             self._keys += len(changed)
             keys = list(changed)
-            assert self._keyed_map is not None  # only keyed state has deltas
+            assert self._keyed_map is not None  # changed is None for other state
             copy_keys = self._keyed_map.copy_keys  # a key dropped since: its identity
             content = SnapshotContent(lambda: copy_keys(state, keys))
             if len(keys) > WRITER_COPY_MAX:
                 content.get()
             return WriteSnapshot(epoch, dict(label), content, delta=True)
         self._length = self._keys = 0
-        if self._keyed:
+        if self._keyed_map is not None:
             self.changed = set()  # the next may build on this one
         keyed_map, monoid = self._keyed_map, self._monoid
         content = SnapshotContent(lambda: monoid.copy(state) if keyed_map is None

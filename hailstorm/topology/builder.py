@@ -264,8 +264,7 @@ class Topology(TopologyGraph):
         inputs: Inputs[Any],
         state: Monoid[Any],
         lift: Callable[[Any], Any],
-        emit: Callable[[Any, Any], Iterable[Any] | None] | EmitByKey[Any, Any, Any] | None
-        = None,
+        emit: Emit[Any, Any, Any] | EmitByKey[Any, Any, Any] | None = None,
         key: Callable[[Any], Any] | None = None,
         parallelism: int = 1,
         event_time: Callable[[Any], Any] | None = None,
