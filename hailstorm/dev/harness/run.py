@@ -71,16 +71,23 @@ class TopologyRun(MeasuredRun):
                phase: MasterPhase | None = None) -> Fault:
         """Record a fault about to hit ``target``: what the topology held, then (with
         ``phase``) wait until the master is in that state; the caller strikes right after.
-        The master's state, epoch and the time are read last, just before the strike."""
+        The master's state, epoch and the time are read last, just before the strike.
+
+        While the producer writes, the strike waits (up to 15 s) for some data in flight,
+        and a round's state that passed meanwhile is awaited again within those 15 s. A
+        recovery state is struck as soon as it is seen: it passes once (in half a second,
+        after a trigger), and waiting in it for data in flight would miss it."""
         producer = self.producer
         fault = Fault(kind, target, pid, time.time(), 0, self.position())
         deadline = time.monotonic() + 15
+        timeout = None  # the first wait for the phase: wait_phase's own bound
         while True:  # some data in flight when it hits, while the producer writes
             if phase is not None:
-                self.wait_phase(phase)
+                self.wait_phase(phase, timeout)
+                timeout = max(0.0, deadline - time.monotonic())
             fault.uncommitted = self.uncommitted()
             if fault.uncommitted or producer is None or not producer.running \
-                    or time.monotonic() > deadline:
+                    or phase in RECOVERY_PHASES or time.monotonic() > deadline:
                 break
             time.sleep(0.02)
         fault.producing = None if producer is None else producer.running
