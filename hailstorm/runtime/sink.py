@@ -62,6 +62,8 @@ class SinkShell(InboundShell):
         self.received = 0
         self.writer: SinkWriter | TopicWriter | None = None
         self.core: SinkCore | None = None
+        self.reported_at = (0, 0)
+        """The writer's rows written and commits when the last round was reported."""
         self.started = time.monotonic()
         self.where = f"sink:{spec.name}"
         """The sink's table (with its database) or topic, as halt lines name it."""
@@ -118,6 +120,7 @@ class SinkShell(InboundShell):
 
     def on_initialize(self, epoch: int) -> None:
         self.received = 0
+        self.reported_at = (0, 0)  # the new writer counts from 0
         if self.writer is not None:
             self.writer.close()
             self.writer = None
@@ -253,8 +256,12 @@ class SinkShell(InboundShell):
         self.coord.write_snapshot_report(
             SnapshotReport(self.assignment.processor, report.epoch, report.clock, self.ref)
         )
-        log.info("round %d: table committed through %s", report.epoch,
-                 clock_to_json(report.clock))
+        writer = self.writer
+        rows, commits = (writer.rows_written, writer.commits) if writer else (0, 0)
+        log.info("round %d: table committed through %s (%d rows in %d commits since the "
+                 "last round)", report.epoch, clock_to_json(report.clock),
+                 rows - self.reported_at[0], commits - self.reported_at[1])
+        self.reported_at = (rows, commits)
 
     def shutdown(self) -> None:
         if self.writer is not None:
