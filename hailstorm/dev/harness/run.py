@@ -74,17 +74,15 @@ class TopologyRun(MeasuredRun):
         The master's state, epoch and the time are read last, just before the strike.
 
         While the producer writes, the strike waits (up to 15 s) for some data in flight,
-        and a round's state that passed meanwhile is awaited again within those 15 s. A
-        recovery state is struck as soon as it is seen: it passes once (in half a second,
-        after a trigger), and waiting in it for data in flight would miss it."""
+        awaiting the phase again when it passed meanwhile. A recovery state is struck as
+        soon as it is seen: it passes once (in half a second, after a trigger), and a
+        second wait for it would only time out and strike wherever the master is then."""
         producer = self.producer
         fault = Fault(kind, target, pid, time.time(), 0, self.position())
         deadline = time.monotonic() + 15
-        timeout = None  # the first wait for the phase: wait_phase's own bound
         while True:  # some data in flight when it hits, while the producer writes
             if phase is not None:
-                self.wait_phase(phase, timeout)
-                timeout = max(0.0, deadline - time.monotonic())
+                self.wait_phase(phase)
             fault.uncommitted = self.uncommitted()
             if fault.uncommitted or producer is None or not producer.running \
                     or phase in RECOVERY_PHASES or time.monotonic() > deadline:
