@@ -279,15 +279,33 @@ class BacklogRun:
 ROLES = ("spout", "bolt", "sink")
 
 
+def process_cpu(pid: int) -> tuple[float, float] | None:
+    """``(CPU seconds, start time)`` of process ``pid`` from ``/proc/<pid>/stat``: user and
+    system time of all its threads, and its start in clock ticks since boot (a process
+    started again has another); None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # from field 3 (state) on: comm may hold spaces
+    utime, stime, start = int(fields[11]), int(fields[12]), int(fields[19])
+    return (utime + stime) / os.sysconf("SC_CLK_TCK"), float(start)
+
+
 def processor_cpu(run: Any) -> dict[str, tuple[float, float | None]]:
     """Processor id -> ``(CPU seconds its process used so far, its start time)``
-    (``process_cpu_seconds_total`` and ``process_start_time_seconds`` of its ``/metrics``;
-    every thread counted), for every living processor answering."""
-    return {ident: (samples["process_cpu_seconds_total"],
-                    samples.get("process_start_time_seconds"))
-            for role in ROLES
-            for ident, samples in processor_metrics(run, role).items()
-            if "process_cpu_seconds_total" in samples}
+    (:func:`process_cpu`; every thread counted), for every living spout, bolt and sink of
+    ``run`` on this machine. Read from ``/proc``, a few milliseconds for all: scraping
+    their ``/metrics`` took about 0.5 s of the timed run on the 2-core VM, 12% of a
+    word count of 300k lines."""
+    result: dict[str, tuple[float, float | None]] = {}
+    for ident, report in run.processors().items():
+        if ident.split(":")[0] not in ROLES or "pid" not in report.info:
+            continue
+        read = process_cpu(int(report.info["pid"]))
+        if read is not None:
+            result[ident] = read
+    return result
 
 
 def cpu_by_role(before: Mapping[str, tuple[float, float | None]],

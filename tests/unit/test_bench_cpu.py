@@ -3,14 +3,18 @@ seconds and microseconds per item of the run (``bench/common.py``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from common import cpu_by_role, cpu_figures
+from common import cpu_by_role, cpu_figures, process_cpu, processor_cpu
 
 
 def test_cpu_by_role_sums_the_instances_read_twice(capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,3 +45,31 @@ def test_cpu_figures_per_item_and_the_line() -> None:
         "cpu_us_per_event_sinks": 4.0,
     }
     assert "spouts 13.5 us, bolts 15.0 us, sinks 4.0 us per event (32.5 in all" in line
+
+
+def test_process_cpu_reads_a_process_s_own_time_and_start() -> None:
+    first = process_cpu(os.getpid())
+    assert first is not None
+    spent = time.process_time() + 0.05
+    while time.process_time() < spent:  # busy: the kernel counts ticks of this process
+        pass
+    second = process_cpu(os.getpid())
+    assert second is not None and second[1] == first[1] and second[0] > first[0]
+
+
+def test_process_cpu_of_a_process_gone_is_none() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert process_cpu(child.pid) is None
+
+
+def test_processor_cpu_reads_the_roles_it_counts_from_their_pids() -> None:
+    def report(pid: int | None) -> SimpleNamespace:
+        return SimpleNamespace(info={} if pid is None else {"pid": pid})
+
+    reports = {"spout:lines:0": report(os.getpid()), "bolt:counts:0": report(None),
+               "negotiator:0": report(os.getpid())}
+    run = SimpleNamespace(processors=lambda: reports)
+    read = processor_cpu(run)
+    assert list(read) == ["spout:lines:0"]  # no pid, no figure; a negotiator is no role
+    assert read["spout:lines:0"][1] == process_cpu(os.getpid())[1]  # type: ignore[index]
