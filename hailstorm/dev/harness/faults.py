@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
+from hailstorm.dev.services.processes import stat_fields
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import RecoveryRecord
 
@@ -180,11 +180,8 @@ ZOMBIE_ENDED = "resumed after its replacement committed; ended on its own, not f
 
 def process_stopped(pid: int) -> bool:
     """True when process ``pid`` is stopped (SIGSTOP: state ``T`` in ``/proc``)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] == "T"
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] == "T"
 
 
 def zombie_outcome(log: str, pid: int) -> str:

@@ -29,6 +29,7 @@ from hailstorm.dev.services.processes import (
     listens,
     pid_alive,
     pyspark_jars,
+    stat_fields,
     stop_pid,
 )
 from hailstorm.dev.services.stack import DevStack, running_stack
@@ -89,5 +90,6 @@ __all__ = [
     "pyspark_jars",
     "running_stack",
     "spark_worker_name",
+    "stat_fields",
     "stop_pid",
 ]

@@ -32,15 +32,25 @@ from hailstorm.dev.services.state import (
 # --------------------------------------------------------------------------- processes
 
 
-def pid_alive(pid: int, marker: str | None = None) -> bool:
-    """True when ``pid`` runs (not a zombie) and its command line contains ``marker``."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from the third (the state) on, so that
+    ``fields[i]`` is field ``i + 3`` of proc(5) (the command name before them may hold
+    spaces); None when the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def pid_alive(pid: int, marker: str | None = None) -> bool:
+    """True when ``pid`` runs (not a zombie) and its command line contains ``marker``."""
+    fields = stat_fields(pid)
+    try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return False
-    state = stat.rsplit(")", 1)[-1].split()[0]
-    if state in ("Z", "X"):
+    if fields is None or fields[0] in ("Z", "X"):
         return False
     return marker is None or marker in cmdline
 
