@@ -99,7 +99,8 @@ def check_monoid_laws(
 
     Checks identity (both sides), associativity, commutativity, that ``combine`` mutates
     neither input nor returns structure shared with them, that ``absorb`` agrees with
-    ``combine``, that ``combine_all`` folds, that ``copy`` is equal and independent, and that
+    ``combine``, that ``combine_all`` folds (lists and iterators, empty and single) into a
+    new state sharing nothing with its inputs, that ``copy`` is equal and independent, and that
     states survive an Avro round trip (``parse_schema`` + schemaless writer/reader) and
     combine after it as before (a state loaded from a snapshot must not change a result),
     and that ``avro_column`` (how snapshots write a chunk of keyed values) gives the
@@ -178,7 +179,19 @@ def check_monoid_laws(
             same(b, b0, "absorb(acc, b) mutated b")
             same(monoid.absorb(monoid.empty(), a), a0, "absorb(empty, a) != a")
         with law("combine_all folds", a=a0, b=b0, c=c0):
-            same(monoid.combine_all([a, b, c]), left, "combine_all([a, b, c]) != a+b+c")
+            folded = monoid.combine_all([a, b, c])
+            same(folded, left, "combine_all([a, b, c]) != a+b+c")
+            same(monoid.combine_all(iter([a, b, c])), left,
+                 "combine_all(iter([a, b, c])) != a+b+c")
+            same(monoid.combine_all([]), monoid.empty(), "combine_all([]) != empty")
+            same(monoid.combine_all([a]), a0, "combine_all([a]) != a")
+            same(a, a0, "combine_all mutated a")
+            same(b, b0, "combine_all mutated b")
+        with law("combine_all result independence", a=a0, b=b0, c=c0):
+            monoid.absorb(monoid.combine_all([a, b]), c)
+            monoid.absorb(monoid.combine_all([a]), b)
+            same(a, a0, "absorbing into combine_all([a, ...]) changed a")
+            same(b, b0, "absorbing into combine_all([a, b]) changed b")
         with law("copy independence", a=a0, b=b0):
             dup = monoid.copy(a)
             same(dup, a0, "copy(a) != a")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
@@ -439,38 +439,28 @@ class BoltExecution:
                         else self._combine_by_key(tuples))
             if combined is not None:
                 return combined
-        inner = self.value_monoid
-        copy = None if inner.immutable_state else inner.copy
-        absorb = inner.absorb
         contributions, indices, failures = self.contributions(tuples)
-        values: dict[Any, Any] = {}
-        last: dict[Any, Any] = {}
-        # A group's first value may be shared (lift may return one object for every
-        # tuple): it is copied before the first value absorbed into it, and only then, so
-        # the many groups seen once per batch (high-cardinality keys) are never copied.
-        owned: set[Any] | None = None if copy is None else set()
         groups = self._groups(tuples, contributions, indices)
-        for index, (_key, value), group in zip(indices, contributions, groups, strict=True):
-            t = tuples[index]
-            current = values.get(group, _NO_VALUE)
-            if current is _NO_VALUE:
-                values[group] = value
-            elif owned is None or group in owned:
-                values[group] = absorb(current, value)
-            else:
-                assert copy is not None
-                owned.add(group)
-                values[group] = absorb(copy(current), value)
-            last.pop(group, None)
-            last[group] = t
-        window = self.window
+        # Each group's values gathered, then folded at once by the monoid's combine_all (a
+        # new state: lift may return one shared object for every tuple). A group seen once
+        # keeps its value as it is, so the many groups seen once per batch
+        # (high-cardinality keys) are never copied.
+        parts: defaultdict[Any, list[Any]] = defaultdict(list)
+        for group, (_key, value) in zip(groups, contributions, strict=True):
+            parts[group].append(value)
+        last = dict(zip(groups, indices, strict=True))  # each group's last tuple
+        order = list(dict.fromkeys(reversed(groups)))
+        order.reverse()  # groups in the order each was last seen
+        combine_all = self.value_monoid.combine_all
+        values = [part[0] if len(part) == 1 else combine_all(part)
+                  for part in map(parts.__getitem__, order)]
         if not self.keyed:
-            state_keys: list[Any] = [None] * len(last)
-        elif window is None:
-            state_keys = list(last)
+            state_keys: list[Any] = [None] * len(order)
+        elif self.window is None:
+            state_keys = order
         else:
-            state_keys = [group[0] for group in last]
-        return Combined(list(last.values()), state_keys, [values[g] for g in last], failures)
+            state_keys = [group[0] for group in order]
+        return Combined([tuples[last[g]] for g in order], state_keys, values, failures)
 
     def _groups(self, tuples: Sequence[Any], contributions: Sequence[tuple[Any, Any]],
                 indices: Sequence[int]) -> list[Any]:

@@ -355,6 +355,13 @@ class Record(Monoid[dict[str, Any]]):
             acc[name] = m.absorb(acc[name], value[name])
         return acc
 
+    def combine_all(self, values: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        """Fold many states into a new one, a field at a time (each field's
+        :meth:`~Monoid.combine_all` over the column of that field)."""
+        states = values if isinstance(values, Sequence) else list(values)
+        return {name: m.combine_all(list(map(itemgetter(name), states)))
+                for name, m in self.fields.items()}
+
     def copy(self, state: dict[str, Any]) -> dict[str, Any]:
         if self._flat:
             return dict(state)
@@ -381,6 +388,8 @@ class Record(Monoid[dict[str, Any]]):
 
     def lift(self, **values: Any) -> dict[str, Any]:
         """A state from per-field states; fields not given are the identity."""
+        if tuple(values) == self._names:  # every field given, in order: the call's own dict
+            return values
         if len(values) == len(self._names) and values.keys() == self.fields.keys():
             return {name: values[name] for name in self._names}  # every field given
         unknown = set(values) - set(self.fields)

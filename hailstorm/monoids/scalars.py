@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable, Sequence
+from functools import reduce
 from typing import Any, ClassVar
 
 from hailstorm.monoids.avro import (
@@ -50,6 +52,11 @@ class Sum(Monoid[Any]):
 
     def absorb(self, acc: Any, value: Any) -> Any:
         return acc + value
+
+    def combine_all(self, values: Iterable[Any]) -> Any:
+        # Added in order from the identity, as absorbing one by one does (``sum`` may
+        # compensate float rounding, which would give other last bits).
+        return sum(values) if self.kind == "long" else reduce(operator.add, values, self._zero)
 
     def copy(self, state: Any) -> Any:
         return state
@@ -183,6 +190,10 @@ class Max(_Extremum):
         return self.combine(acc, value)
 
 
+_TUPLE, _PAIR, _INT = frozenset({tuple}), frozenset({2}), frozenset({int})
+_NUMBER_TYPES = frozenset({int, float})
+
+
 class Mean(Monoid[tuple[float, int]]):
     """Arithmetic mean: state ``(sum, count)``; :meth:`value` gives the mean."""
 
@@ -198,6 +209,11 @@ class Mean(Monoid[tuple[float, int]]):
     def absorb(self, acc: tuple[float, int], value: tuple[float, int]) -> tuple[float, int]:
         return (acc[0] + value[0], acc[1] + value[1])
 
+    def combine_all(self, values: Iterable[tuple[float, int]]) -> tuple[float, int]:
+        states = values if isinstance(values, Sequence) else list(values)
+        return (reduce(operator.add, map(operator.itemgetter(0), states), 0.0),
+                sum(map(operator.itemgetter(1), states)))
+
     def copy(self, state: tuple[float, int]) -> tuple[float, int]:
         return state
 
@@ -206,6 +222,15 @@ class Mean(Monoid[tuple[float, int]]):
             raise TypeError(f"Mean takes (sum, count) pairs (Mean.lift(x)), not {value!r:.80}")
         check_kind(value[0], (int, float), "Mean's sum")
         check_kind(value[1], (int,), "Mean's count")
+
+    def check_many(self, values: Sequence[Any]) -> None:
+        # By the sets of types and lengths, C loops; value by value (naming the refused
+        # one) unless every value is a plain pair of a float or int and an int.
+        if (set(map(type, values)) <= _TUPLE and set(map(len, values)) <= _PAIR
+                and set(map(type, map(operator.itemgetter(0), values))) <= _NUMBER_TYPES
+                and set(map(type, map(operator.itemgetter(1), values))) <= _INT):
+            return
+        super().check_many(values)
 
     @staticmethod
     def lift(x: float) -> tuple[float, int]:

@@ -202,6 +202,17 @@ class HyperLogLog(Monoid[bytearray]):
             a, b = b, a  # copy the denser one, absorb the sparser one
         return self.absorb(bytearray(a), b)
 
+    def combine_all(self, values: Iterable[bytearray]) -> bytearray:
+        """Fold many states into a new one; sparse states all at once: their entries read
+        together and sorted, so each register's highest rank comes last and wins."""
+        states = values if isinstance(values, Sequence) else list(values)
+        m = self.m
+        if not _LITTLE_ENDIAN or any(len(state) == m for state in states):
+            return super().combine_all(states)
+        with memoryview(b"".join(states)) as raw, raw.cast("I") as entries:
+            registers = dict(map(_split, sorted(entries.tolist())))
+        return self._sparse(registers)
+
     def absorb(self, acc: bytearray, value: bytearray) -> bytearray:
         m = self.m
         if len(value) == _ENTRY:  # one item (a lifted one): the hot path

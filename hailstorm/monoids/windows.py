@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from hailstorm.monoids.avro import LONG_MAX, LONG_MIN, check_number, record
@@ -292,6 +292,24 @@ class Window(EventTimed[WindowState[V]]):
             else:
                 buckets[s] = inner.absorb(cur, v)
         return (t, buckets)
+
+    def combine_all(self, values: Iterable[WindowState[Any]]) -> WindowState[Any]:
+        """Fold many states into a new one. Values without an event time (what
+        :meth:`lift_unexpiring` makes: nothing expires) are folded a window at a time, each
+        window's states by the inner monoid's :meth:`~Monoid.combine_all`."""
+        states = values if isinstance(values, Sequence) else list(values)
+        if any(t is not None for t, _buckets in states):
+            return super().combine_all(states)
+        parts: dict[Any, list[Any]] = {}
+        for _t, buckets in states:
+            for start, inner_state in buckets.items():
+                part = parts.get(start)
+                if part is None:
+                    parts[start] = [inner_state]
+                else:
+                    part.append(inner_state)
+        combine = self.inner.combine_all
+        return (None, {start: combine(part) for start, part in parts.items()})
 
     def copy(self, state: WindowState[Any]) -> WindowState[Any]:
         t, buckets = state

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from hailstorm import (
     Collect,
     Count,
+    HyperLogLog,
     Max,
+    Mean,
     Record,
     SetUnion,
     SlidingWindow,
@@ -139,7 +141,21 @@ def specs() -> dict[str, BoltSpec]:
         "windowed": top.bolt("e", inputs=[src], key=lambda t: t[0],
                              state=per_key(TumblingWindow(10, Sum())), lift=lambda t: t[1],
                              event_time=lambda t: t[1], late="drop"),
+        "windowed page stats": top.bolt(
+            "j", inputs=[src], key=lambda t: t[0], state=per_key(TumblingWindow(10, PAGE_STATS)),
+            lift=lambda t: PAGE_STATS.lift(views=1, users=SPARSE_USERS.lift(t[1] % 7),
+                                           latency=Mean.lift(t[1])),
+            event_time=lambda t: t[1], late="drop", parallelism=2),
+        "windowed shared sets": top.bolt("k", inputs=[src], key=lambda t: t[0],
+                                         state=per_key(SlidingWindow(10, 5, SetUnion())),
+                                         lift=lambda t: shared_lift, event_time=lambda t: t[1],
+                                         late="drop"),
     }
+
+
+SPARSE_USERS = HyperLogLog(10)
+"""Sketches of a few users stay sparse: their entries are folded together."""
+PAGE_STATS = Record({"views": Count(), "users": SPARSE_USERS, "latency": Mean()})
 
 
 shared_lift = {"shared"}
