@@ -47,11 +47,24 @@ class Monoid(ABC, Generic[S]):
     def combine_all(self, values: Iterable[S]) -> S:
         """Fold many states into a new state the caller owns: it shares nothing with
         ``values``, which are not mutated. Override it where a column of states folds
-        faster at once (pre-aggregation folds each key's values of a batch with it)."""
-        acc = self.empty()
-        for v in values:
+        faster at once (pre-aggregation folds each key's values of a batch with it).
+        This one copies the first state and absorbs the others into the copy."""
+        states = iter(values)
+        first = next(states, MISSING)
+        if first is MISSING:
+            return self.empty()
+        acc = self.copy(first)
+        for v in states:
             acc = self.absorb(acc, v)
         return acc
+
+    def _merges_as(self, owner: type[Monoid[Any]]) -> bool:
+        """Whether this monoid merges as ``owner`` does (neither :meth:`combine` nor
+        :meth:`absorb` overridden below it): a fold of ``owner``'s own
+        (:meth:`combine_all`) holds only then; a subclass merging its own way folds by
+        its :meth:`absorb`."""
+        cls = type(self)
+        return cls.combine is owner.combine and cls.absorb is owner.absorb
 
     def copy(self, state: S) -> S:
         """An independent copy of ``state`` (for handing state ``A`` to a snapshot writer)."""

@@ -359,8 +359,11 @@ class Record(Monoid[dict[str, Any]]):
         """Fold many states into a new one, a field at a time (each field's
         :meth:`~Monoid.combine_all` over the column of that field)."""
         states = values if isinstance(values, Sequence) else list(values)
-        return {name: m.combine_all(list(map(itemgetter(name), states)))
-                for name, m in self.fields.items()}
+        fields = self.fields
+        if not self._merges_as(Record) or set(map(len, states)) != {len(fields)}:
+            return super().combine_all(states)  # also a state with keys of its own, as is
+        return {name: fields[name].combine_all(list(map(itemgetter(name), states)))
+                for name in states[0]}  # the first state's order of its fields
 
     def copy(self, state: dict[str, Any]) -> dict[str, Any]:
         if self._flat:

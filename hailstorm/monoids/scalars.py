@@ -21,7 +21,7 @@ from hailstorm.monoids.avro import (
     record,
 )
 from hailstorm.monoids.avro_columns import check_length
-from hailstorm.monoids.base import DEFAULT_NAMESPACE, Monoid
+from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
 
 __all__ = ["Count", "Last", "Max", "Mean", "Min", "Sum"]
 
@@ -54,9 +54,16 @@ class Sum(Monoid[Any]):
         return acc + value
 
     def combine_all(self, values: Iterable[Any]) -> Any:
-        # Added in order from the identity, as absorbing one by one does (``sum`` may
-        # compensate float rounding, which would give other last bits).
-        return sum(values) if self.kind == "long" else reduce(operator.add, values, self._zero)
+        if not self._merges_as(Sum):
+            return super().combine_all(values)
+        if self.kind == "long":
+            return sum(values)
+        # Added in order onto the first, as absorbing into a copy of it does: ``sum`` would
+        # start from 0 (an int sum turned float, -0.0 turned 0.0) and may compensate float
+        # rounding (other last bits).
+        states = iter(values)
+        first = next(states, MISSING)
+        return self._zero if first is MISSING else reduce(operator.add, states, first)
 
     def copy(self, state: Any) -> Any:
         return state
@@ -210,9 +217,14 @@ class Mean(Monoid[tuple[float, int]]):
         return (acc[0] + value[0], acc[1] + value[1])
 
     def combine_all(self, values: Iterable[tuple[float, int]]) -> tuple[float, int]:
+        if not self._merges_as(Mean):
+            return super().combine_all(values)
         states = values if isinstance(values, Sequence) else list(values)
-        return (reduce(operator.add, map(operator.itemgetter(0), states), 0.0),
-                sum(map(operator.itemgetter(1), states)))
+        if not states:
+            return self.empty()
+        sums = map(operator.itemgetter(0), states)
+        first = next(sums)  # the sums added onto the first, as in Sum("double")
+        return (reduce(operator.add, sums, first), sum(map(operator.itemgetter(1), states)))
 
     def copy(self, state: tuple[float, int]) -> tuple[float, int]:
         return state
@@ -225,8 +237,10 @@ class Mean(Monoid[tuple[float, int]]):
 
     def check_many(self, values: Sequence[Any]) -> None:
         # By the sets of types and lengths, C loops; value by value (naming the refused
-        # one) unless every value is a plain pair of a float or int and an int.
-        if (set(map(type, values)) <= _TUPLE and set(map(len, values)) <= _PAIR
+        # one) unless every value is a plain pair of a float or int and an int, or when a
+        # subclass checks its own way.
+        if (type(self).check is Mean.check
+                and set(map(type, values)) <= _TUPLE and set(map(len, values)) <= _PAIR
                 and set(map(type, map(operator.itemgetter(0), values))) <= _NUMBER_TYPES
                 and set(map(type, map(operator.itemgetter(1), values))) <= _INT):
             return

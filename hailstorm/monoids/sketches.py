@@ -207,7 +207,8 @@ class HyperLogLog(Monoid[bytearray]):
         together and sorted, so each register's highest rank comes last and wins."""
         states = values if isinstance(values, Sequence) else list(values)
         m = self.m
-        if not _LITTLE_ENDIAN or any(len(state) == m for state in states):
+        if (not _LITTLE_ENDIAN or not self._merges_as(HyperLogLog)
+                or any(len(state) == m for state in states)):
             return super().combine_all(states)
         with memoryview(b"".join(states)) as raw, raw.cast("I") as entries:
             registers = dict(map(_split, sorted(entries.tolist())))

@@ -298,7 +298,7 @@ class Window(EventTimed[WindowState[V]]):
         :meth:`lift_unexpiring` makes: nothing expires) are folded a window at a time, each
         window's states by the inner monoid's :meth:`~Monoid.combine_all`."""
         states = values if isinstance(values, Sequence) else list(values)
-        if any(t is not None for t, _buckets in states):
+        if not self._merges_as(Window) or any(t is not None for t, _buckets in states):
             return super().combine_all(states)
         parts: dict[Any, list[Any]] = {}
         for _t, buckets in states:

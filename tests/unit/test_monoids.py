@@ -242,6 +242,73 @@ def test_laws_with_approximate_floats() -> None:
     )
 
 
+class Product(Sum):
+    """A monoid of its own built on Sum: it multiplies."""
+
+    name = "Product"
+
+    def empty(self) -> Any:
+        return 1
+
+    def combine(self, a: Any, b: Any) -> Any:
+        return a * b
+
+    def absorb(self, acc: Any, value: Any) -> Any:
+        return acc * value
+
+
+class MaxRecord(Record):
+    """A Record merging its own way: field by field maxima."""
+
+    def combine(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        return {name: max(a[name], b[name]) for name in self.fields}
+
+    def absorb(self, acc: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+        return self.combine(acc, value)
+
+
+def test_a_subclass_merging_its_own_way_folds_by_its_absorb() -> None:
+    """combine_all's batch folds are their class's own: a subclass overriding combine or
+    absorb is folded by its absorb, not summed as a Sum or field by field as a Record."""
+    assert Product().combine_all([2, 3, 4]) == 24
+    assert Product().combine_all(iter([5])) == 5
+    check_monoid_laws(Product(), st.integers(1, 5), max_examples=EXAMPLES)
+    record = MaxRecord({"a": Count(), "b": Count()})
+    assert record.combine_all([{"a": 1, "b": 5}, {"a": 3, "b": 2}]) == {"a": 3, "b": 5}
+
+
+def test_combine_all_adds_onto_the_first_state_as_absorbing_into_its_copy_does() -> None:
+    """Folding keeps what absorbing one by one into a copy of the first state gives: ints
+    of a double sum stay exact ints, -0.0 stays -0.0, a Record keeps its state's own keys."""
+    total = Sum("double").combine_all([2**53, 1, 1])
+    assert total == 2**53 + 2 and type(total) is int
+    assert math.copysign(1, Sum("double").combine_all([-0.0, -0.0])) == -1
+    assert Mean().combine_all([(2**53, 1), (1, 1), (1, 1)]) == (2**53 + 2, 3)
+    assert Mean().combine_all([]) == Mean().empty()
+    record = Record({"n": Count(), "total": Sum()})
+    assert record.combine_all([{"total": 5, "n": 1, "x": 0}, {"n": 1, "total": 6}]) == {
+        "total": 11, "n": 2, "x": 0}
+    assert list(record.combine_all([{"total": 5, "n": 1}, {"n": 1, "total": 6}])) == [
+        "total", "n"]
+
+
+class PositiveMean(Mean):
+    """A Mean checking its own way: counts above zero."""
+
+    def check(self, value: Any) -> None:
+        super().check(value)
+        if value[1] <= 0:
+            raise ValueError("counts above zero")
+
+
+def test_a_batch_check_asks_a_subclass_checking_its_own_way() -> None:
+    with pytest.raises(ValueError, match="above zero"):
+        PositiveMean().check_many([(1.0, 1), (1.0, -1)])
+    Mean().check_many([(1.0, 1), (1.0, -1)])
+    with pytest.raises(TypeError, match="Mean's count"):
+        Mean().check_many([(1.0, 1), (1.0, 1.5)])
+
+
 # --------------------------------------------------------------------------- broken monoids
 
 
