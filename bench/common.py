@@ -150,11 +150,30 @@ def embedded_dev_stack(prefix: str = "hailstorm-bench-", startup_timeout: float 
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         yield stack, stack.up().env()
+    except BaseException:  # broad: whatever ended the bench, its services' logs tell why
+        _keep_stack_logs(state_dir)
+        raise
     finally:
         stack.down()
         shutil.rmtree(state_dir, ignore_errors=True)
         if handled:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _keep_stack_logs(state_dir: Path) -> None:
+    """Copy the services' logs out of a stack's directory before it is removed (an error
+    names a log in it), and say where they are."""
+    logs = state_dir / "logs"
+    if not logs.is_dir():
+        return
+    kept = bench_logs("hailstorm-bench-stack-logs-")
+    try:
+        shutil.copytree(logs, kept, dirs_exist_ok=True)
+    except OSError as exc:  # the bench's own error matters more: said, not raised
+        print(f"the stack's logs ({logs}) could not be kept: {exc}", file=sys.stderr,
+              flush=True)
+        return
+    print(f"the stack's logs ({logs}) are kept in {kept}", file=sys.stderr, flush=True)
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:

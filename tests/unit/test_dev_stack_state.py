@@ -26,6 +26,7 @@ from hailstorm.dev.services import (
     KafkaClusterState,
     ServiceRecord,
     StackState,
+    failure_line,
     spark_worker_name,
 )
 from hailstorm.dev.services.state import (
@@ -211,3 +212,20 @@ def test_the_kafka_fetch_reports_progress_and_names_a_failure(
     assert said[1] == (f"fetching Apache Kafka {KAFKA_VERSION}: 1 downloaded, 0.0 MB so far "
                        f"(the latest kafka_2.13-{KAFKA_VERSION}.pom)")
     assert ensure_kafka_libs(said.append) == libs and len(said) == 4  # cached: nothing said
+
+
+def test_a_failed_tool_is_named_by_its_cause_not_a_stack_frame() -> None:
+    trace = (
+        "Exception in thread \"main\" java.lang.RuntimeException: formatting failed\n"
+        "\tat kafka.tools.StorageTool$.execute(StorageTool.scala:120)\n"
+        "Caused by: java.nio.file.FileSystemException: /data/meta.properties: No space left\n"
+        "\tat java.base/sun.nio.fs.UnixException.translateToIOException(UnixException.java:100)\n"
+        "\t... 3 more\n"
+        "\tat kafka.tools.StorageTool.main(StorageTool.scala)\n"
+    )
+    assert failure_line(trace) == (
+        "Caused by: java.nio.file.FileSystemException: /data/meta.properties: No space left")
+    pg = "initdb: error: directory exists\ninitdb: hint: remove it\n\n"
+    assert failure_line(pg) == "initdb: error: directory exists"
+    assert failure_line("needs at least 1 GB\n") == "needs at least 1 GB"  # prose, not a frame
+    assert failure_line("") == failure_line("\tat x.y(Z.java)\n") == "no output"

@@ -24,6 +24,7 @@ from __future__ import annotations
 from hailstorm.dev.services.postgres import postgres_bin_dir
 from hailstorm.dev.services.processes import (
     ensure_port_free,
+    failure_line,
     free_port,
     java_binary,
     listens,
@@ -79,6 +80,7 @@ __all__ = [
     "ServiceStatus",
     "StackState",
     "ensure_port_free",
+    "failure_line",
     "four_letter_word",
     "free_port",
     "java_binary",

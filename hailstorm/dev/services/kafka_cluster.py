@@ -31,6 +31,7 @@ from hailstorm.dev.kafka_broker import (
 from hailstorm.dev.services.processes import (
     StackProcesses,
     await_ready,
+    failure_line,
     free_port,
     java_binary,
     pid_alive,
@@ -217,9 +218,9 @@ class KafkaCluster(StackProcesses):
             with open(log, "a") as out:
                 out.write(result.stdout + result.stderr)
             if result.returncode != 0:
-                last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise DevStackError(f"kafka: formatting node {node} failed ({last[0]}); "
-                                    f"see {log}")
+                raise DevStackError(
+                    f"kafka: formatting node {node} failed "
+                    f"({failure_line(result.stderr or result.stdout)}); see {log}")
 
     def _write_client_config(self, cluster: KafkaClusterState, ca_cert: Path) -> None:
         path = self.state_dir / KAFKA_CLIENT_CONFIG

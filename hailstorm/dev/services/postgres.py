@@ -14,7 +14,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hailstorm.dev.services.processes import StackProcesses, await_ready, pid_alive, stop_pid
+from hailstorm.dev.services.processes import (
+    StackProcesses,
+    await_ready,
+    failure_line,
+    pid_alive,
+    stop_pid,
+)
 from hailstorm.dev.services.state import (
     DATABASE,
     DATABASE_USER,
@@ -252,8 +258,8 @@ class _Runner:
         with open(log, "a") as out:
             out.write(result.stdout + result.stderr)
         if result.returncode != 0:
-            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise DevStackError(f"postgres: {tool} failed ({last[0]}); see {log}")
+            raise DevStackError(f"postgres: {tool} failed "
+                                f"({failure_line(result.stderr or result.stdout)}); see {log}")
 
 
 def _postgres_runner(state_dir: Path, host: Host) -> _Runner:

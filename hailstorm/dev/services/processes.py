@@ -10,6 +10,7 @@ import contextlib
 import errno
 import glob
 import os
+import re
 import shutil
 import signal
 import socket
@@ -176,6 +177,22 @@ def await_ready(
 
 
 # --------------------------------------------------------------------------- binaries
+
+
+_STACK_FRAME = re.compile(r"at [\w$.<>/-]+\(.*\)|\.\.\. \d+ more")
+"""A line of a Java stack trace below its exception (``at pkg.Class.method(File.java:1)``,
+``... 3 more``)."""
+_NAMES_FAILURE = re.compile(r"error|exception|fatal", re.IGNORECASE)
+
+
+def failure_line(output: str) -> str:
+    """The line of a failed tool's output that names the failure: its last line naming an
+    error, an exception or a fatal condition (in a Java trace, the last ``Caused by:``, the
+    root cause), else its last line that is not a stack frame, or ``"no output"``."""
+    lines = [line.strip() for line in output.splitlines()]
+    named = [line for line in lines if line and not _STACK_FRAME.fullmatch(line)]
+    failures = [line for line in named if _NAMES_FAILURE.search(line)]
+    return (failures or named or ["no output"])[-1]
 
 
 def java_binary() -> str:
