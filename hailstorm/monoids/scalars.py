@@ -21,7 +21,7 @@ from hailstorm.monoids.avro import (
     record,
 )
 from hailstorm.monoids.avro_columns import check_length
-from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid
+from hailstorm.monoids.base import DEFAULT_NAMESPACE, Monoid
 
 __all__ = ["Count", "Last", "Max", "Mean", "Min", "Sum"]
 
@@ -54,16 +54,12 @@ class Sum(Monoid[Any]):
         return acc + value
 
     def combine_all(self, values: Iterable[Any]) -> Any:
-        if not self._merges_as(Sum):
-            return super().combine_all(values)
-        if self.kind == "long":
+        if self.kind == "long" and self._merges_as(Sum):
             return sum(values)
-        # Added in order onto the first, as absorbing into a copy of it does: ``sum`` would
-        # start from 0 (an int sum turned float, -0.0 turned 0.0) and may compensate float
+        # Doubles are added onto the first as the default fold does: ``sum`` would start
+        # from 0 (an int sum turned float, -0.0 turned 0.0) and may compensate float
         # rounding (other last bits).
-        states = iter(values)
-        first = next(states, MISSING)
-        return self._zero if first is MISSING else reduce(operator.add, states, first)
+        return super().combine_all(values)
 
     def copy(self, state: Any) -> Any:
         return state
