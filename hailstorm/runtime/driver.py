@@ -64,6 +64,7 @@ from hailstorm.runtime.spark_stage import (
     check_slots,
     end_jvm,
     jvm_pid,
+    stop_context,
 )
 from hailstorm.runtime.task import run_processor
 from hailstorm.snapshots import open_store
@@ -477,7 +478,7 @@ class Driver:
         context = self.context
         self.context = None
         if context is not None:
-            context.stop()  # type: ignore[attr-defined]
+            stop_context(context)
 
     def finish(self) -> None:
         """End the driver's JVM (after :meth:`run`); keep the class archive it wrote."""

@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark import SparkContext
 from spark_entries import record_pid_and_wait
 
 from hailstorm.dev.services import pid_alive
-from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_context
+from hailstorm.runtime.spark_stage import SparkOptions, StageRunner, build_context, stop_context
 
 pytestmark = pytest.mark.integration
 
@@ -54,4 +55,8 @@ def test_barrier_stage_is_resubmitted_after_a_worker_is_killed(tmp_path: Path) -
         assert not thread.is_alive()
         _wait_for(lambda: not any(pid_alive(p) for p in pids()), 60, "every task to end")
     finally:
-        context.stop()
+        accumulators = context._accumulatorServer
+        stop_context(context)
+    assert SparkContext._active_spark_context is None
+    # Shut down on a thread of its own, which ends: no server is left listening.
+    _wait_for(lambda: accumulators.socket.fileno() == -1, 30, "the accumulator server to close")
