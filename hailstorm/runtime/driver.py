@@ -16,11 +16,7 @@
    picked up: the driver stops the stage, writes the new expected ids, and starts a Spark
    context with a slot more per new partition; a new spout instance reads its partition
    from offset 0 (nothing of it is in any snapshot), the others resume from the committed
-   round as after any restart;
-5. while it runs, look at the living processors in ZooKeeper every
-   :data:`STRANDING_POLL` seconds: when processors of the stage attempt left and no new
-   incarnation of them came (:mod:`hailstorm.runtime.stranding`: their host is cut off),
-   fail the attempt, so that Spark runs the next one on the slots that are left.
+   round as after any restart.
 
 The negotiator (``hailstorm negotiator``) runs separately and drives the processors through
 ZooKeeper.
@@ -35,7 +31,6 @@ crash).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import secrets
@@ -68,11 +63,9 @@ from hailstorm.runtime.spark_stage import (
     build_context,
     check_slots,
     end_jvm,
-    give_up_hosts,
     jvm_pid,
     stop_context,
 )
-from hailstorm.runtime.stranding import StrandingWatch, stranding_grace
 from hailstorm.runtime.task import run_processor
 from hailstorm.snapshots import open_store
 from hailstorm.topology import Topology, graph_of, load_topology
@@ -85,10 +78,6 @@ __all__ = ["Driver", "RunOptions", "Upgrade", "expected_ids", "rebuild_tables",
            "source_partitions", "write_expected"]
 
 log = logging.getLogger("hailstorm.run")
-
-STRANDING_POLL = 2.0
-"""Seconds between two looks at the living processors for stranded ones (a few more than a
-stranding's grace pass before the attempt fails)."""
 
 
 @dataclass(frozen=True)
@@ -224,14 +213,6 @@ def write_expected(zk: str, name: str, processors: list[str],
         client.close()
 
 
-def _close(client: Any) -> None:
-    """Stop and close a kazoo client (None: nothing to do), whatever state it is in."""
-    if client is not None:
-        with contextlib.suppress(Exception):
-            client.stop()
-            client.close()
-
-
 def new_attempt() -> str:
     """A fresh stage attempt name (:data:`~hailstorm.protocol.layout.ATTEMPT_INFO`), one no
     processor carries yet."""
@@ -272,8 +253,6 @@ class Driver:
         #: $HAILSTORM_SECRET_FILE names one: then only that variable travels, and every
         #: executor reads the file (checked here, so a bad file fails before Spark starts).
         self.fixed_secret = RunSecret.from_env() is not None
-        #: The current stage attempt's name (:meth:`prepare_attempt`; None before the first).
-        self.attempt: str | None = None
 
     def assignments(self) -> list[Assignment]:
         """Discover partitions, write ``expected``; one assignment per processor."""
@@ -356,7 +335,6 @@ class Driver:
         processors Spark killed keep their ZooKeeper sessions for up to the session
         timeout), and a fresh secret unless the run has a fixed one."""
         attempt = new_attempt()
-        self.attempt = attempt
         self._through_outages(
             lambda: self._records(lambda records: records.start_attempt(attempt)),
             f"ZooKeeper at {self.options.zk}", is_zookeeper_outage)
@@ -446,20 +424,14 @@ class Driver:
             runner = self.runner or self.prepare()
             self._idle.clear()
             done = threading.Event()
-            watchers = [
-                threading.Thread(target=self._watch_partitions, args=(runner, done),
-                                 name="partition-watch", daemon=True),
-                threading.Thread(target=self._watch_stranded, args=(runner, done),
-                                 name="stranding-watch", daemon=True),
-            ]
-            for watcher in watchers:
-                watcher.start()
+            watcher = threading.Thread(target=self._watch_partitions, args=(runner, done),
+                                       name="partition-watch", daemon=True)
+            watcher.start()
             try:
                 failures += runner.run()
             finally:
-                done.set()  # also when the stage halted: the watchers never outlive it
-                for watcher in watchers:
-                    watcher.join(5)
+                done.set()  # also when the stage halted: the watcher never outlives it
+                watcher.join(5)
                 self.close()
                 self.runner = None
                 self._idle.set()
@@ -488,54 +460,6 @@ class Driver:
                 self._grown.set()
                 runner.stop()
                 return
-
-    def _watch_stranded(self, runner: StageRunner, done: threading.Event) -> None:
-        """Fail the stage attempt when processors of it left ZooKeeper and got no successor
-        (:mod:`hailstorm.runtime.stranding`: their host is cut off), so that Spark runs the
-        next attempt on the slots that are left instead of waiting minutes for its own
-        timeouts (until ``done`` is set)."""
-        watch = StrandingWatch(stranding_grace(self.options.session_timeout))
-        hosts: dict[str, str] = {}  # processor -> the host it last ran on
-        client: Any = None
-        try:
-            while not done.wait(STRANDING_POLL) and not runner.stopping.is_set():
-                try:
-                    if client is None:
-                        client = zk_client(self.options.zk)
-                        client.start(timeout=10)
-                    records = TopologyRecords(client, self.name)
-                    master = records.master()
-                    reports = records.reports()
-                except Exception as exc:  # ZooKeeper may be out: absences are timed again
-                    log.debug("stranding watch: could not read ZooKeeper: %s", exc)
-                    watch.unknown()
-                    _close(client)
-                    client = None
-                    continue
-                if self.stopping.is_set() or (master is not None
-                                              and isinstance(master.state, Stopped)):
-                    watch.unknown()  # a stopped topology's processors leave
-                    continue
-                attempt = self.attempt
-                living = [r for r in reports.values() if r is not None and r.of_attempt(attempt)]
-                hosts.update((r.processor, str(r.info["host"])) for r in living
-                             if "host" in r.info)
-                stranded = watch.observe(time.monotonic(), attempt,
-                                         [r.processor for r in living])
-                if stranded:
-                    names = ", ".join(f"{p} ({missing:.0f} s)" for p, missing in stranded)
-                    lost = sorted({hosts[p] for p, _ in stranded if p in hosts})
-                    given_up = give_up_hosts(runner.context, lost)
-                    reason = (f"{names} left ZooKeeper and no new incarnation registered: "
-                              "their host is likely cut off; failing the stage attempt so "
-                              "that Spark runs the next on the slots that are left"
-                              + (f" (executors on {', '.join(given_up)} killed)"
-                                 if given_up else ""))
-                    log.warning("%s: %s", self.name, reason)
-                    runner.fail_attempt(reason)
-                    watch.unknown()
-        finally:
-            _close(client)
 
     def stop(self) -> None:
         """Drain (see the module docstring), then cancel whatever still runs."""

@@ -155,23 +155,6 @@ def stop_context(context: Any) -> None:
                              daemon=True).start()
 
 
-def give_up_hosts(context: Any, hosts: Sequence[str]) -> list[str]:
-    """Tell Spark to kill every executor on ``hosts`` (hosts found cut off), so that the next
-    stage attempt is not placed on their slots: Spark itself notices a lost host only when
-    its timeouts expire (a standalone master's 60 s, an executor's 120 s), and until then
-    offers the free slots it believes the host has. Returns the hosts Spark accepted (none
-    in ``local`` mode, whose one executor is the driver's own)."""
-    accepted = []
-    for host in hosts:
-        try:
-            backend = context._jsc.sc().schedulerBackend()
-            if backend.killExecutorsOnHost(host):
-                accepted.append(host)
-        except Exception as exc:  # broad: py4j; a backend that cannot (local mode) says so
-            log.debug("could not kill the executors on %s: %s", host, exc)
-    return accepted
-
-
 def end_jvm(timeout: float = 60.0) -> int | None:
     """Stop the active SparkContext and end the driver's JVM (pyspark's gateway), waiting
     up to ``timeout`` s for it to exit; returns its exit code (None: there was none, or it
@@ -275,18 +258,10 @@ class StageRunner:
         self.stopping = threading.Event()
         self.attempts = 0
         self.failures = 0
-        #: Why :meth:`fail_attempt` cancelled the running attempt (None: it did not).
-        self.failed_because: str | None = None
 
     def stop(self) -> None:
         """Ask the loop to end and cancel the running stage."""
         self.stopping.set()
-        self.context.cancelAllJobs()
-
-    def fail_attempt(self, reason: str) -> None:
-        """Cancel the running stage attempt as failed (``reason``, said in its log line):
-        the loop submits the next one, as after any failed attempt."""
-        self.failed_because = reason
         self.context.cancelAllJobs()
 
     def run_once(self) -> None:
@@ -306,7 +281,6 @@ class StageRunner:
             self.on_attempt(self.attempts)
             started = time.monotonic()
             started_at = time.time()
-            self.failed_because = None
             try:
                 self.run_once()
                 if self.stopping.is_set() or self._stopped():
@@ -331,7 +305,7 @@ class StageRunner:
                 if healthy or bool(_safely(self.made_progress, started_at)):
                     backoff = self.options.backoff_initial
                     consecutive = 1
-                reason = self.failed_because or _explained(self.explain, exc)
+                reason = _explained(self.explain, exc)
                 limit = self.options.max_attempts
                 if limit is not None and consecutive >= limit:
                     log.error("stage attempt %d failed (%s); giving up", self.attempts, reason)

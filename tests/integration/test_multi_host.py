@@ -138,11 +138,6 @@ def test_word_count_across_hosts_survives_a_pulled_cable(network: TestNetwork, s
         # The fault took effect: the round that covers the new lines ran without the host.
         survivors = {report.info["host"] for report in run.processors().values()}
         assert survivors and victim not in survivors, survivors
-        # The driver failed the stage attempt for the stranded processors and had Spark
-        # kill the executors of their host (it did not wait for Spark's own timeouts).
-        stranded = [line for line in run.log("driver").splitlines()
-                    if "no new incarnation registered: their host is likely cut off" in line]
-        assert stranded and f"(executors on {victim} killed)" in stranded[0], stranded
 
         # Plugged back in, its processors learn that their sessions expired and end.
         network.restore(workers[victim])

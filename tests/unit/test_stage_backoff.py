@@ -97,23 +97,3 @@ def test_a_stage_spark_refuses_for_lack_of_slots_stops_with_both_numbers() -> No
     with pytest.raises(NotEnoughSlots, match="offers 4 task slots, but the topology has 7"):
         runner.run()
     assert runner.attempts == 1
-
-
-def test_an_attempt_failed_on_purpose_is_resubmitted_and_logged_with_its_reason(
-        caplog: pytest.LogCaptureFixture) -> None:
-    cancelled: list[bool] = []
-    runner = ScriptedRunner(failures=1, progress=[])
-    runner.context = type("Context", (), {"cancelAllJobs": lambda _s: cancelled.append(True)})()
-    failing = runner.run_once
-
-    def run_once() -> None:  # the driver fails the attempt while it runs: Spark cancels it
-        if runner.failures_left:
-            runner.fail_attempt("bolt:b:0 left ZooKeeper: its host is cut off")
-        failing()
-
-    runner.run_once = run_once  # type: ignore[method-assign]
-    with caplog.at_level("WARNING", logger="hailstorm.run"):
-        assert runner.run() == 1
-    assert cancelled == [True]
-    assert "stage attempt 1 failed (bolt:b:0 left ZooKeeper: its host is cut off)" in caplog.text
-    assert runner.failed_because is None  # the next attempt ran without a reason of its own
