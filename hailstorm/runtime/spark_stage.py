@@ -143,16 +143,26 @@ def stop_context(context: Any) -> None:
     request handler (the JVM's connection) polls with a timeout of 1 s before it sees the
     shutdown: every stop of a topology waited 0.5-1 s for it. Hailstorm uses no
     accumulators, and no task runs once the context's JVM side has stopped, so the server
-    is shut down on a daemon thread of its own after the context stopped, which ends
-    within that second (or with the process)."""
+    is shut down after the context stopped without waiting (:func:`shut_down_quietly`); it
+    ends within that second, or with the process."""
     server = getattr(context, "_accumulatorServer", None)
     context._accumulatorServer = None  # stop() waits only for a server it still holds
     try:
         context.stop()
     finally:
         if server is not None:
-            threading.Thread(target=server.shutdown, name="accumulator-server-shutdown",
-                             daemon=True).start()
+            shut_down_quietly(server)
+
+
+def shut_down_quietly(server: Any) -> None:
+    """Shut pyspark's accumulator ``server`` down on a daemon thread of its own, and keep
+    its request handler quiet meanwhile: the JVM's connection it still polls ends when the
+    JVM does, and the handler then fails reading it (``EOFError``), which ``socketserver``
+    would print as a traceback at the end of every clean stop."""
+    server.server_shutdown = True  # the handler's poll loop ends at its next wake-up
+    server.handle_error = lambda _request, _address: None
+    threading.Thread(target=server.shutdown, name="accumulator-server-shutdown",
+                     daemon=True).start()
 
 
 def end_jvm(timeout: float = 60.0) -> int | None:
