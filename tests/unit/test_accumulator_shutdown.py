@@ -14,6 +14,7 @@ import time
 import pytest
 from pyspark.accumulators import _start_update_server
 
+from hailstorm.dev.harness import wait_for
 from hailstorm.runtime.spark_stage import shut_down_quietly
 
 TOKEN = "secret-token"
@@ -33,13 +34,11 @@ def _connected_server() -> tuple[object, socket.socket]:
     return server, jvm
 
 
-def _closed(server: object, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.socket.fileno() == -1:  # type: ignore[attr-defined]
-            return True
-        time.sleep(0.05)
-    return False
+def _closed(server: object) -> bool:
+    """The server's listening socket closed (within 10 s)."""
+    return bool(wait_for("the accumulator server to close",
+                         lambda: server.socket.fileno() == -1,  # type: ignore[attr-defined]
+                         10, poll=0.05))
 
 
 def test_the_server_shuts_down_without_a_traceback_when_the_jvm_leaves(
