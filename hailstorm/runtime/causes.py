@@ -18,6 +18,7 @@ from hailstorm.errors import HailstormError
 
 MARK = "[failed] "
 _MARKED = re.compile(re.escape(MARK) + r"(\S+): (.+)")
+_EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (\S+)[^)]*\) Reason: ([^\n]+)")
 _NEGOTIATOR_FAILED = re.compile(r"^(\S+:\S+:\d+) failed: (.+)$")
 _PYTHON_ERROR = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|Halt|Exhausted|"
                            r"Required|Mismatch\w*)): (.+)$")
@@ -71,10 +72,15 @@ class Cause:
 
 def carried_cause(text: str) -> Cause | None:
     """The failure a Spark error's text carries: a :class:`ProcessorFailed` when there is
-    one, else the last Python exception line of its traceback."""
+    one, else an executor Spark gave up (a host cut off: no heartbeat), else the last
+    Python exception line of its traceback."""
     marked = _MARKED.search(text)
     if marked:
         return Cause(marked.group(1), marked.group(2).strip()[:CAUSE_CHARS])
+    lost = _EXECUTOR_LOST.search(text)
+    if lost:
+        return Cause(None, f"Spark lost executor {lost.group(1)}: {lost.group(2).strip()}"
+                           [:CAUSE_CHARS])
     found = None
     for line in text.splitlines():
         line = line.strip()

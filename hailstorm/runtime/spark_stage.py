@@ -41,6 +41,20 @@ C1_ONLY = "-XX:TieredStopAtLevel=1"
 """The JVM option for Spark processes that only host Python tasks or place executors: the
 C1 compiler alone starts them seconds sooner, and C2 would speed up nothing that matters."""
 
+EXECUTOR_HEARTBEATS = (
+    ("spark.executor.heartbeatInterval", "2s"),
+    ("spark.storage.blockManagerHeartbeatTimeoutMs", "20s"),
+    ("spark.network.timeoutInterval", "2s"),
+)
+"""On a cluster, when the driver gives up an executor it hears nothing from: a heartbeat
+every 2 s, given up after 20 s without one, checked every 2 s. Giving an executor up fails
+its tasks, so the barrier stage fails and its next attempt runs on the slots that are left.
+With Spark's defaults (every 10 s, after 120 s, checked every 60 s) the tasks of a host cut
+off from the network held the stage for minutes, while the negotiator's recovery waited for
+processors that could not come. These keys serve only that check (Spark's
+``HeartbeatReceiver``); a user's ``--conf`` gives them other values. Not set in ``local``
+mode, whose one executor is the driver's own JVM."""
+
 
 @dataclass(frozen=True)
 class SparkOptions:
@@ -74,10 +88,45 @@ def default_master(slots: int) -> str:
     return f"local[{max(1, slots)}]"
 
 
+def context_settings(options: SparkOptions, master: str, python: str,
+                     python_path: Sequence[str], driver_java_options: str = ""
+                     ) -> list[tuple[str, str]]:
+    """The Spark properties of a topology's context on ``master``, in the order they are
+    set (a later key wins): Python workers running ``python`` with ``python_path``, no
+    progress bar, one worker per task, the JVMs' options, loopback in ``local`` mode and
+    :data:`EXECUTOR_HEARTBEATS` elsewhere, then the user's ``options.extra_conf``. Pure."""
+    settings = [
+        ("spark.master", master),
+        ("spark.app.name", options.app_name),
+        ("spark.ui.enabled", "false"),
+        # No "[Stage 0:==>  (1 + 4) / 5]" bar: a topology's stage runs until it stops.
+        ("spark.ui.showConsoleProgress", "false"),
+        ("spark.pyspark.python", python),
+        # One Python worker per task: killing one processor never takes a sibling with it.
+        ("spark.python.worker.reuse", "false"),
+        ("spark.executorEnv.PYSPARK_PYTHON", python),
+        ("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in python_path if p)),
+        ("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3"),
+        ("spark.task.maxFailures", "1"),
+        ("spark.python.daemon.module", "hailstorm.runtime.spark_daemon"),
+    ]
+    if options.jvm_options:
+        settings.append(("spark.executor.extraJavaOptions", options.jvm_options))
+    driver_options = " ".join(filter(None, (options.jvm_options, driver_java_options)))
+    if driver_options:
+        settings.append((DRIVER_JAVA_OPTIONS, driver_options))
+    if master.startswith("local"):
+        settings += [("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1")]
+    else:
+        settings += EXECUTOR_HEARTBEATS
+    return settings + list(options.extra_conf)
+
+
 def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = (),
                   driver_java_options: str = "") -> Any:
     """A SparkContext whose Python workers run this interpreter and see this code
-    (``driver_java_options``: for the driver's JVM only, after ``options.jvm_options``).
+    (``driver_java_options``: for the driver's JVM only, after ``options.jvm_options``), set
+    up by :func:`context_settings`.
 
     A context, not a SparkSession: hailstorm runs RDD stages only, and a session's SQL
     machinery took the driver about 4 s more to start (every start and restart of a
@@ -88,33 +137,12 @@ def build_context(options: SparkOptions, slots: int, py_files: Sequence[Path] = 
     os.environ["PYSPARK_PYTHON"] = python
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
     master = options.master or default_master(slots)
-    conf = (
-        SparkConf().setMaster(master)
-        .setAppName(options.app_name)
-        .set("spark.ui.enabled", "false")
-        # No "[Stage 0:==>  (1 + 4) / 5]" bar: a topology's stage runs until it stops.
-        .set("spark.ui.showConsoleProgress", "false")
-        .set("spark.pyspark.python", python)
-        # One Python worker per task: killing one processor never takes a sibling with it.
-        .set("spark.python.worker.reuse", "false")
-        .set("spark.executorEnv.PYSPARK_PYTHON", python)
-        .set("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
-        .set("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3")
-        .set("spark.task.maxFailures", "1")
-        .set("spark.python.daemon.module", "hailstorm.runtime.spark_daemon")
-    )
-    if options.jvm_options:
-        conf.set("spark.executor.extraJavaOptions", options.jvm_options)
-    driver_options = " ".join(filter(None, (options.jvm_options, driver_java_options)))
-    if driver_options:
-        conf.set(DRIVER_JAVA_OPTIONS, driver_options)
     if master.startswith("local"):
-        conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
         # The JVM's own address lookup: loopback too, instead of warning that the hostname
         # resolves to loopback and picking another interface.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    for key, value in options.extra_conf:
-        conf.set(key, value)
+    conf = SparkConf().setAll(context_settings(options, master, python, sys.path,
+                                               driver_java_options))
     in_main = threading.current_thread() is threading.main_thread()
     interrupt = signal.getsignal(signal.SIGINT) if in_main else None
     context = SparkContext.getOrCreate(conf)

@@ -4,7 +4,9 @@ workers each run on a test host of their own (a network namespace the test makes
 
 Processors bind and advertise their host's address (``--host auto``), so their frames cross
 the links between the worker hosts. Pulling the cable of a worker host that runs processors in
-the middle of the run costs a recovery on the other workers and nothing else: the run ends
+the middle of the run costs a recovery on the other workers and nothing else (Spark gives the
+cut-off executor up once it heard no heartbeat from it for 20 s, and the stage's next attempt
+runs on the other workers): the run ends
 exactly in the model's state, and the cut-off processors, once the cable is back, are zombies
 that change nothing.
 """
@@ -138,6 +140,11 @@ def test_word_count_across_hosts_survives_a_pulled_cable(network: TestNetwork, s
         # The fault took effect: the round that covers the new lines ran without the host.
         survivors = {report.info["host"] for report in run.processors().values()}
         assert survivors and victim not in survivors, survivors
+        # The stage attempt failed because Spark gave the cut-off executor up (no heartbeat
+        # for 20 s), not because the surviving tasks gave up after abandoned recoveries.
+        given_up = [line for line in run.log("driver").splitlines()
+                    if "failed (Spark lost executor" in line]
+        assert given_up and "heartbeat timed out" in given_up[0], given_up
 
         # Plugged back in, its processors learn that their sessions expired and end.
         network.restore(workers[victim])

@@ -69,6 +69,18 @@ def test_spark_alone_gives_its_own_line_without_the_leading_colon() -> None:
     assert root_cause(spark_only).startswith("org.apache.spark.SparkException: Job aborted")
 
 
+def test_an_executor_spark_gave_up_is_named_with_spark_s_reason() -> None:
+    """A host cut off: the driver heard no heartbeat from its executor, so its tasks failed
+    and the barrier stage with them; no processor failed and no traceback came back."""
+    spark_only = SPARK_HEAD.split("org.apache.spark.api.python.PythonException")[0]
+    text = (f"{spark_only}ExecutorLostFailure (executor 2 exited caused by one of the "
+            "running tasks) Reason: Executor heartbeat timed out after 21223 ms\n"
+            "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(x)\n")
+    reason = "bolt:counts:0, spout:lines:words:0 lost (living node gone)"
+    assert root_cause(text, reason) == (
+        "Spark lost executor 2: Executor heartbeat timed out after 21223 ms")
+
+
 def test_a_halt_keeps_its_mark_through_the_name() -> None:
     failed = ProcessorFailed("spout:lines:lines:0", TopologyHalt("offsets 0-9 of lines:0 lost"))
     assert halt_reason(_spark_text(failed)) == "offsets 0-9 of lines:0 lost"
