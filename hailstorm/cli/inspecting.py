@@ -344,7 +344,8 @@ def export_command(topology_ref: str, bolt: str, url: str | None, table_name: st
         from pyspark import SparkContext
 
         owned = getattr(SparkContext, "_active_spark_context", None) is None
-        options = SparkOptions(master=master, app_name="hailstorm-export", jvm_options="")
+        options = SparkOptions(master=master, app_name="hailstorm-export", jvm_options="",
+                               executor_heartbeats=False)
         spark = build_context(options, 2)
         if owned:
             contexts.append(spark)

@@ -18,7 +18,7 @@ from hailstorm.errors import HailstormError
 
 MARK = "[failed] "
 _MARKED = re.compile(re.escape(MARK) + r"(\S+): (.+)")
-_EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (\S+)[^)]*\) Reason: ([^\n]+)")
+_EXECUTOR_LOST = re.compile(r"ExecutorLostFailure \(executor (\S+)[^)]*\) Reason:\s*([^\n]+)")
 _NEGOTIATOR_FAILED = re.compile(r"^(\S+:\S+:\d+) failed: (.+)$")
 _PYTHON_ERROR = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception|Halt|Exhausted|"
                            r"Required|Mismatch\w*)): (.+)$")

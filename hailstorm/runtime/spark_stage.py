@@ -49,11 +49,22 @@ EXECUTOR_HEARTBEATS = (
 """On a cluster, when the driver gives up an executor it hears nothing from: a heartbeat
 every 2 s, given up after 20 s without one, checked every 2 s. Giving an executor up fails
 its tasks, so the barrier stage fails and its next attempt runs on the slots that are left.
-With Spark's defaults (every 10 s, after 120 s, checked every 60 s) the tasks of a host cut
-off from the network held the stage for minutes, while the negotiator's recovery waited for
-processors that could not come. These keys serve only that check (Spark's
-``HeartbeatReceiver``); a user's ``--conf`` gives them other values. Not set in ``local``
-mode, whose one executor is the driver's own JVM."""
+With Spark's defaults (every 10 s; after ``spark.network.timeout``, 120 s; checked every
+60 s) the tasks of a host cut off from the network held the stage for minutes, while the
+negotiator's recovery waited for processors that could not come.
+
+The last two keys serve only that check (Spark's ``HeartbeatReceiver``). The interval also
+bounds how long an executor waits for the driver's answer to a heartbeat (a slower answer
+is a warning in its log; an executor that failed 60 heartbeats in a row, 2 minutes now,
+exits) and how often executors poll their metrics. Set on the command line, so they
+replace a ``spark-defaults.conf``'s; a run whose ``--conf`` gives any of
+:data:`HEARTBEAT_KEYS` gets none of them (Spark's rules then apply to the user's values).
+Not set in ``local`` mode, whose executor is the driver's own JVM."""
+
+HEARTBEAT_KEYS = frozenset({*(key for key, _ in EXECUTOR_HEARTBEATS), "spark.network.timeout"})
+"""The keys that decide when the driver gives an executor up: a user's ``--conf`` with any
+of them takes that decision over whole (Spark checks that the interval is at most the
+timeout and that the check is too)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,10 @@ class SparkOptions:
     #: :data:`C1_ONLY`: a topology's JVMs run one long barrier stage whose tasks are Python.
     #: A job that moves its data through the JVM (an export) passes ``""``.
     jvm_options: str = C1_ONLY
+    #: Give up a cluster's executor silent for 20 s (:data:`EXECUTOR_HEARTBEATS`): a
+    #: topology's barrier stage, whose tasks cannot go on without each other. A job whose
+    #: executors do the work in their JVMs (an export) keeps Spark's defaults (False).
+    executor_heartbeats: bool = True
     extra_conf: tuple[tuple[str, str], ...] = ()
     #: How long a cluster may take to offer a slot per processor (executors registering,
     #: a lost worker coming back) before the driver stops with :class:`NotEnoughSlots`.
@@ -94,7 +109,8 @@ def context_settings(options: SparkOptions, master: str, python: str,
     """The Spark properties of a topology's context on ``master``, in the order they are
     set (a later key wins): Python workers running ``python`` with ``python_path``, no
     progress bar, one worker per task, the JVMs' options, loopback in ``local`` mode and
-    :data:`EXECUTOR_HEARTBEATS` elsewhere, then the user's ``options.extra_conf``. Pure."""
+    :data:`EXECUTOR_HEARTBEATS` elsewhere (unless ``options`` say otherwise), then the
+    user's ``options.extra_conf``. Pure."""
     settings = [
         ("spark.master", master),
         ("spark.app.name", options.app_name),
@@ -117,7 +133,7 @@ def context_settings(options: SparkOptions, master: str, python: str,
         settings.append((DRIVER_JAVA_OPTIONS, driver_options))
     if master.startswith("local"):
         settings += [("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1")]
-    else:
+    elif options.executor_heartbeats and not HEARTBEAT_KEYS & {k for k, _ in options.extra_conf}:
         settings += EXECUTOR_HEARTBEATS
     return settings + list(options.extra_conf)
 

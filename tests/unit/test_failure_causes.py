@@ -81,6 +81,30 @@ def test_an_executor_spark_gave_up_is_named_with_spark_s_reason() -> None:
         "Spark lost executor 2: Executor heartbeat timed out after 21223 ms")
 
 
+def test_a_lost_executor_is_named_whatever_the_cluster_s_wording() -> None:
+    spark_only = SPARK_HEAD.split("org.apache.spark.api.python.PythonException")[0]
+    worker = (f"{spark_only}ExecutorLostFailure (executor 0 exited unrelated to the running "
+              "tasks) Reason: worker lost: 10.0.0.5:53105 got disassociated\n")
+    assert root_cause(worker) == (
+        "Spark lost executor 0: worker lost: 10.0.0.5:53105 got disassociated")
+    # Kubernetes puts its pod's exit reason on the next line.
+    pod = (f"{spark_only}ExecutorLostFailure (executor 3 exited caused by one of the running "
+           "tasks) Reason: \nThe executor with id 3 exited with exit code 137(SIGKILL).\n")
+    assert root_cause(pod) == (
+        "Spark lost executor 3: The executor with id 3 exited with exit code 137(SIGKILL).")
+
+
+def test_the_lost_executor_that_failed_the_stage_comes_before_an_earlier_processor_failure(
+        ) -> None:
+    """The negotiator's last restart reason may be older than the loss that failed this
+    attempt (a processor restarted in place before): what Spark carries is this attempt's."""
+    spark_only = SPARK_HEAD.split("org.apache.spark.api.python.PythonException")[0]
+    text = (f"{spark_only}ExecutorLostFailure (executor 1 exited caused by one of the running "
+            "tasks) Reason: Executor heartbeat timed out after 20100 ms\n")
+    reason = "bolt:counts:0 failed: ValueError: a bad record"
+    assert root_cause(text, reason).startswith("Spark lost executor 1: Executor heartbeat")
+
+
 def test_a_halt_keeps_its_mark_through_the_name() -> None:
     failed = ProcessorFailed("spout:lines:lines:0", TopologyHalt("offsets 0-9 of lines:0 lost"))
     assert halt_reason(_spark_text(failed)) == "offsets 0-9 of lines:0 lost"
