@@ -12,8 +12,8 @@ kills a bolt's) and times, from the kill:
 * **barrier**: the tasks run as one barrier stage (today's scheduling). Spark fails the
   stage; the siblings end by themselves (as processors do when the topology restarts:
   ``RestartRequired``), and the loop resubmits it at once (``hailstorm run`` waits
-  ``backoff_initial``, 1 s, more). Measured: until every task of the new attempt started
-  (**all restarted**) and how many restarted (all of them);
+  ``SparkOptions.backoff_initial``, 0.1 s, more). Measured: until every task of the new
+  attempt started (**all restarted**) and how many restarted (all of them);
 * **jobs**: one single-task job per processor, submitted from one driver thread each, on
   ``local[N,F]`` (``F`` attempts per task: Spark's own task retry). Measured: until the
   killed task's retry started, and how many tasks restarted (one).
@@ -93,7 +93,7 @@ def barrier_kill(context: Any, tasks: int, directory: Path) -> dict[str, float]:
             try:
                 context.parallelize(range(tasks), tasks).barrier() \
                     .mapPartitions(body).collect()
-            except Exception:  # the killed attempt: resubmit (hailstorm waits 1 s more)
+            except Exception:  # the killed attempt: resubmit (hailstorm waits 0.1 s more)
                 continue
 
     thread = threading.Thread(target=loop, daemon=True)
@@ -174,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                f"worker, medians of {args.kills}:\n"
                f"  barrier stage resubmitted at once: every task running again after "
                f"{medians['barrier']['all_restarted_s']} s ({args.tasks} restarted; "
-               "hailstorm run waits 1 s more before resubmitting)\n"
+               f"hailstorm run waits {SparkOptions().backoff_initial:g} s more before "
+               "resubmitting)\n"
                f"  one job per task, Spark's task retry: the killed task running again "
                f"after {medians['jobs']['task_restarted_s']} s "
                f"({medians['jobs']['restarted']:g} restarted)")
