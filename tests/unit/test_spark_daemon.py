@@ -12,53 +12,97 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from hailstorm.runtime.spark_daemon import installed_first
+
 WORKER_START = """
-import importlib, os, sys, tempfile, threading, zipimport
+import os, sys, tempfile, zipimport
 import hailstorm.runtime.spark_daemon as daemon
-assert "pyspark.zip" in sys.modules["pyspark"].__file__  # as on an executor
-if sys.argv[1] == "prepared":
+case = sys.argv[1]
+if case == "installed":
+    sys.path[:] = daemon.installed_first(sys.path)
+import pyspark.daemon
+if case != "control":
     daemon.prepare_for_forks(["daemon", "pyspark.worker"])
+origin = "zip" if "pyspark.zip" in sys.modules["pyspark"].__file__ else "installed"
 reads = []
 read_directory = zipimport._read_directory
 zipimport._read_directory = lambda archive: reads.append(archive) or read_directory(archive)
-# What pyspark's worker does after the fork, before the task: Spark's files directory
-# on sys.path, the import caches invalidated, the worker module imported.
-sys.path.insert(1, tempfile.mkdtemp())
-importlib.invalidate_caches()
+modules = set(sys.modules)
+# What pyspark's worker does after the fork, before the task: the worker module imported,
+# Spark's files directory put on sys.path and the import caches invalidated.
 from pyspark.worker import main
-print(len(reads), threading.active_count(), len(os.listdir("/proc/self/task")))
+from pyspark.worker_util import setup_spark_files
+setup_spark_files(tempfile.mkdtemp(), [])
+print(origin, len(reads), len(set(sys.modules) - modules), len(os.listdir("/proc/self/task")))
 """
 
 
 def _spark_python_path() -> str:
-    """Spark's own Python path, as it gives its daemon: pyspark.zip and py4j's zip."""
+    """Spark's own Python path, as it gives its daemon: pyspark.zip and py4j's zip first."""
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None
     archives = sorted((Path(spec.origin).parent / "python" / "lib").glob("*.zip"))
     if not any(a.name == "pyspark.zip" for a in archives):
         pytest.skip("this pyspark has no pyspark.zip")
-    return os.pathsep.join(str(a) for a in archives)
+    return os.pathsep.join([*map(str, archives), os.environ.get("PYTHONPATH", "")])
 
 
-@pytest.mark.parametrize(("prepared", "reads"), [("prepared", "0"), ("control", None)])
-def test_a_forked_worker_reads_no_zip_archive_again_before_its_task(
-        prepared: str, reads: str | None) -> None:
-    """The daemon imports the workers' module and forgets its zip importers before it
-    forks; without that (the control), every worker read each archive again."""
+def _worker_start(case: str) -> list[str]:
     env = {**os.environ, "PYTHONPATH": _spark_python_path()}
-    result = subprocess.run([sys.executable, "-c", WORKER_START, prepared], env=env,
+    result = subprocess.run([sys.executable, "-c", WORKER_START, case], env=env,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    read, threads, os_threads = result.stdout.split()
-    assert (threads, os_threads) == ("1", "1")  # nothing started a thread to lose in a fork
-    if reads is None:
-        assert int(read) > 0
-    else:
-        assert read == reads
+    return result.stdout.split()
+
+
+def test_the_daemon_imports_the_installed_pyspark_of_spark_s_version_not_its_zip() -> None:
+    origin, reads, new_modules, threads = _worker_start("installed")
+    assert origin == "installed"  # compiled bytecode, not the zip's sources
+    assert (reads, new_modules, threads) == ("0", "0", "1")
+
+
+def test_with_spark_s_zip_a_forked_worker_reads_no_archive_and_imports_nothing() -> None:
+    """Spark's pyspark of another version than the installed one stays in its zip: the
+    daemon imported the workers' module and forgot its zip importers before forking, so a
+    worker neither imports it again nor reads an archive's directory again."""
+    origin, reads, new_modules, threads = _worker_start("zipped")
+    assert origin == "zip"
+    assert (reads, new_modules) == ("0", "0")
+    assert threads == "1"  # nothing started a thread that a forked worker would lack
+
+
+def test_without_the_preparation_every_worker_did_both() -> None:
+    origin, reads, new_modules, _threads = _worker_start("control")
+    assert origin == "zip" and int(reads) > 0 and int(new_modules) > 0
+
+
+VERSION = b"__version__: str = '4.3.0'\n"
+
+
+def _reader(files: dict[tuple[str, str], bytes]) -> Callable[[str, str], bytes | None]:
+    return lambda entry, member: files.get((entry, member))
+
+
+def test_spark_s_archives_go_last_only_behind_the_same_installed_version() -> None:
+    path = ["/work", "/spark/python/lib/pyspark.zip", "/spark/python/lib/py4j-0.10.9.9-src.zip",
+            "/app/deps.zip", "/venv/site-packages"]
+    same = {("/spark/python/lib/pyspark.zip", "pyspark/version.py"): VERSION,
+            ("/venv/site-packages", "pyspark/version.py"): VERSION,
+            ("/spark/python/lib/py4j-0.10.9.9-src.zip", "py4j/version.py"): b"0.10.9.9",
+            ("/venv/site-packages", "py4j/version.py"): b"0.10.9.9"}
+    assert installed_first(path, _reader(same)) == [
+        "/work", "/app/deps.zip", "/venv/site-packages",
+        "/spark/python/lib/pyspark.zip", "/spark/python/lib/py4j-0.10.9.9-src.zip"]
+    other = {**same, ("/venv/site-packages", "pyspark/version.py"): b"'4.2.1'"}
+    assert installed_first(path, _reader(other)) == [
+        "/work", "/spark/python/lib/pyspark.zip", "/app/deps.zip", "/venv/site-packages",
+        "/spark/python/lib/py4j-0.10.9.9-src.zip"]
+    assert installed_first(path, _reader({})) == path  # nothing installed: Spark's own
 
 
 def test_importing_the_processor_runtime_starts_no_thread() -> None:
