@@ -47,10 +47,6 @@ CONSUME_WAIT = 0.01
 """The longest a consume call waits for :data:`CONSUME_BATCH` messages (seconds): a spout
 keeping up with a stream sends what arrived at least this often (a message waits for the
 call's end), and an idle spout looks at the master state about as often."""
-FLUSH_TUPLES = 50_000
-"""A spout routes (pre-aggregates) and sends what it staged at the end of a consume batch,
-or sooner once this many tuples wait: one contribution per key per flush, and a bound on
-the work a round's pause may wait for."""
 LOG_START_RETRIES = 3
 """How often a spout starts again from a log start that retention moved before its first
 fetch (then the lost offsets stop the topology as any others)."""
@@ -537,16 +533,17 @@ class SpoutShell(Shell):
             self.dead_letters.budget.begin(offsets[0])  # the first record it counts
             started = time.perf_counter()
             sent = 0
+            full = len(messages) >= CONSUME_BATCH
             for start in range(0, len(offsets), SPOUT_CHUNK):
                 self.follow_master()  # a round may be pausing: what follows is held back
                 core.stage(offsets[start:start + SPOUT_CHUNK], values[start:start + SPOUT_CHUNK])
-                if start + SPOUT_CHUNK >= len(offsets) or core.staged >= FLUSH_TUPLES:
-                    self.follow_master()  # paused, the core keeps what it staged till after
-                    out = core.flush(preempt=self._pausing)
-                    self.send_output(out)
-                    sent += out.sent
+                if core.flush_due(fetch_ended=start + SPOUT_CHUNK >= len(offsets),
+                                  fetch_full=full):
+                    sent += self._flush()
             self.follow_master()  # a pause that preempted the last flush
             self.metrics.batch(started, len(offsets), sent)
+        elif core.staged:  # a backlog staged for combining ended with an empty fetch
+            self._flush()
         elif time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
             self._send_watermarks()
         if self.back is not None and not core.paused:
@@ -559,6 +556,15 @@ class SpoutShell(Shell):
         if self.dead_letters.pending and \
                 time.monotonic() - self._dead_letters_committed >= DEAD_LETTER_INTERVAL:
             self._commit_dead_letters()
+
+    def _flush(self) -> int:
+        """Route and send what the core staged (a round's pause may preempt it: then it
+        stays staged); returns how many tuples or contributions went out."""
+        assert self.core is not None
+        self.follow_master()  # paused, the core keeps what it staged till after
+        out = self.core.flush(preempt=self._pausing)
+        self.send_output(out)
+        return out.sent
 
     def _pausing(self) -> bool:
         """Is a round pausing the spouts (a ``SpoutsPaused`` this spout has not answered)?

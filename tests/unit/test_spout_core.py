@@ -13,7 +13,7 @@ from hailstorm import routing
 from hailstorm.engine import execution_of
 from hailstorm.model import messages, run_model
 from hailstorm.monoids import Count, Sum, TumblingWindow, per_key
-from hailstorm.processors import Batch, ForwardClock, ProtocolViolation, Router
+from hailstorm.processors import Batch, ForwardClock, ProtocolViolation, Router, spout_core
 from hailstorm.processors.spout_core import Backlog, SpoutCore, SpoutOutput
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import ProcessorState
@@ -591,3 +591,54 @@ def run_spout_script(rewind: int, steps: list[tuple[str, Any]]) -> None:
         assert out.watermark == {P: spout.position}
         assert spout.position == (emitted[-1] if emitted else rewind)
     assert emitted == expected
+
+
+def _combining_spout() -> SpoutCore:
+    top = Topology("pre")
+    spec = top.spout("lines", topic="lines", decoder="text", explode=str.split)
+    top.bolt("counts", inputs=[spec], key=lambda w: w, state=per_key(Count()),
+             lift=Count.lift, emit=lambda w, n: [(w, n)], preaggregate=True)
+    spout = SpoutCore(spec, 0, top.downstream_of(spec))
+    spout.start({})
+    spout.resume()
+    return spout
+
+
+def test_a_combining_spout_stages_full_fetches_until_combine_tuples(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a backlog (full fetches), a spout that pre-aggregates keeps staging, so a
+    flush combines many fetches; a fetch that is not full (a stream, the backlog's end)
+    is sent at its end. A spout that does not pre-aggregate sends every fetch's end."""
+    monkeypatch.setattr(spout_core, "COMBINE_TUPLES", 6)
+    spout = _combining_spout()
+    assert spout.combines and not make_spout().combines
+    spout.stage([0, 1], [b"a b", b"a c"])
+    assert not spout.flush_due(fetch_ended=True, fetch_full=True)  # 4 tuples staged
+    assert spout.flush_due(fetch_ended=True, fetch_full=False)
+    spout.stage([2], [b"b c"])
+    assert spout.flush_due(fetch_ended=False, fetch_full=True)  # 6: COMBINE_TUPLES
+    out = spout.flush()
+    part = out.batches[("counts", 0)]
+    combined = sorted(zip(part.keys, part.values, strict=True))  # type: ignore[attr-defined]
+    assert combined == [("a", 2), ("b", 2), ("c", 2)]
+    assert spout.staged == spout.staged_bytes == 0 and spout.position == 2
+
+    plain = make_spout()
+    plain.start({})
+    plain.resume()
+    plain.stage([0], [b"a b"])
+    assert plain.flush_due(fetch_ended=True, fetch_full=True)
+    assert not plain.flush_due(fetch_ended=False, fetch_full=True)
+
+
+def test_staged_bytes_bound_every_flush(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush's batch to a bolt that does not pre-aggregate holds every tuple, and a frame
+    is bounded: whatever a spout combines, it sends once FLUSH_BYTES of messages wait."""
+    monkeypatch.setattr(spout_core, "FLUSH_BYTES", 10)
+    spout = _combining_spout()
+    spout.stage([0], [b"aaaa bbbb"])
+    assert spout.staged_bytes == 9
+    assert not spout.flush_due(fetch_ended=False, fetch_full=True)
+    spout.stage([1, 2], [None, b"c"])  # a tombstone holds no bytes
+    assert spout.staged_bytes == 10
+    assert spout.flush_due(fetch_ended=False, fetch_full=True)
