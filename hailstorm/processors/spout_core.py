@@ -75,16 +75,18 @@ FLUSH_TUPLES = 50_000
 many tuples wait: a bound on the work a flush does at once (a round's pause waits for a
 slice of it, see :meth:`SpoutCore.flush`)."""
 COMBINE_TUPLES = 800_000
-"""A spout that pre-aggregates for a bolt, reading a backlog (its fetches come back full),
-stages fetch after fetch until this many tuples wait, then routes them at once: the more
-tuples a flush combines, the fewer contributions per tuple cross the wire and reach the
-bolts. Zipf text (``ZipfText``: 50,000 words, s = 1.1) gives 1.9 contributions a line at
-:data:`FLUSH_TUPLES`, about 0.5 at this many. A spout keeping up with a stream (a fetch
-not full) sends at the end of every fetch, as before."""
+"""A spout whose every downstream node is a bolt it pre-aggregates for (:attr:`SpoutCore.
+combines`), reading a backlog (its fetches come back full), stages fetch after fetch until
+this many tuples wait, then routes them at once: the more tuples a flush combines, the
+fewer contributions per tuple cross the wire and reach the bolts. Zipf text (``ZipfText``:
+50,000 words, s = 1.1) gives 1.9 contributions a line at :data:`FLUSH_TUPLES`, about 0.5
+at this many; the contributions of a flush are at most its distinct keys, so no frame
+grows with it. A spout keeping up with a stream (a fetch not full) sends at the end of
+every fetch, as before."""
 FLUSH_BYTES = 4 * 1024 * 1024
-"""Whatever it combines, a spout sends once the staged messages hold this many bytes: a
-flush's batch to a bolt that does not pre-aggregate holds every tuple, and a frame holds
-at most :data:`~hailstorm.protocol.wire.MAX_FRAME_SIZE` (64 MiB)."""
+"""A spout combining fetch after fetch sends once the staged messages hold this many
+bytes: a bound on the memory its staged tuples take (about 55 MB of Python objects for
+4 MiB of text lines)."""
 
 
 @dataclass(slots=True)
@@ -126,9 +128,11 @@ class SpoutCore:
         """Offsets up to this one are in :attr:`stream_times`."""
         self.router = Router(downstream, preaggregate=True,
                              lateness=self.stream_times.by_bolt or None)
-        self.combines = any(isinstance(node, BoltSpec) and node.preaggregate
-                            for node in downstream)
-        """Some downstream bolt receives this spout's batches combined per key."""
+        self.combines = bool(downstream) and not self.stream_times and all(
+            isinstance(node, BoltSpec) and node.preaggregate for node in downstream)
+        """Every downstream node is a bolt that receives this spout's batches combined per
+        key, and none judges lateness (whose flush a round's pause cannot preempt): the
+        spout may combine fetch after fetch of a backlog (:data:`COMBINE_TUPLES`)."""
         self._position: int | None = None
         self._loaded = NOTHING
         """The bolts' loaded clock here: tuples at or below it are in their snapshots."""
@@ -346,17 +350,21 @@ class SpoutCore:
         """Bytes of the messages staged for the next :meth:`flush`."""
         return self._staged.size
 
+    @property
+    def has_staged(self) -> bool:
+        """Records wait for the next :meth:`flush` (some may have given no tuple: their
+        offsets still move the position)."""
+        return self._staged.through != NOTHING
+
     def flush_due(self, *, fetch_ended: bool, fetch_full: bool) -> bool:
         """Whether to :meth:`flush` now, after staging part of a fetch (``fetch_ended``:
-        all of it; ``fetch_full``: the fetch came back full, so a backlog waits): at the
-        end of a fetch, except that a spout which pre-aggregates stages fetch after fetch
-        of a backlog up to :data:`COMBINE_TUPLES`; sooner at :data:`FLUSH_TUPLES` (a spout
-        that does not pre-aggregate) or :data:`FLUSH_BYTES` (any)."""
+        all of it; ``fetch_full``: the fetch came back full and the partition's end was
+        not reached, so a backlog waits): at the end of a fetch or at
+        :data:`FLUSH_TUPLES`, except that a spout which :attr:`combines` stages fetch
+        after fetch of a backlog up to :data:`COMBINE_TUPLES` or :data:`FLUSH_BYTES`."""
         staged = len(self._staged.tuples)
-        if self._staged.size >= FLUSH_BYTES:
-            return True
         if self.combines and fetch_full:
-            return staged >= COMBINE_TUPLES
+            return staged >= COMBINE_TUPLES or self._staged.size >= FLUSH_BYTES
         return fetch_ended or staged >= FLUSH_TUPLES
 
     @property

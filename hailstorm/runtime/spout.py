@@ -533,7 +533,9 @@ class SpoutShell(Shell):
             self.dead_letters.budget.begin(offsets[0])  # the first record it counts
             started = time.perf_counter()
             sent = 0
-            full = len(messages) >= CONSUME_BATCH
+            # Full and not at the partition's end: a backlog waits (the Backlog reads at_end
+            # first too, and a spout that caught up sends what it staged).
+            full = len(messages) >= CONSUME_BATCH and not at_end
             for start in range(0, len(offsets), SPOUT_CHUNK):
                 self.follow_master()  # a round may be pausing: what follows is held back
                 core.stage(offsets[start:start + SPOUT_CHUNK], values[start:start + SPOUT_CHUNK])
@@ -542,10 +544,11 @@ class SpoutShell(Shell):
                     sent += self._flush()
             self.follow_master()  # a pause that preempted the last flush
             self.metrics.batch(started, len(offsets), sent)
-        elif core.staged:  # a backlog staged for combining ended with an empty fetch
-            self._flush()
-        elif time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
-            self._send_watermarks()
+        elif core.has_staged:  # a backlog staged for combining ended with an empty fetch
+            started = time.perf_counter()
+            self.metrics.batch(started, 0, self._flush())
+        if time.monotonic() - self._last_watermark >= WATERMARK_INTERVAL:
+            self._send_watermarks()  # idle, or staging a backlog: the position stands
         if self.back is not None and not core.paused:
             self._read_backfill()
         self.backlog.fetched(full=len(messages) >= CONSUME_BATCH, at_end=at_end)

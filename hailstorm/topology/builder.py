@@ -284,7 +284,8 @@ class Topology(TopologyGraph):
 
         ``preaggregate=True`` lets the spouts feeding this bolt combine the contributions of
         each fetched batch per key (and window) before sending them, never across a snapshot
-        clock. The state is the same; emit then runs once per group and batch with its last
+        clock (a backlog's fetches together, when every node a spout feeds is such a
+        bolt). The state is the same; emit then runs once per group and batch with its last
         tuple instead of once per tuple, so only upsert tables may read the bolt, and the
         table keys of emit's rows must depend on ``key(t)`` (and the windows) alone.
 

@@ -593,11 +593,13 @@ def run_spout_script(rewind: int, steps: list[tuple[str, Any]]) -> None:
     assert emitted == expected
 
 
-def _combining_spout() -> SpoutCore:
+def _combining_spout(*, sink: bool = False) -> SpoutCore:
     top = Topology("pre")
     spec = top.spout("lines", topic="lines", decoder="text", explode=str.split)
     top.bolt("counts", inputs=[spec], key=lambda w: w, state=per_key(Count()),
              lift=Count.lift, emit=lambda w, n: [(w, n)], preaggregate=True)
+    if sink:
+        top.sink("raw", inputs=[spec], target=Collect())
     spout = SpoutCore(spec, 0, top.downstream_of(spec))
     spout.start({})
     spout.resume()
@@ -606,12 +608,12 @@ def _combining_spout() -> SpoutCore:
 
 def test_a_combining_spout_stages_full_fetches_until_combine_tuples(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reading a backlog (full fetches), a spout that pre-aggregates keeps staging, so a
-    flush combines many fetches; a fetch that is not full (a stream, the backlog's end)
-    is sent at its end. A spout that does not pre-aggregate sends every fetch's end."""
+    """Reading a backlog (full fetches), a spout whose every reader is a bolt it
+    pre-aggregates for keeps staging, so a flush combines many fetches; a fetch that is not
+    full (a stream, the backlog's end) is sent at its end."""
     monkeypatch.setattr(spout_core, "COMBINE_TUPLES", 6)
     spout = _combining_spout()
-    assert spout.combines and not make_spout().combines
+    assert spout.combines
     spout.stage([0, 1], [b"a b", b"a c"])
     assert not spout.flush_due(fetch_ended=True, fetch_full=True)  # 4 tuples staged
     assert spout.flush_due(fetch_ended=True, fetch_full=False)
@@ -622,23 +624,46 @@ def test_a_combining_spout_stages_full_fetches_until_combine_tuples(
     combined = sorted(zip(part.keys, part.values, strict=True))  # type: ignore[attr-defined]
     assert combined == [("a", 2), ("b", 2), ("c", 2)]
     assert spout.staged == spout.staged_bytes == 0 and spout.position == 2
-
-    plain = make_spout()
-    plain.start({})
-    plain.resume()
-    plain.stage([0], [b"a b"])
-    assert plain.flush_due(fetch_ended=True, fetch_full=True)
-    assert not plain.flush_due(fetch_ended=False, fetch_full=True)
+    assert not spout.has_staged
 
 
-def test_staged_bytes_bound_every_flush(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A flush's batch to a bolt that does not pre-aggregate holds every tuple, and a frame
-    is bounded: whatever a spout combines, it sends once FLUSH_BYTES of messages wait."""
+def test_a_spout_with_any_other_reader_sends_every_fetch() -> None:
+    """A reader that receives every tuple (a sink, a bolt without pre-aggregation) would get
+    a batch as big as the combined fetches, and a bolt judging lateness a flush a round's
+    pause cannot preempt: such a spout sends every fetch's end, as before."""
+    for spout in (make_spout(), _combining_spout(sink=True)):
+        spout.start({})
+        spout.resume()
+        assert not spout.combines
+        spout.stage([0], [b"a b"])
+        assert spout.flush_due(fetch_ended=True, fetch_full=True)
+        assert not spout.flush_due(fetch_ended=False, fetch_full=True)
+    top = Topology("late")
+    spec = top.spout("events", topic="events", decoder="json")
+    top.bolt("per_minute", inputs=[spec], key=lambda e: e["k"],
+             state=per_key(TumblingWindow(60, Count())), lift=Count.lift,
+             event_time=lambda e: e["t"], late="late.late", preaggregate=True)
+    assert not SpoutCore(spec, 0, top.downstream_of(spec)).combines
+
+
+def test_staged_bytes_bound_a_combining_flush(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spout combining fetch after fetch sends once FLUSH_BYTES of messages wait (a
+    bound on the memory its staged tuples take)."""
     monkeypatch.setattr(spout_core, "FLUSH_BYTES", 10)
     spout = _combining_spout()
     spout.stage([0], [b"aaaa bbbb"])
     assert spout.staged_bytes == 9
-    assert not spout.flush_due(fetch_ended=False, fetch_full=True)
+    assert not spout.flush_due(fetch_ended=True, fetch_full=True)
     spout.stage([1, 2], [None, b"c"])  # a tombstone holds no bytes
     assert spout.staged_bytes == 10
     assert spout.flush_due(fetch_ended=False, fetch_full=True)
+
+
+def test_records_without_tuples_still_wait_to_be_flushed() -> None:
+    """A record that explodes into nothing (or fails to decode) moves the position only
+    when it is flushed: has_staged says it waits, though no tuple does."""
+    spout = _combining_spout()
+    spout.stage([0, 1], [b"", b"   "])
+    assert spout.staged == 0 and spout.has_staged and spout.position == -1
+    spout.flush()
+    assert spout.position == 1 and not spout.has_staged
