@@ -61,7 +61,7 @@ def test_topic_sinks_are_exactly_the_model_through_kills_and_a_zombie(
         run.wait_committed({(TOPIC, p): o for p, o in produced.last_offsets().items()}, 300)
         produce(stack.kafka, produced, lines[8000:14000], partitions)
         leader = run.kill_negotiator_leader()
-        assert run.measure_recovery(leader, 180).committed_after is not None
+        run.require_recovery(leader, 180)
         produce(stack.kafka, produced, lines[14000:20000], partitions)
         zombie = run.zombie_sink(rng=rng)
         assert ZOMBIE_FENCED in zombie.detail or "stopped before a commit" not in zombie.detail, \
@@ -69,7 +69,7 @@ def test_topic_sinks_are_exactly_the_model_through_kills_and_a_zombie(
         produce(stack.kafka, produced, lines[20000:24000], partitions)
         run.wait_flowing(timeout=300)
         killed = run.kill_processor(role="sink", rng=rng)
-        assert run.measure_recovery(killed, 180).committed_after is not None
+        run.require_recovery(killed, 180)
         for start in range(24000, 30000, 1000):  # the tail in parts: each sink commits often
             produce(stack.kafka, produced, lines[start:start + 1000], partitions)
             run.wait_committed({(TOPIC, p): o for p, o in produced.last_offsets().items()},

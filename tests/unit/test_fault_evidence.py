@@ -221,6 +221,33 @@ def test_a_process_ended_in_initialize_may_join_the_recovery_under_way() -> None
     assert missing_evidence(task, recovered=False) == [RECOVERY_NAMES_VICTIM]
 
 
+def test_a_zombie_stopped_in_a_recovery_its_replacement_joined_leaves_the_next_one_alone(
+) -> None:
+    """A failpoint restarts the run as a sink is made a zombie: its session expires in that
+    Initialize, its replacement joins it, and no recovery names it. A kill of the same sink
+    11 s later, within the zombie's window, causes the next recovery naming it: that one
+    is the kill's (it was the zombie's, and the kill was left without one)."""
+    failpoint = _recovery(6, 57.0, reason="sink:line_sizes:0 restarted (reports joining)")
+    zombie = _hit("zombie", "sink:totals:0", 57.1, phase="Initialize",
+                  evidence={STOPPED_BEFORE_COMMIT: True, FENCED: True, JOINED_RECOVERY: True})
+    kill = _hit("processor", "sink:totals:0", 68.1, evidence={VICTIM_GONE: True})
+    named = _recovery(9, 68.2, reason="sink:totals:0 lost: bolt:counts:0 reports its "
+                                      "connection broke")
+    declared = [Explanation(56.9, "failpoint sink.after_commit")]
+    result = account([START, failpoint, named], [zombie, kill], declared)
+    assert absorbed(zombie) and not expects_recovery(zombie)
+    assert missing_evidence(zombie, recovered=False) == []
+    assert result.matched == {1: named} and result.declared == [failpoint]
+    assert not result.unexplained
+    # Stopped a moment before that recovery began, its session still expired within it.
+    early = replace(zombie, phase="Flowing", at=56.8)
+    assert absorbed(early)
+    assert account([START, failpoint, named], [early, kill], declared).matched == {1: named}
+    # Not absorbed (its expiry came after that recovery had moved on): the zombie's own.
+    own = replace(zombie, evidence={**zombie.evidence, JOINED_RECOVERY: False})
+    assert account([START, failpoint, named], [own, kill], declared).matched == {0: named}
+
+
 def test_planned_restarts_are_a_range_from_the_plan() -> None:
     assert planned_restarts([]) == (0, 0)
     assert planned_restarts([("processor", "Flowing"), ("negotiator", "SpoutsPaused")]) == (1, 1)

@@ -555,3 +555,48 @@ def test_the_harness_reads_zookeeper_through_a_lost_connection() -> None:
 
     assert _patient_read(read, "/hailstorm/master") == (b"data", "/hailstorm/master")
     assert failures == []  # both losses happened, and were waited out
+
+
+class _ReadRun(TopologyRun):
+    """A run whose ZooKeeper reads are canned (no stack): what :meth:`why_not_recovered`
+    reads."""
+
+    def __init__(self, faults: list[Fault], recoveries: list[Any], master: Any,
+                 committed: Any) -> None:
+        self.faults, self._recoveries = faults, recoveries
+        self._master, self._committed = master, committed
+        self.planned, self.env = [], {}
+        self.processor_session_timeout, self.timeout = 6.0, 30.0
+
+    def recoveries(self) -> list[Any]:
+        return self._recoveries
+
+    def master(self) -> Any:
+        return self._master
+
+    def committed(self) -> Any:
+        return self._committed
+
+
+def test_a_recovery_without_a_commit_past_its_fault_says_what_it_saw() -> None:
+    from hailstorm.protocol.layout import CommittedRecord, MasterRecord, RecoveryRecord
+    from hailstorm.protocol.states import Flowing
+
+    kill = Fault("processor", "sink:totals:0", 77, 1000.0, 12, {"w:0": 40, "w:1": 30},
+                 phase="Flowing", evidence={VICTIM_GONE: True})
+    other = RecoveryRecord(13, 1000.4, "Flowing", "sink:line_sizes:0 lost (living node gone)")
+    ours = RecoveryRecord(14, 1003.0, "Flowing", "sink:totals:0 lost (living node gone)")
+    committed = CommittedRecord(15, {("w", 0): 40, ("w", 1): 20}, {}, committed_at=1010.0)
+    run = _ReadRun([kill], [other, ours],
+                   MasterRecord(Flowing(16), 1011.0, leader="negotiator-0"), committed)
+    text = run.why_not_recovered(Recovery(kill, 4.0, None, record=ours))
+    assert "no commit past the processor fault on sink:totals:0 (pid 77" in text
+    assert "recovery epoch 13 at 1000.4 (+0.4 s) from Flowing: sink:line_sizes:0 lost" \
+        in text and "[unexplained]" in text
+    assert "recovery epoch 14 at 1003.0 (+3.0 s)" in text
+    assert "[matched to the processor fault on sink:totals:0 at 1000.0]" in text
+    assert "committed at 1010.0 (+10.0 s after the fault)" in text
+    assert "(committed, needed): {'w:1': (20, 30)}" in text
+    run._committed = None
+    assert "nothing committed; needed {'w:0': 40, 'w:1': 30}" \
+        in run.why_not_recovered(Recovery(kill, None, None))

@@ -27,8 +27,9 @@ RECOVERY_NAMES_VICTIM = "a recovery names the victim"
 the victim (a pair: either), or, for a fault timed for a recovery state, a recovery that
 started that one over."""
 JOINED_RECOVERY = "its next incarnation joined the recovery under way"
-"""A processor failed in ``Initialize(e)`` (killed, or its session expired) and the next
-incarnation its Spark task started joined that same recovery: the master went on to
+"""A processor failed in ``Initialize(e)`` (killed, or its session expired: also a zombie's,
+whenever it was stopped) and the next incarnation its Spark task started joined that same
+recovery: the master went on to
 ``SpoutsRewind(e)`` with no newer recovery recorded. The negotiator waits for a joining
 processor in ``Initialize`` (a restart would load the same round), so such a fault is
 absorbed: no recovery of its own."""
@@ -95,8 +96,11 @@ def recovery_window(session_timeout: float) -> float:
 
 def absorbed(fault: Fault) -> bool:
     """Whether ``fault`` hit a recovery under way that its victim's next incarnation joined
-    (:data:`JOINED_RECOVERY`)."""
-    return fault.phase == "Initialize" and bool(fault.evidence.get(JOINED_RECOVERY))
+    (:data:`JOINED_RECOVERY`): a process that ended in ``Initialize``, or a zombie whose
+    session expired in a recovery that something else had started (no recovery named it
+    between its stop and its replacement's first round)."""
+    return (fault.phase == "Initialize" or fault.kind == "zombie") \
+        and bool(fault.evidence.get(JOINED_RECOVERY))
 
 
 def expects_recovery(fault: Fault) -> bool:
@@ -250,10 +254,11 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
 
 
 ABSORBABLE: tuple[FaultKind, ...] = ("processor", "pair", "task", "zk-session")
-"""The faults a recovery under way can absorb (:func:`absorbed`): they end a process whose
-Spark task starts the next incarnation, or (``task``) fail the stage, whose next attempt's
-processors take over the nodes of the failed one's while ``Initialize`` waits for them
-(docs/negotiator.md, stage attempts)."""
+"""The faults a recovery under way can absorb (:func:`absorbed`) that a schedule may time
+for ``Initialize``: they end a process whose Spark task starts the next incarnation, or
+(``task``) fail the stage, whose next attempt's processors take over the nodes of the
+failed one's while ``Initialize`` waits for them (docs/negotiator.md, stage attempts). A
+zombie is never timed for it, but may still land in one that a failpoint started."""
 _RESTARTS: dict[FaultKind, tuple[int, int]] = {
     "processor": (1, 1), "task": (1, 1), "zk-session": (1, 1), "zombie": (1, 1),
     "pair": (1, 1),  # both killed at once: one recovery restarts them

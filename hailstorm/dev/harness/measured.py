@@ -27,6 +27,7 @@ from hailstorm.dev.harness.faults import (
     restarted_processors,
 )
 from hailstorm.dev.harness.producing import BackgroundProducer
+from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import RecoveryRecord
 
@@ -186,3 +187,53 @@ class MeasuredRun(Deployment):
             time.sleep(0.1)
         recovery.restarted = restarted_processors(fault.incarnations, self.incarnations())
         return recovery
+
+    def require_recovery(self, fault: Fault, timeout: float = 180,
+                         producer: BackgroundProducer | None = None) -> Recovery:
+        """:meth:`measure_recovery`, raising :class:`HarnessError` with
+        :meth:`why_not_recovered` when no commit passed ``fault`` within ``timeout``."""
+        recovery = self.measure_recovery(fault, timeout, producer)
+        if recovery.committed_after is None:
+            raise HarnessError(self.why_not_recovered(recovery, producer))
+        return recovery
+
+    def why_not_recovered(self, recovery: Recovery,
+                          producer: BackgroundProducer | None = None) -> str:
+        """What a recovery that ended without a commit past its fault saw: the fault and
+        its evidence, the recovery matched to it (or the recoveries recorded around it and
+        what they were matched to), the master now, and the committed clock against the
+        offsets the commit needed."""
+        fault = recovery.fault
+        lines = [f"no commit past the {fault.kind} fault on {fault.target} (pid {fault.pid}, "
+                 f"master {fault.phase or '?'} epoch {fault.epoch}, at {fault.at:.1f}; "
+                 f"evidence {fault.evidence}; {fault.detail or 'no detail'})",
+                 f"flowing again after: {recovery.flowing_after}; recovery matched: "
+                 f"{recovery.record}"]
+        accounting = self.accounting()
+        low = fault.at - 60.0
+        for r in self.recoveries():
+            if r.at >= low:
+                matched = next((self.faults[i] for i, m in accounting.matched.items()
+                                if m == r), None)
+                cause = (f"matched to the {matched.kind} fault on {matched.target} at "
+                         f"{matched.at:.1f}" if matched is not None else
+                         "a retry" if r in accounting.retries else
+                         "declared" if r in accounting.declared else
+                         "unexplained" if r in accounting.unexplained else "a start")
+                lines.append(f"  recovery epoch {r.epoch} at {r.at:.1f} ({r.at - fault.at:+.1f} s)"
+                             f" from {r.previous}: {r.reason} [{cause}]")
+        master = self.master()
+        lines.append(f"master now: {master.state if master else None}"
+                     f" (leader {master.leader if master else None})")
+        committed = self.committed()
+        needed = self._needed(fault, producer)
+        if committed is None:
+            lines.append(f"nothing committed; needed {needed}")
+        else:
+            reached = {_clock_key(p): o for p, o in committed.clock.items()}
+            short = {key: (reached.get(key, -1), o) for key, o in needed.items()
+                     if reached.get(key, -1) < o}
+            lines.append(f"committed at {committed.standing_at:.1f} "
+                         f"({committed.standing_at - fault.at:+.1f} s after the fault); "
+                         f"behind what it needed (committed, needed): {short or 'nothing'}")
+        return "\n".join(lines)

@@ -27,6 +27,7 @@ from hailstorm.dev.harness.evidence import (
     VICTIM_GONE,
     VICTIM_RESUMED,
     VICTIM_STOPPED,
+    names,
 )
 from hailstorm.dev.harness.faults import (
     RECOVERY_PHASES,
@@ -308,6 +309,12 @@ class TopologyRun(MeasuredRun):
                 wait_for(f"a replacement of {ident} to commit",
                          self._replacement_stood(ident, victim), timeout, self.alive,
                          poll=0.25)
+            # Its session may expire within a recovery under way (a failpoint the test
+            # planned restarted the run as it stopped), which its replacement joins: then
+            # no recovery names it, and the next one that does belongs to a later fault.
+            fault.evidence[JOINED_RECOVERY] = not any(
+                r.epoch >= fault.epoch and r.at >= fault.at - 1.0 and names(r.reason, ident)
+                for r in self.recoveries())
             break
         else:
             raise HarnessError(f"no sink stayed alive until it could be stopped "
