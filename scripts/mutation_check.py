@@ -120,18 +120,18 @@ MUTATIONS = (
     ),
     Mutation(
         "batch-doubles-a-key",
-        "a spout's pre-aggregation of a batch counts its first key twice",
-        (Edit("hailstorm/engine/bolt.py", "                sums: dict[Any, Any] = Counter(keys)",
-              "                sums: dict[Any, Any] = Counter(keys + keys[:1])"),),
+        "a spout's pre-aggregation counts the first key of each chunk it stages twice",
+        (Edit("hailstorm/engine/combining.py",
+              "                groups.values.update(keys)  #",
+              "                groups.values.update(keys + keys[:1])  #"),),
         ("--kinds", "processor", "--phases", "Flowing"),
     ),
     Mutation(
         "batch-drops-a-key",
-        "a spout's pre-aggregation of a batch leaves its first key out",
-        (Edit("hailstorm/engine/bolt.py",
-              "                return Combined(list(sums), list(sums), list(sums.values()))",
-              "                return Combined(list(sums)[1:], list(sums)[1:], "
-              "list(sums.values())[1:])"),),
+        "a spout's pre-aggregation leaves the first key of each chunk it stages out",
+        (Edit("hailstorm/engine/combining.py",
+              "                groups.values.update(keys)  #",
+              "                groups.values.update(keys[1:])  #"),),
         ("--kinds", "processor", "--phases", "Flowing"),
     ),
     Mutation(

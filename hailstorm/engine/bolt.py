@@ -10,43 +10,23 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from itertools import chain, repeat
-from operator import is_, itemgetter
+from operator import is_
 from typing import Any, cast
 
 from hailstorm.engine.calls import as_output_list, drained, mapped
+from hailstorm.engine.combining import (
+    _NO_VALUE,
+    _PLAIN_KEYS,
+    Combined,
+    Combining,
+)
 from hailstorm.monoids import Count, KeyedMap
 from hailstorm.routing import KEY_INT_BITS, KeyRouter, partition_by_instance
 from hailstorm.topology import BoltSpec, EmitByKey, RecordFailed
 
 __all__ = ["BoltExecution", "Combined", "execution_of"]
-
-
-@dataclass(frozen=True, slots=True)
-class Combined:
-    """Contributions pre-aggregated by :meth:`BoltExecution.combine_contributions`: for each
-    group, the last tuple seen (what emit receives), the state key (``None`` for unkeyed
-    state) and the combined value (for the bolt's value monoid)."""
-
-    tuples: list[Any]
-    keys: list[Any]
-    values: list[Any]
-    failures: list[tuple[int, RecordFailed]] = field(default_factory=list)
-    """``(index in the input, failure)`` of the tuples left out."""
-
-    def __len__(self) -> int:
-        return len(self.tuples)
-
-
-_NO_VALUE: Any = object()
-
-_key_of = itemgetter(0)
-
-_PLAIN_KEYS = frozenset({str, int, float, bytes, bool, type(None)})
-"""Key types that are hashable and routable as they are (others are checked)."""
 
 
 def _plain_tuples(keys: list[Any], key_types: set[type]) -> bool:
@@ -62,9 +42,6 @@ def _plain_tuples(keys: list[Any], key_types: set[type]) -> bool:
         part.bit_length() <= KEY_INT_BITS
         for part in chain.from_iterable(keys) if type(part) is int)
 
-
-_INTERCHANGEABLE_KEYS = frozenset({str, int, bytes})
-"""Types whose equal values are interchangeable (unlike ``float``'s ``0.0``, ``-0.0``)."""
 
 _compiled: weakref.WeakKeyDictionary[BoltSpec[Any, Any], BoltExecution] = (
     weakref.WeakKeyDictionary())
@@ -83,7 +60,7 @@ def execution_of(spec: BoltSpec[Any, Any]) -> BoltExecution:
     return execution
 
 
-class BoltExecution:
+class BoltExecution(Combining):
     """What the engine runs for one bolt, per tuple ``t``:
 
     1. the state contribution (:meth:`contribution`): for keyed state (a ``KeyedMap``) the
@@ -421,122 +398,3 @@ class BoltExecution:
         if self.window is not None:
             return key, self.window.groups(self.event_time(t))  # type: ignore[misc]
         return key
-
-    def combine_contributions(self, tuples: Sequence[Any]) -> Combined:
-        """Pre-aggregate ``tuples`` (what a spout does for a ``preaggregate`` bolt): one
-        combined contribution per group, in the order each group was last seen (keyed
-        sums and counts without windows: first seen).
-
-        For keyed state the group is the state key; for unkeyed state routed by ``key``
-        (``parallelism > 1``) it is the routing key and the state key is ``None``;
-        otherwise everything is one group. With window state, tuples of different windows
-        are also different groups, so emit still sees a tuple of every window touched.
-        Absorbing the result gives exactly the state that absorbing ``tuples`` one by one
-        gives; tuples failing :meth:`contribution` are left out and listed in ``failures``.
-        """
-        if self.groups_by_key and tuples:
-            combined = (self._combine_sums(tuples) if self.paths.adds_numbers
-                        else self._combine_by_key(tuples))
-            if combined is not None:
-                return combined
-        contributions, indices, failures = self.contributions(tuples)
-        groups = self._groups(tuples, contributions, indices)
-        # Each group's values gathered, then folded at once by the monoid's combine_all (a
-        # new state: lift may return one shared object for every tuple). A group seen once
-        # keeps its value as it is, so the many groups seen once per batch
-        # (high-cardinality keys) are never copied.
-        parts: defaultdict[Any, list[Any]] = defaultdict(list)
-        for group, (_key, value) in zip(groups, contributions, strict=True):
-            parts[group].append(value)
-        last = dict(zip(groups, indices, strict=True))  # each group's last tuple
-        order = list(dict.fromkeys(reversed(groups)))
-        order.reverse()  # groups in the order each was last seen
-        combine_all = self.value_monoid.combine_all
-        values = [part[0] if len(part) == 1 else combine_all(part)
-                  for part in map(parts.__getitem__, order)]
-        if not self.keyed:
-            state_keys: list[Any] = [None] * len(order)
-        elif self.window is None:
-            state_keys = order
-        else:
-            state_keys = [group[0] for group in order]
-        return Combined([tuples[last[g]] for g in order], state_keys, values, failures)
-
-    def _groups(self, tuples: Sequence[Any], contributions: Sequence[tuple[Any, Any]],
-                indices: Sequence[int]) -> list[Any]:
-        """:meth:`group_of` of every contribution (of ``tuples[indices[i]]``); for keyed
-        state read from the contribution where the window can tell (see
-        :meth:`~hailstorm.monoids.EventTimed.lifted_groups`), without calling
-        ``event_time`` again."""
-        if self.groups_by_key:
-            return list(map(_key_of, contributions))
-        window = self.window
-        read = window.lifted_groups() if self.keyed and window is not None else None
-        if read is not None:
-            return [(key, read(value)) for key, value in contributions]
-        group_of = self.group_of
-        return [group_of(tuples[i], key)
-                for i, (key, _value) in zip(indices, contributions, strict=True)]
-
-    def _combine_by_key(self, tuples: Sequence[Any]) -> Combined | None:
-        """:meth:`combine_contributions` for keyed state without windows, a batch at a
-        time: keys and values as :meth:`_keys_and_values` gives them, then one loop
-        absorbing the values of keys seen again (a batch of distinct keys, common with
-        millions of users, combines nothing). Groups come in last-seen order, each with
-        its last tuple, as from the tuple-by-tuple path (a compacting bolt emits in this
-        order). None when a function fails or the monoid refuses a key or value (the
-        caller takes the tuple-by-tuple path, which names them)."""
-        try:
-            keys, values, _types = self._keys_and_values(tuples)
-            assert keys is not None  # keyed state
-            last = dict(zip(keys, tuples, strict=True))
-        except Exception:  # a user function or check failed on some tuple (any error):
-            return None    # the tuple-by-tuple path names it
-        if len(last) == len(keys):
-            return Combined(list(tuples), keys, values)
-        inner = self.value_monoid
-        absorb = inner.absorb
-        copy = None if inner.immutable_state else inner.copy
-        owned: set[Any] = set()  # a first value may be shared: copied before absorbing
-        combined: dict[Any, Any] = {}
-        get = combined.get
-        for key, value in zip(keys, values, strict=True):
-            current = get(key, _NO_VALUE)
-            if current is _NO_VALUE:
-                combined[key] = value
-            elif copy is None or key in owned:
-                combined[key] = absorb(current, value)
-            else:
-                owned.add(key)
-                combined[key] = absorb(copy(current), value)
-        order = list(dict.fromkeys(reversed(keys)))  # by last sight, latest first
-        order.reverse()
-        return Combined(list(map(last.__getitem__, order)), order,
-                        list(map(combined.__getitem__, order)))
-
-    def _combine_sums(self, tuples: Sequence[Any]) -> Combined | None:
-        """:meth:`combine_contributions` for keyed sums and counts without windows, a batch
-        at a time: keys and values as :meth:`_keys_and_values` gives them, the sums taken
-        by C code (``Counter`` when every value is 1). Groups come in first-seen order, each
-        with its last tuple. None when a function fails or the monoid refuses a key or value
-        (the caller takes the tuple-by-tuple path, which names them). With ``key=itself``
-        and keys of one type in ``_INTERCHANGEABLE_KEYS``, a group's last tuple equals its
-        key and has its type, so the key stands for it."""
-        try:
-            keys, values, key_types = self._keys_and_values(tuples)
-            assert keys is not None  # keyed state
-            if self.paths.lift_is_one or (
-                    set(map(type, values)) == {int} and values.count(1) == len(values)):
-                sums: dict[Any, Any] = Counter(keys)
-            else:
-                sums = {}
-                get = sums.get
-                for key, value in zip(keys, values, strict=True):
-                    sums[key] = get(key, 0) + value
-            if (self.paths.key_is_tuple and len(key_types) == 1
-                    and key_types <= _INTERCHANGEABLE_KEYS):
-                return Combined(list(sums), list(sums), list(sums.values()))
-            last = dict(zip(keys, tuples, strict=True))
-        except Exception:  # a user function or check failed on some tuple (any error):
-            return None    # the tuple-by-tuple path names it
-        return Combined(list(last.values()), list(last), list(sums.values()))

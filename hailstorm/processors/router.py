@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hailstorm.engine import execution_of, mapped
+from hailstorm.engine import Combined, CombinedGroups, execution_of, mapped
 from hailstorm.lateness import Late, StreamTime
 from hailstorm.processors.actions import (
     Batch,
@@ -25,7 +25,7 @@ from hailstorm.processors.actions import (
 from hailstorm.topology import BoltSpec, SinkSpec, Table
 from hailstorm.vocabulary import late_row
 
-__all__ = ["Router", "latest_per_key"]
+__all__ = ["Router", "StagedCombination", "latest_per_key"]
 
 
 class Router:
@@ -150,39 +150,104 @@ def _preaggregated(
     instances, one run between consecutive ``boundaries`` at a time; each contribution's
     origin is the last offset of its run, and its tuple the last of its group (its key
     for ``emit=by_key``). Tuples left out go to ``failed``."""
-    offsets = batch.offsets
-    cuts = sorted({0, len(offsets), *(bisect_right(offsets, b) for b in boundaries)})
     run = execution_of(bolt)
     parts = [Contributions() for _ in range(bolt.parallelism)]
-    for start, stop in itertools.pairwise(cuts):
-        partition, origin = batch.partitions[stop - 1], offsets[stop - 1]
+    for start, stop in _runs(batch.offsets, boundaries):
         combined = run.combine_contributions(batch.tuples[start:stop])
-        for index, failure in combined.failures:
-            i = start + index
-            failed.append((batch.partitions[i], offsets[i], batch.tuples[i], failure))
-        # emit=by_key reads no tuple: the key goes in its place (pickled once for both)
-        subjects = combined.keys if bolt.emits_by_key else combined.tuples
-        if bolt.parallelism == 1:
-            part = parts[0]
-            part.partitions.extend(itertools.repeat(partition, len(combined)))
-            part.offsets.extend(itertools.repeat(origin, len(combined)))
-            part.tuples.extend(subjects)
-            part.keys.extend(combined.keys)
-            part.values.extend(combined.values)
-            continue
+        _note_failures(batch, start, combined, failed)
+        _route_combined(bolt, combined, batch.partitions[stop - 1], batch.offsets[stop - 1],
+                        parts, between)
+    return _nonempty(bolt, parts)
+
+
+class StagedCombination:
+    """One ``preaggregate`` bolt's share of what a spout stages, combined as it is staged
+    (a chunk of a fetch at a time, while the chunk's objects are still in the CPU's
+    caches) instead of when it is sent: for a bolt whose groups are its state keys
+    (:attr:`~hailstorm.topology.BoltSpec.groups_by_key`), whose combined groups merge
+    (:meth:`~hailstorm.engine.BoltExecution.merge_combined`). :meth:`routed` then gives
+    what :class:`Router` gives for all those tuples at once, runs between boundaries
+    apart."""
+
+    def __init__(self, bolt: BoltSpec) -> None:
+        self.bolt = bolt
+        self._run = execution_of(bolt)
+        self._runs: list[_CombinedRun] = []
+
+    def add(self, batch: Batch, boundaries: Sequence[int], failed: list[Failed]) -> None:
+        """Combine ``batch`` (one partition, ascending offsets, after everything added
+        before) into the runs; tuples left out go to ``failed``."""
+        runs, offsets = self._runs, batch.offsets
+        for start, stop in _runs(offsets, boundaries):
+            first = offsets[start]
+            if not runs or any(runs[-1].through <= b < first for b in boundaries):
+                runs.append(_CombinedRun(batch.partitions[start], first, CombinedGroups()))
+            last = runs[-1]
+            last.through = offsets[stop - 1]
+            tuples = batch.tuples if stop - start == len(offsets) else batch.tuples[start:stop]
+            for index, failure in self._run.combine_into(last.groups, tuples):
+                i = start + index
+                failed.append((batch.partitions[i], offsets[i], batch.tuples[i], failure))
+
+    def routed(self, between: Callable[[], None] | None = None
+               ) -> dict[Destination, Contributions]:
+        """The contributions for the bolt's instances of everything added (each run's
+        origin its last offset); ``between`` as for :meth:`Router.route`."""
+        parts = [Contributions() for _ in range(self.bolt.parallelism)]
+        for run in self._runs:
+            _route_combined(self.bolt, run.groups.combined(), run.partition, run.through,
+                            parts, between)
+        return _nonempty(self.bolt, parts)
+
+
+@dataclass(slots=True)
+class _CombinedRun:
+    """The groups combined from tuples between two boundaries, the last at ``through``."""
+
+    partition: PartitionKey
+    through: int
+    groups: CombinedGroups
+
+
+def _runs(offsets: Sequence[int], boundaries: Sequence[int]) -> list[tuple[int, int]]:
+    """``(start, stop)`` of the runs of ``offsets`` (ascending) that no boundary splits."""
+    cuts = sorted({0, len(offsets), *(bisect_right(offsets, b) for b in boundaries)})
+    return list(itertools.pairwise(cuts))
+
+
+def _note_failures(batch: Batch, start: int, combined: Combined, failed: list[Failed]) -> None:
+    """List the tuples ``combined`` left out (indices from ``start`` of ``batch``)."""
+    for index, failure in combined.failures:
+        i = start + index
+        failed.append((batch.partitions[i], batch.offsets[i], batch.tuples[i], failure))
+
+
+def _route_combined(bolt: BoltSpec, combined: Combined, partition: PartitionKey, origin: int,
+                    parts: list[Contributions], between: Callable[[], None] | None) -> None:
+    """Append ``combined`` (of a run ending at ``origin``) to the ``parts`` of ``bolt``'s
+    instances: each group to the instance of its key."""
+    run = execution_of(bolt)
+    # emit=by_key reads no tuple: the key goes in its place (pickled once for both)
+    subjects = combined.keys if bolt.emits_by_key else combined.tuples
+    if bolt.parallelism == 1:
+        split = [(0, [subjects, combined.keys, combined.values])]
+    else:
         if bolt.keyed:  # the state key is the routing key
             instances = run.instance_of_key.many(combined.keys, between)
         else:
             instances = _instances_for(bolt, combined.tuples, between)
-        for i, (tuples, keys, values) in _by_instance(instances, bolt.parallelism,
-                                                      subjects, combined.keys,
-                                                      combined.values):
-            part = parts[i]
-            part.partitions.extend(itertools.repeat(partition, len(tuples)))
-            part.offsets.extend(itertools.repeat(origin, len(tuples)))
-            part.tuples.extend(tuples)
-            part.keys.extend(keys)
-            part.values.extend(values)
+        split = _by_instance(instances, bolt.parallelism, subjects, combined.keys,
+                             combined.values)
+    for i, (tuples, keys, values) in split:
+        part = parts[i]
+        part.partitions.extend(itertools.repeat(partition, len(tuples)))
+        part.offsets.extend(itertools.repeat(origin, len(tuples)))
+        part.tuples.extend(tuples)
+        part.keys.extend(keys)
+        part.values.extend(values)
+
+
+def _nonempty(bolt: BoltSpec, parts: list[Contributions]) -> dict[Destination, Contributions]:
     return {(bolt.name, i): part for i, part in enumerate(parts) if part.tuples}
 
 

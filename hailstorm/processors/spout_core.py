@@ -25,7 +25,10 @@ Life of a spout instance (one :class:`SpoutCore`, driven by one thread):
 Records are taken in two steps, so that pre-aggregation can combine a whole fetch while a
 round's pause waits for a slice of it (or a flush under way): :meth:`SpoutCore.stage`
 decodes and explodes records, and :meth:`SpoutCore.flush` routes everything staged since
-the last flush (:meth:`SpoutCore.on_records` does both). Staged records are not emitted:
+the last flush (:meth:`SpoutCore.on_records` does both); a spout whose every downstream bolt
+groups by state key combines as it stages instead (:attr:`SpoutCore.combines_when_staged`),
+so that each chunk is decoded, keyed, lifted and combined while its objects are still in
+the CPU's caches, and a flush routes the combined groups. Staged records are not emitted:
 they lie beyond the position, so a pause reports the position without them, and they go
 out, after the round's CLOCK, when the spout resumes.
 
@@ -57,11 +60,12 @@ from hailstorm.lateness import StreamTimes
 from hailstorm.processors.actions import (
     Batch,
     Destination,
+    Failed,
     ForwardClock,
     Preempted,
     ProtocolViolation,
 )
-from hailstorm.processors.router import Router
+from hailstorm.processors.router import Router, StagedCombination
 from hailstorm.protocol.clock import NOTHING, Clock, Partition
 from hailstorm.protocol.layout import ProcessorState
 from hailstorm.topology import BoltSpec, SinkSpec, SpoutSpec
@@ -86,7 +90,8 @@ every fetch, as before."""
 FLUSH_BYTES = 4 * 1024 * 1024
 """A spout combining fetch after fetch sends once the staged messages hold this many
 bytes: a bound on the memory its staged tuples take (about 55 MB of Python objects for
-4 MiB of text lines)."""
+4 MiB of text lines; a spout that combines as it stages keeps one value per distinct key
+instead)."""
 
 
 @dataclass(slots=True)
@@ -133,6 +138,12 @@ class SpoutCore:
         """Every downstream node is a bolt that receives this spout's batches combined per
         key, and none judges lateness (whose flush a round's pause cannot preempt): the
         spout may combine fetch after fetch of a backlog (:data:`COMBINE_TUPLES`)."""
+        self.combines_when_staged = self.combines and all(
+            isinstance(node, BoltSpec) and node.groups_by_key for node in downstream)
+        """Every downstream bolt's groups are its state keys, whose combined values merge:
+        the spout combines each chunk as it stages it (:class:`~hailstorm.processors.
+        router.StagedCombination`), and keeps no tuple for the flush."""
+        self._downstream = list(downstream)
         self._position: int | None = None
         self._loaded = NOTHING
         """The bolts' loaded clock here: tuples at or below it are in their snapshots."""
@@ -143,7 +154,7 @@ class SpoutCore:
         self._paused = True
         self._held_offsets: list[int] = []
         self._held_values: list[bytes | None] = []
-        self._staged = _Staged()
+        self._staged = self._new_staged()
         self._clock_epoch: int | None = None
         self._cut: tuple[int, int] | None = None
         """``(epoch, position)`` of the last barrier round's mark (:meth:`cut`)."""
@@ -188,7 +199,7 @@ class SpoutCore:
         self._paused = True
         self._held_offsets = []
         self._held_values = []
-        self._staged = _Staged()
+        self._staged = self._new_staged()
         if not self.stream_times:
             self._observed = self._position
             return self._position + 1
@@ -282,6 +293,11 @@ class SpoutCore:
         if first < len(offsets):
             self._decode(offsets[first:], values[first:])
 
+    def _new_staged(self) -> _Staged:
+        combinations = [StagedCombination(node) for node in self._downstream
+                        if isinstance(node, BoltSpec)] if self.combines_when_staged else None
+        return _Staged(combinations=combinations)
+
     def flush(self, preempt: Callable[[], bool] | None = None) -> SpoutOutput:
         """Route and emit what was staged; nothing while paused (staged records then wait
         for :meth:`resume`, beyond the position the pause reported).
@@ -296,14 +312,19 @@ class SpoutCore:
         if self._paused or staged.through == NOTHING:
             return SpoutOutput(None, watermark=self.watermark())
         p = self.partition
-        batch = Batch([p] * len(staged.tuples), staged.origins, staged.tuples)
         router = self.router
         between = None if preempt is None or self.stream_times else _preemption(preempt)
         before = self._position, self._observed
         self._position = staged.through
         self._observed = max(self._observed, staged.through)  # judging moves stream times
         try:
-            routed = router.route(batch, self._boundaries, between)
+            if staged.combinations is None:
+                batch = Batch([p] * len(staged.tuples), staged.origins, staged.tuples)
+                routed = router.route(batch, self._boundaries, between)
+            else:
+                routed = {}
+                for combination in staged.combinations:
+                    routed.update(combination.routed(between))
         except BaseException as exc:  # broad: incl. user key errors and Ctrl-C; position restored
             self._position, self._observed = before  # nothing of it was emitted
             if not isinstance(exc, Preempted):
@@ -311,9 +332,10 @@ class SpoutCore:
             router.failed.clear()  # the flush that emits them lists them again
             self.preempted += 1
             return SpoutOutput(None, watermark=self.watermark())
-        self._staged = _Staged()
+        self._staged = self._new_staged()
+        router.failed.extend(staged.failed)
         position = staged.through
-        self.emitted += len(batch)
+        self.emitted += staged.count
         dead = staged.dead
         self.rejected += len(dead)
         if router.late:
@@ -343,7 +365,7 @@ class SpoutCore:
     @property
     def staged(self) -> int:
         """Tuples staged for the next :meth:`flush`."""
-        return len(self._staged.tuples)
+        return self._staged.count
 
     @property
     def staged_bytes(self) -> int:
@@ -362,7 +384,7 @@ class SpoutCore:
         not reached, so a backlog waits): at the end of a fetch or at
         :data:`FLUSH_TUPLES`, except that a spout which :attr:`combines` stages fetch
         after fetch of a backlog up to :data:`COMBINE_TUPLES` or :data:`FLUSH_BYTES`."""
-        staged = len(self._staged.tuples)
+        staged = self._staged.count
         if self.combines and fetch_full:
             return staged >= COMBINE_TUPLES or self._staged.size >= FLUSH_BYTES
         return fetch_ended or staged >= FLUSH_TUPLES
@@ -435,8 +457,16 @@ class SpoutCore:
                                                   str(result), result.stage))
                     result = []
                 exploded.append(result)
-        staged.tuples.extend(chain.from_iterable(exploded))
-        staged.origins.extend(chain.from_iterable(map(repeat, offsets, map(len, exploded))))
+        tuples = list(chain.from_iterable(exploded))
+        origins = list(chain.from_iterable(map(repeat, offsets, map(len, exploded))))
+        staged.count += len(tuples)
+        if staged.combinations is None:
+            staged.tuples.extend(tuples)
+            staged.origins.extend(origins)
+        elif tuples:
+            batch = Batch([p] * len(tuples), origins, tuples)
+            for combination in staged.combinations:
+                combination.add(batch, self._boundaries, staged.failed)
         staged.through = offsets[-1]
         staged.size += sum(map(len, filter(None, values)))
 
@@ -496,11 +526,18 @@ def _preemption(preempt: Callable[[], bool]) -> Callable[[], None]:
 
 @dataclass(slots=True)
 class _Staged:
-    """Tuples decoded since the last flush, with their offsets; ``through`` is the last
-    record's offset (``-1``: none staged)."""
+    """Tuples decoded since the last flush, with their offsets, or (``combinations``: a
+    spout that :attr:`~SpoutCore.combines_when_staged`) combined for each downstream bolt
+    as they were staged; ``through`` is the last record's offset (``-1``: none staged)."""
 
     origins: list[int] = field(default_factory=list)
     tuples: list[Any] = field(default_factory=list)
+    combinations: list[StagedCombination] | None = None
+    failed: list[Failed] = field(default_factory=list)
+    """Tuples a bolt's function failed on while they were combined (for the flush's
+    dead letters)."""
+    count: int = 0
+    """Tuples staged (kept in ``tuples`` or combined)."""
     dead: list[DeadLetter] = field(default_factory=list)
     through: int = NOTHING
     size: int = 0

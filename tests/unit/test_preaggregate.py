@@ -3,7 +3,9 @@ across a clock, absorbing them in the bolt, and carrying them on the wire."""
 
 from __future__ import annotations
 
+import itertools
 import pickle
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -27,7 +29,7 @@ from hailstorm import (
     itself,
     per_key,
 )
-from hailstorm.engine import execution_of
+from hailstorm.engine import CombinedGroups, execution_of
 from hailstorm.processors import (
     Batch,
     BoltCore,
@@ -38,6 +40,7 @@ from hailstorm.processors import (
     Router,
     WriteSnapshot,
 )
+from hailstorm.processors.router import StagedCombination
 from hailstorm.processors.spout_core import SpoutCore
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.wire import DataBatch, FrameError, FrameReader, decode_frame, encode_frame
@@ -327,6 +330,99 @@ def test_a_bolt_keyed_by_itself_and_counting_combines_as_with_lambdas(
     assert [i for i, _ in fast.failures] == [i for i, _ in slow.failures]
     fast_pairs, slow_pairs = known.contributions(tuples)[0], called.contributions(tuples)[0]
     assert [typed(list(pair)) for pair in fast_pairs] == [typed(list(p)) for p in slow_pairs]
+
+
+def _split(items: list[Any], cuts: list[int]) -> list[list[Any]]:
+    """``items`` in consecutive pieces at the ``cuts`` (indices, any order)."""
+    bounds = sorted({0, len(items), *(c % (len(items) + 1) for c in cuts)})
+    return [items[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def _staged_and_at_once(spec: BoltSpec, tuples: list[Any], offsets: list[int],
+                        cuts: list[int], boundaries: list[int]) -> tuple[Any, Any]:
+    """What :class:`StagedCombination` gives for ``tuples`` added in pieces, and what the
+    router gives for them at once: ``(routed, failed offsets)`` of each."""
+    spec = replace(spec, preaggregate=True)
+    whole = Batch([P] * len(tuples), offsets, tuples)
+    failed_at_once: list[Any] = []
+    router = Router([spec], preaggregate=True)
+    at_once = router.route(whole, boundaries) if tuples else {}
+    failed_at_once = [offset for _, offset, _, _ in router.failed]
+    staged, failed_staged = StagedCombination(spec), []
+    start = 0
+    for piece in _split(tuples, cuts):
+        stop = start + len(piece)
+        staged.add(Batch([P] * len(piece), offsets[start:stop], piece), boundaries,
+                   failed_staged)
+        start = stop
+    return ((staged.routed(), [offset for _, offset, _, _ in failed_staged]),
+            (at_once, failed_at_once))
+
+
+def _columns(part: Any) -> list[list[Any]]:
+    return [list(part.partitions), list(part.offsets), typed(part.tuples), typed(part.keys),
+            typed(part.values)]
+
+
+OFFSETS_AND_CUTS = {"gaps": st.lists(st.integers(1, 3), min_size=40, max_size=40),
+                    "cuts": st.lists(st.integers(0, 40), max_size=5),
+                    "boundaries": st.lists(st.integers(0, 90), max_size=3)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(tuples=TUPLES, shape=st.sampled_from(["keyed count", "keyed sum", "keyed mutable",
+                                             "keyed record", "keyed shared record"]),
+       **OFFSETS_AND_CUTS)
+def test_combining_as_staged_gives_what_routing_at_once_gives(
+    tuples: list[tuple[str, int]], shape: str, gaps: list[int], cuts: list[int],
+    boundaries: list[int],
+) -> None:
+    """Tuples combined a piece at a time as a spout stages them, runs between boundaries
+    apart, give the contributions of routing them all at once: the same groups, values,
+    last tuples, origins and order, on the same instances; lift's shared values unharmed."""
+    spec = specs()[shape]
+    offsets = list(itertools.accumulate(gaps))[:len(tuples)]
+    staged, at_once = _staged_and_at_once(spec, tuples, offsets, cuts, sorted(boundaries))
+    assert staged[0].keys() == at_once[0].keys()
+    for destination, part in at_once[0].items():
+        assert _columns(staged[0][destination]) == _columns(part)
+    assert staged[1] == at_once[1] == []
+    assert shared_lift == {"shared"} and shared_record == {"n": 1, "total": 5}
+
+
+@settings(max_examples=150, deadline=None)
+@given(tuples=ANY_KEYS, parallelism=st.sampled_from([1, 2]), declared=st.booleans(),
+       key_type=st.sampled_from(["string", "long", "double", "bytes", "json"]),
+       **OFFSETS_AND_CUTS)
+def test_combining_any_keys_as_staged_gives_the_same_contributions_and_failures(
+    tuples: list[Any], parallelism: int, declared: bool, key_type: str, gaps: list[int],
+    cuts: list[int], boundaries: list[int],
+) -> None:
+    """Keys of every kind (``1`` and ``True``, ``0.0`` and ``-0.0``, unhashable ones that
+    fail): the same contributions and the same tuples left out. A piece that fails is
+    combined in last-seen order, and so is a whole batch with a failure: then only the
+    order may differ, and which of two equal keys of different types (``0`` and ``False``)
+    stands for the group, as between a batch with a failure and one without; the last
+    tuples and the values are of the same type."""
+    spec = counting_bolts(parallelism, key_type)[0 if declared else 1]
+    offsets = list(itertools.accumulate(gaps))[:len(tuples)]
+    staged, at_once = _staged_and_at_once(spec, tuples, offsets, cuts, sorted(boundaries))
+    assert staged[0].keys() == at_once[0].keys()
+    for destination, part in at_once[0].items():
+        mine = staged[0][destination]
+        expected = list(zip(part.offsets, part.keys, typed(part.tuples), typed(part.values),
+                            strict=True))
+        for row in zip(mine.offsets, mine.keys, typed(mine.tuples), typed(mine.values),
+                       strict=True):
+            expected.remove(row)  # an equal row (keys compared by ==), each once
+        assert expected == []
+    assert staged[1] == at_once[1]
+
+
+def test_only_bolts_grouping_by_state_key_merge_combined_groups() -> None:
+    run = execution_of(specs()["windowed"])
+    with pytest.raises(ValueError, match="only groups by state key merge"):
+        run.merge_combined(CombinedGroups(), run.combine_contributions([("a", 1)]))
 
 
 def test_key_itself_is_the_tuple() -> None:
