@@ -255,8 +255,11 @@ class SpoutCore:
                 marker = ForwardClock(epoch, dict(clock))
                 self._clock_epoch = epoch
                 position = self.position
+                before = self._boundaries
                 self._boundaries = sorted({b for b in self._boundaries if b > position}
                                           | ({limit} if limit >= position else set()))
+                if set(self._boundaries) - set(before):
+                    self._restage()
         self._paused = False
         offsets, values = self._held_offsets, self._held_values
         self._held_offsets, self._held_values = [], []
@@ -292,6 +295,17 @@ class SpoutCore:
         first = bisect_right(offsets, self.staged_through)
         if first < len(offsets):
             self._decode(offsets[first:], values[first:])
+
+    def _restage(self) -> None:
+        """Stage again what is staged, if it was combined as it was staged and a boundary
+        now lies within it (a round's clock above the position, when another spout of the
+        partition had read further): the records are decoded again, split there."""
+        staged = self._staged
+        if staged.combinations is None or not staged.raw_offsets or not any(
+                staged.raw_offsets[0] <= b < staged.through for b in self._boundaries):
+            return
+        self._staged = self._new_staged()
+        self._decode(staged.raw_offsets, staged.raw_values)
 
     def _new_staged(self) -> _Staged:
         combinations = [StagedCombination(node) for node in self._downstream
@@ -463,9 +477,11 @@ class SpoutCore:
         if staged.combinations is None:
             staged.tuples.extend(tuples)
             staged.origins.extend(origins)
-        elif tuples:
+        else:
+            staged.raw_offsets.extend(offsets)  # kept for a boundary yet to come
+            staged.raw_values.extend(values)
             batch = Batch([p] * len(tuples), origins, tuples)
-            for combination in staged.combinations:
+            for combination in staged.combinations if tuples else ():
                 combination.add(batch, self._boundaries, staged.failed)
         staged.through = offsets[-1]
         staged.size += sum(map(len, filter(None, values)))
@@ -538,6 +554,10 @@ class _Staged:
     dead letters)."""
     count: int = 0
     """Tuples staged (kept in ``tuples`` or combined)."""
+    raw_offsets: list[int] = field(default_factory=list)
+    raw_values: list[bytes | None] = field(default_factory=list)
+    """The records combined as they were staged: should a round's clock fall within them,
+    they are staged again (:meth:`SpoutCore._restage`)."""
     dead: list[DeadLetter] = field(default_factory=list)
     through: int = NOTHING
     size: int = 0

@@ -483,6 +483,26 @@ def test_a_spout_never_combines_across_the_clock_it_announced() -> None:
     assert spout.emitted == 7  # tuples, before combining
 
 
+def test_a_clock_within_what_a_spout_combined_as_it_staged_splits_it() -> None:
+    """Another spout of the partition read further, so the round's clock lies beyond this
+    one's position, within what it staged but had not sent: the groups split there, as if
+    the clock had been known when they were staged."""
+    top = wordcount(parallelism=1)
+    spout = SpoutCore(top.spouts[0], 0, top.downstream_of("lines"))
+    assert spout.combines_when_staged
+    spout.start({P: 1})
+    spout.resume()
+    spout.stage([2, 3, 4, 5, 6], [b"a", b"a b", b"a", b"a", b"b a"])
+    assert spout.pause() == 1  # staged, not sent
+    out = spout.resume(1, {P: 4})
+    (part,) = out.batches.values()
+    assert isinstance(part, Contributions)
+    assert sorted(zip(part.offsets, part.keys, part.values, strict=True)) == [
+        (4, "a", 3), (4, "b", 1), (6, "a", 2), (6, "b", 1)
+    ]
+    assert spout.emitted == 7 and spout.position == 6
+
+
 # --------------------------------------------------------------------------- absorbing
 
 

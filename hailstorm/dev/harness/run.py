@@ -312,9 +312,9 @@ class TopologyRun(MeasuredRun):
             # Its session may expire within a recovery under way (a failpoint the test
             # planned restarted the run as it stopped), which its replacement joins: then
             # no recovery names it, and the next one that does belongs to a later fault.
-            fault.evidence[JOINED_RECOVERY] = not any(
-                r.epoch >= fault.epoch and r.at >= fault.at - 1.0 and names(r.reason, ident)
-                for r in self.recoveries())
+            if not any(r.epoch >= fault.epoch and r.at >= fault.at - 1.0
+                       and names(r.reason, ident) for r in self.recoveries()):
+                fault.evidence[JOINED_RECOVERY] = True
             break
         else:
             raise HarnessError(f"no sink stayed alive until it could be stopped "
