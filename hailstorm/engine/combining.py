@@ -34,7 +34,7 @@ _INTERCHANGEABLE_KEYS = frozenset({str, int, bytes})
 
 @dataclass(frozen=True, slots=True)
 class Combined:
-    """Contributions pre-aggregated by :meth:`BoltExecution.combine_contributions`: for each
+    """Contributions pre-aggregated by :meth:`Combining.combine_contributions`: for each
     group, the last tuple seen (what emit receives), the state key (``None`` for unkeyed
     state) and the combined value (for the bolt's value monoid)."""
 
@@ -51,7 +51,7 @@ class Combined:
 @dataclass
 class CombinedGroups:
     """Contributions combined per state key across several calls of
-    :meth:`BoltExecution.combine_contributions` (see :meth:`BoltExecution.merge_combined`):
+    :meth:`Combining.combine_contributions` (see :meth:`Combining.merge_combined`):
     what one call over all their tuples would have given, for a bolt whose groups are its
     state keys."""
 
