@@ -79,9 +79,6 @@ class CombinedGroups:
         subjects = keys if self.keys_stand else list(map(self.last.__getitem__, keys))
         return Combined(subjects, keys, list(self.values.values()))
 
-    def __len__(self) -> int:
-        return len(self.values)
-
 
 def _absorb_each(monoid: Monoid[Any], values: dict[Any, Any], owned: set[Any],
                  keys: Sequence[Any], lifted: Sequence[Any]) -> None:

@@ -22,7 +22,7 @@ from hailstorm.processors.actions import (
     PartitionKey,
     Preempted,
 )
-from hailstorm.topology import BoltSpec, SinkSpec, Table
+from hailstorm.topology import BoltSpec, RecordFailed, SinkSpec, Table
 from hailstorm.vocabulary import late_row
 
 __all__ = ["Router", "StagedCombination", "latest_per_key"]
@@ -154,7 +154,7 @@ def _preaggregated(
     parts = [Contributions() for _ in range(bolt.parallelism)]
     for start, stop in _runs(batch.offsets, boundaries):
         combined = run.combine_contributions(batch.tuples[start:stop])
-        _note_failures(batch, start, combined, failed)
+        _note_failures(batch, start, combined.failures, failed)
         _route_combined(bolt, combined, batch.partitions[stop - 1], batch.offsets[stop - 1],
                         parts, between)
     return _nonempty(bolt, parts)
@@ -165,7 +165,7 @@ class StagedCombination:
     (a chunk of a fetch at a time, while the chunk's objects are still in the CPU's
     caches) instead of when it is sent: for a bolt whose groups are its state keys
     (:attr:`~hailstorm.topology.BoltSpec.groups_by_key`), whose combined groups merge
-    (:meth:`~hailstorm.engine.BoltExecution.merge_combined`). :meth:`routed` then gives
+    (:meth:`~hailstorm.engine.combining.Combining.combine_into`). :meth:`routed` then gives
     what :class:`Router` gives for all those tuples at once, runs between boundaries
     apart."""
 
@@ -185,9 +185,7 @@ class StagedCombination:
             last = runs[-1]
             last.through = offsets[stop - 1]
             tuples = batch.tuples if stop - start == len(offsets) else batch.tuples[start:stop]
-            for index, failure in self._run.combine_into(last.groups, tuples):
-                i = start + index
-                failed.append((batch.partitions[i], offsets[i], batch.tuples[i], failure))
+            _note_failures(batch, start, self._run.combine_into(last.groups, tuples), failed)
 
     def routed(self, between: Callable[[], None] | None = None
                ) -> dict[Destination, Contributions]:
@@ -215,9 +213,11 @@ def _runs(offsets: Sequence[int], boundaries: Sequence[int]) -> list[tuple[int, 
     return list(itertools.pairwise(cuts))
 
 
-def _note_failures(batch: Batch, start: int, combined: Combined, failed: list[Failed]) -> None:
-    """List the tuples ``combined`` left out (indices from ``start`` of ``batch``)."""
-    for index, failure in combined.failures:
+def _note_failures(batch: Batch, start: int, failures: list[tuple[int, RecordFailed]],
+                   failed: list[Failed]) -> None:
+    """List the tuples a combination left out (``failures``' indices from ``start`` of
+    ``batch``)."""
+    for index, failure in failures:
         i = start + index
         failed.append((batch.partitions[i], batch.offsets[i], batch.tuples[i], failure))
 

@@ -255,11 +255,9 @@ class SpoutCore:
                 marker = ForwardClock(epoch, dict(clock))
                 self._clock_epoch = epoch
                 position = self.position
-                before = self._boundaries
                 self._boundaries = sorted({b for b in self._boundaries if b > position}
                                           | ({limit} if limit >= position else set()))
-                if set(self._boundaries) - set(before):
-                    self._restage()
+                self._restage()
         self._paused = False
         offsets, values = self._held_offsets, self._held_values
         self._held_offsets, self._held_values = [], []
@@ -471,17 +469,20 @@ class SpoutCore:
                                                   str(result), result.stage))
                     result = []
                 exploded.append(result)
-        tuples = list(chain.from_iterable(exploded))
-        origins = list(chain.from_iterable(map(repeat, offsets, map(len, exploded))))
-        staged.count += len(tuples)
+        tuples = chain.from_iterable(exploded)
+        origins = chain.from_iterable(map(repeat, offsets, map(len, exploded)))
         if staged.combinations is None:
+            before = len(staged.tuples)
             staged.tuples.extend(tuples)
             staged.origins.extend(origins)
+            staged.count += len(staged.tuples) - before
         else:
             staged.raw_offsets.extend(offsets)  # kept for a boundary yet to come
             staged.raw_values.extend(values)
-            batch = Batch([p] * len(tuples), origins, tuples)
-            for combination in staged.combinations if tuples else ():
+            chunk = list(tuples)
+            staged.count += len(chunk)
+            batch = Batch([p] * len(chunk), list(origins), chunk)
+            for combination in staged.combinations if chunk else ():
                 combination.add(batch, self._boundaries, staged.failed)
         staged.through = offsets[-1]
         staged.size += sum(map(len, filter(None, values)))
