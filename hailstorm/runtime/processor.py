@@ -502,7 +502,7 @@ class Shell:
                 or report.epoch < since or "port" not in report.info
                 or not report.of_attempt(self.assignment.attempt)):
             raise DataPlaneError(f"{receiver} is not ready in the run of epoch {self.joined} "
-                                 f"(report: {report})")
+                                 f"(report: {report})", peer=receiver)
         address = (str(report.info["host"]), int(report.info["port"]))
         return Outbound(self.assignment.processor, receiver, address, self.joined,
                         self.assignment.io_timeout, self.secret, patience=self.topology_waits)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from hailstorm.failpoints import pause_point
 from hailstorm.processors import SpoutCore
 from hailstorm.processors.backfill import BackfillPace
 from hailstorm.protocol.clock import NOTHING
 from hailstorm.protocol.layout import Replaying, Restarting, parse_processor_id
+from hailstorm.runtime.data_plane import DataPlaneError
 
 if TYPE_CHECKING:
     from hailstorm.runtime.spout import SpoutShell
@@ -91,8 +93,9 @@ def replay(spout: SpoutShell, state: Replaying) -> None:
     if spout.back is not None:
         raise RuntimeError(f"a replay to {', '.join(targets)} while the backfill of "
                            f"{', '.join(sorted(spout.back_receivers))} is under way")
+    pause_point("spout.before_replay")  # tests: a replay to an incarnation gone meanwhile
     for receiver in targets:
-        spout.reconnect(receiver, state.epoch)
+        _reconnect(spout, receiver, state.epoch)
     nodes = {parse_processor_id(r).name for r in targets}
     downstream = [n for n in spout.topology.downstream_of(spout.spec.name) if n.name in nodes]
     spout.replay = (state.epoch, tuple(targets))
@@ -115,6 +118,22 @@ def replay(spout: SpoutShell, state: Replaying) -> None:
     spout.back = back
     spout.back_consumer = consumer(spout.assignment.kafka)
     spout.back_consumer.assign([TopicPartition(*spout.partition, seek)])
+
+
+def _reconnect(spout: SpoutShell, receiver: str, epoch: int) -> None:
+    """Connect to ``receiver``'s incarnation that reported ready in ``epoch``. One that
+    refuses already ended: another instance failed since, and the negotiator restarts
+    this one again in a wider recovery (or, if nothing explains its end, everything).
+    That is no failure of this spout: it goes on without the receiver, and this replay
+    never reports reaching the live stream."""
+    try:
+        spout.reconnect(receiver, epoch)
+    except DataPlaneError as exc:
+        if not spout.goes_on_without(exc.peer):
+            raise
+        spout.detach(receiver, str(exc))
+        log.warning("replay of Replaying(%d) to %s: its incarnation is gone (%s); waiting "
+                    "for the negotiator", epoch, receiver, exc)
 
 
 def replayed(spout: SpoutShell) -> None:

@@ -26,6 +26,7 @@ from hailstorm.dev.harness import (
     wordcount_lines,
 )
 from hailstorm.dev.harness.evidence import VICTIM_GONE
+from hailstorm.dev.harness.faults import process_stopped
 from hailstorm.dev.services import pid_alive
 from hailstorm.model import run_model
 from hailstorm.protocol.layout import CommittedRecord
@@ -254,15 +255,20 @@ def test_with_local_recovery_a_killed_bolt_restarts_alone(stack: StackAddresses,
         run.check_recoveries()
 
 
+@pytest.mark.parametrize("held", ["before", "inside"], ids=["before-replay", "inside-replay"])
 def test_with_local_recovery_a_bolt_failing_while_another_is_replayed_to_joins_it(
-        stack: StackAddresses, tmp_path: Path) -> None:
-    """``--local-recovery``: counts:1 is killed; while a spout it stopped (SIGSTOP) holds
-    the replay to its new incarnation, counts:0 is killed too. It joins the recovery, in a
-    new epoch where both restart from the committed clock: two local recoveries, only the
-    two bolts have new processes, and the next committed round is exactly the model's."""
+        stack: StackAddresses, tmp_path: Path, held: str) -> None:
+    """``--local-recovery``: counts:1 is killed; while a spout holds the replay to its new
+    incarnation, counts:0 is killed too. It joins the recovery, in a new epoch where both
+    restart from the committed clock: two local recoveries, only the two bolts have new
+    processes, and the next committed round is exactly the model's. The spout is held
+    (stopped) ``before`` it sees ``Replaying``, or ``inside`` its replay, about to connect
+    to counts:1's new incarnation, which ends (the wider recovery restarts it again)
+    before the spout goes on: its connection is refused, and the spout goes on without
+    it instead of failing (which restarted everything)."""
     with deployed(stack, TOPOLOGY, tmp_path / "logs") as run:
         partitions, produced, pids = started_with_local_recovery(run, 9)
-        first, second, held = "bolt:counts:1", "bolt:counts:0", "spout:lines:words:0"
+        first, second, spout = "bolt:counts:1", "bolt:counts:0", "spout:lines:words:0"
 
         def master_is(phase: str, instances: tuple[str, ...]) -> bool:
             m = run.master()
@@ -272,17 +278,27 @@ def test_with_local_recovery_a_bolt_failing_while_another_is_replayed_to_joins_i
         with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(10_000, seed=10),
                                 partitions, rate=5_000) as producer:
             wait_for("the producer to be half-way", lambda: producer.sent >= 5_000, 60)
+            if held == "inside":
+                run.ask_to_pause("spout.before_replay", pids[spout])
             run.kill_processor(pid=pids[first])
-            wait_for("Restarting", lambda: master_is("Restarting", (first,)), 30, run.alive,
-                     poll=0.01)
-            os.kill(pids[held], signal.SIGSTOP)  # it cannot replay: Replaying lasts
+            if held == "before":
+                wait_for("Restarting", lambda: master_is("Restarting", (first,)), 30,
+                         run.alive, poll=0.01)
+                os.kill(pids[spout], signal.SIGSTOP)  # it cannot replay: Replaying lasts
             try:
                 wait_for("Replaying", lambda: master_is("Replaying", (first,)), 30, run.alive)
+                if held == "inside":
+                    wait_for(f"{spout} to stop in its replay",
+                             lambda: process_stopped(pids[spout]), 30, run.alive)
+                replayed_to = int(run.processors()[first].info["pid"])
                 run.kill_processor(pid=pids[second])
                 wait_for("both restarting", lambda: master_is("Restarting", (second, first)),
                          30, run.alive)
+                if held == "inside":
+                    wait_for(f"{first}'s incarnation being replayed to to end",
+                             lambda: not pid_alive(replayed_to), 30, run.alive)
             finally:
-                os.kill(pids[held], signal.SIGCONT)
+                os.kill(pids[spout], signal.SIGCONT)
             producer.join(120)
         committed = run.wait_committed(produced.clock(), 240)
         recoveries = [r for r in run.recoveries() if r.scope]
@@ -290,6 +306,8 @@ def test_with_local_recovery_a_bolt_failing_while_another_is_replayed_to_joins_i
         assert recoveries[1].previous == f"Replaying({first})"
         now = {ident: int(r.info["pid"]) for ident, r in run.processors().items()}
         assert {i for i in now if now[i] != pids[i]} == {first, second}, "nobody else"
+        if held == "inside":  # the fault happened: the spout met the ended incarnation
+            assert f"to {first}: its incarnation is gone" in run.log("driver")
         assert_matches_model(run, produced, committed, least=50_000)
         run.check_recoveries()
 

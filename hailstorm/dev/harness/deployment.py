@@ -172,10 +172,11 @@ class Deployment:
         """The roles the harness draws a processor to hurt from, unless told one."""
         if driver_address is not None:  # what the driver binds and tells executors
             self.env["SPARK_LOCAL_IP"] = driver_address
-        if zombies:  # sinks stop where the harness asks them to (failpoints.pause_point)
-            pause_dir = log_dir / "pause"
-            pause_dir.mkdir(exist_ok=True)
-            self.env[PAUSE_DIR_VAR] = str(pause_dir)
+        # Processors stop where the harness asks them to (failpoints.pause_point): zombie
+        # sinks, a spout held inside a replay.
+        pause_dir = log_dir / "pause"
+        pause_dir.mkdir(exist_ok=True)
+        self.env[PAUSE_DIR_VAR] = str(pause_dir)
         self.zk = zk_client(stack.zk)
         self.zk.start(timeout=20)
         self.records = TopologyRecords(self.zk, self.paths, call=_patient_read)

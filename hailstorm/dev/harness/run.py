@@ -360,11 +360,18 @@ class TopologyRun(MeasuredRun):
                 os.kill(victim, signal.SIGCONT)
             self._stopped_pids.discard(victim)
 
+    def ask_to_pause(self, point: str, pid: int) -> Path:
+        """Ask process ``pid`` to stop itself (SIGSTOP) when it next passes the pause point
+        ``point`` (:func:`~hailstorm.failpoints.pause_point`); the request's file, removed
+        as it stops. The caller waits for that (:func:`process_stopped`) and resumes it."""
+        request = pause_request(self.env[PAUSE_DIR_VAR], point, pid)
+        request.touch()
+        return request
+
     def _stop_before_commit(self, ident: str, victim: int) -> str | None:
         """Make ``victim`` stop itself as it is about to commit (within 10 s, else SIGSTOP
         it where it is); says which (None: it ended before it could be stopped)."""
-        request = pause_request(self.env[PAUSE_DIR_VAR], "sink.before_commit", victim)
-        request.touch()
+        request = self.ask_to_pause("sink.before_commit", victim)
         try:
             wait_for(f"{ident} to stop before its next commit",
                      lambda: process_stopped(victim), 10, self.alive, poll=0.01)
