@@ -507,11 +507,27 @@ messages/s the broker went from 48% to 46%, and the median latency from 640-710 
 485-505 ms (a message waits at most 20 ms more at the broker, in fewer, larger batches)."""
 
 
+PREFETCH: dict[str, object] = {"fetch.queue.backoff.ms": 20}
+"""How long librdkafka waits before it looks again at a partition whose local queue held
+``queued.min.messages`` (100,000) or more when it last looked (its default: 1,000 ms).
+With that default a consumer that reads faster than 100,000 messages a second gets them
+once a second: one bare consumer loop over four partitions of short text lines on a
+2-core VM read 171,195 messages/s; with 20 ms it read 1.49-1.62M/s, spending less CPU
+(librdkafka issue #2879). A queue that stays full costs the same memory either way."""
+
+
+def consumer_settings(bootstrap: str, **config: object) -> dict[str, Any]:
+    """The settings of :func:`consumer`: hailstorm's defaults (fetch batching and
+    prefetch) < the properties file < ``config`` < the rules a spout's reads need."""
+    defaults: dict[str, object] = {"group.id": "hailstorm-unused", **FETCH_BATCHING,
+                                   **PREFETCH}
+    return client_settings(bootstrap, defaults, {**config, **SPOUT_REQUIRED})
+
+
 def consumer(bootstrap: str, **config: object) -> Consumer:
     """A consumer for manual assignment: no group coordination, nothing committed; reads
     only committed records and errs (never jumps) when an offset is out of range."""
-    defaults: dict[str, object] = {"group.id": "hailstorm-unused", **FETCH_BATCHING}
-    return Consumer(client_settings(bootstrap, defaults, {**config, **SPOUT_REQUIRED}))
+    return Consumer(consumer_settings(bootstrap, **config))
 
 
 def read_range(

@@ -74,6 +74,25 @@ def test_settings_layer_defaults_file_then_call_site_and_spout_rules_win(
     assert "sasl.password" not in kafka.client_settings("b:1")
 
 
+def test_a_consumer_refetches_soon_and_an_operator_may_say_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer whose queue was full looks again after 20 ms, not librdkafka's second
+    (which capped one consumer at about 170,000 short messages a second); the properties
+    file and the call site may change it, never a spout's rules."""
+    settings = kafka.consumer_settings("b:1")
+    assert settings["fetch.queue.backoff.ms"] == 20
+    assert settings["fetch.min.bytes"] == kafka.FETCH_BATCHING["fetch.min.bytes"]
+    path = tmp_path / "client.properties"
+    path.write_text("fetch.queue.backoff.ms=500\nisolation.level=read_uncommitted\n")
+    monkeypatch.setenv(kafka.CONFIG_VAR, str(path))
+    settings = kafka.consumer_settings("b:1")
+    assert settings["fetch.queue.backoff.ms"] == "500"
+    assert settings["isolation.level"] == "read_committed"
+    assert kafka.consumer_settings("b:1", **{"fetch.queue.backoff.ms": 5})[
+        "fetch.queue.backoff.ms"] == 5
+
+
 def test_redaction_masks_every_secret_and_keeps_the_rest() -> None:
     settings = {
         "sasl.password": "pw", "ssl.key.password": "pw", "ssl.keystore.password": "pw",
