@@ -195,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                     out.write(json.dumps(line, sort_keys=True) + "\n")
             results[name].append(line)
             f = figures_of(line)
+            bytewax = f"{f['to_bytewax']} of Bytewax" if f["to_bytewax"] is not None else \
+                f"Bytewax {line.get('bytewax_unavailable', 'gave no figure')}"
             print(f"[{step}/{total}] {name}, run {i + 1}: hailstorm {f['hailstorm']:,.0f}/s, "
-                  f"{f['to_baseline']} of the baseline, {f['to_bytewax']} of Bytewax "
+                  f"{f['to_baseline']} of the baseline, {bytewax} "
                   f"({time.monotonic() - started:.0f} s so far)", flush=True)
     summaries = {name: summarize(runs, WORKLOADS[name]) for name, runs in results.items()}
     print(json.dumps({"bench": "issue12", "summaries": summaries}, sort_keys=True))

@@ -48,7 +48,7 @@ from common import (  # noqa: E402
 )
 from fastavro import parse_schema, schemaless_reader, schemaless_writer  # noqa: E402
 from peer_runs import peers_not_run  # noqa: E402
-from peers import bytewax_available, run_bytewax  # noqa: E402
+from peers import bytewax_skipped, note_bytewax_skipped, run_bytewax  # noqa: E402
 
 from hailstorm.dev.harness import StackAddresses  # noqa: E402
 from hailstorm.dev.workloads import PageViews  # noqa: E402
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         print("baseline", flush=True)
         baseline_s, work = baseline(stack.kafka, args.views)
         bytewax = None
-        if bytewax_available() and not args.no_bytewax:
+        if bytewax_skipped(args.no_bytewax) is None:
             print("Bytewax", flush=True)
             bytewax = run_bytewax("pageviews", stack.kafka, TOPIC)
     expected = work.rows()
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu, cpu_line = cpu_figures(ran.cpu, args.views, "view")
     figures.update(cpu)
     lines.append(cpu_line)
+    note_bytewax_skipped(bytewax_skipped(args.no_bytewax), figures, lines)
     if bytewax is not None:
         bytewax_rate = args.views / bytewax.seconds
         figures["bytewax_views_per_s"] = round(bytewax_rate)

@@ -54,6 +54,24 @@ def bytewax_available() -> bool:
     return True
 
 
+def bytewax_skipped(no_bytewax: bool) -> str | None:
+    """Why a bench runs no Bytewax (None: it runs it): told not to, or not installed."""
+    if no_bytewax:
+        return "not run (--no-bytewax)"
+    if not bytewax_available():
+        return ("not installed: it is in the optional 'bench' extra "
+                "(.venv/bin/pip install -e '.[bench]')")
+    return None
+
+
+def note_bytewax_skipped(why: str | None, figures: dict[str, Any], lines: list[str]) -> None:
+    """Say in a bench's JSON line (``bytewax_unavailable``) and summary why Bytewax has no
+    figure, as :mod:`peer_runs` does for the other peers."""
+    if why is not None:
+        figures["bytewax_unavailable"] = why
+        lines.append(f"  Bytewax:   no figure: {why}")
+
+
 def run_bytewax(job: str, bootstrap: str, topic: str, processes: int = 2,
                 timeout: float = 1800.0) -> PeerRun:
     """Run ``job`` on Bytewax over the whole of ``topic``; see the module docstring."""

@@ -55,7 +55,7 @@ from common import (  # noqa: E402
     run_on_backlog,
 )
 from peer_runs import add_peers_option, chosen_peers, peer_figures, run_peers  # noqa: E402
-from peers import bytewax_available, run_bytewax  # noqa: E402
+from peers import bytewax_skipped, note_bytewax_skipped, run_bytewax  # noqa: E402
 
 from hailstorm.dev.harness import StackAddresses  # noqa: E402
 from hailstorm.dev.workloads import KeyedEvents  # noqa: E402
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         expected = baseline.rankings()
         baseline_s = consumed_s + time.perf_counter() - ranked_at
         bytewax = None
-        if bytewax_available() and not args.no_bytewax:
+        if bytewax_skipped(args.no_bytewax) is None:
             print("Bytewax", flush=True)
             bytewax = run_bytewax("top_spenders", stack.kafka, TOPIC)
         outcomes = run_peers("top_spenders", stack.kafka, TOPIC, PARTITIONS, args.events,
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event")
     figures.update(cpu)
     lines.append(cpu_line)
+    note_bytewax_skipped(bytewax_skipped(args.no_bytewax), figures, lines)
     if bytewax is not None:
         bytewax_rate = args.events / bytewax.seconds
         figures["bytewax_s"] = round(bytewax.seconds, 2)

@@ -41,7 +41,7 @@ from common import (  # noqa: E402
     run_on_backlog,
 )
 from peer_runs import add_peers_option, chosen_peers, peer_figures, run_peers  # noqa: E402
-from peers import bytewax_available, run_bytewax  # noqa: E402
+from peers import bytewax_skipped, note_bytewax_skipped, run_bytewax  # noqa: E402
 
 from hailstorm.dev.harness import StackAddresses  # noqa: E402
 from hailstorm.dev.workloads import KeyedEvents  # noqa: E402
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         totals = Totals()
         baseline_s = baseline_consume(stack.kafka, TOPIC, PARTITIONS, args.events, totals)
         bytewax = None
-        if bytewax_available() and not args.no_bytewax:
+        if bytewax_skipped(args.no_bytewax) is None:
             print("Bytewax", flush=True)
             bytewax = run_bytewax("user_totals", stack.kafka, TOPIC)
         expected = {user: (spent, count) for user, (spent, count) in totals.by_user.items()}
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event")
     figures.update(cpu)
     lines.append(cpu_line)
+    note_bytewax_skipped(bytewax_skipped(args.no_bytewax), figures, lines)
     if bytewax is not None:
         bytewax_rate = args.events / bytewax.seconds
         figures["bytewax_events_per_s"] = round(bytewax_rate)

@@ -60,7 +60,7 @@ from common import (  # noqa: E402
     warm_broker,
 )
 from peer_runs import add_peers_option, chosen_peers, peer_figures, run_peers  # noqa: E402
-from peers import bytewax_available, run_bytewax  # noqa: E402
+from peers import bytewax_skipped, note_bytewax_skipped, run_bytewax  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
 from hailstorm.dev.harness import Produced, StackAddresses, TopologyRun, produce, wait_for  # noqa: E402
@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     words = sum(len(words_of(line)) for line in lines)
     distinct = len({w for line in lines for w in words_of(line)})
     del lines
-    with_bytewax = bytewax_available() and not args.no_bytewax
+    bytewax_why = bytewax_skipped(args.no_bytewax)
+    with_bytewax = bytewax_why is None
     with embedded_stack() as env:
         stack = StackAddresses.from_env(env)
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
@@ -290,10 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.timeline:
         figures["timeline"] = timeline
+    skipped: list[str] = []
+    note_bytewax_skipped(bytewax_why, figures, skipped)
     peer_lines = "".join(
         f"\n  Bytewax {job}: {rate:,.0f} lines/s (2 processes, recovery on, 1 s epochs); "
         f"hailstorm is {hailstorm_rate / rate:.2f}x"
-        for job, rate in bytewax_rates.items())
+        for job, rate in bytewax_rates.items()) + "".join(f"\n{line}" for line in skipped)
     label = "" if args.vocabulary == "zipf" else " (BEST CASE: toy vocabulary)"
     report("wordcount_throughput", figures, (
         f"{args.lines} lines ({words} words, {distinct} distinct, {args.vocabulary} "
