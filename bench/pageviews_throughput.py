@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         print("baseline", flush=True)
         baseline_s, work = baseline(stack.kafka, args.views)
         bytewax = None
-        if bytewax_skipped(args.no_bytewax) is None:
+        bytewax_why = bytewax_skipped(args.no_bytewax)
+        if bytewax_why is None:
             print("Bytewax", flush=True)
             bytewax = run_bytewax("pageviews", stack.kafka, TOPIC)
     expected = work.rows()
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu, cpu_line = cpu_figures(ran.cpu, args.views, "view")
     figures.update(cpu)
     lines.append(cpu_line)
-    note_bytewax_skipped(bytewax_skipped(args.no_bytewax), figures, lines)
+    note_bytewax_skipped(bytewax_why, figures, lines)
     if bytewax is not None:
         bytewax_rate = args.views / bytewax.seconds
         figures["bytewax_views_per_s"] = round(bytewax_rate)

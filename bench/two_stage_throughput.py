@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         expected = baseline.rankings()
         baseline_s = consumed_s + time.perf_counter() - ranked_at
         bytewax = None
-        if bytewax_skipped(args.no_bytewax) is None:
+        bytewax_why = bytewax_skipped(args.no_bytewax)
+        if bytewax_why is None:
             print("Bytewax", flush=True)
             bytewax = run_bytewax("top_spenders", stack.kafka, TOPIC)
         outcomes = run_peers("top_spenders", stack.kafka, TOPIC, PARTITIONS, args.events,
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event")
     figures.update(cpu)
     lines.append(cpu_line)
-    note_bytewax_skipped(bytewax_skipped(args.no_bytewax), figures, lines)
+    note_bytewax_skipped(bytewax_why, figures, lines)
     if bytewax is not None:
         bytewax_rate = args.events / bytewax.seconds
         figures["bytewax_s"] = round(bytewax.seconds, 2)

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         totals = Totals()
         baseline_s = baseline_consume(stack.kafka, TOPIC, PARTITIONS, args.events, totals)
         bytewax = None
-        if bytewax_skipped(args.no_bytewax) is None:
+        bytewax_why = bytewax_skipped(args.no_bytewax)
+        if bytewax_why is None:
             print("Bytewax", flush=True)
             bytewax = run_bytewax("user_totals", stack.kafka, TOPIC)
         expected = {user: (spent, count) for user, (spent, count) in totals.by_user.items()}
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event")
     figures.update(cpu)
     lines.append(cpu_line)
-    note_bytewax_skipped(bytewax_skipped(args.no_bytewax), figures, lines)
+    note_bytewax_skipped(bytewax_why, figures, lines)
     if bytewax is not None:
         bytewax_rate = args.events / bytewax.seconds
         figures["bytewax_events_per_s"] = round(bytewax_rate)

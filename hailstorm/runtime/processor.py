@@ -343,10 +343,8 @@ class Shell:
                 probe_receivers(out for r, out in self.outbound.items()
                                 if r not in self.detached)
             except DataPlaneError as exc:
-                if not self.goes_on_without(exc.peer):
+                if not self.went_on_without(exc):
                     raise
-                assert exc.peer is not None
-                self.detach(exc.peer, str(exc))
 
     def _start_thread(self, name: str, target: Any, *args: Any) -> None:
         def guarded() -> None:
@@ -518,6 +516,15 @@ class Shell:
             return parse_processor_id(peer).name in self.alone
         except ValueError:
             return False
+
+    def went_on_without(self, exc: DataPlaneError) -> bool:
+        """Detach from the peer ``exc`` names when it restarts alone
+        (:meth:`goes_on_without`); False: ``exc`` is this processor's failure."""
+        if not self.goes_on_without(exc.peer):
+            return False
+        assert exc.peer is not None
+        self.detach(exc.peer, str(exc))
+        return True
 
     def detach(self, receiver: str, why: str) -> None:
         """Stop sending to ``receiver`` (it restarts alone: what it would have got is

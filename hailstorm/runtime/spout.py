@@ -417,9 +417,8 @@ class SpoutShell(Shell):
             try:
                 connections[receiver].send(frames)
             except DataPlaneError as exc:
-                if not self.goes_on_without(exc.peer):
+                if not self.went_on_without(exc):  # its next incarnation gets a replay
                     raise
-                self.detach(receiver, str(exc))  # its next incarnation gets a replay
         if out.dead_letters:
             self.dead_letters.write(out.dead_letters)
         through = out.watermark.get(self.partition)

@@ -129,9 +129,8 @@ def _reconnect(spout: SpoutShell, receiver: str, epoch: int) -> None:
     try:
         spout.reconnect(receiver, epoch)
     except DataPlaneError as exc:
-        if not spout.goes_on_without(exc.peer):
+        if not spout.went_on_without(exc):
             raise
-        spout.detach(receiver, str(exc))
         log.warning("replay of Replaying(%d) to %s: its incarnation is gone (%s); waiting "
                     "for the negotiator", epoch, receiver, exc)
 
