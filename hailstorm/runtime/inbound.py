@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hailstorm.auth import peer_identity
-from hailstorm.protocol.wire import Bye, Frame, FrameReader, Query, recv_frames
+from hailstorm.protocol.wire import (
+    Bye,
+    Frame,
+    FrameReader,
+    Query,
+    StreamEndedError,
+    recv_frames,
+)
 from hailstorm.runtime.assignment import Assignment
 from hailstorm.runtime.clients import hello_refusal
 from hailstorm.runtime.data_plane import DataPlaneError
@@ -224,7 +231,9 @@ class InboundShell(Shell):
                 self.deliver(sender, frame)
             try:
                 frames = recv_frames(sock, reader)
-            except OSError as exc:  # reset: the peer is gone as surely as after a close
+            # Reset, or closed inside a frame (killed while it sent one): the peer is gone
+            # as surely as after a close.
+            except (OSError, StreamEndedError) as exc:
                 raise DataPlaneError(f"{sender}'s connection broke: {exc}", peer=sender) from exc
             if not frames:
                 raise DataPlaneError(f"{sender} closed its connection", peer=sender)

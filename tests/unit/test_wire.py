@@ -336,6 +336,25 @@ def test_stream_ending_inside_a_frame_is_an_error() -> None:
         reader.close()
 
 
+def test_a_sender_gone_inside_a_frame_is_a_broken_connection_named_after_it() -> None:
+    """A sender killed while it sent a frame closes its end inside that frame: the
+    receiver's reader names the sender as the peer whose connection broke (so a receiver
+    goes on without one that restarts alone), as after a reset."""
+    from types import SimpleNamespace
+
+    from hailstorm.runtime.data_plane import DataPlaneError
+    from hailstorm.runtime.inbound import InboundShell
+
+    left, right = socket.socketpair()
+    with left, right:
+        left.sendall(encode_frame(Hello("bolt:counts:0", 1, "sink:s:0"))[:-1])
+        left.close()
+        receiver = SimpleNamespace(deliver=lambda sender, frame: None)
+        with pytest.raises(DataPlaneError, match="connection broke: stream ended") as caught:
+            InboundShell._frames_of(receiver, right, FrameReader(), "bolt:counts:0", [])  # type: ignore[arg-type]
+    assert caught.value.peer == "bolt:counts:0"
+
+
 # --------------------------------------------------------------------------- partitions
 
 
