@@ -1,9 +1,12 @@
 """The peers a benchmark compares hailstorm with, on the same Kafka topic in the same run.
 
 * :func:`run_bytewax`: the same job as a Bytewax dataflow (PyPI ``bytewax``, the optional
-  ``bench`` extra), reading the topic with Bytewax's own ``KafkaSource`` (``tail=False``:
-  it ends at the end of the backlog), recovery on (an SQLite recovery store, 1 s epochs),
-  one worker in each of ``processes`` processes (a Bytewax cluster on loopback).
+  ``bench`` extra, which a benchmark installs into hailstorm's venv on first use: the jobs
+  call the topologies' functions, so Bytewax runs beside hailstorm, not in a venv of its
+  own like the other peers), reading the topic with Bytewax's own ``KafkaSource``
+  (``tail=False``: it ends at the end of the backlog), recovery on (an SQLite recovery
+  store, 1 s epochs), one worker in each of ``processes`` processes (a Bytewax cluster on
+  loopback).
 * the single-process confluent-kafka baseline lives in :mod:`common`.
 
 A job is a function of this module's :data:`JOBS` (``name -> (build, merge)``): ``build``
@@ -54,14 +57,50 @@ def bytewax_available() -> bool:
     return True
 
 
-def bytewax_skipped(no_bytewax: bool) -> str | None:
-    """Why a bench runs no Bytewax (None: it runs it): told not to, or not installed."""
+def bytewax_requirement() -> str:
+    """The Bytewax that hailstorm's ``bench`` extra pins (``pyproject.toml``), as pip takes
+    it."""
+    from importlib.metadata import requires
+
+    for requirement in requires("hailstorm") or ():
+        name, _, marker = requirement.partition(";")
+        if name.strip().startswith("bytewax") and '"bench"' in marker:
+            return name.strip()
+    raise LookupError("hailstorm's 'bench' extra names no bytewax (pyproject.toml)")
+
+
+def bytewax_skipped(no_bytewax: bool, install: bool = True) -> str | None:
+    """Why a bench runs no Bytewax (None: it runs it): told not to, or not installed and
+    (``install``) its first-use install into this venv failed."""
     if no_bytewax:
         return "not run (--no-bytewax)"
-    if not bytewax_available():
-        return ("not installed: it is in the optional 'bench' extra "
-                "(.venv/bin/pip install -e '.[bench]')")
-    return None
+    if bytewax_available():
+        return None
+    if install:
+        failure = _install_bytewax()
+        if failure is None:
+            return None
+        return f"not installed: {failure}"
+    return ("not installed: it is in the optional 'bench' extra "
+            "(.venv/bin/pip install -e '.[bench]')")
+
+
+def _install_bytewax() -> str | None:
+    """pip-install :func:`bytewax_requirement` into this interpreter's venv, with a progress
+    line; None when it then imports, else why not."""
+    import importlib
+
+    requirement = bytewax_requirement()
+    print(f"bench: installing {requirement} (the 'bench' extra) into {sys.prefix} "
+          "(first run only)", file=sys.stderr, flush=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                           "--disable-pip-version-check", requirement],
+                          capture_output=True, text=True, check=False)
+    importlib.invalidate_caches()
+    if done.returncode != 0:
+        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"pip install {requirement} exited with {done.returncode}: {last[0]}"
+    return None if bytewax_available() else f"{requirement} installed but does not import"
 
 
 def note_bytewax_skipped(why: str | None, figures: dict[str, Any], lines: list[str]) -> None:

@@ -17,7 +17,7 @@ then, after one untimed read that warms the broker for every contender
 * baseline: one process, confluent-kafka batch consume, ``json.loads``, a dict of totals
   per country and user, then, once at the end (inside the timing), each country's top ten
   with ``heapq.nsmallest``. It emits no running rankings and writes nothing;
-* Bytewax (when installed: ``pip install -e '.[bench]'``): the same two keyed stages,
+* Bytewax (the ``bench`` extra, installed on first use): the same two keyed stages,
   ``stateful_map`` running totals per (country, user), then per country a
   ``stateful_flat_map`` keeping the top ten and emitting the ranking when it holds the
   user; 2 processes, recovery on, 1 s epochs, results kept in memory (no database);

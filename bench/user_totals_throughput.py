@@ -13,7 +13,7 @@ contender (``common.warm_broker``), on that same backlog:
   from the master's first ``Flowing`` until the committed clock covers every offset;
 * baseline: one process, confluent-kafka batch consume, ``json.loads``, a dict of
   ``[spent, events]`` per user;
-* Bytewax (when installed: ``pip install -e '.[bench]'``): the same running totals with
+* Bytewax (the ``bench`` extra, installed on first use): the same running totals with
   ``stateful_map``, 2 processes, recovery on, 1 s epochs.
 
 The committed table must equal the baseline's totals, and Bytewax's too. Prints one JSON

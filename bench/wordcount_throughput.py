@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="zipf: realistic text (50,000 words, Zipf s=1.1; the default). "
                         "toy: 300 equally likely words, a labelled best case.")
     parser.add_argument("--no-bytewax", action="store_true",
-                        help="Skip the Bytewax peer (it runs when bytewax is installed: "
-                        "pip install -e '.[bench]').")
+                        help="Skip the Bytewax peer (else the 'bench' extra's bytewax is "
+                        "installed into this venv on first use).")
     add_peers_option(parser)
     parser.add_argument("--timeline", action="store_true",
                         help="Also print, every 0.25 s of the hailstorm run, the tuples the "

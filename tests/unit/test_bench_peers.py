@@ -10,7 +10,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from peer_quix import _progress
 from peer_runs import PEERS, PeerOutcome, peer_figures, peers_not_run
-from peers import bytewax_available, bytewax_skipped, note_bytewax_skipped
+from peers import (
+    bytewax_available,
+    bytewax_requirement,
+    bytewax_skipped,
+    note_bytewax_skipped,
+)
 
 
 def test_a_benchmark_running_no_peer_says_why_for_each() -> None:
@@ -27,12 +32,20 @@ def test_a_benchmark_without_bytewax_says_why() -> None:
     note_bytewax_skipped(bytewax_skipped(True), figures, lines)
     assert figures == {"bytewax_unavailable": "not run (--no-bytewax)"}
     assert lines == ["  Bytewax:   no figure: not run (--no-bytewax)"]
-    why = bytewax_skipped(False)
+    why = bytewax_skipped(False, install=False)  # a unit test installs nothing
     assert (why is None) == bytewax_available()
     if why is not None:
         assert "'bench' extra" in why
     note_bytewax_skipped(None, figures, lines)  # it ran: nothing added
     assert len(figures) == 1 and len(lines) == 1
+
+
+def test_the_bytewax_a_bench_installs_is_the_one_the_bench_extra_pins() -> None:
+    """One pin, in pyproject.toml: the first-use install reads it from the metadata."""
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    requirement = bytewax_requirement()
+    assert requirement.startswith("bytewax==")
+    assert f'bench = ["{requirement}"]' in pyproject
 
 
 def test_a_peer_with_a_time_gets_a_rate_and_hailstorms_ratio_to_it() -> None:
