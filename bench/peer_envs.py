@@ -60,8 +60,8 @@ def peer_python(name: str) -> Path:
           file=sys.stderr, flush=True)
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    _run([sys.base_prefix + "/bin/python3", "-m", "venv", str(venv)], f"making {venv}")
-    _run([str(python), "-m", "pip", "install", "--quiet", *peer.requirements],
+    run_step([sys.base_prefix + "/bin/python3", "-m", "venv", str(venv)], f"making {venv}")
+    run_step([str(python), "-m", "pip", "install", "--quiet", *peer.requirements],
          f"pip install {' '.join(peer.requirements)}")
     marker.write_text(wanted)
     return python
@@ -77,7 +77,7 @@ def flink_kafka_connector() -> Path:
         raise PeerUnavailable("mvn not found: PyFlink's Kafka connector comes from Maven Central")
     print(f"bench: fetching {FLINK_KAFKA_CONNECTOR} from Maven Central", file=sys.stderr,
           flush=True)
-    _run(["mvn", "-q", "-B", "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy",
+    run_step(["mvn", "-q", "-B", "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy",
           f"-Dartifact={FLINK_KAFKA_CONNECTOR}", f"-DoutputDirectory={jar.parent}"],
          f"fetching {FLINK_KAFKA_CONNECTOR}")
     if not jar.exists():
@@ -85,7 +85,9 @@ def flink_kafka_connector() -> Path:
     return jar
 
 
-def _run(argv: list[str], what: str) -> None:
+def run_step(argv: list[str], what: str) -> None:
+    """Run one set-up command (a venv, a pip install, a Maven fetch); PeerUnavailable with
+    its last lines when it fails."""
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]

@@ -76,13 +76,10 @@ def bytewax_skipped(no_bytewax: bool, install: bool = True) -> str | None:
         return "not run (--no-bytewax)"
     if bytewax_available():
         return None
-    if install:
-        failure = _install_bytewax()
-        if failure is None:
-            return None
-        return f"not installed: {failure}"
-    return ("not installed: it is in the optional 'bench' extra "
-            "(.venv/bin/pip install -e '.[bench]')")
+    if not install:
+        return ("not installed: it is in the optional 'bench' extra "
+                "(.venv/bin/pip install -e '.[bench]')")
+    return _install_bytewax()
 
 
 def _install_bytewax() -> str | None:
@@ -90,17 +87,19 @@ def _install_bytewax() -> str | None:
     line; None when it then imports, else why not."""
     import importlib
 
+    from peer_envs import PeerUnavailable, run_step
+
     requirement = bytewax_requirement()
     print(f"bench: installing {requirement} (the 'bench' extra) into {sys.prefix} "
           "(first run only)", file=sys.stderr, flush=True)
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                           "--disable-pip-version-check", requirement],
-                          capture_output=True, text=True, check=False)
+    try:
+        run_step([sys.executable, "-m", "pip", "install", "--quiet",
+                  "--disable-pip-version-check", requirement], f"pip install {requirement}")
+    except PeerUnavailable as exc:
+        return f"not installed: {exc}"
     importlib.invalidate_caches()
-    if done.returncode != 0:
-        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        return f"pip install {requirement} exited with {done.returncode}: {last[0]}"
-    return None if bytewax_available() else f"{requirement} installed but does not import"
+    return None if bytewax_available() else \
+        f"not installed: {requirement} installed but does not import"
 
 
 def note_bytewax_skipped(why: str | None, figures: dict[str, Any], lines: list[str]) -> None:
