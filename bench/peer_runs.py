@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,13 +107,24 @@ def _run_one(name: str, job: str, request: dict[str, Any],
                                    str(request_file), str(out)], stdout=sink, stderr=sink,
                                   env=env, cwd=work, timeout=timeout)
         except subprocess.TimeoutExpired:
+            _discard_all_but(work, log)
             raise PeerUnavailable(
                 f"no end of the topic after {timeout:.0f} s (log: {log})") from None
     if done.returncode != 0 or not out.exists():
         tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+        _discard_all_but(work, log)
         raise PeerUnavailable(f"exited with {done.returncode} (log: {log}): {tail}")
     answer = json.loads(out.read_text())
+    shutil.rmtree(work)
     return float(answer["seconds"]), answer["result"]
+
+
+def _discard_all_but(work: Path, log: Path) -> None:
+    """Remove a failed peer's work directory but its log, which the reason names: its
+    checkpoints and persisted state take hundreds of MB a run."""
+    for entry in work.iterdir():
+        if entry != log:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
 
 def peer_figures(outcomes: list[PeerOutcome], records: int, rate: float,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,12 +131,13 @@ def run_bytewax(job: str, bootstrap: str, topic: str, processes: int = 2,
         for proc in procs:
             if proc.wait(timeout) != 0:
                 raise RuntimeError(f"a Bytewax process exited with {proc.returncode}")
+        spans = [pickle.loads(out.read_bytes()) for out in outs]
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    spans = [pickle.loads(out.read_bytes()) for out in outs]
+        shutil.rmtree(work)  # its recovery databases take hundreds of MB a run
     _, merge = JOBS[job]
     result: dict[Any, Any] = {}
     for _span, part in spans:
