@@ -138,6 +138,11 @@ class Codec:
     def decode(self, d: Any) -> Any:
         return d
 
+    def column(self, xs: Sequence[Any]) -> Any:
+        """The nested column (:func:`hailstorm.monoids.avro_columns.stripe`) of the Avro
+        data of ``xs``, built from the values directly."""
+        return list(xs) if self.as_is else list(map(self.encode, xs))
+
     @property
     def as_is(self) -> bool:
         """Values are their own Avro data (:meth:`encode` and :meth:`decode` do nothing)."""
@@ -206,6 +211,15 @@ class _Tuple(Codec):
         if self._parts_as_is:
             return tuple(map(d.__getitem__, self.fields))
         return tuple(p.decode(d[f]) for f, p in zip(self.fields, self.parts, strict=True))
+
+    def column(self, xs: Sequence[Any]) -> Any:
+        """One column per field, each part's own (no record per tuple)."""
+        if any(len(x) != len(self.parts) for x in xs):
+            wrong = next(x for x in xs if len(x) != len(self.parts))
+            raise ValueError(f"expected a {len(self.parts)}-tuple, got {wrong!r}")
+        parts = list(zip(*xs, strict=True)) if xs else [() for _ in self.parts]
+        return {f: p.column(part) for f, p, part in zip(self.fields, self.parts, parts,
+                                                         strict=True)}
 
     def describe(self) -> str:
         return "(" + ", ".join(p.describe() for p in self.parts) + ")"

@@ -196,36 +196,47 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         to_avro = self.inner.to_avro
         return ({"key": enc(k), "value": to_avro(state[k])} for k in keys)
 
-    def avro_columns(self, state: dict[Any, Any], keys: Sequence[Any]
-                     ) -> tuple[list[Any], list[Any]]:
+    def avro_columns(self, state: dict[Any, Any], keys: Sequence[Any], *,
+                     key_columns: bool = False) -> tuple[Any, list[Any]]:
         """The Avro keys and values of ``keys`` of ``state``, in their order: the
-        :meth:`avro_entries` of ``keys`` as two columns (snapshots write them so)."""
+        :meth:`avro_entries` of ``keys`` as two columns (snapshots write them so); with
+        ``key_columns`` the keys as their nested column (:meth:`avro_key_column`)."""
         values = list(map(state.__getitem__, keys))
         if not self.inner.avro_as_is:
             values = list(map(self.inner.to_avro, values))
-        return self._avro_keys(keys), values
+        return self._avro_keys(keys, key_columns), values
 
-    def avro_nested_chunks(self, state: Mapping[Any, Any], size: int
-                           ) -> Iterator[tuple[list[Any], Any]]:
+    def avro_nested_chunks(self, state: Mapping[Any, Any], size: int, *,
+                           key_columns: bool = False) -> Iterator[tuple[Any, Any]]:
         """The Avro keys and nested column of ``state``'s keys in the order of
         :func:`~hailstorm.monoids.avro.sorted_keys`, ``size`` keys at a time (a snapshot's
         records): :meth:`avro_nested_columns` of each chunk, or a :class:`KeyedColumns`'
         own column."""
         if isinstance(state, KeyedColumns):
             for keys, column in state.sorted_chunks(size):
-                yield self._avro_keys(keys), column
+                yield self._avro_keys(keys, key_columns), column
             return
         keys = sorted_keys(state)
         for start in range(0, len(keys), size):
-            yield self.avro_nested_columns(state, keys[start:start + size])
+            yield self.avro_nested_columns(state, keys[start:start + size],
+                                           key_columns=key_columns)
 
-    def avro_nested_columns(self, state: Mapping[Any, Any], keys: Sequence[Any]
-                            ) -> tuple[list[Any], Any]:
+    def avro_nested_columns(self, state: Mapping[Any, Any], keys: Sequence[Any], *,
+                            key_columns: bool = False) -> tuple[Any, Any]:
         """:meth:`avro_columns` with the values as one nested column
         (:meth:`Monoid.avro_column`)."""
-        return self._avro_keys(keys), self.inner.avro_column(list(map(state.__getitem__, keys)))
+        return (self._avro_keys(keys, key_columns),
+                self.inner.avro_column(list(map(state.__getitem__, keys))))
 
-    def _avro_keys(self, keys: Sequence[Any]) -> list[Any]:
+    def avro_key_column(self, keys: Sequence[Any]) -> Any:
+        """The nested column (:func:`hailstorm.monoids.avro_columns.stripe`) of the Avro
+        data of ``keys``: for tuple keys one list per position, built from the tuples
+        without a record per key."""
+        return self._key.column(keys)
+
+    def _avro_keys(self, keys: Sequence[Any], key_columns: bool = False) -> Any:
+        if key_columns:
+            return self._key.column(keys)
         return list(keys) if self._key.as_is else list(map(self._key.encode, keys))
 
     def from_avro(self, data: Any) -> dict[Any, Any]:

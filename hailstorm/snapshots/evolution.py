@@ -145,6 +145,13 @@ def _structure_problem(old: ast.expr, new: ast.expr) -> str | None:
         return None if same else f"{old.id} is not {new.id}"
     if isinstance(old, ast.Constant) and isinstance(new, ast.Constant):
         return None if old.value == new.value else f"{old.value!r} is not {new.value!r}"
+    if isinstance(old, ast.Tuple) and isinstance(new, ast.Tuple):  # a tuple key's parts
+        if len(old.elts) != len(new.elts):
+            return f"{ast.unparse(old)} is not {ast.unparse(new)}"
+        for a, b in zip(old.elts, new.elts, strict=True):
+            if problem := _structure_problem(a, b):
+                return problem
+        return None
     if not (isinstance(old, ast.Call) and isinstance(new, ast.Call)):
         return f"{ast.unparse(old)} is not {ast.unparse(new)}"
     name = ast.unparse(old.func)

@@ -27,10 +27,18 @@ times as fast as the records. Such a file's metadata holds the ``{key, value}`` 
 schema (``hailstorm.entry_schema``) its columns are assembled back with (a monoid loading
 its own file builds its states from the columns directly).
 
+Tuple keys (a key schema that is a record ``{k0, k1, ...}``) are written as their column
+too, in any of these layouts: ``keys`` is a record of one array per position (named
+``<key name>Columns``, see :func:`~hailstorm.snapshots.layouts.key_columns_schema`), not an
+array of records, which fastavro wrote at half the speed. Such a file declares format
+``"5"``, its metadata ``hailstorm.key_columns`` is ``"1"``, and it holds its
+``hailstorm.entry_schema``; readers turn the column back into the keys.
+
 Files of format ``"1"`` hold one record per key, ``{key, value}`` (layout ``"per_key"``);
-they are still read, as are files of format ``"2"`` and of format ``"3"`` (layout
+they are still read, as are files of format ``"2"``, of format ``"3"`` (layout
 ``"per_key_field_columns"``: a record value's fields in columns, one level deep, each
-field's values whole), and a delta may build on a file of any keyed layout. Writing and
+field's values whole) and of format ``"4"`` (tuple keys as records), and a delta may build
+on a file of any keyed layout. Writing and
 reading stream through the state (a chunk of keys at a time), so a million keys never
 exist twice as whole Python objects. Any other state is one
 record ``{state}`` whose field has the monoid's schema. (:mod:`.layouts` holds each
@@ -39,7 +47,8 @@ layout's schema and records.)
 Metadata (Avro file metadata, UTF-8 strings):
 
 ==========================  ========================================================
-``hailstorm.format``        ``"4"`` for ``per_key_nested_columns``, ``"3"`` for
+``hailstorm.format``        ``"5"`` with key columns, else ``"4"`` for
+                            ``per_key_nested_columns``, ``"3"`` for
                             ``per_key_field_columns``, ``"2"`` for the other layouts but
                             ``per_key`` (``"1"``)
 ``hailstorm.topology``      topology name
@@ -59,8 +68,10 @@ Metadata (Avro file metadata, UTF-8 strings):
 ``hailstorm.created``       ISO 8601 UTC time the write started
 ``hailstorm.checksum``      ``"sha256:<64 hex digits>"``
 ``hailstorm.base``          only in a *delta*: the key of the snapshot it builds on
-``hailstorm.entry_schema``  only in ``per_key_nested_columns``: the ``{key, value}``
-                            entry schema (JSON)
+``hailstorm.entry_schema``  only in ``per_key_nested_columns`` and with key columns:
+                            the ``{key, value}`` entry schema (JSON)
+``hailstorm.key_columns``   only with key columns: ``"1"`` (a column layout's keys are
+                            one array per tuple position)
 ==========================  ========================================================
 
 Deltas. A keyed state may be written as a delta: the entries of only the keys whose value
@@ -109,13 +120,17 @@ from hailstorm.protocol.clock import Clock, clock_from_json, clock_to_json
 from hailstorm.snapshots.layouts import (
     COLUMN_LAYOUTS,
     ENTRY_SCHEMA_KEY,
+    KEY_COLUMNS_KEY,
     KEYED_LAYOUTS,
     LAYOUT_COLUMNS,
     LAYOUT_FIELD_COLUMNS,
     LAYOUT_NESTED_COLUMNS,
     LAYOUT_PER_KEY,
     LAYOUT_WHOLE,
+    columns_schema,
     field_columns_schema,
+    key_columns_schema,
+    key_count,
     keyed_entry_schema,
     layout_records,
     layout_schema,
@@ -123,14 +138,17 @@ from hailstorm.snapshots.layouts import (
     same_kind_of_layout,
 )
 
-FORMAT_VERSION = "4"
-READABLE_FORMATS = frozenset({"1", "2", "3", FORMAT_VERSION})
+FORMAT_VERSION = "5"
+READABLE_FORMATS = frozenset({"1", "2", "3", "4", FORMAT_VERSION})
 """Format versions this code reads (``"1"``: keyed state one record per key; ``"2"``:
-no ``per_key_field_columns``; ``"3"``: no ``per_key_nested_columns``)."""
+no ``per_key_field_columns``; ``"3"``: no ``per_key_nested_columns``; ``"4"``: no key
+columns)."""
 _LAYOUT_FORMATS = {LAYOUT_PER_KEY: "1", LAYOUT_COLUMNS: "2", LAYOUT_WHOLE: "2",
-                   LAYOUT_FIELD_COLUMNS: "3", LAYOUT_NESTED_COLUMNS: FORMAT_VERSION}
+                   LAYOUT_FIELD_COLUMNS: "3", LAYOUT_NESTED_COLUMNS: "4"}
 """The format a file of each layout declares: the oldest whose readers read it, so a
-hailstorm of format 2 still reads every file but those of the newer layout."""
+hailstorm of format 2 still reads every file but those of the newer layouts. A file with
+key columns (:data:`~hailstorm.snapshots.layouts.KEY_COLUMNS_KEY`) declares
+:data:`FORMAT_VERSION`, whatever its layout."""
 _PREFIX = "hailstorm."
 CHECKSUM_KEY = "hailstorm.checksum"
 BASE_KEY = "hailstorm.base"
@@ -317,22 +335,28 @@ class SnapshotRef:
 # --------------------------------------------------------------------------- format: writing
 
 
-def _record_schema(monoid: Monoid[Any], layout: str | None = None) -> tuple[str, Any]:
-    """``(layout, parsed record schema)`` of the snapshot records of ``monoid``'s state
-    (keyed state in ``layout``: by default :data:`LAYOUT_NESTED_COLUMNS` where its values
-    are records or arrays that layout holds, else :data:`LAYOUT_FIELD_COLUMNS` where
-    they are records that one holds, else :data:`LAYOUT_COLUMNS`)."""
+def _record_schema(monoid: Monoid[Any], layout: str | None = None
+                   ) -> tuple[str, bool, Any]:
+    """``(layout, key columns, parsed record schema)`` of the snapshot records of
+    ``monoid``'s state (keyed state in ``layout``: by default :data:`LAYOUT_NESTED_COLUMNS`
+    where its values are records or arrays that layout holds, else
+    :data:`LAYOUT_FIELD_COLUMNS` where they are records that one holds, else
+    :data:`LAYOUT_COLUMNS`; by default with the keys' nested column where they are
+    records, :func:`~hailstorm.snapshots.layouts.key_columns_schema`)."""
     entry = keyed_entry_schema(monoid)
     if entry is not None:
         if layout is None:
-            for candidate, columns_of in ((LAYOUT_NESTED_COLUMNS, nested_columns_schema),
-                                          (LAYOUT_FIELD_COLUMNS, field_columns_schema)):
-                # Columns of a schema fastavro refuses (one naming a type twice, say) fall
-                # back to the next layout; any other schema error is raised below.
-                with contextlib.suppress(Exception):  # broad: malformed schemas, fastavro
-                    columns = columns_of(entry)
-                    if columns is not None:
-                        return candidate, fastavro.parse_schema(columns)
+            key_options = (True, False) if key_columns_schema(entry) is not None else (False,)
+            for key_columns in key_options:
+                for candidate, columns_of in ((LAYOUT_NESTED_COLUMNS, nested_columns_schema),
+                                              (LAYOUT_FIELD_COLUMNS, field_columns_schema),
+                                              (LAYOUT_COLUMNS, columns_schema)):
+                    # Columns of a schema fastavro refuses (one naming a type twice, say)
+                    # fall back to the next layout; any other schema error is raised below.
+                    with contextlib.suppress(Exception):  # broad: malformed schemas, fastavro
+                        columns = columns_of(entry, key_columns)
+                        if columns is not None:
+                            return candidate, key_columns, fastavro.parse_schema(columns)
             layout = LAYOUT_COLUMNS
         schema = layout_schema(entry, layout)
     else:
@@ -343,7 +367,7 @@ def _record_schema(monoid: Monoid[Any], layout: str | None = None) -> tuple[str,
             "fields": [{"name": "state", "type": monoid.avro_schema()}],
         }
     try:
-        return layout, fastavro.parse_schema(schema)
+        return layout, False, fastavro.parse_schema(schema)
     except Exception as e:  # broad: fastavro schema parsing (of a user monoid's schema)
         raise SnapshotError(f"the Avro schema of {monoid.describe()} is invalid: {e}") from e
 
@@ -397,12 +421,13 @@ def write_snapshot(
     delta: ``state`` holds only the keys whose values changed since ``base``.
     ``raw`` must be empty and positioned at 0. The caller makes it durable. ``layout``
     :data:`LAYOUT_PER_KEY` or :data:`LAYOUT_COLUMNS` writes keyed state as format ``"1"``
-    or ``"2"`` did (what an older snapshot store holds: for tests of reading those).
+    or ``"2"`` did, and any layout writes tuple keys as records, as format ``"4"`` did
+    (what an older snapshot store holds: for tests of reading those).
     """
     key = snapshot_key(topology, bolt, instance, epoch)
     if not 0 <= instance < parallelism:
         raise ValueError(f"instance {instance} is out of range for parallelism {parallelism}")
-    layout, schema = _record_schema(monoid, layout)
+    layout, key_columns, schema = _record_schema(monoid, layout)
     keyed = layout in KEYED_LAYOUTS
     if keyed and not isinstance(state, Mapping):
         raise TypeError(f"{monoid.describe()} state must be a dict, not {type(state).__name__}")
@@ -410,7 +435,7 @@ def write_snapshot(
         raise ValueError(f"{monoid.describe()} is not keyed: it has no delta snapshots")
     expected = len(state) if keyed else 1
     metadata = {
-        "hailstorm.format": _LAYOUT_FORMATS[layout],
+        "hailstorm.format": FORMAT_VERSION if key_columns else _LAYOUT_FORMATS[layout],
         "hailstorm.topology": topology,
         "hailstorm.bolt": bolt,
         "hailstorm.instance": str(instance),
@@ -425,9 +450,11 @@ def write_snapshot(
     }
     if base is not None:
         metadata[BASE_KEY] = base
-    if layout == LAYOUT_NESTED_COLUMNS:
+    if layout == LAYOUT_NESTED_COLUMNS or key_columns:
         metadata[ENTRY_SCHEMA_KEY] = json.dumps(keyed_entry_schema(monoid),
                                                 separators=(",", ":"))
+    if key_columns:
+        metadata[KEY_COLUMNS_KEY] = "1"
     sink = _HashingSink(raw)
     writer = Writer(
         cast(IO[bytes], sink),
@@ -444,9 +471,9 @@ def write_snapshot(
     checksum_at = sink.head.index(_CHECKSUM_PLACEHOLDER) + len(b"sha256:")
     written = 0
     write = writer.write
-    for record in layout_records(monoid, layout, schema, state):
+    for record in layout_records(monoid, layout, schema, state, key_columns):
         write(record)
-        written += len(record["keys"]) if layout in COLUMN_LAYOUTS else 1
+        written += key_count(record["keys"]) if layout in COLUMN_LAYOUTS else 1
     writer.flush()
     if written != expected:
         raise SnapshotError(f"{monoid.describe()}.to_avro gave {written} records for {expected}")
@@ -494,11 +521,19 @@ def _read_header(fo: IO[bytes], name: str) -> _Header:
         raise SnapshotCorruptError(name, f"not a hailstorm snapshot (no {missing[0]})")
     if meta["hailstorm.format"] not in READABLE_FORMATS:
         raise SnapshotError(f"{name}: unsupported snapshot format {meta['hailstorm.format']}")
-    if meta["hailstorm.layout"] == LAYOUT_NESTED_COLUMNS:
+    key_columns = meta.get(KEY_COLUMNS_KEY)
+    if key_columns not in (None, "1") or (
+            key_columns and meta["hailstorm.layout"] not in COLUMN_LAYOUTS):
+        raise SnapshotCorruptError(name, f"{KEY_COLUMNS_KEY} {key_columns!r} in a "
+                                   f"{meta['hailstorm.layout']} file")
+    if meta["hailstorm.layout"] == LAYOUT_NESTED_COLUMNS or key_columns:
         try:  # what its records are assembled with (see hailstorm.monoids.avro_columns)
             entry = json.loads(meta[ENTRY_SCHEMA_KEY])
-            if nested_columns_schema(entry) is None:
+            if meta["hailstorm.layout"] == LAYOUT_NESTED_COLUMNS \
+                    and nested_columns_schema(entry) is None:
                 raise ValueError("its values are no record or array")
+            if key_columns and key_columns_schema(entry) is None:
+                raise ValueError("its keys are no records")
         except Exception as e:  # broad: any malformed schema (KeyError, TypeError, ...)
             raise SnapshotCorruptError(name, f"no valid {ENTRY_SCHEMA_KEY} ({e!r})") from e
     return _Header(meta, end)
@@ -562,7 +597,7 @@ def _ref_from_header(header: _Header, key: str, uri: str, size: int, name: str) 
 
 
 def _check_monoid(ref: SnapshotRef, header: _Header, monoid: Monoid[Any]) -> None:
-    layout, _ = _record_schema(monoid)
+    layout, _, _ = _record_schema(monoid)
     if ref.monoid != monoid.describe() \
             or not same_kind_of_layout(header.meta["hailstorm.layout"], layout):
         raise SnapshotMismatchError(

@@ -26,6 +26,7 @@ __all__ = [
     "COLUMN_LAYOUTS",
     "ENTRY_SCHEMA_KEY",
     "KEYED_LAYOUTS",
+    "KEY_COLUMNS_KEY",
     "LAYOUT_COLUMNS",
     "LAYOUT_FIELD_COLUMNS",
     "LAYOUT_NESTED_COLUMNS",
@@ -36,7 +37,10 @@ __all__ = [
     "columns_schema",
     "entry_schema",
     "field_columns_schema",
+    "key_columns_schema",
+    "key_count",
     "keyed_entry_schema",
+    "keys_of_column",
     "layout_records",
     "layout_schema",
     "nested_columns_schema",
@@ -61,8 +65,12 @@ VALUE_COLUMN_LAYOUTS = frozenset({LAYOUT_NESTED_COLUMNS, LAYOUT_FIELD_COLUMNS})
 :class:`ValueColumnsReader`."""
 ENTRY_SCHEMA_KEY = "hailstorm.entry_schema"
 """The file metadata holding the ``{key, value}`` entry schema of a
-``per_key_nested_columns`` file (JSON): its record schema is derived from it, not the
-reverse."""
+``per_key_nested_columns`` file or of one with :data:`KEY_COLUMNS_KEY` (JSON): its record
+schema is derived from it, not the reverse."""
+KEY_COLUMNS_KEY = "hailstorm.key_columns"
+"""The file metadata saying (``"1"``) that a column layout's ``keys`` are the nested column
+of the keys (:func:`key_columns_schema`: a tuple key's positions, one array each), not an
+array of key records."""
 COLUMN_KEYS = 1024
 """Keys per record of the column layouts (at most)."""
 _COLUMNS_SUFFIX = "Columns"
@@ -90,28 +98,63 @@ def keyed_entry_schema(monoid: Monoid[Any]) -> dict[str, Any] | None:
     return None
 
 
-def columns_schema(entry: dict[str, Any]) -> dict[str, Any]:
+def columns_schema(entry: dict[str, Any], key_columns: bool = False) -> dict[str, Any]:
     """The ``per_key_columns`` record schema of a keyed map's ``{key, value}`` entry
-    schema: ``{keys, values}``, arrays of the entry's key and value schemas."""
+    schema: ``{keys, values}``, arrays of the entry's key and value schemas (``keys`` the
+    keys' nested column with ``key_columns``)."""
     types = {f["name"]: f["type"] for f in entry["fields"]}
-    return _keys_and_values(entry, {"type": "array", "items": types["value"]})
+    return _keys_and_values(entry, {"type": "array", "items": types["value"]}, key_columns)
 
 
-def _keys_and_values(entry: dict[str, Any], values: Any) -> dict[str, Any]:
-    """The ``{keys, values}`` record schema of a column layout: ``keys`` an array of the
-    entry's keys, ``values`` of schema ``values``."""
+def key_columns_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema of the nested column of a ``{key, value}`` entry schema's keys when they
+    are records (tuple keys: one array per position, which fastavro writes three times as
+    fast as a record per key), else None (a key of one primitive is its own column)."""
     key = {f["name"]: f["type"] for f in entry["fields"]}["key"]
+    if not (isinstance(key, dict) and key.get("type") == "record"):
+        return None
+    return value_columns_schema(key)
+
+
+def keys_of_column(entry: dict[str, Any], column: Any) -> list[Any]:
+    """The Avro keys (records) of the ``{key, value}`` entry schema ``entry`` that a keys'
+    nested column (:func:`key_columns_schema`) holds; ValueError when its positions differ
+    in length."""
+    key = {f["name"]: f["type"] for f in entry["fields"]}["key"]
+    return assemble(key, column, key_count(column))
+
+
+def key_count(keys: Any) -> int:
+    """How many keys a record's ``keys`` hold: an array of keys, or their nested column
+    (records of columns, a tuple having at least one position)."""
+    while isinstance(keys, dict):
+        if not keys:
+            raise ValueError("a key column of no positions")
+        keys = next(iter(keys.values()))
+    return len(keys)
+
+
+def _keys_and_values(entry: dict[str, Any], values: Any, key_columns: bool = False
+                     ) -> dict[str, Any]:
+    """The ``{keys, values}`` record schema of a column layout: ``keys`` an array of the
+    entry's keys (their nested column with ``key_columns``), ``values`` of schema
+    ``values``."""
+    key = {f["name"]: f["type"] for f in entry["fields"]}["key"]
+    keys = key_columns_schema(entry) if key_columns else None
+    if key_columns and keys is None:
+        raise ValueError(f"{entry['name']} keys are no records: they have no key columns")
     return {
         "type": "record",
         "name": f"{entry['name']}{_COLUMNS_SUFFIX}",
         "fields": [
-            {"name": "keys", "type": {"type": "array", "items": key}},
+            {"name": "keys", "type": keys or {"type": "array", "items": key}},
             {"name": "values", "type": values},
         ],
     }
 
 
-def field_columns_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
+def field_columns_schema(entry: dict[str, Any], key_columns: bool = False
+                         ) -> dict[str, Any] | None:
     """The ``per_key_field_columns`` record schema of a keyed map's ``{key, value}`` entry
     schema, or None when its value is no record that layout can hold (see
     :data:`_FIELD_COLUMN_RECORD_KEYS`)."""
@@ -129,16 +172,17 @@ def field_columns_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
         "name": f"{value['name']}{_COLUMNS_SUFFIX}",
         "fields": [{**f, "type": {"type": "array", "items": f["type"]}}
                    for f in value["fields"]],
-    })
+    }, key_columns)
 
 
-def nested_columns_schema(entry: dict[str, Any]) -> dict[str, Any] | None:
+def nested_columns_schema(entry: dict[str, Any], key_columns: bool = False
+                          ) -> dict[str, Any] | None:
     """The ``per_key_nested_columns`` record schema of a keyed map's ``{key, value}`` entry
     schema: ``{keys, values}``, ``values`` the column of the values (see
     :mod:`hailstorm.monoids.avro_columns`); None when the value is no record or array
     that module can stripe."""
     values = value_columns_schema({f["name"]: f["type"] for f in entry["fields"]}["value"])
-    return None if values is None else _keys_and_values(entry, values)
+    return None if values is None else _keys_and_values(entry, values, key_columns)
 
 
 def entry_schema(schema: dict[str, Any], layout: str) -> dict[str, Any]:
@@ -170,14 +214,16 @@ def entry_schema(schema: dict[str, Any], layout: str) -> dict[str, Any]:
     }
 
 
-def layout_schema(entry: dict[str, Any], layout: str) -> dict[str, Any]:
+def layout_schema(entry: dict[str, Any], layout: str, key_columns: bool = False
+                  ) -> dict[str, Any]:
     """The record schema of a keyed snapshot in ``layout`` whose entries have the schema
-    ``entry`` (a ``per_key`` record is the entry)."""
+    ``entry`` (a ``per_key`` record is the entry), with the keys' nested column with
+    ``key_columns``."""
     if layout == LAYOUT_COLUMNS:
-        return columns_schema(entry)
+        return columns_schema(entry, key_columns)
     if layout in VALUE_COLUMN_LAYOUTS:
-        schema = (field_columns_schema(entry) if layout == LAYOUT_FIELD_COLUMNS
-                  else nested_columns_schema(entry))
+        schema = (field_columns_schema(entry, key_columns) if layout == LAYOUT_FIELD_COLUMNS
+                  else nested_columns_schema(entry, key_columns))
         if schema is None:
             raise ValueError(f"{entry['name']} values cannot be written in {layout}")
         return schema
@@ -211,21 +257,23 @@ def values_of_columns(columns: dict[str, list[Any]], size: int) -> list[dict[str
 
 
 def layout_records(monoid: Monoid[Any], layout: str, schema: dict[str, Any],
-                   state: Any) -> Iterator[Any]:
+                   state: Any, key_columns: bool = False) -> Iterator[Any]:
     """The snapshot records of ``state`` in ``layout`` (whose record schema is
-    ``schema``), produced a chunk of keys (or, in the ``per_key`` layout, a key) at a
-    time."""
+    ``schema``, with the keys' nested column with ``key_columns``), produced a chunk of
+    keys (or, in the ``per_key`` layout, a key) at a time."""
     if layout == LAYOUT_WHOLE:
         return iter(({"state": monoid.to_avro(state)},))
     assert isinstance(monoid, KeyedMap)
     if layout == LAYOUT_NESTED_COLUMNS:
         return ({"keys": chunk_keys, "values": column}
-                for chunk_keys, column in monoid.avro_nested_chunks(state, COLUMN_KEYS))
+                for chunk_keys, column in monoid.avro_nested_chunks(
+                    state, COLUMN_KEYS, key_columns=key_columns))
     keys = sorted_keys(state)
     if layout == LAYOUT_PER_KEY:
         return monoid.avro_entries(state, keys)
     starts = range(0, len(keys), COLUMN_KEYS)
-    chunks = (monoid.avro_columns(state, keys[start:start + COLUMN_KEYS]) for start in starts)
+    chunks = (monoid.avro_columns(state, keys[start:start + COLUMN_KEYS],
+                                  key_columns=key_columns) for start in starts)
     if layout == LAYOUT_FIELD_COLUMNS:
         names = [f["name"] for f in schema["fields"][1]["type"]["fields"]]
         return ({"keys": chunk_keys, "values": value_columns(chunk_values, names)}
@@ -241,7 +289,7 @@ def same_kind_of_layout(a: str, b: str) -> bool:
 def written_schema(layout: str, meta: Mapping[str, str]) -> Any:
     """The schema a file of ``layout`` with the Avro metadata ``meta`` wrote its state
     with: of its ``{key, value}`` entries when keyed, whatever the file's layout."""
-    if layout == LAYOUT_NESTED_COLUMNS:
+    if layout == LAYOUT_NESTED_COLUMNS or ENTRY_SCHEMA_KEY in meta:
         return json.loads(meta[ENTRY_SCHEMA_KEY])
     written = json.loads(meta["avro.schema"])
     return written if layout == LAYOUT_WHOLE else entry_schema(written, layout)
@@ -258,12 +306,16 @@ class ValueColumnsReader:
 
     ``raw``: the records of a ``per_key_nested_columns`` file read without a reader schema
     come as ``{keys, column}`` instead, the values' column checked but left as it is (for
-    :meth:`~hailstorm.monoids.Monoid.from_avro_column`: no Avro value is built)."""
+    :meth:`~hailstorm.monoids.Monoid.from_avro_column`: no Avro value is built).
+    ``key_columns``: the file's keys are their nested column (:data:`KEY_COLUMNS_KEY`);
+    they come as a list of keys all the same."""
 
     def __init__(self, entry: dict[str, Any], reader: dict[str, Any] | None,
-                 layout: str, *, raw: bool = False) -> None:
+                 layout: str, *, raw: bool = False, key_columns: bool = False) -> None:
         if layout not in VALUE_COLUMN_LAYOUTS:
             raise ValueError(f"{layout} values are not written in columns")
+        self._entry = entry
+        self._key_columns = key_columns
         self._value = {f["name"]: f["type"] for f in entry["fields"]}["value"]
         self._nested = layout == LAYOUT_NESTED_COLUMNS
         self.raw = raw and self._nested and reader is None
@@ -276,6 +328,8 @@ class ValueColumnsReader:
         """``record`` with its values as a list of records, or its column (:attr:`raw`);
         ValueError when a column does not hold a value for every key."""
         keys = record["keys"]
+        if self._key_columns:
+            keys = keys_of_column(self._entry, keys)
         if self.raw:
             check_shape(self._value, record["values"], len(keys))
             return {"keys": keys, "column": record["values"]}

@@ -45,9 +45,11 @@ from hailstorm.snapshots.format import (
 )
 from hailstorm.snapshots.layouts import (
     COLUMN_LAYOUTS,
+    KEY_COLUMNS_KEY,
     LAYOUT_WHOLE,
     VALUE_COLUMN_LAYOUTS,
     ValueColumnsReader,
+    keys_of_column,
     layout_schema,
     same_kind_of_layout,
     written_schema,
@@ -325,22 +327,32 @@ class SnapshotStore(ABC):
         file read as written (nothing to resolve or convert) as ``{keys, column}``
         (:class:`ValueColumnsReader`)."""
         with self._verified(ref) as (fo, header):
-            reader = None
+            entry = None
             if monoid is not None:
-                reader = evolved_reader(ref, header, monoid, converting=migrate is not None)
-            fields = None
+                entry = evolved_reader(ref, header, monoid, converting=migrate is not None)
+            key_columns = header.meta.get(KEY_COLUMNS_KEY) == "1"
+            reader = fields = None
+            keys_read = None
             if ref.layout in VALUE_COLUMN_LAYOUTS:  # read as written, resolved by entries
-                fields = ValueColumnsReader(written_schema(ref.layout, header.meta), reader,
-                                            ref.layout, raw=raw and migrate is None)
-                reader = None
-            elif reader is not None:
-                reader = layout_schema(reader, ref.layout)
+                fields = ValueColumnsReader(written_schema(ref.layout, header.meta), entry,
+                                            ref.layout, raw=raw and migrate is None,
+                                            key_columns=key_columns)
+            else:
+                if entry is not None:
+                    reader = layout_schema(entry, ref.layout, key_columns)
+                if key_columns:  # as a list of keys, of the schema they were read with
+                    keys_read = entry or written_schema(ref.layout, header.meta)
             count = 0
             try:
-                records = iter(fastavro.reader(fo, reader_schema=reader))
+                records: Iterator[Any] = iter(fastavro.reader(fo, reader_schema=reader))
                 while chunk := list(islice(records, size)):
                     count += len(chunk)
-                    yield chunk if fields is None else list(map(fields.entries, chunk))
+                    if fields is not None:
+                        chunk = list(map(fields.entries, chunk))
+                    elif keys_read is not None:
+                        chunk = [{**r, "keys": keys_of_column(keys_read, r["keys"])}
+                                 for r in chunk]
+                    yield chunk
             except Exception as e:  # broad: fastavro on corrupt records raises almost anything
                 raise SnapshotCorruptError(ref.uri, f"unreadable records ({e})") from e
             if ref.layout not in COLUMN_LAYOUTS and count != ref.records:

@@ -184,3 +184,20 @@ def test_a_format_1_record_gaining_a_field_reads_it_as_the_identity(
                                        "b": {"n": 1, "total": 0.0}}
     converted = store.load(ref, per_key(Sum("double")), migrate=lambda v: float(v["n"]))[1]
     assert converted == {"a": 3.0, "b": 1.0}
+
+
+@pytest.mark.parametrize(("old", "new", "problem"), [
+    (per_key(Record({"n": Count()}), key_type=("string", "long")),
+     per_key(Record({"n": Count(), "m": Max()}), key_type=("string", "long")), None),
+    (per_key(Count(), key_type=("string", "long")),
+     per_key(Count(), key_type=("string", "double")), None),  # a part promoted
+    (per_key(Count(), key_type=("string", "long")),
+     per_key(Count(), key_type=("string", "long", "long")), "is not"),
+    (per_key(Count(), key_type=("string", "long")),
+     per_key(Count(), key_type=("long", "long")), "string is not long"),
+])
+def test_tuple_keys_evolve_part_by_part(old: Monoid[Any], new: Monoid[Any],
+                                        problem: str | None) -> None:
+    found = evolution_problem(old.describe(), snapshot_record_schema(old), new.describe(),
+                              reader_schema(new))
+    assert found is None if problem is None else problem in (found or "")

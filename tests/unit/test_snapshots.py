@@ -228,12 +228,14 @@ def test_readable_offline_with_plain_fastavro(store: DirectorySnapshotStore) -> 
     assert meta["hailstorm.monoid"] == "per_key(Mean, key=(string, long))"
     assert meta["hailstorm.records"] == "2"
     assert meta["hailstorm.created"].endswith("+00:00")
-    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("4", "per_key_nested_columns")
+    assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("5", "per_key_nested_columns")
+    assert meta["hailstorm.key_columns"] == "1"
     entry = json.loads(meta["hailstorm.entry_schema"])  # the {key, value} the columns hold
     assert [f["name"] for f in entry["fields"]] == ["key", "value"]
+    assert entry["fields"][0]["type"]["name"].endswith(".PerKeyKey")
     assert entry["fields"][1]["type"]["name"].endswith(".Mean")
-    assert records == [{  # a Mean is a record (sum, count): its fields are columns too
-        "keys": [{"k0": "de", "k1": 1}, {"k0": "fr", "k1": 3}],
+    assert records == [{  # a tuple key's positions and a Mean's fields are columns
+        "keys": {"k0": ["de", "fr"], "k1": [1, 3]},
         "values": {"sum": [2.0, 10.0], "count": [1, 4]},
     }]
 
@@ -254,7 +256,7 @@ def test_a_columns_record_with_fewer_values_than_keys_is_corrupt(
         store: DirectorySnapshotStore, monkeypatch: pytest.MonkeyPatch) -> None:
     monoid = per_key(Count())
     monkeypatch.setattr(type(monoid), "avro_columns",
-                        lambda self, state, keys: (list(keys), [state[k] for k in keys][1:]))
+                        lambda self, state, keys, **_: (list(keys), [state[k] for k in keys][1:]))
     ref = put(store, monoid, {"a": 1, "b": 2})
     monkeypatch.undo()
     with pytest.raises(SnapshotCorruptError, match="a record of 2 keys and 1 values"):
