@@ -198,6 +198,24 @@ def test_a_batch_of_text_keys_routes_as_the_definition_says(
     assert route_many(iter(keys), parallelism) == [hashed_route(k, parallelism) for k in keys]
 
 
+TEXT = st.text(st.characters(categories=["Cs", "Ll", "Lo", "Nd", "Zs"])) | st.text()
+
+
+@given(st.lists(st.lists(TEXT, max_size=3).map(tuple), max_size=20)
+       | st.lists(st.tuples(TEXT, TEXT), max_size=20), st.integers(2, 7))
+def test_a_batch_of_tuple_keys_of_text_routes_as_the_definition_says(
+        keys: list[tuple[str, ...]], parallelism: int) -> None:
+    # composite keys of text take their own loop too (each length's header hashed once)
+    assert route_many(keys, parallelism) == [hashed_route(k, parallelism) for k in keys]
+
+
+@given(st.lists(st.tuples(TEXT, TEXT), min_size=1, max_size=5), keys, st.integers(2, 7))
+def test_a_batch_mixing_tuples_of_text_with_other_keys_routes_by_definition(
+        text_keys: list[tuple[str, str]], other: object, parallelism: int) -> None:
+    batch = [*text_keys, other, (text_keys[0][0], 1), [text_keys[0][0]]]
+    assert route_many(batch, parallelism) == [hashed_route(k, parallelism) for k in batch]
+
+
 def test_the_key_router_rests_its_memo_while_most_keys_are_new() -> None:
     router = KeyRouter(3)
     batches = [[f"b{b}k{i}" for i in range(100)] for b in range(MEMO_RESTS + 2)]
