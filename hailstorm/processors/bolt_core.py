@@ -332,8 +332,8 @@ class BoltCore:
                 continue
             if i == 0:  # B folds into A: its keys are what A changed by
                 self._deltas.merging(split.states[1])
-            if self.closed_windows is not None:
-                self.closed_windows.round_dropped(i)
+            if self.closed_windows is not None:  # which knows only the rounds not handed out
+                self.closed_windows.round_dropped(i - 1 if split.handing_out else i)
             split.abandon(i)
 
     def flush(self) -> list[Action]:

@@ -487,3 +487,33 @@ def test_split_judges_a_batch_as_judge_does_tuple_by_tuple(
     assert on_time == [i for i, why in enumerate(decisions) if why is None]
     assert late == [(i, why) for i, why in enumerate(decisions) if why is not None]
     assert batch.time == each.time
+
+
+def test_a_barrier_round_passed_while_the_last_snapshot_is_handed_out() -> None:
+    """Round 1's snapshot is handed out (its copy not taken yet) when round 2's clock is
+    known only in part; the master then passes round 2 (round 3 begins). The closed
+    windows' bookkeeping, which knows only the rounds not handed out, drops round 2's
+    entry, not one past its end (this crashed the bolt with an IndexError)."""
+    top = Topology("lt")
+    events = top.spout("events", topic="ev", decoder="json")
+    spec = top.bolt("windows", inputs=[events], key=lambda e: e["k"],
+                    state=per_key(TumblingWindow(SIZE, Count(), retention=RETENTION)),
+                    lift=Count.lift, event_time=lambda e: e["t"], late="lt.late",
+                    emit=lambda e, w: [(e["k"], w[1][e["t"] - e["t"] % SIZE])])
+    a, b = ("ev", 0), ("ev", 1)
+    tuples = {(a, 0): {"k": "x", "t": 0}, (a, 1): {"k": "x", "t": 3},
+              (b, 0): {"k": "q", "t": 30}, (a, 2): {"k": "q", "t": 31}}
+    core = BoltCore(spec, ["s"], {}, {}, loaded_whole=True)  # its snapshots may be deltas
+    core.on_watermark("s", {a: -1, b: -1})
+    feed(core, tuples, (a, 0))
+    core.on_clock(1, {a: 0, b: -1})
+    [written] = [w for w in core.on_watermark("s", {a: 0, b: -1})
+                 if isinstance(w, WriteSnapshot)]
+    assert written.delta and core._segments.handing_out  # copied by the writer: not yet
+    feed(core, tuples, (a, 1))
+    core.on_clock(2, {a: 1}, partial=True)  # round 2: a part of its clock only
+    assert feed(core, tuples, (b, 0)) == [("q", 1)]
+    core.on_clock(3, {a: 1, b: 0}, partial=True)  # the master passed round 2
+    assert core.pending_epochs == [3]
+    assert feed(core, tuples, (a, 2)) == [("q", 2)]
+    core.expire(100)
