@@ -43,7 +43,6 @@ model :func:`hailstorm.model.run_model`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -61,7 +60,7 @@ from hailstorm.processors.actions import (
     ProtocolViolation,
     SnapshotContent,
 )
-from hailstorm.processors.compaction import HeldBack, Row
+from hailstorm.processors.compaction import HeldBack, emit_rows
 from hailstorm.processors.deltas import DeltaChain
 from hailstorm.processors.expiry import ClosedWindows
 from hailstorm.processors.segments import PendingRound, Segments
@@ -343,10 +342,8 @@ class BoltCore:
         """
         actions: list[Action] = []
         if self._held.rows:
-            rows = self._held.take_rows()
-            out = self._emit_held(rows)
-            if out is None:
-                out = self._emit_groups(rows.items())
+            out = emit_rows(self._run, self._segments.states, self._held.take_rows(),
+                            self.failed)
             if out.tuples:
                 actions.append(Emit(out))
         if self._held.take_watermark():
@@ -490,56 +487,6 @@ class BoltCore:
             self._held.remember(partitions, offsets, tuples, items,
                                 split.floor if split.dropped > before else None)
         self.applied += applied
-
-    def _emit_held(self, rows: dict[Any, Row]) -> Batch | None:
-        """:meth:`_emit_groups` of a compacting bolt's held rows a batch at a time; None
-        when a key or emit fails (the caller emits row by row, which names the failure)."""
-        segments = self._segments.states
-        keys, held = list(rows), list(rows.values())
-        try:
-            if len(segments) == 1 and self.spec.emits_state:
-                values = list(map(segments[0].__getitem__, keys))
-            else:
-                values = self._run.values_for_emit(keys, segments)
-        except Exception:  # broad: any monoid failure, which the row-by-row path names
-            return None
-        produced = self._run.outputs_many(list(map(itemgetter(2), held)), keys, values)
-        if produced is None:
-            return None
-        partitions, offsets = list(map(itemgetter(0), held)), list(map(itemgetter(1), held))
-        counts = list(map(len, produced))
-        if counts.count(1) == len(counts):  # one row per key: the columns as they are
-            return Batch(partitions, offsets, list(map(itemgetter(0), produced)))
-        return Batch(list(chain.from_iterable(map(repeat, partitions, counts))),
-                     list(chain.from_iterable(map(repeat, offsets, counts))),
-                     list(chain.from_iterable(produced)))
-
-    def _emit_groups(self, rows: Iterable[tuple[Any, Row]]) -> Batch:
-        """Emit for each ``(key, (partition, offset, tuple))`` with the key's current value."""
-        spec = self.spec
-        outputs = self._run.outputs
-        segments = self._segments.states
-        out = Batch()
-        out_partitions = out.partitions.append
-        out_offsets = out.offsets.append
-        out_tuples = out.tuples.append
-        single = segments[0] if len(segments) == 1 and spec.emits_state else None
-        value_for_emit = self._run.value_for_emit
-        for key, (p, o, t) in rows:
-            try:
-                value = single[key] if single is not None else value_for_emit(key, segments)
-                produced = outputs(t, key, value)
-            except RecordFailed as failure:
-                self.failed.append((p, o, t, failure))
-                continue
-            except Exception as exc:  # broad: any user or monoid failure, noted, re-raised
-                exc.add_note(f"in bolt {spec.name!r}, emitting for tuple {t!r} from {(p, o)}")
-                raise
-            for emitted in produced:
-                out_partitions(p)
-                out_offsets(o)
-                out_tuples(emitted)
-        return out
 
     def _write_covered(self) -> list[Action]:
         """Hand out every pending round the low water mark covers, oldest first (folding

@@ -1,4 +1,4 @@
-"""What a compacting bolt holds back until its next flush (pure).
+"""What a compacting bolt holds back until its next flush, and what the flush emits (pure).
 
 Keyed ``preaggregate`` bolts without windows, whose readers are upsert tables keeping the
 latest row per key, do not emit for every tuple. They remember the last tuple and origin of
@@ -12,13 +12,19 @@ held back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain, repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
-from hailstorm.processors.actions import PartitionKey
+from hailstorm.processors.actions import Batch, Failed, PartitionKey
 from hailstorm.protocol.clock import NOTHING
+from hailstorm.topology import RecordFailed
 
-__all__ = ["HeldBack"]
+if TYPE_CHECKING:
+    from hailstorm.engine import BoltExecution
+
+__all__ = ["HeldBack", "emit_rows"]
 
 Row = tuple[PartitionKey, int, Any]
 """A key's last tuple with its origin: ``(partition, offset, tuple)``."""
@@ -62,3 +68,63 @@ class HeldBack:
         """Whether a watermark was held back, now released."""
         held, self.watermark = self.watermark, False
         return held
+
+
+def emit_rows(run: BoltExecution, segments: Sequence[Any], rows: dict[Any, Row],
+              failed: list[Failed]) -> Batch:
+    """Emit for each held ``key -> (partition, offset, tuple)`` with the key's current
+    value across ``segments``, a batch at a time; row by row when a key or emit fails
+    (which names the failure: a tuple emit failed on goes to ``failed``)."""
+    out = _emitted_at_once(run, segments, rows)
+    return out if out is not None else _emitted_each(run, segments, rows.items(), failed)
+
+
+def _emitted_at_once(run: BoltExecution, segments: Sequence[Any], rows: dict[Any, Row]
+                     ) -> Batch | None:
+    """:func:`_emitted_each` of the rows a batch at a time; None when a key or emit
+    fails."""
+    keys, held = list(rows), list(rows.values())
+    try:
+        if len(segments) == 1 and run.emits_state:
+            values = list(map(segments[0].__getitem__, keys))
+        else:
+            values = run.values_for_emit(keys, segments)
+    except Exception:  # broad: any monoid failure, which the row-by-row path names
+        return None
+    produced = run.outputs_many(list(map(itemgetter(2), held)), keys, values)
+    if produced is None:
+        return None
+    partitions, offsets = list(map(itemgetter(0), held)), list(map(itemgetter(1), held))
+    counts = list(map(len, produced))
+    if counts.count(1) == len(counts):  # one row per key: the columns as they are
+        return Batch(partitions, offsets, list(map(itemgetter(0), produced)))
+    return Batch(list(chain.from_iterable(map(repeat, partitions, counts))),
+                 list(chain.from_iterable(map(repeat, offsets, counts))),
+                 list(chain.from_iterable(produced)))
+
+
+def _emitted_each(run: BoltExecution, segments: Sequence[Any],
+                  rows: Iterable[tuple[Any, Row]], failed: list[Failed]) -> Batch:
+    """Emit for each ``(key, (partition, offset, tuple))`` with the key's current value."""
+    outputs = run.outputs
+    out = Batch()
+    out_partitions = out.partitions.append
+    out_offsets = out.offsets.append
+    out_tuples = out.tuples.append
+    single = segments[0] if len(segments) == 1 and run.emits_state else None
+    value_for_emit = run.value_for_emit
+    for key, (p, o, t) in rows:
+        try:
+            value = single[key] if single is not None else value_for_emit(key, segments)
+            produced = outputs(t, key, value)
+        except RecordFailed as failure:
+            failed.append((p, o, t, failure))
+            continue
+        except Exception as exc:  # broad: any user or monoid failure, noted, re-raised
+            exc.add_note(f"in bolt {run.name!r}, emitting for tuple {t!r} from {(p, o)}")
+            raise
+        for emitted in produced:
+            out_partitions(p)
+            out_offsets(o)
+            out_tuples(emitted)
+    return out

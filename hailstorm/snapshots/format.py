@@ -132,6 +132,7 @@ from hailstorm.snapshots.layouts import (
     key_columns_schema,
     key_count,
     keyed_entry_schema,
+    layout_meta_problem,
     layout_records,
     layout_schema,
     nested_columns_schema,
@@ -521,21 +522,9 @@ def _read_header(fo: IO[bytes], name: str) -> _Header:
         raise SnapshotCorruptError(name, f"not a hailstorm snapshot (no {missing[0]})")
     if meta["hailstorm.format"] not in READABLE_FORMATS:
         raise SnapshotError(f"{name}: unsupported snapshot format {meta['hailstorm.format']}")
-    key_columns = meta.get(KEY_COLUMNS_KEY)
-    if key_columns not in (None, "1") or (
-            key_columns and meta["hailstorm.layout"] not in COLUMN_LAYOUTS):
-        raise SnapshotCorruptError(name, f"{KEY_COLUMNS_KEY} {key_columns!r} in a "
-                                   f"{meta['hailstorm.layout']} file")
-    if meta["hailstorm.layout"] == LAYOUT_NESTED_COLUMNS or key_columns:
-        try:  # what its records are assembled with (see hailstorm.monoids.avro_columns)
-            entry = json.loads(meta[ENTRY_SCHEMA_KEY])
-            if meta["hailstorm.layout"] == LAYOUT_NESTED_COLUMNS \
-                    and nested_columns_schema(entry) is None:
-                raise ValueError("its values are no record or array")
-            if key_columns and key_columns_schema(entry) is None:
-                raise ValueError("its keys are no records")
-        except Exception as e:  # broad: any malformed schema (KeyError, TypeError, ...)
-            raise SnapshotCorruptError(name, f"no valid {ENTRY_SCHEMA_KEY} ({e!r})") from e
+    problem = layout_meta_problem(meta)
+    if problem is not None:
+        raise SnapshotCorruptError(name, problem)
     return _Header(meta, end)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "key_count",
     "keyed_entry_schema",
     "keys_of_column",
+    "layout_meta_problem",
     "layout_records",
     "layout_schema",
     "nested_columns_schema",
@@ -279,6 +280,27 @@ def layout_records(monoid: Monoid[Any], layout: str, schema: dict[str, Any],
         return ({"keys": chunk_keys, "values": value_columns(chunk_values, names)}
                 for chunk_keys, chunk_values in chunks)
     return ({"keys": chunk_keys, "values": chunk_values} for chunk_keys, chunk_values in chunks)
+
+
+def layout_meta_problem(meta: Mapping[str, str]) -> str | None:
+    """What is wrong with the metadata a file of the layout ``meta`` names holds for its
+    records (None: nothing): a ``per_key_nested_columns`` file, or one with key columns
+    (:data:`KEY_COLUMNS_KEY`, only in a column layout), must hold a valid entry schema
+    (:data:`ENTRY_SCHEMA_KEY`) that its columns are assembled back with."""
+    layout, key_columns = meta["hailstorm.layout"], meta.get(KEY_COLUMNS_KEY)
+    if key_columns not in (None, "1") or (key_columns and layout not in COLUMN_LAYOUTS):
+        return f"{KEY_COLUMNS_KEY} {key_columns!r} in a {layout} file"
+    if layout != LAYOUT_NESTED_COLUMNS and not key_columns:
+        return None
+    try:  # what its records are assembled with (see hailstorm.monoids.avro_columns)
+        entry = json.loads(meta[ENTRY_SCHEMA_KEY])
+        if layout == LAYOUT_NESTED_COLUMNS and nested_columns_schema(entry) is None:
+            raise ValueError("its values are no record or array")
+        if key_columns and key_columns_schema(entry) is None:
+            raise ValueError("its keys are no records")
+    except Exception as e:  # broad: any malformed schema (KeyError, TypeError, ...)
+        return f"no valid {ENTRY_SCHEMA_KEY} ({e!r})"
+    return None
 
 
 def same_kind_of_layout(a: str, b: str) -> bool:

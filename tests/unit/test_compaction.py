@@ -19,6 +19,7 @@ from hailstorm.processors import (
     Emit,
     ForwardWatermark,
     WriteSnapshot,
+    compaction,
 )
 from hailstorm.protocol.clock import Partition
 from hailstorm.sinks.buffer import RowBuffer
@@ -206,8 +207,10 @@ def test_a_flush_emits_a_batch_at_a_time_as_it_would_row_by_row(
     fast_core, slow_core = cores
     rows = fast_core._held.take_rows()
     assert rows == slow_core._held.take_rows()
-    fast = fast_core._emit_held(dict(rows))
-    slow = slow_core._emit_groups(rows.items())
+    fast = compaction._emitted_at_once(execution_of(spec), fast_core._segments.states,
+                                       dict(rows))
+    slow = compaction._emitted_each(execution_of(spec), slow_core._segments.states,
+                                    rows.items(), slow_core.failed)
     failing = any(t[1] == 13 for _p, _o, t in rows.values())
     assert (fast is None) == failing
     if fast is not None:

@@ -32,6 +32,7 @@ from hailstorm.snapshots import (
     SnapshotRef,
 )
 from hailstorm.snapshots import format as snapshot_format
+from hailstorm.snapshots import layouts as snapshot_layouts
 
 PutFormat = Any  # conftest.put_format_2 / put_format_3: a snapshot as that format wrote it
 
@@ -235,7 +236,8 @@ def test_a_value_naming_a_type_by_reference_is_written_in_field_columns(
 def test_a_nested_columns_file_without_its_entry_schema_is_corrupt(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = DirectorySnapshotStore(tmp_path)
-    monkeypatch.setattr(snapshot_format, "ENTRY_SCHEMA_KEY", "hailstorm.something_else")
+    for module in (snapshot_format, snapshot_layouts):  # writes it under another name
+        monkeypatch.setattr(module, "ENTRY_SCHEMA_KEY", "hailstorm.something_else")
     ref = _put(store, WINDOWS, _views(1, 3))
     monkeypatch.undo()
     with pytest.raises(SnapshotCorruptError, match=r"no valid hailstorm\.entry_schema"):
