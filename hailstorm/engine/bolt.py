@@ -107,6 +107,11 @@ class BoltExecution(Combining):
         self._key_classes = keyed_map.key_classes if keyed_map is not None else None
         self._absorb_key = (keyed_map.absorb_key if keyed_map is not None and self.keyed
                             else None)
+        self.adds_keys = (keyed_map is not None and self.keyed and keyed_map.additive
+                          and self.emits_state)
+        """Keyed state of numbers combined by ``+`` (``Count``, ``Sum``) whose value is
+        what emit receives: absorbing ``(key, v)`` is ``state[key] = state.get(key, 0) +
+        v`` (:meth:`KeyedMap.absorb_key`), which a bolt may do in its own loop."""
 
     def instance_for(self, t: Any) -> int:
         """The instance (``0 <= i < parallelism``) that receives tuple ``t``: instance 0

@@ -202,30 +202,43 @@ class BoltCore:
         first_label, beyond = split.boundary()
         first_label_get = first_label.get
         changed = self._deltas.changed
+        # One partition, nothing to drop, one segment: no step per tuple to place it. And
+        # numbers added per key (Count, Sum) are added here, not through the monoid.
+        whole = split.whole_segment(partitions, offsets)
+        adds = whole is not None and self._run.adds_keys
+        added = segments[whole] if adds and whole is not None else {}
+        added_get = added.get
+        total_emitted = adds and len(segments) == 1  # emit sees the key's total as it is
         out = Batch()
         out_partitions = out.partitions.append
         out_offsets = out.offsets.append
         out_tuples = out.tuples.append
         applied = 0
+        i = whole or 0
         for p, o, t, (key, value) in zip(partitions, offsets, tuples, contributions,
                                          strict=True):
-            if o <= floor_get(p, NOTHING):
-                split.drop(p, o)
-                continue
-            if o > seen_get(p, NOTHING):
-                seen[p] = o
-            if pending == 0:
-                i = 0
-            elif pending == 1:
-                i = 0 if o <= first_label_get(p, beyond) else 1
-            else:
-                i = split.segment_of(p, o)
+            if whole is None:
+                if o <= floor_get(p, NOTHING):
+                    split.drop(p, o)
+                    continue
+                if o > seen_get(p, NOTHING):
+                    seen[p] = o
+                if pending == 0:
+                    i = 0
+                elif pending == 1:
+                    i = 0 if o <= first_label_get(p, beyond) else 1
+                else:
+                    i = split.segment_of(p, o)
             try:
-                segments[i] = absorb(segments[i], key, value)
+                if adds:
+                    total = added[key] = added_get(key, 0) + value
+                else:
+                    segments[i] = absorb(segments[i], key, value)
                 applied += 1
                 if i == 0 and changed is not None:
                     changed.add(key)
-                produced = outputs(t, key, value_for_emit(key, segments))
+                produced = outputs(t, key, total if total_emitted
+                                   else value_for_emit(key, segments))
             except RecordFailed as failure:  # emit: the contribution stays
                 self.failed.append((p, o, t, failure))
                 continue
