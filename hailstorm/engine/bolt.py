@@ -109,6 +109,13 @@ class BoltExecution(Combining):
                             else None)
         self.adds_keys = (keyed_map is not None and self.keyed and keyed_map.additive
                           and self.emits_state)
+        self.merges_views = (keyed_map is not None and self.keyed and self.emits_state
+                             and not keyed_map.additive
+                             and not self.value_monoid.immutable_state)
+        """Keyed state of values merged by copying (containers, sketches, records) whose
+        value is what emit receives: while a round is pending, a bolt may keep each
+        touched key's merged value and absorb into it (:class:`~hailstorm.processors.
+        bolt_core.BoltCore`), rather than merge the key's segments per tuple."""
         """Keyed state of numbers combined by ``+`` (``Count``, ``Sum``) whose value is
         what emit receives: absorbing ``(key, v)`` is ``state[key] = state.get(key, 0) +
         v`` (:meth:`KeyedMap.absorb_key`), which a bolt may do in its own loop."""
@@ -273,6 +280,11 @@ class BoltExecution(Combining):
             return value if self.emits_state else self.window.emitted(value)  # type: ignore[union-attr]
         merged = states[0] if len(states) == 1 else self.state.combine_all(states)
         return merged if self.emits_state else self.window.emitted(merged)  # type: ignore[union-attr]
+
+    def merged_value(self, key: Any, states: Sequence[Any]) -> Any:
+        """The value of ``key`` (keyed state) merged across ``states``, as a state the
+        caller owns (:meth:`value_for_emit` may hand out a state itself)."""
+        return self.value_monoid.combine_all([s[key] for s in states if key in s])
 
     def values_for_emit(self, keys: Sequence[Any], states: Sequence[Any]) -> list[Any]:
         """:meth:`value_for_emit` of each of ``keys`` (keyed state), a batch at a time: each

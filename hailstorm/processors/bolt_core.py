@@ -74,6 +74,10 @@ _FRESH: Any = object()
 
 _key_of = itemgetter(0)
 
+_VIEWS_MAX = 65_536
+"""Keys whose merged value a bolt keeps while a round is pending, at most (beyond: merged
+per tuple): bounds the copies a round of many touched keys holds."""
+
 
 class BoltCore:
     """One bolt instance's state machine (not thread-safe: drive it from one thread).
@@ -97,6 +101,7 @@ class BoltCore:
         self.spec = spec
         self._run = execution_of(spec)
         self._monoid = spec.state
+        self._monoid_of_values = spec.value_monoid
         self._upstreams = frozenset(upstreams)
         self._watermarks = UpstreamWatermarks(self._upstreams)
         state = self._monoid.empty() if loaded_state is _FRESH else loaded_state
@@ -117,6 +122,13 @@ class BoltCore:
         """:meth:`expire` dropped something since the last snapshot handed out."""
         self._handed_out: SnapshotContent | None = None
         """The content of the snapshot handed out whose ``A`` waits to fold."""
+        self._views: dict[Any, Any] = {}
+        """While a round is pending (:attr:`BoltExecution.merges_views`): touched keys'
+        values merged across the segments, each absorbing what its segment absorbs, so
+        emit gets them without a merge per tuple. Valid for :attr:`_views_of`."""
+        self._views_of: tuple[int, bool, int | None] | None = None
+        """The segments' layout the views were merged from (pending rounds, a hand-out
+        waiting to fold, the latest round): any other layout starts them afresh."""
         if self.closed_windows is not None and spec.drops_keys:
             forget_dropped(self.closed_windows.window, state)
 
@@ -192,6 +204,7 @@ class BoltCore:
                 partitions, offsets, tuples)
         absorb = self._run.absorb
         value_for_emit = self._run.value_for_emit
+        merged_value = self._run.merged_value
         outputs = self._run.outputs
         split = self._segments
         floor_get = split.floor.get
@@ -214,6 +227,8 @@ class BoltCore:
         out_offsets = out.offsets.append
         out_tuples = out.tuples.append
         applied = 0
+        views = self._current_views(len(segments) > 1)
+        absorb_view = self._monoid_of_values.absorb
         i = whole or 0
         for p, o, t, (key, value) in zip(partitions, offsets, tuples, contributions,
                                          strict=True):
@@ -237,8 +252,19 @@ class BoltCore:
                 applied += 1
                 if i == 0 and changed is not None:
                     changed.add(key)
-                produced = outputs(t, key, total if total_emitted
-                                   else value_for_emit(key, segments))
+                if total_emitted:
+                    emitted_value = total
+                elif views is None:
+                    emitted_value = value_for_emit(key, segments)
+                else:
+                    view = views.get(key, _FRESH)
+                    if view is not _FRESH:
+                        emitted_value = views[key] = absorb_view(view, value)
+                    elif len(views) < _VIEWS_MAX:
+                        emitted_value = views[key] = merged_value(key, segments)
+                    else:
+                        emitted_value = value_for_emit(key, segments)
+                produced = outputs(t, key, emitted_value)
             except RecordFailed as failure:  # emit: the contribution stays
                 self.failed.append((p, o, t, failure))
                 continue
@@ -251,6 +277,19 @@ class BoltCore:
                 out_tuples(emitted)
         self.applied += applied
         return out
+
+    def _current_views(self, pending: bool) -> dict[Any, Any] | None:
+        """:attr:`_views` for a batch while a round is pending (None: emit merges per
+        tuple), started afresh when the segments' layout changed since they were merged."""
+        if not pending or not self._run.merges_views:
+            if self._views:
+                self._views = {}
+            return None
+        split = self._segments
+        layout = (len(split.pending), split.handing_out, split.latest_epoch)
+        if layout != self._views_of:
+            self._views, self._views_of = {}, layout
+        return self._views
 
     def _contributions_of(
         self, partitions: Sequence[PartitionKey], offsets: Sequence[int], tuples: Sequence[Any]
