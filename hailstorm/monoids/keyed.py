@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
@@ -139,9 +140,12 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         if keys is None:
             return self.copy(state)
         inner = self.inner
-        if self._immutable:
-            empty = inner.empty
-            return {k: state[k] if k in state else empty() for k in keys}
+        if self._immutable:  # the values themselves, looked up by C code
+            keys = keys if isinstance(keys, list) else list(keys)
+            values = list(map(state.get, keys, repeat(MISSING)))
+            if MISSING in values:
+                values = [inner.empty() if v is MISSING else v for v in values]
+            return dict(zip(keys, values, strict=True))
         copy = inner.copy
         return {k: copy(state[k]) if k in state else inner.empty() for k in keys}
 

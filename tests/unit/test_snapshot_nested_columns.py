@@ -306,3 +306,14 @@ def test_other_states_are_copied_as_dicts() -> None:
     copy = nested.copy_keys(state, ["a"])
     assert type(copy) is dict and copy == state and copy["a"]["users"] is not \
         state["a"]["users"]
+
+
+@given(state=st.dictionaries(st.sampled_from("abcdef"), st.none() | st.integers(-5, 5)),
+       keys=st.sets(st.sampled_from("abcdefgh")), monoid=st.sampled_from([Count(), Max()]))
+def test_immutable_values_are_copied_as_each_key_would_be(
+        state: dict[str, Any], keys: set[str], monoid: Monoid[Any]) -> None:
+    keyed = per_key(monoid)
+    state = {k: v for k, v in state.items() if v is not None or isinstance(monoid, Max)}
+    expected = {k: state[k] if k in state else monoid.empty() for k in keys}
+    assert keyed.copy_keys(state, keys) == expected
+    assert keyed.copy_keys(state, sorted(keys)) == expected
