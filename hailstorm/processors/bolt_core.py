@@ -9,7 +9,9 @@ Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
 * On learning the clock ``C`` of round ``e`` (a CLOCK frame or the master state, whichever
   comes first), the bolt forwards CLOCK downstream and splits: ``A = S``, ``B = empty``.
   A tuple ``(p, o)`` then goes to ``A`` when ``o <= C[p]``, else to ``B``; emit sees the
-  merged value (for keyed state only the tuple's key is merged: ``A[k] + B[k]``).
+  merged value (for keyed state only the tuple's key is merged: ``A[k] + B[k]``; a key of
+  values merged by copying keeps that merge while the round is pending and absorbs into
+  it what its segment absorbs, :attr:`~hailstorm.engine.BoltExecution.merges_views`).
 * Once the low water mark over all upstream instances covers ``C`` (no tuple at or below
   ``C`` can still arrive), it hands ``A`` out to be written (``WriteSnapshot``, whose
   content the snapshot writer copies out of ``A`` on its own thread, when it is a delta of
