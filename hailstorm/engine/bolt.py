@@ -109,16 +109,17 @@ class BoltExecution(Combining):
                             else None)
         self.adds_keys = (keyed_map is not None and self.keyed and keyed_map.additive
                           and self.emits_state)
-        self.merges_views = (keyed_map is not None and self.keyed and self.emits_state
-                             and not keyed_map.additive
-                             and not self.value_monoid.immutable_state)
-        """Keyed state of values merged by copying (containers, sketches, records) whose
-        value is what emit receives: while a round is pending, a bolt may keep each
-        touched key's merged value and absorb into it (:class:`~hailstorm.processors.
-        bolt_core.BoltCore`), rather than merge the key's segments per tuple."""
         """Keyed state of numbers combined by ``+`` (``Count``, ``Sum``) whose value is
         what emit receives: absorbing ``(key, v)`` is ``state[key] = state.get(key, 0) +
         v`` (:meth:`KeyedMap.absorb_key`), which a bolt may do in its own loop."""
+        self.merges_views = (keyed_map is not None and self.keyed and self.window is None
+                             and not keyed_map.additive
+                             and not self.value_monoid.immutable_state)
+        """Keyed state of values merged by copying (containers, sketches, records; not
+        windows or ttl, whose closed parts a sweep drops between tuples): while a round is
+        pending, a bolt may keep each touched key's merged value and absorb into it
+        (:class:`~hailstorm.processors.bolt_core.BoltCore`), rather than merge the key's
+        segments per tuple."""
 
     def instance_for(self, t: Any) -> int:
         """The instance (``0 <= i < parallelism``) that receives tuple ``t``: instance 0

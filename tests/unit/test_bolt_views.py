@@ -12,7 +12,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from hailstorm.engine import execution_of
-from hailstorm.monoids import SetUnion, TopK, per_key
+from hailstorm.monoids import SetUnion, TopK, Ttl, TumblingWindow, per_key
 from hailstorm.processors import BoltCore, WriteSnapshot
 from hailstorm.topology import BoltSpec, Topology
 
@@ -89,3 +89,20 @@ def test_emit_sees_what_merging_per_tuple_gives(monoid: str, plan: list[Any]) ->
     views, merging = cores
     assert views.emitted == merging.emitted
     assert views.core.merged_state() == merging.core.merged_state()
+
+
+def test_windows_and_ttl_keep_no_views() -> None:
+    """A sweep drops closed windows (and idle ttl sessions) from the segments between
+    tuples, which a kept merge would not see: such bolts merge per tuple."""
+    top = Topology("windows")
+    events = top.spout("events", topic="ev", decoder="json")
+    windowed = top.bolt("w", inputs=[events], key=lambda t: t[0],
+                        state=per_key(TumblingWindow(10, SetUnion())),
+                        lift=lambda t: frozenset({t[1]}), event_time=lambda t: t[2],
+                        emit=lambda t, w: [t[0]], late="drop")
+    idle = top.bolt("s", inputs=[events], key=lambda t: t[0],
+                    state=per_key(Ttl(SetUnion(), 10)), lift=lambda t: frozenset({t[1]}),
+                    event_time=lambda t: t[2], emit=lambda t, w: [t[0]], late="windows.late")
+    assert not execution_of(windowed).merges_views and not execution_of(idle).merges_views
+    assert execution_of(top_bolt("topk")).merges_views
+    assert execution_of(top_bolt("set")).merges_views
