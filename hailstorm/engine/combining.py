@@ -10,12 +10,14 @@ stages a backlog. Absorbing what either gives equals absorbing every tuple. Pure
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from hailstorm.monoids import EventTimed, Monoid
+from hailstorm.engine.calls import mapped
+from hailstorm.monoids import EventTimed, Monoid, Window
 from hailstorm.topology import BatchPaths, BoltSpec, RecordFailed
 
 __all__ = ["Combined", "CombinedGroups", "Combining"]
@@ -108,6 +110,8 @@ class Combining:
         spec: BoltSpec[Any, Any]
         keyed: bool
         window: EventTimed[Any] | None
+        event_time: Callable[[Any], Any] | None
+        late: object
         groups_by_key: bool
         paths: BatchPaths
         value_monoid: Monoid[Any]
@@ -135,6 +139,10 @@ class Combining:
         if self.groups_by_key and tuples:
             combined = (self._combine_sums(tuples) if self.paths.adds_numbers
                         else self._combine_by_key(tuples))
+            if combined is not None:
+                return combined
+        elif self.keyed and tuples and self._folds_windows:
+            combined = self._combine_windows(tuples)
             if combined is not None:
                 return combined
         contributions, indices, failures = self.contributions(tuples)
@@ -240,6 +248,68 @@ class Combining:
         order = list(combined)
         return Combined(list(map(last.__getitem__, order)), order,
                         list(map(combined.__getitem__, order)))
+
+    @cached_property
+    def _folds_windows(self) -> bool:
+        """Window state whose contributions :meth:`_combine_windows` may fold before
+        lifting them into their windows: a :class:`~hailstorm.monoids.Window` lifting,
+        grouping and merging as the class itself does."""
+        window = self.window
+        return (isinstance(window, Window) and window.lifted_groups() is not None
+                and window._merges_as(Window))
+
+    def _combine_windows(self, tuples: Sequence[Any]) -> Combined | None:
+        """:meth:`combine_contributions` for keyed window state, a batch at a time: the
+        tuples grouped by key and windows first, each group's lifted values folded by the
+        inner monoid's :meth:`~hailstorm.monoids.Monoid.combine_all`, and the fold put in
+        its windows once, where the tuple-by-tuple path lifts every value into its
+        windows and merges those (:meth:`~hailstorm.monoids.Window.combine_all` folds each
+        window by the inner monoid too). A group's event time is its latest; none with
+        ``late=`` (:meth:`~hailstorm.monoids.Window.lift_unexpiring`). Each of a group's
+        windows covers every time of the group, so none expires within it (checked as
+        :meth:`~hailstorm.monoids.Window.absorb` judges, float rounding aside). Groups
+        come in last-seen order, each with its last tuple. None when a function fails, a
+        check refuses or a window would expire (the caller takes the tuple-by-tuple path,
+        which names the tuple)."""
+        window = self.window
+        assert isinstance(window, Window) and self.event_time is not None
+        try:
+            keys, values, _types = self._keys_and_values(tuples)
+            assert keys is not None  # keyed state
+            event_times = mapped(self.event_time, tuples)
+            window.check_times(event_times)
+            groups = list(zip(keys, map(tuple, map(window.window_starts, event_times)),
+                              strict=True))
+        except Exception:  # a user function or check failed on some tuple (any error):
+            return None    # the tuple-by-tuple path names it
+        parts: defaultdict[Any, list[Any]] = defaultdict(list)
+        for group, value in zip(groups, values, strict=True):
+            parts[group].append(value)
+        last = dict(zip(groups, tuples, strict=True))  # each group's last tuple
+        order = list(dict.fromkeys(reversed(groups)))
+        order.reverse()  # groups in the order each was last seen
+        if self.late is not None:
+            times: dict[Any, Any] = dict.fromkeys(order)
+        else:
+            times = {}
+            for group, event_time in zip(groups, event_times, strict=True):
+                if group not in times or event_time > times[group]:
+                    times[group] = event_time
+            retention, size = window.retention, window.size
+            if any(min(starts) <= t - retention - size for (_key, starts), t in times.items()):
+                return None
+        fold, copy = window.inner.combine_all, window.inner.copy
+        combined = []
+        for group in order:
+            part = parts[group]
+            value = part[0] if len(part) == 1 else fold(part)
+            first, *others = group[1]  # window_starts' order, as lift fills the windows
+            buckets = {first: value}
+            for start in others:
+                buckets[start] = copy(value)
+            combined.append((times[group], buckets))
+        return Combined(list(map(last.__getitem__, order)), list(map(_key_of, order)),
+                        combined)
 
     def _combine_sums(self, tuples: Sequence[Any]) -> Combined | None:
         """:meth:`combine_contributions` for keyed sums and counts without windows, a batch

@@ -29,7 +29,7 @@ from hailstorm import (
     itself,
     per_key,
 )
-from hailstorm.engine import CombinedGroups, execution_of
+from hailstorm.engine import BoltExecution, CombinedGroups, execution_of
 from hailstorm.processors import (
     Batch,
     BoltCore,
@@ -206,6 +206,37 @@ def test_a_lifted_value_tells_the_groups_of_its_event_time(time: int, shape: str
     assert read is not None
     for value in (window.lift(time, 1), window.lift_unexpiring(time, 1)):
         assert read(value) == window.groups(time)
+
+
+def _failing_time(t: tuple[str, int]) -> int:
+    if t[1] == 13:
+        raise ValueError("no time")
+    return t[1]
+
+
+WINDOW_SHAPES = ["windowed", "windowed page stats", "windowed shared sets"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(tuples=TUPLES, shape=st.sampled_from(WINDOW_SHAPES), fails=st.booleans())
+def test_windows_fold_their_groups_as_the_tuple_by_tuple_path_does(
+    tuples: list[tuple[str, int]], shape: str, fails: bool
+) -> None:
+    """Keyed window state is combined a batch at a time (each group's lifted values
+    folded, then put in their windows once): the same groups, order, last tuples, values
+    and failures as lifting every tuple into its windows and merging those."""
+    spec = specs()[shape]
+    if fails:
+        spec = replace(spec, event_time=_failing_time)
+    batch, slow = BoltExecution(spec), BoltExecution(spec)
+    slow.__dict__["_folds_windows"] = False  # the tuple-by-tuple path
+    assert batch._folds_windows
+    fast, expected = batch.combine_contributions(tuples), slow.combine_contributions(tuples)
+    assert (fast.tuples, fast.keys, fast.values) == (
+        expected.tuples, expected.keys, expected.values)
+    assert [(i, f.stage) for i, f in fast.failures] == [
+        (i, f.stage) for i, f in expected.failures]
+    assert shared_lift == {"shared"}  # lift's shared value was never mutated
 
 
 class _ByDay(TumblingWindow):  # a window grouping its own way: one group a day
