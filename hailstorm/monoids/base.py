@@ -32,6 +32,14 @@ class Monoid(ABC, Generic[S]):
     #: identity too): containers then hand such states to the Avro writer as they are.
     avro_as_is: bool = False
 
+    @property
+    def avro_column_copies(self) -> bool:
+        """:meth:`avro_column` of states shares nothing that absorbing into them later
+        changes, so a snapshot may take the column as its copy of them (see
+        :meth:`~hailstorm.monoids.KeyedMap.copy_keys`): true of immutable states; a monoid
+        of mutable states whose column is built anew says so."""
+        return self.immutable_state
+
     @abstractmethod
     def empty(self) -> S:
         """The identity element (a fresh value each call)."""

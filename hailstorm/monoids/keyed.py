@@ -5,17 +5,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import cached_property
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 from hailstorm.monoids.avro import check_kind, check_kinds, codec, record, sorted_keys
+from hailstorm.monoids.avro_columns import columns_schema
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid, S
+from hailstorm.monoids.keyed_copies import KeyedChunks, KeyedColumns, KeyedCopy
 from hailstorm.monoids.scalars import Count, Sum
 from hailstorm.monoids.ttl import Ttl
 from hailstorm.monoids.windows import EventTimed, V, Window, WindowState
 
-__all__ = ["K", "KeyedColumns", "KeyedMap", "L", "Record", "per_key"]
+__all__ = ["K", "KeyedMap", "L", "Record", "per_key"]
 
 K = TypeVar("K")
 """The keys of a :class:`KeyedMap` (``per_key`` types them ``str`` for the default
@@ -126,10 +129,13 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
     def copy_keys(self, state: dict[Any, Any], keys: Sequence[Any] | None = None
                   ) -> Mapping[Any, Any]:
         """An independent copy of ``keys`` of ``state`` (an absent key: the inner
-        identity; None: every key), for a snapshot to write. Records of numbers are copied
-        as the column of each field (:class:`KeyedColumns`, which snapshots write as they
-        are), in about a third of the time a ``dict`` per key takes; other states as
-        :meth:`copy` copies them."""
+        identity; None: every key), for a snapshot to write. Where the inner states' Avro
+        column shares nothing with them (:attr:`~Monoid.avro_column_copies`), the copy is
+        that column, which the snapshot writes as it is (:mod:`~hailstorm.monoids.
+        keyed_copies`): records of numbers as the column of each field, in about a third
+        of the time a ``dict`` per key takes; other mutable states (windows, sketches) as
+        the nested column of each chunk of sorted keys, instead of a copy of every state
+        and then its column. Immutable states and the rest as :meth:`copy` copies them."""
         record = self._columns_of
         if record is not None:
             keys = list(state) if keys is None else list(keys)
@@ -137,6 +143,8 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
             if None in values:  # a Record state is a dict, never None: some key is absent
                 values = [record.empty() if v is None else v for v in values]
             return KeyedColumns(record, keys, record.avro_column(values))
+        if self._copies_as_chunks:
+            return KeyedChunks.of(self.inner, state, list(state) if keys is None else keys)
         if keys is None:
             return self.copy(state)
         inner = self.inner
@@ -148,6 +156,15 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
             return dict(zip(keys, values, strict=True))
         copy = inner.copy
         return {k: copy(state[k]) if k in state else inner.empty() for k in keys}
+
+    @cached_property
+    def _copies_as_chunks(self) -> bool:
+        """:meth:`copy_keys` gives a :class:`~hailstorm.monoids.keyed_copies.KeyedChunks`:
+        mutable inner states whose Avro column is a copy of them and which snapshots write
+        as nested columns (a record or an array)."""
+        inner = self.inner
+        return (not self._immutable and inner.avro_column_copies
+                and columns_schema(inner.avro_schema()) is not None)
 
     @staticmethod
     def lift(key: Any, inner_value: Any) -> dict[Any, Any]:
@@ -214,9 +231,9 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
                            key_columns: bool = False) -> Iterator[tuple[Any, Any]]:
         """The Avro keys and nested column of ``state``'s keys in the order of
         :func:`~hailstorm.monoids.avro.sorted_keys`, ``size`` keys at a time (a snapshot's
-        records): :meth:`avro_nested_columns` of each chunk, or a :class:`KeyedColumns`'
-        own column."""
-        if isinstance(state, KeyedColumns):
+        records): :meth:`avro_nested_columns` of each chunk, or the columns of a copy
+        :meth:`copy_keys` made (:class:`~hailstorm.monoids.keyed_copies.KeyedCopy`)."""
+        if isinstance(state, KeyedCopy):
             for keys, column in state.sorted_chunks(size):
                 yield self._avro_keys(keys, key_columns), column
             return
@@ -436,6 +453,12 @@ class Record(Monoid[dict[str, Any]]):
         return {name: m.avro_column(list(map(itemgetter(name), states)))
                 for name, m in self.fields.items()}
 
+    @property
+    def avro_column_copies(self) -> bool:
+        """Every field's column is a copy (a dict of them is a new one)."""
+        return type(self).avro_column is Record.avro_column and all(
+            m.avro_column_copies for m in self.fields.values())
+
     def from_avro_column(self, column: Any, size: int) -> list[dict[str, Any]]:
         fields = [m.from_avro_column(column[name], size) for name, m in self.fields.items()]
         if not fields:
@@ -451,64 +474,3 @@ class Record(Monoid[dict[str, Any]]):
     def describe(self) -> str:
         inner = ", ".join(f"{name}={m.describe()}" for name, m in self.fields.items())
         return f"Record({inner})"
-
-
-_SORTED_BY_POSITION = frozenset({str, int})
-"""Key types :class:`KeyedColumns` sorts by their positions when all its keys have one of
-them (``sorted`` then orders them as :func:`~hailstorm.monoids.avro.sorted_keys` does,
-never failing)."""
-
-
-class KeyedColumns(Mapping[Any, Any]):
-    """Some keys of a ``per_key`` state of :class:`Record` values whose
-    :attr:`~Record.flat_columns` hold, copied as their Avro column (one list per field,
-    in the order of :attr:`key_list`): what :meth:`KeyedMap.copy_keys` hands a
-    snapshot. Read as a mapping it holds the states themselves (built from the column on
-    first use); snapshots write the column as it is (:meth:`sorted_chunks`)."""
-
-    __slots__ = ("_inner", "_states", "column", "key_list")
-
-    def __init__(self, inner: Record, keys: list[Any], column: dict[str, list[Any]]) -> None:
-        self._inner = inner
-        self.key_list = keys
-        """The keys, without repeats."""
-        self.column = column
-        """Field name -> the field's Avro values, one per key of :attr:`key_list`."""
-        self._states: dict[Any, Any] | None = None
-
-    def sorted_chunks(self, size: int) -> Iterator[tuple[list[Any], dict[str, list[Any]]]]:
-        """``(keys, their column)`` of :attr:`key_list` in the order of
-        :func:`~hailstorm.monoids.avro.sorted_keys`, ``size`` keys at a time."""
-        keys = self.key_list
-        kinds = set(map(type, keys))
-        if len(kinds) == 1 and kinds <= _SORTED_BY_POSITION:  # as sorted_keys orders them
-            at = sorted(range(len(keys)), key=keys.__getitem__)
-        else:
-            positions = dict(zip(keys, range(len(keys)), strict=True))
-            at = list(map(positions.__getitem__, sorted_keys(positions)))
-        for start in range(0, len(at), size):
-            chunk = at[start:start + size]
-            yield (list(map(keys.__getitem__, chunk)),
-                   {name: list(map(values.__getitem__, chunk))
-                    for name, values in self.column.items()})
-
-    def _mapping(self) -> dict[Any, Any]:
-        if self._states is None:
-            states = self._inner.from_avro_column(self.column, len(self.key_list))
-            self._states = dict(zip(self.key_list, states, strict=True))
-        return self._states
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._mapping()[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._mapping()
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.key_list)
-
-    def __len__(self) -> int:
-        return len(self.key_list)
-
-    def __repr__(self) -> str:
-        return f"KeyedColumns({self._mapping()!r})"

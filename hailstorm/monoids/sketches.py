@@ -318,6 +318,11 @@ class HyperLogLog(Monoid[bytearray]):
         return {"precision": [self.precision] * len(states),
                 "registers": list(map(bytes, states))}
 
+    @property
+    def avro_column_copies(self) -> bool:
+        """The registers are copied to ``bytes``."""
+        return type(self).avro_column is HyperLogLog.avro_column
+
     def from_avro_column(self, column: Any, size: int) -> list[bytearray]:
         precisions, registers = column["precision"], column["registers"]
         check_length(precisions, size)

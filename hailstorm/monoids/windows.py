@@ -369,6 +369,11 @@ class Window(EventTimed[WindowState[V]]):
                         "items": {"start": starts, "value": self.inner.avro_column(values)}},
         }
 
+    @property
+    def avro_column_copies(self) -> bool:
+        """The inner states' column is a copy (the starts and times are new lists)."""
+        return type(self).avro_column is Window.avro_column and self.inner.avro_column_copies
+
     def from_avro_column(self, column: Any, size: int) -> list[WindowState[Any]]:
         times = column["max_event_time"]
         check_length(times, size)

@@ -20,6 +20,7 @@ from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.monoids.avro import sorted_keys
 from hailstorm.monoids.avro_columns import assemble, check_shape
 from hailstorm.monoids.avro_columns import columns_schema as value_columns_schema
+from hailstorm.monoids.keyed_copies import COLUMN_KEYS
 
 __all__ = [
     "COLUMN_KEYS",
@@ -72,8 +73,6 @@ KEY_COLUMNS_KEY = "hailstorm.key_columns"
 """The file metadata saying (``"1"``) that a column layout's ``keys`` are the nested column
 of the keys (:func:`key_columns_schema`: a tuple key's positions, one array each), not an
 array of key records."""
-COLUMN_KEYS = 1024
-"""Keys per record of the column layouts (at most)."""
 _COLUMNS_SUFFIX = "Columns"
 _FIELD_COLUMN_RECORD_KEYS = frozenset({"type", "name", "namespace", "doc", "fields"})
 _FIELD_COLUMN_FIELD_KEYS = frozenset({"name", "type", "doc"})

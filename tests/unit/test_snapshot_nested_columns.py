@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 from hailstorm.monoids import (
     Count,
     HyperLogLog,
+    KeyedChunks,
     KeyedColumns,
     Max,
     Mean,
     Monoid,
     Record,
+    SetUnion,
     Sum,
     TumblingWindow,
     per_key,
@@ -297,15 +299,68 @@ def test_records_of_numbers_are_copied_as_columns_and_written_as_a_dict_of_them_
     assert list(store.to_json_rows(written)) == list(store.to_json_rows(as_dict))
 
 
-def test_other_states_are_copied_as_dicts() -> None:
+def test_other_states_are_copied_as_dicts_or_as_chunks_of_their_columns() -> None:
     counts = per_key(Count())
     assert counts.copy_keys({"a": 2, "b": 3}, ["b", "c"]) == {"b": 3, "c": 0}
     assert counts.copy_keys({"a": 2, "b": 3}) == {"a": 2, "b": 3}  # every key
     nested = per_key(Record({"users": HyperLogLog(4), "n": Count()}))  # a mutable field
     state = {"a": nested.inner.lift(users=HyperLogLog(4).lift("u"), n=1)}
     copy = nested.copy_keys(state, ["a"])
-    assert type(copy) is dict and copy == state and copy["a"]["users"] is not \
+    assert type(copy) is KeyedChunks and copy == state and copy["a"]["users"] is not \
         state["a"]["users"]
+    sets = per_key(SetUnion())  # mutable states whose column may share them: dicts
+    state = {"a": {"x"}}
+    copy = sets.copy_keys(state, ["a"])
+    assert type(copy) is dict and copy == state and copy["a"] is not state["a"]
+
+
+PAGE_STATS = Record({"views": Count(), "users": HyperLogLog(10), "latency": Mean()})
+PAGE_WINDOWS = TumblingWindow(10, PAGE_STATS)
+"""Page views' windows: ``copy_keys`` copies their states as chunks of nested columns."""
+
+views = st.lists(st.tuples(st.integers(0, 35), st.sampled_from("uvwxyz"), st.integers(0, 99)),
+                 max_size=6)
+
+
+def _page_windows(observed: list[tuple[int, str, int]]) -> Any:
+    state = PAGE_WINDOWS.empty()
+    for time, user, latency in observed:
+        value = PAGE_STATS.lift(views=1, users=PAGE_STATS.fields["users"].lift(user),
+                                latency=Mean.lift(latency))
+        state = PAGE_WINDOWS.absorb(state, PAGE_WINDOWS.lift_unexpiring(time, value))
+    return state
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), key_type=st.sampled_from(key_types), size=st.integers(1, 4))
+def test_windows_are_copied_as_chunks_of_columns_and_written_as_a_dict_of_them_is(
+        tmp_path_factory: pytest.TempPathFactory, data: st.DataObject,
+        key_type: tuple[Any, st.SearchStrategy[Any]], size: int) -> None:
+    spec, keys = key_type
+    monoid = per_key(PAGE_WINDOWS, key_type=spec)
+    state = {k: _page_windows(v)
+             for k, v in data.draw(st.dictionaries(keys, views, max_size=20)).items()}
+    asked = data.draw(st.lists(keys, unique=True, max_size=20))  # some absent from state
+    model = {k: PAGE_WINDOWS.copy(state[k]) if k in state else PAGE_WINDOWS.empty()
+             for k in asked}
+    whole_model = {k: PAGE_WINDOWS.copy(v) for k, v in state.items()}
+    copy, whole = monoid.copy_keys(state, asked), monoid.copy_keys(state)
+    small = KeyedChunks.of(PAGE_WINDOWS, state, asked, size)
+    assert isinstance(copy, KeyedChunks) and isinstance(whole, KeyedChunks)
+    for value in state.values():  # absorbing on after the copy changes nothing in it
+        PAGE_WINDOWS.absorb(value, _page_windows([(5, "q", 1), (25, "r", 2)]))
+    assert copy == small == model and dict(copy) == model and sorted(copy) == sorted(asked)
+    assert whole == whole_model
+    assert all(len(keys) <= size for keys, _column in small.chunks)
+    store = DirectorySnapshotStore(tmp_path_factory.mktemp("snapshots"))
+    written = _put(store, monoid, copy, bolt="chunks")
+    rechunked = _put(store, monoid, small, bolt="small")  # chunks of another size
+    as_dict = _put(store, monoid, model, bolt="dict")
+    assert store.load(written, monoid) == store.load(rechunked, monoid) == \
+        store.load(as_dict, monoid) == (CLOCK, model)
+    assert list(store.to_json_rows(written)) == list(store.to_json_rows(rechunked)) == \
+        list(store.to_json_rows(as_dict))
 
 
 @given(state=st.dictionaries(st.sampled_from("abcdef"), st.none() | st.integers(-5, 5)),
