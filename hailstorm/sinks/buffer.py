@@ -36,11 +36,11 @@ transactions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter, le
-from typing import Any
+from typing import Any, overload
 
 from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition
 from hailstorm.topic import Topic
@@ -75,7 +75,7 @@ class Selection:
     rows: list[Values]
     """In :func:`~hailstorm.sinks.sql.write_columns` order (append: + origin and seq)."""
     target: Clock
-    origins: list[Origin] = field(default_factory=list)
+    origins: Sequence[Origin] = field(default_factory=list)
     """The origin of each row (merge: of the last tuple added into it)."""
     rejected: list[RejectedRow] = field(default_factory=list)
     """Tuples that did not become rows, to write to ``<table>_rejected``."""
@@ -83,6 +83,41 @@ class Selection:
     """Buffered rows this commit covers (before pre-aggregation / superseding)."""
     arrivals: int = -1
     """The buffer's arrival count when selected (upsert: nothing new arrived if equal)."""
+
+
+_origin_of = itemgetter(0, 1)
+
+
+class _OriginsOf(Sequence[Origin]):
+    """The origins of selected upsert entries ``(partition, offset, row)``, read from the
+    entries when asked: a table's commit asks only to name a row the database refused, so
+    a million rows need no million ``(partition, offset)`` tuples."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: list[_Latest]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Origin: ...
+    @overload
+    def __getitem__(self, index: slice) -> _OriginsOf: ...
+    def __getitem__(self, index: int | slice) -> Origin | _OriginsOf:
+        if isinstance(index, slice):
+            return _OriginsOf(self._entries[index])
+        partition, offset, _row = self._entries[index]
+        return partition, offset
+
+    def __iter__(self) -> Iterator[Origin]:
+        return map(_origin_of, self._entries)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # compared by content, like a list
 
 
 class _Marks(dict[Partition, int]):
@@ -262,8 +297,8 @@ class RowBuffer:
             below = list(map(le, map(itemgetter(1), buffered), marks))
             latest = buffered if all(below) else list(compress(buffered, below))
             rows = list(map(itemgetter(2), latest))
-            return Selection(lwm, rows, target, list(map(itemgetter(0, 1), latest)), rejected,
-                             len(rows), self._arrival)
+            return Selection(lwm, rows, target, _OriginsOf(latest), rejected, len(rows),
+                             self._arrival)
         eligible: list[tuple[Partition, _Pending]] = []
         for p, entries in self._pending.items():
             low, high = self.floor.get(p, NOTHING), lwm.get(p, NOTHING)

@@ -304,7 +304,11 @@ def test_an_upsert_commit_takes_the_latest_row_of_each_key_at_or_below_the_mark(
     selection = buffer.select(lwm)
     taken = [(p, o, row) for p, o, row in latest.values() if o <= lwm.get(p, -1)]
     assert selection.rows == [row for _p, _o, row in taken]
-    assert selection.origins == [(p, o) for p, o, _row in taken]
+    origins = [(p, o) for p, o, _row in taken]
+    assert selection.origins == origins and list(selection.origins) == origins
+    half = len(origins) // 2  # as a refused row is looked for, in halves
+    assert selection.origins[half:] == origins[half:] and len(selection.origins) == len(origins)
+    assert [selection.origins[i] for i in range(len(origins))] == origins
     buffer.confirm(selection)
     assert len(buffer) == len(latest) - len(taken)
 
