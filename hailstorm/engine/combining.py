@@ -278,8 +278,10 @@ class Combining:
             assert keys is not None  # keyed state
             event_times = mapped(self.event_time, tuples)
             window.check_times(event_times)
-            groups = list(zip(keys, map(tuple, map(window.window_starts, event_times)),
-                              strict=True))
+            starts = list(map(tuple, map(window.window_starts, event_times)))
+            if not all(starts):
+                return None  # a time no window covers (infinite, say): refused one by one
+            groups = list(zip(keys, starts, strict=True))
         except Exception:  # a user function or check failed on some tuple (any error):
             return None    # the tuple-by-tuple path names it
         parts: defaultdict[Any, list[Any]] = defaultdict(list)
