@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "topologies" / "wordstream.py"
 TOPIC = "words"
 OUTPUTS = ("word-totals", "line-sizes")
+FAILPOINTS = ("sink.before_kafka_commit", "sink.after_commit")
 
 
 def test_topic_sinks_are_exactly_the_model_through_kills_and_a_zombie(
@@ -44,6 +45,10 @@ def test_topic_sinks_are_exactly_the_model_through_kills_and_a_zombie(
 ) -> None:
     monkeypatch.setenv("HAILSTORM_FAILPOINTS", "sink.before_kafka_commit@3,sink.after_commit@6")
     monkeypatch.setenv("HAILSTORM_FAILPOINTS_DIR", str(tmp_path / "failpoints"))
+
+    def fired(name: str) -> bool:
+        return (tmp_path / "failpoints" / name).exists()
+
     stack = StackAddresses.from_env(stack_env)
     for topic in (*OUTPUTS, progress_topic("wordstream", "totals"),
                   progress_topic("wordstream", "line_sizes")):
@@ -67,17 +72,26 @@ def test_topic_sinks_are_exactly_the_model_through_kills_and_a_zombie(
         assert ZOMBIE_FENCED in zombie.detail or "stopped before a commit" not in zombie.detail, \
             zombie.detail
         produce(stack.kafka, produced, lines[20000:24000], partitions)
-        run.wait_flowing(timeout=300)
-        killed = run.kill_processor(role="sink", rng=rng)
-        run.require_recovery(killed, 180)
+        # A sink killed as a failpoint crashes the other one lands in the recovery the
+        # failpoint starts, which names only the failpoint's victim: the kill waits until
+        # both failpoints had crashed their sink before a part that committed since (so
+        # their recoveries are over), then hits the next part in flight.
+        killed, settled = None, False
         for start in range(24000, 30000, 1000):  # the tail in parts: each sink commits often
+            fired_before = all(fired(name) for name in FAILPOINTS)
             produce(stack.kafka, produced, lines[start:start + 1000], partitions)
+            if settled and killed is None:
+                run.wait_flowing(timeout=300)
+                killed = run.kill_processor(role="sink", rng=rng)
+                run.require_recovery(killed, 180)
             run.wait_committed({(TOPIC, p): o for p, o in produced.last_offsets().items()},
                                timeout=300)
+            settled = fired_before
         committed = run.wait_committed(
             {(TOPIC, p): o for p, o in produced.last_offsets().items()}, 300)
-        for name in ("sink.before_kafka_commit", "sink.after_commit"):
-            assert (tmp_path / "failpoints" / name).exists(), f"{name} never fired"
+        for name in FAILPOINTS:
+            assert fired(name), f"{name} never fired"
+        assert killed is not None, "the failpoints fired too late for the sink's kill"
         run.check_recoveries()
         states = run.committed_bolt_states(committed)
         outputs = run.sink_tables()
