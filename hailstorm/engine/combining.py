@@ -64,7 +64,8 @@ class CombinedGroups:
     """State key -> the group's last tuple (unless :attr:`keys_stand`)."""
     keys_stand: bool = True
     """Every group's last tuple is its key (``key=itself``, keys of types whose equal values
-    are interchangeable): :attr:`last` is not kept."""
+    are interchangeable), or no tuple is read (``emit=by_key``: the key goes in its place):
+    :attr:`last` is not kept."""
     owned: set[Any] = field(default_factory=set)
     """The keys whose value was copied here (absorbed into in place from then on): a value
     taken from a :class:`Combined` may be shared."""
@@ -113,6 +114,7 @@ class Combining:
         event_time: Callable[[Any], Any] | None
         late: object
         groups_by_key: bool
+        emits_by_key: bool
         paths: BatchPaths
         value_monoid: Monoid[Any]
 
@@ -173,19 +175,24 @@ class Combining:
         """:meth:`merge_combined` of :meth:`combine_contributions` of ``tuples`` (which
         came after those of ``groups``), for a bolt whose groups are its state keys;
         returns the tuples left out (``(index, failure)``). Plain keys whose every value
-        is 1 (counts) are counted straight into ``groups`` by C code."""
-        if self.paths.adds_numbers and tuples:
+        is 1 (counts) are counted straight into ``groups`` by C code; other values not
+        summed by C code are absorbed straight into ``groups``, tuple after tuple (one
+        fold in the order the tuples came, as routing them at once folds them). With
+        ``emit=by_key`` no last tuple is kept."""
+        if tuples:
             try:
                 keys, values, key_types = self._keys_and_values(tuples)
             except Exception:  # a user function or check failed: combine_contributions
                 keys = None    # names the tuple
+            if keys is not None and not self.paths.adds_numbers:
+                _absorb_each(self.value_monoid, groups.values, groups.owned, keys, values)
+                self._keep_last(groups, keys, tuples, key_types)
+                return []
             if keys is not None and key_types <= _PLAIN_KEYS and (
                     self.paths.lift_is_one
                     or (set(map(type, values)) == {int} and values.count(1) == len(values))):
                 groups.values.update(keys)  # first seen first, as Counter(keys) gives
-                if not (self.paths.key_is_tuple and key_types <= _INTERCHANGEABLE_KEYS
-                        and groups.keys_stand):
-                    groups.keep_last().update(zip(keys, tuples, strict=True))
+                self._keep_last(groups, keys, tuples, key_types)
                 return []
         combined = self.combine_contributions(tuples)
         self.merge_combined(groups, combined)
@@ -200,7 +207,8 @@ class Combining:
         if not self.groups_by_key:
             raise ValueError(f"bolt {self.spec.name!r}: only groups by state key merge")
         values, keys = groups.values, combined.keys
-        groups.keep_last().update(zip(keys, combined.tuples, strict=True))
+        if not (self.emits_by_key and groups.keys_stand):
+            groups.keep_last().update(zip(keys, combined.tuples, strict=True))
         if not values:  # (dict's update: a Counter's would count the pairs)
             dict.update(values, zip(keys, combined.values, strict=True))
             return
@@ -210,6 +218,16 @@ class Combining:
                 values[key] = get(key, 0) + value
             return
         _absorb_each(self.value_monoid, values, groups.owned, keys, combined.values)
+
+    def _keep_last(self, groups: CombinedGroups, keys: Sequence[Any], tuples: Sequence[Any],
+                   key_types: set[type]) -> None:
+        """Note ``tuples`` (of ``keys``) as their groups' last, unless the key stands for
+        them: ``emit=by_key`` reads no tuple, and with ``key=itself`` a key of a type whose
+        equal values are interchangeable is its tuple."""
+        if groups.keys_stand and (self.emits_by_key or (
+                self.paths.key_is_tuple and key_types <= _INTERCHANGEABLE_KEYS)):
+            return
+        groups.keep_last().update(zip(keys, tuples, strict=True))
 
     def _groups(self, tuples: Sequence[Any], contributions: Sequence[tuple[Any, Any]],
                 indices: Sequence[int]) -> list[Any]:

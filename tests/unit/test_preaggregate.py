@@ -26,6 +26,7 @@ from hailstorm import (
     Topology,
     Ttl,
     TumblingWindow,
+    by_key,
     itself,
     per_key,
 )
@@ -138,6 +139,15 @@ def specs() -> dict[str, BoltSpec]:
             parallelism=2),
         "keyed shared record": top.bolt("h", inputs=[src], key=lambda t: t[0], state=per_key(
             Record({"n": Count(), "total": Sum()})), lift=lambda t: shared_record),
+        "keyed record by key": top.bolt("m", inputs=[src], key=lambda t: t[0], state=per_key(
+            Record({"n": Count(), "total": Sum()})), lift=lambda t: {"n": 1, "total": t[1]},
+            emit=by_key(lambda key, value: [(key, value["total"])]), parallelism=2),
+        "keyed float record": top.bolt("n", inputs=[src], key=lambda t: t[0], state=per_key(
+            Record({"n": Count(), "total": Sum("double")})),
+            lift=lambda t: {"n": 1, "total": t[1] / 3}),
+        "keyed mutable by key": top.bolt("o", inputs=[src], key=lambda t: t[0],
+                                         state=per_key(SetUnion()), lift=lambda t: shared_lift,
+                                         emit=by_key(lambda key, value: [key])),
         "unkeyed routed": top.bolt("c", inputs=[src], key=lambda t: t[0], state=Sum(),
                                    lift=lambda t: t[1], parallelism=2),
         "unkeyed whole": top.bolt("d", inputs=[src], state=SetUnion(), lift=lambda t: {t[1]}),
@@ -402,7 +412,9 @@ OFFSETS_AND_CUTS = {"gaps": st.lists(st.integers(1, 3), min_size=40, max_size=40
 
 @settings(max_examples=150, deadline=None)
 @given(tuples=TUPLES, shape=st.sampled_from(["keyed count", "keyed sum", "keyed mutable",
-                                             "keyed record", "keyed shared record"]),
+                                             "keyed record", "keyed shared record",
+                                             "keyed record by key", "keyed float record",
+                                             "keyed mutable by key"]),
        **OFFSETS_AND_CUTS)
 def test_combining_as_staged_gives_what_routing_at_once_gives(
     tuples: list[tuple[str, int]], shape: str, gaps: list[int], cuts: list[int],
@@ -419,6 +431,19 @@ def test_combining_as_staged_gives_what_routing_at_once_gives(
         assert _columns(staged[0][destination]) == _columns(part)
     assert staged[1] == at_once[1] == []
     assert shared_lift == {"shared"} and shared_record == {"n": 1, "total": 5}
+
+
+def test_staged_floats_are_folded_in_the_order_they_came_as_at_once() -> None:
+    """Float addition is not associative: a key seen before a piece and twice within it
+    must be folded left to right, ``(a + b) + c``, as routing at once folds it, not
+    ``a + (b + c)`` (which gave 2.3333333333333335 here, against 2.333333333333333)."""
+    spec = specs()["keyed float record"]
+    tuples = [("a", 1), ("a", 2), ("a", 4)]
+    staged, at_once = _staged_and_at_once(spec, tuples, [1, 2, 3], cuts=[1], boundaries=[])
+    assert [_columns(part) for part in staged[0].values()] == [
+        _columns(part) for part in at_once[0].values()]
+    left_to_right = 1 / 3 + 2 / 3 + 4 / 3
+    assert [part.values for part in staged[0].values()] == [[{"n": 3, "total": left_to_right}]]
 
 
 @settings(max_examples=150, deadline=None)
