@@ -28,6 +28,8 @@ from hailstorm.dev.harness import (
 )
 from hailstorm.dev.harness.evidence import (
     ABSORBABLE,
+    COINCIDENCE_WINDOW,
+    COINCIDENT_RECOVERY,
     FENCED,
     JOINED_RECOVERY,
     NEW_LEADER,
@@ -39,6 +41,7 @@ from hailstorm.dev.harness.evidence import (
     VICTIM_STOPPED,
     absorbed,
     account,
+    coincident_recovery,
     expects_recovery,
     fault_window,
     missing_evidence,
@@ -246,6 +249,41 @@ def test_a_zombie_stopped_in_a_recovery_its_replacement_joined_leaves_the_next_o
     # Not absorbed (its expiry came after that recovery had moved on): the zombie's own.
     own = replace(zombie, evidence={**zombie.evidence, JOINED_RECOVERY: False})
     assert account([START, failpoint, named], [own, kill], declared).matched == {0: named}
+
+
+def test_a_kill_at_the_moment_something_else_restarts_everything_is_absorbed() -> None:
+    """CI's case: a failpoint crashed ``sink:line_sizes:0`` and the test killed
+    ``sink:totals:0`` 85 ms before the negotiator recorded the global recovery naming the
+    failpoint's victim; the kill's victim restarted with everything, and no recovery named
+    it. That recovery absorbed the kill, which shows it with its evidence; a recovery that
+    names a victim, a local one, one too late, or a victim not restarted leaves the kill
+    needing its own."""
+    kill = _hit("processor", "sink:totals:0", 133.333, evidence={VICTIM_GONE: True})
+    crash = RecoveryRecord(9, 133.418, "Flowing(None)", "sink:line_sizes:0 lost: "
+                           "spout:sizes:words:2 reports its connection broke",
+                           scope="global: sink:line_sizes:0 is a sink")
+    restarted = ["sink:line_sizes:0", "sink:totals:0", "spout:sizes:words:2"]
+    assert coincident_recovery(kill, [START, crash], restarted) == crash
+    for recoveries, victims_restarted in (
+            ([START, crash, _recovery(10, 140.0, reason="sink:totals:0 lost")], restarted),
+            ([START, replace(crash, scope="local: sink:line_sizes:0 alone")], restarted),
+            ([START, replace(crash, at=133.333 + COINCIDENCE_WINDOW + 0.1)], restarted),
+            ([START, replace(crash, at=132.0)], restarted),
+            ([START, crash], ["sink:line_sizes:0"])):
+        assert coincident_recovery(kill, recoveries, victims_restarted) is None
+    assert coincident_recovery(replace(kill, evidence={VICTIM_GONE: False}), [START, crash],
+                               restarted) is None
+    assert coincident_recovery(replace(kill, kind="zk-session"), [START, crash],
+                               restarted) is None
+    # Shown absorbed, the kill needs no recovery of its own and lacks no evidence; the
+    # recovery goes to the failpoint that the test declared.
+    assert expects_recovery(kill) and not absorbed(kill)
+    shown = replace(kill, evidence={VICTIM_GONE: True, COINCIDENT_RECOVERY: True,
+                                    JOINED_RECOVERY: True})
+    assert absorbed(shown) and not expects_recovery(shown)
+    assert missing_evidence(shown, recovered=False) == []
+    result = account([START, crash], [shown], [Explanation(133.2, "failpoint")])
+    assert result.matched == {} and result.declared == [crash] and not result.unexplained
 
 
 def test_planned_restarts_are_a_range_from_the_plan() -> None:

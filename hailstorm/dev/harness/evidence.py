@@ -33,6 +33,12 @@ recovery: the master went on to
 ``SpoutsRewind(e)`` with no newer recovery recorded. The negotiator waits for a joining
 processor in ``Initialize`` (a restart would load the same round), so such a fault is
 absorbed: no recovery of its own."""
+COINCIDENT_RECOVERY = "a global recovery something else started restarted it"
+"""A processor killed (not in ``Initialize``) at the moment something else (a failpoint, a
+crash of another processor) made the negotiator restart everything: the victims'
+replacements joined that recovery, which names another processor, and no recovery names
+them (:func:`coincident_recovery`). Such a fault is absorbed too, with
+:data:`JOINED_RECOVERY`."""
 SESSION_EXPIRED = "session expired"
 """The victim's ``living`` node existed when it was stopped and ZooKeeper removed it (or
 another session owns it now): its session really expired."""
@@ -99,8 +105,36 @@ def absorbed(fault: Fault) -> bool:
     (:data:`JOINED_RECOVERY`): a process that ended in ``Initialize``, or a zombie whose
     session expired in a recovery that something else had started (no recovery named it
     between its stop and its replacement's first round)."""
-    return (fault.phase == "Initialize" or fault.kind == "zombie") \
+    return (fault.phase == "Initialize" or fault.kind == "zombie"
+            or bool(fault.evidence.get(COINCIDENT_RECOVERY))) \
         and bool(fault.evidence.get(JOINED_RECOVERY))
+
+
+COINCIDENCE_WINDOW = 2.0
+"""Seconds after a kill within which a global recovery that names another processor may
+have restarted the victim before the negotiator noticed it gone (its peers notice a broken
+connection within a few hundred milliseconds on a busy machine)."""
+
+
+def coincident_recovery(fault: Fault, recoveries: Iterable[RecoveryRecord],
+                        restarted: Iterable[str]) -> RecoveryRecord | None:
+    """The global recovery that absorbed ``fault``, a SIGKILL of processors
+    (:data:`COINCIDENT_RECOVERY`): recorded from a second before the kill to
+    :data:`COINCIDENCE_WINDOW` after it, restarting everything (its scope is global); no
+    recovery recorded from then on names a victim, and every victim restarted since the
+    fault (``restarted``: the processors whose incarnation changed). None otherwise: the
+    fault then needs a recovery of its own, or lacks its evidence."""
+    if fault.kind not in ("processor", "pair", "task") or not fault.evidence.get(VICTIM_GONE):
+        return None
+    if not set(fault.victims) <= set(restarted):
+        return None
+    since = sorted((r for r in recoveries if r.at >= fault.at - 1.0 and not r.is_start),
+                   key=lambda r: r.epoch)
+    if any(names(r.reason, victim) for r in since for victim in fault.victims):
+        return None
+    return next((r for r in since
+                 if r.at <= fault.at + COINCIDENCE_WINDOW and r.scope.startswith("global")),
+                None)
 
 
 def expects_recovery(fault: Fault) -> bool:

@@ -12,9 +12,12 @@ from collections.abc import Mapping
 from hailstorm import kafka
 from hailstorm.dev.harness.deployment import Deployment
 from hailstorm.dev.harness.evidence import (
+    COINCIDENT_RECOVERY,
+    JOINED_RECOVERY,
     NODE_BACK,
     SESSION_EXPIRED,
     VICTIM_GONE,
+    coincident_recovery,
     expects_recovery,
     fault_window,
     recovery_window,
@@ -108,6 +111,21 @@ class MeasuredRun(Deployment):
         index = next(i for i, f in enumerate(self.faults) if f is fault)
         return self.accounting().matched.get(index)
 
+    def _absorbed_at_once(self, fault: Fault) -> RecoveryRecord | None:
+        """For a kill no recovery named by the end of its window: the global recovery that
+        something else started at the same moment and that restarted its victims
+        (:func:`~hailstorm.dev.harness.evidence.coincident_recovery`), noted in the fault's
+        evidence; None when there is none."""
+        found = coincident_recovery(
+            fault, self.recoveries(), restarted_processors(fault.incarnations,
+                                                           self.incarnations()))
+        if found is not None:
+            fault.evidence[COINCIDENT_RECOVERY] = fault.evidence[JOINED_RECOVERY] = True
+            more = (f"absorbed by the global recovery of epoch {found.epoch} "
+                    f"({found.at - fault.at:+.2f} s): {found.reason}")
+            fault.detail = f"{fault.detail}; {more}" if fault.detail else more
+        return found
+
     def measure_recovery(self, fault: Fault, timeout: float = 180,
                          producer: BackgroundProducer | None = None) -> Recovery:
         """Seconds from ``fault`` until the topology flowed again after it, and until a
@@ -119,7 +137,9 @@ class MeasuredRun(Deployment):
         the victim, see :meth:`accounting`) or a later one: a later epoch alone proves
         nothing, every snapshot round raises it; once the fault's
         :func:`~hailstorm.harness.evidence.fault_window` has passed without one, the wait
-        ends (the fault lacks its evidence). A negotiator kill: once a master written
+        ends (the fault lacks its evidence), unless a global recovery that something else
+        started at the moment of a kill restarted its victims (:meth:`_absorbed_at_once`):
+        then that recovery is the fault's. A negotiator kill: once a master written
         after the fault by another negotiator is ``Flowing``. A stall that restarts nothing
         and a broker fault may leave the topology flowing (spouts ride out a leader move):
         then "Flowing after" is when the master was first seen Flowing (about 0), or when
@@ -164,7 +184,9 @@ class MeasuredRun(Deployment):
                     looked = time.monotonic()
                     recovery.record = self._recovery_of(fault)
                     if recovery.record is None and overdue:
-                        break
+                        recovery.record = self._absorbed_at_once(fault)
+                        if recovery.record is None:
+                            break
                 if (recovery.flowing_after is None and flowing and recovery.record is not None
                         and master is not None
                         and master.state.epoch >= recovery.record.epoch):
