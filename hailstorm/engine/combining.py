@@ -207,8 +207,7 @@ class Combining:
         if not self.groups_by_key:
             raise ValueError(f"bolt {self.spec.name!r}: only groups by state key merge")
         values, keys = groups.values, combined.keys
-        if not (self.emits_by_key and groups.keys_stand):
-            groups.keep_last().update(zip(keys, combined.tuples, strict=True))
+        self._keep_last(groups, keys, combined.tuples, set(map(type, keys)))
         if not values:  # (dict's update: a Counter's would count the pairs)
             dict.update(values, zip(keys, combined.values, strict=True))
             return

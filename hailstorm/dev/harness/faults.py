@@ -98,6 +98,10 @@ class Fault:
     """A ``pair``: the other processor killed at the same moment as ``target`` (a recovery
     naming either is the pair's)."""
 
+    def add_detail(self, more: str) -> None:
+        """Append ``more`` to :attr:`detail` (``"; "`` between)."""
+        self.detail = f"{self.detail}; {more}" if self.detail else more
+
     @property
     def victims(self) -> tuple[str, ...]:
         """Every processor the fault hit: ``target`` and the ``others``."""

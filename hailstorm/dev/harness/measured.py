@@ -121,9 +121,8 @@ class MeasuredRun(Deployment):
                                                            self.incarnations()))
         if found is not None:
             fault.evidence[COINCIDENT_RECOVERY] = fault.evidence[JOINED_RECOVERY] = True
-            more = (f"absorbed by the global recovery of epoch {found.epoch} "
-                    f"({found.at - fault.at:+.2f} s): {found.reason}")
-            fault.detail = f"{fault.detail}; {more}" if fault.detail else more
+            fault.add_detail(f"absorbed by the global recovery of epoch {found.epoch} "
+                             f"({found.at - fault.at:+.2f} s): {found.reason}")
         return found
 
     def measure_recovery(self, fault: Fault, timeout: float = 180,

@@ -158,7 +158,7 @@ class TopologyRun(MeasuredRun):
         fault = self._fault("task" if task else "processor", ident, victim, phase)
         if task:
             victim = self.worker_of(ident)
-            fault.detail = _joined(fault.detail, f"its Spark task's worker, pid {victim}")
+            fault.add_detail(f"its Spark task's worker, pid {victim}")
         self._sigkill(fault, victim)
         self.note_absorbed(fault, ident, fault.pid)
         return fault
@@ -173,7 +173,7 @@ class TopologyRun(MeasuredRun):
                                                   exclude=first)
         fault = self._fault("pair", first, first_pid, phase)
         fault.others = (second,)
-        fault.detail = _joined(fault.detail, f"and {second}, pid {second_pid}, at once")
+        fault.add_detail(f"and {second}, pid {second_pid}, at once")
         self._sigkill(fault, first_pid, second_pid)
         if fault.phase == "Initialize":  # absorbed only when both joined the recovery
             fault.evidence[JOINED_RECOVERY] = all(
@@ -196,7 +196,7 @@ class TopologyRun(MeasuredRun):
                 hit = False
         if not hit:
             fault.evidence[VICTIM_GONE] = False
-            fault.detail = _joined(fault.detail, "a victim had ended before the SIGKILL")
+            fault.add_detail("a victim had ended before the SIGKILL")
             return
         deadline = time.monotonic() + 10
         while any(map(pid_alive, victims)) and time.monotonic() < deadline:
@@ -262,7 +262,7 @@ class TopologyRun(MeasuredRun):
         fault.evidence[SESSION_EXPIRED] = False
         if owner is None or report is None or int(report.info.get("pid", -1)) != victim \
                 or not pid_alive(victim):  # no session of the victim's to expire
-            fault.detail = _joined(fault.detail, "the victim had no living node when stopped")
+            fault.add_detail("the victim had no living node when stopped")
             return fault
         with self._kept_stopped(victim):
             os.kill(victim, signal.SIGSTOP)
@@ -533,7 +533,3 @@ class TopologyRun(MeasuredRun):
         fault.evidence[DRAINED] = master is not None and type(master.state).__name__ == "Stopped"
         fault.detail = f"from the committed clock {self.deploys[-1][1]}"
         return fault
-
-def _joined(detail: str, more: str) -> str:
-    """``detail`` with ``more`` appended (``"; "`` between)."""
-    return f"{detail}; {more}" if detail else more
