@@ -187,6 +187,11 @@ class StagedCombination:
             tuples = batch.tuples if stop - start == len(offsets) else batch.tuples[start:stop]
             _note_failures(batch, start, self._run.combine_into(last.groups, tuples), failed)
 
+    @property
+    def groups(self) -> int:
+        """How many groups everything added was combined into (one contribution each)."""
+        return sum(len(run.groups.values) for run in self._runs)
+
     def routed(self, between: Callable[[], None] | None = None
                ) -> dict[Destination, Contributions]:
         """The contributions for the bolt's instances of everything added (each run's

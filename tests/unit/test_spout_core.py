@@ -614,17 +614,34 @@ def test_a_combining_spout_stages_full_fetches_until_combine_tuples(
     monkeypatch.setattr(spout_core, "COMBINE_TUPLES", 6)
     spout = _combining_spout()
     assert spout.combines
-    spout.stage([0, 1], [b"a b", b"a c"])
-    assert not spout.flush_due(fetch_ended=True, fetch_full=True)  # 4 tuples staged
+    spout.stage([0, 1], [b"a b", b"a a"])
+    assert not spout.flush_due(fetch_ended=True, fetch_full=True)  # 4 tuples, 2 groups
     assert spout.flush_due(fetch_ended=True, fetch_full=False)
-    spout.stage([2], [b"b c"])
+    spout.stage([2], [b"b a"])
     assert spout.flush_due(fetch_ended=False, fetch_full=True)  # 6: COMBINE_TUPLES
     out = spout.flush()
     part = out.batches[("counts", 0)]
     combined = sorted(zip(part.keys, part.values, strict=True))  # type: ignore[attr-defined]
-    assert combined == [("a", 2), ("b", 2), ("c", 2)]
+    assert combined == [("a", 4), ("b", 2)]
     assert spout.staged == spout.staged_bytes == 0 and spout.position == 2
     assert not spout.has_staged
+
+
+def test_a_combining_spout_sends_every_fetch_once_combining_saves_little() -> None:
+    """Staging fetch after fetch pays only while the staged tuples combine into at most
+    COMBINE_GROUPS_MAX as many groups: one new key per tuple (millions of users) is sent
+    at the end of each fetch, as a stream is; within a fetch the spout stages on."""
+    spout = _combining_spout()
+    spout.stage([0, 1], [b"a b", b"a c"])  # 4 tuples, 3 groups: over half
+    assert spout_core.COMBINE_GROUPS_MAX == 0.5
+    assert spout.flush_due(fetch_ended=True, fetch_full=True)
+    assert not spout.flush_due(fetch_ended=False, fetch_full=True)
+    spout.stage([2], [b"a a b b"])  # 8 tuples, 3 groups: combining pays again
+    assert not spout.flush_due(fetch_ended=True, fetch_full=True)
+    out = spout.flush()
+    part = out.batches[("counts", 0)]
+    combined = sorted(zip(part.keys, part.values, strict=True))  # type: ignore[attr-defined]
+    assert combined == [("a", 4), ("b", 3), ("c", 1)]
 
 
 def test_a_spout_with_any_other_reader_sends_every_fetch() -> None:
@@ -651,7 +668,7 @@ def test_staged_bytes_bound_a_combining_flush(monkeypatch: pytest.MonkeyPatch) -
     bound on the memory its staged tuples take)."""
     monkeypatch.setattr(spout_core, "FLUSH_BYTES", 10)
     spout = _combining_spout()
-    spout.stage([0], [b"aaaa bbbb"])
+    spout.stage([0], [b"aaaa aaaa"])
     assert spout.staged_bytes == 9
     assert not spout.flush_due(fetch_ended=True, fetch_full=True)
     spout.stage([1, 2], [None, b"c"])  # a tombstone holds no bytes
