@@ -94,8 +94,8 @@ most this share of them: past it, combining saves less than half of the contribu
 staging on only grows the groups a flush routes, pickles and sends (hundreds of thousands
 with millions of users, one new key per event) beyond what the CPU's caches hold; it then
 sends at the end of every fetch. Text over a vocabulary of words stays far below it (a
-fetch of 10,000 lines of Zipf text over 50,000 words
-combines into about a seventh as many words)."""
+fetch of 10,000 lines of Zipf text over 50,000 words combines into about a seventh as many
+words)."""
 FLUSH_BYTES = 4 * 1024 * 1024
 """A spout combining fetch after fetch sends once the staged messages hold this many
 bytes: a bound on the memory its staged tuples take (about 55 MB of Python objects for
