@@ -293,6 +293,9 @@ class BacklogRun:
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds the processors of each role (``spout``, ``bolt``, ``sink``) used over
     the timed run, summed over their instances (:func:`processor_cpu`)."""
+    whole_machine: dict[str, float] = field(default_factory=dict)
+    """The whole machine's busy and stolen CPU seconds over the same time
+    (:func:`machine_used`)."""
 
 
 ROLES = ("spout", "bolt", "sink")
@@ -327,6 +330,24 @@ def processor_cpu(run: Any) -> dict[str, tuple[float, float]]:
     return result
 
 
+def machine_cpu() -> tuple[float, float]:
+    """``(busy, stolen)`` CPU seconds of the whole machine since boot, from the first line
+    of ``/proc/stat``: busy is the user, nice, system, irq and softirq time of every
+    process (the services', the bench's own and the processors' alike); stolen is time
+    the hypervisor ran another guest while this one had work (what makes a VM noisy)."""
+    with open("/proc/stat") as stat:
+        fields = stat.readline().split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+def machine_used(before: tuple[float, float], after: tuple[float, float]) -> dict[str, float]:
+    """``machine`` (busy) and ``stolen`` CPU seconds between two :func:`machine_cpu`
+    readings."""
+    return {"machine": round(after[0] - before[0], 2), "stolen": round(after[1] - before[1], 2)}
+
+
 def cpu_by_role(before: Mapping[str, tuple[float, float | None]],
                 after: Mapping[str, tuple[float, float | None]]) -> dict[str, float]:
     """CPU seconds per role between two :func:`processor_cpu` readings. A processor whose
@@ -350,16 +371,30 @@ def cpu_by_role(before: Mapping[str, tuple[float, float | None]],
     return {role: round(seconds, 2) for role, seconds in used.items()}
 
 
-def cpu_figures(cpu: Mapping[str, float], count: int, unit: str) -> tuple[dict[str, Any], str]:
+def cpu_figures(cpu: Mapping[str, float], count: int, unit: str,
+                whole_machine: Mapping[str, float] | None = None
+                ) -> tuple[dict[str, Any], str]:
     """The JSON figures and the report line of a run's processor CPU (:attr:`BacklogRun.cpu`)
-    over ``count`` of ``unit`` (event, line, view)."""
+    over ``count`` of ``unit`` (event, line, view); with ``whole_machine`` (:func:`machine_used`
+    over the same time), also the whole machine's, what the rest of it took (the broker,
+    PostgreSQL, ZooKeeper, Spark, the negotiator, the bench) and the time stolen."""
     per = {role: 1e6 * cpu.get(role, 0.0) / count for role in ROLES}
-    figures = {f"cpu_s_{role}s": cpu.get(role, 0.0) for role in ROLES}
+    figures: dict[str, Any] = {f"cpu_s_{role}s": cpu.get(role, 0.0) for role in ROLES}
     figures |= {f"cpu_us_per_{unit}_{role}s": round(per[role], 1) for role in ROLES}
     line = (f"  CPU:       {', '.join(f'{role}s {per[role]:.1f} us' for role in ROLES)} per "
-            f"{unit} ({sum(per.values()):.1f} in all: the processors' own; Kafka, "
-            "PostgreSQL, ZooKeeper and the negotiator not counted)")
-    return figures, line
+            f"{unit} ({sum(per.values()):.1f} in all: the processors' own")
+    if whole_machine is None:
+        return figures, line + "; Kafka, PostgreSQL, ZooKeeper and the negotiator not counted)"
+    whole = 1e6 * whole_machine["machine"] / count
+    rest = max(0.0, whole - sum(per.values()))
+    figures |= {"cpu_s_machine": whole_machine["machine"],
+                "cpu_s_stolen": whole_machine["stolen"],
+                f"cpu_us_per_{unit}_machine": round(whole, 1),
+                f"cpu_us_per_{unit}_others": round(rest, 1)}
+    return figures, line + (
+        f");\n             the whole machine {whole:.1f} us per {unit}: {rest:.1f} for the rest "
+        f"(the broker, PostgreSQL, ZooKeeper, Spark, the negotiator, the bench); "
+        f"{whole_machine['stolen']:.2f} s stolen by the hypervisor")
 
 
 def phase_figures(runs: Sequence[Mapping[str, float]], count: int, unit: str
@@ -403,18 +438,19 @@ def run_on_backlog(stack: Any, module: Path, topic: str, partitions: int,
         started = time.time()
         target = {(topic, p): o for p, o in produced.last_offsets().items()}
         print("hailstorm: flowing", flush=True)
-        cpu_before = processor_cpu(run)
+        cpu_before, machine_before = processor_cpu(run), machine_cpu()
         # Timed by the negotiator's own commit time: the harness polls ZooKeeper rarely,
         # so as not to take the cores it measures (at 20 Hz it took a tenth of one).
         covering = wait_for("a commit covering every offset", lambda: run.covers(target),
                             timeout, run.alive, poll=COVER_POLL_S)
         seconds = covering.committed_at - started
         cpu = cpu_by_role(cpu_before, processor_cpu(run))
+        whole_machine = machine_used(machine_before, machine_cpu())
         pauses = pause_figures(run)
         bolts = processor_metrics(run, "bolt")
         rows = run.sink_tables()[table]
         run.stop()
-    return BacklogRun(seconds, pauses, rows, bolts, cpu)
+    return BacklogRun(seconds, pauses, rows, bolts, cpu, whole_machine)
 
 
 def committed_snapshot_sizes(snapshots: Path | str, committed: Any) -> dict[str, int]:

@@ -61,7 +61,11 @@ WORKLOADS: dict[str, Workload] = {
 PEERS = ("bytewax", "pathway", "quix", "pyflink")
 """Every peer a benchmark line may carry a rate of (``<peer>_<unit>_per_s``)."""
 
-FIGURES = ("hailstorm", "baseline", *PEERS, "to_baseline", *(f"to_{p}" for p in PEERS), "cpu")
+FIGURES = ("hailstorm", "baseline", *PEERS, "to_baseline", *(f"to_{p}" for p in PEERS), "cpu",
+           "machine")
+
+ROLE_SUFFIXES = ("_spouts", "_bolts", "_sinks")
+"""The endings of a line's CPU figures per role (``cpu_us_per_<item>_<role>s``)."""
 
 
 PEER_LABELS = {"bytewax": "Bytewax", "pathway": "Pathway", "quix": "Quix", "pyflink": "PyFlink"}
@@ -72,7 +76,8 @@ def figures_of(line: dict[str, Any]) -> dict[str, float | None]:
     lines, events or views; Bytewax's running totals where a script also runs its end-only
     variant) of hailstorm, the baseline and each peer, hailstorm's ratio to each, and
     ``cpu``: the CPU microseconds its processors used per item (line, event, view), every
-    role summed (None in a line without them)."""
+    role summed, and ``machine``: the whole machine's over the same time (None in a line
+    without them)."""
     def rate(prefix: str) -> float | None:
         for key in (f"{prefix}_lines_per_s", f"{prefix}_events_per_s",
                     f"{prefix}_views_per_s", f"{prefix}_word_count_lines_per_s"):
@@ -85,12 +90,16 @@ def figures_of(line: dict[str, Any]) -> dict[str, float | None]:
                          line.get(f"ratio_hailstorm_to_{peer}_word_count"))
         return None if value is None else float(value)
 
-    cpu = [float(v) for k, v in line.items() if k.startswith("cpu_us_per_") and v is not None]
+    cpu = [float(v) for k, v in line.items()
+           if k.startswith("cpu_us_per_") and k.endswith(ROLE_SUFFIXES) and v is not None]
+    machine = next((float(v) for k, v in line.items()
+                    if k.startswith("cpu_us_per_") and k.endswith("_machine") and v is not None),
+                   None)
     return {"hailstorm": rate("hailstorm"), "baseline": rate("baseline"),
             **{peer: rate(peer) for peer in PEERS},
             "to_baseline": line.get("ratio_hailstorm_to_baseline"),
             **{f"to_{peer}": ratio(peer) for peer in PEERS},
-            "cpu": round(sum(cpu), 1) if cpu else None}
+            "cpu": round(sum(cpu), 1) if cpu else None, "machine": machine}
 
 
 def summarize(runs: list[dict[str, Any]], workload: Workload) -> dict[str, Any]:
@@ -131,15 +140,15 @@ def markdown(summaries: dict[str, dict[str, Any]]) -> str:
 
     lines = ["| workload | runs | hailstorm /s | baseline /s | hailstorm / baseline | "
              + " | ".join(f"hailstorm / {PEER_LABELS[p]}" for p in PEERS)
-             + " | processors' CPU, us an item |",
-             "|---|---|---|---|---|" + "---|" * (len(PEERS) + 1)]
+             + " | processors' CPU, us an item | the machine's CPU, us an item |",
+             "|---|---|---|---|---|" + "---|" * (len(PEERS) + 2)]
     for name, s in summaries.items():
         w = WORKLOADS[name]
         targets = {"bytewax": w.bytewax_target}
         lines.append(f"| {name} | {s['runs']} | {rate(s['hailstorm'])} | {rate(s['baseline'])} "
                      f"| {ratio(s, 'to_baseline', w.baseline_target)} | "
                      + " | ".join(ratio(s, f"to_{p}", targets.get(p)) for p in PEERS)
-                     + f" | {rate(s['cpu'], 1)} |")
+                     + f" | {rate(s['cpu'], 1)} | {rate(s['machine'], 1)} |")
     return "\n".join(lines)
 
 

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{keys_held:,} pages held at the end",
         f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline windows",
     ]
-    cpu, cpu_line = cpu_figures(ran.cpu, args.views, "view")
+    cpu, cpu_line = cpu_figures(ran.cpu, args.views, "view", ran.whole_machine)
     figures.update(cpu)
     lines.append(cpu_line)
     note_bytewax_skipped(bytewax_why, figures, lines)

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline's top {TOP} "
         "per country",
     ]
-    cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event")
+    cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event", ran.whole_machine)
     figures.update(cpu)
     lines.append(cpu_line)
     note_bytewax_skipped(bytewax_why, figures, lines)

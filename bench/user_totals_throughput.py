@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         f"on average per round, {pauses['pause_max_ms']} ms at most",
         f"  ratio:     {rate / baseline_rate:.2f}; committed table == baseline totals",
     ]
-    cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event")
+    cpu, cpu_line = cpu_figures(ran.cpu, args.events, "event", ran.whole_machine)
     figures.update(cpu)
     lines.append(cpu_line)
     note_bytewax_skipped(bytewax_why, figures, lines)

@@ -53,6 +53,8 @@ from common import (  # noqa: E402
     cpu_figures,
     embedded_stack,
     machine,
+    machine_cpu,
+    machine_used,
     pause_figures,
     processor_cpu,
     report,
@@ -187,14 +189,14 @@ def main(argv: list[str] | None = None) -> int:
                 wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.02)
                 started_wall = time.time()
                 started = time.monotonic()
-                cpu_before = processor_cpu(run)
+                cpu_before, machine_before = processor_cpu(run), machine_cpu()
                 print("hailstorm: flowing", flush=True)
             else:
                 run.start()
                 run.wait_flowing(300)
                 started_wall = time.time()
                 started = time.monotonic()
-                cpu_before = processor_cpu(run)
+                cpu_before, machine_before = processor_cpu(run), machine_cpu()
                 produce(stack.kafka, produced, values, partitions)
                 produce_s = time.monotonic() - started
             target = {(TOPIC, p): o for p, o in produced.last_offsets().items()}
@@ -223,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                                  args.timeout, run.alive, poll=0.05)
             committed_s = time.monotonic() - started
             cpu = cpu_by_role(cpu_before, processor_cpu(run))
+            whole_machine = machine_used(machine_before, machine_cpu())
             if tables is not None:
                 tables.close()
             saved_s = bolts_saved_after(run, committed, started_wall)
@@ -262,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     consume_rate = args.lines / consume_s
     bytewax_rates = {job: args.lines / peer.seconds for job, peer in peers.items()}
     other_figures, other_lines = peer_figures(outcomes, args.lines, hailstorm_rate, "lines")
-    cpu_numbers, cpu_line = cpu_figures(cpu, args.lines, "line")
+    cpu_numbers, cpu_line = cpu_figures(cpu, args.lines, "line", whole_machine)
     figures = {
         "vocabulary": args.vocabulary, "distinct_words": distinct,
         "lines": args.lines, "words": words, "partitions": PARTITIONS,

@@ -14,7 +14,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from common import cpu_by_role, cpu_figures, process_cpu, processor_cpu
+from common import (
+    cpu_by_role,
+    cpu_figures,
+    machine_cpu,
+    machine_used,
+    process_cpu,
+    processor_cpu,
+)
 
 
 def test_cpu_by_role_sums_the_instances_read_twice(capsys: pytest.CaptureFixture[str]) -> None:
@@ -45,6 +52,26 @@ def test_cpu_figures_per_item_and_the_line() -> None:
         "cpu_us_per_event_sinks": 4.0,
     }
     assert "spouts 13.5 us, bolts 15.0 us, sinks 4.0 us per event (32.5 in all" in line
+
+
+def test_cpu_figures_with_the_whole_machine_name_the_rest_and_the_time_stolen() -> None:
+    figures, line = cpu_figures({"spout": 4.0, "bolt": 5.0, "sink": 2.0}, 1_000_000, "event",
+                                {"machine": 19.5, "stolen": 0.25})
+    assert figures["cpu_s_machine"] == 19.5 and figures["cpu_s_stolen"] == 0.25
+    assert figures["cpu_us_per_event_machine"] == 19.5
+    assert figures["cpu_us_per_event_others"] == 8.5  # 19.5 - (4 + 5 + 2)
+    assert "(11.0 in all: the processors' own);" in line
+    assert "the whole machine 19.5 us per event: 8.5 for the rest" in line
+    assert "0.25 s stolen" in line
+
+
+def test_machine_cpu_counts_this_process_s_work() -> None:
+    before = machine_cpu()
+    spent = time.process_time() + 0.1
+    while time.process_time() < spent:  # busy: the machine's busy time grows with it
+        pass
+    used = machine_used(before, machine_cpu())
+    assert used["machine"] >= 0.05 and used["stolen"] >= 0.0
 
 
 def test_process_cpu_reads_a_process_s_own_time_and_start() -> None:
