@@ -103,6 +103,14 @@ def _absorb_each(monoid: Monoid[Any], values: dict[Any, Any], owned: set[Any],
             values[key] = absorb(copy(current), value)
 
 
+def _add_each(sums: dict[Any, Any], keys: Sequence[Any], values: Sequence[Any]) -> None:
+    """Add each of ``values`` to ``sums[key]`` (from 0), in order: keyed sums and counts,
+    first seen first."""
+    get = sums.get
+    for key, value in zip(keys, values, strict=True):
+        sums[key] = get(key, 0) + value
+
+
 class Combining:
     """The combining part of :class:`~hailstorm.engine.BoltExecution` (what it needs of
     the rest is declared for the type checker below)."""
@@ -177,8 +185,8 @@ class Combining:
         returns the tuples left out (``(index, failure)``). Plain keys whose every value
         is 1 (counts) are counted straight into ``groups`` by C code; other values not
         summed by C code are absorbed straight into ``groups``, tuple after tuple (one
-        fold in the order the tuples came, as routing them at once folds them). With
-        ``emit=by_key`` no last tuple is kept."""
+        fold in the order the tuples came, as routing them at once folds them), and other
+        sums are added the same way. With ``emit=by_key`` no last tuple is kept."""
         if tuples:
             try:
                 keys, values, key_types = self._keys_and_values(tuples)
@@ -192,6 +200,10 @@ class Combining:
                     self.paths.lift_is_one
                     or (set(map(type, values)) == {int} and values.count(1) == len(values))):
                 groups.values.update(keys)  # first seen first, as Counter(keys) gives
+                self._keep_last(groups, keys, tuples, key_types)
+                return []
+            if keys is not None:  # other sums: added in one pass, in the order they came
+                _add_each(groups.values, keys, values)
                 self._keep_last(groups, keys, tuples, key_types)
                 return []
         combined = self.combine_contributions(tuples)
@@ -212,9 +224,7 @@ class Combining:
             dict.update(values, zip(keys, combined.values, strict=True))
             return
         if self.paths.adds_numbers:
-            get = values.get
-            for key, value in zip(keys, combined.values, strict=True):
-                values[key] = get(key, 0) + value
+            _add_each(values, keys, combined.values)
             return
         _absorb_each(self.value_monoid, values, groups.owned, keys, combined.values)
 
@@ -346,9 +356,7 @@ class Combining:
                 sums: dict[Any, Any] = Counter(keys)
             else:
                 sums = {}
-                get = sums.get
-                for key, value in zip(keys, values, strict=True):
-                    sums[key] = get(key, 0) + value
+                _add_each(sums, keys, values)
             if (self.paths.key_is_tuple and len(key_types) == 1
                     and key_types <= _INTERCHANGEABLE_KEYS):
                 return Combined(list(sums), list(sums), list(sums.values()))

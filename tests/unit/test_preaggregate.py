@@ -132,6 +132,12 @@ def specs() -> dict[str, BoltSpec]:
                                 lift=Count.lift, parallelism=3),
         "keyed sum": top.bolt("f", inputs=[src], key=lambda t: t[0], state=per_key(Sum()),
                               lift=lambda t: t[1] - 20, parallelism=2),
+        "keyed float sum": top.bolt("p", inputs=[src], key=lambda t: t[0],
+                                    state=per_key(Sum("double")), lift=lambda t: t[1] / 3),
+        "keyed tuple sum by key": top.bolt(
+            "q", inputs=[src], key=lambda t: (t[0], str(t[1] % 2)),
+            state=per_key(Sum(), key_type=("string", "string")), lift=lambda t: t[1],
+            emit=by_key(lambda key, total: [(*key, total)]), parallelism=2),
         "keyed mutable": top.bolt("b", inputs=[src], key=lambda t: t[0],
                                   state=per_key(SetUnion()), lift=lambda t: shared_lift),
         "keyed record": top.bolt("g", inputs=[src], key=lambda t: t[0], state=per_key(
@@ -411,7 +417,8 @@ OFFSETS_AND_CUTS = {"gaps": st.lists(st.integers(1, 3), min_size=40, max_size=40
 
 
 @settings(max_examples=150, deadline=None)
-@given(tuples=TUPLES, shape=st.sampled_from(["keyed count", "keyed sum", "keyed mutable",
+@given(tuples=TUPLES, shape=st.sampled_from(["keyed count", "keyed sum", "keyed float sum",
+                                             "keyed tuple sum by key", "keyed mutable",
                                              "keyed record", "keyed shared record",
                                              "keyed record by key", "keyed float record",
                                              "keyed mutable by key"]),
@@ -433,17 +440,19 @@ def test_combining_as_staged_gives_what_routing_at_once_gives(
     assert shared_lift == {"shared"} and shared_record == {"n": 1, "total": 5}
 
 
-def test_staged_floats_are_folded_in_the_order_they_came_as_at_once() -> None:
+@pytest.mark.parametrize("shape", ["keyed float record", "keyed float sum"])
+def test_staged_floats_are_folded_in_the_order_they_came_as_at_once(shape: str) -> None:
     """Float addition is not associative: a key seen before a piece and twice within it
     must be folded left to right, ``(a + b) + c``, as routing at once folds it, not
     ``a + (b + c)`` (which gave 2.3333333333333335 here, against 2.333333333333333)."""
-    spec = specs()["keyed float record"]
+    spec = specs()[shape]
     tuples = [("a", 1), ("a", 2), ("a", 4)]
     staged, at_once = _staged_and_at_once(spec, tuples, [1, 2, 3], cuts=[1], boundaries=[])
     assert [_columns(part) for part in staged[0].values()] == [
         _columns(part) for part in at_once[0].values()]
     left_to_right = 1 / 3 + 2 / 3 + 4 / 3
-    assert [part.values for part in staged[0].values()] == [[{"n": 3, "total": left_to_right}]]
+    total = {"n": 3, "total": left_to_right} if shape.endswith("record") else left_to_right
+    assert [part.values for part in staged[0].values()] == [[total]]
 
 
 @settings(max_examples=150, deadline=None)
