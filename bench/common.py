@@ -431,8 +431,9 @@ def run_on_backlog(stack: Any, module: Path, topic: str, partitions: int,
     produced = Produced(topic)
     produce(stack.kafka, produced, values, kafka.partitions_of(stack.kafka, topic))
     warm_broker(stack.kafka, topic, partitions, len(values))
-    with TopologyRun(stack, module, log_dir=bench_logs("hailstorm-bench-logs-"),
-                     negotiators=1, timeout=60, database=stack.database) as run:
+    with run_logs("hailstorm-bench-logs-") as logs, TopologyRun(
+            stack, module, log_dir=logs, negotiators=1, timeout=60,
+            database=stack.database) as run:
         run.start()
         wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.02)
         started = time.time()
@@ -477,3 +478,24 @@ def percentile(values: Sequence[float], q: float) -> float:
 def bench_logs(prefix: str) -> Path:
     """A fresh directory for the logs of a bench's topology runs (kept for inspection)."""
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+KEEP_LOGS = "HAILSTORM_BENCH_KEEP_LOGS"
+"""Set (to anything but empty), a measuring bench keeps its topology runs' logs."""
+
+
+@contextlib.contextmanager
+def run_logs(prefix: str) -> Iterator[Path]:
+    """A fresh directory for the logs of one measured topology run: removed when the run
+    ends well; kept, and named on stderr, when it fails or :data:`KEEP_LOGS` is set."""
+    logs = bench_logs(prefix)
+    try:
+        yield logs
+    except BaseException:  # broad: whatever ended the run, its logs tell why
+        print(f"the topology's logs are kept in {logs}", file=sys.stderr, flush=True)
+        raise
+    if os.environ.get(KEEP_LOGS):
+        print(f"the topology's logs are kept in {logs} ({KEEP_LOGS} is set)",
+              file=sys.stderr, flush=True)
+    else:
+        shutil.rmtree(logs, ignore_errors=True)

@@ -58,13 +58,13 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from common import (  # noqa: E402
-    bench_logs,
     embedded_stack,
     machine,
     pause_figures,
     pause_reading,
     percentile,
     report,
+    run_logs,
 )
 from latency_topology import OUTPUT_TOPIC  # noqa: E402
 
@@ -353,10 +353,10 @@ def measure(args: argparse.Namespace, dump: Path | None) -> dict[str, Any]:
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
         kafka.create_topic(stack.kafka, WARM_TOPIC, 1)
         kafka.delete_topic(stack.kafka, OUTPUT_TOPIC)
-        logs = bench_logs("hailstorm-bench-latency-")
-        with TopologyRun(stack, TOPOLOGY, log_dir=logs, negotiators=1,
-                         snapshot_interval=args.snapshot_interval, timeout=60,
-                         database=SQLITE if args.sink == "sqlite" else None) as run:
+        with run_logs("hailstorm-bench-latency-") as logs, TopologyRun(
+                stack, TOPOLOGY, log_dir=logs, negotiators=1,
+                snapshot_interval=args.snapshot_interval, timeout=60,
+                database=SQLITE if args.sink == "sqlite" else None) as run:
             reader = reader_for(args.sink, run, stack)
             run.start()
             run.wait_flowing(300)

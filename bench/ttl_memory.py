@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from common import bench_logs, embedded_stack, machine, processor_metrics, report  # noqa: E402
+from common import embedded_stack, machine, processor_metrics, report, run_logs  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
 from hailstorm.dev.harness import StackAddresses, TopologyRun, wait_for  # noqa: E402
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         kafka.produce(stack.kafka, TOPIC, events(args.events))
         ends = kafka.log_ends(stack.kafka, [(TOPIC, p) for p in range(PARTITIONS)])
         target = {tp: end - 1 for tp, end in ends.items()}
-        with TopologyRun(stack, module, log_dir=bench_logs("hailstorm-bench-logs-"),
-                         negotiators=1, timeout=60) as run:
+        with run_logs("hailstorm-bench-logs-") as logs, TopologyRun(
+                stack, module, log_dir=logs, negotiators=1, timeout=60) as run:
             run.start()
             wait_for("the master to be Flowing", run.flowing, 300, run.alive, poll=0.05)
             started = time.monotonic()

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ from common import (  # noqa: E402
     pause_figures,
     processor_cpu,
     report,
+    run_logs,
     sample_lines,
     warm_broker,
 )
@@ -164,11 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     del lines
     bytewax_why = bytewax_skipped(args.no_bytewax)
     with_bytewax = bytewax_why is None
-    with embedded_stack() as env:
+    with embedded_stack() as env, run_logs("hailstorm-bench-logs-") as logs:
         stack = StackAddresses.from_env(env)
         kafka.create_topic(stack.kafka, TOPIC, PARTITIONS)
         partitions = kafka.partitions_of(stack.kafka, TOPIC)
-        logs = Path(tempfile.mkdtemp(prefix="hailstorm-bench-logs-"))
         database = stack.database if args.sink == "postgresql" else None
         module = REPO / "topologies" / "wordcount.py"
         output = f"word-totals-{logs.name[-8:].lower()}"
