@@ -9,11 +9,12 @@ the DATA frames they would send, fetched ``--batch`` at a time; the frames for i
 of the first bolt then go, taking turns between the partitions, through that instance's
 :class:`BoltCore` as the runtime drives it: each frame decoded, absorbed, followed by its
 spout's watermark; a compacting bolt flushed every 4 frames (its rows built for the wire);
-a round's clock every ``--round-every`` frames of each partition, at the spouts' positions
-``--lag`` frames ahead of the bolt (behind a backlog its inbound queue holds many frames),
-so that the round stays pending while the bolt catches up, and its snapshot handed out and
-written (to a temporary directory) once the watermarks cover it. Per phase, the CPU time
-per contribution received (``time.process_time``):
+a round's clock due every ``--round-every`` frames of each partition, given once the last
+round was written (the negotiator starts one only after the last committed), at the
+spouts' positions ``--lag`` frames ahead of the bolt (behind a backlog its inbound queue
+holds many frames), so that the round stays pending while the bolt catches up, and its
+snapshot handed out and written (to a temporary directory) once the watermarks cover it.
+Per phase, the CPU time per contribution received (``time.process_time``):
 
 * **decode**: the DATA frames' bytes to columns (:func:`decode_frame`);
 * **absorb**: :meth:`BoltCore.on_contributions` (or ``on_data``);
@@ -122,6 +123,7 @@ def one_run(bolt: Any, frames: list[tuple[int, int, bytes]], round_every: int, l
     base = None
     received = written = 0
     epoch = 0
+    due = False
     seen = [0] * PARTITIONS
     lasts = [[last for q, last, _data in frames if q == p] for p in range(PARTITIONS)]
 
@@ -152,7 +154,11 @@ def one_run(bolt: Any, frames: list[tuple[int, int, bytes]], round_every: int, l
         received += len(frame)
         seen[p] += 1
         actions = core.on_watermark(upstreams[p], {p: last})
-        if p == 0 and seen[0] % round_every == 0:  # the spouts paused ``lag`` frames ahead
+        due = due or (p == 0 and seen[0] % round_every == 0)
+        # A round due starts once the last one was written (the negotiator starts the next
+        # only after the last committed), the spouts paused ``lag`` frames ahead.
+        if due and written == epoch:
+            due = False
             epoch += 1
             actions += core.on_clock(epoch, {q: lasts[q][min(seen[q] + lag, len(lasts[q])) - 1]
                                              for q in range(PARTITIONS) if lasts[q]})
