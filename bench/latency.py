@@ -32,7 +32,12 @@ Prints one JSON line of figures (p50, p90, p99, max, the rates; the p99 of each 
 messages, least, median and greatest; the snapshot rounds taken while the latency was
 measured and how long each took on average to fix its clock, from ``SpoutsPaused`` to
 ``Flowing(e, C)``, the ``pause_*`` figures: the spouts read on meanwhile, since rounds are
-barriers, where they stood paused before) and a human summary. With
+barriers, where they stood paused before; p50 and p99 by when in its round a message was
+sent, ``by_round_phase_ms``, see :mod:`latency_rounds`; the CPU the processors and the
+whole machine used per message while the load ran, and how busy the cores were then,
+``cores_busy_pct``: the bench's producer and reader, the broker and PostgreSQL share them;
+``cores_stolen_pct``: the time the hypervisor gave another guest, a slower VM)
+and a human summary. With
 ``--runs N`` it measures N times, each on a stack of its own, prints each run so, then a
 ``latency_runs`` line: the median, least and greatest of the max rate, p50, p90, p99, max,
 the median second's p99 and the mean time to fix a clock.
@@ -58,14 +63,21 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from common import (  # noqa: E402
+    ROLES,
+    cpu_by_role,
+    cpu_figures,
     embedded_stack,
     machine,
+    machine_cpu,
+    machine_used,
     pause_figures,
     pause_reading,
     percentile,
+    processor_cpu,
     report,
     run_logs,
 )
+from latency_rounds import RoundStarts, by_round_phase, describe_phases  # noqa: E402
 from latency_topology import OUTPUT_TOPIC  # noqa: E402
 
 from hailstorm import kafka  # noqa: E402
@@ -360,6 +372,7 @@ def measure(args: argparse.Namespace, dump: Path | None) -> dict[str, Any]:
             reader = reader_for(args.sink, run, stack)
             run.start()
             run.wait_flowing(300)
+            rounds = RoundStarts(run)
             first = 0
             burst_s: float | None = None
             burst90_s: float | None = None
@@ -376,12 +389,20 @@ def measure(args: argparse.Namespace, dump: Path | None) -> dict[str, Any]:
             rate = max_rate / 2
             count = int(rate * args.duration)
             paused = pause_reading(run)
+            cpu_before, machine_before = processor_cpu(run), machine_cpu()
+            load_started = time.monotonic()
             producer = produce_and_wait(stack, run, reader, first, count, rate, args.timeout)
+            load_s = time.monotonic() - load_started
+            cpu = cpu_by_role(cpu_before, processor_cpu(run))
+            whole_machine = machine_used(machine_before, machine_cpu())
             pauses = pause_figures(run, since=paused)
+            starts = rounds.stop()
             produced_rate = count / ((producer.finished_ns - producer.started_ns) / 1e9)
             latencies = [(reader.arrived[s][1] - reader.arrived[s][0]) / 1e6
                          for s in range(first, first + count)]
-            seconds = p99_per_second([reader.arrived[s] for s in range(first, first + count)])
+            arrived = [reader.arrived[s] for s in range(first, first + count)]
+            seconds = p99_per_second(arrived)
+            phases = by_round_phase(arrived, starts, args.snapshot_interval)
             reader.close()
             run.stop()
     if dump is not None:
@@ -404,9 +425,14 @@ def measure(args: argparse.Namespace, dump: Path | None) -> dict[str, Any]:
             "max": round(max(latencies), 1), "min": round(min(latencies), 1),
         },
         "p99_per_second_ms": seconds,
+        "by_round_phase_ms": phases,
         **pauses,
         **machine(),
     }
+    figures |= cpu_figures(cpu, count, "message", whole_machine)[0]
+    cores_s = load_s * figures["cores"]
+    figures["cores_busy_pct"] = round(100 * whole_machine["machine"] / cores_s)
+    figures["cores_stolen_pct"] = round(100 * whole_machine["stolen"] / cores_s)
     return figures
 
 
@@ -430,7 +456,20 @@ def describe(figures: dict[str, Any], args: argparse.Namespace) -> str:
         f"{seconds['median']} ms\n"
         f"  rounds meanwhile: {figures['rounds']}, each fixing its clock in "
         f"{figures['pause_mean_ms']} ms on average ({figures['pause_max_ms']} ms at most in "
-        "the run; SpoutsPaused to Flowing)")
+        "the run; SpoutsPaused to Flowing)\n"
+        f"  p50/p99 (ms) by when in its round a message was sent (seconds after the round "
+        f"began): {describe_phases(figures['by_round_phase_ms'])}\n"
+        f"{cpu_line(figures)}\n"
+        f"             the {figures['cores']} cores were {figures['cores_busy_pct']}% busy while "
+        f"the load ran (the bench's producer and reader included), "
+        f"{figures['cores_stolen_pct']}% more stolen by the hypervisor")
+
+
+def cpu_line(figures: dict[str, Any]) -> str:
+    """The CPU line of one measurement's figures (:func:`common.cpu_figures`'s)."""
+    used = {role: figures[f"cpu_s_{role}s"] for role in ROLES}
+    whole = {"machine": figures["cpu_s_machine"], "stolen": figures["cpu_s_stolen"]}
+    return cpu_figures(used, figures["messages"], "message", whole)[1]
 
 
 SUMMARIZED = {
@@ -439,6 +478,9 @@ SUMMARIZED = {
     "p99_ms": ("latency_ms", "p99"), "max_ms": ("latency_ms", "max"),
     "p99_per_second_median_ms": ("p99_per_second_ms", "median"),
     "pause_mean_ms": ("pause_mean_ms",),
+    "cores_busy_pct": ("cores_busy_pct",),
+    "cores_stolen_pct": ("cores_stolen_pct",),
+    "cpu_us_per_message_machine": ("cpu_us_per_message_machine",),
 }
 """The figures :func:`summarize` gives the median and range of (name: where in a run)."""
 
@@ -471,7 +513,9 @@ def describe_runs(summary: dict[str, Any]) -> str:
             f"{figure('max_rate_msgs_per_s')} msgs/s; p50 {figure('p50_ms')} ms, "
             f"p90 {figure('p90_ms')} ms, p99 {figure('p99_ms')} ms, max {figure('max_ms')} ms; "
             f"p99 of a median second {figure('p99_per_second_median_ms')} ms; a round's clock "
-            f"fixed in {figure('pause_mean_ms')} ms on average")
+            f"fixed in {figure('pause_mean_ms')} ms on average; the cores busy (%) "
+            f"{figure('cores_busy_pct')}, stolen (%) {figure('cores_stolen_pct')}; the "
+            f"machine's CPU {figure('cpu_us_per_message_machine')} us a message")
 
 
 if __name__ == "__main__":

@@ -43,3 +43,25 @@ def test_runs_are_summarized_by_median_and_range_leaving_out_what_a_run_lacks() 
     text = describe_runs(summary)
     assert "p99 600 (300-900) ms" in text
     assert "a round's clock fixed in 55 (50-60) ms on average" in text
+
+
+def test_latencies_fold_by_when_in_its_round_a_message_was_sent() -> None:
+    from latency_rounds import PHASES, by_round_phase, describe_phases
+
+    starts = [SECOND, 2 * SECOND]  # rounds every second
+    arrived = [(SECOND // 2, SECOND)]  # before the first round: left out
+    for round_start in starts:
+        for i in range(100):
+            sent = round_start + i * SECOND // 100
+            late = 300 if i < 20 else 100  # ms: the round's first fifth waits longest
+            arrived.append((sent, sent + late * 1_000_000))
+    arrived.append((3 * SECOND + SECOND // 2, 3 * SECOND + SECOND))  # a late round
+    phases = by_round_phase(arrived, starts, 1.0)
+    assert len(phases) == PHASES
+    assert phases[0] == {"from_s": 0.0, "to_s": 0.2, "messages": 40, "p50": 300.0, "p99": 300.0}
+    assert [p["p99"] for p in phases[1:4]] == [100.0] * 3
+    assert phases[-1]["to_s"] is None and phases[-1]["messages"] == 41  # the late one too
+    assert phases[-1]["p99"] == 340.0  # 40 at 100 ms, one at 500: rank 39.6 of 0..40
+    assert describe_phases(phases).startswith("0-0.2 s 300/300; 0.2-0.4 s 100/100")
+    assert describe_phases(phases).endswith("; 0.8 s on 100/340")
+    assert describe_phases([]) == "no round began while the load ran"
