@@ -188,7 +188,9 @@ class SpoutShell(Shell):
                 self._pace_backfill(state)
                 self.send_backfill(self.back.resume(state.epoch, self.back_clock)
                                     if self.back_clock is not None else self.back.resume())
-            self.flowing_reported = None
+            # Reported once per epoch and backlog state: the round's commit (Flowing(e, None)
+            # after Flowing(e, C)) changes neither, and a report per spout and round more
+            # cost ZooKeeper a write and the negotiator a wake-up and its reads.
             self.report_flowing(state.epoch)
         elif isinstance(state, Restarting):
             go_on_without(self, state)
