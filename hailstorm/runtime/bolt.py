@@ -17,6 +17,7 @@ from hailstorm.bad_records import positions_in_batch
 from hailstorm.metrics import read_at_scrape
 from hailstorm.processors import (
     Action,
+    Batch,
     BoltCore,
     Emit,
     Failed,
@@ -25,6 +26,7 @@ from hailstorm.processors import (
     Router,
     WriteSnapshot,
 )
+from hailstorm.processors.held_output import HeldOutput
 from hailstorm.protocol.catchup import reads_history
 from hailstorm.protocol.clock import Clock, clock_to_json, fresh_clock
 from hailstorm.protocol.layout import (
@@ -35,7 +37,7 @@ from hailstorm.protocol.layout import (
     SnapshotReport,
     parse_processor_id,
 )
-from hailstorm.protocol.wire import ClockMarker, DataBatch, Query, Watermark
+from hailstorm.protocol.wire import ClockMarker, DataBatch, Frame, Query, Watermark
 from hailstorm.routing import route
 from hailstorm.runtime.data_plane import DataPlaneError
 from hailstorm.runtime.inbound import Inbound, InboundShell, LiveQuery, SenderGone
@@ -85,6 +87,10 @@ class BoltShell(InboundShell):
         """The committed round when the current run started (a sweep drops after it)."""
         self.writes: queue.Queue[tuple[Chain, WriteSnapshot]] = queue.Queue(8)
         self.chain = Chain(None)
+        self.held = HeldOutput()
+        self.holding = False
+        """While a step drains the queue: output is held (:mod:`~hailstorm.processors.
+        held_output`) and sent when the step ends."""
         self._start_thread("snapshots", self._writer)
         read_at_scrape(self.metrics.state_keys,
                        lambda: None if self.core is None else self.core.key_count)
@@ -297,6 +303,39 @@ class BoltShell(InboundShell):
             self.flush()
         self._expire()
 
+    def step(self) -> None:
+        """Take what waits in the queue (:meth:`InboundShell.step`), holding the output
+        meanwhile; then send it: one DATA frame and one WATERMARK per receiver for all the
+        frames drained. (A step that raises sends nothing more: the processor fails.)"""
+        self.holding = True
+        try:
+            super().step()
+        finally:
+            self.holding = False
+        self.send_held()
+
+    def send_batch(self, batch: Batch, before: Sequence[Frame] = (),
+                   after: Sequence[Frame] = ()) -> None:
+        if self.holding and not before and not after and type(batch) is Batch:
+            if self.held.hold(batch):
+                self.send_held()
+            return
+        self.send_held()
+        super().send_batch(batch, before, after)
+
+    def send_held(self) -> None:
+        """Send the output held so far: the joined batch, then the latest watermark, in one
+        write to each receiver."""
+        batch, watermark = self.held.take()
+        after: list[Frame] = []
+        if watermark is not None:
+            assert self.joined is not None
+            after.append(Watermark(self.joined, dict(watermark)))
+        if batch is not None:
+            super().send_batch(batch, after=after)  # one send per receiver
+        elif after:
+            self.send_all(after)
+
     def on_idle(self) -> None:
         if self.core is not None and self.core.unflushed:
             self.flush()
@@ -357,12 +396,17 @@ class BoltShell(InboundShell):
                 self.send_batch(action.batch)
                 self.metrics.messages_out.inc(len(action.batch))
             elif isinstance(action, ForwardClock):
+                self.send_held()  # what came before the marker leaves before it
                 self.send_all([ClockMarker(action.epoch, dict(action.clock), action.partial)])
             elif isinstance(action, ForwardWatermark):
                 assert self.joined is not None
                 if self.dead_letters.pending:
                     self.dead_letters.commit_through(self.table.from_wire(action.watermark))
-                self.send_all([Watermark(self.joined, dict(action.watermark))])
+                if self.holding:
+                    self.held.hold_watermark(action.watermark)
+                else:
+                    self.send_held()
+                    self.send_all([Watermark(self.joined, dict(action.watermark))])
             elif isinstance(action, WriteSnapshot):
                 if self.dead_letters.pending:
                     self.dead_letters.commit_through(self.table.from_wire(action.clock))
