@@ -26,6 +26,7 @@ clock is :mod:`~hailstorm.processors.segments`, its delta snapshots
 :mod:`~hailstorm.processors.deltas`, its held-back rows
 :mod:`~hailstorm.processors.compaction`, its closed windows
 :mod:`~hailstorm.processors.expiry`),
+:mod:`~hailstorm.processors.held_output` (a bolt's output held while it drains its queue),
 :mod:`~hailstorm.processors.spout_core` (one Kafka partition: rewind, pause, resume, route),
 :mod:`~hailstorm.processors.sink_core` (a sink's commit cadence and when a round is covered).
 The shells around them are :mod:`hailstorm.runtime`.
