@@ -23,7 +23,7 @@ batch would have sent it (and an upsert table's latest row per key over the whol
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hailstorm.processors.actions import Batch, Marks
 
@@ -39,20 +39,25 @@ class HeldOutput:
     """The output a bolt holds while it drains its queue (see the module)."""
 
     batch: Batch | None = None
-    """The batches emitted meanwhile, joined in order."""
+    """The batches emitted meanwhile, joined in order (the first one itself until a second
+    joins it: a batch held alone is never copied)."""
     watermark: Marks | None = None
     """The latest watermark forwarded meanwhile (on the wire's partition numbers)."""
+    _joined: bool = field(default=False, init=False, repr=False)
 
     def hold(self, batch: Batch) -> bool:
-        """Join ``batch`` (a plain :class:`Batch`) to what is held; True when that holds
-        :data:`HOLD_TUPLES` or more (send it now)."""
+        """Join ``batch`` (a plain :class:`Batch`, left unchanged) to what is held; True
+        when that holds :data:`HOLD_TUPLES` or more (send it now)."""
         if type(batch) is not Batch:
             raise TypeError(f"only plain batches are held, not {type(batch).__name__}")
         held = self.batch
         if held is None:
-            self.batch = held = Batch(list(batch.partitions), list(batch.offsets),
-                                      list(batch.tuples))
+            self.batch = held = batch
         else:
+            if not self._joined:  # the first batch is the caller's: join into a copy
+                self.batch = held = Batch(list(held.partitions), list(held.offsets),
+                                          list(held.tuples))
+                self._joined = True
             held.partitions.extend(batch.partitions)
             held.offsets.extend(batch.offsets)
             held.tuples.extend(batch.tuples)
@@ -67,4 +72,5 @@ class HeldOutput:
         after."""
         held = self.batch, self.watermark
         self.batch = self.watermark = None
+        self._joined = False
         return held

@@ -36,8 +36,20 @@ def test_batches_are_joined_in_order_and_only_the_last_watermark_is_kept() -> No
     batch, watermark = held.take()
     assert batch == Batch([0, 1, 0], [5, 3, 6], [("a", 1), ("b", 1), ("a", 2)])
     assert watermark == {0: 6, 1: 3}
-    assert first == Batch([0, 1], [5, 3], [("a", 1), ("b", 1)])  # a held batch is a copy
+    assert first == Batch([0, 1], [5, 3], [("a", 1), ("b", 1)])  # the caller's, unchanged
     assert held.take() == (None, None)
+
+
+def test_a_batch_held_alone_is_sent_as_it_is() -> None:
+    held = HeldOutput()
+    big = Batch([0] * HOLD_TUPLES, list(range(HOLD_TUPLES)), ["w"] * HOLD_TUPLES)
+    assert held.hold(big)
+    assert held.take()[0] is big
+    small = Batch([0], [1], ["w"])
+    held.hold(small)
+    held.hold(Batch([0], [2], ["v"]))
+    assert held.take()[0] == Batch([0, 0], [1, 2], ["w", "v"])
+    assert small == Batch([0], [1], ["w"])
 
 
 def test_a_full_hold_asks_to_be_sent() -> None:
