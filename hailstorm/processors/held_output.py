@@ -3,8 +3,8 @@
 A bolt's main thread takes every frame that waits (a few at half load, up to
 :data:`~hailstorm.runtime.inbound.QUEUE_FRAMES`) before it looks at ZooKeeper again, and
 each frame used to leave it as a DATA frame and a WATERMARK of its own: at 17,000 messages
-a second on two cores, a bolt drained 3-4 frames a step and the sink read 650 frames a
-second, each paying its receiver's and its sender's fixed cost. While it drains, a bolt
+a second on two cores, a bolt drained 3-4 frames a step and the sink read 500-680 frames
+a second, each paying its receiver's and its sender's fixed cost. While it drains, a bolt
 now joins the batches it emits into one and keeps only the latest watermark it forwards,
 and sends them when the drain ends (or once :data:`HOLD_TUPLES` tuples are held), the
 batch first. That is what sending them one by one gives a receiver, in fewer frames:
