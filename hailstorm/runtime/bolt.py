@@ -402,11 +402,9 @@ class BoltShell(InboundShell):
                 assert self.joined is not None
                 if self.dead_letters.pending:
                     self.dead_letters.commit_through(self.table.from_wire(action.watermark))
-                if self.holding:
-                    self.held.hold_watermark(action.watermark)
-                else:
+                self.held.hold_watermark(action.watermark)
+                if not self.holding:
                     self.send_held()
-                    self.send_all([Watermark(self.joined, dict(action.watermark))])
             elif isinstance(action, WriteSnapshot):
                 if self.dead_letters.pending:
                     self.dead_letters.commit_through(self.table.from_wire(action.clock))
