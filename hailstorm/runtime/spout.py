@@ -44,9 +44,10 @@ WATERMARK_INTERVAL = 0.2
 CONSUME_BATCH = 10_000
 """Kafka messages per consume call (a fetch this full means the spout reads a backlog)."""
 CONSUME_WAIT = 0.01
-"""The longest a consume call waits for :data:`CONSUME_BATCH` messages (seconds): a spout
-keeping up with a stream sends what arrived at least this often (a message waits for the
-call's end), and an idle spout looks at the master state about as often."""
+"""The longest a consume call waits (seconds): for :data:`CONSUME_BATCH` messages while the
+spout reads a backlog, for the next fetch's while it keeps up with a stream (those it takes
+as soon as they arrive: :meth:`SpoutShell.fetch`). An idle spout looks at the master state
+this often."""
 LOG_START_RETRIES = 3
 """How often a spout starts again from a log start that retention moved before its first
 fetch (then the lost offsets stop the topology as any others)."""
@@ -93,6 +94,9 @@ class SpoutShell(Shell):
         answers (librdkafka reconnects by itself; a wait is reported only once it fails)."""
         self._probed = 0.0
         self.backlog = Backlog()
+        self.read_full = True
+        """The last consume call came back full: the spout reads a backlog (see
+        :meth:`fetch`). It starts as if it did."""
         self.flowing_reported: tuple[int, ProcessorState] | None = None
         """The epoch of the Flowing state followed and the state last reported in it."""
         self._last_watermark = 0.0
@@ -152,6 +156,7 @@ class SpoutShell(Shell):
             self.from_log_start = (unseen or rebuilding) and seek == NOTHING + 1
             start = self.log_start() if self.from_log_start else seek
             self.consumer.assign([TopicPartition(p[0], p[1], start)])
+            self.read_full = True  # what it reads from there may well be a backlog
             if committed is not None:  # a recovery's replay: its round is due once read
                 self.backlog.rewound()
             self._rewind_backfill(state, committed)
@@ -515,9 +520,7 @@ class SpoutShell(Shell):
                 self._send_watermarks()
             self.coord.changed.wait(POLL / 2)
             return
-        # While a backfill reads, the live cursor does not wait for records to arrive.
-        messages = self.consumer.consume(CONSUME_BATCH,
-                                         timeout=CONSUME_WAIT if self.back is None else 0)
+        messages = self.fetch()
         offsets: list[int] = []
         values: list[bytes | None] = []
         at_end = False
@@ -552,7 +555,8 @@ class SpoutShell(Shell):
             self._send_watermarks()  # idle, or staging a backlog: the position stands
         if self.back is not None and not core.paused:
             self._read_backfill()
-        self.backlog.fetched(full=len(messages) >= CONSUME_BATCH, at_end=at_end)
+        self.read_full = len(messages) >= CONSUME_BATCH
+        self.backlog.fetched(full=self.read_full, at_end=at_end)
         if (offsets or at_end) and (self._kafka_suspect or self.kafka_watch.waiting):
             self._kafka_answered()
         if self.flowing_reported is not None and not core.paused:
@@ -560,6 +564,22 @@ class SpoutShell(Shell):
         if self.dead_letters.pending and \
                 time.monotonic() - self._dead_letters_committed >= DEAD_LETTER_INTERVAL:
             self._commit_dead_letters()
+
+    def fetch(self) -> list[Any]:
+        """The live cursor's next messages (and events). Reading a backlog (the last call
+        came back full): up to :data:`CONSUME_BATCH`, waiting at most :data:`CONSUME_WAIT`
+        for them. Keeping up with a stream: a fetch's messages as soon as they arrive (the
+        client queues a broker's answer whole), so that they do not wait for the end of a
+        call that waits for more; nothing after :data:`CONSUME_WAIT`. While a backfill
+        reads, whatever is there, without waiting."""
+        if self.back is not None:
+            return self.consumer.consume(CONSUME_BATCH, timeout=0)
+        if self.read_full:
+            return self.consumer.consume(CONSUME_BATCH, timeout=CONSUME_WAIT)
+        first = self.consumer.consume(1, timeout=CONSUME_WAIT)
+        if not first:
+            return first
+        return first + self.consumer.consume(CONSUME_BATCH - 1, timeout=0)
 
     def _flush(self) -> int:
         """Route and send what the core staged (a round's pause may preempt it: then it
