@@ -33,6 +33,7 @@ from hailstorm.dev.harness.producing import BackgroundProducer
 from hailstorm.dev.harness.wait import HarnessError
 from hailstorm.protocol.clock import Partition
 from hailstorm.protocol.layout import RecoveryRecord
+from hailstorm.protocol.states import Flowing
 
 __all__ = ["MeasuredRun"]
 
@@ -64,7 +65,24 @@ class MeasuredRun(Deployment):
         had acknowledged (a ZooKeeper read: quick enough to take just before a fault);
         otherwise from Kafka's log ends (None when the broker does not answer)."""
         committed = self.committed()
-        clock = committed.clock if committed else {}
+        return self._beyond(committed.clock if committed else {})
+
+    def unfixed(self) -> int | None:
+        """Messages beyond every clock the master has fixed, the committed round's and the
+        one it flows with (a round that may still commit); 0 while it is in any state but
+        ``Flowing`` (a round's clock then may be the spouts' positions, whatever they read),
+        None: unknown. What a recovery struck now cannot commit before it ends."""
+        master = self.master()
+        if master is None or not isinstance(master.state, Flowing):
+            return 0
+        committed = self.committed()
+        fixed = dict(committed.clock) if committed else {}
+        for p, o in (master.state.clock or {}).items():
+            fixed[p] = max(fixed.get(p, -1), o)
+        return self._beyond(fixed)
+
+    def _beyond(self, clock: Mapping[Partition, int]) -> int | None:
+        """Messages in the source partitions past ``clock`` (see :meth:`uncommitted`)."""
         producer = self.producer
         if producer is not None and self.source_topics() == sorted(producer.produced.topics):
             return sum(max(0, last - clock.get(part, -1))
@@ -88,6 +106,20 @@ class MeasuredRun(Deployment):
             if self.uncommitted():
                 return
             time.sleep(0.05)
+
+    def await_unfixed(self, producer: BackgroundProducer | None,
+                      timeout: float = 15.0) -> None:
+        """While ``producer`` writes, wait (at most ``timeout`` s) until the master flows
+        with some produced data beyond every clock it has fixed (:meth:`unfixed`), so that a
+        fault timed for the recovery that a trigger struck now starts hits data in flight:
+        without it, a round whose clock covered the producer's last chunk could commit
+        after the trigger and leave the recovery nothing to replay until the next chunk.
+        Returns either way, as :meth:`await_uncommitted` does."""
+        deadline = time.monotonic() + timeout
+        while producer is not None and producer.running and time.monotonic() < deadline:
+            if self.unfixed():
+                return
+            time.sleep(0.02)
 
     # -- recovery -------------------------------------------------------------------------
 

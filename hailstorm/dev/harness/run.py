@@ -498,6 +498,7 @@ class TopologyRun(MeasuredRun):
         faults: list[Fault] = []
         epoch = 0
         if phase in RECOVERY_PHASES:
+            self.await_unfixed(producer)
             # A spout's failure restarts every processor, also with local recovery.
             trigger = self.kill_processor(rng=rng, role="spout" if self.local_recovery
                                           else None)
