@@ -30,9 +30,8 @@ at once. While the writer copies, ``A`` stays as it is and everything absorbed g
 ``B``, to be absorbed again by the fold: worth it for a copy of a few milliseconds, not for
 one that keeps ``A`` apart for seconds while a backlog pours into ``B``. A bolt keeping up
 with its upstreams has the writer copy every snapshot, whole ones too: what arrives
-meanwhile is little, and copying a whole state of a million users' totals stopped its
-main thread for a quarter of a second, every :data:`DELTA_CHAIN_MAX` rounds at most
-(``bench/whole_snapshot_handout.py``)."""
+meanwhile is little, and a whole state of a few hundred thousand keys took its main thread
+a quarter of a second, every :data:`DELTA_CHAIN_MAX` rounds, on the data path."""
 
 
 class DeltaChain:
