@@ -14,10 +14,9 @@ Life of a bolt instance (one :class:`BoltCore`, driven by one thread):
   it what its segment absorbs, :attr:`~hailstorm.engine.BoltExecution.merges_views`).
 * Once the low water mark over all upstream instances covers ``C`` (no tuple at or below
   ``C`` can still arrive), it hands ``A`` out to be written (``WriteSnapshot``, whose
-  content the snapshot writer copies out of ``A`` on its own thread while the bolt keeps
-  up with its upstreams, or, behind them, when it is a delta of at most
-  :data:`~hailstorm.processors.deltas.WRITER_COPY_MAX` keys; else it is copied as it is
-  handed out). ``A`` takes
+  content the snapshot writer copies out of ``A`` on its own thread, when it is a delta of
+  at most :data:`~hailstorm.processors.deltas.WRITER_COPY_MAX` keys; a bigger one is
+  copied as it is handed out). ``A`` takes
   no tuple from then on and stays as it is until that copy is taken; then ``B`` folds into
   ``A``, back to a single state (checked whenever a batch, watermark or clock arrives; the
   core copies it itself when the next round is due first). That also happens with no data
@@ -113,10 +112,6 @@ class BoltCore:
         self.compacting = spec.compacting
         """Emit once per key and :meth:`flush`, not once per tuple (see
         :attr:`~hailstorm.topology.BoltSpec.compacting`)."""
-        self.keeping_up = False
-        """The instance keeps up with its upstreams (its shell says so as frames arrive):
-        the snapshot writer then copies every snapshot handed out, whole ones too, off the
-        thread that absorbs (:data:`~hailstorm.processors.deltas.WRITER_COPY_MAX`)."""
         self._held = HeldBack()
         self.applied = 0
         """Tuples (or pre-aggregated contributions) absorbed so far."""
@@ -564,8 +559,7 @@ class BoltCore:
                 break
             if self.closed_windows is not None:
                 self.closed_windows.round_written()
-            write = self._deltas.snapshot_of(done.epoch, done.label, split.states[0],
-                                             keeping_up=self.keeping_up)
+            write = self._deltas.snapshot_of(done.epoch, done.label, split.states[0])
             split.hand_out()
             self._handed_out = write.content
             self._swept_unwritten = False

@@ -23,15 +23,12 @@ DELTA_CHAIN_MAX = 32
 """Deltas in a row at most before a whole snapshot (bounds the files a load reads)."""
 
 WRITER_COPY_MAX = 20_000
-"""Behind its upstreams, a bolt has the snapshot writer thread copy a delta of at most this
-many keys while it absorbs on; a whole state or a bigger delta (behind a backlog a round
-holds most of the keys read since the last) is copied as it is handed out, and ``B`` folds
-at once. While the writer copies, ``A`` stays as it is and everything absorbed goes to
-``B``, to be absorbed again by the fold: worth it for a copy of a few milliseconds, not for
-one that keeps ``A`` apart for seconds while a backlog pours into ``B``. A bolt keeping up
-with its upstreams has the writer copy every snapshot, whole ones too: what arrives
-meanwhile is little, and a whole state of a few hundred thousand keys took its main thread
-a quarter of a second, every :data:`DELTA_CHAIN_MAX` rounds, on the data path."""
+"""A delta of at most this many keys is copied by the snapshot writer thread while the bolt
+absorbs on; a whole state or a bigger delta (behind a backlog, where a round holds most of
+the keys read since the last) is copied as it is handed out, and ``B`` folds at once.
+Meanwhile ``A`` stays as it is and everything absorbed goes to ``B``, to be absorbed again
+by the fold: worth it for a copy of a few milliseconds, which the writer takes at once,
+not for one that keeps ``A`` apart for seconds."""
 
 
 class DeltaChain:
@@ -54,14 +51,12 @@ class DeltaChain:
         self._keys = 0
         """Keys those deltas held."""
 
-    def snapshot_of(self, epoch: int, label: Marks, state: Any, *,
-                    keeping_up: bool = False) -> WriteSnapshot:
+    def snapshot_of(self, epoch: int, label: Marks, state: Any) -> WriteSnapshot:
         """The snapshot of round ``epoch`` at ``label`` (``state`` is its segment ``A``,
-        copied when the snapshot is first read: ``A`` must not change until then, see
-        :class:`~hailstorm.processors.actions.SnapshotContent`; at once, unless the bolt is
-        ``keeping_up`` with its upstreams or it is a delta of at most
-        :data:`WRITER_COPY_MAX` keys): a delta of the keys changed since the last one where
-        the policy allows (see the module), else whole."""
+        copied when the snapshot is first read, at once unless it is a delta of at most
+        :data:`WRITER_COPY_MAX` keys: ``A`` must not change until then, see
+        :class:`~hailstorm.processors.actions.SnapshotContent`): a delta of the keys
+        changed since the last one where the policy allows (see the module), else whole."""
         changed = self.changed
         if (changed is not None and self._length < DELTA_CHAIN_MAX
                 and self._keys + len(changed) <= len(state)):
@@ -71,7 +66,7 @@ class DeltaChain:
             assert self._keyed_map is not None  # changed is None for other state
             copy_keys = self._keyed_map.copy_keys  # a key dropped since: its identity
             content = SnapshotContent(lambda: copy_keys(state, keys))
-            if not keeping_up and len(keys) > WRITER_COPY_MAX:
+            if len(keys) > WRITER_COPY_MAX:
                 content.get()
             return WriteSnapshot(epoch, dict(label), content, delta=True)
         self._length = self._keys = 0
@@ -80,8 +75,7 @@ class DeltaChain:
         keyed_map, monoid = self._keyed_map, self._monoid
         content = SnapshotContent(lambda: monoid.copy(state) if keyed_map is None
                                   else keyed_map.copy_keys(state))
-        if not keeping_up:
-            content.get()  # a whole state behind a backlog: copied as it is handed out
+        content.get()  # a whole state: copied as it is handed out (see WRITER_COPY_MAX)
         return WriteSnapshot(epoch, dict(label), content)
 
     def folding(self, b: Any) -> None:

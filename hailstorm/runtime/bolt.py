@@ -283,7 +283,6 @@ class BoltShell(InboundShell):
                           "error": f"{type(exc).__name__}: {exc}"}
             frame.reply.put(answer)
             return
-        core.keeping_up = not self.behind
         if isinstance(frame, DataBatch):
             started = time.perf_counter()
             if frame.keys is not None and frame.values is not None:

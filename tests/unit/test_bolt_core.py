@@ -246,7 +246,7 @@ def test_a_round_due_before_the_writer_took_the_last_one_copies_that_one_first()
     assert (first.state, second.state) == ({"x": 1}, {"x": 2})
 
 
-def test_behind_a_backlog_a_whole_snapshot_or_a_big_delta_is_copied_as_handed_out() -> None:
+def test_a_whole_snapshot_or_a_big_delta_is_copied_as_it_is_handed_out() -> None:
     core = BoltCore(counts_spec(), ["s"])
     words = [f"w{i}" for i in range(WRITER_COPY_MAX + 1)]
     feed(core, "s", *((A, i, w) for i, w in enumerate(words)))
@@ -258,28 +258,6 @@ def test_behind_a_backlog_a_whole_snapshot_or_a_big_delta_is_copied_as_handed_ou
     [delta] = snapshots(core.on_watermark("s", {A: 2 * len(words) - 1}))
     assert delta.delta and delta.content.copied
     assert delta.state == dict.fromkeys(words, 2) and core.pending_epochs == []
-
-
-def test_keeping_up_the_writer_copies_a_whole_snapshot_and_a_big_delta() -> None:
-    """A bolt keeping up with its upstreams hands even a whole state, or a delta past
-    :data:`WRITER_COPY_MAX`, to its writer to copy: its ``A`` waits for that copy while
-    ``B`` absorbs what arrives, then folds; each snapshot is the state at its clock."""
-    core = BoltCore(counts_spec(), ["s"])
-    core.keeping_up = True
-    words = [f"w{i}" for i in range(WRITER_COPY_MAX + 1)]
-    n = len(words)
-    feed(core, "s", *((A, i, w) for i, w in enumerate(words)))
-    core.on_clock(1, {A: n - 1})
-    [whole] = snapshots(core.on_watermark("s", {A: n - 1}))
-    assert not whole.delta and not whole.content.copied
-    feed(core, "s", (A, n, "late"))  # into B while A waits for the writer
-    assert whole.state == dict.fromkeys(words, 1)  # the writer's copy, at the clock
-    feed(core, "s", *((A, n + 1 + i, w) for i, w in enumerate(words)))
-    core.on_clock(2, {A: 2 * n})
-    [delta] = snapshots(core.on_watermark("s", {A: 2 * n}))
-    assert delta.delta and not delta.content.copied
-    assert delta.state == {**dict.fromkeys(words, 2), "late": 1}
-    assert core.merged_state() == {**dict.fromkeys(words, 2), "late": 1}
 
 
 def test_snapshots_with_no_data_after_the_clock() -> None:
@@ -763,12 +741,6 @@ class Simulation:
                 self.uncopied[bolt_id].append(action)
         self.maybe_finish_round()
 
-    def keep_up(self, bolt_id: str, number: int) -> None:
-        """The bolt's shell says whether it keeps up with its upstreams: keeping up, its
-        writer copies every snapshot, whole ones too; behind, a whole one or a big delta
-        is copied as it is handed out."""
-        self.bolts[bolt_id].keeping_up = number % 2 == 1
-
     def copy_snapshot(self, bolt_id: str) -> None:
         """The bolt's snapshot writer takes its next round: it copies what the round
         holds out of the state (whenever it gets to it; the core copies it itself first
@@ -907,7 +879,6 @@ class Simulation:
         if self.phase == "pausing" and self.scenario.barrier:
             moves.append(ignoring_number(self.pass_round))
         for bolt_id, core in self.bolts.items():
-            moves.append(partial(self.keep_up, bolt_id))
             if self.uncopied[bolt_id]:
                 moves.append(ignoring_number(partial(self.copy_snapshot, bolt_id)))
             if core.unflushed:
