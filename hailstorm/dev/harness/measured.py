@@ -7,7 +7,7 @@ recovery from each fault (flowing again, a commit past it, which processors rest
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from hailstorm import kafka
 from hailstorm.dev.harness.deployment import Deployment
@@ -31,7 +31,7 @@ from hailstorm.dev.harness.faults import (
 )
 from hailstorm.dev.harness.producing import BackgroundProducer
 from hailstorm.dev.harness.wait import HarnessError
-from hailstorm.protocol.clock import Partition
+from hailstorm.protocol.clock import Partition, merge_max
 from hailstorm.protocol.layout import RecoveryRecord
 from hailstorm.protocol.states import Flowing
 
@@ -76,10 +76,8 @@ class MeasuredRun(Deployment):
         if master is None or not isinstance(master.state, Flowing):
             return 0
         committed = self.committed()
-        fixed = dict(committed.clock) if committed else {}
-        for p, o in (master.state.clock or {}).items():
-            fixed[p] = max(fixed.get(p, -1), o)
-        return self._beyond(fixed)
+        return self._beyond(merge_max(committed.clock if committed else {},
+                                      master.state.clock or {}))
 
     def _beyond(self, clock: Mapping[Partition, int]) -> int | None:
         """Messages in the source partitions past ``clock`` (see :meth:`uncommitted`)."""
@@ -101,11 +99,7 @@ class MeasuredRun(Deployment):
         not committed yet, so that the next fault hurts data in flight (a producer writes in
         chunks: between two, everything may be committed). Returns either way: a fault that
         still hits an idle topology is reported as such."""
-        deadline = time.monotonic() + timeout
-        while producer is not None and producer.running and time.monotonic() < deadline:
-            if self.uncommitted():
-                return
-            time.sleep(0.05)
+        self._await_data(self.uncommitted, producer, timeout, poll=0.05)
 
     def await_unfixed(self, producer: BackgroundProducer | None,
                       timeout: float = 15.0) -> None:
@@ -115,11 +109,18 @@ class MeasuredRun(Deployment):
         without it, a round whose clock covered the producer's last chunk could commit
         after the trigger and leave the recovery nothing to replay until the next chunk.
         Returns either way, as :meth:`await_uncommitted` does."""
+        self._await_data(self.unfixed, producer, timeout, poll=0.02)
+
+    @staticmethod
+    def _await_data(messages: Callable[[], int | None], producer: BackgroundProducer | None,
+                    timeout: float, poll: float) -> None:
+        """While ``producer`` writes, poll ``messages()`` until it counts some (at most
+        ``timeout`` s)."""
         deadline = time.monotonic() + timeout
         while producer is not None and producer.running and time.monotonic() < deadline:
-            if self.unfixed():
+            if messages():
                 return
-            time.sleep(0.02)
+            time.sleep(poll)
 
     # -- recovery -------------------------------------------------------------------------
 
