@@ -146,6 +146,9 @@ class WriteSnapshot:
     """The state holds only the keys (of a keyed state) whose values changed since this
     instance's previous snapshot (the last one handed out, or the one it loaded): write it
     as a delta on top of that one."""
+    on_whole: bool = False
+    """With :attr:`delta`, a differential snapshot: the keys changed since this instance's
+    last whole snapshot (one this core handed out), on top of that one instead."""
 
     @property
     def state(self) -> Any:
@@ -157,8 +160,8 @@ class WriteSnapshot:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WriteSnapshot):
             return NotImplemented
-        return (self.epoch, self.clock, self.delta, self.state) == \
-            (other.epoch, other.clock, other.delta, other.state)
+        return (self.epoch, self.clock, self.delta, self.on_whole, self.state) == \
+            (other.epoch, other.clock, other.delta, other.on_whole, other.state)
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -428,16 +428,19 @@ class BoltShell(InboundShell):
             except queue.Empty:
                 continue
             clock = self.table.from_wire(write.clock)
-            if write.delta and chain.ref is None:
+            base = chain.whole if write.on_whole else chain.ref
+            if write.delta and base is None:
                 raise DataPlaneError(f"round {write.epoch}: a delta snapshot with nothing "
                                      "to build on")
             ref = self.store.put(
                 topology=self.assignment.name, bolt=self.spec.name, instance=self.id.instance,
                 parallelism=self.spec.parallelism, epoch=write.epoch, clock=clock,
                 monoid=self.spec.state, state=write.state,
-                base=chain.ref if write.delta else None,
+                base=base if write.delta else None,
             )
             chain.ref = ref
+            if not write.delta:
+                chain.whole = ref
             self.metrics.snapshot(write.epoch, ref.duration_s, ref.size_bytes)
             assert self.coord is not None
             self.coord.write_snapshot_report(
@@ -449,6 +452,8 @@ class BoltShell(InboundShell):
 @dataclass
 class Chain:
     """The snapshot a bolt instance's next delta builds on: the last one it wrote, or the
-    one it loaded (None: the next must be whole). One per Initialize."""
+    one it loaded (None: the next must be whole); and the one a differential snapshot
+    builds on, the last whole one it wrote. One per Initialize."""
 
     ref: SnapshotRef | None
+    whole: SnapshotRef | None = None

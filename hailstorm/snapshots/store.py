@@ -1,8 +1,8 @@
 """The snapshot store's shared logic, whatever holds the files: storing a round's state
-(:meth:`SnapshotStore.put`), loading it back through delta chains, re-sharding, reading
-snapshots as JSON rows (:func:`jsonable`) and garbage collection that keeps every file a
-kept round builds on. Subclasses (:mod:`.directory`, :mod:`.object_store`) only move bytes;
-the file format is :mod:`.format`'s.
+(:meth:`SnapshotStore.put`), loading it back through delta chains, re-sharding and reading
+snapshots as JSON rows (:func:`jsonable`); garbage collection that keeps every file a kept
+round builds on is its base's, :mod:`.collection`. Subclasses (:mod:`.directory`,
+:mod:`.object_store`) only move bytes; the file format is :mod:`.format`'s.
 
 Re-sharding: state is keyed by *key*, not by instance index.
 :meth:`SnapshotStore.load_for_instance` rebuilds the state of instance ``i`` of ``n`` from
@@ -16,7 +16,7 @@ import builtins
 import contextlib
 import json
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 from itertools import islice
@@ -28,9 +28,9 @@ from hailstorm.monoids import KeyedMap, Monoid
 from hailstorm.protocol.clock import Clock
 from hailstorm.routing import route as default_route
 from hailstorm.snapshots.as_json import jsonable
+from hailstorm.snapshots.collection import SnapshotCollection
 from hailstorm.snapshots.evolution import evolved_reader
 from hailstorm.snapshots.format import (
-    _KEY,
     SnapshotCorruptError,
     SnapshotError,
     SnapshotMismatchError,
@@ -98,14 +98,7 @@ def refs_still_there(locators: Iterable[Any],
     return sorted(refs, key=lambda r: (r.bolt, r.instance, r.epoch))
 
 
-def _identity(key: str) -> tuple[str, int, int]:
-    """``(bolt, instance, epoch)`` of a checked snapshot key."""
-    match = _KEY.match(key)
-    assert match is not None
-    return match["bolt"], int(match["instance"]), int(match["epoch"])
-
-
-class SnapshotStore(ABC):
+class SnapshotStore(SnapshotCollection):
     """Where bolts keep their snapshots. Subclasses provide storage; the format is shared.
 
     Methods taking a snapshot accept a :class:`SnapshotRef` or its key/URI string (as
@@ -191,100 +184,6 @@ class SnapshotStore(ABC):
     @abstractmethod
     def _locator(self, key: str) -> Any:
         """What :meth:`_remove` takes for the file at ``key``."""
-
-    @abstractmethod
-    def _files(self, topology: str) -> Iterator[tuple[str, int, int, Any, bool]]:
-        """``(bolt, instance, epoch, locator, is_temp)`` of every snapshot-like file of
-        ``topology`` (``locator`` is what :meth:`_remove` and :meth:`_written_at` take)."""
-
-    @abstractmethod
-    def _remove(self, locators: Iterable[Any]) -> builtins.list[str]:
-        """Remove the files (gone already is fine); the keys of those removed."""
-
-    @abstractmethod
-    def _written_at(self, locator: Any) -> float:
-        """When the file was written (POSIX time; ``inf`` when it is gone)."""
-
-    @abstractmethod
-    def _ref_at(self, locator: Any) -> SnapshotRef:
-        """The snapshot at ``locator`` (as :meth:`_files` gives it), from its header."""
-
-    def _base_at(self, locator: Any) -> str | None:
-        """The key of the snapshot the one at ``locator`` is a delta on (None: whole), from
-        its header (:meth:`_ref_at`; raises :class:`SnapshotError` when unreadable)."""
-        return self._ref_at(locator).base
-
-    def _with_bases(self, files: builtins.list[tuple[str, int, int, Any, bool]],
-                    kept: set[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
-        """``kept`` (``(bolt, instance, epoch)`` of snapshot files) and every file a kept
-        delta builds on, however deep."""
-        locators = {(b, i, e): loc for b, i, e, loc, temp in files if not temp}
-        result: set[tuple[str, int, int]] = set()
-        todo = [k for k in kept if k in locators]
-        while todo:
-            ident = todo.pop()
-            if ident in result:
-                continue
-            result.add(ident)
-            try:
-                base = self._base_at(locators[ident])
-            except SnapshotError:
-                continue  # unreadable: nothing to follow (loading it reports it)
-            match = _KEY.match(base) if base is not None else None
-            if match is not None:
-                found = (match["bolt"], int(match["instance"]), int(match["epoch"]))
-                if found in locators:
-                    todo.append(found)
-        return result
-
-    def delete_older_than(self, topology: str, epoch: int) -> builtins.list[str]:
-        """Remove the rounds before ``epoch``; keeps each bolt's latest round regardless.
-
-        Returns the removed keys.
-        """
-        files = list(self._files(topology))
-        newest: dict[str, int] = {}
-        for bolt, _, e, _, temp in files:
-            if not temp:
-                newest[bolt] = max(e, newest.get(bolt, -1))
-        kept = self._with_bases(files, {(bolt, i, e) for bolt, i, e, _, temp in files
-                                        if not temp and (e >= epoch or e == newest[bolt])})
-        return self._remove(
-            locator for bolt, i, e, locator, temp in files
-            if e < epoch and (temp or (bolt, i, e) not in kept)
-        )
-
-    def forget_rounds(
-        self,
-        topology: str,
-        up_to_epoch: int,
-        keep_epochs: Iterable[int],
-        written_before: float | None = None,
-        keep_refs: Iterable[str] = (),
-    ) -> builtins.list[str]:
-        """Remove every snapshot (and leftover temporary file) of rounds ``<= up_to_epoch``
-        except those of ``keep_epochs``: what a commit of round ``up_to_epoch`` made garbage
-        (the negotiator keeps the new committed round and the previous one). With
-        ``written_before`` (a POSIX time) only files written before it go, so that a reader
-        of a recently superseded round (``hailstorm export``) can finish. ``keep_refs``
-        (the committed records' refs, read from ZooKeeper) are kept too, and checked first
-        (:meth:`owned_key`, of ``keep_epochs``): one that names anything but a snapshot of
-        those rounds of ``topology`` in this store is :class:`SnapshotRefRefused`, and
-        nothing is removed.
-
-        Returns the removed keys.
-        """
-        keep = frozenset(keep_epochs)
-        named = [self.owned_key(ref, topology, keep) for ref in keep_refs]
-        files = list(self._files(topology))
-        kept = self._with_bases(files, {(b, i, e) for b, i, e, _, temp in files
-                                        if not temp and (e in keep or e > up_to_epoch)}
-                                | {_identity(key) for key in named})
-        return self._remove(
-            locator for b, i, e, locator, temp in files
-            if e <= up_to_epoch and (temp or (b, i, e) not in kept)
-            and (written_before is None or self._written_at(locator) < written_before)
-        )
 
     @property
     @abstractmethod
@@ -473,21 +372,44 @@ class SnapshotStore(ABC):
     def load_after(self, ref: SnapshotRef | str, monoid: Monoid[Any], held: SnapshotRef,
                    state: dict[Any, Any]) -> tuple[Clock, Any] | None:
         """``(clock, state)`` of ``ref`` built on ``state``, the keyed state of ``held``, an
-        earlier link of ``ref``'s chain: only the deltas after ``held`` are read, into
-        ``state`` (the caller's, updated in place; partly, when this raises: drop it). What
-        a standby does at each committed round. None when ``ref`` does not build on
-        ``held`` with ``monoid``'s keyed state (load it with :meth:`load`)."""
+        earlier link of ``ref``'s chain, or of an earlier round whose chain ends in the
+        whole snapshot a newer differential link of ``ref``'s builds on: only the links
+        after ``held`` (from that differential one) are read, into ``state`` (the
+        caller's, updated in place; partly, when this raises: drop it). What a standby
+        does at each committed round. None when ``ref`` builds on neither with
+        ``monoid``'s keyed state (load it with :meth:`load`)."""
         ref = self._ref(ref)
         if ref.layout == LAYOUT_WHOLE or ref.monoid != monoid.describe():
             return None
         links = self.chain(ref)
         keys = [link.key for link in links]
-        if held.key not in keys:
+        newer = (links[:keys.index(held.key)] if held.key in keys
+                 else self._since_differential(links, held))
+        if newer is None:
             return None
-        for link in reversed(links[:keys.index(held.key)]):
+        for link in reversed(newer):
             for part in self._keyed_parts(link, monoid):
                 state.update(part)  # a delta: whole new values of the keys that changed
         return ref.clock, state
+
+    def _since_differential(self, links: builtins.list[SnapshotRef], held: SnapshotRef
+                            ) -> builtins.list[SnapshotRef] | None:
+        """The links of a chain (``links``, newest first) from a differential snapshot
+        newer than ``held`` that builds on the whole snapshot ``held``'s own chain ends in
+        (a bolt writes such a snapshot only on a whole one it wrote itself, so ``held`` lies
+        between the two on its history): it holds every key changed since that whole one,
+        so it and the links after it bring ``held``'s state to the chain's. None when there
+        is none (or ``held``'s chain cannot be read)."""
+        try:
+            whole = self.chain(held)[-1]
+        except SnapshotError:
+            return None
+        for index, link in enumerate(links):
+            if link.epoch <= held.epoch:
+                return None
+            if link.base == whole.key:
+                return links[:index + 1]
+        return None
 
     def load_for_instance(
         self,
