@@ -1,7 +1,7 @@
 """Bolt cost: what one bolt instance spends per contribution, by phase, in one process.
 
     .venv/bin/python bench/bolt_cost.py [--workload user-totals] [--messages 400000]
-                                        [--round-every 2] [--lag 4] [--runs 5]
+                                        [--round-every 2] [--lag 4] [--warm 0] [--runs 5]
 
 Needs no services. The spouts of a workload's topology (one :class:`SpoutCore` per
 partition, as ``bench/spout_cost.py`` runs one) turn the workload's realistic messages into
@@ -23,7 +23,13 @@ Per phase, the CPU time per contribution received (``time.process_time``):
 * **round**: learning clocks and watermarks, handing out snapshots
   (:meth:`BoltCore.on_clock`, :meth:`BoltCore.on_watermark`: a snapshot's copy of the
   changed keys);
-* **write**: the snapshot writer's thread, writing them (:meth:`SnapshotStore.put`).
+* **write**: the snapshot writer's thread, writing them (:meth:`SnapshotStore.put`), each
+  on the snapshot the runtime's writer builds it on (a delta on the last written, a
+  differential one on the last whole one).
+
+With ``--warm N`` the instance first takes the frames of ``N`` messages more, untimed: the
+state and the snapshot chain of a bolt that ran a while. The snapshots written while timed
+are counted by kind (whole, differential) with the keys they held per contribution.
 
 The run with the least CPU in all is reported (``--runs``). The garbage collector is set
 as the runtime sets it. In a topology run the bolt shares the cores with a dozen busy
@@ -111,36 +117,51 @@ def _payloads(frames: list[tuple[int, int, bytes]]
 
 
 def one_run(bolt: Any, frames: list[tuple[int, int, bytes]], round_every: int, lag: int,
-            store_root: Path) -> tuple[dict[str, float], int, int]:
-    """CPU seconds per phase of one bolt instance taking ``frames``; the contributions
-    received and the rounds written."""
+            store_root: Path, warm: int = 0) -> tuple[dict[str, float], int, dict[str, int]]:
+    """CPU seconds per phase of one bolt instance taking ``frames`` after the first
+    ``warm`` of them (untimed: the state of a bolt that ran a while); the contributions
+    received and the snapshots written meanwhile (``rounds``; ``whole``,
+    ``differential``, ``keys``: those of each kind, the keys in all)."""
     upstreams = [f"spout:{p}" for p in range(PARTITIONS)]
     core = BoltCore(bolt, upstreams, loaded_clock={}, loaded_state=bolt.state.empty(),
                     loaded_whole=True)
     store = DirectorySnapshotStore(tempfile.mkdtemp(dir=store_root))
     spent = dict.fromkeys(PHASES, 0.0)
     clock = time.process_time
-    base = None
+    base = whole = None
     received = written = 0
+    kinds = dict.fromkeys(("rounds", "whole", "differential", "keys"), 0)
     epoch = 0
     due = False
     seen = [0] * PARTITIONS
     lasts = [[last for q, last, _data in frames if q == p] for p in range(PARTITIONS)]
 
     def handle(actions: list[Any]) -> None:
-        nonlocal base, written
+        nonlocal base, whole, written
         for action in actions:
             if isinstance(action, WriteSnapshot):
                 began = clock()
+                on = whole if action.on_whole else base  # as the bolt's writer thread
                 base = store.put(topology="bench", bolt=bolt.name, instance=0,
                                  parallelism=bolt.parallelism, epoch=action.epoch,
                                  clock={("bench", p): o for p, o in action.clock.items()},
                                  monoid=bolt.state,
-                                 state=action.state, base=base if action.delta else None)
+                                 state=action.state, base=on if action.delta else None)
                 spent["write"] += clock() - began
                 written += 1
+                whole = whole if action.delta else base
+                kinds["rounds"] += 1
+                kinds["keys"] += base.records
+                if not action.delta:
+                    kinds["whole"] += 1
+                elif action.on_whole:
+                    kinds["differential"] += 1
 
     for index, (p, last, kind, payload) in enumerate(_payloads(frames)):
+        if index == warm and warm:  # the state of a bolt that ran a while: timed from here
+            spent = dict.fromkeys(PHASES, 0.0)
+            received = 0
+            kinds = dict.fromkeys(kinds, 0)
         began = clock()
         frame = decode_frame(kind, payload)
         decoded = clock()
@@ -176,7 +197,7 @@ def one_run(bolt: Any, frames: list[tuple[int, int, bytes]], round_every: int, l
                     encode_frames([DataBatch.of([0] * len(rows), rows.offsets, rows.tuples)])
             spent["flush"] += clock() - began
             handle(flushed)
-    return spent, received, written
+    return spent, received, kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,40 +212,53 @@ def main(argv: list[str] | None = None) -> int:
                         help="Frames of each partition the bolt is behind its spouts when a "
                              "round's clock arrives (behind a backlog its inbound queue holds "
                              "up to 64 frames); the round stays pending until it catches up.")
+    parser.add_argument("--warm", type=int, default=0,
+                        help="Messages taken first, untimed, before the measured ones: the "
+                             "state (and the snapshot chain) of a bolt that ran a while.")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
-    if min(args.messages, args.batch, args.runs, args.round_every) < 1 or args.lag < 0:
+    if min(args.messages, args.batch, args.runs, args.round_every) < 1 or args.lag < 0 \
+            or args.warm < 0:
         parser.error("--messages, --batch, --round-every and --runs must be positive, "
-                     "--lag at least 0")
+                     "--lag and --warm at least 0")
 
     file, generate = WORKLOADS[args.workload]
     topology = load_topology(str(REPO / "topologies" / file))
-    print(f"generating {args.messages:,} messages ({args.workload})", flush=True)
-    bolt, frames = frames_for(topology, generate(args.messages), args.batch)
+    print(f"generating {args.warm + args.messages:,} messages ({args.workload})", flush=True)
+    bolt, frames = frames_for(topology, generate(args.warm + args.messages), args.batch)
+    warm = sum(1 for _p, last, _data in frames if last < args.warm // PARTITIONS)
     thresholds = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     runs = []
     try:
         with tempfile.TemporaryDirectory(prefix="hailstorm-bolt-cost-") as root:
             for run in range(args.runs):
-                runs.append(one_run(bolt, frames, args.round_every, args.lag, Path(root)))
+                runs.append(one_run(bolt, frames, args.round_every, args.lag, Path(root),
+                                    warm))
                 print(f"run {run + 1}/{args.runs}: {sum(runs[-1][0].values()):.2f} s of CPU",
                       flush=True)
     finally:
         gc.set_threshold(*thresholds)
     _best, received, written = min(runs, key=lambda r: sum(r[0].values()))
+    snapshot_keys = written["keys"] / received if received else 0.0
     measured, summary = phase_figures([spent for spent, _r, _w in runs], received,
                                       "contribution")
     figures = {
         **machine(), "workload": args.workload, "topology": f"topologies/{file}",
-        "bolt": bolt.name, "messages": args.messages, "frames": len(frames),
-        "contributions": received, "rounds_written": written,
+        "bolt": bolt.name, "messages": args.messages, "warm_messages": args.warm,
+        "frames": len(frames) - warm, "contributions": received,
+        "rounds_written": written["rounds"], "whole_snapshots": written["whole"],
+        "differential_snapshots": written["differential"],
+        "snapshot_keys_per_contribution": round(snapshot_keys, 3),
         "round_every": args.round_every, "lag": args.lag, "runs": args.runs, **measured,
     }
     report("bolt_cost", figures,
            f"{args.workload}: instance 0 of bolt {bolt.name!r} of topologies/{file}, "
-           f"{received:,} contributions in {len(frames):,} frames from {PARTITIONS} spouts, "
-           f"{written} rounds written: {summary}")
+           f"{received:,} contributions in {len(frames) - warm:,} frames from {PARTITIONS} "
+           f"spouts{f' after {args.warm:,} messages untimed' if args.warm else ''}, "
+           f"{written['rounds']} rounds written ({written['whole']} whole, "
+           f"{written['differential']} differential; {snapshot_keys:.2f} keys a "
+           f"contribution): {summary}")
     return 0
 
 
