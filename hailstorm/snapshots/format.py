@@ -76,15 +76,16 @@ Metadata (Avro file metadata, UTF-8 strings):
 
 Deltas. A keyed state may be written as a delta: the entries of only the keys whose value
 changed since an earlier snapshot of the same bolt instance (its ``base``, itself a full
-snapshot or a delta), each with its whole new value. The state is the base's with those
-keys replaced (a bolt routing late data writes a key it dropped with an empty value, which
-whoever loads it for that bolt drops: :func:`hailstorm.lateness.forget_dropped`; the store
-itself never removes a key). A delta is a valid Avro file of the same schema; read alone
-it holds only the changed keys, so readers go through
-:meth:`SnapshotStore.load` (or ``hailstorm snapshots``), which follows the chain. A chain
-shares its files between rounds: garbage collection keeps every file a kept round builds
-on, and a corrupt file fails every round built on it (reported as the round's own file, so
-the negotiator falls back as for a corrupt full snapshot).
+snapshot or a delta: a bolt names its previous snapshot, or for a *differential* delta, the
+keys changed since its last full one, that one), each with its whole new value. The state
+is the base's with those keys replaced (a bolt routing late data writes a key it dropped
+with an empty value, which whoever loads it for that bolt drops:
+:func:`hailstorm.lateness.forget_dropped`; the store itself never removes a key). A delta
+is a valid Avro file of the same schema; read alone it holds only the changed keys, so
+readers go through :meth:`SnapshotStore.load` (or ``hailstorm snapshots``), which follows
+the chain. A chain shares its files between rounds: garbage collection keeps every file a
+kept round builds on, and a corrupt file fails every round built on it (reported as the
+round's own file, so the negotiator falls back as for a corrupt full snapshot).
 
 The checksum is the SHA-256 of the entire file as written, with the 64 hex digits of the
 checksum itself replaced by ``"0" * 64``: the header with its placeholder and every record
@@ -93,8 +94,8 @@ before the file becomes visible. :meth:`SnapshotStore.load` verifies it before d
 anything; a mismatch raises :class:`SnapshotCorruptError` naming the file.
 
 Making a file durable and visible atomically is a store's job (:mod:`.directory`,
-:mod:`.object_store`); loading, delta chains, re-sharding and garbage collection are
-:mod:`.store`'s.
+:mod:`.object_store`); loading, delta chains and re-sharding are :mod:`.store`'s, garbage
+collection :mod:`.collection`'s.
 """
 
 from __future__ import annotations
