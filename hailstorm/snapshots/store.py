@@ -372,44 +372,24 @@ class SnapshotStore(SnapshotCollection):
     def load_after(self, ref: SnapshotRef | str, monoid: Monoid[Any], held: SnapshotRef,
                    state: dict[Any, Any]) -> tuple[Clock, Any] | None:
         """``(clock, state)`` of ``ref`` built on ``state``, the keyed state of ``held``, an
-        earlier link of ``ref``'s chain, or of an earlier round whose chain ends in the
-        whole snapshot a newer differential link of ``ref``'s builds on: only the links
-        after ``held`` (from that differential one) are read, into ``state`` (the
-        caller's, updated in place; partly, when this raises: drop it). What a standby
-        does at each committed round. None when ``ref`` builds on neither with
-        ``monoid``'s keyed state (load it with :meth:`load`)."""
+        earlier link of ``ref``'s chain: only the deltas after ``held`` are read, into
+        ``state`` (the caller's, updated in place; partly, when this raises: drop it). What
+        a standby does at each committed round. None when ``ref`` does not build on
+        ``held`` with ``monoid``'s keyed state (load it with :meth:`load`): a whole
+        snapshot, or a differential one on the whole one ``held`` builds on (nothing in its
+        file tells it from an incarnation's first delta on that whole one, after a
+        recovery that fell back to it, which does not hold what ``held`` changed)."""
         ref = self._ref(ref)
         if ref.layout == LAYOUT_WHOLE or ref.monoid != monoid.describe():
             return None
         links = self.chain(ref)
         keys = [link.key for link in links]
-        newer = (links[:keys.index(held.key)] if held.key in keys
-                 else self._since_differential(links, held))
-        if newer is None:
+        if held.key not in keys:
             return None
-        for link in reversed(newer):
+        for link in reversed(links[:keys.index(held.key)]):
             for part in self._keyed_parts(link, monoid):
                 state.update(part)  # a delta: whole new values of the keys that changed
         return ref.clock, state
-
-    def _since_differential(self, links: builtins.list[SnapshotRef], held: SnapshotRef
-                            ) -> builtins.list[SnapshotRef] | None:
-        """The links of a chain (``links``, newest first) from a differential snapshot
-        newer than ``held`` that builds on the whole snapshot ``held``'s own chain ends in
-        (a bolt writes such a snapshot only on a whole one it wrote itself, so ``held`` lies
-        between the two on its history): it holds every key changed since that whole one,
-        so it and the links after it bring ``held``'s state to the chain's. None when there
-        is none (or ``held``'s chain cannot be read)."""
-        try:
-            whole = self.chain(held)[-1]
-        except SnapshotError:
-            return None
-        for index, link in enumerate(links):
-            if link.epoch <= held.epoch:
-                return None
-            if link.base == whole.key:
-                return links[:index + 1]
-        return None
 
     def load_for_instance(
         self,

@@ -26,7 +26,7 @@ from hailstorm.dev.harness.evidence import VICTIM_GONE
 from hailstorm.dev.harness.producing import zipf_text_lines
 from hailstorm.model import run_model
 from hailstorm.processors.deltas import DELTA_CHAIN_MAX, DIFFERENTIAL_MAX
-from hailstorm.snapshots import DirectorySnapshotStore, SnapshotRef
+from hailstorm.snapshots import DirectorySnapshotStore, SnapshotError, SnapshotRef
 
 pytestmark = pytest.mark.integration
 
@@ -36,15 +36,18 @@ VICTIM = "bolt:counts:1"
 
 
 def differentials(run: TopologyRun) -> list[tuple[SnapshotRef, SnapshotRef]]:
-    """``(differential, whole)`` of every differential snapshot of ``counts`` in the store:
-    a delta on a whole snapshot rounds before it (a first delta on one is the round after
-    it)."""
+    """``(differential, whole)`` of every differential snapshot of ``counts`` in the store,
+    while no incarnation loaded a round: a delta on a whole snapshot with a delta between
+    the two that builds on that whole one too (a first delta on it is the next file)."""
     store = DirectorySnapshotStore(run.stack.snapshots)
     refs = {ref.key: ref for ref in store.list(run.name) if ref.bolt == "counts"}
     found = []
     for ref in refs.values():
         base = refs.get(ref.base) if ref.base is not None else None
-        if base is not None and base.base is None and ref.epoch > base.epoch + 1:
+        if base is None or base.base is not None:
+            continue
+        if any(other.instance == ref.instance and base.epoch < other.epoch < ref.epoch
+               and other.base == base.key for other in refs.values()):
             found.append((ref, base))
     return found
 
@@ -63,33 +66,41 @@ def test_a_stable_state_ends_its_chains_with_differential_snapshots_and_loads_th
         wait_for("a first commit", run.committed, 240, run.alive)
         with BackgroundProducer(run.stack.kafka, produced, wordcount_lines(2_000, seed=6),
                                 partitions, rate=40, chunk=4) as producer:
-            found = wait_for("a differential snapshot of counts",
-                             lambda: differentials(run), 180, run.alive)
+            instance = int(VICTIM.rsplit(":", 1)[1])
+            seen: dict[str, SnapshotRef] = {}  # the victim's, by key: found before collected
+
+            def differential_of_the_victim() -> list[tuple[SnapshotRef, SnapshotRef]]:
+                found = [(d, w) for d, w in differentials(run) if d.instance == instance]
+                seen.update((d.key, d) for d, _w in found)
+                return found
+
+            [(differential, whole), *_] = wait_for(
+                f"a differential snapshot of {VICTIM}", differential_of_the_victim, 180,
+                run.alive)
             store = DirectorySnapshotStore(run.stack.snapshots)
-            differential, whole = found[0]
-            between = {(differential.instance, e)
-                       for e in range(whole.epoch + 1, differential.epoch)}
+            between = set(range(whole.epoch + 1, differential.epoch))
             assert len(between) >= DELTA_CHAIN_MAX  # the chain of deltas it ended
             monoid = run.topology.node("counts").state  # type: ignore[union-attr]
             at_differential = store.load(differential, monoid)[1]
             assert differential.records <= DIFFERENTIAL_MAX * len(at_differential)
             # The deltas it replaced go once no kept round builds on them.
             wait_for("the deltas a differential snapshot replaced to be collected",
-                     lambda: not between & {(r.instance, r.epoch)
-                                            for r in store.list(run.name)
-                                            if r.bolt == "counts"}, 120, run.alive)
-            # Kill the bolt whose committed round builds on a differential snapshot.
-            instance = int(VICTIM.rsplit(":", 1)[1])
+                     lambda: not between & {r.epoch for r in store.list(run.name)
+                                            if r.bolt == "counts" and r.instance == instance},
+                     120, run.alive)
 
             def loads_through_a_differential() -> bool:
+                """The victim's committed round builds on a differential snapshot."""
+                differential_of_the_victim()
                 committed = run.committed()
                 if committed is None:
                     return False
                 [ref] = [r for r in committed.snapshots.values()
                          if f"/counts/{instance}/" in r]
-                chain = store.chain(ref)
-                return any(link.base is not None and link.base == chain[-1].key
-                           and link.epoch > chain[-1].epoch + 1 for link in chain)
+                try:
+                    return any(link.key in seen for link in store.chain(ref))
+                except (SnapshotError, OSError):  # collected while read: a newer round committed
+                    return False
 
             wait_for(f"{VICTIM}'s committed round to build on a differential snapshot",
                      loads_through_a_differential, 180, run.alive)
