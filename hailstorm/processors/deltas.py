@@ -16,7 +16,8 @@ So a whole snapshot costs at most about twice the keys written since the last on
 state much larger than what changes between rounds (a large, stable key space) is written
 whole only when much of it changed, not every :data:`DELTA_CHAIN_MAX` rounds: the cost of a
 round's snapshot follows what changed, not the state's size. A load reads at most a whole
-file, a differential one and :data:`DELTA_CHAIN_MAX` deltas.
+file, a differential one and :data:`DELTA_CHAIN_MAX` deltas (twice as many deltas after a
+recovery: a new incarnation's first chain continues the one it loaded, and ends whole).
 """
 
 from __future__ import annotations
