@@ -90,7 +90,7 @@ class DeltaChain:
                 if since_whole is not None:
                     since_whole |= changed
                     if len(since_whole) > DIFFERENTIAL_MAX * len(state):
-                        self._since_whole = None  # more than it stays: the end is whole
+                        self._since_whole = None  # past half, it stays past: ends whole
                 return self._delta(epoch, label, state, list(changed), on_whole=False)
             since_whole = self._since_whole
             if since_whole is not None:
