@@ -243,11 +243,7 @@ def accept_peer(sock: socket.socket, secret: RunSecret, identity: str,
     """The listening side: a TLS stream over ``sock`` whose peer presented a certificate of
     this run, within ``timeout`` seconds; :class:`AuthError` for anyone else (nothing the
     peer sent is interpreted beyond the TLS handshake)."""
-    try:
-        tls = _context(secret, identity, True).wrap_socket(
-            sock, server_side=True, do_handshake_on_connect=False)
-    except OSError as exc:
-        raise AuthError(f"connection lost before the TLS handshake: {exc}") from None
+    tls = _wrapped(_context(secret, identity, True), sock, server_side=True)
     _checked(tls, timeout, None)
     return tls
 
@@ -260,9 +256,21 @@ def greet_peer(sock: socket.socket, secret: RunSecret, identity: str, expected: 
     for the listener's delayed ACK of the client's Finished, about 40 ms a connection."""
     if sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    tls = _context(secret, identity, False).wrap_socket(sock, do_handshake_on_connect=False)
+    tls = _wrapped(_context(secret, identity, False), sock, server_side=False)
     _checked(tls, timeout, expected)
     return tls
+
+
+def _wrapped(context: ssl.SSLContext, sock: socket.socket, *,
+             server_side: bool) -> ssl.SSLSocket:
+    """``sock`` in ``context``, its handshake not begun; :class:`AuthError` when the
+    connection is gone already (``wrap_socket`` reads from a socket no longer connected,
+    and raises the reset a peer killed right after accepting left)."""
+    try:
+        return context.wrap_socket(sock, server_side=server_side,
+                                   do_handshake_on_connect=False)
+    except OSError as exc:
+        raise AuthError(f"connection lost before the TLS handshake: {exc}") from None
 
 
 def _checked(tls: ssl.SSLSocket, timeout: float, expected: str | None) -> None:

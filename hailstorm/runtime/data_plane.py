@@ -122,7 +122,8 @@ class Outbound:
                 with contextlib.suppress(OSError):
                     sock.close()
                 if time.monotonic() + pause > deadline:
-                    raise DataPlaneError(f"{self.receiver} at {address}: {exc}") from exc
+                    raise DataPlaneError(f"{self.receiver} at {address}: {exc}",
+                                         peer=self.receiver) from exc
                 log.warning("handshake with %s at %s failed (%s); trying again",
                             self.receiver, address, exc)
                 time.sleep(pause)

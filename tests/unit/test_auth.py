@@ -337,3 +337,55 @@ def test_a_receiver_gone_is_noticed_without_sending(ending: str) -> None:
     out.close()
     assert info.value.peer == RECEIVER
     assert RECEIVER in str(info.value)
+
+
+@contextlib.contextmanager
+def _resetting_listener() -> Iterator[tuple[str, int]]:
+    """A listener that resets every connection it accepts before a byte of TLS, as a
+    receiver killed right after ``accept`` does."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.settimeout(0.2)
+        done = threading.Event()
+
+        def reset_all() -> None:
+            while not done.is_set():
+                try:
+                    raw, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                raw.close()
+
+        server = threading.Thread(target=reset_all)
+        server.start()
+        try:
+            yield listener.getsockname()
+        finally:
+            done.set()
+            server.join(10)
+
+
+def test_a_connection_reset_before_the_handshake_is_retried_then_names_the_receiver() -> None:
+    """A receiver killed between accepting and the TLS handshake has reset the connection
+    when the sender wraps it (the wrap reads the socket, and raised the bare
+    ``ConnectionResetError``: a spout reconnecting to a bolt restarting alone failed with
+    it and restarted the whole topology). It is an :class:`AuthError`, which a sender
+    tries again, then names the receiver: the peer gone, not its own failure."""
+    with _resetting_listener() as address:
+        with socket.create_connection(address) as sock:  # blocking: connected, then reset
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # until the reset has arrived
+                try:
+                    sock.getpeername()
+                except OSError:
+                    break
+                time.sleep(0.01)
+            else:
+                pytest.fail("the listener's reset never arrived")
+            with pytest.raises(AuthError, match="connection lost before the TLS handshake"):
+                greet_peer(sock, SECRET, SPOUT, RECEIVER, 2.0)
+        with pytest.raises(DataPlaneError, match=rf"{RECEIVER} at .*(lost|reset)") as info:
+            Outbound(SPOUT, RECEIVER, address, 1, 1.0, SECRET)
+        assert info.value.peer == RECEIVER
