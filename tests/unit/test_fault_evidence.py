@@ -406,8 +406,8 @@ def test_a_pair_is_killed_at_once_and_recovered_by_a_recovery_naming_either() ->
         record = _recovery(5, 200.5, reason=reason)
         result = account([START, record], [kill])
         assert result.matched == {0: record} and not result.unexplained
-    assert expects_recovery(kill) and planned_restarts([("pair", "Flowing")]) == (1, 1)
-    assert planned_restarts([("pair", "Initialize")]) == (1, 2)  # trigger; maybe absorbed
+    assert expects_recovery(kill) and planned_restarts([("pair", "Flowing")]) == (1, 2)
+    assert planned_restarts([("pair", "Initialize")]) == (1, 3)  # trigger; maybe absorbed
 
 
 def test_the_other_victim_of_a_pair_joining_a_local_recovery_is_a_retry_of_it() -> None:
@@ -426,3 +426,38 @@ def test_the_other_victim_of_a_pair_joining_a_local_recovery_is_a_retry_of_it() 
     everything = replace(joined, scope="global: bolt:c:9 cannot restart alone")
     assert account([START, first, everything], [kill]).unexplained == [everything]
     assert account([START, joined], []).unexplained == [joined]
+
+
+def test_the_other_victim_of_a_pair_registering_after_the_first_recovered_is_the_pairs() -> None:
+    """Seen only once the first victim's local recovery was done (a round already pending),
+    the second restarts alone in a recovery of its own: the pair's second, counted and
+    reported with it. Not when it is global, names the first victim again, comes after
+    the fault's window, or no pair's first recovery was local."""
+    kill = _hit("pair", "bolt:counts:0", 200.0, others=("bolt:counts:1",))
+    first = replace(_recovery(4, 200.1, reason="bolt:counts:0 restarted (reports joining); "
+                                               "bolt:counts:0 restart alone from committed "
+                                               "round 3"),
+                    scope="local: bolt:counts:0 can restart alone")
+    second = replace(_recovery(6, 200.7, "SpoutsPaused", "bolt:counts:1 restarted (reports "
+                               "joining); bolt:counts:1 restart alone from committed round 3; "
+                               "round 5 is abandoned"),
+                     scope="local: bolt:counts:1 can restart alone")
+    result = account([START, first, second], [kill])
+    assert result.matched == {0: first} and result.apart == {0: second}
+    assert not result.unexplained and not result.retries and result.restarts == 2
+    for stray in (replace(second, scope="global: 5 of 7 instances failed"),
+                  replace(second, reason="bolt:counts:0, bolt:counts:1 restarted"),
+                  replace(second, at=200.0 + recovery_window(6.0) + 1)):
+        result = account([START, first, stray], [kill])
+        assert result.apart == {} and result.unexplained == [stray]
+    everything = replace(first, scope="global: local recovery is off")
+    assert account([START, everything, second], [kill]).unexplained == [second]
+    # One second per pair: a third recovery of its victims is no part of it.
+    third = replace(second, epoch=8, at=201.5)
+    assert account([START, first, second, third], [kill]).unexplained == [third]
+    # Reported beside the pair's first recovery.
+    report = ChaosReport("wc", 9, 1, 0, [Recovery(kill, 0.5, 0.5, record=first, apart=second)],
+                         Comparison(keys_compared=1), 7, 1.0, restarts=2)
+    assert "the other registered after it was done, recovery epoch 6: bolt:counts:1" \
+        in report.to_text()
+    assert json.loads(report.to_json())["recoveries"][0]["apart_recovery"]["epoch"] == 6

@@ -233,6 +233,7 @@ class ChaosReport:
                  "expects_recovery": expects_recovery(r.fault),
                  "evidence": r.fault.evidence,
                  "recovery": None if r.record is None else asdict(r.record),
+                 "apart_recovery": None if r.apart is None else asdict(r.apart),
                  "flowing_after": None if r.flowing_after is None else round(r.flowing_after, 2),
                  "committed_after": None if r.committed_after is None
                  else round(r.committed_after, 2),
@@ -298,6 +299,9 @@ class ChaosReport:
                 line += f"; {r.fault.detail}"
             if r.record is not None:
                 line += f"; recovery epoch {r.record.epoch}: {r.record.reason[:120]}"
+            if r.apart is not None:
+                line += (f"; the other registered after it was done, recovery epoch "
+                         f"{r.apart.epoch}: {r.apart.reason[:120]}")
             line += f"; {describe_restarts(r.restarted, len(r.fault.incarnations))}"
             if r.missing:
                 line += f"; NO EVIDENCE: {', '.join(r.missing)}"
@@ -530,6 +534,7 @@ def run_chaos(
             for recovery in recoveries:
                 if recovery.fault is fault:
                     recovery.record = accounting.matched.get(index)
+                    recovery.apart = accounting.apart.get(index)
                     recovery.missing = missing_evidence(fault, index in accounting.matched)
         return ChaosReport(run.topology.name, produced.count, len(parts), schedule.seed,
                            recoveries, comparison, committed.epoch,

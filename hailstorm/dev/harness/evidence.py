@@ -199,6 +199,10 @@ class Accounting:
     """Recoveries that started the recovery in progress over (it never flowed in between)
     with no fault of their own: a timed-out ``Initialize``, a fallback to an older round, a
     local recovery that the fault's other victim joined."""
+    apart: dict[int, RecoveryRecord] = field(default_factory=dict)
+    """Index of a ``pair`` fault -> the local recovery of its other victim, whose new
+    incarnation registered only once the recovery of the first was done
+    (:func:`_other_victim_of`)."""
     declared: list[RecoveryRecord] = field(default_factory=list)
     """Recoveries a restart the test declared (or a failpoint) explains."""
     unexplained: list[RecoveryRecord] = field(default_factory=list)
@@ -208,8 +212,8 @@ class Accounting:
     @property
     def restarts(self) -> int:
         """Recoveries after the start, whatever caused them."""
-        return len(self.matched) + len(self.retries) + len(self.declared) \
-            + len(self.unexplained)
+        return len(self.matched) + len(self.apart) + len(self.retries) \
+            + len(self.declared) + len(self.unexplained)
 
 
 def fault_window(fault: Fault, window: float, state_wait: float) -> tuple[float, float]:
@@ -250,6 +254,32 @@ def _fault_for(recovery: RecoveryRecord, faults: Sequence[Fault], taken: Iterabl
     return None
 
 
+def _other_victim_of(recovery: RecoveryRecord, faults: Sequence[Fault],
+                     result: Accounting, window: float, state_wait: float) -> int | None:
+    """The ``pair`` fault whose other victim ``recovery`` restarts alone, after the local
+    recovery matched to the fault restarted the first victim alone and was done: the
+    negotiator learns of a death only when the victim's next incarnation registers, and two
+    killed at once may register further apart than one local recovery lasts (a fraction
+    of a second; seen on a loaded 2-core machine). It must be local, within the fault's
+    window, and name a victim the first recovery did not name and none that it did (a
+    victim failing again is no part of the pair). One that started from a recovery state
+    (joining one under way) is no such recovery."""
+    if not recovery.scope.startswith("local") or _in_recovery(recovery.previous) \
+            or recovery.previous.split("(", 1)[0] in _LOCAL_RECOVERY:
+        return None
+    for i, first in sorted(result.matched.items(), key=lambda m: faults[m[0]].at):
+        fault = faults[i]
+        if fault.kind != "pair" or i in result.apart or first.epoch >= recovery.epoch \
+                or not first.scope.startswith("local"):
+            continue
+        low, high = fault_window(fault, window, state_wait)
+        first_named = {v for v in fault.victims if names(first.reason, v)}
+        named = {v for v in fault.victims if names(recovery.reason, v)}
+        if low <= recovery.at <= high and named and not named & first_named:
+            return i
+    return None
+
+
 def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
             declared: Sequence[Explanation] = (), window: float = recovery_window(6.0),
             state_wait: float = 30.0, declared_window: float = DECLARED_WINDOW) -> Accounting:
@@ -259,8 +289,10 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
     out before every processor registered, and nothing ever flowed in between). Any other
     recovery is matched to at most one fault (:func:`_fault_for`, within
     :func:`fault_window`), each fault to at most one recovery; a recovery that no fault
-    claims and that started a recovery in progress over, or joined a local one, is a
-    retry of it (unless that one was unexplained too); else a restart the test declared
+    claims and that restarts the other victim of a ``pair`` alone is that pair's second
+    (:func:`_other_victim_of`); one that started a recovery in progress over, or joined a
+    local one, is a retry of it (unless that one was unexplained too); else a restart the
+    test declared
     (or a failpoint) within ``declared_window`` before it explains it; else it is
     unexplained."""
     result = Accounting()
@@ -275,6 +307,9 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
         i = _fault_for(r, faults, result.matched, window, state_wait)
         if i is not None:
             result.matched[i] = r
+            cause_known = True
+        elif (pair := _other_victim_of(r, faults, result, window, state_wait)) is not None:
+            result.apart[pair] = r
             cause_known = True
         elif (_in_recovery(r.previous) or _joins_local_recovery(r)) and cause_known:
             result.retries.append(r)
@@ -295,7 +330,9 @@ failed one's while ``Initialize`` waits for them (docs/negotiator.md, stage atte
 zombie is never timed for it, but may still land in one that a failpoint started."""
 _RESTARTS: dict[FaultKind, tuple[int, int]] = {
     "processor": (1, 1), "task": (1, 1), "zk-session": (1, 1), "zombie": (1, 1),
-    "pair": (1, 1),  # both killed at once: one recovery restarts them
+    # Both killed at once: one recovery restarts them, or one each when the second's next
+    # incarnation registers after the first's local recovery was done (Accounting.apart).
+    "pair": (1, 2),
     "stall": (0, 1),  # a coin toss decides whether it ends in a SIGKILL
     "negotiator": (0, 0),  # the standby takes over the master state as it is
     "broker": (0, 1),  # spouts usually ride out a leader move
@@ -306,8 +343,10 @@ _RESTARTS: dict[FaultKind, tuple[int, int]] = {
 def planned_restarts(plan: Iterable[tuple[FaultKind, str]]) -> tuple[int, int]:
     """The least and most recoveries a plan of ``(kind, phase)`` faults causes (retries of a
     recovery in progress not counted: see :class:`Accounting`): one per processor kill,
-    session expiry and zombie, none per negotiator kill and deploy, at most one per stall
-    and broker fault, and one more for the trigger of each fault timed for a recovery state.
+    session expiry and zombie, one or two per pair (two when its victims restart alone
+    one after the other: :attr:`Accounting.apart`), none per negotiator kill and deploy,
+    at most one per stall and broker fault, and one more for the trigger of each fault
+    timed for a recovery state.
     A process kill or session expiry timed for ``Initialize`` causes none when its victim's
     next incarnation joins that recovery (:func:`absorbed`), one when the recovery had moved
     on by then."""

@@ -125,6 +125,9 @@ class Recovery:
     record: RecoveryRecord | None = None
     """The recovery ZooKeeper recorded for the fault (see
     :func:`~hailstorm.dev.harness.evidence.account`; None: none was, or none was due)."""
+    apart: RecoveryRecord | None = None
+    """A ``pair`` whose victims restarted alone one after the other: the second's recovery
+    (:attr:`~hailstorm.dev.harness.evidence.Accounting.apart`)."""
     missing: list[str] = field(default_factory=list)
     """The evidence the fault lacks (:func:`~hailstorm.dev.harness.evidence.missing_evidence`):
     anything here means it may not have happened as planned."""

@@ -267,7 +267,8 @@ class MeasuredRun(Deployment):
         low = fault.at - 60.0
         for r in self.recoveries():
             if r.at >= low:
-                matched = next((self.faults[i] for i, m in accounting.matched.items()
+                matched = next((self.faults[i] for i, m in (*accounting.matched.items(),
+                                                            *accounting.apart.items())
                                 if m == r), None)
                 cause = (f"matched to the {matched.kind} fault on {matched.target} at "
                          f"{matched.at:.1f}" if matched is not None else
