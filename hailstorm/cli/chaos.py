@@ -105,6 +105,10 @@ def _listed(text: str, known: Sequence[str], what: str) -> tuple[str, ...]:
                    "final commit (more on a loaded machine).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the report as JSON to this file.")
+@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where the driver's and the negotiators' logs go (created if missing); by "
+                   "default a new directory under the system's temporary one. Either is "
+                   "kept and named at the end.")
 @click.option("--victims", default="spout,bolt,sink", show_default=True, metavar="ROLES",
               help="The roles the processor, task, zk-session and pair faults draw their "
                    "processors from (zombies are sinks, stalls bolts).")
@@ -120,7 +124,8 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
           kinds: str | None, phases: str, partitions: int, rate: float | None, spacing: float,
           brokers: int | None, database: str, use_env: bool, state_dir: Path | None,
           may_miss: str | None, deploys: tuple[str, ...], timeout: float,
-          json_path: Path | None, victims: str, local_recovery: bool, standby: bool) -> None:
+          json_path: Path | None, log_dir: Path | None, victims: str, local_recovery: bool,
+          standby: bool) -> None:
     """Run TOPOLOGY under injected faults and check it against the reference model.
 
     Produces a known workload, SIGKILLs processors and the negotiator leader, expires
@@ -201,7 +206,9 @@ def chaos(topology_ref: str, messages: int, kills: int, seed: int, workload: str
         problem = broker_fault_problem(nodes)
         if problem:
             fail(problem)
-    logs = Path(tempfile.mkdtemp(prefix="hailstorm-chaos-logs-"))
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    logs = log_dir or Path(tempfile.mkdtemp(prefix="hailstorm-chaos-logs-"))
     signal.signal(signal.SIGTERM, _interrupted)  # a plain kill stops what it started too
     stack: DevStack | None = None
     temporary: Path | None = None

@@ -23,10 +23,12 @@ pytestmark = pytest.mark.integration
 def chaos_on_wordcount(stack_env: dict[str, str], tmp_path: Path, *options: str,
                        ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """``hailstorm chaos --use-env`` on word count with ``options`` (600 lines/s, faults 2 s
-    apart, sinks on the stack's PostgreSQL), printed; the command and its JSON report."""
+    apart, sinks on the stack's PostgreSQL, logs in ``tmp_path``), printed; the command and
+    its JSON report."""
     done, seconds = hailstorm_command(
         StackAddresses.from_env(stack_env), "chaos", "topologies/wordcount.py", "--use-env",
         *options, "--rate", "600", "--spacing", "2", "--json", str(tmp_path / "report.json"),
+        "--log-dir", str(tmp_path / "logs"),
         timeout=840, extra_env={"HAILSTORM_DATABASE_URL": stack_env["HAILSTORM_DATABASE_URL"]})
     print(f"hailstorm chaos: {seconds:.0f} s\n{done.stdout}\n{done.stderr[-5000:]}")
     return done, json.loads((tmp_path / "report.json").read_text())
