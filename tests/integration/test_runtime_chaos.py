@@ -164,7 +164,8 @@ def test_chaos_with_local_recovery_restarts_killed_bolts_alone(
         apart = r["apart_recovery"]
         assert apart is None or apart["scope"].startswith("local: "), r
     assert report["ineffective"] == [] and report["unexplained_recoveries"] == [], text
-    low, high = schedule.restarts()
+    low, high = schedule.restarts(local_recovery=True)
+    assert report["planned_restarts"] == [low, high], text
     assert low <= report["caused_restarts"] <= high, text
     assert (report["lost"], report["duplicated"], report["wrong"],
             report["instance_mismatches"]) == (0, 0, 0, []), text

@@ -133,9 +133,10 @@ class ChaosSchedule:
         """The generator victims are drawn from (independent of the plan)."""
         return random.Random(self.seed * 7919 + 1)
 
-    def restarts(self) -> tuple[int, int]:
-        """The least and most recoveries the plan causes (see :func:`planned_restarts`)."""
-        return planned_restarts((p.kind, p.phase) for p in self.plan())
+    def restarts(self, local_recovery: bool = False) -> tuple[int, int]:
+        """The least and most recoveries the plan causes in a run with or without
+        ``local_recovery`` (see :func:`planned_restarts`)."""
+        return planned_restarts(((p.kind, p.phase) for p in self.plan()), local_recovery)
 
 
 
@@ -540,5 +541,6 @@ def run_chaos(
                            recoveries, comparison, committed.epoch,
                            time.monotonic() - started, notes, accounting.restarts,
                            accounting.unexplained, redact(run.database), independent,
-                           retries=accounting.retries, planned_restarts=schedule.restarts(),
+                           retries=accounting.retries,
+                           planned_restarts=schedule.restarts(local_recovery),
                            may_miss=tuple(may_miss), started_late=started_late)

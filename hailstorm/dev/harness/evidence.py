@@ -330,9 +330,9 @@ failed one's while ``Initialize`` waits for them (docs/negotiator.md, stage atte
 zombie is never timed for it, but may still land in one that a failpoint started."""
 _RESTARTS: dict[FaultKind, tuple[int, int]] = {
     "processor": (1, 1), "task": (1, 1), "zk-session": (1, 1), "zombie": (1, 1),
-    # Both killed at once: one recovery restarts them, or one each when the second's next
-    # incarnation registers after the first's local recovery was done (Accounting.apart).
-    "pair": (1, 2),
+    # Both killed at once: one recovery restarts them (with local recovery, maybe one
+    # each: see planned_restarts).
+    "pair": (1, 1),
     "stall": (0, 1),  # a coin toss decides whether it ends in a SIGKILL
     "negotiator": (0, 0),  # the standby takes over the master state as it is
     "broker": (0, 1),  # spouts usually ride out a leader move
@@ -340,19 +340,21 @@ _RESTARTS: dict[FaultKind, tuple[int, int]] = {
 }
 
 
-def planned_restarts(plan: Iterable[tuple[FaultKind, str]]) -> tuple[int, int]:
+def planned_restarts(plan: Iterable[tuple[FaultKind, str]],
+                     local_recovery: bool = False) -> tuple[int, int]:
     """The least and most recoveries a plan of ``(kind, phase)`` faults causes (retries of a
     recovery in progress not counted: see :class:`Accounting`): one per processor kill,
-    session expiry and zombie, one or two per pair (two when its victims restart alone
-    one after the other: :attr:`Accounting.apart`), none per negotiator kill and deploy,
-    at most one per stall and broker fault, and one more for the trigger of each fault
-    timed for a recovery state.
-    A process kill or session expiry timed for ``Initialize`` causes none when its victim's
+    session expiry, zombie and pair (with ``local_recovery``, one or two per pair: its
+    victims may restart alone one after the other, :attr:`Accounting.apart`; a global
+    recovery waits for both), none per negotiator kill and deploy, at most one per stall
+    and broker fault, and one more for the trigger of each fault timed for a recovery
+    state. A process kill or session expiry timed for ``Initialize`` causes none when its victim's
     next incarnation joins that recovery (:func:`absorbed`), one when the recovery had moved
     on by then."""
     low = high = 0
     for kind, phase in plan:
         least, most = _RESTARTS[kind]
+        most += int(local_recovery and kind == "pair")
         if phase == "Initialize" and kind in ABSORBABLE:
             least = 0
         trigger = int(phase in RECOVERY_PHASES and kind != "broker")
