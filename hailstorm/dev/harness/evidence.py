@@ -292,9 +292,8 @@ def account(recoveries: Iterable[RecoveryRecord], faults: Sequence[Fault],
     claims and that restarts the other victim of a ``pair`` alone is that pair's second
     (:func:`_other_victim_of`); one that started a recovery in progress over, or joined a
     local one, is a retry of it (unless that one was unexplained too); else a restart the
-    test declared
-    (or a failpoint) within ``declared_window`` before it explains it; else it is
-    unexplained."""
+    test declared (or a failpoint) within ``declared_window`` before it explains it; else
+    it is unexplained."""
     result = Accounting()
     starting = False
     cause_known = False  # the recovery in progress is explained
@@ -348,9 +347,9 @@ def planned_restarts(plan: Iterable[tuple[FaultKind, str]],
     victims may restart alone one after the other, :attr:`Accounting.apart`; a global
     recovery waits for both), none per negotiator kill and deploy, at most one per stall
     and broker fault, and one more for the trigger of each fault timed for a recovery
-    state. A process kill or session expiry timed for ``Initialize`` causes none when its victim's
-    next incarnation joins that recovery (:func:`absorbed`), one when the recovery had moved
-    on by then."""
+    state. A process kill or session expiry timed for ``Initialize`` causes none when its
+    victim's next incarnation joins that recovery (:func:`absorbed`), one when the recovery
+    had moved on by then."""
     low = high = 0
     for kind, phase in plan:
         least, most = _RESTARTS[kind]
