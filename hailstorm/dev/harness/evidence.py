@@ -172,9 +172,14 @@ def names(reason: str, target: str) -> bool:
     return re.search(re.escape(target) + r"(?![\w:])", reason) is not None
 
 
+def _state_name(previous: str) -> str:
+    """The master state a recovery left, by name (``Replaying(bolt:c:1)``: ``Replaying``)."""
+    return previous.split("(", 1)[0]
+
+
 def _in_recovery(previous: str) -> bool:
     """Whether a recovery left a recovery state (it started a recovery in progress over)."""
-    return previous.split("(", 1)[0] in RECOVERY_PHASES
+    return _state_name(previous) in RECOVERY_PHASES
 
 
 _LOCAL_RECOVERY = frozenset({Restarting.__name__, Replaying.__name__})
@@ -185,7 +190,7 @@ def _joins_local_recovery(recovery: RecoveryRecord) -> bool:
     """Whether ``recovery`` is a local recovery under way that more failed instances
     joined (in a new epoch once it was replaying: two instances killed at once may be seen
     that far apart)."""
-    return recovery.previous.split("(", 1)[0] in _LOCAL_RECOVERY \
+    return _state_name(recovery.previous) in _LOCAL_RECOVERY \
         and recovery.scope.startswith("local")
 
 
@@ -265,7 +270,7 @@ def _other_victim_of(recovery: RecoveryRecord, faults: Sequence[Fault],
     victim failing again is no part of the pair). One that started from a recovery state
     (joining one under way) is no such recovery."""
     if not recovery.scope.startswith("local") or _in_recovery(recovery.previous) \
-            or recovery.previous.split("(", 1)[0] in _LOCAL_RECOVERY:
+            or _state_name(recovery.previous) in _LOCAL_RECOVERY:
         return None
     for i, first in sorted(result.matched.items(), key=lambda m: faults[m[0]].at):
         fault = faults[i]
