@@ -134,7 +134,7 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         that column, which the snapshot writes as it is (:mod:`~hailstorm.monoids.
         keyed_copies`): records of numbers as the column of each field, in about a third
         of the time a ``dict`` per key takes; other mutable states (windows, sketches) as
-        the nested column of each chunk of sorted keys, instead of a copy of every state
+        the nested column of each chunk of keys, instead of a copy of every state
         and then its column. Immutable states and the rest as :meth:`copy` copies them."""
         record = self._columns_of
         if record is not None:
@@ -229,15 +229,15 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
 
     def avro_nested_chunks(self, state: Mapping[Any, Any], size: int, *,
                            key_columns: bool = False) -> Iterator[tuple[Any, Any]]:
-        """The Avro keys and nested column of ``state``'s keys in the order of
-        :func:`~hailstorm.monoids.avro.sorted_keys`, ``size`` keys at a time (a snapshot's
-        records): :meth:`avro_nested_columns` of each chunk, or the columns of a copy
-        :meth:`copy_keys` made (:class:`~hailstorm.monoids.keyed_copies.KeyedCopy`)."""
+        """The Avro keys and nested column of ``state``'s keys in its own order, ``size``
+        keys at a time (a snapshot's records): :meth:`avro_nested_columns` of each chunk,
+        or the columns of a copy :meth:`copy_keys` made
+        (:class:`~hailstorm.monoids.keyed_copies.KeyedCopy`)."""
         if isinstance(state, KeyedCopy):
-            for keys, column in state.sorted_chunks(size):
+            for keys, column in state.column_chunks(size):
                 yield self._avro_keys(keys, key_columns), column
             return
-        keys = sorted_keys(state)
+        keys = list(state)
         for start in range(0, len(keys), size):
             yield self.avro_nested_columns(state, keys[start:start + size],
                                            key_columns=key_columns)

@@ -4,11 +4,14 @@ column (pure; see :meth:`~hailstorm.monoids.KeyedMap.copy_keys`).
 
 * :class:`KeyedColumns`: values of a :class:`~hailstorm.monoids.Record` whose
   :attr:`~hailstorm.monoids.Record.flat_columns` hold, one list per field, in the keys'
-  own order (a flat column is sorted a chunk at a time as it is written);
+  own order (written as they are, a chunk at a time);
 * :class:`KeyedChunks`: values of any other monoid whose column shares nothing with its
-  states (:attr:`~hailstorm.monoids.Monoid.avro_column_copies`: windows, sketches), the
-  keys sorted and each chunk of :data:`COLUMN_KEYS` of them striped into its nested
-  column, as the ``per_key_nested_columns`` layout writes them.
+  states (:attr:`~hailstorm.monoids.Monoid.avro_column_copies`: windows, sketches), each
+  chunk of :data:`COLUMN_KEYS` keys striped into its nested column, as the
+  ``per_key_nested_columns`` layout writes them.
+
+Either keeps the keys in the order it was given them: a snapshot writes them so (see
+:func:`~hailstorm.snapshots.format.write_snapshot` on why it does not sort them).
 
 Read as a mapping, a copy holds the states themselves (built from its columns on first
 use: tests and tools read it so, snapshots never).
@@ -21,7 +24,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from hailstorm.monoids.avro import sorted_keys
 from hailstorm.monoids.base import MISSING, Monoid
 
 if TYPE_CHECKING:
@@ -32,12 +34,6 @@ __all__ = ["COLUMN_KEYS", "KeyedChunks", "KeyedColumns", "KeyedCopy"]
 COLUMN_KEYS = 1024
 """Keys per record of the snapshots' column layouts (at most)."""
 
-_SORTED_BY_POSITION = frozenset({str, int})
-"""Key types :class:`KeyedColumns` sorts by their positions when all its keys have one of
-them (``sorted`` then orders them as :func:`~hailstorm.monoids.avro.sorted_keys` does,
-never failing)."""
-
-
 class KeyedCopy(Mapping[Any, Any]):
     """A copy of some keys of a ``per_key`` state as the Avro columns a snapshot writes."""
 
@@ -47,9 +43,9 @@ class KeyedCopy(Mapping[Any, Any]):
         self._states: dict[Any, Any] | None = None
 
     @abstractmethod
-    def sorted_chunks(self, size: int) -> Iterator[tuple[list[Any], Any]]:
-        """``(keys, their nested column)`` in the order of
-        :func:`~hailstorm.monoids.avro.sorted_keys`, ``size`` keys at a time."""
+    def column_chunks(self, size: int) -> Iterator[tuple[list[Any], Any]]:
+        """``(keys, their nested column)`` in the copy's order, ``size`` keys at a
+        time."""
 
     @abstractmethod
     def _built(self) -> dict[Any, Any]:
@@ -85,19 +81,11 @@ class KeyedColumns(KeyedCopy):
         self.column = column
         """Field name -> the field's Avro values, one per key of :attr:`key_list`."""
 
-    def sorted_chunks(self, size: int) -> Iterator[tuple[list[Any], dict[str, list[Any]]]]:
-        keys = self.key_list
-        kinds = set(map(type, keys))
-        if len(kinds) == 1 and kinds <= _SORTED_BY_POSITION:  # as sorted_keys orders them
-            at = sorted(range(len(keys)), key=keys.__getitem__)
-        else:
-            positions = dict(zip(keys, range(len(keys)), strict=True))
-            at = list(map(positions.__getitem__, sorted_keys(positions)))
-        for start in range(0, len(at), size):
-            chunk = at[start:start + size]
-            yield (list(map(keys.__getitem__, chunk)),
-                   {name: list(map(values.__getitem__, chunk))
-                    for name, values in self.column.items()})
+    def column_chunks(self, size: int) -> Iterator[tuple[list[Any], dict[str, list[Any]]]]:
+        keys, column = self.key_list, self.column
+        for start in range(0, len(keys), size):
+            end = start + size
+            yield keys[start:end], {name: values[start:end] for name, values in column.items()}
 
     def _built(self) -> dict[Any, Any]:
         states = self._inner.from_avro_column(self.column, len(self.key_list))
@@ -113,7 +101,7 @@ class KeyedColumns(KeyedCopy):
 class KeyedChunks(KeyedCopy):
     """Some keys of a ``per_key`` state whose inner monoid's Avro column is a copy of its
     states (:attr:`~hailstorm.monoids.Monoid.avro_column_copies`), copied as the nested
-    column of each chunk of :data:`COLUMN_KEYS` sorted keys (:meth:`of`)."""
+    column of each chunk of :data:`COLUMN_KEYS` keys (:meth:`of`)."""
 
     __slots__ = ("_inner", "chunks", "size")
 
@@ -122,16 +110,15 @@ class KeyedChunks(KeyedCopy):
         super().__init__()
         self._inner = inner
         self.chunks = chunks
-        """``(keys, their nested column)``, the keys sorted, ``size`` of them (the last:
-        at most)."""
+        """``(keys, their nested column)``, ``size`` keys each (the last: at most)."""
         self.size = size
 
     @classmethod
     def of(cls, inner: Monoid[Any], state: Mapping[Any, Any], keys: Sequence[Any],
            size: int = COLUMN_KEYS) -> KeyedChunks:
-        """The copy of ``keys`` (without repeats) of ``state`` (an absent key: the inner
-        identity), ``inner``'s states by key."""
-        ordered = sorted_keys(dict.fromkeys(keys))
+        """The copy of ``keys`` of ``state`` (an absent key: the inner identity; a repeat
+        counts once, where the key first came), ``inner``'s states by key."""
+        ordered = list(dict.fromkeys(keys))
         values = list(map(state.get, ordered, [MISSING] * len(ordered)))
         if MISSING in values:
             values = [inner.empty() if v is MISSING else v for v in values]
@@ -139,7 +126,7 @@ class KeyedChunks(KeyedCopy):
         return cls(inner, [(ordered[start:start + size], column(values[start:start + size]))
                            for start in range(0, len(ordered), size)], size)
 
-    def sorted_chunks(self, size: int) -> Iterator[tuple[list[Any], Any]]:
+    def column_chunks(self, size: int) -> Iterator[tuple[list[Any], Any]]:
         if size == self.size:
             return iter(self.chunks)
         keys = list(self)  # another size than it was built for: from the states

@@ -29,8 +29,8 @@ from hailstorm.snapshots.format import (
     _check_name,
     _read_header,
     _ref_from_header,
-    _same_content,
 )
+from hailstorm.snapshots.rewrites import same_content
 from hailstorm.snapshots.store import SnapshotStore, refs_still_there
 
 _BASES_KEPT = 100_000
@@ -112,7 +112,7 @@ class DirectorySnapshotStore(SnapshotStore):
     def _same_or_raise(self, final: Path, temp: Path, key: str) -> SnapshotRef:
         """The existing snapshot if ``temp`` has the same content, else raise."""
         with open(final, "rb") as old, open(temp, "rb") as new:
-            if _same_content(old, new, str(final)):
+            if same_content(old, new, str(final)):
                 return self._read_ref(final, key)
         raise SnapshotExistsError(
             f"{final} already exists with different content: snapshots are never overwritten"

@@ -12,8 +12,12 @@ Records. A keyed state (:class:`~hailstorm.monoids.KeyedMap`) is written in colu
 :data:`COLUMN_KEYS` keys (at most) and their values, two arrays of equal length whose items
 have the schemas of the map entry's ``key`` and ``value`` (the entry is the ``items`` of
 the map's Avro array schema, ``<name>``; the record is named ``<name>Columns``), keys in
-sorted order when they are comparable. Avro writes an array's items far faster than as
-many records: writing a million keys costs a third of what a record per key did.
+the order the state holds them. Avro writes an array's items far faster than as many
+records: writing a million keys costs a third of what a record per key did. (Keys are not
+sorted: sorting a round's changed keys took up to two thirds of a bolt's snapshot writes.
+So the same state may be written in another order by another process, and a file's
+content, not its bytes, says whether a round written twice is the same:
+:mod:`.rewrites`.)
 
 When the entry's value is itself a record or an array (a
 :class:`~hailstorm.monoids.Record`, a ``Mean``, a ``HyperLogLog``, a window, a ``TopK``),
@@ -398,7 +402,8 @@ class _HashingSink:
 
 
 def _sync_marker(key: str) -> bytes:
-    """Deterministic per-file sync marker, so equal states give byte-equal record blocks."""
+    """Deterministic per-file sync marker, so a state written twice in the same order gives
+    byte-equal record blocks."""
     return hashlib.blake2b(key.encode(), digest_size=16, person=b"hailstorm-sync").digest()
 
 
@@ -553,15 +558,6 @@ def _verify(fo: IO[bytes], name: str, header: _Header) -> None:
         )
 
 
-def _records_digest(fo: IO[bytes], header: _Header) -> str:
-    """SHA-256 of the record blocks only (equal for equal content written twice)."""
-    fo.seek(header.end)
-    sha = hashlib.sha256()
-    while chunk := fo.read(_READ_CHUNK):
-        sha.update(chunk)
-    return sha.hexdigest()
-
-
 def _ref_from_header(header: _Header, key: str, uri: str, size: int, name: str) -> SnapshotRef:
     meta = header.meta
     try:
@@ -593,18 +589,3 @@ def _check_monoid(ref: SnapshotRef, header: _Header, monoid: Monoid[Any]) -> Non
         raise SnapshotMismatchError(
             f"{ref.uri} holds {ref.monoid} state ({ref.layout}), not {monoid.describe()}"
         )
-
-
-def _same_content(old: IO[bytes], new: IO[bytes], name: str) -> bool:
-    """True when two snapshot files hold the same round (what ``hailstorm.created`` and the
-    checksum say aside), the old one verified; both are left anywhere."""
-    ignored = {"hailstorm.created", CHECKSUM_KEY}
-    old_header = _read_header(old, name)
-    new_header = _read_header(new, f"{name} (new)")
-    same_meta = {k: v for k, v in old_header.meta.items() if k not in ignored} == {
-        k: v for k, v in new_header.meta.items() if k not in ignored
-    }
-    if same_meta and _records_digest(old, old_header) == _records_digest(new, new_header):
-        _verify(old, name, old_header)
-        return True
-    return False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -17,7 +17,6 @@ from typing import Any
 import fastavro
 
 from hailstorm.monoids import KeyedMap, Monoid
-from hailstorm.monoids.avro import sorted_keys
 from hailstorm.monoids.avro_columns import assemble, check_shape
 from hailstorm.monoids.avro_columns import columns_schema as value_columns_schema
 from hailstorm.monoids.keyed_copies import COLUMN_KEYS
@@ -36,6 +35,7 @@ __all__ = [
     "VALUE_COLUMN_LAYOUTS",
     "ValueColumnsReader",
     "columns_schema",
+    "entry_columns",
     "entry_schema",
     "field_columns_schema",
     "key_columns_schema",
@@ -268,7 +268,7 @@ def layout_records(monoid: Monoid[Any], layout: str, schema: dict[str, Any],
         return ({"keys": chunk_keys, "values": column}
                 for chunk_keys, column in monoid.avro_nested_chunks(
                     state, COLUMN_KEYS, key_columns=key_columns))
-    keys = sorted_keys(state)
+    keys = list(state)
     if layout == LAYOUT_PER_KEY:
         return monoid.avro_entries(state, keys)
     starts = range(0, len(keys), COLUMN_KEYS)
@@ -314,6 +314,27 @@ def written_schema(layout: str, meta: Mapping[str, str]) -> Any:
         return json.loads(meta[ENTRY_SCHEMA_KEY])
     written = json.loads(meta["avro.schema"])
     return written if layout == LAYOUT_WHOLE else entry_schema(written, layout)
+
+
+def entry_columns(records: Iterable[Any], layout: str, meta: Mapping[str, str]
+                  ) -> Iterator[tuple[list[Any], list[Any]]]:
+    """The Avro keys and values of a keyed file's records, read as written (``layout``,
+    the file's metadata ``meta``), a record at a time: what the ``{key, value}`` entries
+    of :func:`written_schema` would hold."""
+    if layout == LAYOUT_PER_KEY:
+        for record in records:
+            yield [record["key"]], [record["value"]]
+        return
+    entry = written_schema(layout, meta)
+    key_columns = meta.get(KEY_COLUMNS_KEY) == "1"
+    columns = (ValueColumnsReader(entry, None, layout, key_columns=key_columns)
+               if layout in VALUE_COLUMN_LAYOUTS else None)
+    for record in records:
+        if columns is not None:
+            record = columns.entries(record)
+        elif key_columns:
+            record = {**record, "keys": keys_of_column(entry, record["keys"])}
+        yield record["keys"], record["values"]
 
 
 class ValueColumnsReader:

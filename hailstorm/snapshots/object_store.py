@@ -19,8 +19,8 @@ from hailstorm.snapshots.format import (
     _check_name,
     _read_header,
     _ref_from_header,
-    _same_content,
 )
+from hailstorm.snapshots.rewrites import same_content
 from hailstorm.snapshots.store import SnapshotStore, refs_still_there
 
 _UPLOAD_CHUNK = 5 * 1024 * 1024
@@ -98,7 +98,7 @@ class FsspecSnapshotStore(SnapshotStore):
     def _same_or_raise(self, final: str, raw: IO[bytes], key: str) -> SnapshotRef:
         raw.seek(0)
         with self.fs.open(final, "rb") as old:
-            if _same_content(old, raw, self._uri(key)):
+            if same_content(old, raw, self._uri(key)):
                 return self.resolve(key)
         raise SnapshotExistsError(f"{self._uri(key)} already exists with different content: "
                                   "snapshots are never overwritten")

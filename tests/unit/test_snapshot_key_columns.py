@@ -73,8 +73,8 @@ def test_tuple_keys_are_written_as_one_column_per_position(
     meta, records = read(ref)
     assert (meta["hailstorm.format"], meta["hailstorm.layout"]) == ("5", "per_key_columns")
     assert meta["hailstorm.key_columns"] == "1"
-    assert records == [{"keys": {"k0": ["AT", "DE", "DE"], "k1": ["u9", "u1", "u2"]},
-                        "values": [1, 7, 5]}]
+    assert records == [{"keys": {"k0": ["DE", "DE", "AT"], "k1": ["u2", "u1", "u9"]},
+                        "values": [5, 7, 1]}]
     assert ref.records == 3 and store.load(ref, monoid) == (CLOCK, state)
     assert sorted((tuple(r["key"].values()), r["value"]) for r in store.to_json_rows(ref)) \
         == sorted(state.items())
@@ -83,7 +83,7 @@ def test_tuple_keys_are_written_as_one_column_per_position(
 def test_keys_of_one_primitive_stay_an_array(store: DirectorySnapshotStore) -> None:
     meta, records = read(put(store, per_key(Count()), {"b": 2, "a": 1}))
     assert meta["hailstorm.format"] == "2" and "hailstorm.key_columns" not in meta
-    assert records == [{"keys": ["a", "b"], "values": [1, 2]}]
+    assert records == [{"keys": ["b", "a"], "values": [2, 1]}]
 
 
 def test_a_chunk_holds_at_most_column_keys(store: DirectorySnapshotStore) -> None:
