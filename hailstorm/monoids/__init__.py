@@ -76,7 +76,7 @@ private Avro codec layer :mod:`~hailstorm.monoids.avro` and the Avro values' nes
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, Monoid
 from hailstorm.monoids.containers import Events, SetUnion, TopK
 from hailstorm.monoids.keyed import KeyedMap, Record, per_key
-from hailstorm.monoids.keyed_copies import KeyedChunks, KeyedColumns
+from hailstorm.monoids.keyed_copies import KeyedChunks, KeyedColumns, KeyedValues
 from hailstorm.monoids.scalars import Count, Last, Max, Mean, Min, Sum
 from hailstorm.monoids.sketches import CountMinSketch, HyperLogLog, stable_hash
 from hailstorm.monoids.ttl import Ttl
@@ -99,6 +99,7 @@ __all__ = [
     "KeyedChunks",
     "KeyedColumns",
     "KeyedMap",
+    "KeyedValues",
     "Last",
     "Max",
     "Mean",

@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, TypeVar, cast, overload
 from hailstorm.monoids.avro import check_kind, check_kinds, codec, record, sorted_keys
 from hailstorm.monoids.avro_columns import columns_schema
 from hailstorm.monoids.base import DEFAULT_NAMESPACE, MISSING, Monoid, S
-from hailstorm.monoids.keyed_copies import KeyedChunks, KeyedColumns, KeyedCopy
+from hailstorm.monoids.keyed_copies import KeyedChunks, KeyedColumns, KeyedCopy, KeyedValues
 from hailstorm.monoids.scalars import Count, Sum
 from hailstorm.monoids.ttl import Ttl
 from hailstorm.monoids.windows import EventTimed, V, Window, WindowState
@@ -135,7 +135,8 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         keyed_copies`): records of numbers as the column of each field, in about a third
         of the time a ``dict`` per key takes; other mutable states (windows, sketches) as
         the nested column of each chunk of keys, instead of a copy of every state
-        and then its column. Immutable states and the rest as :meth:`copy` copies them."""
+        and then its column; immutable states as the list of the keys and the list of
+        their values, which the snapshot slices. The rest as :meth:`copy` copies them."""
         record = self._columns_of
         if record is not None:
             keys = list(state) if keys is None else list(keys)
@@ -145,15 +146,17 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
             return KeyedColumns(record, keys, record.avro_column(values))
         if self._copies_as_chunks:
             return KeyedChunks.of(self.inner, state, list(state) if keys is None else keys)
-        if keys is None:
-            return self.copy(state)
         inner = self.inner
-        if self._immutable:  # the values themselves, looked up by C code
+        if self._immutable:  # the values themselves, looked up by C code, as two lists
+            if keys is None:
+                return KeyedValues(inner, list(state), list(state.values()))
             keys = keys if isinstance(keys, list) else list(keys)
             values = list(map(state.get, keys, repeat(MISSING)))
             if MISSING in values:
                 values = [inner.empty() if v is MISSING else v for v in values]
-            return dict(zip(keys, values, strict=True))
+            return KeyedValues(inner, keys, values)
+        if keys is None:
+            return self.copy(state)
         copy = inner.copy
         return {k: copy(state[k]) if k in state else inner.empty() for k in keys}
 
@@ -217,7 +220,7 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         to_avro = self.inner.to_avro
         return ({"key": enc(k), "value": to_avro(state[k])} for k in keys)
 
-    def avro_columns(self, state: dict[Any, Any], keys: Sequence[Any], *,
+    def avro_columns(self, state: Mapping[Any, Any], keys: Sequence[Any], *,
                      key_columns: bool = False) -> tuple[Any, list[Any]]:
         """The Avro keys and values of ``keys`` of ``state``, in their order: the
         :meth:`avro_entries` of ``keys`` as two columns (snapshots write them so); with
@@ -226,6 +229,22 @@ class KeyedMap(Monoid[dict[K, S]], Generic[K, S, L]):
         if not self.inner.avro_as_is:
             values = list(map(self.inner.to_avro, values))
         return self._avro_keys(keys, key_columns), values
+
+    def avro_column_chunks(self, state: Mapping[Any, Any], size: int, *,
+                           key_columns: bool = False) -> Iterator[tuple[Any, list[Any]]]:
+        """:meth:`avro_columns` of ``state``'s keys in its own order, ``size`` keys at a
+        time (a snapshot's records), the slices of a copy of immutable values
+        :meth:`copy_keys` made (:class:`~hailstorm.monoids.keyed_copies.KeyedValues`) as
+        they are."""
+        if isinstance(state, KeyedValues):
+            to_avro = None if self.inner.avro_as_is else self.inner.to_avro
+            for keys, values in state.value_chunks(size):
+                yield (self._avro_keys(keys, key_columns),
+                       values if to_avro is None else list(map(to_avro, values)))
+            return
+        keys = list(state)
+        for start in range(0, len(keys), size):
+            yield self.avro_columns(state, keys[start:start + size], key_columns=key_columns)
 
     def avro_nested_chunks(self, state: Mapping[Any, Any], size: int, *,
                            key_columns: bool = False) -> Iterator[tuple[Any, Any]]:

@@ -5,6 +5,8 @@ column (pure; see :meth:`~hailstorm.monoids.KeyedMap.copy_keys`).
 * :class:`KeyedColumns`: values of a :class:`~hailstorm.monoids.Record` whose
   :attr:`~hailstorm.monoids.Record.flat_columns` hold, one list per field, in the keys'
   own order (written as they are, a chunk at a time);
+* :class:`KeyedValues`: immutable values (numbers, strings, tuples), the keys and the
+  values themselves as two lists, sliced a chunk at a time as they are written;
 * :class:`KeyedChunks`: values of any other monoid whose column shares nothing with its
   states (:attr:`~hailstorm.monoids.Monoid.avro_column_copies`: windows, sketches), each
   chunk of :data:`COLUMN_KEYS` keys striped into its nested column, as the
@@ -29,7 +31,7 @@ from hailstorm.monoids.base import MISSING, Monoid
 if TYPE_CHECKING:
     from hailstorm.monoids.keyed import Record
 
-__all__ = ["COLUMN_KEYS", "KeyedChunks", "KeyedColumns", "KeyedCopy"]
+__all__ = ["COLUMN_KEYS", "KeyedChunks", "KeyedColumns", "KeyedCopy", "KeyedValues"]
 
 COLUMN_KEYS = 1024
 """Keys per record of the snapshots' column layouts (at most)."""
@@ -90,6 +92,41 @@ class KeyedColumns(KeyedCopy):
     def _built(self) -> dict[Any, Any]:
         states = self._inner.from_avro_column(self.column, len(self.key_list))
         return dict(zip(self.key_list, states, strict=True))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.key_list)
+
+    def __len__(self) -> int:
+        return len(self.key_list)
+
+
+class KeyedValues(KeyedCopy):
+    """Some keys of a ``per_key`` state of immutable values, copied as the list of the keys
+    and the list of their values (which nothing changes in place: the copy shares them)."""
+
+    __slots__ = ("_inner", "key_list", "value_list")
+
+    def __init__(self, inner: Monoid[Any], keys: list[Any], values: list[Any]) -> None:
+        super().__init__()
+        self._inner = inner
+        self.key_list = keys
+        """The keys, without repeats."""
+        self.value_list = values
+        """The state of each key of :attr:`key_list`."""
+
+    def value_chunks(self, size: int) -> Iterator[tuple[list[Any], list[Any]]]:
+        """``(keys, their states)`` in the copy's order, ``size`` keys at a time."""
+        keys, values = self.key_list, self.value_list
+        for start in range(0, len(keys), size):
+            yield keys[start:start + size], values[start:start + size]
+
+    def column_chunks(self, size: int) -> Iterator[tuple[list[Any], Any]]:
+        column = self._inner.avro_column
+        for keys, values in self.value_chunks(size):
+            yield keys, column(values)
+
+    def _built(self) -> dict[Any, Any]:
+        return dict(zip(self.key_list, self.value_list, strict=True))
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.key_list)

@@ -268,12 +268,9 @@ def layout_records(monoid: Monoid[Any], layout: str, schema: dict[str, Any],
         return ({"keys": chunk_keys, "values": column}
                 for chunk_keys, column in monoid.avro_nested_chunks(
                     state, COLUMN_KEYS, key_columns=key_columns))
-    keys = list(state)
     if layout == LAYOUT_PER_KEY:
-        return monoid.avro_entries(state, keys)
-    starts = range(0, len(keys), COLUMN_KEYS)
-    chunks = (monoid.avro_columns(state, keys[start:start + COLUMN_KEYS],
-                                  key_columns=key_columns) for start in starts)
+        return monoid.avro_entries(state, list(state))
+    chunks = monoid.avro_column_chunks(state, COLUMN_KEYS, key_columns=key_columns)
     if layout == LAYOUT_FIELD_COLUMNS:
         names = [f["name"] for f in schema["fields"][1]["type"]["fields"]]
         return ({"keys": chunk_keys, "values": value_columns(chunk_values, names)}

@@ -17,6 +17,7 @@ from hailstorm.monoids import (
     HyperLogLog,
     KeyedChunks,
     KeyedColumns,
+    KeyedValues,
     Max,
     Mean,
     Monoid,
@@ -371,4 +372,35 @@ def test_immutable_values_are_copied_as_each_key_would_be(
     state = {k: v for k, v in state.items() if v is not None or isinstance(monoid, Max)}
     expected = {k: state[k] if k in state else monoid.empty() for k in keys}
     assert keyed.copy_keys(state, keys) == expected
-    assert keyed.copy_keys(state, sorted(keys)) == expected
+    copy = keyed.copy_keys(state, sorted(keys))
+    assert isinstance(copy, KeyedValues) and copy == expected and list(copy) == sorted(keys)
+    assert keyed.copy_keys(state) == state and isinstance(keyed.copy_keys(state), KeyedValues)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), key_type=st.sampled_from(key_types), size=st.integers(1, 4))
+def test_immutable_values_are_copied_as_lists_and_written_as_a_dict_of_them_is(
+        tmp_path_factory: pytest.TempPathFactory, data: st.DataObject,
+        key_type: tuple[Any, st.SearchStrategy[Any]], size: int) -> None:
+    """Counts (written in columns of keys and values) and means (tuples, whose Avro
+    schema is a record: nested columns), copied as the list of the keys and of their
+    values: a snapshot writes the copy as it writes a dict of the same keys and values."""
+    spec, keys = key_type
+    store = DirectorySnapshotStore(tmp_path_factory.mktemp("snapshots"))
+    observations = st.lists(st.integers(-9, 9), min_size=1, max_size=3)
+    for monoid in (per_key(Count(), key_type=spec), per_key(Mean(), key_type=spec)):
+        inner = monoid.inner
+        state = {k: inner.combine_all([inner.lift(x) for x in xs]) for k, xs in
+                 data.draw(st.dictionaries(keys, observations, max_size=20)).items()}
+        asked = data.draw(st.lists(keys, unique=True, max_size=20))  # some absent
+        model = {k: state[k] if k in state else inner.empty() for k in asked}
+        copy, whole = monoid.copy_keys(state, asked), monoid.copy_keys(state)
+        assert isinstance(copy, KeyedValues) and isinstance(whole, KeyedValues)
+        assert copy == model and list(copy) == asked and whole == state
+        assert [k for keys_, _ in copy.value_chunks(size) for k in keys_] == asked
+        name = type(inner).__name__.lower()
+        written = _put(store, monoid, copy, bolt=f"{name}-copy")
+        as_dict = _put(store, monoid, model, bolt=f"{name}-dict")
+        assert store.load(written, monoid) == store.load(as_dict, monoid) == (CLOCK, model)
+        assert list(store.to_json_rows(written)) == list(store.to_json_rows(as_dict))
