@@ -12,7 +12,7 @@ column (pure; see :meth:`~hailstorm.monoids.KeyedMap.copy_keys`).
   chunk of :data:`COLUMN_KEYS` keys striped into its nested column, as the
   ``per_key_nested_columns`` layout writes them.
 
-Either keeps the keys in the order it was given them: a snapshot writes them so (see
+Each keeps the keys in the order it was given them: a snapshot writes them so (see
 :func:`~hailstorm.snapshots.format.write_snapshot` on why it does not sort them).
 
 Read as a mapping, a copy holds the states themselves (built from its columns on first
@@ -35,6 +35,7 @@ __all__ = ["COLUMN_KEYS", "KeyedChunks", "KeyedColumns", "KeyedCopy", "KeyedValu
 
 COLUMN_KEYS = 1024
 """Keys per record of the snapshots' column layouts (at most)."""
+
 
 class KeyedCopy(Mapping[Any, Any]):
     """A copy of some keys of a ``per_key`` state as the Avro columns a snapshot writes."""
