@@ -69,18 +69,33 @@ class KeyedCopy(Mapping[Any, Any]):
         return f"{type(self).__name__}({self._mapping()!r})"
 
 
-class KeyedColumns(KeyedCopy):
+class _KeyList(KeyedCopy):
+    """A copy that keeps its keys as one list, in their order."""
+
+    __slots__ = ("key_list",)
+
+    def __init__(self, keys: list[Any]) -> None:
+        super().__init__()
+        self.key_list = keys
+        """The keys, without repeats."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.key_list)
+
+    def __len__(self) -> int:
+        return len(self.key_list)
+
+
+class KeyedColumns(_KeyList):
     """Some keys of a ``per_key`` state of :class:`~hailstorm.monoids.Record` values whose
     :attr:`~hailstorm.monoids.Record.flat_columns` hold, copied as their Avro column (one
     list per field, in the order of :attr:`key_list`)."""
 
-    __slots__ = ("_inner", "column", "key_list")
+    __slots__ = ("_inner", "column")
 
     def __init__(self, inner: Record, keys: list[Any], column: dict[str, list[Any]]) -> None:
-        super().__init__()
+        super().__init__(keys)
         self._inner = inner
-        self.key_list = keys
-        """The keys, without repeats."""
         self.column = column
         """Field name -> the field's Avro values, one per key of :attr:`key_list`."""
 
@@ -94,24 +109,16 @@ class KeyedColumns(KeyedCopy):
         states = self._inner.from_avro_column(self.column, len(self.key_list))
         return dict(zip(self.key_list, states, strict=True))
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.key_list)
 
-    def __len__(self) -> int:
-        return len(self.key_list)
-
-
-class KeyedValues(KeyedCopy):
+class KeyedValues(_KeyList):
     """Some keys of a ``per_key`` state of immutable values, copied as the list of the keys
     and the list of their values (which nothing changes in place: the copy shares them)."""
 
-    __slots__ = ("_inner", "key_list", "value_list")
+    __slots__ = ("_inner", "value_list")
 
     def __init__(self, inner: Monoid[Any], keys: list[Any], values: list[Any]) -> None:
-        super().__init__()
+        super().__init__(keys)
         self._inner = inner
-        self.key_list = keys
-        """The keys, without repeats."""
         self.value_list = values
         """The state of each key of :attr:`key_list`."""
 
@@ -128,12 +135,6 @@ class KeyedValues(KeyedCopy):
 
     def _built(self) -> dict[Any, Any]:
         return dict(zip(self.key_list, self.value_list, strict=True))
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.key_list)
-
-    def __len__(self) -> int:
-        return len(self.key_list)
 
 
 class KeyedChunks(KeyedCopy):
