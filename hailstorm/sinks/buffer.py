@@ -83,6 +83,8 @@ class Selection:
     """Buffered rows this commit covers (before pre-aggregation / superseding)."""
     arrivals: int = -1
     """The buffer's arrival count when selected (upsert: nothing new arrived if equal)."""
+    keys: Sequence[Hashable] = ()
+    """Upsert: the keys of the selected rows."""
 
 
 _origin_of = itemgetter(0, 1)
@@ -295,10 +297,13 @@ class RowBuffer:
             buffered = list(self._latest.values())
             marks = map(_Marks(lwm).__getitem__, map(itemgetter(0), buffered))
             below = list(map(le, map(itemgetter(1), buffered), marks))
-            latest = buffered if all(below) else list(compress(buffered, below))
+            if all(below):
+                latest, keys = buffered, list(self._latest)
+            else:
+                latest, keys = list(compress(buffered, below)), list(compress(self._latest, below))
             rows = list(map(itemgetter(2), latest))
             return Selection(lwm, rows, target, _OriginsOf(latest), rejected, len(rows),
-                             self._arrival)
+                             self._arrival, keys)
         eligible: list[tuple[Partition, _Pending]] = []
         for p, entries in self._pending.items():
             low, high = self.floor.get(p, NOTHING), lwm.get(p, NOTHING)
@@ -348,8 +353,12 @@ class RowBuffer:
         lwm = selection.lwm
         if self.table.mode == "upsert":
             latest = self._latest
-            if selection.arrivals == self._arrival and selection.received == len(latest):
-                latest.clear()  # nothing arrived since: the selection was everything
+            if selection.arrivals == self._arrival:  # nothing arrived since the selection:
+                if selection.received == len(latest):  # it was everything
+                    latest.clear()
+                else:  # what it selected is what is at or below its mark
+                    for key in selection.keys:
+                        del latest[key]
             else:
                 get = lwm.get
                 for k in [k for k, (p, o, _v) in latest.items() if o <= get(p, NOTHING)]:

@@ -344,6 +344,18 @@ def test_a_commit_forgets_what_is_at_or_below_its_mark_and_keeps_what_arrived_si
     assert everything.origins == [(p, o) for p, o, _row in kept]
 
 
+def test_a_commit_with_nothing_arrived_since_forgets_exactly_its_selection() -> None:
+    """With no row added between a selection and its confirm, the rows it selected are
+    forgotten (by their keys) and every row above its mark stays."""
+    buffer = RowBuffer(COUNTS)
+    buffer.add_many([P0, P1, P0, P1], [1, 2, 3, 4], [("a", 1), ("b", 2), ("c", 3), ("d", 4)])
+    selection = buffer.select({P0: 3, P1: 2})
+    assert selection.rows == [("a", 1), ("b", 2), ("c", 3)]
+    buffer.confirm(selection)
+    assert len(buffer) == 1
+    assert buffer.select({P0: 99, P1: 99}).rows == [("d", 4)]
+
+
 def test_a_batch_that_stops_part_way_keeps_what_it_added_for_the_next_commit() -> None:
     """A key whose hash fails with something else than TypeError stops ``add_many`` part
     way: the rows added before it stay for the next commit, not cleared by the commit
