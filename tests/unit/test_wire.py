@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import math
 import pickle
+import pickletools
 import socket
 import struct
 import threading
@@ -107,6 +108,34 @@ def test_data_round_trip_keeps_values_and_types(batch: DataBatch) -> None:
     assert isinstance(decoded.partitions, array) and decoded.partitions.typecode == "i"
     assert isinstance(decoded.offsets, array) and decoded.offsets.typecode == "q"
     assert same(decoded.tuples, batch.tuples)
+
+
+@given(st.lists(st.lists(values, max_size=4).map(tuple), max_size=30))
+def test_a_batch_of_tuples_is_pickled_without_the_memo_and_arrives_the_same(
+        tuples: list[tuple[Any, ...]]) -> None:
+    """Rows (a list of plain tuples) skip the pickler's memo, which costs most of a row's
+    encoding; any other list keeps it (dicts share their field names)."""
+    decoded = roundtrip(DataBatch.of([0] * len(tuples), range(len(tuples)), tuples))
+    assert isinstance(decoded, DataBatch) and same(decoded.tuples, tuples)
+    opcodes = {op.name for op, _arg, _pos in pickletools.genops(wire._pickled_tuples(tuples))}
+    assert not opcodes & {"MEMOIZE", "BINPUT", "LONG_BINPUT"}
+
+
+def test_a_value_written_twice_in_a_row_arrives_as_two_equal_values() -> None:
+    shared = {"field": [1, 2]}
+    decoded = roundtrip(DataBatch.of([0], [0], [(shared, shared)]))
+    assert isinstance(decoded, DataBatch)
+    [(first, second)] = decoded.tuples
+    assert first == second == shared and first is not second
+
+
+def test_a_cyclic_row_is_pickled_with_the_memo() -> None:
+    cycle: list[Any] = [1]
+    cycle.append(cycle)
+    decoded = roundtrip(DataBatch.of([0], [0], [("k", cycle)]))
+    assert isinstance(decoded, DataBatch)
+    [(key, arrived)] = decoded.tuples
+    assert key == "k" and arrived[0] == 1 and arrived[1] is arrived
 
 
 @given(INT64, marks)
