@@ -129,6 +129,20 @@ def test_a_value_written_twice_in_a_row_arrives_as_two_equal_values() -> None:
     assert first == second == shared and first is not second
 
 
+def test_rows_sharing_a_large_value_keep_it_shared_past_the_checked_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past a size, the memo's pickle is made too and the smaller sent: rows that share
+    one large value would otherwise repeat it, up to the frame size limit."""
+    monkeypatch.setattr(wire, "_FAST_PICKLE_CHECKED", 10_000)
+    large = b"x" * 5_000
+    decoded = roundtrip(DataBatch.of([0] * 20, range(20), [(n, large) for n in range(20)]))
+    assert isinstance(decoded, DataBatch)
+    assert [n for n, _ in decoded.tuples] == list(range(20))
+    assert all(value is decoded.tuples[0][1] == large for _, value in decoded.tuples)
+    distinct = [(n, bytes([n]) * 5_000) for n in range(20)]  # nothing shared: fast mode
+    assert len(wire._pickled_tuples(distinct)) < len(pickle.dumps(distinct, protocol=5))
+
+
 def test_a_cyclic_row_is_pickled_with_the_memo() -> None:
     cycle: list[Any] = [1]
     cycle.append(cycle)
