@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 
 FAILPOINTS_VAR = "HAILSTORM_FAILPOINTS"
@@ -71,11 +72,17 @@ def pause_point(name: str) -> None:
     """Stop here (SIGSTOP to itself) if a test asked this process to, with the file
     :func:`pause_request` names in ``$HAILSTORM_PAUSE_DIR`` (removed first); the test
     resumes it with SIGCONT. A zombie made this way is stopped exactly where its pause
-    hurts most. Unset, a pause point costs one comparison."""
+    hurts most. Unset, a pause point costs one comparison.
+
+    The signal goes to the calling thread (``pthread_kill``), which stops before it
+    returns; the whole process stops with it. Sent to the process (``kill``), Linux hands
+    it to the main thread, and a pause point on another thread (a sink's commit) would
+    run on until the main thread was scheduled, into the transaction it was to stop
+    before."""
     if _PAUSE_DIR is None:
         return
     try:
         pause_request(_PAUSE_DIR, name, os.getpid()).unlink()
     except FileNotFoundError:
         return
-    os.kill(os.getpid(), signal.SIGSTOP)
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)

@@ -152,7 +152,7 @@ MUTATIONS = (
         (Edit("hailstorm/sinks/writer.py",
               "                if newest > self.epoch:\n"
               "                    raise self._superseded(newest)\n"
-              "                if not _same_clock(stored, expected):",
+              "                if not same_clock(stored, expected):",
               "                if False:\n"
               "                    raise self._superseded(newest)\n"
               "                if False:"),),

@@ -29,6 +29,13 @@ through ``through`` and hands the new progress back to :meth:`SinkCore.committed
 a table or topic (``writes=False``) commits nothing: its progress is the low water mark.
 No I/O, no clock of its own.
 
+**One commit at a time.** The shell may run a commit on a thread of its own and read on
+meanwhile: from a :class:`Commit` until :meth:`SinkCore.committed` (or
+:meth:`SinkCore.fenced`) the core asks for no other. What arrives meanwhile is remembered,
+and :meth:`SinkCore.resume`, asked once the commit ended, decides on it as if it arrived
+then (a round announced meanwhile commits at once; the frames read meanwhile are the group
+commit's).
+
 A round is announced several times (every upstream instance forwards the CLOCK, and the
 master announces ``Flowing(e, C)`` too) and reported once: an announcement of a round at or
 below the last one reported is ignored (rounds of a run only go up, and a round starts only
@@ -129,6 +136,12 @@ class SinkCore:
         """When the last commit began."""
         self.committed_through: Clock = dict(committed or {})
         """What the table holds as far as this sink knows (without a target: the mark)."""
+        self.committing = False
+        """A :class:`Commit` was asked for and has not ended (:meth:`committed`)."""
+        self._held = False
+        """Something arrived while committing that may call for a commit."""
+        self._owed = False
+        """A round was announced while committing: the next commit is at once."""
 
     # -- inputs ---------------------------------------------------------------------------
 
@@ -160,6 +173,7 @@ class SinkCore:
                   now: float, *, took: float) -> list[ReportRound]:
         """The shell committed ``commit`` in ``took`` seconds, ending at ``now``;
         ``progress`` is what the table holds now."""
+        self.committing = False
         self.committed_through = dict(progress)
         self.last_started, self.last_commit = now - took, now
         return self._settle(commit.due, commit.through)
@@ -167,7 +181,16 @@ class SinkCore:
     def fenced(self, progress: Mapping[Partition, int]) -> None:
         """The commit was refused (another writer moved the progress): ``progress`` is what
         the table holds. Nothing is reported; the next commit tries again."""
+        self.committing = False
         self.committed_through = dict(progress)
+
+    def resume(self, *, pending: int, now: float, caught_up: bool) -> list[SinkAction]:
+        """A commit ended (:meth:`committed`, :meth:`fenced`): decide on what arrived while
+        it ran (nothing did: no action)."""
+        if not self._held:
+            return []
+        force, self._held, self._owed = self._owed, False, False
+        return self._decide(force=force, pending=pending, now=now, caught_up=caught_up)
 
     # -- policy ---------------------------------------------------------------------------
 
@@ -187,6 +210,9 @@ class SinkCore:
 
     def _decide(self, *, force: bool, pending: int, now: float,
                 caught_up: bool) -> list[SinkAction]:
+        if self.committing:  # one at a time: decided on when it ends (resume)
+            self._held, self._owed = True, self._owed or force
+            return []
         if not self.marks.complete:
             return []
         lwm = self.low_water_mark()
@@ -195,6 +221,7 @@ class SinkCore:
             self.committed_through = lwm
             return list(self._settle(due, lwm))
         if force or due or pending >= COMMIT_ROWS or self.cadence_due(now, caught_up=caught_up):
+            self.committing = True
             return [Commit(lwm, due)]
         return []
 

@@ -32,7 +32,7 @@ from hailstorm.runtime.processor import POLL, Shell
 from hailstorm.topology import Topology
 
 __all__ = ["BEHIND_FRAMES", "QUEUE_FRAMES", "Inbound", "InboundShell", "LiveQuery",
-           "SenderGone"]
+           "SenderGone", "Wake"]
 
 log = logging.getLogger("hailstorm.processor")
 
@@ -61,8 +61,14 @@ class LiveQuery:
     reply: queue.Queue[dict[str, Any]] = field(default_factory=lambda: queue.Queue(1))
 
 
-Inbound = Frame | LiveQuery | SenderGone
-"""What a bolt's or sink's readers hand to its main thread."""
+@dataclass(frozen=True)
+class Wake:
+    """Put in the queue by another thread of the processor that has something for the
+    main thread (a sink's commit ended): the main thread, waiting for a frame, looks."""
+
+
+Inbound = Frame | LiveQuery | SenderGone | Wake
+"""What a bolt's or sink's readers (and its other threads) hand to its main thread."""
 
 
 class InboundShell(Shell):
@@ -125,6 +131,12 @@ class InboundShell(Shell):
             except queue.Empty:
                 return
             self.on_frame(sender, frame)
+
+    def wake(self) -> None:
+        """From another thread: have the main thread look now (a :class:`Wake`), unless
+        frames fill the queue (it is reading them then)."""
+        with contextlib.suppress(queue.Full):
+            self.inbound.put_nowait(("", Wake()))
 
     @property
     def behind(self) -> bool:

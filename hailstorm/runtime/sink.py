@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.failpoints import failpoint
@@ -31,6 +32,7 @@ from hailstorm.runtime.data_plane import DataPlaneError
 from hailstorm.runtime.inbound import Inbound, InboundShell, SenderGone
 from hailstorm.runtime.processor import RunState
 from hailstorm.sinks import FencedError, SinkWriter, redact
+from hailstorm.sinks.buffer import PreparedCommit
 from hailstorm.sinks.rebuild import rebuild_refusal, source_topics_of
 from hailstorm.sinks.topic import TopicWriter, progress_topic
 from hailstorm.topic import Topic
@@ -40,6 +42,37 @@ from hailstorm.vocabulary import RejectedRow
 __all__ = ["SinkShell"]
 
 log = logging.getLogger("hailstorm.processor")
+
+
+class BackgroundWrite:
+    """One commit's transaction, written on a thread of its own while the sink's main
+    thread reads on and buffers what arrives (a commit waits mostly for the database).
+    When it ends, ``wake`` is called; the main thread then takes it back
+    (:meth:`SinkShell._take_back`)."""
+
+    def __init__(self, commit: Commit, prepared: PreparedCommit,
+                 write: Callable[[PreparedCommit], None], wake: Callable[[], None],
+                 name: str) -> None:
+        self.commit = commit
+        self.prepared = prepared
+        self.error: BaseException | None = None
+        self.took = 0.0
+        """Seconds the write took."""
+        self.ended = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(write, wake),
+                                        name=f"{name}:commit", daemon=True)
+        self._thread.start()
+
+    def _run(self, write: Callable[[PreparedCommit], None], wake: Callable[[], None]) -> None:
+        started = time.perf_counter()
+        try:
+            write(self.prepared)
+        except BaseException as exc:  # broad: handed to the main thread, which raises it
+            self.error = exc
+        finally:
+            self.took = time.perf_counter() - started
+            self.ended.set()
+            wake()
 
 
 class SinkShell(InboundShell):
@@ -68,6 +101,8 @@ class SinkShell(InboundShell):
         self.where = f"sink:{spec.name}"
         """The sink's table (with its database) or topic, as halt lines name it."""
         self.carried = self._carried_partitions()
+        self.running: BackgroundWrite | None = None
+        """The commit being written meanwhile, if one is."""
 
     def _carried_partitions(self) -> frozenset[Partition]:
         """The source partitions some upstream of this sink carries (transitively): the
@@ -119,6 +154,7 @@ class SinkShell(InboundShell):
             rebuild=rebuild_refusal(self.topology, self.spec.name) is None))
 
     def on_initialize(self, epoch: int) -> None:
+        self._abandon_running(None, "the run restarts")  # the new writer reads the progress
         self.received = 0
         self.reported_at = (0, 0)  # the new writer counts from 0
         if self.writer is not None:
@@ -172,6 +208,8 @@ class SinkShell(InboundShell):
         self.metrics.quarantined.inc()
 
     def on_frame(self, sender: str, frame: Inbound) -> None:
+        if self.running is not None and self.running.ended.is_set():
+            self._take_back()
         if isinstance(frame, SenderGone):
             self._part_from(sender, frame.why)
         elif isinstance(frame, DataBatch):
@@ -209,6 +247,8 @@ class SinkShell(InboundShell):
                     sender, why, clock_to_json(promised), forgotten)
 
     def on_idle(self) -> None:
+        if self.running is not None and self.running.ended.is_set():
+            self._take_back()
         self.dead_letters.tick()
         if self.core is not None:
             self.act(self.core.on_idle(pending=self.pending, now=time.monotonic()))
@@ -225,31 +265,83 @@ class SinkShell(InboundShell):
             else:
                 self._report_round(action)
 
-    def _commit(self, commit: Commit) -> list[ReportRound]:
-        """Commit the writer through ``commit.through``; the rounds it covered."""
+    def _commit(self, commit: Commit) -> list[SinkAction]:
+        """Commit the writer through ``commit.through``: at once, or (PostgreSQL) on a
+        thread of its own while this one reads on; what follows it (the rounds it covered,
+        a commit held back meanwhile) once it ended."""
+        writer = self.writer
+        assert writer is not None and self.running is None
+        prepared = writer.prepare(commit.through)
+        if prepared is None:  # nothing to write: the progress stays as stored
+            return self._ended(commit, writer.view, took=0.0)
+        if writer.background:
+            self.running = BackgroundWrite(commit, prepared, writer.write, self.wake,
+                                           self.assignment.processor)
+            return []
+        started = time.perf_counter()
+        try:
+            writer.write(prepared)
+        except FencedError as exc:
+            return self._refused(exc)
+        return self._written(commit, prepared, took=time.perf_counter() - started)
+
+    def _take_back(self) -> None:
+        """The background commit ended: adopt what it wrote (or raise what failed it)."""
+        running, self.running = self.running, None
+        assert running is not None
+        if isinstance(running.error, FencedError):
+            self.act(self._refused(running.error))
+        elif running.error is not None:
+            raise running.error
+        else:
+            self.act(self._written(running.commit, running.prepared, took=running.took))
+
+    def _abandon_running(self, timeout: float | None, why: str) -> None:
+        """Wait for the background commit to end (at most ``timeout`` s), without taking
+        it back: what it wrote is in the table, with its progress, for the next writer."""
+        running, self.running = self.running, None
+        if running is None:
+            return
+        if not running.ended.wait(timeout):
+            log.warning("%s while a commit runs; it did not end within %s s", why, timeout)
+        elif running.error is not None:
+            log.info("%s; the commit that ran meanwhile failed: %s", why, running.error)
+
+    def _written(self, commit: Commit, prepared: PreparedCommit, *,
+                 took: float) -> list[SinkAction]:
+        writer = self.writer
+        assert writer is not None
+        progress = writer.finish(prepared)
+        self.metrics.sink_commit_seconds.observe(took)
+        self.metrics.rows_committed.inc(prepared.selection.received)
+        failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
+        return self._ended(commit, progress, took=took)
+
+    def _ended(self, commit: Commit, progress: Clock, *, took: float) -> list[SinkAction]:
+        """The rounds ``commit`` covered, then what arrived while it ran."""
+        core = self.core
+        assert core is not None
+        now = time.monotonic()
+        reports = core.committed(commit, progress, now, took=took)
+        return [*reports, *core.resume(pending=self.pending, now=now,
+                                       caught_up=self.inbound.empty())]
+
+    def _refused(self, exc: FencedError) -> list[SinkAction]:
+        """Another writer moved the progress: re-read it and go on (or stop, superseded,
+        or behind what this sink had committed)."""
         writer, core = self.writer, self.core
         assert writer is not None and core is not None
-        try:
-            waiting = writer.pending
-            started = time.perf_counter()
-            progress = writer.commit_through(commit.through)
-            took = time.perf_counter() - started
-            self.metrics.sink_commit_seconds.observe(took)
-            self.metrics.rows_committed.inc(waiting - writer.pending)
-        except FencedError as exc:
-            if exc.superseded:
-                raise
-            log.warning("%s; re-reading progress", exc)
-            before = writer.view
-            progress = writer.progress()
-            shortfall = progress_shortfall(progress, before, self.carried)
-            if shortfall:
-                raise self._behind(shortfall, "what this sink had committed") from exc
-            core.fenced(progress)
-            return []
-        now = time.monotonic()
-        failpoint("sink.after_commit")  # tests: die between the table and ZooKeeper
-        return core.committed(commit, progress, now, took=took)
+        if exc.superseded:
+            raise exc
+        log.warning("%s; re-reading progress", exc)
+        before = writer.view
+        progress = writer.progress()
+        shortfall = progress_shortfall(progress, before, self.carried)
+        if shortfall:
+            raise self._behind(shortfall, "what this sink had committed") from exc
+        core.fenced(progress)
+        return core.resume(pending=self.pending, now=time.monotonic(),
+                           caught_up=self.inbound.empty())
 
     def _report_round(self, report: ReportRound) -> None:
         assert self.coord is not None
@@ -264,6 +356,7 @@ class SinkShell(InboundShell):
         self.reported_at = (rows, commits)
 
     def shutdown(self) -> None:
+        self._abandon_running(self.assignment.io_timeout, "stopping")
         if self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.close()

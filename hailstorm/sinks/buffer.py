@@ -47,7 +47,7 @@ from hailstorm.topic import Topic
 from hailstorm.topology import RowError, Table
 from hailstorm.vocabulary import Origin, RejectedRow, record_text
 
-__all__ = ["BufferedWriter", "RowBuffer", "Selection", "advance"]
+__all__ = ["BufferedWriter", "PreparedCommit", "RowBuffer", "Selection", "advance", "same_clock"]
 
 Values = tuple[Any, ...]
 """A row as values in ``Table.column_names`` order."""
@@ -64,6 +64,11 @@ def advance(progress: Mapping[Partition, int], lwm: Mapping[Partition, int]) -> 
         if mark < UNBOUNDED and mark > target.get(p, NOTHING):
             target[p] = mark
     return target
+
+
+def same_clock(a: Mapping[Partition, int], b: Mapping[Partition, int]) -> bool:
+    """Equal as clocks: a missing partition and ``-1`` mean the same."""
+    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,9 @@ class Selection:
     """The buffer's arrival count when selected (upsert: nothing new arrived if equal)."""
     keys: Sequence[Hashable] = ()
     """Upsert: the keys of the selected rows."""
+    entries: Sequence[_Latest] = ()
+    """Upsert: the buffer's entries of the selected rows, ``keys[i]``'s at ``entries[i]``
+    (a row of the key added since is another entry)."""
 
 
 _origin_of = itemgetter(0, 1)
@@ -303,7 +311,7 @@ class RowBuffer:
                 latest, keys = list(compress(buffered, below)), list(compress(self._latest, below))
             rows = list(map(itemgetter(2), latest))
             return Selection(lwm, rows, target, _OriginsOf(latest), rejected, len(rows),
-                             self._arrival, keys)
+                             self._arrival, keys, latest)
         eligible: list[tuple[Partition, _Pending]] = []
         for p, entries in self._pending.items():
             low, high = self.floor.get(p, NOTHING), lwm.get(p, NOTHING)
@@ -349,20 +357,26 @@ class RowBuffer:
         return rows, origins
 
     def confirm(self, selection: Selection) -> None:
-        """Forget what ``selection`` applied once its transaction committed."""
+        """Forget what ``selection`` applied once its transaction committed.
+
+        Rows added since the selection (a sink reads on while its commit runs) stay for
+        the next commit, whatever their origin: upsert, a key's row added since replaces
+        the selected one in the buffer and is kept (the last arrival wins); merge and
+        append, a row at or below the mark is one the commit wrote (a replay's) and goes.
+        """
         lwm = selection.lwm
         if self.table.mode == "upsert":
             latest = self._latest
-            if selection.arrivals == self._arrival:  # nothing arrived since the selection:
-                if selection.received == len(latest):  # it was everything
-                    latest.clear()
-                else:  # what it selected is what is at or below its mark
-                    for key in selection.keys:
-                        del latest[key]
-            else:
-                get = lwm.get
-                for k in [k for k, (p, o, _v) in latest.items() if o <= get(p, NOTHING)]:
-                    del latest[k]
+            if selection.arrivals == self._arrival and selection.received == len(latest):
+                latest.clear()  # nothing arrived since, and it was everything
+            elif selection.arrivals == self._arrival:
+                for key in selection.keys:
+                    del latest[key]
+            else:  # the selected entries not replaced since
+                get = latest.get
+                for key in [k for k, entry in zip(selection.keys, selection.entries,
+                                                  strict=True) if get(k) is entry]:
+                    del latest[key]
         self.resync(selection.target)
         if self.table.mode != "upsert":
             for p, entries in list(self._pending.items()):
@@ -391,12 +405,84 @@ class RowBuffer:
                 del self._pending[p]
 
 
+@dataclass
+class PreparedCommit:
+    """One commit of a writer: selected where rows are buffered
+    (:meth:`BufferedWriter.prepare`), written on any thread (:meth:`BufferedWriter.write`),
+    taken back where rows are buffered (:meth:`BufferedWriter.finish`)."""
+
+    selection: Selection
+    expected: Clock
+    """The progress as the writer last read or wrote it: what the transaction's
+    compare-and-set expects to find."""
+    rejected: list[RejectedRow] = field(default_factory=list)
+    """Set by the write: the tuples it recorded as rejected."""
+    written: int = 0
+    """Set by the write: the rows (or records) it wrote."""
+
+
 class BufferedWriter:
     """What the exactly-once writers share (tables, topics): a :class:`RowBuffer` of the
-    sink tuples received and the progress as the writer last read or wrote it."""
+    sink tuples received and the progress as the writer last read or wrote it.
+
+    A commit is three steps, so that the transaction may run on another thread while rows
+    go on arriving: :meth:`prepare` and :meth:`finish` on the thread that adds rows,
+    :meth:`write` (the transaction alone) on any, one commit at a time.
+    :meth:`commit_through` takes the three in turn."""
 
     _buffer: RowBuffer
     _view: Clock
+    on_reject: Callable[[RejectedRow], None] | None
+    commits: int
+    rows_written: int
+    rows_rejected: int
+
+    @property
+    def background(self) -> bool:
+        """Whether :meth:`write` may run on a thread of its own while rows are added."""
+        return False
+
+    def prepare(self, lwm: Mapping[Partition, int]) -> PreparedCommit | None:
+        """Select what a commit through ``lwm`` applies; None when it would change nothing
+        (no row, no rejected tuple, the progress as stored)."""
+        selection = self._buffer.select(lwm)
+        if (not selection.rows and not selection.rejected
+                and same_clock(selection.target, self._view)):
+            self._buffer.confirm(selection)
+            return None
+        return PreparedCommit(selection, dict(self._view))
+
+    def write(self, prepared: PreparedCommit) -> None:
+        """Write ``prepared`` and its progress in one transaction (the writer's I/O alone:
+        the buffer is not touched). Raises :class:`~hailstorm.sinks.errors.FencedError`
+        when another writer moved the progress (nothing was written)."""
+        raise NotImplementedError
+
+    def finish(self, prepared: PreparedCommit) -> Clock:
+        """``prepared`` was written: forget its rows, adopt its progress (returned), and
+        tell ``on_reject`` of each tuple it recorded as rejected."""
+        selection = prepared.selection
+        self.rows_rejected += len(prepared.rejected)
+        if self.on_reject is not None:
+            for row in prepared.rejected:
+                self.on_reject(row)
+        self._view = dict(selection.target)
+        self._buffer.confirm(selection)
+        self.commits += 1
+        self.rows_written += prepared.written
+        return dict(self._view)
+
+    def commit_through(self, lwm: Mapping[Partition, int]) -> Clock:
+        """Apply every buffered row with ``offset <= lwm[p]`` and store the new progress
+        ``max(progress, lwm)``, in one transaction; returns the new progress.
+
+        ``lwm`` must cover every partition whose rows may be buffered (absent = -1:
+        nothing of it is applied). Raises what :meth:`write` raises."""
+        prepared = self.prepare(lwm)
+        if prepared is None:
+            return dict(self._view)
+        self.write(prepared)
+        return self.finish(prepared)
 
     @property
     def view(self) -> Clock:

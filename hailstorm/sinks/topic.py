@@ -39,7 +39,7 @@ from hailstorm.halt import TopologyHalt
 from hailstorm.kafka import is_kafka_outage
 from hailstorm.outages import Outage, OutageWatch, RetryPolicy, through_outages
 from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_from_json, clock_to_json
-from hailstorm.sinks.buffer import BufferedWriter, RowBuffer
+from hailstorm.sinks.buffer import BufferedWriter, PreparedCommit, RowBuffer
 from hailstorm.sinks.errors import FencedError, SinkConfigError, SinkError
 from hailstorm.topic import Topic
 from hailstorm.vocabulary import DeadLetter, Message, Origin, RejectedRow, halt_reason_of
@@ -98,10 +98,6 @@ def parse_progress(raw: bytes) -> tuple[int, Clock]:
     if not isinstance(data, dict) or not isinstance(data.get("epoch"), int):
         raise ValueError(f"not a progress record: {raw[:80]!r}")
     return data["epoch"], clock_from_json(data.get("clock") or {})
-
-
-def _same_clock(a: Mapping[Partition, int], b: Mapping[Partition, int]) -> bool:
-    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
 
 
 class TopicWriter(BufferedWriter):
@@ -374,19 +370,15 @@ class TopicWriter(BufferedWriter):
 
     # -- commits ------------------------------------------------------------------------
 
-    def commit_through(self, lwm: Mapping[Partition, int]) -> Clock:
-        """Write every buffered record with ``offset <= lwm[p]`` and the new progress
-        ``max(progress, lwm)`` in one transaction; returns the new progress.
+    def write(self, prepared: PreparedCommit) -> None:
+        """Write the selected records and the new progress ``max(progress, lwm)`` in one
+        transaction (see :meth:`BufferedWriter.commit_through`).
 
         Raises :class:`FencedError` when a newer writer of this sink id took over (see
         :meth:`progress`), :class:`TopicUnavailableError` when Kafka keeps failing and
         :class:`~hailstorm.halt.TopologyHalt` for a tuple to reject under
         ``on_error="fail"``."""
-        selection = self._buffer.select(lwm)
-        if (not selection.rows and not selection.rejected
-                and _same_clock(selection.target, self._view)):
-            self._buffer.confirm(selection)
-            return dict(self._view)
+        selection = prepared.selection
         if selection.rejected and self.halt_as is not None:
             first = selection.rejected[0]
             raise TopologyHalt(halt_reason_of(self.halt_as, first.stage, first.origin,
@@ -418,15 +410,8 @@ class TopicWriter(BufferedWriter):
                                  "in %.2f s", self.what, attempt, self.retry.attempts or "no limit",
                                  _text(exc), delay)
                 time.sleep(delay)
-        self.rows_rejected += len(rejected)
-        if self.on_reject is not None:
-            for row in rejected:
-                self.on_reject(row)
-        self._view = dict(selection.target)
-        self._buffer.confirm(selection)
-        self.commits += 1
-        self.rows_written += len(selection.rows) + len(selection.rejected) - len(rejected)
-        return dict(self._view)
+        prepared.rejected = rejected
+        prepared.written = len(selection.rows) + len(selection.rejected) - len(rejected)
 
     def _transaction(self, rows: Sequence[Any], origins: Sequence[Origin],
                      rejected: Sequence[RejectedRow], target: Clock) -> list[RejectedRow]:

@@ -6,6 +6,10 @@
     writer.add(rows)                        # [(((topic, n), offset), tuple), ...]
     progress = writer.commit_through(lwm)   # one transaction: rows <= lwm + progress
 
+``commit_through`` is :meth:`~BufferedWriter.prepare`, :meth:`~SinkWriter.write` and
+:meth:`~BufferedWriter.finish` in turn; the sink's shell runs the write on a thread of its
+own (PostgreSQL) and reads on meanwhile.
+
 A commit applies the buffered rows at or below the low water mark, records the tuples
 that did not become rows (their ``row`` failed, or the database refused them: a
 constraint, a value out of range) in ``<table>_rejected``, and moves the sink's rows of
@@ -19,13 +23,13 @@ backwards. See ``docs/sinks.md``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from hailstorm.failpoints import pause_point
 from hailstorm.halt import TopologyHalt
-from hailstorm.protocol.clock import NOTHING, Clock, Partition, clock_to_json
-from hailstorm.sinks.buffer import BufferedWriter, RowBuffer, Selection
+from hailstorm.protocol.clock import NOTHING, Clock, clock_to_json
+from hailstorm.sinks.buffer import BufferedWriter, PreparedCommit, RowBuffer, Selection, same_clock
 from hailstorm.sinks.db import Database, Outage, RetryPolicy, is_refused_row, with_retries
 from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError
 from hailstorm.sinks.sql import (
@@ -77,15 +81,11 @@ def ensure_table(db: Database, shape: TableShape, *, writer: str = "the sink",
     return False
 
 
-def _same_clock(a: Mapping[Partition, int], b: Mapping[Partition, int]) -> bool:
-    """Equal as clocks: a missing partition and ``-1`` mean the same."""
-    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
-
-
 class SinkWriter(BufferedWriter):
     """Applies one sink instance's rows to its table exactly once.
 
-    Not thread-safe: one thread drives a writer. Two writers of the same ``sink_id`` (a
+    Not thread-safe: one thread drives a writer, but for :meth:`write`, which may run on
+    another while that one adds rows (:attr:`background`). Two writers of the same ``sink_id`` (a
     zombie and its replacement, or duplicates) may run concurrently on separate
     connections; the progress compare-and-set keeps the table as if only one had run.
     """
@@ -274,21 +274,20 @@ class SinkWriter(BufferedWriter):
 
     # -- commits ------------------------------------------------------------------------
 
-    def commit_through(self, lwm: Mapping[Partition, int]) -> Clock:
-        """Apply every buffered row with ``offset <= lwm[p]`` and store the new progress
-        ``max(progress, lwm)``, in one transaction; returns the new progress.
+    @property
+    def background(self) -> bool:
+        """PostgreSQL commits may run on a thread of their own (each writer has its own
+        connection); SQLite's connection stays on the thread that made it."""
+        return self.parsed.kind == "postgresql"
 
-        ``lwm`` must cover every partition whose rows may be buffered (absent = -1:
-        nothing of it is applied). Raises :class:`FencedError` when the compare-and-set
-        fails (nothing was written; see :meth:`progress`) and
-        :class:`DatabaseUnavailableError` when the database stays down.
-        """
-        selection = self._buffer.select(lwm)
-        if (not selection.rows and not selection.rejected
-                and _same_clock(selection.target, self._view)):
-            self._buffer.confirm(selection)
-            return dict(self._view)
-        expected = dict(self._view)
+    def write(self, prepared: PreparedCommit) -> None:
+        """Apply the selected rows and store the new progress ``max(progress, lwm)`` in one
+        transaction (see :meth:`BufferedWriter.commit_through`).
+
+        Raises :class:`FencedError` when the compare-and-set fails (nothing was written;
+        see :meth:`progress`) and :class:`DatabaseUnavailableError` when the database
+        stays down."""
+        selection, expected = prepared.selection, prepared.expected
         pause_point("sink.before_commit")  # chaos: a zombie that resumes into its commit
 
         careful = False
@@ -313,11 +312,11 @@ class SinkWriter(BufferedWriter):
                 stored, newest = self._lock_and_read(db)
                 if newest > self.epoch:
                     raise self._superseded(newest)
-                if not _same_clock(stored, expected):
+                if not same_clock(stored, expected):
                     if (
                         number > 1
                         and newest == self.epoch
-                        and _same_clock(stored, selection.target)
+                        and same_clock(stored, selection.target)
                     ):
                         return  # an earlier attempt committed before its connection broke
                     raise FencedError(
@@ -344,15 +343,8 @@ class SinkWriter(BufferedWriter):
         self._retrying(f"{self.what}: commit", attempt)
         if rejected:
             self._rejected_table_ready = True
-            self.rows_rejected += len(rejected)
-            for row in rejected:
-                if self.on_reject is not None:
-                    self.on_reject(row)
-        self._view = dict(selection.target)
-        self._buffer.confirm(selection)
-        self.commits += 1
-        self.rows_written += len(selection.rows)
-        return dict(self._view)
+        prepared.rejected = rejected
+        prepared.written = len(selection.rows)
 
     def _apply(self, db: Database, selection: Selection, stored: Clock) -> list[RejectedRow]:
         """Write the selected rows; return those the database refused, the others written.

@@ -72,9 +72,28 @@ def test_the_cadence_without_a_round() -> None:
                              **UP) == []  # too soon
     assert core.on_watermark("a", {0: 2}, pending=COMMIT_ROWS, now=MIN_COMMIT_INTERVAL / 2,
                              **UP) == [Commit({P0: 2}, ())]  # a full buffer does not wait
-    [commit] = core.on_idle(pending=10, now=MIN_COMMIT_INTERVAL)
-    assert core.committed(commit, {P0: 2}, now=MIN_COMMIT_INTERVAL, **QUICK) == []
+    core.committed(Commit({P0: 2}, ()), {P0: 2}, now=MIN_COMMIT_INTERVAL / 2, **QUICK)
+    [commit] = core.on_idle(pending=10, now=MIN_COMMIT_INTERVAL * 1.5)
+    assert core.committed(commit, {P0: 2}, now=MIN_COMMIT_INTERVAL * 1.5, **QUICK) == []
     assert core.on_idle(pending=0, now=10.0) == []  # nothing waits: nothing to do
+
+
+def test_one_commit_at_a_time_and_what_arrived_meanwhile_is_decided_when_it_ends() -> None:
+    """While a commit runs (in the background) the core asks for no other; a round
+    announced meanwhile commits as soon as it ended, and with nothing held nothing does."""
+    core = SinkCore(JOINED, ["a"], PARTITIONS, writes=True, last_commit=0.0)
+    core.on_watermark("a", {0: 0}, pending=0, now=0.0, **UP)
+    [first] = core.on_idle(pending=10, now=1.0)
+    assert core.committing
+    assert core.on_watermark("a", {0: 3, 1: 3}, pending=20, now=1.1, **UP) == []
+    assert core.on_round(JOINED, {P0: 3, P1: 3}, pending=20, now=1.1) == []
+    assert core.on_idle(pending=20, now=5.0) == []
+    assert core.committed(first, {P0: 0}, now=1.2, took=0.2) == []
+    [second] = core.resume(pending=20, now=1.2, caught_up=False)
+    assert second == Commit({P0: 3, P1: 3}, (JOINED,))
+    assert core.committed(second, {P0: 3, P1: 3}, now=1.3, took=0.1) == [
+        ReportRound(JOINED, {P0: 3, P1: 3})]
+    assert core.resume(pending=0, now=1.3, caught_up=True) == []  # nothing held
 
 
 def test_a_sink_keeping_up_commits_again_once_it_read_what_arrived() -> None:
@@ -170,13 +189,16 @@ ops = st.lists(
         st.tuples(st.just("tick"), st.sampled_from([0.0, 0.1, 0.3, COMMIT_INTERVAL])),
         st.tuples(st.just("refuse"), st.booleans()),
         st.tuples(st.just("took"), st.sampled_from([0.0, 0.01, 0.1, 1.0])),
+        st.tuples(st.just("background"), st.booleans()),
+        st.tuples(st.just("end")),
     ),
     max_size=60,
 )
 
 
 class Sim:
-    """A sink shell with a model writer (it commits through exactly what it is asked)."""
+    """A sink shell with a model writer (it commits through exactly what it is asked), at
+    once or, ``background``, on a thread of its own until an ``end`` while frames arrive."""
 
     def __init__(self, writes: bool) -> None:
         self.core = SinkCore(JOINED, UPSTREAMS, PARTITIONS, writes=writes, last_commit=0.0)
@@ -196,6 +218,11 @@ class Sim:
         self.announced: dict[int, Clock] = {}
         self.reported: dict[int, Clock] = {}
         self.spoke: set[str] = set()
+        self.background = False
+        self.running: tuple[Commit, float, int] | None = None
+        """The commit running in the background, when it began and the rows then waiting."""
+        self.announced_meanwhile = False
+        """A round was announced while it ran."""
 
     def step(self, op: tuple[Any, ...]) -> None:
         kind = op[0]
@@ -212,6 +239,8 @@ class Sim:
             possible = op[1] > max(self.reported, default=-1) or op[1] in self.announced
             if op[1] >= JOINED and possible:
                 self.announced[op[1]] = clock
+            if self.running is not None and possible and op[1] >= JOINED:
+                self.announced_meanwhile = True
             self.act(core.on_round(op[1], clock, pending=pending, now=now), forced=True)
         elif kind == "idle":
             self.caught_up = True
@@ -222,6 +251,10 @@ class Sim:
             self.now += op[1]
         elif kind == "took":
             self.took = op[1]
+        elif kind == "background":
+            self.background = op[1]
+        elif kind == "end":
+            self.end()
         else:
             self.refuse = op[1]
 
@@ -236,6 +269,7 @@ class Sim:
 
     def commit(self, commit: Commit, forced: bool) -> None:
         assert self.writes
+        assert self.running is None, "one commit at a time"
         lwm = self.core.low_water_mark()
         assert commit.through == lwm, "rows are committed through the low water mark"
         assert OTHER not in commit.through
@@ -245,14 +279,36 @@ class Sim:
             assert ((self.caught_up and self.now - self.last_started >= MIN_COMMIT_INTERVAL)
                     or self.now - self.last_commit >= COMMIT_INTERVAL), "the cadence"
         self.commits.append(commit.through)
+        if self.background:
+            self.running = (commit, self.now, self.pending)
+            self.announced_meanwhile = False
+            return
+        self.now += self.took  # the commit began at the decision and took this long
+        self.apply(commit, started=self.now - self.took, forced=forced)
+        self.pending = 0
+
+    def end(self) -> None:
+        """The background commit ends: rows that arrived meanwhile wait, and what arrived
+        meanwhile is decided on."""
+        if self.running is None:
+            return
+        commit, started, pending = self.running
+        self.running = None
+        if self.pending == pending:  # none arrived meanwhile
+            self.pending = 0
+        self.apply(commit, started=started, forced=False)
+        actions = self.core.resume(pending=self.pending, now=self.now,
+                                   caught_up=self.caught_up)
+        self.act(actions, forced=self.announced_meanwhile)
+
+    def apply(self, commit: Commit, *, started: float, forced: bool) -> None:
+        """The model writer commits ``commit`` (begun at ``started``) by now, or refuses."""
         if self.refuse:
             self.core.fenced(self.table)
             return
         self.table = {p: max(o, self.table.get(p, -1)) for p, o in commit.through.items()}
-        self.pending = 0
-        self.now += self.took  # the commit began at the decision and took this long
-        self.last_started, self.last_commit = self.now - self.took, self.now
-        done = self.core.committed(commit, self.table, self.now, took=self.took)
+        self.last_started, self.last_commit = started, self.now
+        done = self.core.committed(commit, self.table, self.now, took=self.now - started)
         self.act(list(done), forced=forced)
 
     def report(self, report: ReportRound) -> None:
@@ -278,6 +334,8 @@ def test_random_interleavings_keep_the_rules_and_every_round_is_reported(
     # The stream catches up everywhere and the database accepts again: every round of
     # this run that was announced gets reported.
     sim.refuse = False
+    sim.step(("background", False))
+    sim.step(("end",))
     sim.step(("watermark", "a", {0: 40, 1: 40}, True))
     sim.step(("watermark", "b", {0: 40}, True))
     sim.step(("rows", 1))

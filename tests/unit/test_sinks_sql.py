@@ -321,23 +321,27 @@ def test_an_upsert_commit_takes_the_latest_row_of_each_key_at_or_below_the_mark(
                              st.sampled_from("abcdefgh"), st.integers(0, 9)), max_size=8),
     lwm=st.dictionaries(st.sampled_from([P0, P1]), st.integers(-1, 30)),
 )
-def test_a_commit_forgets_what_is_at_or_below_its_mark_and_keeps_what_arrived_since(
+def test_a_commit_forgets_what_it_selected_and_keeps_what_arrived_since(
     before: list[tuple[Partition, int, str, int]], after: list[tuple[Partition, int, str, int]],
     lwm: Clock,
 ) -> None:
-    """Rows added between a selection and its confirm stay, in arrival order of the keys,
-    unless their origin is at or below the committed mark; every other key above it too."""
+    """Rows added between a selection and its confirm (a sink reads on while its commit
+    runs) stay, whatever their origin, in arrival order of the keys: a key's row added
+    since replaces the selected one (the last arrival wins). The selected rows not
+    replaced are forgotten, and every key above the mark stays."""
     buffer = RowBuffer(COUNTS)
     latest: dict[str, tuple[Partition, int, tuple[str, int]]] = {}
     for rows in (before, after):
         if rows is after:
             selection = buffer.select(lwm)
+            selected = {w for w, (p, o, _row) in latest.items() if o <= lwm.get(p, -1)}
         buffer.add_many([p for p, _o, _w, _n in rows], [o for _p, o, _w, _n in rows],
                         [(w, n) for _p, _o, w, n in rows])
         for p, o, w, n in rows:
             latest[w] = (p, o, (w, n))
     buffer.confirm(selection)
-    kept = [(p, o, row) for p, o, row in latest.values() if o > lwm.get(p, -1)]
+    added_since = {w for _p, _o, w, _n in after}
+    kept = [entry for w, entry in latest.items() if w not in selected or w in added_since]
     assert len(buffer) == len(kept)
     everything = buffer.select(dict.fromkeys([P0, P1, P2], 99))
     assert everything.rows == [row for _p, _o, row in kept]
