@@ -39,6 +39,7 @@ from hailstorm.sinks import (
     SinkWriter,
     parse_url,
 )
+from hailstorm.sinks.buffer import PreparedCommit
 from hailstorm.sinks.db import create_postgres_database
 from hailstorm.sinks.errors import SinkError
 from hailstorm.sinks.sql import HIDDEN_COLUMNS, REWRITTEN_FILLFACTOR
@@ -152,10 +153,60 @@ def table_content(url: str, table: Table) -> dict[tuple[Any, ...], dict[str, Any
 # --------------------------------------------------------------------------- crashes
 
 
+class BackgroundCommits:
+    """A writer's commits as the sink's shell runs them on PostgreSQL: the transaction on a
+    thread of its own (:meth:`SinkWriter.write`) while rows go on arriving, taken back
+    (:meth:`SinkWriter.finish`) later, one at a time."""
+
+    def __init__(self, history: list[Clock]) -> None:
+        self.history = history
+        self.running: tuple[SinkWriter, PreparedCommit, threading.Thread, list[BaseException]] \
+            | None = None
+        self.overlapped = 0
+        """Commits during which rows were added."""
+
+    def start(self, writer: SinkWriter, lwm: Clock) -> None:
+        self.end()
+        prepared = writer.prepare(dict(lwm))
+        if prepared is None:
+            self.history.append(writer.view)
+            return
+        errors: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                writer.write(prepared)
+            except BaseException as exc:  # broad: re-raised by end()
+                errors.append(exc)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        self.running = (writer, prepared, thread, errors)
+
+    def adding(self) -> None:
+        """Rows are added now: counted if a commit may be running."""
+        if self.running is not None and self.running[2].is_alive():
+            self.overlapped += 1
+
+    def end(self, *, crash: bool = False) -> None:
+        """Wait for the running commit; take it back (a crash: the writer is lost, what
+        the transaction wrote stays in the table)."""
+        if self.running is None:
+            return
+        writer, prepared, thread, errors = self.running
+        self.running = None
+        thread.join()
+        if errors:
+            raise errors[0]
+        self.history.append(prepared.selection.target if crash else writer.finish(prepared))
+
+
 def drive_with_crashes(
-    url: str, mode: str, seed: int, per_partition: int = 30, max_crashes: int = 3
+    url: str, mode: str, seed: int, per_partition: int = 30, max_crashes: int = 3,
+    background: bool = False,
 ) -> dict[str, int]:
-    """Run one random scenario (module docstring); returns counters for sanity checks."""
+    """Run one random scenario (module docstring); returns counters for sanity checks.
+    ``background``: commits run as :class:`BackgroundCommits` while rows arrive."""
     rng = random.Random(seed)
     topology, sink, table = CASES[mode](unique(mode))
     by_partition = random_messages(rng, per_partition)
@@ -171,6 +222,13 @@ def drive_with_crashes(
     writer = open_writer(epoch)
     replay_from: Clock = {}
     history: list[Clock] = [{}]
+    commits = BackgroundCommits(history)
+
+    def commit(lwm: Clock) -> None:
+        if background:
+            commits.start(writer, lwm)
+        else:
+            history.append(writer.commit_through(lwm))
     while True:
         # What the bolts hold after reloading the round at replay_from, then a new order.
         done = [m for m in first_order if m.offset <= replay_from.get(m.source, -1)]
@@ -189,20 +247,26 @@ def drive_with_crashes(
                 break
             rows = [(message.origin, t) for t in produced.get(message.origin, [])]
             cut = rng.randrange(len(rows) + 1)
+            commits.adding()
             writer.add(rows[:cut])
             if rng.random() < 0.2:  # a commit while this message is half delivered
-                history.append(writer.commit_through(lwm))
+                commit(lwm)
+            commits.adding()
             writer.add(rows[cut:])
             if message.offset <= writer.view.get(message.source, -1):
                 stats["replayed_below_progress"] += 1
             lwm[message.source] = message.offset
             if rng.random() < 0.35:
-                history.append(writer.commit_through(lwm))
+                commit(lwm)
                 stats["commits"] += 1
+            if rng.random() < 0.3:
+                commits.end()
         else:
+            commits.end()
             writer.commit_through(lwm)
             writer.close()
             break
+        commits.end(crash=True)
         writer.close()  # the crash: whatever was buffered is lost
         stats["crashes"] += 1
         epoch += 1
@@ -211,6 +275,7 @@ def drive_with_crashes(
         assert dominates(progress, history[-1])  # nothing committed was lost
         replay_from = rng.choice([h for h in history if dominates(progress, h)])
     assert table_content(url, table) == expected
+    stats["overlapped"] = commits.overlapped
     return stats
 
 
@@ -221,6 +286,18 @@ def test_random_batches_and_crashes_end_in_the_model_table(
 ) -> None:
     stats = drive_with_crashes(db_url, mode, seed)
     assert stats["commits"] > 0
+
+
+@pytest.mark.parametrize("mode", ["upsert", "merge", "append"])
+@pytest.mark.parametrize("seed", [5, 6])
+def test_commits_written_while_rows_arrive_end_in_the_model_table(
+    postgres_url: str, mode: str, seed: int
+) -> None:
+    """As the sink's shell commits on PostgreSQL: each transaction on a thread of its own
+    while rows go on arriving (some for keys it selected), taken back later, with crashes
+    in between."""
+    stats = drive_with_crashes(postgres_url, mode, seed, background=True)
+    assert stats["commits"] > 0 and stats["overlapped"] > 0
 
 
 def test_replays_really_happen_in_these_scenarios(tmp_path: Path) -> None:
