@@ -5,7 +5,9 @@
         [--busy N]
 
 Each commit writes that many rows of new keys (``user_totals``' shape: a text key and two
-bigints) with its progress, as a sink keeping up with a stream does. ``--busy N`` runs N
+bigints) with its progress, as a sink keeping up with a stream does. Beside the wall time,
+the CPU this process spent on a commit: the rest is the wait for the server, during which
+a sink's shell reads on (it runs a PostgreSQL commit on a thread of its own). ``--busy N`` runs N
 processes spinning on the CPU meanwhile (labelled in the output): on a saturated 2-core
 machine every round trip to the database also waits for the server to be scheduled, and a
 commit's statement count shows in its wall time there first.
@@ -53,9 +55,12 @@ def busy(processes: int) -> Iterator[None]:
             spinner.join(5)
 
 
-def commit_times(url: str, size: int, commits: int) -> list[float]:
-    """Seconds per commit of ``size`` new keys, ``commits`` times (after two unmeasured)."""
+def commit_times(url: str, size: int, commits: int) -> tuple[list[float], list[float]]:
+    """Seconds per commit of ``size`` new keys, ``commits`` times (after two unmeasured):
+    the wall time, and this process's CPU time (the rest is waiting for the server, which
+    a sink spends reading on: its commit runs on a thread of its own)."""
     times: list[float] = []
+    cpu: list[float] = []
     with SinkWriter.open(url, TABLE, f"bench/{size}", epoch=1) as writer:
         offset = 0
         for number in range(commits + 2):
@@ -64,11 +69,12 @@ def commit_times(url: str, size: int, commits: int) -> list[float]:
             rows = [(f"user-{size}-{number}-{i}", i, 1) for i in range(size)]
             writer.add_columns(partitions, offsets, rows)
             offset += size
-            started = time.perf_counter()
+            started, used = time.perf_counter(), time.process_time()
             writer.commit_through({p: offset for p in PARTITIONS})
             if number >= 2:
                 times.append(time.perf_counter() - started)
-    return times
+                cpu.append(time.process_time() - used)
+    return times, cpu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -84,17 +90,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         url = create_postgres_database(env["HAILSTORM_DATABASE_URL"], f"commits_{os.getpid()}")
         with busy(args.busy):
             for size in sizes:
-                times = commit_times(url, size, args.commits)
+                times, cpu = commit_times(url, size, args.commits)
                 figures[str(size)] = {
                     "p50_ms": round(percentile(times, 0.5) * 1000, 2),
                     "p90_ms": round(percentile(times, 0.9) * 1000, 2),
                     "p99_ms": round(percentile(times, 0.99) * 1000, 2),
                     "us_per_row": round(percentile(times, 0.5) / size * 1e6, 2),
+                    "cpu_p50_ms": round(percentile(cpu, 0.5) * 1000, 2),
                 }
     label = f"with {args.busy} processes spinning" if args.busy else "on an idle machine"
     lines = [f"sink commits into PostgreSQL {label}, {args.commits} per size:"]
     lines += [f"  {size:>6} rows: p50 {f['p50_ms']} ms, p90 {f['p90_ms']} ms, "
-              f"p99 {f['p99_ms']} ms ({f['us_per_row']} us a row at p50)"
+              f"p99 {f['p99_ms']} ms ({f['us_per_row']} us a row at p50), this process's "
+              f"CPU p50 {f['cpu_p50_ms']} ms"
               for size, f in ((int(k), v) for k, v in figures.items())]
     report("sink_commits", {"busy": args.busy, "commits": args.commits, "sizes": figures,
                             "machine": machine()}, "\n".join(lines))

@@ -34,7 +34,9 @@ meanwhile: from a :class:`Commit` until :meth:`SinkCore.committed` (or
 :meth:`SinkCore.fenced`) the core asks for no other. What arrives meanwhile is remembered,
 and :meth:`SinkCore.resume`, asked once the commit ended, decides on it as if it arrived
 then (a round announced meanwhile commits at once; the frames read meanwhile are the group
-commit's).
+commit's). It reads on only while fewer than :data:`COMMIT_ROWS` rows wait
+(:meth:`SinkCore.must_wait`): then it waits for the commit to end, so its buffer stays
+bounded and a slow database holds its upstreams back, as a commit on its main thread did.
 
 A round is announced several times (every upstream instance forwards the CLOCK, and the
 master announces ``Flowing(e, C)`` too) and reported once: an announcement of a round at or
@@ -63,7 +65,8 @@ __all__ = [
 
 COMMIT_ROWS = 100_000
 """A sink commits as soon as this many rows (upsert: keys) wait and the low water mark
-allows: a bound on its buffer."""
+allows, and while a commit runs reads no more frames once this many wait: a bound on its
+buffer."""
 COMMIT_INTERVAL = 0.5
 """The longest a sink waits after a commit (seconds) while the mark moves or rows wait and
 frames keep arriving faster than it reads them (a backlog): it then commits at this pace,
@@ -183,6 +186,11 @@ class SinkCore:
         the table holds. Nothing is reported; the next commit tries again."""
         self.committing = False
         self.committed_through = dict(progress)
+
+    def must_wait(self, pending: int) -> bool:
+        """While a commit runs, ``pending`` rows wait: read no more before it ends (at
+        :data:`COMMIT_ROWS`, what the next commit takes at once)."""
+        return self.committing and pending >= COMMIT_ROWS
 
     def resume(self, *, pending: int, now: float, caught_up: bool) -> list[SinkAction]:
         """A commit ended (:meth:`committed`, :meth:`fenced`): decide on what arrived while

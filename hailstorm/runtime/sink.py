@@ -215,6 +215,10 @@ class SinkShell(InboundShell):
         elif isinstance(frame, DataBatch):
             if frame.contributions:
                 raise DataPlaneError(f"{sender} sent pre-aggregated contributions to a sink")
+            running, core = self.running, self.core
+            if running is not None and core is not None and core.must_wait(self.pending):
+                running.ended.wait()  # a full buffer: the commit first (back pressure)
+                self._take_back()
             started = time.perf_counter()
             self.received += len(frame)
             if self.writer is not None:

@@ -85,6 +85,7 @@ def test_one_commit_at_a_time_and_what_arrived_meanwhile_is_decided_when_it_ends
     core.on_watermark("a", {0: 0}, pending=0, now=0.0, **UP)
     [first] = core.on_idle(pending=10, now=1.0)
     assert core.committing
+    assert not core.must_wait(COMMIT_ROWS - 1) and core.must_wait(COMMIT_ROWS)
     assert core.on_watermark("a", {0: 3, 1: 3}, pending=20, now=1.1, **UP) == []
     assert core.on_round(JOINED, {P0: 3, P1: 3}, pending=20, now=1.1) == []
     assert core.on_idle(pending=20, now=5.0) == []
@@ -94,6 +95,7 @@ def test_one_commit_at_a_time_and_what_arrived_meanwhile_is_decided_when_it_ends
     assert core.committed(second, {P0: 3, P1: 3}, now=1.3, took=0.1) == [
         ReportRound(JOINED, {P0: 3, P1: 3})]
     assert core.resume(pending=0, now=1.3, caught_up=True) == []  # nothing held
+    assert not core.must_wait(COMMIT_ROWS)  # no commit runs: read on
 
 
 def test_a_sink_keeping_up_commits_again_once_it_read_what_arrived() -> None:
