@@ -20,7 +20,6 @@ from hailstorm.sinks.errors import DatabaseUnavailableError, SinkError
 from hailstorm.sinks.sql import Dialect, TableShape, dialect_for
 from hailstorm.sinks.urls import DatabaseUrl, parse_url, redact, scrub
 from hailstorm.topology import NAME_PATTERN
-from hailstorm.topology.tables import normalize_type
 
 __all__ = ["Database", "Outage", "RetryPolicy", "create_postgres_database", "is_transient",
            "with_retries"]
@@ -238,20 +237,13 @@ class Database:
             raise SinkError("at_commit needs a transaction")
         self._at_commit.append((sql, list(rows)))
 
-    def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                  binary_types: Sequence[str] | None = None) -> None:
-        """``COPY table (columns) FROM STDIN`` (PostgreSQL only); with ``binary_types``
-        (the columns' PostgreSQL types, :func:`binary_copy_types`) in the binary format,
-        which the server reads without parsing text."""
+    def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """``COPY table (columns) FROM STDIN`` (PostgreSQL only)."""
         if self._pg is None:
             raise SinkError("COPY is only available on PostgreSQL")
         q = self.dialect.quote
         sql = f"COPY {q(table)} ({', '.join(q(c) for c in columns)}) FROM STDIN"
-        if binary_types is not None:
-            sql += " (FORMAT BINARY)"
         with self._pg.cursor() as cursor, cursor.copy(sql) as copy:
-            if binary_types is not None:
-                copy.set_types(list(binary_types))
             for row in rows:
                 copy.write_row(row)
 
@@ -371,33 +363,6 @@ class Database:
                 cols = self.execute(f"PRAGMA index_info({q(index)})")
                 unique.append(tuple(str(c[2]) for c in sorted(cols, key=lambda c: c[0])))
         return TableShape(name, columns, primary, tuple(unique))
-
-
-BINARY_COPY_TYPES: dict[str, str] = {
-    "smallint": "int2", "integer": "int4", "bigint": "int8", "real": "float4",
-    "double precision": "float8", "text": "text", "character varying": "varchar",
-    "boolean": "bool", "bytea": "bytea",
-}  # fmt: skip
-"""PostgreSQL column types (as ``format_type`` names them, without a size) that COPY may
-send in the binary format, with the type psycopg writes: those whose Python values a
-table's column rules admit (:mod:`hailstorm.topology.tables`) it writes as that type
-exactly (an ``int`` of a float column as a float). Other types (numeric, dates, JSON) are
-sent as text, which the server parses into them."""
-
-
-def binary_copy_types(shape: TableShape | None, columns: Sequence[str]) -> list[str] | None:
-    """The binary COPY types of ``columns`` of the existing table ``shape`` (None when
-    one is not in :data:`BINARY_COPY_TYPES`, or there is no such table: COPY as text)."""
-    if shape is None:
-        return None
-    types = []
-    for column in columns:
-        declared = shape.columns.get(column)
-        binary = None if declared is None else BINARY_COPY_TYPES.get(normalize_type(declared))
-        if binary is None:
-            return None
-        types.append(binary)
-    return types
 
 
 def create_postgres_database(server_url: str, name: str) -> str:

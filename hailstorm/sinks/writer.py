@@ -30,14 +30,7 @@ from hailstorm.failpoints import pause_point
 from hailstorm.halt import TopologyHalt
 from hailstorm.protocol.clock import NOTHING, Clock, clock_to_json
 from hailstorm.sinks.buffer import BufferedWriter, PreparedCommit, RowBuffer, Selection, same_clock
-from hailstorm.sinks.db import (
-    Database,
-    Outage,
-    RetryPolicy,
-    binary_copy_types,
-    is_refused_row,
-    with_retries,
-)
+from hailstorm.sinks.db import Database, Outage, RetryPolicy, is_refused_row, with_retries
 from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError
 from hailstorm.sinks.sql import (
     SENTINEL_PARTITION,
@@ -129,8 +122,6 @@ class SinkWriter(BufferedWriter):
         self._buffer = RowBuffer(table)
         self._view: Clock = {}
         self._db: Database | None = None
-        self._copy_types: list[str] | None = None
-        """The table's columns as binary COPY sends them (None: COPY as text)."""
         self._stage_on: Database | None = None
         """The connection whose session holds the staging table of COPY (created by a
         committed transaction)."""
@@ -187,9 +178,6 @@ class SinkWriter(BufferedWriter):
                 ensure_table(db, progress_shape(db.dialect), writer="hailstorm")
                 ensure_table(db, self.shape, writer=f"sink {self.sink_id}", fix=SINK_TABLE_FIX)
                 db.execute(db.dialect.insert_sentinel(), (self.sink_id,))
-                if db.kind == "postgresql":  # the staging table is LIKE the table as it is
-                    self._copy_types = binary_copy_types(db.table_shape(self.table.name),
-                                                         write_columns(self.table))
 
         self._retrying(f"{self.what}: setup", attempt)
         self._opened = True
@@ -416,7 +404,7 @@ class SinkWriter(BufferedWriter):
                 # Rows an earlier part of this transaction left there (a transaction
                 # starts with it empty: its rows go at every commit and rollback).
                 db.execute(f"DELETE FROM {q(stage)}")
-            db.copy_rows(stage, write_columns(self.table), rows, self._copy_types)
+            db.copy_rows(stage, write_columns(self.table), rows)
             statement = write_statement(db.dialect, self.table, source=stage)
             if at_commit:
                 db.at_commit(statement, [()])

@@ -19,7 +19,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -520,46 +519,6 @@ def test_an_existing_table_of_the_right_shape_is_used(db_url: str) -> None:
     writer.commit_through({P0: 0})
     writer.close()
     assert table_content(db_url, table) == {("w",): {"word": "w", "count": 3}}
-
-
-@pytest.mark.parametrize("existing", [False, True])
-def test_every_column_type_is_written_as_given_by_copy_and_by_rows(
-    postgres_url: str, existing: bool
-) -> None:
-    """Binary COPY where the table's types allow it (a float column of an existing table
-    declared ``bigint``... here ``integer``, smaller: still its type), text COPY where a
-    column is parsed by the server (numeric, dates, JSON): the same table either way."""
-    columns = {"k": "text", "i": "bigint", "f": "double precision", "b": "boolean",
-               "v": "varchar(10)", "raw": "bytea", "small": "smallint", "r": "real"}
-    others = {"n": "numeric", "d": "date", "j": "jsonb"}
-    rows = [(f"key{i}", 2**40 + i, i if i % 2 else i + 0.5, i % 3 == 0, f"v{i}", bytes([i % 256]),
-             i % 100, float(i)) for i in range(300)]
-    for extra in (False, True):
-        name = unique("types")
-        shape = {**columns, **(others if extra else {})}
-        if existing:
-            declared = ", ".join(f'"{c}" {"integer" if c == "small" else t}'
-                                 for c, t in shape.items())
-            query(postgres_url, f'CREATE TABLE "{name}" ({declared}, PRIMARY KEY (k))')
-        table = Table(name, shape, key=["k"])
-        values = [(*r, *((Decimal(r[1]) / 7, f"2026-12-{1 + r[6] % 28:02d}", '{"a": 1}')
-                         if extra else ())) for r in rows]
-        expected = {}
-        for threshold in (1, 10_000):  # COPY, then one INSERT per row
-            writer = SinkWriter.open(postgres_url, table, unique("sink"), 1,
-                                     copy_threshold=threshold)
-            assert (writer._copy_types is None) == extra  # binary unless a type needs text
-            writer.add([((P0, i), v) for i, v in enumerate(values)])
-            writer.commit_through({P0: len(values)})
-            writer.close()
-            content = table_content(postgres_url, table)
-            assert len(content) == len(values)
-            expected = expected or content
-            assert content == expected
-            query(postgres_url, f'DELETE FROM "{name}"')
-        first = expected[("key3",)]
-        assert (first["i"], first["f"], first["b"], first["raw"]) == (2**40 + 3, 3.0, True,
-                                                                       b"\x03")
 
 
 @pytest.mark.parametrize("mode", ["upsert", "merge", "append"])

@@ -27,7 +27,7 @@ from hailstorm.sinks import (
     with_retries,
 )
 from hailstorm.sinks.buffer import advance
-from hailstorm.sinks.db import Outage, binary_copy_types
+from hailstorm.sinks.db import Outage
 from hailstorm.sinks.sql import (
     HIDDEN_COLUMNS,
     REWRITTEN_FILLFACTOR,
@@ -650,14 +650,3 @@ def test_state_mapping_of_sketches_is_json_text() -> None:
     mapping = state_mapping(per_key(hll))
     [(key, text)] = list(mapping.rows({"k": hll.lift("x")}))
     assert key == "k" and isinstance(text, str) and text.startswith('"')
-
-
-def test_binary_copy_types_cover_every_column_or_none() -> None:
-    """COPY goes binary only when every written column's type is one psycopg writes as
-    that type exactly; one type the server must parse (numeric, dates) makes it text."""
-    shape = TableShape("t", {"k": "character varying(40)", "n": "bigint", "f": "double precision",
-                             "d": "date"}, ("k",))
-    assert binary_copy_types(shape, ["k", "n", "f"]) == ["varchar", "int8", "float8"]
-    assert binary_copy_types(shape, ["k", "d"]) is None
-    assert binary_copy_types(shape, ["k", "missing"]) is None
-    assert binary_copy_types(None, ["k"]) is None
