@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hailstorm.negotiator.decision import Config, View
-from hailstorm.negotiator.rounds import same_clock
-from hailstorm.protocol.clock import Clock
+from hailstorm.protocol.clock import Clock, same_clock
 from hailstorm.protocol.layout import CommittedRecord, ProcessorReport, ProcessorState
 from hailstorm.protocol.states import Flowing, SpoutsPaused
 

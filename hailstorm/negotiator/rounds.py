@@ -7,16 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hailstorm.protocol.catchup import commit_clocks, label_accepted
-from hailstorm.protocol.clock import NOTHING, Clock, clock_to_json, dominates
+from hailstorm.protocol.clock import Clock, clock_to_json, dominates, same_clock
 from hailstorm.protocol.layout import CommittedRecord, ProcessorId, Role, SnapshotReport
 from hailstorm.protocol.states import Flowing
 
-__all__ = ["commit_of", "not_committed", "same_clock", "wrong_label"]
-
-
-def same_clock(a: Mapping[tuple[str, int], int], b: Mapping[tuple[str, int], int]) -> bool:
-    """Equal clocks, a missing partition counting as -1."""
-    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
+__all__ = ["commit_of", "not_committed", "wrong_label"]
 
 
 def wrong_label(pid: ProcessorId, snap: SnapshotReport, state: Flowing) -> str | None:

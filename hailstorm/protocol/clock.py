@@ -59,6 +59,11 @@ def dominates(newer: Mapping[Partition, int], older: Mapping[Partition, int]) ->
     return all(newer.get(p, NOTHING) >= older.get(p, NOTHING) for p in partitions)
 
 
+def same_clock(a: Mapping[Partition, int], b: Mapping[Partition, int]) -> bool:
+    """Equal as clocks: a missing partition and :data:`NOTHING` (-1) mean the same."""
+    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
+
+
 def partition_key(partition: Partition) -> str:
     """Stable text form ``topic:partition`` used in JSON (ZooKeeper nodes, reports)."""
     topic, number = partition

@@ -208,8 +208,7 @@ class SinkShell(InboundShell):
         self.metrics.quarantined.inc()
 
     def on_frame(self, sender: str, frame: Inbound) -> None:
-        if self.running is not None and self.running.ended.is_set():
-            self._take_back()
+        self._take_back_if_ended()
         if isinstance(frame, SenderGone):
             self._part_from(sender, frame.why)
         elif isinstance(frame, DataBatch):
@@ -251,8 +250,7 @@ class SinkShell(InboundShell):
                     sender, why, clock_to_json(promised), forgotten)
 
     def on_idle(self) -> None:
-        if self.running is not None and self.running.ended.is_set():
-            self._take_back()
+        self._take_back_if_ended()
         self.dead_letters.tick()
         if self.core is not None:
             self.act(self.core.on_idle(pending=self.pending, now=time.monotonic()))
@@ -288,6 +286,11 @@ class SinkShell(InboundShell):
         except FencedError as exc:
             return self._refused(exc)
         return self._written(commit, prepared, took=time.perf_counter() - started)
+
+    def _take_back_if_ended(self) -> None:
+        """Take the background commit back if it ended (see :meth:`_take_back`)."""
+        if self.running is not None and self.running.ended.is_set():
+            self._take_back()
 
     def _take_back(self) -> None:
         """The background commit ended: adopt what it wrote (or raise what failed it)."""
@@ -326,9 +329,11 @@ class SinkShell(InboundShell):
         core = self.core
         assert core is not None
         now = time.monotonic()
-        reports = core.committed(commit, progress, now, took=took)
-        return [*reports, *core.resume(pending=self.pending, now=now,
-                                       caught_up=self.inbound.empty())]
+        return [*core.committed(commit, progress, now, took=took), *self._resume(core, now)]
+
+    def _resume(self, core: SinkCore, now: float) -> list[SinkAction]:
+        """What the core decides on what arrived while the commit that just ended ran."""
+        return core.resume(pending=self.pending, now=now, caught_up=self.inbound.empty())
 
     def _refused(self, exc: FencedError) -> list[SinkAction]:
         """Another writer moved the progress: re-read it and go on (or stop, superseded,
@@ -344,8 +349,7 @@ class SinkShell(InboundShell):
         if shortfall:
             raise self._behind(shortfall, "what this sink had committed") from exc
         core.fenced(progress)
-        return core.resume(pending=self.pending, now=time.monotonic(),
-                           caught_up=self.inbound.empty())
+        return self._resume(core, time.monotonic())
 
     def _report_round(self, report: ReportRound) -> None:
         assert self.coord is not None

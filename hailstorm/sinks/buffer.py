@@ -42,12 +42,12 @@ from itertools import compress
 from operator import itemgetter, le
 from typing import Any, overload
 
-from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition
+from hailstorm.protocol.clock import NOTHING, UNBOUNDED, Clock, Partition, same_clock
 from hailstorm.topic import Topic
 from hailstorm.topology import RowError, Table
 from hailstorm.vocabulary import Origin, RejectedRow, record_text
 
-__all__ = ["BufferedWriter", "PreparedCommit", "RowBuffer", "Selection", "advance", "same_clock"]
+__all__ = ["BufferedWriter", "PreparedCommit", "RowBuffer", "Selection", "advance"]
 
 Values = tuple[Any, ...]
 """A row as values in ``Table.column_names`` order."""
@@ -64,11 +64,6 @@ def advance(progress: Mapping[Partition, int], lwm: Mapping[Partition, int]) -> 
         if mark < UNBOUNDED and mark > target.get(p, NOTHING):
             target[p] = mark
     return target
-
-
-def same_clock(a: Mapping[Partition, int], b: Mapping[Partition, int]) -> bool:
-    """Equal as clocks: a missing partition and ``-1`` mean the same."""
-    return all(a.get(p, NOTHING) == b.get(p, NOTHING) for p in set(a) | set(b))
 
 
 @dataclass(frozen=True)

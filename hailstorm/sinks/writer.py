@@ -28,8 +28,8 @@ from typing import Any
 
 from hailstorm.failpoints import pause_point
 from hailstorm.halt import TopologyHalt
-from hailstorm.protocol.clock import NOTHING, Clock, clock_to_json
-from hailstorm.sinks.buffer import BufferedWriter, PreparedCommit, RowBuffer, Selection, same_clock
+from hailstorm.protocol.clock import NOTHING, Clock, clock_to_json, same_clock
+from hailstorm.sinks.buffer import BufferedWriter, PreparedCommit, RowBuffer, Selection
 from hailstorm.sinks.db import Database, Outage, RetryPolicy, is_refused_row, with_retries
 from hailstorm.sinks.errors import FencedError, SchemaMismatchError, SinkConfigError
 from hailstorm.sinks.sql import (
