@@ -20,11 +20,11 @@ the Kafka client (``linger.ms`` 5), and the sink writes it into the row of ``seq
    clock (SQLite: ``SELECT ... WHERE rowid > last``; PostgreSQL: the rows above the least
    per-partition ``seq`` seen, see :class:`PostgresTableReader`) and takes, for every new
    row, ``time.time_ns()`` at the poll that first returned it minus the row's ``sent_ns``.
-   Rows appear when the sink commits through its low-water mark (while frames come, after
-   twice as long as its last commit took, within 0.1-0.5 s, or 0.5 s after one that began
-   with frames piled up; 100 ms after the last one; and for every snapshot round), so the latency
-   includes the producer's batching, the spout, the bolt, the sink's buffering and its
-   transaction; the poll adds up to 10 ms. With ``--sink kafka`` the sink writes the rows
+   Rows appear when the sink commits through its low-water mark (as soon as it has read
+   the frames that arrived during its last commit, at least 50 ms after that one began:
+   "What a row waits for" in ``docs/performance.md``), so the latency includes the
+   producer's batching, the spout, the bolt, the sink's buffering and its transaction;
+   the poll adds up to 10 ms. With ``--sink kafka`` the sink writes the rows
    to the upsert topic ``bench-latency-out`` in Kafka transactions instead, and a
    ``read_committed`` consumer takes the time each record first reaches it.
 
