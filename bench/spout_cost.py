@@ -21,12 +21,12 @@ CPU time per message (``time.process_time``):
 The run with the least CPU in all is reported (``--runs``). A processor's cyclic garbage
 collector is set as the runtime sets it. In a topology run every processor shares the
 machine with the broker, the other processors and the database, and pays for TLS, its
-queues and its metrics besides. Yet on the slower 2-core VM of ``docs/performance.md`` a
-per-user-totals spout cost 10.6-12.1 us a message here (400,000 messages) and 11.5-13.6 us
-an event of CPU per spout in ``bench/user_totals_throughput.py``, the same day and spout:
-most of a spout's time is its own code's, which this measures with less noise than a
-topology run. It times a part of hailstorm alone: no peer or baseline loop runs beside it
-(the throughput benches do).
+queues, its consumer's threads and its metrics besides. Yet in the same hour (2026-12-04)
+a per-user-totals spout cost 3.08 us a message here and 3.9 us an event in
+``bench/user_totals_throughput.py``, a page-views spout 12.86 and 13.0, a word-count spout
+4.54 and 7.6 ("Where the time goes" in ``docs/performance.md``): most of a spout's time is
+its own code's, which this measures with less noise than a topology run. It times a part
+of hailstorm alone: no peer or baseline loop runs beside it (the throughput benches do).
 
 Workloads (``hailstorm.dev.workloads``, seeded):
 
