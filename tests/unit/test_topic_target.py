@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
@@ -52,6 +53,41 @@ def test_json_values_are_canonical_and_keys_are_plain() -> None:
     assert encode_key(None) is None
     assert encode_key(("a", 1)) == encode_key(["a", 1]) == b'["a",1]'
     assert encode_key(7) == b"7"
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+flat = (st.none() | st.booleans() | st.integers()
+        | st.integers(min_value=-(2 ** 70), max_value=2 ** 70)
+        | st.text(st.characters(codec="utf-8")) | st.text()
+        | st.floats(allow_nan=True, allow_infinity=True) | st.just(Colour.RED))
+json_values = st.recursive(
+    flat, lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=4).map(tuple)
+    | st.dictionaries(st.text(max_size=5) | st.integers(0, 3), inner, max_size=4),
+    max_leaves=12)
+
+
+def standard_json(value: Any) -> str:
+    """What the standard library makes of ``value`` as canonical JSON, or that it fails."""
+    try:
+        return repr(json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False,
+                               ensure_ascii=False).encode("utf-8"))
+    except Exception:  # any refusal: compared as "failed"
+        return "failed"
+
+
+@given(json_values)
+def test_json_values_have_the_standard_librarys_canonical_bytes(value: Any) -> None:
+    """orjson writes the flat values it is given exactly as the standard library does, and
+    anything else is the standard library's: every value, the same bytes or a RowError."""
+    topic = Topic("t", mode="append")
+    try:
+        written = repr(topic.encode_value(value))
+    except RowError:
+        written = "failed"
+    assert written == standard_json(value)
 
 
 def test_avro_values_round_trip_through_the_schema() -> None:
