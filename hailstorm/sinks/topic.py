@@ -51,6 +51,9 @@ log = logging.getLogger("hailstorm.sinks")
 T = TypeVar("T")
 
 PROGRESS_PARTITION = 0
+PARTITIONER_CHOOSES = -1
+"""The partition of a record the producer's partitioner places (librdkafka's
+``RD_KAFKA_PARTITION_UA``)."""
 ORIGIN_HEADER = "hailstorm.origin"
 """``<topic>:<partition>:<offset>`` of the message a record came from."""
 SEQ_HEADER = "hailstorm.seq"
@@ -421,30 +424,7 @@ class TopicWriter(BufferedWriter):
         producer = self._producer
         started = time.monotonic()
         producer.begin_transaction()
-        refused = list(rejected)
-        name = self.topic.name
-        for values, ((source, number), offset) in zip(rows, origins, strict=True):
-            key, value, partition, extra = values[:4]
-            headers = [*(extra or ()), (ORIGIN_HEADER, f"{source}:{number}:{offset}".encode())]
-            if len(values) > 4:  # append: (..., topic, partition, offset, seq)
-                headers.append((SEQ_HEADER, str(values[-1]).encode()))
-            record: dict[str, Any] = {"key": key, "value": value, "headers": headers}
-            problem = None
-            if partition is not None:
-                record["partition"] = partition
-                if partition >= self.partition_count:
-                    problem = (f"the partitioner chose partition {partition}, but topic {name!r} "
-                               f"has {self.partition_count}")
-            if problem is None:
-                try:
-                    self._produce(name, record)
-                except KafkaException as exc:
-                    if not exc.args or exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                        raise
-                    problem = f"topic {name!r} refused the record: {_text(exc)}"
-            if problem is not None:
-                refused.append(RejectedRow(((source, number), offset), "row", problem,
-                                           repr((value or b"")[:200])))
+        refused = [*rejected, *self._produce_rows(rows, origins)]
         if self.halt_as is not None and len(refused) > len(rejected):
             with contextlib.suppress(KafkaException):
                 producer.abort_transaction(self.io_timeout)
@@ -459,6 +439,42 @@ class TopicWriter(BufferedWriter):
         failpoint("sink.before_kafka_commit")  # tests: die with the records sent, uncommitted
         self._commit()
         self.last_commit_seconds = time.monotonic() - started
+        return refused
+
+    def _produce_rows(self, rows: Sequence[Any], origins: Sequence[Origin]) -> list[RejectedRow]:
+        """Produce the records of ``rows`` into the open transaction, each with its origin
+        in a header; returns those the topic cannot take (a partition past its count, a
+        record too large) as rejected rows. The hot loop of a commit: no call of ours per
+        record."""
+        assert self._producer is not None
+        produce, poll = self._producer.produce, self._producer.poll
+        name, partitions = self.topic.name, self.partition_count
+        refused: list[RejectedRow] = []
+        for values, ((source, number), offset) in zip(rows, origins, strict=True):
+            key, value, partition, extra = values[:4]
+            origin = (ORIGIN_HEADER, f"{source}:{number}:{offset}".encode())
+            headers = [*extra, origin] if extra else [origin]
+            if len(values) > 4:  # append: (..., topic, partition, offset, seq)
+                headers.append((SEQ_HEADER, str(values[-1]).encode()))
+            problem = None
+            if partition is None:
+                partition = PARTITIONER_CHOOSES
+            elif partition >= partitions:
+                problem = (f"the partitioner chose partition {partition}, but topic {name!r} "
+                           f"has {partitions}")
+            while problem is None:
+                try:
+                    produce(name, value, key, partition, headers=headers)
+                    break
+                except BufferError:  # the local queue is full: let it drain
+                    poll(0.05)
+                except KafkaException as exc:
+                    if not exc.args or exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                        raise
+                    problem = f"topic {name!r} refused the record: {_text(exc)}"
+            if problem is not None:
+                refused.append(RejectedRow(((source, number), offset), "row", problem,
+                                           repr((value or b"")[:200])))
         return refused
 
     def _produce(self, topic: str, record: dict[str, Any]) -> None:
