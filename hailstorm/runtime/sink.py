@@ -46,7 +46,8 @@ log = logging.getLogger("hailstorm.processor")
 
 class BackgroundWrite:
     """One commit's transaction, written on a thread of its own while the sink's main
-    thread reads on and buffers what arrives (a commit waits mostly for the database).
+    thread reads on and buffers what arrives (a commit waits mostly for the database or
+    the broker).
     When it ends, ``wake`` is called; the main thread then takes it back
     (:meth:`SinkShell._take_back`)."""
 
@@ -268,8 +269,8 @@ class SinkShell(InboundShell):
                 self._report_round(action)
 
     def _commit(self, commit: Commit) -> list[SinkAction]:
-        """Commit the writer through ``commit.through``: at once, or (PostgreSQL) on a
-        thread of its own while this one reads on; what follows it (the rounds it covered,
+        """Commit the writer through ``commit.through``: at once, or (PostgreSQL, Kafka) on
+        a thread of its own while this one reads on; what follows it (the rounds it covered,
         a commit held back meanwhile) once it ended."""
         writer = self.writer
         assert writer is not None and self.running is None

@@ -105,7 +105,8 @@ def parse_progress(raw: bytes) -> tuple[int, Clock]:
 
 class TopicWriter(BufferedWriter):
     """Writes one sink instance's records to its topic exactly once (for ``read_committed``
-    consumers). Not thread-safe: one thread drives a writer."""
+    consumers). One thread drives a writer; a commit's :meth:`write` may run on another
+    while it adds rows (:attr:`background`)."""
 
     def __init__(
         self,
@@ -372,6 +373,13 @@ class TopicWriter(BufferedWriter):
         return dict(stored)
 
     # -- commits ------------------------------------------------------------------------
+
+    @property
+    def background(self) -> bool:
+        """A transaction may run on a thread of its own: it uses the producer alone (which
+        nothing else touches meanwhile) and the selection it was given; a commit waits
+        mostly for the broker's acknowledgements."""
+        return True
 
     def write(self, prepared: PreparedCommit) -> None:
         """Write the selected records and the new progress ``max(progress, lwm)`` in one
