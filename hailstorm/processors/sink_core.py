@@ -14,9 +14,8 @@ progress in one transaction. Two rules make that exactly once:
 
 When to commit otherwise (rows of one key arriving between two commits are written once):
 as soon as a round is due or arrived, when :data:`COMMIT_ROWS` rows wait, and while the
-mark moves or rows wait: once the sink has read the frames that waited when its last commit
-ended (it is caught up, :class:`CommitBacklog`) and :data:`MIN_COMMIT_INTERVAL` has passed
-since the last commit began, or
+mark moves or rows wait: once the sink has read every frame that arrived (it is caught up)
+and :data:`MIN_COMMIT_INTERVAL` has passed since the last commit began, or
 :data:`COMMIT_INTERVAL` since it ended when frames keep waiting (a backlog); and when the
 stream went quiet with rows waiting (bolts forward a watermark only when it moves, so the
 tail of a burst would otherwise wait for the next round). A sink keeping up with a stream
@@ -58,7 +57,6 @@ __all__ = [
     "COMMIT_ROWS",
     "MIN_COMMIT_INTERVAL",
     "Commit",
-    "CommitBacklog",
     "ReportRound",
     "SinkAction",
     "SinkCore",
@@ -88,33 +86,6 @@ class Commit:
     through: Clock
     due: tuple[int, ...]
     """Epochs of the pending rounds the mark covers: reported once the table covers them."""
-
-
-class CommitBacklog:
-    """The frames a sink has still to read of those that waited in its queue when its last
-    commit ended (what arrived during that commit, less what it read meanwhile): once it
-    has read them it is caught up, and the next commit may start, however many frames came
-    since (a group commit). An empty queue is too strict a test: frames of several
-    upstreams keep arriving at half load, and a sink that never found its queue empty
-    waited for :data:`COMMIT_INTERVAL`, half a second, with every row it held."""
-
-    def __init__(self) -> None:
-        self.unread = 0
-        """Frames that waited when the last commit ended and are not read yet."""
-
-    def commit_ended(self, waiting: int) -> None:
-        """A commit ended with ``waiting`` frames in the queue."""
-        self.unread = waiting
-
-    def read_one(self) -> None:
-        """The sink took a frame from its queue."""
-        if self.unread:
-            self.unread -= 1
-
-    @property
-    def caught_up(self) -> bool:
-        """What waited when the last commit ended is read."""
-        return not self.unread
 
 
 @dataclass(frozen=True)
@@ -180,8 +151,7 @@ class SinkCore:
     def on_watermark(self, sender: str, watermark: Mapping[int, int], *, pending: int,
                      now: float, caught_up: bool) -> list[SinkAction]:
         """An upstream's WATERMARK (keyed by wire index); ``pending``: rows waiting;
-        ``caught_up``: the sink has read what waited when its last commit ended
-        (:class:`CommitBacklog`)."""
+        ``caught_up``: no frame waits to be read after this one."""
         advanced = self.marks.observe(sender, watermark)
         if advanced or pending:
             return self._decide(force=False, pending=pending, now=now, caught_up=caught_up)

@@ -13,13 +13,7 @@ from hailstorm.config import DEFAULT_DATABASE_URL
 from hailstorm.failpoints import failpoint
 from hailstorm.halt import TopologyHalt
 from hailstorm.outages import WAIT_OUT
-from hailstorm.processors.sink_core import (
-    Commit,
-    CommitBacklog,
-    ReportRound,
-    SinkAction,
-    SinkCore,
-)
+from hailstorm.processors.sink_core import Commit, ReportRound, SinkAction, SinkCore
 from hailstorm.processors.sink_guard import (
     CommittedRound,
     Shortfall,
@@ -110,8 +104,6 @@ class SinkShell(InboundShell):
         self.carried = self._carried_partitions()
         self.running: BackgroundWrite | None = None
         """The commit being written meanwhile, if one is."""
-        self.backlog = CommitBacklog()
-        """Whether the sink has read what waited when its last commit ended."""
 
     def _carried_partitions(self) -> frozenset[Partition]:
         """The source partitions some upstream of this sink carries (transitively): the
@@ -165,7 +157,6 @@ class SinkShell(InboundShell):
     def on_initialize(self, epoch: int) -> None:
         self._abandon_running(None, "the run restarts")  # the new writer reads the progress
         self.received = 0
-        self.backlog = CommitBacklog()
         self.reported_at = (0, 0)  # the new writer counts from 0
         if self.writer is not None:
             self.writer.close()
@@ -218,7 +209,6 @@ class SinkShell(InboundShell):
         self.metrics.quarantined.inc()
 
     def on_frame(self, sender: str, frame: Inbound) -> None:
-        self.backlog.read_one()  # (taken from the queue before a commit ending now counts it)
         self._take_back_if_ended()
         if isinstance(frame, SenderGone):
             self._part_from(sender, frame.why)
@@ -245,7 +235,7 @@ class SinkShell(InboundShell):
             assert self.core is not None
             self.act(self.core.on_watermark(sender, frame.watermark, pending=self.pending,
                                             now=time.monotonic(),
-                                            caught_up=self.backlog.caught_up))
+                                            caught_up=self.inbound.empty()))
         elif isinstance(frame, ClockMarker) and not frame.partial:  # a sink needs the whole
             self._round(frame.epoch, self.table.from_wire(frame.clock))
 
@@ -344,8 +334,7 @@ class SinkShell(InboundShell):
 
     def _resume(self, core: SinkCore, now: float) -> list[SinkAction]:
         """What the core decides on what arrived while the commit that just ended ran."""
-        self.backlog.commit_ended(self.inbound.qsize())
-        return core.resume(pending=self.pending, now=now, caught_up=self.backlog.caught_up)
+        return core.resume(pending=self.pending, now=now, caught_up=self.inbound.empty())
 
     def _refused(self, exc: FencedError) -> list[SinkAction]:
         """Another writer moved the progress: re-read it and go on (or stop, superseded,

@@ -14,7 +14,6 @@ from hailstorm.processors.sink_core import (
     COMMIT_ROWS,
     MIN_COMMIT_INTERVAL,
     Commit,
-    CommitBacklog,
     ReportRound,
     SinkAction,
     SinkCore,
@@ -126,21 +125,6 @@ def test_a_sink_behind_its_upstreams_commits_at_the_longest_interval() -> None:
     [commit] = core.on_watermark("a", {0: 2}, now=1.5 + COMMIT_INTERVAL, **behind)
     assert commit == Commit({P0: 2}, ())
     assert core.cadence_due(1.5 + COMMIT_INTERVAL * 0.9, caught_up=True)
-
-
-@given(st.lists(st.tuples(st.integers(0, 64), st.integers(0, 80)), max_size=20))
-def test_a_sink_is_caught_up_once_it_read_what_waited_when_its_last_commit_ended(
-        commits: list[tuple[int, int]]) -> None:
-    """Frames that arrive after a commit ended never hold the next one back: after each
-    commit, the sink is caught up exactly once it has taken as many frames as waited then."""
-    backlog = CommitBacklog()
-    assert backlog.caught_up  # before any commit
-    for waiting, read in commits:
-        backlog.commit_ended(waiting)
-        for taken in range(1, read + 1):
-            backlog.read_one()
-            assert backlog.caught_up == (taken >= waiting)
-        assert backlog.caught_up == (read >= waiting)
 
 
 @given(st.floats(0.0, 10.0), st.floats(0.0, 10.0), st.floats(0.0, 10.0), st.booleans())
