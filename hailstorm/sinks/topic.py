@@ -440,10 +440,9 @@ class TopicWriter(BufferedWriter):
             raise TopologyHalt(halt_reason_of(self.halt_as, first.stage, first.origin,
                                               first.error))
         for row in refused:
-            self._produce(self.dead_letter_topic, self._dead_letter(row))
-        self._produce(self.progress_topic, {
-            "key": self.sink_id.encode(), "value": progress_value(self.epoch, target),
-            "partition": PROGRESS_PARTITION})
+            self._produce(self.dead_letter_topic, **self._dead_letter(row))
+        self._produce(self.progress_topic, progress_value(self.epoch, target),
+                      self.sink_id.encode(), PROGRESS_PARTITION)
         failpoint("sink.before_kafka_commit")  # tests: die with the records sent, uncommitted
         self._commit()
         self.last_commit_seconds = time.monotonic() - started
@@ -453,9 +452,9 @@ class TopicWriter(BufferedWriter):
         """Produce the records of ``rows`` into the open transaction, each with its origin
         in a header; returns those the topic cannot take (a partition past its count, a
         record too large) as rejected rows. The hot loop of a commit: no call of ours per
-        record."""
+        record while the producer's queue has room."""
         assert self._producer is not None
-        produce, poll = self._producer.produce, self._producer.poll
+        produce = self._producer.produce
         name, partitions = self.topic.name, self.partition_count
         refused: list[RejectedRow] = []
         for values, ((source, number), offset) in zip(rows, origins, strict=True):
@@ -470,12 +469,12 @@ class TopicWriter(BufferedWriter):
             elif partition >= partitions:
                 problem = (f"the partitioner chose partition {partition}, but topic {name!r} "
                            f"has {partitions}")
-            while problem is None:
+            if problem is None:
                 try:
-                    produce(name, value, key, partition, headers=headers)
-                    break
-                except BufferError:  # the local queue is full: let it drain
-                    poll(0.05)
+                    try:
+                        produce(name, value, key, partition, headers=headers)
+                    except BufferError:  # the local queue is full: _produce waits for room
+                        self._produce(name, value, key, partition, headers)
                 except KafkaException as exc:
                     if not exc.args or exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                         raise
@@ -485,11 +484,14 @@ class TopicWriter(BufferedWriter):
                                            repr((value or b"")[:200])))
         return refused
 
-    def _produce(self, topic: str, record: dict[str, Any]) -> None:
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None = None,
+                 partition: int = PARTITIONER_CHOOSES,
+                 headers: list[Any] | None = None) -> None:
+        """Produce one record, waiting while the producer's local queue is full."""
         assert self._producer is not None
         while True:
             try:
-                self._producer.produce(topic, **record)
+                self._producer.produce(topic, value, key, partition, headers=headers)
                 return
             except BufferError:  # the local queue is full: let it drain
                 self._producer.poll(0.05)
