@@ -10,8 +10,10 @@ Pure: no I/O.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 from hailstorm.errors import ProtocolError
@@ -67,6 +69,18 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.tuples)
+
+    @classmethod
+    def of_outputs(cls, partitions: Sequence[PartitionKey], offsets: Sequence[int],
+                   produced: Sequence[list[Any]]) -> Batch:
+        """The tuples ``produced[i]`` that one input ``i`` (from ``partitions[i]`` at
+        ``offsets[i]``) gave, each with that input's origin, in order."""
+        counts = list(map(len, produced))
+        if counts.count(1) == len(counts):  # one tuple each: the columns as they are
+            return cls(list(partitions), list(offsets), list(map(itemgetter(0), produced)))
+        return cls(list(chain.from_iterable(map(repeat, partitions, counts))),
+                   list(chain.from_iterable(map(repeat, offsets, counts))),
+                   list(chain.from_iterable(produced)))
 
 
 @dataclass(slots=True)

@@ -65,6 +65,7 @@ from hailstorm.processors.actions import (
 from hailstorm.processors.compaction import HeldBack, emit_rows
 from hailstorm.processors.deltas import DeltaChain
 from hailstorm.processors.expiry import ClosedWindows
+from hailstorm.processors.running_totals import add_and_emit
 from hailstorm.processors.segments import PendingRound, Segments
 from hailstorm.processors.watermarks import UpstreamWatermarks
 from hailstorm.protocol.clock import NOTHING
@@ -218,12 +219,19 @@ class BoltCore:
         first_label_get = first_label.get
         changed = self._deltas.changed
         # One partition, nothing to drop, one segment: no step per tuple to place it. And
-        # numbers added per key (Count, Sum) are added here, not through the monoid.
+        # numbers added per key (Count, Sum) are added here, not through the monoid: with
+        # at most one other segment to merge with, a batch at a time.
         whole = split.whole_segment(partitions, offsets)
         adds = whole is not None and self._run.adds_keys
         added = segments[whole] if adds and whole is not None else {}
         added_get = added.get
-        total_emitted = adds and len(segments) == 1  # emit sees the key's total as it is
+        if adds and whole is not None and len(segments) <= 2:
+            added_batch = add_and_emit(self._run, segments, whole, partitions, offsets,
+                                       tuples, contributions, self.failed)
+            if whole == 0 and changed is not None:
+                changed.update(added_batch.keys)
+            self.applied += len(added_batch.keys)
+            return added_batch.out
         out = Batch()
         out_partitions = out.partitions.append
         out_offsets = out.offsets.append
@@ -248,15 +256,13 @@ class BoltCore:
                     i = split.segment_of(p, o)
             try:
                 if adds:
-                    total = added[key] = added_get(key, 0) + value
+                    added[key] = added_get(key, 0) + value
                 else:
                     segments[i] = absorb(segments[i], key, value)
                 applied += 1
                 if i == 0 and changed is not None:
                     changed.add(key)
-                if total_emitted:
-                    emitted_value = total
-                elif views is None:
+                if views is None:
                     emitted_value = value_for_emit(key, segments)
                 else:
                     view = views.get(key, _FRESH)

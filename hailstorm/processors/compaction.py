@@ -13,7 +13,6 @@ held back.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -94,13 +93,8 @@ def _emitted_at_once(run: BoltExecution, segments: Sequence[Any], rows: dict[Any
     produced = run.outputs_many(list(map(itemgetter(2), held)), keys, values)
     if produced is None:
         return None
-    partitions, offsets = list(map(itemgetter(0), held)), list(map(itemgetter(1), held))
-    counts = list(map(len, produced))
-    if counts.count(1) == len(counts):  # one row per key: the columns as they are
-        return Batch(partitions, offsets, list(map(itemgetter(0), produced)))
-    return Batch(list(chain.from_iterable(map(repeat, partitions, counts))),
-                 list(chain.from_iterable(map(repeat, offsets, counts))),
-                 list(chain.from_iterable(produced)))
+    return Batch.of_outputs(list(map(itemgetter(0), held)), list(map(itemgetter(1), held)),
+                            produced)
 
 
 def _emitted_each(run: BoltExecution, segments: Sequence[Any],
