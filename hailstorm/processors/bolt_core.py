@@ -223,8 +223,6 @@ class BoltCore:
         # at most one other segment to merge with, a batch at a time.
         whole = split.whole_segment(partitions, offsets)
         adds = whole is not None and self._run.adds_keys
-        added = segments[whole] if adds and whole is not None else {}
-        added_get = added.get
         if adds and whole is not None and len(segments) <= 2:
             added_batch = add_and_emit(self._run, segments, whole, partitions, offsets,
                                        tuples, contributions, self.failed)
@@ -232,6 +230,8 @@ class BoltCore:
                 changed.update(added_batch.keys)
             self.applied += len(added_batch.keys)
             return added_batch.out
+        added = segments[whole] if adds and whole is not None else {}
+        added_get = added.get
         out = Batch()
         out_partitions = out.partitions.append
         out_offsets = out.offsets.append

@@ -73,13 +73,11 @@ def add_and_emit(run: BoltExecution, segments: Sequence[dict[Any, Any]], into: i
 
 def _merged(segments: Sequence[dict[Any, Any]], into: int, keys: Sequence[Any],
             running: Sequence[Any]) -> list[Any]:
-    """Each running total merged with the other segment's value of its key, the
-    segments' values added in the segments' order (as ``Sum.combine_all`` adds them)."""
+    """Each running total merged with the other segment's value of its key, as
+    ``Sum.combine_all`` merges two values: added (numbers add alike in either order, -0.0
+    and big ints included); a key only ``into`` holds keeps its total as it is."""
     other_get = segments[1 - into].get
-    if into == 1:
-        return [total if (other := other_get(key, _ABSENT)) is _ABSENT else other + total
-                for key, total in zip(keys, running, strict=True)]
-    return [total if (other := other_get(key, _ABSENT)) is _ABSENT else total + other
+    return [total if (other := other_get(key, _ABSENT)) is _ABSENT else other + total
             for key, total in zip(keys, running, strict=True)]
 
 
